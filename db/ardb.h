@@ -1,0 +1,214 @@
+/*
+ * ardb.h - the access layer of the attnres tuning database (DESIGN §5).
+ *
+ * Every SQL statement of the project lives in db/; the runtime and the tuner
+ * only call these functions.
+ *
+ * db/ depends on SQLite and libc only: it does not include the runtime's
+ * header, and the runtime maps these status codes to attnres_status.
+ *
+ * Ownership: strings passed in are copied by SQLite; strings and blobs
+ * returned through out-parameters are malloc'ed and owned by the caller
+ * unless a comment says otherwise.
+ */
+#ifndef ARDB_H
+#define ARDB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARDB_SCHEMA_VERSION 1
+
+/* Return codes of every ardb_ function. */
+enum {
+    ARDB_DONE = 0,       /* success */
+    ARDB_EINVAL = 1,     /* bad argument */
+    ARDB_ENOMEM = 2,
+    ARDB_ENOTDB = 3,     /* missing file, not SQLite, or not an attnres db */
+    ARDB_ENEWER = 4,     /* schema newer than this build */
+    ARDB_ENOTFOUND = 5,  /* no such row */
+    ARDB_EBUSY = 6,      /* locked beyond the busy timeout */
+    ARDB_EREADONLY = 7,  /* write attempted on a read-only database */
+    ARDB_ESQL = 8        /* any other SQLite failure (corrupt, I/O, ...) */
+};
+
+/* Fallback levels of ardb_winners_lookup (same order as the runtime's). */
+typedef enum ardb_level {
+    ARDB_LEVEL_EXACT = 0,
+    ARDB_LEVEL_ARCHITECTURE = 1,
+    ARDB_LEVEL_BACKEND = 2
+} ardb_level;
+
+typedef struct ardb ardb;
+
+/* Open flags. */
+#define ARDB_READONLY 1u /* open an existing file read-only (runtime) */
+#define ARDB_CREATE 2u   /* create the file and schema when missing (tuner) */
+
+/* Opens a database. Without ARDB_CREATE a missing file is ENOTDB ("no such
+ * database file: PATH"). A file that is not SQLite, or SQLite without the
+ * attnres schema, is ENOTDB with a message that says so; a newer
+ * user_version is ENEWER. flags 0 opens an existing file read-write;
+ * ARDB_READONLY with ARDB_CREATE is EINVAL. Read-write connections use WAL
+ * and a busy timeout so that several tuner processes can share one file.
+ * On failure *out is NULL and msg (may be NULL) is set. */
+int ardb_open(const char *path, unsigned flags, ardb **out, char *msg,
+              size_t msg_len);
+void ardb_close(ardb *db); /* NULL is a no-op */
+const char *ardb_errmsg(const ardb *db); /* last failure, never NULL */
+
+/* Transactions: short and explicit, so a SIGKILL leaves whole rows only.
+ * begin is BEGIN IMMEDIATE on a read-write connection; rollback without an
+ * open transaction is a no-op. Outside a transaction every call is its own
+ * (autocommit) transaction. Write calls on a read-only handle: EREADONLY.
+ * A foreign key or CHECK violation (e.g. an unknown id) is EINVAL. */
+int ardb_begin(ardb *db);
+int ardb_commit(ardb *db);
+int ardb_rollback(ardb *db);
+
+/* ---- devices ---------------------------------------------------------- */
+typedef struct ardb_device {
+    const char *backend, *name, *arch, *driver, *fingerprint;
+    int32_t units;
+    int64_t memory;
+} ardb_device;
+/* Inserts the device if its fingerprint is new; returns its id either way. */
+int ardb_device_upsert(ardb *db, const ardb_device *dev, int64_t *id);
+
+/* ---- runs ------------------------------------------------------------- */
+typedef struct ardb_run {
+    int64_t device_id;
+    const char *user, *host, *command;
+    const char *project_version, *templates_hash, *compiler, *driver;
+    const char *policy_json;  /* measurement policy, recorded with the run */
+    const char *strategy;
+    double copy_gbps;         /* measured device copy bandwidth */
+    double launch_us;         /* measured empty-launch time */
+} ardb_run;
+int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id);
+/* status: "complete", "failed" or "interrupted". */
+int ardb_run_finish(ardb *db, int64_t run_id, const char *status);
+
+/* ---- problems --------------------------------------------------------- */
+typedef struct ardb_problem {
+    const char *op;    /* "mix", "phase1", "phase2" */
+    const char *dtype; /* "f32", "bf16", "f16" */
+    const char *form;  /* "replace", "additive" */
+    int64_t d;
+    int32_t n, heads, epilogue;
+    int32_t s;         /* phase1 queries per block, 0 otherwise */
+    int64_t t_bucket;  /* tokens the bucket was tuned at */
+} ardb_problem;
+/* Canonical key text, e.g. "mix:bf16:d7168:n9:h1:replace:epi0:s0:t4096". */
+void ardb_problem_key(const ardb_problem *p, char *buf, size_t len);
+int ardb_problem_upsert(ardb *db, const ardb_problem *p, int64_t *id);
+
+/* ---- candidates (one generated kernel variant) ------------------------ */
+typedef struct ardb_candidate {
+    const char *template_name;  /* e.g. "cpu/mix" */
+    const char *variant;        /* variant id, e.g. "mix_c_f32_online_v8_u2_t2" */
+    const char *params_json;
+    const char *source_hash;    /* hex hash of source */
+    const char *source;
+    const char *kernel_name;    /* entry symbol in the compiled object */
+    const char *backend;        /* "cpu" or "cuda" */
+} ardb_candidate;
+int ardb_candidate_upsert(ardb *db, const ardb_candidate *c, int64_t *id);
+
+/* ---- binaries (content-addressed by build key) ------------------------ */
+typedef struct ardb_binary {
+    const char *build_key;    /* hash of source hash + compiler + options + target */
+    int64_t candidate_id;
+    const char *compiler, *options, *target;
+    const void *blob;
+    size_t size;
+    const char *resources_json; /* registers, spills, shared memory; may be NULL */
+} ardb_binary;
+int ardb_binary_put(ardb *db, const ardb_binary *b); /* no-op if key exists */
+/* ENOTFOUND when absent. *blob is malloc'ed, owned by the caller. */
+int ardb_binary_get(ardb *db, const char *build_key, void **blob, size_t *size);
+
+/* ---- measurements ----------------------------------------------------- */
+typedef enum ardb_status {
+    ARDB_STATUS_OK = 0,
+    ARDB_STATUS_COMPILE_FAILED = 1,
+    ARDB_STATUS_LAUNCH_FAILED = 2,
+    ARDB_STATUS_WRONG_RESULT = 3,
+    ARDB_STATUS_SKIPPED = 4,
+    ARDB_STATUS_TIMEOUT = 5
+} ardb_status;
+const char *ardb_status_name(ardb_status s); /* "ok", "compile_failed", ... */
+
+typedef struct ardb_measurement {
+    int64_t run_id, candidate_id, problem_id, device_id;
+    const char *build_key;     /* may be NULL when compilation failed */
+    ardb_status status;
+    double median_us, min_us, max_us, spread_us; /* spread: median abs deviation */
+    int32_t reps;
+    double gbps;               /* achieved bandwidth at the median */
+    double roofline;           /* gbps / run's copy_gbps */
+    double rel_err;            /* ||out-ref|| / ||ref|| */
+    const char *message;       /* why it failed, may be NULL */
+} ardb_measurement;
+int ardb_measurement_add(ardb *db, const ardb_measurement *m, int64_t *id);
+
+/* Finds the newest measurement of (candidate, problem, device, build_key)
+ * from any run: the tuner's resume cache. build_key NULL matches a NULL
+ * build key. ENOTFOUND when there is none. String fields of *m are
+ * malloc'ed; free them with ardb_measurement_clear. Doubles stored as NaN
+ * (SQL NULL) come back as NaN. */
+int ardb_measurement_find(ardb *db, int64_t candidate_id, int64_t problem_id,
+                          int64_t device_id, const char *build_key,
+                          ardb_measurement *m);
+/* The same, also returning the measurement's id (for ardb_winner_set);
+ * measurement_id may be NULL. */
+int ardb_measurement_find_ex(ardb *db, int64_t candidate_id,
+                             int64_t problem_id, int64_t device_id,
+                             const char *build_key, ardb_measurement *m,
+                             int64_t *measurement_id);
+void ardb_measurement_clear(ardb_measurement *m);
+
+/* ---- winners ---------------------------------------------------------- */
+/* measurement_id must be an "ok" measurement of that candidate, problem and
+ * device (from any run), else EINVAL. Setting it again for the same
+ * (run, problem, device) replaces the run's winner. */
+int ardb_winner_set(ardb *db, int64_t run_id, int64_t problem_id,
+                    int64_t device_id, int64_t candidate_id,
+                    int64_t measurement_id);
+
+/* One tuned T bucket of a problem, as the runtime needs it. */
+typedef struct ardb_winner {
+    int64_t t_bucket;
+    char *variant, *kernel_name, *source, *source_hash, *params_json;
+    char *device_fingerprint, *device_arch;
+    int64_t run_id;
+    double median_us, gbps, roofline;
+} ardb_winner;
+
+/* The winners for a problem (t_bucket ignored) at one fallback level:
+ *   EXACT: device fingerprint equal; ARCHITECTURE: same backend and arch;
+ *   BACKEND: same backend. For each T bucket the newest run's winner is
+ * returned, sorted by t_bucket. *out is a malloc'ed array owned by the
+ * caller (ardb_winners_free). *count may be 0. String fields are NULL
+ * where the database holds NULL. */
+int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
+                        ardb_level level, ardb_winner **out,
+                        size_t *count);
+void ardb_winners_free(ardb_winner *w, size_t count);
+
+/* Row callback for listings: column names and values as text (SQL NULL is
+ * ""; numbers are formatted). Pointers are valid during the call only. A
+ * non-zero return stops the listing, which still returns ARDB_DONE. */
+typedef int (*ardb_row_fn)(void *ctx, int ncol, const char *const *names,
+                           const char *const *values);
+/* The latest winner of every problem for every device (or the winners of
+ * one run), joined with its measurement: columns problem (key), device
+ * (name), variant, median_us, gbps, roofline; in problem key order with
+ * numeric fields compared as numbers. */
+int ardb_list_winners(ardb *db, int64_t run_id /* 0: all */, ardb_row_fn fn,
+                      void *ctx);
+/* All runs, newest last: id, started_at, finished_at, status, device,
+ * strategy, project_version, compiler, copy_gbps. */
+int ardb_list_runs(ardb *db, ardb_row_fn fn, void *ctx);
+
+#endif /* ARDB_H */

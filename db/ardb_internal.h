@@ -1,0 +1,73 @@
+/*
+ * ardb_internal.h - shared by the translation units of db/ only.
+ */
+#ifndef ARDB_INTERNAL_H
+#define ARDB_INTERNAL_H
+
+#include <sqlite3.h>
+
+#include "ardb.h"
+
+/* The ISO-8601 UTC timestamp expression used by every INSERT/UPDATE. */
+#define ARDB_NOW "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
+
+/* Prepared statements cached per connection (SQLITE_PREPARE_PERSISTENT). */
+enum ardb_stmt_id {
+    ST_DEVICE_INSERT,
+    ST_DEVICE_SELECT,
+    ST_RUN_INSERT,
+    ST_RUN_FINISH,
+    ST_PROBLEM_INSERT,
+    ST_PROBLEM_SELECT,
+    ST_CANDIDATE_INSERT,
+    ST_CANDIDATE_SELECT,
+    ST_BINARY_INSERT,
+    ST_BINARY_SELECT,
+    ST_MEASUREMENT_INSERT,
+    ST_MEASUREMENT_FIND,
+    ST_WINNER_SET,
+    ST_WINNERS_LOOKUP,
+    ST_LIST_WINNERS,
+    ST_LIST_RUNS,
+    ST_COUNT
+};
+
+struct ardb {
+    sqlite3 *h;
+    int readonly;
+    char *path;
+    sqlite3_stmt *stmts[ST_COUNT];
+    char err[1024];
+};
+
+/* Formats the message into db->err and returns code. */
+int ardb__fail(ardb *db, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Maps an SQLite result code to an ARDB_ code. */
+int ardb__map_rc(int rc);
+/* Records "what: sqlite3_errmsg()" and returns the mapped code. */
+int ardb__sql_fail(ardb *db, int rc, const char *what);
+/* The cached statement for id (prepared on first use), reset and unbound. */
+int ardb__stmt(ardb *db, int id, const char *sql, sqlite3_stmt **st);
+/* Resets a statement after use so that it holds no read transaction. */
+void ardb__release(sqlite3_stmt *st);
+/* EREADONLY with a message when the connection is read-only. */
+int ardb__check_writable(ardb *db);
+/* malloc'ed copy of a text column; NULL for SQL NULL. *oom set on failure. */
+char *ardb__col_dup(sqlite3_stmt *st, int col, int *oom);
+/* A double column, NAN for SQL NULL. */
+double ardb__col_double(sqlite3_stmt *st, int col);
+
+/* Sequential parameter binding: the first failure is kept in rc. */
+typedef struct ardb_binder {
+    sqlite3_stmt *st;
+    int rc;
+    int i;
+} ardb_binder;
+void ardb__bind_text(ardb_binder *b, const char *s);
+void ardb__bind_int64(ardb_binder *b, int64_t v);
+void ardb__bind_id(ardb_binder *b, int64_t id); /* <= 0 binds NULL */
+void ardb__bind_double(ardb_binder *b, double v);
+void ardb__bind_blob(ardb_binder *b, const void *p, size_t n);
+
+#endif

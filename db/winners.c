@@ -1,0 +1,319 @@
+/*
+ * winners.c - winners (set, lookup with device fallback) and the listings.
+ */
+#include "ardb_internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ardb_winner_set(ardb *db, int64_t run_id, int64_t problem_id,
+                    int64_t device_id, int64_t candidate_id,
+                    int64_t measurement_id)
+{
+    /* The measurement must be an ok one of this candidate, problem and
+     * device (from any run: the tuner's resume cache reuses old ones).
+     * Setting a winner again for the same run replaces it. */
+    static const char sql[] =
+        "INSERT INTO winners(run_id, problem_id, device_id, candidate_id,"
+        " measurement_id, created_at)"
+        " SELECT ?1, ?2, ?3, ?4, m.id, " ARDB_NOW " FROM measurements m"
+        " WHERE m.id = ?5 AND m.candidate_id = ?4 AND m.problem_id = ?2"
+        " AND m.device_id = ?3 AND m.status = 'ok'"
+        " ON CONFLICT(run_id, problem_id, device_id) DO UPDATE SET"
+        " candidate_id = excluded.candidate_id,"
+        " measurement_id = excluded.measurement_id,"
+        " created_at = excluded.created_at";
+    sqlite3_stmt *st;
+    ardb_binder b;
+    int code, rc;
+
+    if (!db)
+        return ARDB_EINVAL;
+    if ((code = ardb__check_writable(db)) ||
+        (code = ardb__stmt(db, ST_WINNER_SET, sql, &st)))
+        return code;
+    b = (ardb_binder){st, SQLITE_OK, 0};
+    ardb__bind_int64(&b, run_id);
+    ardb__bind_int64(&b, problem_id);
+    ardb__bind_int64(&b, device_id);
+    ardb__bind_int64(&b, candidate_id);
+    ardb__bind_int64(&b, measurement_id);
+    if (b.rc != SQLITE_OK) {
+        code = ardb__sql_fail(db, b.rc, "winner set");
+        ardb__release(st);
+        return code;
+    }
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE) {
+        code = ardb__sql_fail(db, rc, "winner set");
+        ardb__release(st);
+        return code;
+    }
+    ardb__release(st);
+    if (sqlite3_changes(db->h) == 0)
+        return ardb__fail(db, ARDB_EINVAL,
+                          "winner set: measurement %" PRId64
+                          " is not an ok measurement of candidate %" PRId64
+                          ", problem %" PRId64 " and device %" PRId64,
+                          measurement_id, candidate_id, problem_id, device_id);
+    return ARDB_DONE;
+}
+
+void ardb_winners_free(ardb_winner *w, size_t count)
+{
+    size_t i;
+    if (!w)
+        return;
+    for (i = 0; i < count; i++) {
+        free(w[i].variant);
+        free(w[i].kernel_name);
+        free(w[i].source);
+        free(w[i].source_hash);
+        free(w[i].params_json);
+        free(w[i].device_fingerprint);
+        free(w[i].device_arch);
+    }
+    free(w);
+}
+
+int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
+                        ardb_level level, ardb_winner **out, size_t *count)
+{
+    /* Per T bucket: the newest run's winner; within one run, prefer this
+     * very device, then the fastest. */
+    static const char sql[] =
+        "SELECT t_bucket, variant, kernel_name, source, source_hash,"
+        " params_json, fingerprint, arch, run_id, median_us, gbps, roofline"
+        " FROM ("
+        "  SELECT p.t_bucket, c.variant, c.kernel_name, c.source,"
+        "   c.source_hash, c.params_json, d.fingerprint, d.arch, w.run_id,"
+        "   m.median_us, m.gbps, m.roofline,"
+        "   row_number() OVER (PARTITION BY p.t_bucket ORDER BY w.run_id DESC,"
+        "    d.fingerprint IS ?9 DESC, m.median_us ASC, d.id ASC) AS rn"
+        "  FROM problems p"
+        "  JOIN winners w ON w.problem_id = p.id"
+        "  JOIN devices d ON d.id = w.device_id"
+        "  JOIN candidates c ON c.id = w.candidate_id"
+        "  JOIN measurements m ON m.id = w.measurement_id"
+        "  WHERE p.op = ?1 AND p.dtype = ?2 AND p.form = ?3 AND p.d = ?4"
+        "   AND p.n = ?5 AND p.heads = ?6 AND p.epilogue = ?7 AND p.s = ?8"
+        "   AND CASE ?12 WHEN 0 THEN d.fingerprint = ?9"
+        "                WHEN 1 THEN d.backend = ?10 AND d.arch = ?11"
+        "                ELSE d.backend = ?10 END"
+        " ) WHERE rn = 1 ORDER BY t_bucket";
+    sqlite3_stmt *st;
+    ardb_binder b;
+    ardb_winner *arr = NULL;
+    size_t n = 0, cap = 0;
+    int code = ARDB_DONE, rc;
+
+    if (!db)
+        return ARDB_EINVAL;
+    if (!out || !count)
+        return ardb__fail(db, ARDB_EINVAL,
+                          "ardb_winners_lookup: invalid argument");
+    *out = NULL;
+    *count = 0;
+    if (!p || !dev || !p->op || !p->dtype || !p->form)
+        return ardb__fail(db, ARDB_EINVAL,
+                          "ardb_winners_lookup: problem op, dtype and form "
+                          "and a device are required");
+    switch (level) {
+    case ARDB_LEVEL_EXACT:
+        if (!dev->fingerprint)
+            return ardb__fail(db, ARDB_EINVAL,
+                              "ardb_winners_lookup: EXACT needs the device "
+                              "fingerprint");
+        break;
+    case ARDB_LEVEL_ARCHITECTURE:
+        if (!dev->backend || !dev->arch)
+            return ardb__fail(db, ARDB_EINVAL,
+                              "ardb_winners_lookup: ARCHITECTURE needs the "
+                              "device backend and arch");
+        break;
+    case ARDB_LEVEL_BACKEND:
+        if (!dev->backend)
+            return ardb__fail(db, ARDB_EINVAL,
+                              "ardb_winners_lookup: BACKEND needs the device "
+                              "backend");
+        break;
+    default:
+        return ardb__fail(db, ARDB_EINVAL,
+                          "ardb_winners_lookup: unknown level %d", (int)level);
+    }
+    if ((code = ardb__stmt(db, ST_WINNERS_LOOKUP, sql, &st)))
+        return code;
+    b = (ardb_binder){st, SQLITE_OK, 0};
+    ardb__bind_text(&b, p->op);      /* ?1 */
+    ardb__bind_text(&b, p->dtype);   /* ?2 */
+    ardb__bind_text(&b, p->form);    /* ?3 */
+    ardb__bind_int64(&b, p->d);      /* ?4 */
+    ardb__bind_int64(&b, p->n);      /* ?5 */
+    ardb__bind_int64(&b, p->heads);  /* ?6 */
+    ardb__bind_int64(&b, p->epilogue); /* ?7 */
+    ardb__bind_int64(&b, p->s);      /* ?8 */
+    ardb__bind_text(&b, dev->fingerprint); /* ?9 */
+    ardb__bind_text(&b, dev->backend);     /* ?10 */
+    ardb__bind_text(&b, dev->arch);        /* ?11 */
+    ardb__bind_int64(&b, (int64_t)level);  /* ?12 */
+    if (b.rc != SQLITE_OK) {
+        code = ardb__sql_fail(db, b.rc, "winners lookup");
+        ardb__release(st);
+        return code;
+    }
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        ardb_winner *w;
+        int oom = 0;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            ardb_winner *na = realloc(arr, ncap * sizeof *na);
+            if (!na) {
+                code = ardb__fail(db, ARDB_ENOMEM,
+                                  "winners lookup: out of memory");
+                break;
+            }
+            arr = na;
+            cap = ncap;
+        }
+        w = &arr[n++];
+        memset(w, 0, sizeof *w);
+        w->t_bucket = sqlite3_column_int64(st, 0);
+        w->variant = ardb__col_dup(st, 1, &oom);
+        w->kernel_name = ardb__col_dup(st, 2, &oom);
+        w->source = ardb__col_dup(st, 3, &oom);
+        w->source_hash = ardb__col_dup(st, 4, &oom);
+        w->params_json = ardb__col_dup(st, 5, &oom);
+        w->device_fingerprint = ardb__col_dup(st, 6, &oom);
+        w->device_arch = ardb__col_dup(st, 7, &oom);
+        w->run_id = sqlite3_column_int64(st, 8);
+        w->median_us = ardb__col_double(st, 9);
+        w->gbps = ardb__col_double(st, 10);
+        w->roofline = ardb__col_double(st, 11);
+        if (oom) {
+            code = ardb__fail(db, ARDB_ENOMEM, "winners lookup: out of memory");
+            break;
+        }
+    }
+    if (code == ARDB_DONE && rc != SQLITE_DONE)
+        code = ardb__sql_fail(db, rc, "winners lookup");
+    ardb__release(st);
+    if (code != ARDB_DONE) {
+        ardb_winners_free(arr, n);
+        return code;
+    }
+    *out = arr;
+    *count = n;
+    return ARDB_DONE;
+}
+
+/* Steps st and hands each row to fn as text; SQL NULL is passed as "". A
+ * non-zero return from fn stops the listing (still ARDB_DONE). */
+static int list_rows(ardb *db, sqlite3_stmt *st, ardb_row_fn fn, void *ctx,
+                     const char *what)
+{
+    enum { MAXCOL = 32 };
+    const char *names[MAXCOL], *values[MAXCOL];
+    int ncol = sqlite3_column_count(st), rc, i, code = ARDB_DONE;
+
+    if (ncol > MAXCOL)
+        ncol = MAXCOL;
+    for (i = 0; i < ncol; i++) {
+        names[i] = sqlite3_column_name(st, i);
+        if (!names[i]) {
+            ardb__release(st);
+            return ardb__fail(db, ARDB_ENOMEM, "%s: out of memory", what);
+        }
+    }
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        for (i = 0; i < ncol; i++) {
+            if (sqlite3_column_type(st, i) == SQLITE_NULL) {
+                values[i] = "";
+            } else {
+                values[i] = (const char *)sqlite3_column_text(st, i);
+                if (!values[i]) {
+                    code = ardb__fail(db, ARDB_ENOMEM, "%s: out of memory",
+                                      what);
+                    break;
+                }
+            }
+        }
+        if (code != ARDB_DONE)
+            break;
+        if (fn(ctx, ncol, names, values) != 0) {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+    if (code == ARDB_DONE && rc != SQLITE_DONE)
+        code = ardb__sql_fail(db, rc, what);
+    ardb__release(st);
+    return code;
+}
+
+int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
+{
+    static const char sql[] =
+        "SELECT problem, device, variant, median_us, gbps, roofline FROM ("
+        "  SELECT p.key AS problem, COALESCE(d.name, d.fingerprint) AS device,"
+        "   c.variant AS variant,"
+        "   CASE WHEN m.median_us IS NULL THEN NULL"
+        "        ELSE printf('%.3f', m.median_us) END AS median_us,"
+        "   CASE WHEN m.gbps IS NULL THEN NULL"
+        "        ELSE printf('%.1f', m.gbps) END AS gbps,"
+        "   CASE WHEN m.roofline IS NULL THEN NULL"
+        "        ELSE printf('%.3f', m.roofline) END AS roofline,"
+        "   p.op, p.dtype, p.d, p.n, p.heads, p.form, p.epilogue, p.s,"
+        "   p.t_bucket, d.id AS did,"
+        "   row_number() OVER (PARTITION BY w.problem_id, w.device_id"
+        "    ORDER BY w.run_id DESC) AS rn"
+        "  FROM winners w"
+        "  JOIN problems p ON p.id = w.problem_id"
+        "  JOIN devices d ON d.id = w.device_id"
+        "  JOIN candidates c ON c.id = w.candidate_id"
+        "  JOIN measurements m ON m.id = w.measurement_id"
+        "  WHERE ?1 = 0 OR w.run_id = ?1"
+        " ) WHERE rn = 1"
+        " ORDER BY op, dtype, d, n, heads, form, epilogue, s, t_bucket, did";
+    sqlite3_stmt *st;
+    ardb_binder b;
+    int code;
+
+    if (!db)
+        return ARDB_EINVAL;
+    if (!fn || run_id < 0)
+        return ardb__fail(db, ARDB_EINVAL, "ardb_list_winners: invalid argument");
+    if ((code = ardb__stmt(db, ST_LIST_WINNERS, sql, &st)))
+        return code;
+    b = (ardb_binder){st, SQLITE_OK, 0};
+    ardb__bind_int64(&b, run_id);
+    if (b.rc != SQLITE_OK) {
+        code = ardb__sql_fail(db, b.rc, "list winners");
+        ardb__release(st);
+        return code;
+    }
+    return list_rows(db, st, fn, ctx, "list winners");
+}
+
+int ardb_list_runs(ardb *db, ardb_row_fn fn, void *ctx)
+{
+    static const char sql[] =
+        "SELECT r.id AS id, r.started_at AS started_at,"
+        " r.finished_at AS finished_at, r.status AS status,"
+        " COALESCE(d.name, d.fingerprint) AS device, r.strategy AS strategy,"
+        " r.project_version AS project_version, r.compiler AS compiler,"
+        " CASE WHEN r.copy_gbps IS NULL THEN NULL"
+        "      ELSE printf('%.1f', r.copy_gbps) END AS copy_gbps"
+        " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
+        " ORDER BY r.id";
+    sqlite3_stmt *st;
+    int code;
+
+    if (!db)
+        return ARDB_EINVAL;
+    if (!fn)
+        return ardb__fail(db, ARDB_EINVAL, "ardb_list_runs: invalid argument");
+    if ((code = ardb__stmt(db, ST_LIST_RUNS, sql, &st)))
+        return code;
+    return list_rows(db, st, fn, ctx, "list runs");
+}

@@ -1,0 +1,80 @@
+/*
+ * argen.h - the kernel generator: Lua 5.4 templates, run sandboxed.
+ *
+ * A template (templates/<dialect>/<op>.lua) returns a table that describes
+ * one kernel family: its parameter space, the constraints on it, whether a
+ * variant applies to a problem on a device, and an emit function that
+ * returns source text. gen/ loads templates in a fresh sandbox (no io, os,
+ * load or file access other than require() of other templates), bounded in
+ * memory and in instructions, so that no template can crash or hang the
+ * host. Errors come back as "file:line: message".
+ *
+ * Ownership: every char* returned through an out-parameter is malloc'ed and
+ * owned by the caller; arrays have their own free functions.
+ */
+#ifndef ARGEN_H
+#define ARGEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARGEN_VERSION "0.1.0"
+
+typedef struct argen argen;
+
+/* The problem and device a variant is checked against (applies). Strings
+ * are borrowed. */
+typedef struct argen_problem {
+    const char *op, *dtype, *form;
+    int64_t d, t;
+    int32_t n, heads, epilogue, s;
+} argen_problem;
+
+typedef struct argen_device {
+    const char *backend, *arch;
+    int32_t units;
+} argen_device;
+
+/* One variant of the space. */
+typedef struct argen_variant {
+    char *id;          /* e.g. "mix_c_f32_online_v8_u2_t2" */
+    char *params_json; /* flat JSON object of the parameters and launch data */
+} argen_variant;
+
+/* Loads template `name` ("cpu/mix") from template_dir. 0 on success; on
+ * failure *out is NULL and msg holds "file:line: message". */
+int argen_open(const char *template_dir, const char *name, argen **out,
+               char *msg, size_t msg_len);
+void argen_close(argen *g); /* NULL is a no-op */
+const char *argen_errmsg(const argen *g);
+
+/* Template metadata (owned by g). */
+const char *argen_name(const argen *g);    /* "cpu/mix" */
+const char *argen_backend(const argen *g); /* "cpu" or "cuda" */
+const char *argen_op(const argen *g);      /* "mix", "phase1", "phase2" */
+
+/* Every variant of the space that satisfies the template's constraints, in
+ * a stable order. */
+int argen_enumerate(argen *g, argen_variant **out, size_t *count);
+void argen_variants_free(argen_variant *v, size_t count);
+
+/* 1 if variant `id` can run `problem` on `device`, 0 if not (why is set),
+ * negative on a template error. */
+int argen_applies(argen *g, const char *id, const argen_problem *problem,
+                  const argen_device *device, char *why, size_t why_len);
+
+/* Emits the source of variant `id`, with the generator's header comment.
+ * *kernel_name is the entry symbol the source defines. */
+int argen_emit(argen *g, const char *id, char **source, char **kernel_name,
+               char **params_json);
+
+/* The id of the template's generic variant (its fallback kernel) for a
+ * storage dtype, in *id. */
+int argen_generic(argen *g, const char *dtype, char **id);
+
+/* Lists template names under template_dir ("cpu/mix", "cuda/mix", ...). */
+int argen_list_templates(const char *template_dir, char ***names,
+                         size_t *count);
+void argen_names_free(char **names, size_t count);
+
+#endif /* ARGEN_H */

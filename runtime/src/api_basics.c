@@ -1,0 +1,131 @@
+/* api_basics.c - status text, version, dtypes and problem checking. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "attnres.h"
+
+const char *attnres_errstr(int status)
+{
+    switch (status) {
+    case ATTNRES_OK: return "success";
+    case ATTNRES_EINVAL: return "invalid argument";
+    case ATTNRES_ENOMEM: return "out of memory";
+    case ATTNRES_ENODEV: return "no such device";
+    case ATTNRES_EDB: return "database cannot be used";
+    case ATTNRES_EDBVERSION: return "database schema is newer than this library";
+    case ATTNRES_ENOTFOUND: return "no tuned kernel matches";
+    case ATTNRES_ECOMPILE: return "kernel compilation failed";
+    case ATTNRES_ELOAD: return "kernel could not be loaded";
+    case ATTNRES_ELAUNCH: return "kernel launch failed";
+    case ATTNRES_EUNSUPPORTED: return "not supported on this device or build";
+    case ATTNRES_EIO: return "input/output error";
+    case ATTNRES_EMISMATCH: return "arguments do not match the plan";
+    default: return "unknown status code";
+    }
+}
+
+const char *attnres_version(void) { return ATTNRES_VERSION_STRING; }
+
+size_t attnres_dtype_size(attnres_dtype dtype)
+{
+    switch (dtype) {
+    case ATTNRES_DTYPE_F32: return 4;
+    case ATTNRES_DTYPE_BF16: return 2;
+    case ATTNRES_DTYPE_F16: return 2;
+    }
+    return 0;
+}
+
+const char *attnres_dtype_name(attnres_dtype dtype)
+{
+    switch (dtype) {
+    case ATTNRES_DTYPE_F32: return "f32";
+    case ATTNRES_DTYPE_BF16: return "bf16";
+    case ATTNRES_DTYPE_F16: return "f16";
+    }
+    return "unknown";
+}
+
+int attnres_dtype_parse(const char *name, attnres_dtype *out)
+{
+    static const attnres_dtype all[] = {ATTNRES_DTYPE_F32, ATTNRES_DTYPE_BF16,
+                                        ATTNRES_DTYPE_F16};
+    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, attnres_dtype_name(all[i])) == 0) {
+            *out = all[i];
+            return ATTNRES_OK;
+        }
+    return ATTNRES_EINVAL;
+}
+
+void attnres_problem_init(attnres_problem *p, attnres_dtype dtype, int64_t d,
+                          int32_t n)
+{
+    memset(p, 0, sizeof *p);
+    p->op = ATTNRES_OP_MIX;
+    p->dtype = dtype;
+    p->d = d;
+    p->n = n;
+    p->heads = 1;
+    p->form = ATTNRES_FORM_REPLACE;
+    p->epilogue = 0;
+}
+
+int attnres_problem_check(const attnres_problem *p, char *msg, size_t msg_len)
+{
+    char scratch[8];
+    if (!msg) {
+        msg = scratch;
+        msg_len = sizeof scratch;
+    }
+    if (!p) {
+        snprintf(msg, msg_len, "problem is NULL");
+        return ATTNRES_EINVAL;
+    }
+    if (p->op != ATTNRES_OP_MIX) {
+        snprintf(msg, msg_len, "op %d is not supported (only mix)", (int)p->op);
+        return ATTNRES_EUNSUPPORTED;
+    }
+    if (attnres_dtype_size(p->dtype) == 0) {
+        snprintf(msg, msg_len, "unknown dtype %d", (int)p->dtype);
+        return ATTNRES_EINVAL;
+    }
+    if (p->d < 1) {
+        snprintf(msg, msg_len, "d must be at least 1 (got %lld)", (long long)p->d);
+        return ATTNRES_EINVAL;
+    }
+    if (p->n < 1) {
+        snprintf(msg, msg_len, "N (number of sources) must be at least 1 (got %d)", p->n);
+        return ATTNRES_EINVAL;
+    }
+    if (p->heads < 1 || p->d % p->heads != 0) {
+        snprintf(msg, msg_len, "heads H = %d must be >= 1 and divide d = %lld",
+                 p->heads, (long long)p->d);
+        return ATTNRES_EINVAL;
+    }
+    if (p->form != ATTNRES_FORM_REPLACE && p->form != ATTNRES_FORM_ADDITIVE) {
+        snprintf(msg, msg_len, "unknown form %d", (int)p->form);
+        return ATTNRES_EINVAL;
+    }
+    if (p->epilogue != 0 && p->epilogue != 1) {
+        snprintf(msg, msg_len, "epilogue must be 0 or 1 (got %d)", p->epilogue);
+        return ATTNRES_EINVAL;
+    }
+    return ATTNRES_OK;
+}
+
+void attnres_mix_args_init(attnres_mix_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->scale = 1.0f;
+    a->eps = 1e-6f;
+    a->alpha = 1.0f;
+    a->out_eps = 1e-6f;
+}
+
+void attnres_fold_query(const float *w, const float *gain, float *u, int64_t d)
+{
+    for (int64_t k = 0; k < d; k++)
+        u[k] = gain ? gain[k] * w[k] : w[k];
+}

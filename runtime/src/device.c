@@ -1,0 +1,147 @@
+/* device.c - opening devices and the helpers every backend shares. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "sha256.h"
+
+int ar_device_fail(attnres_device *dev, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dev->errmsg, sizeof dev->errmsg, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+const char *attnres_device_errmsg(attnres_device *dev)
+{
+    return dev ? dev->errmsg : "no device";
+}
+
+/* Parses "cpu", "cpu:0", "cuda", "cuda:N". */
+static int parse_spec(const char *spec, const ar_backend **ops, int *index)
+{
+    if (!spec)
+        return -1;
+    const char *colon = strchr(spec, ':');
+    size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
+    *index = 0;
+    if (colon) {
+        char *end;
+        long v = strtol(colon + 1, &end, 10);
+        if (!colon[1] || *end || v < 0 || v > 1024)
+            return -1;
+        *index = (int)v;
+    }
+    if (len == 3 && strncmp(spec, "cpu", 3) == 0)
+        *ops = &ar_cpu_backend;
+    else if (len == 4 && strncmp(spec, "cuda", 4) == 0)
+        *ops = &ar_cuda_backend;
+    else
+        return -1;
+    return 0;
+}
+
+int attnres_device_open(const char *spec, attnres_device **out, char *msg,
+                        size_t msg_len)
+{
+    char scratch[8];
+    if (!msg) {
+        msg = scratch;
+        msg_len = sizeof scratch;
+    }
+    if (!out) {
+        snprintf(msg, msg_len, "out is NULL");
+        return ATTNRES_EINVAL;
+    }
+    *out = NULL;
+    const ar_backend *ops;
+    int index;
+    if (parse_spec(spec, &ops, &index) != 0) {
+        snprintf(msg, msg_len, "unknown device '%s' (expected cpu, cuda or cuda:N)", spec ? spec : "(null)");
+        return ATTNRES_EINVAL;
+    }
+    attnres_device *dev = calloc(1, sizeof *dev);
+    if (!dev) {
+        snprintf(msg, msg_len, "out of memory");
+        return ATTNRES_ENOMEM;
+    }
+    dev->ops = ops;
+    dev->index = index;
+    pthread_mutex_init(&dev->lock, NULL);
+    int rc = ops->open(dev, index);
+    if (rc != ATTNRES_OK) {
+        snprintf(msg, msg_len, "%s", dev->errmsg);
+        pthread_mutex_destroy(&dev->lock);
+        free(dev);
+        return rc;
+    }
+    snprintf(dev->fingerprint, sizeof dev->fingerprint, "%s|%s|%s|%d|%lld|%s", dev->backend, dev->name, dev->arch,
+             dev->units, (long long)dev->memory, dev->driver);
+    *out = dev;
+    return ATTNRES_OK;
+}
+
+void attnres_device_close(attnres_device *dev)
+{
+    if (!dev)
+        return;
+    dev->ops->close(dev);
+    pthread_mutex_destroy(&dev->lock);
+    free(dev);
+}
+
+int attnres_device_count(const char *backend)
+{
+    if (!backend)
+        return 0;
+    if (strcmp(backend, "cpu") == 0)
+        return 1;
+    if (strcmp(backend, "cuda") == 0)
+        return ar_cuda_backend.count();
+    return 0;
+}
+
+int attnres_device_info_get(attnres_device *dev, attnres_device_info *info)
+{
+    if (!dev || !info)
+        return ATTNRES_EINVAL;
+    info->backend = dev->backend;
+    info->name = dev->name;
+    info->arch = dev->arch;
+    info->units = dev->units;
+    info->memory = dev->memory;
+    info->driver = dev->driver;
+    info->fingerprint = dev->fingerprint;
+    return ATTNRES_OK;
+}
+
+int64_t ar_json_int(const char *json, const char *key, int64_t fallback)
+{
+    if (!json)
+        return fallback;
+    char pattern[128];
+    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+    const char *p = strstr(json, pattern);
+    if (!p)
+        return fallback;
+    p += strlen(pattern);
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    return end == p ? fallback : (int64_t)v;
+}
+
+void ar_build_key(const attnres_device *dev, const char *source_hash, char key[65])
+{
+    ar_sha256 s;
+    ar_sha256_init(&s);
+    const char *parts[] = {source_hash, dev->compiler, dev->options, dev->target};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        ar_sha256_update(&s, parts[i], strlen(parts[i]));
+        ar_sha256_update(&s, "\n", 1);
+    }
+    ar_sha256_hex(&s, key);
+}

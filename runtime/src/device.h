@@ -1,0 +1,95 @@
+/*
+ * device.h - the device abstraction inside the runtime (not public).
+ *
+ * A device is a table of operations plus its state, in the manner of
+ * ggml-backend: the CPU backend is a real device with the same table as
+ * CUDA. The tuner uses the same operations to allocate, copy and time.
+ */
+#ifndef AR_DEVICE_H
+#define AR_DEVICE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnres.h"
+
+/* A loaded kernel, ready to launch. */
+typedef struct ar_kernel {
+    void *module;     /* dlopen handle or CUmodule; NULL for built-ins */
+    void *entry;      /* function pointer or CUfunction */
+    int32_t threads;  /* CPU: most workers; CUDA: threads per block */
+    int32_t tokens_per_block; /* CUDA: tokens one block handles */
+    int32_t smem;     /* CUDA: dynamic shared memory bytes */
+    char variant[128];
+    char kernel_name[160];
+    char build_key[65];
+} ar_kernel;
+
+typedef struct ar_backend ar_backend;
+
+struct attnres_device {
+    const ar_backend *ops;
+    int index;
+    char backend[16], name[256], arch[64], driver[128], fingerprint[640];
+    int32_t units;
+    int64_t memory;
+    /* Parts of the build key (DESIGN §4): who compiles, how, for what. */
+    char compiler[256], options[256], target[256];
+    char errmsg[1024];
+    pthread_mutex_t lock; /* guards errmsg and backend launch state */
+    void *state;          /* backend-private */
+};
+
+struct ar_backend {
+    const char *name;
+    int (*count)(void); /* devices present; 0 when the driver is missing */
+    int (*open)(attnres_device *dev, int index);
+    void (*close)(attnres_device *dev);
+    /* Compiles source into a loadable binary; *log gets the compiler's
+     * output (malloc'ed, may be NULL). */
+    int (*compile)(attnres_device *dev, const char *source,
+                   const char *kernel_name, void **blob, size_t *size,
+                   char **log);
+    int (*load)(attnres_device *dev, const void *blob, size_t size,
+                const char *kernel_name, const char *params_json, ar_kernel *k);
+    int (*load_generic)(attnres_device *dev, attnres_dtype dtype, ar_kernel *k);
+    void (*unload)(attnres_device *dev, ar_kernel *k);
+    int (*launch_mix)(attnres_device *dev, const ar_kernel *k,
+                      const attnres_problem *p, int64_t T,
+                      const attnres_mix_args *a, void *stream);
+    /* Memory and timing, for the tuner and tests. */
+    int (*mem_alloc)(attnres_device *dev, size_t bytes, void **ptr);
+    void (*mem_free)(attnres_device *dev, void *ptr);
+    int (*copy_to_device)(attnres_device *dev, void *dst, const void *src,
+                          size_t bytes);
+    int (*copy_to_host)(attnres_device *dev, void *dst, const void *src,
+                        size_t bytes);
+    /* Times `reps` launches one by one, flushing caches between them when
+     * flush is set; writes microseconds per launch to times_us. */
+    int (*time_mix)(attnres_device *dev, const ar_kernel *k,
+                    const attnres_problem *p, int64_t T,
+                    const attnres_mix_args *a, int reps, int flush,
+                    double *times_us);
+    /* Device copy bandwidth in GB/s (bytes read + written per second) and the
+     * time of an empty launch in microseconds. */
+    int (*copy_bandwidth)(attnres_device *dev, double *gbps);
+    int (*empty_launch)(attnres_device *dev, double *us);
+};
+
+extern const ar_backend ar_cpu_backend;
+extern const ar_backend ar_cuda_backend;
+
+/* Records a formatted message on the device and returns status. */
+int ar_device_fail(attnres_device *dev, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Reads "key":integer from a flat JSON object; returns fallback if absent. */
+int64_t ar_json_int(const char *json, const char *key, int64_t fallback);
+
+/* The build key of a source on a device: sha256 of source hash, compiler,
+ * options and target. */
+void ar_build_key(const attnres_device *dev, const char *source_hash,
+                  char key[65]);
+
+#endif

@@ -1,0 +1,361 @@
+/*
+ * plan.c - planning at model load, and the hot path.
+ *
+ * attnres_plan_create does all the slow work once: database lookup along
+ * the fallback chain (exact device, same architecture, same backend, built-in
+ * generic kernel), fetching or compiling each T bucket's binary, loading it.
+ * attnres_run_mix then only checks arguments, picks a bucket and launches.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ardb.h"
+#include "binary_cache.h"
+#include "db_handle.h"
+#include "device.h"
+#include "sha256.h"
+
+#define AR_MAX_BUCKETS 32
+
+typedef struct plan_bucket {
+    int64_t t_bucket; /* T the kernel was tuned at (0 for generic) */
+    int64_t t_max;    /* this bucket serves T <= t_max */
+    ar_kernel kernel;
+} plan_bucket;
+
+struct attnres_plan {
+    attnres_device *dev;
+    attnres_problem problem;
+    attnres_plan_level level;
+    int nbuckets;
+    plan_bucket buckets[AR_MAX_BUCKETS];
+    char explain[8192];
+    size_t explain_len;
+    char errmsg[512];
+};
+
+static const char *level_name(attnres_plan_level level)
+{
+    switch (level) {
+    case ATTNRES_LEVEL_EXACT: return "exact device";
+    case ATTNRES_LEVEL_ARCHITECTURE: return "same architecture";
+    case ATTNRES_LEVEL_BACKEND: return "same backend";
+    case ATTNRES_LEVEL_GENERIC: return "built-in generic kernel";
+    }
+    return "unknown";
+}
+
+static void explain(attnres_plan *plan, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void explain(attnres_plan *plan, const char *fmt, ...)
+{
+    if (plan->explain_len >= sizeof plan->explain - 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(plan->explain + plan->explain_len, sizeof plan->explain - plan->explain_len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        plan->explain_len += (size_t)n;
+    if (plan->explain_len > sizeof plan->explain - 1)
+        plan->explain_len = sizeof plan->explain - 1;
+}
+
+static void unload_all(attnres_plan *plan)
+{
+    for (int i = 0; i < plan->nbuckets; i++)
+        if (plan->dev->ops->unload)
+            plan->dev->ops->unload(plan->dev, &plan->buckets[i].kernel);
+    plan->nbuckets = 0;
+}
+
+static void fill_ardb_problem(const attnres_problem *p, ardb_problem *q)
+{
+    memset(q, 0, sizeof *q);
+    q->op = p->op == ATTNRES_OP_MIX ? "mix" : p->op == ATTNRES_OP_PHASE1 ? "phase1" : "phase2";
+    q->dtype = attnres_dtype_name(p->dtype);
+    q->form = p->form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace";
+    q->d = p->d;
+    q->n = p->n;
+    q->heads = p->heads;
+    q->epilogue = p->epilogue;
+}
+
+static void fill_ardb_device(const attnres_device *dev, ardb_device *d)
+{
+    memset(d, 0, sizeof *d);
+    d->backend = dev->backend;
+    d->name = dev->name;
+    d->arch = dev->arch;
+    d->driver = dev->driver;
+    d->fingerprint = dev->fingerprint;
+    d->units = dev->units;
+    d->memory = dev->memory;
+}
+
+/* Finds the binary of one winner (file cache, then database, then the
+ * compiler) and loads it into k. */
+static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w, ar_kernel *k)
+{
+    attnres_device *dev = plan->dev;
+    char hash[65];
+    ar_sha256_string(w->source ? w->source : "", hash);
+    if (!w->source_hash || strcmp(hash, w->source_hash) != 0)
+        return ar_device_fail(dev, ATTNRES_EDB, "stored source of %s does not match its hash", w->variant);
+    memset(k, 0, sizeof *k);
+    ar_build_key(dev, hash, k->build_key);
+    snprintf(k->variant, sizeof k->variant, "%s", w->variant);
+    void *blob = NULL;
+    size_t size = 0;
+    const char *origin = "binary cache";
+    char path[4200];
+    int have_path = ar_cache_path(k->build_key, "", path, sizeof path) == 0;
+    if (!(have_path && ar_read_file(path, &blob, &size) == 0)) {
+        origin = "database";
+        int rc = ardb_binary_get(db->db, k->build_key, &blob, &size);
+        if (rc != ARDB_DONE) {
+            origin = "compiled now";
+            char *log = NULL;
+            int st = dev->ops->compile(dev, w->source, w->kernel_name, &blob, &size, &log);
+            free(log);
+            if (st != ATTNRES_OK)
+                return st;
+        }
+        if (have_path)
+            ar_cache_store(path, blob, size); /* best effort: a miss only costs time */
+    }
+    int st = dev->ops->load(dev, blob, size, w->kernel_name, w->params_json, k);
+    free(blob);
+    if (st == ATTNRES_OK)
+        explain(plan, "  T bucket %" PRId64 ": %s (%s, tuned on %s, %.2f us, %.0f%% of roofline)\n", w->t_bucket,
+                w->variant, origin, w->device_fingerprint ? w->device_fingerprint : "?", w->median_us,
+                100.0 * w->roofline);
+    return st;
+}
+
+/* Tries one level of the fallback chain. Returns OK when every bucket
+ * loaded, ENOTFOUND when the level has no winners, or the load error. */
+static int try_level(attnres_plan *plan, attnres_db *db, attnres_plan_level level)
+{
+    ardb_problem q;
+    ardb_device d;
+    fill_ardb_problem(&plan->problem, &q);
+    fill_ardb_device(plan->dev, &d);
+    ardb_winner *w = NULL;
+    size_t count = 0;
+    pthread_mutex_lock(&db->lock);
+    int rc = ardb_winners_lookup(db->db, &q, &d, (ardb_level)level, &w, &count);
+    if (rc != ARDB_DONE) {
+        int st = ar_device_fail(plan->dev, ar_status_from_ardb(rc), "database lookup failed: %s", ardb_errmsg(db->db));
+        pthread_mutex_unlock(&db->lock);
+        return st;
+    }
+    if (count == 0) {
+        pthread_mutex_unlock(&db->lock);
+        explain(plan, "no tuned kernel at level '%s'\n", level_name(level));
+        return ATTNRES_ENOTFOUND;
+    }
+    if (count > AR_MAX_BUCKETS)
+        count = AR_MAX_BUCKETS;
+    explain(plan, "level '%s': %zu T bucket(s)\n", level_name(level), count);
+    int st = ATTNRES_OK;
+    for (size_t i = 0; i < count && st == ATTNRES_OK; i++) {
+        st = load_winner(plan, db, &w[i], &plan->buckets[i].kernel);
+        if (st == ATTNRES_OK) {
+            plan->buckets[i].t_bucket = w[i].t_bucket;
+            plan->nbuckets = (int)i + 1;
+        }
+    }
+    pthread_mutex_unlock(&db->lock);
+    ardb_winners_free(w, count);
+    if (st != ATTNRES_OK) {
+        explain(plan, "  level '%s' unusable: %s\n", level_name(level), plan->dev->errmsg);
+        unload_all(plan);
+        return st;
+    }
+    /* Each bucket serves T up to the geometric middle of its neighbours. */
+    for (int i = 0; i < plan->nbuckets; i++) {
+        plan_bucket *b = &plan->buckets[i];
+        if (i + 1 < plan->nbuckets) {
+            double mid = __builtin_sqrt((double)b->t_bucket * (double)plan->buckets[i + 1].t_bucket);
+            b->t_max = (int64_t)mid;
+            if (b->t_max < b->t_bucket)
+                b->t_max = b->t_bucket;
+        } else {
+            b->t_max = INT64_MAX;
+        }
+    }
+    plan->level = level;
+    return ATTNRES_OK;
+}
+
+static int load_generic(attnres_plan *plan)
+{
+    plan_bucket *b = &plan->buckets[0];
+    int st = plan->dev->ops->load_generic(plan->dev, plan->problem.dtype, &b->kernel);
+    if (st != ATTNRES_OK)
+        return st;
+    b->t_bucket = 0;
+    b->t_max = INT64_MAX;
+    plan->nbuckets = 1;
+    plan->level = ATTNRES_LEVEL_GENERIC;
+    explain(plan, "using the built-in generic kernel %s for every T\n", b->kernel.variant);
+    return ATTNRES_OK;
+}
+
+int attnres_plan_create(attnres_device *dev, attnres_db *db, const attnres_problem *problem, unsigned flags,
+                        attnres_plan **out, char *msg, size_t msg_len)
+{
+    char scratch[8];
+    if (!msg) {
+        msg = scratch;
+        msg_len = sizeof scratch;
+    }
+    if (!out) {
+        snprintf(msg, msg_len, "out is NULL");
+        return ATTNRES_EINVAL;
+    }
+    *out = NULL;
+    if (!dev) {
+        snprintf(msg, msg_len, "device is NULL");
+        return ATTNRES_EINVAL;
+    }
+    int st = attnres_problem_check(problem, msg, msg_len);
+    if (st != ATTNRES_OK) {
+        ar_device_fail(dev, st, "%s", msg);
+        return st;
+    }
+    attnres_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) {
+        snprintf(msg, msg_len, "out of memory");
+        return ATTNRES_ENOMEM;
+    }
+    plan->dev = dev;
+    plan->problem = *problem;
+    explain(plan, "problem: mix %s d=%" PRId64 " N=%d H=%d %s%s on %s\n", attnres_dtype_name(problem->dtype),
+            problem->d, problem->n, problem->heads,
+            problem->form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace",
+            problem->epilogue ? " +epilogue" : "", dev->fingerprint);
+    st = ATTNRES_ENOTFOUND;
+    if (!db)
+        explain(plan, "no database given\n");
+    for (int level = ATTNRES_LEVEL_EXACT; db && level <= ATTNRES_LEVEL_BACKEND; level++) {
+        st = try_level(plan, db, (attnres_plan_level)level);
+        if (st == ATTNRES_OK || (flags & ATTNRES_PLAN_REQUIRE_EXACT))
+            break;
+    }
+    if (st != ATTNRES_OK && (flags & ATTNRES_PLAN_REQUIRE_EXACT)) {
+        if (st == ATTNRES_ENOTFOUND)
+            ar_device_fail(dev, st, "no kernel tuned on this exact device (%s) for this problem, and an exact match "
+                                    "was required", dev->fingerprint);
+        snprintf(msg, msg_len, "%s", dev->errmsg);
+        free(plan);
+        return st;
+    }
+    if (st != ATTNRES_OK)
+        st = load_generic(plan);
+    if (st != ATTNRES_OK) {
+        snprintf(msg, msg_len, "%s", dev->errmsg);
+        free(plan);
+        return st;
+    }
+    explain(plan, "plan level: %s\n", level_name(plan->level));
+    *out = plan;
+    return ATTNRES_OK;
+}
+
+void attnres_plan_destroy(attnres_plan *plan)
+{
+    if (!plan)
+        return;
+    unload_all(plan);
+    free(plan);
+}
+
+attnres_plan_level attnres_plan_level_get(const attnres_plan *plan)
+{
+    return plan ? plan->level : ATTNRES_LEVEL_GENERIC;
+}
+
+size_t attnres_plan_explain(const attnres_plan *plan, char *buf, size_t buf_len)
+{
+    if (!plan) {
+        if (buf && buf_len)
+            buf[0] = 0;
+        return 0;
+    }
+    if (buf && buf_len)
+        snprintf(buf, buf_len, "%s", plan->explain);
+    return plan->explain_len;
+}
+
+const char *attnres_plan_errmsg(const attnres_plan *plan)
+{
+    return plan ? plan->errmsg : "no plan";
+}
+
+/* Records a run failure on the plan. The hot path formats nothing unless
+ * something is wrong. */
+static int run_fail(attnres_plan *plan, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int run_fail(attnres_plan *plan, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(plan->errmsg, sizeof plan->errmsg, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+static int misaligned(const void *p, size_t align) { return ((uintptr_t)p % align) != 0; }
+
+int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, void *stream)
+{
+    if (!plan)
+        return ATTNRES_EINVAL;
+    if (T < 0)
+        return run_fail(plan, ATTNRES_EINVAL, "T must be >= 0 (got %" PRId64 ")", T);
+    if (T == 0)
+        return ATTNRES_OK;
+    const attnres_problem *p = &plan->problem;
+    const size_t es = attnres_dtype_size(p->dtype);
+    if (!a || !a->sources || !a->query || !a->out)
+        return run_fail(plan, ATTNRES_EINVAL, "args, sources, query and out must not be NULL");
+    for (int i = 0; i < p->n; i++) {
+        if (!a->sources[i])
+            return run_fail(plan, ATTNRES_EINVAL, "source %d is NULL", i);
+        if (misaligned(a->sources[i], es))
+            return run_fail(plan, ATTNRES_EINVAL, "source %d is not aligned to its %zu-byte elements", i, es);
+        if (a->source_strides && a->source_strides[i] && a->source_strides[i] < p->d)
+            return run_fail(plan, ATTNRES_EMISMATCH, "source %d stride %" PRId64 " is less than d = %" PRId64, i,
+                            a->source_strides[i], p->d);
+    }
+    if (misaligned(a->out, es) || misaligned(a->query, 4))
+        return run_fail(plan, ATTNRES_EINVAL, "out or query is misaligned");
+    if ((a->out_stride && a->out_stride < p->d) || (a->partial_stride && a->partial_stride < p->d) ||
+        (a->normed_stride && a->normed_stride < p->d))
+        return run_fail(plan, ATTNRES_EMISMATCH, "a row stride is less than d = %" PRId64, p->d);
+    if (!(a->eps > 0.0f) || !(a->eps < 1e30f))
+        return run_fail(plan, ATTNRES_EINVAL, "eps must be positive and finite (got %g)", (double)a->eps);
+    if (p->form == ATTNRES_FORM_ADDITIVE && (!a->partial || misaligned(a->partial, es)))
+        return run_fail(plan, ATTNRES_EINVAL, "the additive form needs an aligned partial");
+    if (p->epilogue) {
+        if (!a->normed || !a->out_gain || misaligned(a->normed, es) || misaligned(a->out_gain, 4))
+            return run_fail(plan, ATTNRES_EINVAL, "the epilogue needs aligned normed and out_gain");
+        if (!(a->out_eps > 0.0f) || !(a->out_eps < 1e30f))
+            return run_fail(plan, ATTNRES_EINVAL, "out_eps must be positive and finite (got %g)",
+                            (double)a->out_eps);
+    }
+    const plan_bucket *b = &plan->buckets[0];
+    for (int i = 0; i < plan->nbuckets; i++) {
+        b = &plan->buckets[i];
+        if (T <= b->t_max)
+            break;
+    }
+    int st = plan->dev->ops->launch_mix(plan->dev, &b->kernel, p, T, a, stream);
+    if (st != ATTNRES_OK)
+        return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
+    return ATTNRES_OK;
+}

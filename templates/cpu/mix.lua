@@ -1,0 +1,289 @@
+-- cpu/mix.lua: the AttnRes depth mix (DESIGN §1) as C for the CPU backend.
+--
+-- Parameters and why they matter:
+--   schedule  "online": per source, compute its statistics and fold it into
+--             a running softmax at once, while its row is still in L1;
+--             "twopass": all scores first, then one sweep that reads the N
+--             rows side by side and writes the output without a scratch row.
+--   vec       fp32 lanes per vector (1 = scalar code, 8 = AVX2, 16 = AVX-512).
+--   unroll    independent accumulators per loop, to hide FMA latency.
+--   threads   the most worker threads the launch spreads tokens over.
+-- The kernel entry processes tokens [t0, t1); the runtime splits T.
+
+local storage = require("lib/c_storage")
+
+local T = {
+  backend = "cpu",
+  op = "mix",
+  params = {
+    { name = "dtype", values = { "f32", "bf16", "f16" } },
+    { name = "schedule", values = { "online", "twopass" } },
+    { name = "vec", values = { 1, 8, 16 } },
+    { name = "unroll", values = { 1, 2, 4 } },
+    { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
+  },
+  -- The runtime's built-in fallback: scalar code that fits every d and H,
+  -- spread over all cores.
+  generic = { schedule = "online", vec = 1, unroll = 1, threads = 64 },
+}
+
+function T.is_generic(p)
+  for k, v in pairs(T.generic) do
+    if p[k] ~= v then return false end
+  end
+  return true
+end
+
+function T.constraint(p)
+  -- Scalar code gains nothing from several accumulators beyond two.
+  return not (p.vec == 1 and p.unroll == 4)
+end
+
+function T.id(p)
+  return string.format("mix_c_%s_%s_v%d_u%d_t%d", p.dtype, p.schedule, p.vec,
+                       p.unroll, p.threads)
+end
+
+function T.launch(p)
+  return { abi = 1 }
+end
+
+function T.applies(p, problem, device)
+  if problem.op ~= "mix" then return false, "not a mix problem" end
+  if problem.dtype ~= p.dtype then return false, "dtype differs" end
+  local hd = problem.d // problem.heads
+  if hd % (p.vec * p.unroll) ~= 0 then
+    return false, string.format("head width %d is not a multiple of vec*unroll = %d",
+                                hd, p.vec * p.unroll)
+  end
+  -- More threads than cores only adds contention (the generic variant is
+  -- exempt: the runtime caps its workers at the core count).
+  if p.threads > 1 and p.threads > device.units and not T.is_generic(p) then
+    return false, string.format("%d threads exceed the device's %d cores",
+                                p.threads, device.units)
+  end
+  return true
+end
+
+-- Emits `name = expr` statements for the unrolled accumulators 0..u-1.
+local function per_lane(u, fmt)
+  return gen.each(u, function(i) return string.format(fmt, i - 1, i - 1, i - 1, i - 1) end, "\n")
+end
+
+local function sum_lanes(u, prefix)
+  return gen.each(u, function(i) return prefix .. (i - 1) end, " + ")
+end
+
+local function row_stats(p)
+  local u = p.unroll
+  return gen.subst([[
+/* Sum of squares over the whole row (shared by all heads) and, per head, the
+ * dot product of the row with the folded query. */
+static inline float row_stats(const storage_t *row, const float *query,
+                              int64_t hd, int heads, float *dot)
+{
+    float sumsq = 0.0f;
+    for (int h = 0; h < heads; h++) {
+${zero}
+        for (int64_t k = (int64_t)h * hd; k < (int64_t)(h + 1) * hd; k += ${STEP}) {
+${body}
+        }
+        sumsq += hsum(${ss});
+        dot[h] = hsum(${dp});
+    }
+    return sumsq;
+}
+]], {
+    STEP = p.vec * u,
+    zero = per_lane(u, "        vf ss%d = {0}, dp%d = {0};"),
+    body = gen.each(u, function(i)
+      local j = i - 1
+      return string.format(
+        "            const vf x%d = load_row(row + k + %d);\n" ..
+        "            ss%d += x%d * x%d;\n" ..
+        "            dp%d += x%d * load_f32(query + k + %d);", j, j * p.vec, j, j, j, j, j, j * p.vec)
+    end, "\n"),
+    ss = sum_lanes(u, "ss"),
+    dp = sum_lanes(u, "dp"),
+  })
+end
+
+-- Writes one head's output lanes from fp32 vector `o` at offset k: the
+-- additive form adds the partial sum; the epilogue keeps o in `keep`.
+local function finish_lane()
+  return [[
+            if (partial)
+                o = load_row(partial + k) + alpha * o;
+            store_row(out + k, o);
+            if (normed) {
+                sq += o * o;
+                store_f32(keep + k, o);
+            }]]
+end
+
+local function epilogue(p)
+  return gen.subst([[
+        if (normed) {
+            const float rs = 1.0f / sqrtf(hsum(sq) * inv_d + a->out_eps);
+            for (int64_t k = 0; k < d; k += ${VEC})
+                store_row(normed + k, load_f32(keep + k) * rs * load_f32(a->out_gain + k));
+        }]], { VEC = p.vec })
+end
+
+local function body_online(p)
+  return gen.subst([[
+        float m[heads], l[heads];
+        for (int h = 0; h < heads; h++) {
+            m[h] = -1e30f; /* never -inf, so exp(m_old - m_new) is never NaN */
+            l[h] = 0.0f;
+        }
+        for (int i = 0; i < n; i++) {
+            const storage_t *row = (const storage_t *)a->src[i] + t * a->src_stride[i];
+            const float r = 1.0f / sqrtf(row_stats(row, a->query, hd, heads, dot) * inv_d + eps);
+            for (int h = 0; h < heads; h++) {
+                const float s = scale * r * dot[h];
+                const float m_new = fmaxf(m[h], s);
+                const float c = expf(m[h] - m_new), e = expf(s - m_new);
+                l[h] = l[h] * c + e;
+                m[h] = m_new;
+                const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
+                if (i == 0) {
+                    for (int64_t k = k0; k < k1; k += ${VEC})
+                        store_f32(acc + k, e * load_row(row + k));
+                } else {
+                    for (int64_t k = k0; k < k1; k += ${VEC})
+                        store_f32(acc + k, load_f32(acc + k) * c + e * load_row(row + k));
+                }
+            }
+        }
+        vf sq = {0};
+        float *keep = acc; /* the epilogue reuses the accumulator row */
+        for (int h = 0; h < heads; h++) {
+            const float inv = 1.0f / l[h];
+            const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
+            for (int64_t k = k0; k < k1; k += ${VEC}) {
+                vf o = load_f32(acc + k) * inv;
+${finish}
+            }
+        }
+${epilogue}]], { VEC = p.vec, finish = gen.indent(finish_lane(p), 4), epilogue = epilogue(p) })
+end
+
+local function body_twopass(p)
+  local u = p.unroll
+  return gen.subst([[
+        const storage_t *rows[n];
+        for (int i = 0; i < n; i++) {
+            rows[i] = (const storage_t *)a->src[i] + t * a->src_stride[i];
+            const float r = 1.0f / sqrtf(row_stats(rows[i], a->query, hd, heads, dot) * inv_d + eps);
+            for (int h = 0; h < heads; h++)
+                weight[i * heads + h] = scale * r * dot[h];
+        }
+        /* Softmax over depth, one per head; weights become probabilities. */
+        for (int h = 0; h < heads; h++) {
+            float m = -1e30f, l = 0.0f;
+            for (int i = 0; i < n; i++)
+                m = fmaxf(m, weight[i * heads + h]);
+            for (int i = 0; i < n; i++) {
+                const float e = expf(weight[i * heads + h] - m);
+                weight[i * heads + h] = e;
+                l += e;
+            }
+            for (int i = 0; i < n; i++)
+                weight[i * heads + h] /= l;
+        }
+        vf sq = {0};
+        float *keep = acc;
+        for (int h = 0; h < heads; h++) {
+            const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
+            for (int64_t kb = k0; kb < k1; kb += ${STEP}) {
+${zero}
+                for (int i = 0; i < n; i++) {
+                    const float w = weight[i * heads + h];
+${accumulate}
+                }
+${lanes}
+            }
+        }
+${epilogue}]], {
+    STEP = p.vec * u,
+    zero = gen.each(u, function(i) return string.format("                vf o%d = {0};", i - 1) end, "\n"),
+    accumulate = gen.each(u, function(i)
+      return string.format("                    o%d += w * load_row(rows[i] + kb + %d);", i - 1, (i - 1) * p.vec)
+    end, "\n"),
+    lanes = gen.each(u, function(i)
+      return string.format("                {\n                    const int64_t k = kb + %d;\n" ..
+                           "                    vf o = o%d;\n", (i - 1) * p.vec, i - 1) ..
+             gen.indent(finish_lane(p), 8) .. "\n                }"
+    end, "\n"),
+    epilogue = epilogue(p),
+  })
+end
+
+function T.emit(p)
+  local name = "attnres_" .. T.id(p)
+  local body = p.schedule == "online" and body_online(p) or body_twopass(p)
+  local src = gen.subst([[
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef ${CTYPE} storage_t;
+
+/* Kernel arguments, ABI version 1: must match runtime/src/cpu_kernel_abi.h.
+ * Strides count elements. */
+struct attnres_cpu_mix_args {
+    int64_t d;
+    int32_t n, heads;
+    const void *const *src;
+    const int64_t *src_stride;
+    const float *query;
+    float scale, eps;
+    const void *partial;
+    int64_t partial_stride;
+    float alpha;
+    void *out;
+    int64_t out_stride;
+    const float *out_gain;
+    float out_eps;
+    void *normed;
+    int64_t normed_stride;
+};
+
+${helpers}
+${row_stats}
+const int ${NAME}_abi = 1;
+const int ${NAME}_threads = ${THREADS};
+
+void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1);
+
+/* Mixes tokens [t0, t1): depth softmax of the folded query against the
+ * RMS-normalised sources, applied to the raw rows. */
+void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1)
+{
+    const int64_t d = a->d;
+    const int n = a->n, heads = a->heads;
+    const int64_t hd = d / heads;
+    const float inv_d = 1.0f / (float)d, eps = a->eps, scale = a->scale;
+    const float alpha = a->alpha;
+    float dot[heads], acc[d], weight[n * heads];
+    (void)weight;
+    for (int64_t t = t0; t < t1; t++) {
+        const storage_t *partial = a->partial ? (const storage_t *)a->partial + t * a->partial_stride : NULL;
+        storage_t *out = (storage_t *)a->out + t * a->out_stride;
+        storage_t *normed = a->normed ? (storage_t *)a->normed + t * a->normed_stride : NULL;
+${body}
+    }
+}
+]], {
+    CTYPE = storage.ctype[p.dtype],
+    helpers = storage.helpers(p.dtype, p.vec),
+    row_stats = row_stats(p),
+    NAME = name,
+    THREADS = p.threads,
+    body = body,
+  })
+  return src, name
+end
+
+return T

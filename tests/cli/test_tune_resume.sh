@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# `attnres tune` twice on one database: the second run must compile and
+# measure nothing, reuse every measurement, and name the same winners.
+set -euo pipefail
+cli="$1"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export ATTNRES_CACHE_DIR="$dir/cache"
+
+"$cli" tune --device cpu --preset ci --db "$dir/t.db" >"$dir/first.txt" 2>"$dir/first.log"
+"$cli" tune --device cpu --preset ci --db "$dir/t.db" >"$dir/second.txt" 2>"$dir/second.log"
+
+fail=0
+summary=$(grep '^run ' "$dir/second.txt")
+echo "first:  $(grep '^run ' "$dir/first.txt")"
+echo "second: $summary"
+if ! grep -Eq ': 0 measured, [1-9][0-9]* reused' <<<"$summary"; then
+  echo "FAIL: the second run measured something again"; fail=1
+fi
+if grep -q 'compiled' "$dir/second.log"; then
+  echo "FAIL: the second run compiled something"; fail=1
+fi
+# Winners table rows (problem + variant) must be identical.
+winners() { sed -n '/^problem/,/^$/p' "$1" | awk '{print $1,$2,$3,$4,$5,$6,$7,$8}'; }
+if ! diff <(winners "$dir/first.txt") <(winners "$dir/second.txt") >/dev/null; then
+  echo "FAIL: winners differ between the runs"; fail=1
+fi
+rows=$(sqlite3 "$dir/t.db" "select count(*) from winners" 2>/dev/null || echo "?")
+echo "winner rows: $rows"
+[ "$fail" = 0 ] && echo "1 passed, 0 failed" || echo "0 passed, 1 failed"
+exit $fail

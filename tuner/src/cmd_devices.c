@@ -1,0 +1,46 @@
+/* cmd_devices.c - `attnres devices`: what this host offers, with the
+ * fingerprint under which tuning results are stored. */
+#include <stdio.h>
+#include <string.h>
+
+#include "attnres.h"
+#include "cli.h"
+
+static void show(const char *spec)
+{
+    attnres_device *dev;
+    char msg[512];
+    if (attnres_device_open(spec, &dev, msg, sizeof msg) != ATTNRES_OK) {
+        printf("%-8s unavailable: %s\n", spec, msg);
+        return;
+    }
+    attnres_device_info info;
+    attnres_device_info_get(dev, &info);
+    printf("%-8s %s\n         arch %s, %d %s, %.1f GiB, driver %s\n         fingerprint %s\n", spec, info.name,
+           info.arch, info.units, strcmp(info.backend, "cuda") == 0 ? "SMs" : "cores",
+           (double)info.memory / (1024.0 * 1024.0 * 1024.0), info.driver, info.fingerprint);
+    attnres_device_close(dev);
+}
+
+int cmd_devices(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: attnres devices\n\n  Lists the CPU and every CUDA device, with the fingerprint\n"
+                   "  (backend|name|arch|units|memory|driver) that keys tuning results.\n");
+            return CLI_EXIT_OK;
+        }
+        cli_error("devices", "unknown option '%s'", argv[i]);
+        return CLI_EXIT_USAGE;
+    }
+    show("cpu");
+    int n = attnres_device_count("cuda");
+    if (n == 0)
+        show("cuda:0"); /* says why there is none */
+    for (int i = 0; i < n; i++) {
+        char spec[16];
+        snprintf(spec, sizeof spec, "cuda:%d", i);
+        show(spec);
+    }
+    return CLI_EXIT_OK;
+}

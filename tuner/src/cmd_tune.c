@@ -1,0 +1,653 @@
+/*
+ * cmd_tune.c - `attnres tune`: exhaustive tuning of a problem set on one
+ * device, every candidate verified, timed and recorded.
+ *
+ * Order of work: measure the device's roofline; for each problem, enumerate
+ * the applicable variants of every template of the backend; reuse any
+ * measurement the database already holds for the same candidate, problem,
+ * device and build key; compile the rest in parallel; verify each against
+ * the fp64 reference on poisoned outputs; time it; record every status; and
+ * record the winner. One broken variant never ends the run.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "argen.h"
+#include "ardb.h"
+#include "cli.h"
+#include "device.h"
+#include "measure.h"
+#include "problems.h"
+#include "sha256.h"
+
+static const char tune_usage[] =
+    "usage: attnres tune [--device cpu|cuda:N] [--db FILE] [--preset NAME | --problems FILE]\n"
+    "                    [--jobs N] [--quiet]\n"
+    "\n"
+    "  Tunes every problem of a preset (ci, default, k3, mhar-8b, delta-small; default:\n"
+    "  default) or a problems file (see docs/problems.md) on the device (default: the\n"
+    "  best present), recording every candidate and the winners in FILE (default\n"
+    "  attnres.db, created if missing). A second run over the same problems reuses\n"
+    "  every measurement whose candidate source, compiler and device are unchanged.\n";
+
+typedef struct tune_opts {
+    const char *device, *db, *preset, *problems;
+    int jobs, quiet;
+} tune_opts;
+
+/* One variant's source, emitted once per run and shared by its problems. */
+typedef struct source_entry {
+    char *id, *source, *kernel, *json, *template_name;
+    char hash[65], build_key[65];
+    int64_t candidate_id;
+    int have_binary;    /* in the database */
+    int compile_failed;
+    char *compile_log;
+    void *blob;         /* freshly compiled, to store */
+    size_t blob_size;
+    ar_kernel kernel_loaded;
+    int loaded, load_failed;
+} source_entry;
+
+typedef struct tuner {
+    tune_opts opt;
+    attnres_device *dev;
+    ardb *db;
+    int64_t device_id, run_id;
+    double copy_gbps, launch_us;
+    measure_policy policy;
+    argen **templates;
+    size_t ntemplates;
+    source_entry **sources; /* stable pointers: candidates keep them */
+    size_t nsources;
+    size_t reused, measured, failed;
+} tuner;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void log_line(const tuner *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_line(const tuner *t, const char *fmt, ...)
+{
+    if (t->opt.quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static int parse(int argc, char **argv, tune_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->db = "attnres.db";
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    o->jobs = cores > 0 ? (int)cores : 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        int64_t n;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(tune_usage, stdout);
+            return 1;
+        } else if (strcmp(a, "--device") == 0) {
+            if (!(o->device = cli_value("tune", argc, argv, &i)))
+                return -1;
+        } else if (strcmp(a, "--db") == 0) {
+            if (!(o->db = cli_value("tune", argc, argv, &i)))
+                return -1;
+        } else if (strcmp(a, "--preset") == 0) {
+            if (!(o->preset = cli_value("tune", argc, argv, &i)))
+                return -1;
+        } else if (strcmp(a, "--problems") == 0) {
+            if (!(o->problems = cli_value("tune", argc, argv, &i)))
+                return -1;
+        } else if (strcmp(a, "--jobs") == 0) {
+            if (!(v = cli_value("tune", argc, argv, &i)) || cli_parse_int("tune", a, v, &n))
+                return -1;
+            if (n < 1 || n > 256) {
+                cli_error("tune", "--jobs must be between 1 and 256");
+                return -1;
+            }
+            o->jobs = (int)n;
+        } else if (strcmp(a, "--quiet") == 0) {
+            o->quiet = 1;
+        } else {
+            cli_error("tune", "unknown option '%s' (see attnres tune --help)", a);
+            return -1;
+        }
+    }
+    if (o->preset && o->problems) {
+        cli_error("tune", "give --preset or --problems, not both");
+        return -1;
+    }
+    if (!o->preset && !o->problems)
+        o->preset = "default";
+    return 0;
+}
+
+/* ---- templates and candidates ---------------------------------------- */
+
+static int load_templates(tuner *t)
+{
+    const char *dir = cli_template_dir();
+    char **names;
+    size_t count;
+    if (argen_list_templates(dir, &names, &count) || count == 0) {
+        cli_error("tune", "no templates found in %s", dir);
+        return -1;
+    }
+    t->templates = calloc(count, sizeof *t->templates);
+    for (size_t i = 0; t->templates && i < count; i++) {
+        if (strncmp(names[i], t->dev->backend, strlen(t->dev->backend)) != 0 ||
+            names[i][strlen(t->dev->backend)] != '/')
+            continue;
+        char msg[2048];
+        argen *g;
+        if (argen_open(dir, names[i], &g, msg, sizeof msg)) {
+            cli_error("tune", "%s", msg);
+            argen_names_free(names, count);
+            return -1;
+        }
+        t->templates[t->ntemplates++] = g;
+    }
+    argen_names_free(names, count);
+    if (t->ntemplates == 0) {
+        cli_error("tune", "no %s templates in %s", t->dev->backend, dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* Hash over the text of every template the run uses, for the run record. */
+static void templates_hash(tuner *t, char out[65])
+{
+    ar_sha256 s;
+    ar_sha256_init(&s);
+    for (size_t i = 0; i < t->ntemplates; i++)
+        ar_sha256_update(&s, argen_name(t->templates[i]), strlen(argen_name(t->templates[i])));
+    for (size_t i = 0; i < t->nsources; i++)
+        ar_sha256_update(&s, t->sources[i]->hash, 64);
+    ar_sha256_hex(&s, out);
+}
+
+static source_entry *find_source(tuner *t, const char *id)
+{
+    for (size_t i = 0; i < t->nsources; i++)
+        if (strcmp(t->sources[i]->id, id) == 0)
+            return t->sources[i];
+    return NULL;
+}
+
+/* Emits (once) and records the candidate for variant `id` of template g. */
+static source_entry *get_source(tuner *t, argen *g, const char *id)
+{
+    source_entry *e = find_source(t, id);
+    if (e)
+        return e;
+    source_entry **grown = realloc(t->sources, (t->nsources + 1) * sizeof *grown);
+    if (!grown)
+        return NULL;
+    t->sources = grown;
+    e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    t->sources[t->nsources++] = e; /* owned by the tuner from here on */
+    if (argen_emit(g, id, &e->source, &e->kernel, &e->json)) {
+        cli_error("tune", "%s", argen_errmsg(g));
+        return NULL;
+    }
+    e->id = strdup(id);
+    e->template_name = strdup(argen_name(g));
+    ar_sha256_string(e->source, e->hash);
+    ar_build_key(t->dev, e->hash, e->build_key);
+    ardb_candidate c = {.template_name = e->template_name, .variant = id, .params_json = e->json,
+                        .source_hash = e->hash, .source = e->source, .kernel_name = e->kernel,
+                        .backend = t->dev->backend};
+    if (ardb_candidate_upsert(t->db, &c, &e->candidate_id) != ARDB_DONE) {
+        cli_error("tune", "recording candidate %s: %s", id, ardb_errmsg(t->db));
+        return NULL;
+    }
+    void *blob;
+    size_t size;
+    if (ardb_binary_get(t->db, e->build_key, &blob, &size) == ARDB_DONE) {
+        e->have_binary = 1;
+        free(blob);
+    }
+    return e;
+}
+
+/* ---- parallel compilation -------------------------------------------- */
+
+typedef struct compile_pool {
+    tuner *t;
+    source_entry **todo;
+    size_t count, next;
+    pthread_mutex_t mu;
+} compile_pool;
+
+static void *compile_worker(void *arg)
+{
+    compile_pool *cp = arg;
+    for (;;) {
+        pthread_mutex_lock(&cp->mu);
+        size_t i = cp->next++;
+        pthread_mutex_unlock(&cp->mu);
+        if (i >= cp->count)
+            return NULL;
+        source_entry *e = cp->todo[i];
+        int rc = cp->t->dev->ops->compile(cp->t->dev, e->source, e->kernel, &e->blob, &e->blob_size,
+                                          &e->compile_log);
+        if (rc != ATTNRES_OK)
+            e->compile_failed = 1;
+    }
+}
+
+/* Compiles every source that has no binary yet, jobs at a time, and stores
+ * the binaries (one short transaction each). */
+static void compile_missing(tuner *t, source_entry **todo, size_t count)
+{
+    if (count == 0)
+        return;
+    double t0 = now_s();
+    compile_pool cp = {t, todo, count, 0, PTHREAD_MUTEX_INITIALIZER};
+    int jobs = t->opt.jobs < (int)count ? t->opt.jobs : (int)count;
+    pthread_t th[256];
+    int started = 0;
+    for (int i = 0; i < jobs; i++)
+        if (pthread_create(&th[i], NULL, compile_worker, &cp) == 0)
+            started++;
+    if (started == 0)
+        compile_worker(&cp);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    size_t failed = 0;
+    for (size_t i = 0; i < count; i++) {
+        source_entry *e = todo[i];
+        if (e->compile_failed) {
+            failed++;
+            continue;
+        }
+        ardb_binary b = {.build_key = e->build_key, .candidate_id = e->candidate_id, .compiler = t->dev->compiler,
+                         .options = t->dev->options, .target = t->dev->target, .blob = e->blob,
+                         .size = e->blob_size, .resources_json = NULL};
+        if (ardb_binary_put(t->db, &b) == ARDB_DONE)
+            e->have_binary = 1;
+        free(e->blob);
+        e->blob = NULL;
+    }
+    log_line(t, "compiled %zu variant(s) in %.1f s with %d job(s)%s", count, now_s() - t0, jobs,
+             failed ? " (some failed, recorded as compile_failed)" : "");
+}
+
+static int load_entry(tuner *t, source_entry *e)
+{
+    if (e->loaded)
+        return ATTNRES_OK;
+    if (e->load_failed || e->compile_failed)
+        return ATTNRES_ELOAD;
+    void *blob;
+    size_t size;
+    if (ardb_binary_get(t->db, e->build_key, &blob, &size) != ARDB_DONE) {
+        e->load_failed = 1;
+        return ar_device_fail(t->dev, ATTNRES_ELOAD, "binary %s missing from the database", e->build_key);
+    }
+    memcpy(e->kernel_loaded.build_key, e->build_key, 65);
+    snprintf(e->kernel_loaded.variant, sizeof e->kernel_loaded.variant, "%s", e->id);
+    int rc = t->dev->ops->load(t->dev, blob, size, e->kernel, e->json, &e->kernel_loaded);
+    free(blob);
+    if (rc == ATTNRES_OK)
+        e->loaded = 1;
+    else
+        e->load_failed = 1;
+    return rc;
+}
+
+/* ---- one problem ------------------------------------------------------ */
+
+typedef struct candidate_ref {
+    source_entry *e;
+    int reused;
+    int64_t measurement_id;
+    ardb_status status;
+    double median_us;
+} candidate_ref;
+
+static void record(tuner *t, int64_t problem_id, candidate_ref *c, ardb_status status, const timing *tm,
+                   double bytes, double rel_err, const char *message)
+{
+    double gbps = tm && tm->median_us > 0 ? bytes / (tm->median_us * 1e3) : 0;
+    ardb_measurement m = {.run_id = t->run_id, .candidate_id = c->e->candidate_id, .problem_id = problem_id,
+                          .device_id = t->device_id, .build_key = c->e->build_key, .status = status,
+                          .median_us = tm ? tm->median_us : 0, .min_us = tm ? tm->min_us : 0,
+                          .max_us = tm ? tm->max_us : 0, .spread_us = tm ? tm->spread_us : 0,
+                          .reps = tm ? tm->reps : 0, .gbps = gbps,
+                          .roofline = t->copy_gbps > 0 ? gbps / t->copy_gbps : 0, .rel_err = rel_err,
+                          .message = message};
+    if (ardb_measurement_add(t->db, &m, &c->measurement_id) != ARDB_DONE)
+        cli_error("tune", "recording a measurement: %s", ardb_errmsg(t->db));
+    c->status = status;
+    c->median_us = m.median_us;
+    if (status == ARDB_STATUS_OK)
+        t->measured++;
+    else
+        t->failed++;
+}
+
+static void measure_candidate(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref *c)
+{
+    source_entry *e = c->e;
+    char msg[1100];
+    if (e->compile_failed) {
+        snprintf(msg, sizeof msg, "%.1000s", e->compile_log ? e->compile_log : "compilation failed");
+        record(t, problem_id, c, ARDB_STATUS_COMPILE_FAILED, NULL, 0, NAN, msg);
+        return;
+    }
+    if (load_entry(t, e) != ATTNRES_OK) {
+        record(t, problem_id, c, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, t->dev->errmsg);
+        return;
+    }
+    double err;
+    int rc = bench_case_verify(bc, &e->kernel_loaded, &err);
+    if (rc != ATTNRES_OK) {
+        record(t, problem_id, c, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, t->dev->errmsg);
+        return;
+    }
+    if (!(err <= bench_case_tolerance(bc))) {
+        snprintf(msg, sizeof msg, "relative error %.3g exceeds %.0e", err, bench_case_tolerance(bc));
+        record(t, problem_id, c, ARDB_STATUS_WRONG_RESULT, NULL, 0, err, msg);
+        return;
+    }
+    timing tm;
+    rc = bench_case_time(bc, &e->kernel_loaded, &t->policy, &tm);
+    if (rc != ATTNRES_OK) {
+        record(t, problem_id, c, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, err, t->dev->errmsg);
+        return;
+    }
+    record(t, problem_id, c, ARDB_STATUS_OK, &tm, bench_case_bytes(bc), err, NULL);
+}
+
+static void to_ardb_problem(const tune_problem *tp, ardb_problem *q)
+{
+    memset(q, 0, sizeof *q);
+    q->op = "mix";
+    q->dtype = attnres_dtype_name(tp->p.dtype);
+    q->form = tp->p.form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace";
+    q->d = tp->p.d;
+    q->n = tp->p.n;
+    q->heads = tp->p.heads;
+    q->epilogue = tp->p.epilogue;
+    q->t_bucket = tp->t;
+}
+
+/* Collects the applicable candidates of a problem. */
+static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t *count)
+{
+    *out = NULL;
+    *count = 0;
+    argen_problem ap = {.op = "mix", .dtype = attnres_dtype_name(tp->p.dtype),
+                        .form = tp->p.form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace", .d = tp->p.d,
+                        .t = tp->t, .n = tp->p.n, .heads = tp->p.heads, .epilogue = tp->p.epilogue};
+    argen_device ad = {.backend = t->dev->backend, .arch = t->dev->arch, .units = t->dev->units};
+    for (size_t g = 0; g < t->ntemplates; g++) {
+        argen_variant *v;
+        size_t nv;
+        if (argen_enumerate(t->templates[g], &v, &nv)) {
+            cli_error("tune", "%s", argen_errmsg(t->templates[g]));
+            return -1;
+        }
+        for (size_t i = 0; i < nv; i++) {
+            char why[512];
+            int ok = argen_applies(t->templates[g], v[i].id, &ap, &ad, why, sizeof why);
+            if (ok < 0) {
+                cli_error("tune", "%s", why);
+                argen_variants_free(v, nv);
+                return -1;
+            }
+            if (!ok)
+                continue;
+            source_entry *e = get_source(t, t->templates[g], v[i].id);
+            candidate_ref *grown = e ? realloc(*out, (*count + 1) * sizeof *grown) : NULL;
+            if (!grown) {
+                argen_variants_free(v, nv);
+                return -1;
+            }
+            *out = grown;
+            memset(&(*out)[*count], 0, sizeof **out);
+            (*out)[(*count)++].e = e;
+        }
+        argen_variants_free(v, nv);
+    }
+    return 0;
+}
+
+typedef struct winner_row {
+    char problem[160], variant[128];
+    double median_us, gbps, roofline;
+    int found;
+} winner_row;
+
+static int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t total, winner_row *w)
+{
+    char desc[160];
+    problem_describe(tp, desc, sizeof desc);
+    snprintf(w->problem, sizeof w->problem, "%s", desc);
+    ardb_problem q;
+    to_ardb_problem(tp, &q);
+    int64_t problem_id;
+    if (ardb_problem_upsert(t->db, &q, &problem_id) != ARDB_DONE) {
+        cli_error("tune", "recording problem: %s", ardb_errmsg(t->db));
+        return -1;
+    }
+    candidate_ref *cands;
+    size_t n;
+    if (collect(t, tp, &cands, &n))
+        return -1;
+    /* Resume: any candidate measured before with the same build key. */
+    size_t reused = 0;
+    source_entry **todo = malloc((n ? n : 1) * sizeof *todo);
+    size_t ntodo = 0;
+    for (size_t i = 0; i < n; i++) {
+        ardb_measurement m;
+        int64_t mid;
+        if (ardb_measurement_find_ex(t->db, cands[i].e->candidate_id, problem_id, t->device_id,
+                                     cands[i].e->build_key, &m, &mid) == ARDB_DONE) {
+            cands[i].reused = 1;
+            cands[i].status = m.status;
+            cands[i].median_us = m.median_us;
+            cands[i].measurement_id = mid;
+            ardb_measurement_clear(&m);
+            reused++;
+        } else if (!cands[i].e->have_binary && !cands[i].e->compile_failed && todo) {
+            int dup = 0;
+            for (size_t k = 0; k < ntodo; k++)
+                dup |= todo[k] == cands[i].e;
+            if (!dup)
+                todo[ntodo++] = cands[i].e;
+        }
+    }
+    t->reused += reused;
+    if (todo)
+        compile_missing(t, todo, ntodo);
+    free(todo);
+    bench_case *bc = NULL;
+    if (reused < n) {
+        char err[512];
+        uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)index * 0x9e3779b97f4a7c15ull;
+        bc = bench_case_create(t->dev, tp, &t->policy, seed, err, sizeof err);
+        if (!bc) {
+            cli_error("tune", "%s: %s", desc, err);
+            free(cands);
+            return -1;
+        }
+    }
+    double t0 = now_s();
+    for (size_t i = 0; i < n; i++)
+        if (!cands[i].reused)
+            measure_candidate(t, bc, problem_id, &cands[i]);
+    bench_case_free(bc);
+    /* The winner: the fastest verified candidate. */
+    candidate_ref *best = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (cands[i].status == ARDB_STATUS_OK && (!best || cands[i].median_us < best->median_us))
+            best = &cands[i];
+    if (best) {
+        if (ardb_winner_set(t->db, t->run_id, problem_id, t->device_id, best->e->candidate_id,
+                            best->measurement_id) != ARDB_DONE)
+            cli_error("tune", "recording the winner: %s", ardb_errmsg(t->db));
+        double bytes = (tp->p.n + 1.0 + (tp->p.form == ATTNRES_FORM_ADDITIVE) + tp->p.epilogue) * (double)tp->t *
+                       (double)tp->p.d * (double)attnres_dtype_size(tp->p.dtype);
+        w->found = 1;
+        snprintf(w->variant, sizeof w->variant, "%s", best->e->id);
+        w->median_us = best->median_us;
+        w->gbps = bytes / (best->median_us * 1e3);
+        w->roofline = t->copy_gbps > 0 ? w->gbps / t->copy_gbps : 0;
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += cands[i].status != ARDB_STATUS_OK;
+    log_line(t, "[%zu/%zu] %s: %zu candidate(s), %zu reused, %zu not ok, %.1f s%s%s", index + 1, total, desc, n,
+             reused, bad, now_s() - t0, best ? ", winner " : ", no winner", best ? best->e->id : "");
+    free(cands);
+    return 0;
+}
+
+/* ---- the command ------------------------------------------------------ */
+
+static void print_table(const tuner *t, const winner_row *rows, size_t n)
+{
+    printf("\nwinners on %s (%s)\ncopy bandwidth %.1f GB/s, empty launch %.2f us\n\n", t->dev->name,
+           t->dev->backend, t->copy_gbps, t->launch_us);
+    printf("%-44s %-34s %12s %9s %10s\n", "problem", "variant", "time (us)", "GB/s", "% roofline");
+    for (size_t i = 0; i < n; i++) {
+        if (!rows[i].found) {
+            printf("%-44s %-34s %12s %9s %10s\n", rows[i].problem, "(none verified)", "-", "-", "-");
+            continue;
+        }
+        printf("%-44s %-34s %12.2f %9.2f %9.1f%%\n", rows[i].problem, rows[i].variant, rows[i].median_us,
+               rows[i].gbps, 100.0 * rows[i].roofline);
+    }
+}
+
+static int begin_run(tuner *t, int argc, char **argv)
+{
+    ardb_device d = {.backend = t->dev->backend, .name = t->dev->name, .arch = t->dev->arch,
+                     .driver = t->dev->driver, .fingerprint = t->dev->fingerprint, .units = t->dev->units,
+                     .memory = t->dev->memory};
+    if (ardb_device_upsert(t->db, &d, &t->device_id) != ARDB_DONE) {
+        cli_error("tune", "recording the device: %s", ardb_errmsg(t->db));
+        return -1;
+    }
+    char cmdline[1024] = "attnres";
+    for (int i = 0; i < argc; i++) {
+        size_t len = strlen(cmdline);
+        snprintf(cmdline + len, sizeof cmdline - len, " %s", argv[i]);
+    }
+    char policy[512], host[256] = "unknown", hash[65];
+    measure_policy_json(&t->policy, policy, sizeof policy);
+    gethostname(host, sizeof host - 1);
+    struct passwd *pw = getpwuid(getuid());
+    const char *user = getenv("USER") ? getenv("USER") : pw ? pw->pw_name : "unknown";
+    templates_hash(t, hash);
+    ardb_run r = {.device_id = t->device_id, .user = user, .host = host, .command = cmdline,
+                  .project_version = attnres_version(), .templates_hash = hash, .compiler = t->dev->compiler,
+                  .driver = t->dev->driver, .policy_json = policy, .strategy = "exhaustive",
+                  .copy_gbps = t->copy_gbps, .launch_us = t->launch_us};
+    if (ardb_run_begin(t->db, &r, &t->run_id) != ARDB_DONE) {
+        cli_error("tune", "recording the run: %s", ardb_errmsg(t->db));
+        return -1;
+    }
+    return 0;
+}
+
+static void tuner_free(tuner *t)
+{
+    for (size_t i = 0; i < t->nsources; i++) {
+        source_entry *e = t->sources[i];
+        if (e->loaded)
+            t->dev->ops->unload(t->dev, &e->kernel_loaded);
+        free(e->id);
+        free(e->source);
+        free(e->kernel);
+        free(e->json);
+        free(e->template_name);
+        free(e->compile_log);
+        free(e->blob);
+        free(e);
+    }
+    free(t->sources);
+    for (size_t i = 0; i < t->ntemplates; i++)
+        argen_close(t->templates[i]);
+    free(t->templates);
+    ardb_close(t->db);
+    attnres_device_close(t->dev);
+}
+
+int cmd_tune(int argc, char **argv)
+{
+    tuner t;
+    memset(&t, 0, sizeof t);
+    int prc = parse(argc, argv, &t.opt);
+    if (prc)
+        return prc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    double start = now_s();
+    char msg[1024];
+    const char *spec = t.opt.device ? t.opt.device : cli_best_device();
+    problem_set set = {0};
+    winner_row *rows = NULL;
+    int exit_code = CLI_EXIT_FAIL;
+    if (attnres_device_open(spec, &t.dev, msg, sizeof msg) != ATTNRES_OK) {
+        cli_error("tune", "cannot open device %s: %s", spec, msg);
+        return CLI_EXIT_FAIL;
+    }
+    if (t.opt.problems ? problems_read_file(t.opt.problems, &set, msg, sizeof msg)
+                       : problems_preset(t.opt.preset, t.dev->backend, &set, msg, sizeof msg)) {
+        cli_error("tune", "%s", msg);
+        exit_code = CLI_EXIT_USAGE;
+        goto done;
+    }
+    if (ardb_open(t.opt.db, ARDB_CREATE, &t.db, msg, sizeof msg) != ARDB_DONE) {
+        cli_error("tune", "%s", msg);
+        goto done;
+    }
+    measure_policy_default(&t.policy, t.dev->backend);
+    if (load_templates(&t))
+        goto done;
+    if (t.dev->ops->copy_bandwidth(t.dev, &t.copy_gbps) != ATTNRES_OK ||
+        t.dev->ops->empty_launch(t.dev, &t.launch_us) != ATTNRES_OK) {
+        cli_error("tune", "measuring the device: %s", t.dev->errmsg);
+        goto done;
+    }
+    log_line(&t, "device %s: %s, copy bandwidth %.1f GB/s, empty launch %.2f us", spec, t.dev->name, t.copy_gbps,
+             t.launch_us);
+    if (begin_run(&t, argc, argv))
+        goto done;
+    rows = calloc(set.count, sizeof *rows);
+    if (!rows)
+        goto done;
+    int ok = 1;
+    for (size_t i = 0; i < set.count && ok; i++)
+        ok = tune_problem_one(&t, &set.items[i], i, set.count, &rows[i]) == 0;
+    ardb_run_finish(t.db, t.run_id, ok ? "complete" : "failed");
+    print_table(&t, rows, set.count);
+    printf("\nrun %" PRId64 ": %zu measured, %zu reused, %zu not ok, %.1f s; database %s\n", t.run_id, t.measured,
+           t.reused, t.failed, now_s() - start, t.opt.db);
+    exit_code = ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+done:
+    free(rows);
+    problems_free(&set);
+    tuner_free(&t);
+    return exit_code;
+}

@@ -1,0 +1,322 @@
+/* measure.c - see measure.h. */
+#include "measure.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+
+void measure_policy_default(measure_policy *p, const char *backend)
+{
+    int gpu = strcmp(backend, "cpu") != 0;
+    p->warmup = gpu ? 10 : 2;
+    p->min_reps = gpu ? 20 : 5;
+    p->max_reps = gpu ? 200 : 50;
+    p->target_ms = gpu ? 50.0 : 150.0;
+    p->flush = gpu;
+    p->verify_tokens = 67; /* not a multiple of any split, crosses chunk edges */
+}
+
+void measure_policy_json(const measure_policy *p, char *buf, size_t len)
+{
+    snprintf(buf, len,
+             "{\"warmup\":%d,\"min_reps\":%d,\"max_reps\":%d,\"target_ms\":%.1f,\"flush\":%s,"
+             "\"statistic\":\"median\",\"spread\":\"median_abs_deviation\",\"verify_tokens\":%lld}",
+             p->warmup, p->min_reps, p->max_reps, p->target_ms, p->flush ? "true" : "false",
+             (long long)p->verify_tokens);
+}
+
+struct bench_case {
+    attnres_device *dev;
+    attnres_problem p;
+    int64_t t, tv; /* timed tokens, verified tokens */
+    size_t es;
+    /* device buffers: verification (tv tokens) and timing (t tokens) */
+    void *v_src, *v_partial, *v_out, *v_normed;
+    void *t_src, *t_partial, *t_out, *t_normed;
+    float *query, *out_gain; /* device copies */
+    const void **v_rows, **t_rows;
+    double *ref_out, *ref_normed; /* host, tv tokens */
+    float *host_out;
+    attnres_mix_args v_args, t_args;
+};
+
+/* splitmix64: small, fast and good enough for test data. */
+static uint64_t next_u64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(uint64_t *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+
+static double normal(uint64_t *s)
+{
+    double u = uniform(s), v = uniform(s);
+    return sqrt(-2.0 * log(u + 1e-300)) * cos(2.0 * M_PI * v);
+}
+
+/* Allocates on the device and copies host bytes there. */
+static int upload(bench_case *bc, const void *host, size_t bytes, void **dst)
+{
+    int rc = bc->dev->ops->mem_alloc(bc->dev, bytes, dst);
+    if (rc == ATTNRES_OK && host)
+        rc = bc->dev->ops->copy_to_device(bc->dev, *dst, host, bytes);
+    return rc;
+}
+
+/* Fills n rows of d values, each row scaled by 10^U(-1,1), rounded to the
+ * dtype; the rounded values also go to `exact` as doubles. */
+static void random_rows(uint64_t *s, attnres_dtype dt, int64_t rows, int64_t d, float *f32, double *exact,
+                        int vary_rows)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double scale = vary_rows ? pow(10.0, 2.0 * uniform(s) - 1.0) : 1.0;
+        for (int64_t k = 0; k < d; k++)
+            f32[r * d + k] = (float)(scale * normal(s));
+    }
+    /* Round through the storage type so the reference sees what the
+     * kernel sees. */
+    size_t n = (size_t)(rows * d);
+    void *tmp = malloc(n * 4);
+    if (tmp) {
+        convert_to_storage(dt, f32, tmp, n);
+        convert_from_storage(dt, tmp, f32, n);
+        free(tmp);
+    }
+    if (exact)
+        for (size_t i = 0; i < n; i++)
+            exact[i] = f32[i];
+}
+
+static void fill_args(bench_case *bc, attnres_mix_args *a, void *src, const void **rows, int64_t t, void *partial,
+                      void *out, void *normed)
+{
+    attnres_mix_args_init(a);
+    for (int i = 0; i < bc->p.n; i++)
+        rows[i] = (const char *)src + (size_t)i * (size_t)t * (size_t)bc->p.d * bc->es;
+    a->sources = rows;
+    a->query = bc->query;
+    a->eps = 1e-6f;
+    a->partial = partial;
+    a->alpha = 0.75f;
+    a->out = out;
+    a->out_gain = bc->out_gain;
+    a->out_eps = 1e-6f;
+    a->normed = normed;
+}
+
+bench_case *bench_case_create(attnres_device *dev, const tune_problem *tp, const measure_policy *pol, uint64_t seed,
+                              char *err, size_t err_len)
+{
+    bench_case *bc = calloc(1, sizeof *bc);
+    if (!bc) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    bc->dev = dev;
+    bc->p = tp->p;
+    bc->t = tp->t;
+    bc->tv = tp->t < pol->verify_tokens ? tp->t : pol->verify_tokens;
+    bc->es = attnres_dtype_size(tp->p.dtype);
+    const int64_t d = bc->p.d, n = bc->p.n, tv = bc->tv, t = bc->t;
+    const attnres_dtype dt = bc->p.dtype;
+    const size_t vrow = (size_t)(tv * d), trow = (size_t)(t * d);
+    uint64_t s = seed;
+    float *hq = malloc((size_t)d * 4), *hg = malloc((size_t)d * 4);
+    float *hsrc = malloc(vrow * (size_t)n * 4), *hpart = malloc(vrow * 4);
+    double *xsrc = malloc(vrow * (size_t)n * 8), *xpart = malloc(vrow * 8), *xq = malloc((size_t)d * 8),
+           *xg = malloc((size_t)d * 8);
+    void *store = malloc((trow > vrow ? trow : vrow) * (size_t)n * bc->es + 64);
+    const double **xrows = malloc(sizeof(double *) * (size_t)n);
+    bc->v_rows = malloc(sizeof(void *) * (size_t)n);
+    bc->t_rows = malloc(sizeof(void *) * (size_t)n);
+    bc->ref_out = malloc(vrow * 8);
+    bc->ref_normed = malloc(vrow * 8);
+    bc->host_out = malloc(vrow * 4 + 4);
+    int ok = hq && hg && hsrc && hpart && xsrc && xpart && xq && xg && store && xrows && bc->v_rows && bc->t_rows &&
+             bc->ref_out && bc->ref_normed && bc->host_out;
+    if (!ok) {
+        snprintf(err, err_len, "out of host memory for T = %lld", (long long)t);
+        goto fail;
+    }
+    /* Query ~ N(0, 1/d): scores of order one, as trained pseudo-queries give. */
+    for (int64_t k = 0; k < d; k++) {
+        hq[k] = (float)(normal(&s) / sqrt((double)d) * 4.0);
+        hg[k] = (float)(1.0 + 0.1 * normal(&s));
+        xq[k] = hq[k];
+        xg[k] = hg[k];
+    }
+    random_rows(&s, dt, n * tv, d, hsrc, xsrc, 1);
+    random_rows(&s, dt, tv, d, hpart, xpart, 0);
+    for (int i = 0; i < n; i++)
+        xrows[i] = xsrc + (size_t)i * vrow;
+    int rc = attnres_reference_mix(&bc->p, tv, xrows, xq, 1.0, 1e-6, xpart, 0.75, xg, 1e-6, bc->ref_out,
+                                   bc->ref_normed);
+    if (rc != ATTNRES_OK) {
+        snprintf(err, err_len, "reference failed: %s", attnres_errstr(rc));
+        goto fail;
+    }
+    /* Device copies: verification inputs, then timing inputs (the
+     * verification data tiled to T tokens; the values do not matter). */
+    convert_to_storage(dt, hsrc, store, vrow * (size_t)n);
+    rc = upload(bc, hq, (size_t)d * 4, (void **)&bc->query);
+    rc = rc ? rc : upload(bc, hg, (size_t)d * 4, (void **)&bc->out_gain);
+    rc = rc ? rc : upload(bc, store, vrow * (size_t)n * bc->es, &bc->v_src);
+    convert_to_storage(dt, hpart, store, vrow);
+    rc = rc ? rc : upload(bc, store, vrow * bc->es, &bc->v_partial);
+    rc = rc ? rc : upload(bc, NULL, vrow * bc->es, &bc->v_out);
+    rc = rc ? rc : upload(bc, NULL, vrow * bc->es, &bc->v_normed);
+    for (int64_t r = 0; r < n * t; r++)
+        convert_to_storage(dt, hsrc + (size_t)((r % (n * tv)) * d), (char *)store + (size_t)(r * d) * bc->es,
+                           (size_t)d);
+    rc = rc ? rc : upload(bc, store, trow * (size_t)n * bc->es, &bc->t_src);
+    rc = rc ? rc : upload(bc, store, trow * bc->es, &bc->t_partial);
+    rc = rc ? rc : upload(bc, NULL, trow * bc->es, &bc->t_out);
+    rc = rc ? rc : upload(bc, NULL, trow * bc->es, &bc->t_normed);
+    if (rc != ATTNRES_OK) {
+        snprintf(err, err_len, "device buffers: %s", dev->errmsg);
+        goto fail;
+    }
+    int add = bc->p.form == ATTNRES_FORM_ADDITIVE, epi = bc->p.epilogue;
+    fill_args(bc, &bc->v_args, bc->v_src, bc->v_rows, tv, add ? bc->v_partial : NULL, bc->v_out,
+              epi ? bc->v_normed : NULL);
+    fill_args(bc, &bc->t_args, bc->t_src, bc->t_rows, t, add ? bc->t_partial : NULL, bc->t_out,
+              epi ? bc->t_normed : NULL);
+    goto done;
+fail:
+    bench_case_free(bc);
+    bc = NULL;
+done:
+    free(hq);
+    free(hg);
+    free(hsrc);
+    free(hpart);
+    free(xsrc);
+    free(xpart);
+    free(xq);
+    free(xg);
+    free(store);
+    free(xrows);
+    return bc;
+}
+
+void bench_case_free(bench_case *bc)
+{
+    if (!bc)
+        return;
+    void *dev_bufs[] = {bc->v_src, bc->v_partial, bc->v_out, bc->v_normed, bc->t_src,
+                        bc->t_partial, bc->t_out, bc->t_normed, bc->query, bc->out_gain};
+    for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
+        if (dev_bufs[i])
+            bc->dev->ops->mem_free(bc->dev, dev_bufs[i]);
+    free(bc->v_rows);
+    free(bc->t_rows);
+    free(bc->ref_out);
+    free(bc->ref_normed);
+    free(bc->host_out);
+    free(bc);
+}
+
+double bench_case_bytes(const bench_case *bc)
+{
+    double rows = bc->p.n + 1.0 + (bc->p.form == ATTNRES_FORM_ADDITIVE) + (bc->p.epilogue ? 1.0 : 0.0);
+    return rows * (double)bc->t * (double)bc->p.d * (double)bc->es;
+}
+
+double bench_case_tolerance(const bench_case *bc) { return bc->p.dtype == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
+
+/* ||got - ref|| / ||ref|| over the verified tokens; NaN if any is NaN. */
+static int compare(bench_case *bc, void *dev_buf, const double *ref, double *err)
+{
+    size_t n = (size_t)(bc->tv * bc->p.d);
+    void *tmp = malloc(n * bc->es + 4);
+    if (!tmp)
+        return ATTNRES_ENOMEM;
+    int rc = bc->dev->ops->copy_to_host(bc->dev, tmp, dev_buf, n * bc->es);
+    if (rc == ATTNRES_OK) {
+        convert_from_storage(bc->p.dtype, tmp, bc->host_out, n);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < n; i++) {
+            double diff = (double)bc->host_out[i] - ref[i];
+            num += diff * diff;
+            den += ref[i] * ref[i];
+        }
+        double e = sqrt(num) / (sqrt(den) + 1e-300);
+        *err = isnan(num) ? NAN : e;
+    }
+    free(tmp);
+    return rc;
+}
+
+int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
+{
+    *rel_err = NAN;
+    size_t bytes = (size_t)(bc->tv * bc->p.d) * bc->es;
+    /* Poison the outputs: all-ones bytes are NaN in every dtype, so a
+     * kernel that skips an element can never pass. */
+    void *poison = malloc(bytes + 4);
+    if (!poison)
+        return ATTNRES_ENOMEM;
+    memset(poison, 0xff, bytes);
+    int rc = bc->dev->ops->copy_to_device(bc->dev, bc->v_out, poison, bytes);
+    if (rc == ATTNRES_OK)
+        rc = bc->dev->ops->copy_to_device(bc->dev, bc->v_normed, poison, bytes);
+    free(poison);
+    if (rc != ATTNRES_OK)
+        return rc;
+    rc = bc->dev->ops->launch_mix(bc->dev, k, &bc->p, bc->tv, &bc->v_args, NULL);
+    if (rc != ATTNRES_OK)
+        return rc;
+    double e1 = 0, e2 = 0;
+    rc = compare(bc, bc->v_out, bc->ref_out, &e1);
+    if (rc == ATTNRES_OK && bc->p.epilogue)
+        rc = compare(bc, bc->v_normed, bc->ref_normed, &e2);
+    *rel_err = (isnan(e1) || isnan(e2)) ? NAN : (e1 > e2 ? e1 : e2);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *pol, timing *out)
+{
+    memset(out, 0, sizeof *out);
+    double warm[64];
+    int warmup = pol->warmup < 64 ? pol->warmup : 64;
+    int rc = warmup ? bc->dev->ops->time_mix(bc->dev, k, &bc->p, bc->t, &bc->t_args, warmup, pol->flush, warm)
+                    : ATTNRES_OK;
+    if (rc != ATTNRES_OK)
+        return rc;
+    /* Estimate the launches that fill the time target from the warm-up. */
+    double one = warmup ? warm[warmup - 1] : 1.0;
+    int reps = one > 0 ? (int)(pol->target_ms * 1e3 / one) : pol->max_reps;
+    if (reps < pol->min_reps)
+        reps = pol->min_reps;
+    if (reps > pol->max_reps)
+        reps = pol->max_reps;
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    if (!t)
+        return ATTNRES_ENOMEM;
+    rc = bc->dev->ops->time_mix(bc->dev, k, &bc->p, bc->t, &bc->t_args, reps, pol->flush, t);
+    if (rc == ATTNRES_OK) {
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        out->reps = reps;
+        out->min_us = t[0];
+        out->max_us = t[reps - 1];
+        out->median_us = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+        for (int i = 0; i < reps; i++)
+            t[i] = fabs(t[i] - out->median_us);
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        out->spread_us = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    }
+    free(t);
+    return rc;
+}

@@ -1,0 +1,53 @@
+/*
+ * measure.h - verification against the fp64 reference and timing, for one
+ * problem on one device. The inputs are fresh random data each run.
+ */
+#ifndef TUNER_MEASURE_H
+#define TUNER_MEASURE_H
+
+#include <stdint.h>
+
+#include "device.h"
+#include "problems.h"
+
+/* How timings are taken; recorded with every run (as JSON). */
+typedef struct measure_policy {
+    int warmup;          /* launches before timing */
+    int min_reps, max_reps;
+    double target_ms;    /* keep repeating until this much time is spent */
+    int flush;           /* flush caches between repetitions (GPUs) */
+    int64_t verify_tokens; /* tokens verified against the reference */
+} measure_policy;
+
+void measure_policy_default(measure_policy *p, const char *backend);
+void measure_policy_json(const measure_policy *p, char *buf, size_t len);
+
+/* Device buffers and host reference data for one problem. */
+typedef struct bench_case bench_case;
+
+/* Prepares random inputs (rows differing in magnitude by 100x), the fp64
+ * reference for the first verify_tokens tokens, and timing buffers for
+ * all T tokens. NULL with a message on failure. */
+bench_case *bench_case_create(attnres_device *dev, const tune_problem *tp, const measure_policy *pol,
+                              uint64_t seed, char *err, size_t err_len);
+void bench_case_free(bench_case *bc);
+
+/* Bytes one launch must move at the problem's T (DESIGN §2). */
+double bench_case_bytes(const bench_case *bc);
+
+/* Runs the kernel on poisoned outputs and compares with the reference:
+ * writes ||out - ref|| / ||ref|| (NaN when anything is NaN) to rel_err.
+ * Returns ATTNRES_OK or the launch status. */
+int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err);
+
+/* Tolerance of the problem's dtype (DESIGN §1). */
+double bench_case_tolerance(const bench_case *bc);
+
+typedef struct timing {
+    double median_us, min_us, max_us, spread_us;
+    int reps;
+} timing;
+
+int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *pol, timing *out);
+
+#endif

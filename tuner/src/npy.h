@@ -1,0 +1,32 @@
+/*
+ * npy.h - reading and writing NumPy .npy files of float32 (C order, little
+ * endian), the exchange format of `attnres run`.
+ *
+ * Reading is strict: anything but '<f4', C order, and exactly the bytes the
+ * shape calls for is refused with a message naming the problem.
+ */
+#ifndef TUNER_NPY_H
+#define TUNER_NPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NPY_MAX_DIMS 8
+
+typedef struct npy_array {
+    int ndim;
+    int64_t shape[NPY_MAX_DIMS];
+    int64_t count; /* elements */
+    float *data;   /* malloc'ed */
+} npy_array;
+
+/* 0 on success; on failure a message in err and a zeroed array. */
+int npy_read_f32(const char *path, npy_array *out, char *err, size_t err_len);
+void npy_free(npy_array *a);
+
+/* Writes atomically (temporary file + rename), so a failure leaves no file
+ * and never a partial one. */
+int npy_write_f32(const char *path, const float *data, int ndim,
+                  const int64_t *shape, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,178 @@
+/* problems.c - presets and problems files; see problems.h. */
+#include "problems.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const preset_names[] = {"ci", "default", "k3", "mhar-8b", "delta-small", NULL};
+
+/* One preset line: the shape and its T buckets for the CPU and for GPUs. */
+typedef struct preset_row {
+    const char *preset;
+    attnres_dtype dtype;
+    int64_t d;
+    int32_t n, heads;
+    attnres_form form;
+    int32_t epilogue;
+    int64_t cpu_t[PROBLEM_MAX_BUCKETS];
+    int64_t gpu_t[PROBLEM_MAX_BUCKETS];
+} preset_row;
+
+#define R ATTNRES_FORM_REPLACE
+#define A ATTNRES_FORM_ADDITIVE
+static const preset_row rows[] = {
+    /* ci: small and quick, every form once. */
+    {"ci", ATTNRES_DTYPE_F32, 256, 5, 1, R, 0, {1, 256}, {1, 256}},
+    {"ci", ATTNRES_DTYPE_BF16, 512, 9, 4, A, 1, {64}, {64}},
+    /* default: the shapes that matter (DESIGN §1) at sizes a CPU times in
+     * seconds; GPUs take the full decode and prefill range. */
+    {"default", ATTNRES_DTYPE_BF16, 7168, 9, 1, R, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
+    {"default", ATTNRES_DTYPE_BF16, 4096, 9, 8, R, 0, {1, 4096}, {1, 64, 4096, 16384}},
+    {"default", ATTNRES_DTYPE_F32, 1024, 25, 1, A, 0, {64, 4096}, {1, 64, 4096}},
+    {"default", ATTNRES_DTYPE_F16, 2048, 9, 1, R, 1, {4096}, {1, 4096}},
+    /* Kimi K3 Block AttnRes. */
+    {"k3", ATTNRES_DTYPE_BF16, 7168, 9, 1, R, 0, {1, 64, 4096, 16384}, {1, 64, 4096, 16384}},
+    /* MHAR-8B. */
+    {"mhar-8b", ATTNRES_DTYPE_BF16, 4096, 9, 8, R, 0, {1, 64, 4096, 16384}, {1, 64, 4096, 16384}},
+    /* Small models, Full and Delta AttnRes per sublayer (N up to 2L+1). */
+    {"delta-small", ATTNRES_DTYPE_BF16, 1024, 25, 1, A, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
+    {"delta-small", ATTNRES_DTYPE_BF16, 2048, 49, 1, A, 1, {1, 64, 4096}, {1, 64, 4096, 16384}},
+};
+#undef R
+#undef A
+
+static int push(problem_set *s, const attnres_problem *p, int64_t t)
+{
+    tune_problem *items = realloc(s->items, (s->count + 1) * sizeof *items);
+    if (!items)
+        return -1;
+    s->items = items;
+    s->items[s->count].p = *p;
+    s->items[s->count].t = t;
+    s->count++;
+    return 0;
+}
+
+int problems_preset(const char *name, const char *backend, problem_set *out, char *err, size_t err_len)
+{
+    memset(out, 0, sizeof *out);
+    int gpu = strcmp(backend, "cpu") != 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const preset_row *r = &rows[i];
+        if (strcmp(r->preset, name) != 0)
+            continue;
+        attnres_problem p;
+        attnres_problem_init(&p, r->dtype, r->d, r->n);
+        p.heads = r->heads;
+        p.form = r->form;
+        p.epilogue = r->epilogue;
+        const int64_t *ts = gpu ? r->gpu_t : r->cpu_t;
+        for (int k = 0; k < PROBLEM_MAX_BUCKETS && ts[k]; k++)
+            if (push(out, &p, ts[k])) {
+                problems_free(out);
+                snprintf(err, err_len, "out of memory");
+                return -1;
+            }
+    }
+    if (out->count == 0) {
+        snprintf(err, err_len, "unknown preset '%s' (presets: ci, default, k3, mhar-8b, delta-small)", name);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_line(char *line, problem_set *out, char *err, size_t err_len, const char *path, int lineno)
+{
+    char op[16], dtype[16], form[16], buckets[256];
+    long long d, n, heads, epilogue;
+    char *hash = strchr(line, '#');
+    if (hash)
+        *hash = 0;
+    if (strspn(line, " \t\r\n") == strlen(line))
+        return 0;
+    if (sscanf(line, "%15s %15s %lld %lld %lld %15s %lld %255s", op, dtype, &d, &n, &heads, form, &epilogue,
+               buckets) != 8) {
+        snprintf(err, err_len, "%s:%d: expected 'op dtype d n heads form epilogue T,T,...'", path, lineno);
+        return -1;
+    }
+    attnres_problem p;
+    attnres_dtype dt;
+    if (strcmp(op, "mix") != 0) {
+        snprintf(err, err_len, "%s:%d: op '%s' is not supported (mix)", path, lineno, op);
+        return -1;
+    }
+    if (attnres_dtype_parse(dtype, &dt)) {
+        snprintf(err, err_len, "%s:%d: dtype '%s' is not f32, bf16 or f16", path, lineno, dtype);
+        return -1;
+    }
+    attnres_problem_init(&p, dt, d, (int32_t)n);
+    p.heads = (int32_t)heads;
+    p.epilogue = (int32_t)epilogue;
+    if (strcmp(form, "replace") == 0)
+        p.form = ATTNRES_FORM_REPLACE;
+    else if (strcmp(form, "additive") == 0)
+        p.form = ATTNRES_FORM_ADDITIVE;
+    else {
+        snprintf(err, err_len, "%s:%d: form '%s' is not replace or additive", path, lineno, form);
+        return -1;
+    }
+    char msg[256];
+    if (attnres_problem_check(&p, msg, sizeof msg) != ATTNRES_OK) {
+        snprintf(err, err_len, "%s:%d: %s", path, lineno, msg);
+        return -1;
+    }
+    for (char *tok = strtok(buckets, ","); tok; tok = strtok(NULL, ",")) {
+        char *end;
+        long long t = strtoll(tok, &end, 10);
+        if (*end || t < 1) {
+            snprintf(err, err_len, "%s:%d: T bucket '%s' is not a positive integer", path, lineno, tok);
+            return -1;
+        }
+        if (push(out, &p, t)) {
+            snprintf(err, err_len, "out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int problems_read_file(const char *path, problem_set *out, char *err, size_t err_len)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, err_len, "cannot open problems file %s", path);
+        return -1;
+    }
+    char line[1024];
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (parse_line(line, out, err, err_len, path, lineno)) {
+            fclose(f);
+            problems_free(out);
+            return -1;
+        }
+    }
+    fclose(f);
+    if (out->count == 0) {
+        snprintf(err, err_len, "problems file %s lists no problems", path);
+        return -1;
+    }
+    return 0;
+}
+
+void problems_free(problem_set *s)
+{
+    free(s->items);
+    memset(s, 0, sizeof *s);
+}
+
+void problem_describe(const tune_problem *tp, char *buf, size_t len)
+{
+    const attnres_problem *p = &tp->p;
+    snprintf(buf, len, "mix %s d=%lld N=%d H=%d %s%s T=%lld", attnres_dtype_name(p->dtype), (long long)p->d, p->n,
+             p->heads, p->form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace", p->epilogue ? "+norm" : "",
+             (long long)tp->t);
+}

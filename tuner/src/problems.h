@@ -1,0 +1,47 @@
+/*
+ * problems.h - the problem sets the tuner knows by name (presets) and the
+ * problems-file format.
+ *
+ * A problems file has one problem a line; '#' starts a comment:
+ *
+ *   # op  dtype  d     n  heads form     epilogue  T buckets
+ *   mix   bf16   7168  9  1     replace  0         1,64,4096
+ *
+ * Each line becomes one tuning problem per T bucket.
+ */
+#ifndef TUNER_PROBLEMS_H
+#define TUNER_PROBLEMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnres.h"
+
+#define PROBLEM_MAX_BUCKETS 8
+
+typedef struct tune_problem {
+    attnres_problem p;
+    int64_t t; /* the T bucket */
+} tune_problem;
+
+typedef struct problem_set {
+    tune_problem *items;
+    size_t count;
+} problem_set;
+
+/* Names of the presets, NULL-terminated, for help texts. */
+extern const char *const preset_names[];
+
+/* Expands a preset for a backend ("cpu" presets use T buckets a CPU can
+ * time in seconds). Returns -1 with a message for an unknown name. */
+int problems_preset(const char *name, const char *backend, problem_set *out, char *err, size_t err_len);
+
+/* Reads a problems file. */
+int problems_read_file(const char *path, problem_set *out, char *err, size_t err_len);
+
+void problems_free(problem_set *s);
+
+/* "mix bf16 d=7168 N=9 H=1 replace T=4096" */
+void problem_describe(const tune_problem *tp, char *buf, size_t len);
+
+#endif
