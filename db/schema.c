@@ -1,17 +1,18 @@
 /*
- * schema.c - schema v1 of the tuning database: DDL, creation, version and
- * format checks.
+ * schema.c - the tuning database schema: the v1 DDL (later versions are the
+ * deltas of migrate.c), creation, version and format checks, and the
+ * migration of older files at open.
  */
 #include "schema.h"
+#include "migrate.h"
 
 #include <string.h>
 
-#define ARDB_STR_(x) #x
-#define ARDB_STR(x) ARDB_STR_(x)
-
-/* Schema v1. Tables are append-only by convention (history is compared
- * across runs); measurements are protected by a trigger. Times are
- * ISO-8601 UTC text written by the access layer. */
+/* Schema v1, exactly as version 1 wrote it; a new database runs it and
+ * then the deltas of migrate.c up to ARDB_SCHEMA_VERSION. Tables are
+ * append-only by convention (history is compared across runs);
+ * measurements are protected by a trigger. Times are ISO-8601 UTC text
+ * written by the access layer. */
 static const char schema_v1[] =
     "CREATE TABLE attnres_meta(\n"
     "  key   TEXT PRIMARY KEY NOT NULL,\n"
@@ -123,9 +124,9 @@ static const char schema_v1[] =
     "CREATE INDEX winners_problem ON winners(problem_id, device_id, run_id);\n"
     "INSERT INTO attnres_meta(key, value) VALUES\n"
     "  ('format', '" ARDB_FORMAT_MAGIC "'),\n"
-    "  ('schema_version', '" ARDB_STR(ARDB_SCHEMA_VERSION) "'),\n"
+    "  ('schema_version', '1'),\n"
     "  ('created_at', " ARDB_NOW ");\n"
-    "PRAGMA user_version = " ARDB_STR(ARDB_SCHEMA_VERSION) ";\n";
+    "PRAGMA user_version = 1;\n";
 
 /* What the file holds, read without a write lock. */
 typedef struct schema_state {
@@ -222,7 +223,8 @@ static int create_schema(ardb *db, schema_state *s)
     if ((code = read_state(db, s)))
         goto fail;
     if (s->objects == 0 && s->user_version == 0) {
-        if ((code = exec(db, schema_v1, "cannot create the schema")))
+        if ((code = exec(db, schema_v1, "cannot create the schema")) ||
+            (code = ardb__schema_upgrade(db, 1)))
             goto fail;
         if ((code = read_state(db, s)))
             goto fail;
@@ -256,13 +258,17 @@ int ardb__schema_init(ardb *db, int create)
     if (s.user_version > ARDB_SCHEMA_VERSION)
         return ardb__fail(db, ARDB_ENEWER,
                           "database schema version %lld is newer than this "
-                          "build (%d)",
+                          "build (%d): open it with a newer attnres",
                           (long long)s.user_version, ARDB_SCHEMA_VERSION);
     if (s.user_version < 1)
         return ardb__fail(db, ARDB_ENOTDB,
                           "%s is not an attnres database (schema version "
                           "%lld)",
                           db->path, (long long)s.user_version);
-    /* Versions 1..ARDB_SCHEMA_VERSION-1 would be migrated here. */
+    /* An older file: a read-write open migrates it in place (with a
+     * backup); a read-only one reads it as it is, since every delta only
+     * adds, and the readers that need a later column check the version. */
+    if (s.user_version < ARDB_SCHEMA_VERSION && !db->readonly)
+        return ardb__migrate(db, s.user_version);
     return ARDB_DONE;
 }

@@ -16,7 +16,7 @@ local helpers = {}
 function helpers.subst(text, vars)
   return (text:gsub("%${([%w_]+)}", function(key)
     local v = vars[key]
-    if v == nil then error("subst: no value for ${" .. key .. "}", 3) end
+    if v == nil then error("subst: no value for ${" .. key .. "}", 4) end
     return tostring(v)
   end))
 end

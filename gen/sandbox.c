@@ -10,7 +10,7 @@
 
 /* Budgets: generous for real templates, small enough to stop a loop fast. */
 #define SANDBOX_MEMORY_LIMIT (256u << 20)
-#define SANDBOX_INSTRUCTION_LIMIT 2000000000LL
+#define SANDBOX_INSTRUCTION_LIMIT 100000000LL /* ~750x the largest real call */
 #define SANDBOX_HOOK_STEP 10000
 
 struct sandbox {
@@ -147,6 +147,50 @@ static int sandbox_require(lua_State *L)
     return 1;
 }
 
+/* pcall/xpcall for templates: like the originals, except that running out
+ * of the instruction budget cannot be caught, so a template that loops
+ * around a pcall still stops. */
+static int budget_spent(lua_State *L)
+{
+    sandbox *sb;
+    lua_getallocf(L, (void **)&sb);
+    return sb->instructions > SANDBOX_INSTRUCTION_LIMIT;
+}
+
+static int sandbox_pcall(lua_State *L)
+{
+    luaL_checkany(L, 1);
+    lua_pushboolean(L, 1);
+    lua_insert(L, 1); /* true, f, args... */
+    int status = lua_pcall(L, lua_gettop(L) - 2, LUA_MULTRET, 0);
+    if (status != LUA_OK) {
+        if (budget_spent(L))
+            return lua_error(L);
+        lua_pushboolean(L, 0);
+        lua_pushvalue(L, -2);
+        return 2; /* false, message */
+    }
+    return lua_gettop(L);
+}
+
+static int sandbox_xpcall(lua_State *L)
+{
+    int n = lua_gettop(L);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    lua_pushboolean(L, 1);
+    lua_pushvalue(L, 1);
+    lua_rotate(L, 3, 2); /* f, handler, true, f, args... */
+    int status = lua_pcall(L, n - 2, LUA_MULTRET, 2);
+    if (status != LUA_OK) {
+        if (budget_spent(L))
+            return lua_error(L);
+        lua_pushboolean(L, 0);
+        lua_pushvalue(L, -2);
+        return 2;
+    }
+    return lua_gettop(L) - 2;
+}
+
 /* Copies the named fields of the table on top into the table at env. */
 static void copy_fields(lua_State *L, int env, const char *const *names)
 {
@@ -160,9 +204,9 @@ static void build_env(sandbox *sb)
 {
     lua_State *L = sb->L;
     static const char *const base_safe[] = {
-        "assert", "error", "ipairs", "next", "pairs", "pcall", "select",
+        "assert", "error", "ipairs", "next", "pairs", "select",
         "tonumber", "tostring", "type", "rawequal", "rawget", "rawlen",
-        "rawset", "setmetatable", "getmetatable", "xpcall", NULL};
+        "rawset", "setmetatable", "getmetatable", NULL};
     lua_newtable(L);
     int env = lua_gettop(L);
     lua_pushglobaltable(L);
@@ -185,6 +229,10 @@ static void build_env(sandbox *sb)
     }
     lua_pushcfunction(L, sandbox_require);
     lua_setfield(L, env, "require");
+    lua_pushcfunction(L, sandbox_pcall);
+    lua_setfield(L, env, "pcall");
+    lua_pushcfunction(L, sandbox_xpcall);
+    lua_setfield(L, env, "xpcall");
     lua_pushvalue(L, env);
     lua_setfield(L, env, "_G");
     sb->env_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -208,6 +256,13 @@ sandbox *sandbox_new(const char *template_dir)
     luaL_requiref(L, LUA_TABLIBNAME, luaopen_table, 1);
     luaL_requiref(L, LUA_MATHLIBNAME, luaopen_math, 1);
     luaL_requiref(L, LUA_UTF8LIBNAME, luaopen_utf8, 1);
+    lua_settop(L, 0);
+    /* Strings share one metatable whose __index is the string library the
+     * prelude uses; hide it so templates cannot rewrite string.format. */
+    lua_pushliteral(L, "");
+    lua_getmetatable(L, -1);
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
     lua_settop(L, 0);
     /* The prelude itself runs with these globals, so remove loaders too. */
     static const char *const unsafe[] = {"dofile", "loadfile", "load",

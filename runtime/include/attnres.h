@@ -94,6 +94,12 @@ typedef struct attnres_problem {
     int32_t heads;         /* H, divides d; 1 is the original AttnRes */
     attnres_form form;
     int32_t epilogue;      /* 1: also write normed = out * rms(out)^-1 * out_gain */
+    /* Appended in 0.1 for the Block AttnRes two-phase form; attnres_problem_init
+     * sets both to 0, which is what every op but the named one requires. */
+    int32_t s;             /* phase1: S, the routing sites (pseudo-queries) of
+                            * the block, >= 1; must be 0 for mix and phase2 */
+    int32_t fuse_add;      /* phase2: 1 = first add the sublayer output into the
+                            * partial sum (b += f, written back); else 0 */
 } attnres_problem;
 
 /* Fills p with a replace-form, single-head, no-epilogue mix problem. */
@@ -242,6 +248,93 @@ ATTNRES_API int attnres_run_mix(attnres_plan *plan, int64_t T,
                                 const attnres_mix_args *args, void *stream);
 
 /* ------------------------------------------------------------------------
+ * Block AttnRes, two-phase form (DESIGN §1)
+ *
+ * For the S routing sites of one block, phase 1 mixes the n completed block
+ * representations once for all S pseudo-queries; phase 2 then merges, per
+ * site, that result with the block's running partial sum b:
+ *
+ *   phase1:  s_i,h = scale * r_i * <v_i, u_j>_h        (i < n, per site j)
+ *            o1_j  = softmax_i(s_i,h) mix of v_i        (per head, as mix)
+ *            lse_j = m_h + log(l_h)                     (fp32, per head)
+ *   phase2:  b    += f                                  (only with fuse_add)
+ *            s2_h  = scale * r_b * <b, u_j>_h
+ *            p2_h  = sigmoid(s2_h - lse_j,h)
+ *            out   = o1_j + p2_h * (b - o1_j)           (+ optional epilogue)
+ *
+ * phase1 followed by phase2 equals attnres_run_mix over the n block sources
+ * plus b as source n (softmax over n + 1 sources). The first site of a block
+ * has no partial sum and uses out = o1 directly.
+ *
+ * Problems: op ATTNRES_OP_PHASE1 needs s >= 1 (the sites) and n >= 1 (the
+ * block representations); op ATTNRES_OP_PHASE2 does not read n (set it to 1)
+ * and may set fuse_add and epilogue. Both use the replace form; phase1 has
+ * no epilogue. Plan them with attnres_plan_create like a mix problem.
+ * ---------------------------------------------------------------------- */
+
+/* Arguments of one phase-1 launch. Pointers are device pointers for the
+ * plan's device (host pointers on the CPU), borrowed for the call. Strides
+ * count elements, not bytes. No output may overlap an input. */
+typedef struct attnres_phase1_args {
+    const void *const *sources;    /* n pointers, each a [T, d] view */
+    const int64_t *source_strides; /* n token strides; NULL means all d */
+    const float *queries;          /* [S, d] fp32, row j = site j's folded u */
+    float scale;                   /* score scale, usually 1 */
+    float eps;                     /* RMS epsilon, > 0 */
+    void *const *o1;               /* S pointers, each a [T, d] output view */
+    int64_t o1_stride;             /* token stride of every o1 view; 0 means d */
+    float *const *lse;             /* S pointers, each a [T, H] fp32 output */
+    int64_t lse_stride;            /* token stride of every lse view; 0 means H */
+} attnres_phase1_args;
+
+/* Fills args with defaults: scale 1, eps 1e-6, pointers NULL, strides 0.
+ * args must not be NULL. */
+ATTNRES_API void attnres_phase1_args_init(attnres_phase1_args *args);
+
+/* Arguments of one phase-2 launch (one site), with the same conventions.
+ * out and normed must not overlap any input. */
+typedef struct attnres_phase2_args {
+    const void *o1;            /* [T, d] this site's phase-1 output */
+    int64_t o1_stride;         /* 0 means d */
+    const float *lse;          /* [T, H] fp32, this site's phase-1 lse */
+    int64_t lse_stride;        /* 0 means H */
+    void *partial;             /* b [T, d]: read; written (b += f) if fuse_add */
+    int64_t partial_stride;    /* 0 means d */
+    const void *sublayer;      /* f [T, d], fuse_add only, else ignored */
+    int64_t sublayer_stride;   /* 0 means d */
+    const float *query;        /* [d] fp32, this site's folded u */
+    float scale;               /* score scale, usually 1 */
+    float eps;                 /* RMS epsilon, > 0 */
+    void *out;                 /* [T, d] */
+    int64_t out_stride;        /* 0 means d */
+    const float *out_gain;     /* [d] fp32, epilogue only */
+    float out_eps;             /* epilogue epsilon, > 0 */
+    void *normed;              /* [T, d], epilogue only */
+    int64_t normed_stride;     /* 0 means d */
+} attnres_phase2_args;
+
+/* Fills args with defaults: scale 1, eps 1e-6, out_eps 1e-6, pointers NULL,
+ * strides 0. args must not be NULL. */
+ATTNRES_API void attnres_phase2_args_init(attnres_phase2_args *args);
+
+/* Runs phase 1 of a plan made for an ATTNRES_OP_PHASE1 problem on T tokens:
+ * writes o1 (storage dtype) and lse (fp32) of every site. Otherwise as
+ * attnres_run_mix: T = 0 is a successful no-op; a NULL plan is EINVAL; bad
+ * arguments are EINVAL or EMISMATCH (a plan of another op is EMISMATCH) with
+ * the reason in attnres_plan_errmsg; a device without phase kernels gives
+ * EUNSUPPORTED. Never allocates, reads the database or compiles. */
+ATTNRES_API int attnres_run_phase1(attnres_plan *plan, int64_t T,
+                                   const attnres_phase1_args *args,
+                                   void *stream);
+
+/* Runs phase 2 of a plan made for an ATTNRES_OP_PHASE2 problem on T tokens:
+ * writes out (and normed with the epilogue); with fuse_add it first writes
+ * b + f back to partial and uses that sum. Errors as attnres_run_phase1. */
+ATTNRES_API int attnres_run_phase2(attnres_plan *plan, int64_t T,
+                                   const attnres_phase2_args *args,
+                                   void *stream);
+
+/* ------------------------------------------------------------------------
  * fp64 reference (DESIGN §1), the oracle for tests and tuner verification
  * ---------------------------------------------------------------------- */
 
@@ -256,6 +349,32 @@ ATTNRES_API int attnres_reference_mix(const attnres_problem *problem, int64_t T,
                                       double alpha, const double *out_gain,
                                       double out_eps, double *out,
                                       double *normed);
+
+/* Computes phase 1 in double precision on host memory, for a problem of op
+ * ATTNRES_OP_PHASE1. sources: n pointers to [T, d] (token stride d);
+ * queries: [S, d] folded; o1: [S, T, d] and lse: [S, T, H], both written by
+ * the call and owned by the caller. Returns EINVAL with no output written
+ * for a bad shape or a NULL pointer, ENOMEM if scratch space is lacking. */
+ATTNRES_API int attnres_reference_phase1(const attnres_problem *problem,
+                                         int64_t T,
+                                         const double *const *sources,
+                                         const double *queries, double scale,
+                                         double eps, double *o1, double *lse);
+
+/* Computes phase 2 in double precision on host memory, for a problem of op
+ * ATTNRES_OP_PHASE2. o1: [T, d]; lse: [T, H]; partial: [T, d], updated in
+ * place to partial + sublayer when problem->fuse_add (sublayer [T, d] is
+ * then required, else ignored and may be NULL); query: [d] folded; out:
+ * [T, d]; out_gain/normed may be NULL when epilogue is 0. Returns EINVAL
+ * with nothing written for a bad shape or a NULL pointer. */
+ATTNRES_API int attnres_reference_phase2(const attnres_problem *problem,
+                                         int64_t T, const double *o1,
+                                         const double *lse, double *partial,
+                                         const double *sublayer,
+                                         const double *query, double scale,
+                                         double eps, const double *out_gain,
+                                         double out_eps, double *out,
+                                         double *normed);
 
 #ifdef __cplusplus
 }

@@ -72,6 +72,43 @@ void attnres_problem_init(attnres_problem *p, attnres_dtype dtype, int64_t d,
     p->epilogue = 0;
 }
 
+/* The most sites one phase-1 problem may batch. */
+#define AR_MAX_PHASE1_SITES 4096
+
+/* The fields that only the two-phase ops use: S for phase1, fuse_add for
+ * phase2; each must be 0 for the other ops so that keys stay canonical. */
+static int check_phase_fields(const attnres_problem *p, char *msg, size_t msg_len)
+{
+    const char *op = p->op == ATTNRES_OP_MIX ? "mix" : p->op == ATTNRES_OP_PHASE1 ? "phase1" : "phase2";
+    if (p->op == ATTNRES_OP_PHASE1) {
+        if (p->s < 1 || p->s > AR_MAX_PHASE1_SITES) {
+            snprintf(msg, msg_len, "phase1 needs S (sites of the block) between 1 and %d (got %d)",
+                     AR_MAX_PHASE1_SITES, p->s);
+            return ATTNRES_EINVAL;
+        }
+    } else if (p->s != 0) {
+        snprintf(msg, msg_len, "S = %d is only meaningful for phase1; it must be 0 for %s", p->s, op);
+        return ATTNRES_EINVAL;
+    }
+    if (p->fuse_add != 0 && p->fuse_add != 1) {
+        snprintf(msg, msg_len, "fuse_add must be 0 or 1 (got %d)", p->fuse_add);
+        return ATTNRES_EINVAL;
+    }
+    if (p->fuse_add && p->op != ATTNRES_OP_PHASE2) {
+        snprintf(msg, msg_len, "fuse_add is only meaningful for phase2, not %s", op);
+        return ATTNRES_EINVAL;
+    }
+    if (p->op != ATTNRES_OP_MIX && p->form != ATTNRES_FORM_REPLACE) {
+        snprintf(msg, msg_len, "%s has no additive form (Block AttnRes replaces)", op);
+        return ATTNRES_EINVAL;
+    }
+    if (p->op == ATTNRES_OP_PHASE1 && p->epilogue) {
+        snprintf(msg, msg_len, "phase1 has no output-norm epilogue (phase2 has)");
+        return ATTNRES_EINVAL;
+    }
+    return ATTNRES_OK;
+}
+
 int attnres_problem_check(const attnres_problem *p, char *msg, size_t msg_len)
 {
     char scratch[8];
@@ -83,9 +120,9 @@ int attnres_problem_check(const attnres_problem *p, char *msg, size_t msg_len)
         snprintf(msg, msg_len, "problem is NULL");
         return ATTNRES_EINVAL;
     }
-    if (p->op != ATTNRES_OP_MIX) {
-        snprintf(msg, msg_len, "op %d is not supported (only mix)", (int)p->op);
-        return ATTNRES_EUNSUPPORTED;
+    if (p->op != ATTNRES_OP_MIX && p->op != ATTNRES_OP_PHASE1 && p->op != ATTNRES_OP_PHASE2) {
+        snprintf(msg, msg_len, "unknown op %d (mix, phase1 or phase2)", (int)p->op);
+        return ATTNRES_EINVAL;
     }
     if (attnres_dtype_size(p->dtype) == 0) {
         snprintf(msg, msg_len, "unknown dtype %d", (int)p->dtype);
@@ -112,7 +149,7 @@ int attnres_problem_check(const attnres_problem *p, char *msg, size_t msg_len)
         snprintf(msg, msg_len, "epilogue must be 0 or 1 (got %d)", p->epilogue);
         return ATTNRES_EINVAL;
     }
-    return ATTNRES_OK;
+    return check_phase_fields(p, msg, msg_len);
 }
 
 void attnres_mix_args_init(attnres_mix_args *a)
@@ -128,4 +165,19 @@ void attnres_fold_query(const float *w, const float *gain, float *u, int64_t d)
 {
     for (int64_t k = 0; k < d; k++)
         u[k] = gain ? gain[k] * w[k] : w[k];
+}
+
+void attnres_phase1_args_init(attnres_phase1_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->scale = 1.0f;
+    a->eps = 1e-6f;
+}
+
+void attnres_phase2_args_init(attnres_phase2_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->scale = 1.0f;
+    a->eps = 1e-6f;
+    a->out_eps = 1e-6f;
 }

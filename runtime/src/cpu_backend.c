@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 
 #include "binary_cache.h"
 #include "cpu_kernel_abi.h"
+#include "cpu_phase_abi.h"
 #include "cpu_pool.h"
 #include "device.h"
 
@@ -34,6 +36,17 @@ extern void (*const ar_generic_mix_bf16)(const struct attnres_cpu_mix_args *, in
 extern void (*const ar_generic_mix_f16)(const struct attnres_cpu_mix_args *, int64_t, int64_t);
 extern const char ar_generic_mix_f32_variant[], ar_generic_mix_bf16_variant[],
     ar_generic_mix_f16_variant[];
+/* ... and from templates/cpu/phase1.lua and templates/cpu/phase2.lua. */
+extern void (*const ar_generic_phase1_f32)(const struct attnres_cpu_phase1_args *, int64_t, int64_t);
+extern void (*const ar_generic_phase1_bf16)(const struct attnres_cpu_phase1_args *, int64_t, int64_t);
+extern void (*const ar_generic_phase1_f16)(const struct attnres_cpu_phase1_args *, int64_t, int64_t);
+extern const char ar_generic_phase1_f32_variant[], ar_generic_phase1_bf16_variant[],
+    ar_generic_phase1_f16_variant[];
+extern void (*const ar_generic_phase2_f32)(const struct attnres_cpu_phase2_args *, int64_t, int64_t);
+extern void (*const ar_generic_phase2_bf16)(const struct attnres_cpu_phase2_args *, int64_t, int64_t);
+extern void (*const ar_generic_phase2_f16)(const struct attnres_cpu_phase2_args *, int64_t, int64_t);
+extern const char ar_generic_phase2_f32_variant[], ar_generic_phase2_bf16_variant[],
+    ar_generic_phase2_f16_variant[];
 
 #define CPU_COMPILE_OPTIONS "-O3 -march=native -std=gnu11 -fPIC -shared -Wno-psabi"
 
@@ -90,8 +103,14 @@ static const char *cpu_isa(void)
 #endif
 }
 
-/* Runs `cc --version` and keeps its first line as the compiler identity. */
-static void compiler_identity(const char *cc, char *out, size_t len)
+/* Runs `cc --version` and keeps its first line as the compiler identity.
+ * The answer is kept for the process (and for children it forks), since
+ * every CPU device of a process uses the same compiler. */
+static char identity_cache[256];
+static char identity_cc[256];
+static pthread_mutex_t identity_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void compiler_identity_uncached(const char *cc, char *out, size_t len)
 {
     snprintf(out, len, "%.200s (version unknown)", cc);
     char cmd[512];
@@ -106,6 +125,17 @@ static void compiler_identity(const char *cc, char *out, size_t len)
             snprintf(out, len, "%s", line);
     }
     pclose(p);
+}
+
+static void compiler_identity(const char *cc, char *out, size_t len)
+{
+    pthread_mutex_lock(&identity_lock);
+    if (!identity_cache[0] || strcmp(identity_cc, cc) != 0) {
+        compiler_identity_uncached(cc, identity_cache, sizeof identity_cache);
+        snprintf(identity_cc, sizeof identity_cc, "%s", cc);
+    }
+    snprintf(out, len, "%s", identity_cache);
+    pthread_mutex_unlock(&identity_lock);
 }
 
 static int cpu_open(attnres_device *dev, int index)
@@ -288,22 +318,40 @@ static int cpu_load(attnres_device *dev, const void *blob, size_t size,
     return ATTNRES_OK;
 }
 
-static int cpu_load_generic(attnres_device *dev, attnres_dtype dtype, ar_kernel *k)
+/* One row of the table of built-in kernels: an op's three dtypes. */
+typedef struct generic_entry {
+    attnres_op op;
+    void *entry[3];          /* by attnres_dtype */
+    const char *variant[3];
+} generic_entry;
+
+static int cpu_load_generic(attnres_device *dev, const attnres_problem *p, ar_kernel *k)
 {
-    (void)dev;
+    const generic_entry table[] = {
+        {ATTNRES_OP_MIX,
+         {(void *)ar_generic_mix_f32, (void *)ar_generic_mix_bf16, (void *)ar_generic_mix_f16},
+         {ar_generic_mix_f32_variant, ar_generic_mix_bf16_variant, ar_generic_mix_f16_variant}},
+        {ATTNRES_OP_PHASE1,
+         {(void *)ar_generic_phase1_f32, (void *)ar_generic_phase1_bf16, (void *)ar_generic_phase1_f16},
+         {ar_generic_phase1_f32_variant, ar_generic_phase1_bf16_variant, ar_generic_phase1_f16_variant}},
+        {ATTNRES_OP_PHASE2,
+         {(void *)ar_generic_phase2_f32, (void *)ar_generic_phase2_bf16, (void *)ar_generic_phase2_f16},
+         {ar_generic_phase2_f32_variant, ar_generic_phase2_bf16_variant, ar_generic_phase2_f16_variant}},
+    };
     memset(k, 0, sizeof *k);
-    const char *variant = NULL;
-    switch (dtype) {
-    case ATTNRES_DTYPE_F32: k->entry = (void *)ar_generic_mix_f32; variant = ar_generic_mix_f32_variant; break;
-    case ATTNRES_DTYPE_BF16: k->entry = (void *)ar_generic_mix_bf16; variant = ar_generic_mix_bf16_variant; break;
-    case ATTNRES_DTYPE_F16: k->entry = (void *)ar_generic_mix_f16; variant = ar_generic_mix_f16_variant; break;
+    const int dt = (int)p->dtype;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (table[i].op != p->op)
+            continue;
+        if (dt < 0 || dt > 2)
+            break;
+        k->entry = table[i].entry[dt];
+        k->threads = 1 << 20; /* all workers */
+        snprintf(k->variant, sizeof k->variant, "%s", table[i].variant[dt]);
+        snprintf(k->kernel_name, sizeof k->kernel_name, "attnres_%s (built in)", table[i].variant[dt]);
+        return ATTNRES_OK;
     }
-    if (!variant)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "no generic kernel for dtype %d", (int)dtype);
-    k->threads = 1 << 20; /* all workers */
-    snprintf(k->variant, sizeof k->variant, "%s", variant);
-    snprintf(k->kernel_name, sizeof k->kernel_name, "attnres_%s (built in)", variant);
-    return ATTNRES_OK;
+    return ar_device_fail(dev, ATTNRES_EINVAL, "no generic kernel for op %d, dtype %d", (int)p->op, dt);
 }
 
 static void cpu_unload(attnres_device *dev, ar_kernel *k)
@@ -339,7 +387,8 @@ static int cpu_launch_mix(attnres_device *dev, const ar_kernel *k,
     (void)stream;
     cpu_state *st = dev->state;
     if (p->n > CPU_MAX_SOURCES)
-        return ATTNRES_EUNSUPPORTED;
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the CPU backend supports at most %d sources (N = %d)",
+                              CPU_MAX_SOURCES, p->n);
     int64_t strides[CPU_MAX_SOURCES];
     for (int i = 0; i < p->n; i++)
         strides[i] = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
@@ -359,6 +408,84 @@ static int cpu_launch_mix(attnres_device *dev, const ar_kernel *k,
     };
     int parts = k->threads < 1 ? 1 : k->threads;
     cpu_pool_run(st->pool, mix_chunk, &l, T, parts);
+    return ATTNRES_OK;
+}
+
+typedef struct phase1_launch {
+    ar_cpu_phase1_fn fn;
+    struct attnres_cpu_phase1_args args;
+} phase1_launch;
+
+static void phase1_chunk(void *ctx, int64_t t0, int64_t t1)
+{
+    phase1_launch *l = ctx;
+    l->fn(&l->args, t0, t1);
+}
+
+static int cpu_launch_phase1(attnres_device *dev, const ar_kernel *k,
+                             const attnres_problem *p, int64_t T,
+                             const attnres_phase1_args *a, void *stream)
+{
+    (void)stream;
+    cpu_state *st = dev->state;
+    if (p->n > CPU_MAX_SOURCES)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the CPU backend runs phase1 on at most %d sources (got %d)",
+                              CPU_MAX_SOURCES, p->n);
+    if ((int64_t)p->n * p->s * p->heads > AR_CPU_PHASE1_MAX_WEIGHTS)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED,
+                              "phase1 with n*S*H = %lld softmax weights per token exceeds the CPU backend's %d",
+                              (long long)p->n * p->s * p->heads, AR_CPU_PHASE1_MAX_WEIGHTS);
+    int64_t strides[CPU_MAX_SOURCES];
+    for (int i = 0; i < p->n; i++)
+        strides[i] = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
+    phase1_launch l;
+    l.fn = (ar_cpu_phase1_fn)k->entry;
+    l.args = (struct attnres_cpu_phase1_args){
+        .d = p->d, .n = p->n, .heads = p->heads, .s = p->s,
+        .src = a->sources, .src_stride = strides,
+        .queries = a->queries, .scale = a->scale, .eps = a->eps,
+        .o1 = a->o1, .o1_stride = a->o1_stride ? a->o1_stride : p->d,
+        .lse = a->lse, .lse_stride = a->lse_stride ? a->lse_stride : p->heads,
+    };
+    int parts = k->threads < 1 ? 1 : k->threads;
+    cpu_pool_run(st->pool, phase1_chunk, &l, T, parts);
+    return ATTNRES_OK;
+}
+
+typedef struct phase2_launch {
+    ar_cpu_phase2_fn fn;
+    struct attnres_cpu_phase2_args args;
+} phase2_launch;
+
+static void phase2_chunk(void *ctx, int64_t t0, int64_t t1)
+{
+    phase2_launch *l = ctx;
+    l->fn(&l->args, t0, t1);
+}
+
+static int cpu_launch_phase2(attnres_device *dev, const ar_kernel *k,
+                             const attnres_problem *p, int64_t T,
+                             const attnres_phase2_args *a, void *stream)
+{
+    (void)stream;
+    cpu_state *st = dev->state;
+    phase2_launch l;
+    l.fn = (ar_cpu_phase2_fn)k->entry;
+    l.args = (struct attnres_cpu_phase2_args){
+        .d = p->d, .heads = p->heads,
+        .o1 = a->o1, .o1_stride = a->o1_stride ? a->o1_stride : p->d,
+        .lse = a->lse, .lse_stride = a->lse_stride ? a->lse_stride : p->heads,
+        .partial = a->partial, .partial_stride = a->partial_stride ? a->partial_stride : p->d,
+        .sublayer = p->fuse_add ? a->sublayer : NULL,
+        .sublayer_stride = a->sublayer_stride ? a->sublayer_stride : p->d,
+        .query = a->query, .scale = a->scale, .eps = a->eps,
+        .out = a->out, .out_stride = a->out_stride ? a->out_stride : p->d,
+        .out_gain = a->out_gain, .out_eps = a->out_eps,
+        .normed = p->epilogue ? a->normed : NULL,
+        .normed_stride = a->normed_stride ? a->normed_stride : p->d,
+    };
+    int parts = k->threads < 1 ? 1 : k->threads;
+    cpu_pool_run(st->pool, phase2_chunk, &l, T, parts);
     return ATTNRES_OK;
 }
 
@@ -482,6 +609,8 @@ const ar_backend ar_cpu_backend = {
     .load_generic = cpu_load_generic,
     .unload = cpu_unload,
     .launch_mix = cpu_launch_mix,
+    .launch_phase1 = cpu_launch_phase1,
+    .launch_phase2 = cpu_launch_phase2,
     .mem_alloc = cpu_mem_alloc,
     .mem_free = cpu_mem_free,
     .copy_to_device = cpu_copy,

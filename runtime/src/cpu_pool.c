@@ -1,22 +1,38 @@
-/* cpu_pool.c - see cpu_pool.h. */
+/*
+ * cpu_pool.c - see cpu_pool.h.
+ *
+ * Waking a sleeping thread through a condition variable costs tens of
+ * microseconds, as much as a whole decode-sized launch. Workers therefore
+ * spin for a short while after each launch, watching an atomic generation
+ * counter, and only then go to sleep; the caller likewise spins while its
+ * workers finish. A pool that is idle for long costs no CPU.
+ */
 #include "cpu_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+
+/* Iterations a worker spins before sleeping (roughly 100-200 us). */
+#define POOL_SPIN_ITERATIONS 20000
 
 struct cpu_pool {
     pthread_t *threads;
     int nworkers;
     pthread_mutex_t launch_lock; /* one launch at a time */
-    pthread_mutex_t mu;
-    pthread_cond_t start, done;
-    unsigned long generation;
-    int pending, stop;
-    /* The launch in flight. */
+    pthread_mutex_t mu;          /* guards sleeping and the condition */
+    pthread_cond_t start;
+    /* (launch number << 16) | parts: one word, so that a worker learns
+     * whether it takes part from the same load that announces the launch. */
+    atomic_ulong generation;
+    atomic_int pending;
+    atomic_int stop;
+    int sleeping;
+    /* The launch in flight; written before generation is published. */
     cpu_pool_fn fn;
     void *ctx;
     int64_t total;
-    int parts;
 };
 
 typedef struct worker_arg {
@@ -24,12 +40,38 @@ typedef struct worker_arg {
     int index; /* 1..nworkers; chunk 0 belongs to the caller */
 } worker_arg;
 
-static void run_chunk(cpu_pool *p, int chunk)
+static inline void cpu_relax(void)
 {
-    int64_t t0 = p->total * chunk / p->parts;
-    int64_t t1 = p->total * (chunk + 1) / p->parts;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void run_chunk(cpu_pool *p, int chunk, int parts)
+{
+    int64_t t0 = p->total * chunk / parts;
+    int64_t t1 = p->total * (chunk + 1) / parts;
     if (t1 > t0)
         p->fn(p->ctx, t0, t1);
+}
+
+/* Waits until the generation moves past `seen` (or the pool stops). */
+static unsigned long wait_for_launch(cpu_pool *p, unsigned long seen)
+{
+    for (int i = 0; i < POOL_SPIN_ITERATIONS; i++) {
+        unsigned long g = atomic_load_explicit(&p->generation, memory_order_acquire);
+        if (g != seen || atomic_load(&p->stop))
+            return g;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    p->sleeping++;
+    unsigned long g;
+    while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop))
+        pthread_cond_wait(&p->start, &p->mu);
+    p->sleeping--;
+    pthread_mutex_unlock(&p->mu);
+    return g;
 }
 
 static void *worker_main(void *argp)
@@ -39,22 +81,16 @@ static void *worker_main(void *argp)
     int index = arg->index;
     free(arg);
     unsigned long seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && p->generation == seen)
-            pthread_cond_wait(&p->start, &p->mu);
-        if (p->stop)
+        seen = wait_for_launch(p, seen);
+        if (atomic_load(&p->stop))
             break;
-        seen = p->generation;
-        if (index < p->parts) {
-            pthread_mutex_unlock(&p->mu);
-            run_chunk(p, index);
-            pthread_mutex_lock(&p->mu);
-            if (--p->pending == 0)
-                pthread_cond_signal(&p->done);
+        int parts = (int)(seen & 0xffff);
+        if (index < parts) {
+            run_chunk(p, index, parts);
+            atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
         }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -72,13 +108,19 @@ int cpu_pool_create(int nworkers, cpu_pool **out)
     pthread_mutex_init(&p->launch_lock, NULL);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->start, NULL);
-    pthread_cond_init(&p->done, NULL);
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->stop, 0);
     for (int i = 0; i < nworkers; i++) {
         worker_arg *arg = malloc(sizeof *arg);
-        if (!arg || pthread_create(&p->threads[i], NULL, worker_main,
-                                   (arg->pool = p, arg->index = i + 1, arg))) {
+        if (!arg) {
+            cpu_pool_destroy(p);
+            return -1;
+        }
+        arg->pool = p;
+        arg->index = i + 1;
+        if (pthread_create(&p->threads[i], NULL, worker_main, arg) != 0) {
             free(arg);
-            p->nworkers = i;
             cpu_pool_destroy(p);
             return -1;
         }
@@ -93,13 +135,12 @@ void cpu_pool_destroy(cpu_pool *p)
     if (!p)
         return;
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nworkers; i++)
         pthread_join(p->threads[i], NULL);
     pthread_cond_destroy(&p->start);
-    pthread_cond_destroy(&p->done);
     pthread_mutex_destroy(&p->mu);
     pthread_mutex_destroy(&p->launch_lock);
     free(p->threads);
@@ -108,11 +149,12 @@ void cpu_pool_destroy(cpu_pool *p)
 
 int cpu_pool_workers(const cpu_pool *p) { return p->nworkers; }
 
-void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *ctx, int64_t total,
-                  int parts)
+void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *ctx, int64_t total, int parts)
 {
     if (parts > p->nworkers + 1)
         parts = p->nworkers + 1;
+    if (parts > 0xffff)
+        parts = 0xffff;
     if (parts > total)
         parts = (int)total;
     if (parts <= 1) {
@@ -121,19 +163,24 @@ void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *ctx, int64_t total,
         return;
     }
     pthread_mutex_lock(&p->launch_lock);
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->total = total;
-    p->parts = parts;
-    p->pending = parts - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->start);
-    pthread_mutex_unlock(&p->mu);
-    run_chunk(p, 0);
+    atomic_store_explicit(&p->pending, parts - 1, memory_order_relaxed);
     pthread_mutex_lock(&p->mu);
-    while (p->pending > 0)
-        pthread_cond_wait(&p->done, &p->mu);
+    unsigned long ticket = ((atomic_load(&p->generation) >> 16) + 1) << 16 | (unsigned long)parts;
+    atomic_store_explicit(&p->generation, ticket, memory_order_release);
+    if (p->sleeping)
+        pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
+    run_chunk(p, 0, parts);
+    /* The workers are running, not sleeping: spin, yielding now and then so
+     * an oversubscribed machine still makes progress. */
+    for (unsigned spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < 4096)
+            cpu_relax();
+        else
+            sched_yield();
+    }
     pthread_mutex_unlock(&p->launch_lock);
 }

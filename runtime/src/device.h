@@ -53,11 +53,21 @@ struct ar_backend {
                    char **log);
     int (*load)(attnres_device *dev, const void *blob, size_t size,
                 const char *kernel_name, const char *params_json, ar_kernel *k);
-    int (*load_generic)(attnres_device *dev, attnres_dtype dtype, ar_kernel *k);
+    /* Loads the built-in generic kernel of the problem's op and dtype. */
+    int (*load_generic)(attnres_device *dev, const attnres_problem *p, ar_kernel *k);
     void (*unload)(attnres_device *dev, ar_kernel *k);
     int (*launch_mix)(attnres_device *dev, const ar_kernel *k,
                       const attnres_problem *p, int64_t T,
                       const attnres_mix_args *a, void *stream);
+    /* Block AttnRes phases. Optional: NULL means the device has no kernels
+     * for them, and attnres_run_phase1/2 answer EUNSUPPORTED. The problem's
+     * op must match (the caller checks). */
+    int (*launch_phase1)(attnres_device *dev, const ar_kernel *k,
+                         const attnres_problem *p, int64_t T,
+                         const attnres_phase1_args *a, void *stream);
+    int (*launch_phase2)(attnres_device *dev, const ar_kernel *k,
+                         const attnres_problem *p, int64_t T,
+                         const attnres_phase2_args *a, void *stream);
     /* Memory and timing, for the tuner and tests. */
     int (*mem_alloc)(attnres_device *dev, size_t bytes, void **ptr);
     void (*mem_free)(attnres_device *dev, void *ptr);

@@ -72,16 +72,22 @@ static void unload_all(attnres_plan *plan)
     plan->nbuckets = 0;
 }
 
+static const char *op_name(attnres_op op)
+{
+    return op == ATTNRES_OP_MIX ? "mix" : op == ATTNRES_OP_PHASE1 ? "phase1" : "phase2";
+}
+
 static void fill_ardb_problem(const attnres_problem *p, ardb_problem *q)
 {
     memset(q, 0, sizeof *q);
-    q->op = p->op == ATTNRES_OP_MIX ? "mix" : p->op == ATTNRES_OP_PHASE1 ? "phase1" : "phase2";
+    q->op = op_name(p->op);
     q->dtype = attnres_dtype_name(p->dtype);
     q->form = p->form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace";
     q->d = p->d;
     q->n = p->n;
     q->heads = p->heads;
     q->epilogue = p->epilogue;
+    q->s = p->op == ATTNRES_OP_PHASE1 ? p->s : 0;
 }
 
 static void fill_ardb_device(const attnres_device *dev, ardb_device *d)
@@ -195,7 +201,7 @@ static int try_level(attnres_plan *plan, attnres_db *db, attnres_plan_level leve
 static int load_generic(attnres_plan *plan)
 {
     plan_bucket *b = &plan->buckets[0];
-    int st = plan->dev->ops->load_generic(plan->dev, plan->problem.dtype, &b->kernel);
+    int st = plan->dev->ops->load_generic(plan->dev, &plan->problem, &b->kernel);
     if (st != ATTNRES_OK)
         return st;
     b->t_bucket = 0;
@@ -228,6 +234,13 @@ int attnres_plan_create(attnres_device *dev, attnres_db *db, const attnres_probl
         ar_device_fail(dev, st, "%s", msg);
         return st;
     }
+    if ((problem->op == ATTNRES_OP_PHASE1 && !dev->ops->launch_phase1) ||
+        (problem->op == ATTNRES_OP_PHASE2 && !dev->ops->launch_phase2)) {
+        ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the %s backend has no %s kernels", dev->backend,
+                       op_name(problem->op));
+        snprintf(msg, msg_len, "%s", dev->errmsg);
+        return ATTNRES_EUNSUPPORTED;
+    }
     attnres_plan *plan = calloc(1, sizeof *plan);
     if (!plan) {
         snprintf(msg, msg_len, "out of memory");
@@ -235,10 +248,13 @@ int attnres_plan_create(attnres_device *dev, attnres_db *db, const attnres_probl
     }
     plan->dev = dev;
     plan->problem = *problem;
-    explain(plan, "problem: mix %s d=%" PRId64 " N=%d H=%d %s%s on %s\n", attnres_dtype_name(problem->dtype),
-            problem->d, problem->n, problem->heads,
+    char sites[32] = "";
+    if (problem->op == ATTNRES_OP_PHASE1)
+        snprintf(sites, sizeof sites, " S=%d", problem->s);
+    explain(plan, "problem: %s %s d=%" PRId64 " N=%d%s H=%d %s%s%s on %s\n", op_name(problem->op),
+            attnres_dtype_name(problem->dtype), problem->d, problem->n, sites, problem->heads,
             problem->form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace",
-            problem->epilogue ? " +epilogue" : "", dev->fingerprint);
+            problem->epilogue ? " +epilogue" : "", problem->fuse_add ? " +fused add" : "", dev->fingerprint);
     st = ATTNRES_ENOTFOUND;
     if (!db)
         explain(plan, "no database given\n");
@@ -311,12 +327,35 @@ static int run_fail(attnres_plan *plan, int status, const char *fmt, ...)
 
 static int misaligned(const void *p, size_t align) { return ((uintptr_t)p % align) != 0; }
 
+/* The bucket that serves T tokens. */
+static const plan_bucket *pick_bucket(const attnres_plan *plan, int64_t T)
+{
+    const plan_bucket *b = &plan->buckets[0];
+    for (int i = 0; i < plan->nbuckets; i++) {
+        b = &plan->buckets[i];
+        if (T <= b->t_max)
+            break;
+    }
+    return b;
+}
+
+/* Refuses a run whose entry point does not match the plan's op. */
+static int check_op(attnres_plan *plan, attnres_op want, const char *entry)
+{
+    if (plan->problem.op == want)
+        return ATTNRES_OK;
+    return run_fail(plan, ATTNRES_EMISMATCH, "%s called on a plan for op %s (it runs op %s)", entry,
+                    op_name(plan->problem.op), op_name(want));
+}
+
 int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, void *stream)
 {
     if (!plan)
         return ATTNRES_EINVAL;
     if (T < 0)
         return run_fail(plan, ATTNRES_EINVAL, "T must be >= 0 (got %" PRId64 ")", T);
+    if (check_op(plan, ATTNRES_OP_MIX, "attnres_run_mix"))
+        return ATTNRES_EMISMATCH;
     if (T == 0)
         return ATTNRES_OK;
     const attnres_problem *p = &plan->problem;
@@ -348,13 +387,108 @@ int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, vo
             return run_fail(plan, ATTNRES_EINVAL, "out_eps must be positive and finite (got %g)",
                             (double)a->out_eps);
     }
-    const plan_bucket *b = &plan->buckets[0];
-    for (int i = 0; i < plan->nbuckets; i++) {
-        b = &plan->buckets[i];
-        if (T <= b->t_max)
-            break;
-    }
+    const plan_bucket *b = pick_bucket(plan, T);
     int st = plan->dev->ops->launch_mix(plan->dev, &b->kernel, p, T, a, stream);
+    if (st != ATTNRES_OK)
+        return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
+    return ATTNRES_OK;
+}
+
+/* ---- Block AttnRes phases -------------------------------------------- */
+
+static int check_eps(attnres_plan *plan, const char *name, float eps)
+{
+    if (!(eps > 0.0f) || !(eps < 1e30f))
+        return run_fail(plan, ATTNRES_EINVAL, "%s must be positive and finite (got %g)", name, (double)eps);
+    return ATTNRES_OK;
+}
+
+int attnres_run_phase1(attnres_plan *plan, int64_t T, const attnres_phase1_args *a, void *stream)
+{
+    if (!plan)
+        return ATTNRES_EINVAL;
+    if (T < 0)
+        return run_fail(plan, ATTNRES_EINVAL, "T must be >= 0 (got %" PRId64 ")", T);
+    if (check_op(plan, ATTNRES_OP_PHASE1, "attnres_run_phase1"))
+        return ATTNRES_EMISMATCH;
+    if (T == 0)
+        return ATTNRES_OK;
+    const attnres_problem *p = &plan->problem;
+    const size_t es = attnres_dtype_size(p->dtype);
+    if (!a || !a->sources || !a->queries || !a->o1 || !a->lse)
+        return run_fail(plan, ATTNRES_EINVAL, "args, sources, queries, o1 and lse must not be NULL");
+    for (int i = 0; i < p->n; i++) {
+        if (!a->sources[i])
+            return run_fail(plan, ATTNRES_EINVAL, "source %d is NULL", i);
+        if (misaligned(a->sources[i], es))
+            return run_fail(plan, ATTNRES_EINVAL, "source %d is not aligned to its %zu-byte elements", i, es);
+        if (a->source_strides && a->source_strides[i] && a->source_strides[i] < p->d)
+            return run_fail(plan, ATTNRES_EMISMATCH, "source %d stride %" PRId64 " is less than d = %" PRId64, i,
+                            a->source_strides[i], p->d);
+    }
+    for (int j = 0; j < p->s; j++) {
+        if (!a->o1[j] || !a->lse[j])
+            return run_fail(plan, ATTNRES_EINVAL, "o1 or lse of site %d is NULL", j);
+        if (misaligned(a->o1[j], es) || misaligned(a->lse[j], 4))
+            return run_fail(plan, ATTNRES_EINVAL, "o1 or lse of site %d is misaligned", j);
+    }
+    if (misaligned(a->queries, 4))
+        return run_fail(plan, ATTNRES_EINVAL, "queries is misaligned");
+    if (a->o1_stride && a->o1_stride < p->d)
+        return run_fail(plan, ATTNRES_EMISMATCH, "o1 stride %" PRId64 " is less than d = %" PRId64, a->o1_stride,
+                        p->d);
+    if (a->lse_stride && a->lse_stride < p->heads)
+        return run_fail(plan, ATTNRES_EMISMATCH, "lse stride %" PRId64 " is less than H = %d", a->lse_stride,
+                        p->heads);
+    if (check_eps(plan, "eps", a->eps))
+        return ATTNRES_EINVAL;
+    if (!plan->dev->ops->launch_phase1)
+        return run_fail(plan, ATTNRES_EUNSUPPORTED, "the %s backend has no phase1 kernels", plan->dev->backend);
+    const plan_bucket *b = pick_bucket(plan, T);
+    int st = plan->dev->ops->launch_phase1(plan->dev, &b->kernel, p, T, a, stream);
+    if (st != ATTNRES_OK)
+        return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
+    return ATTNRES_OK;
+}
+
+int attnres_run_phase2(attnres_plan *plan, int64_t T, const attnres_phase2_args *a, void *stream)
+{
+    if (!plan)
+        return ATTNRES_EINVAL;
+    if (T < 0)
+        return run_fail(plan, ATTNRES_EINVAL, "T must be >= 0 (got %" PRId64 ")", T);
+    if (check_op(plan, ATTNRES_OP_PHASE2, "attnres_run_phase2"))
+        return ATTNRES_EMISMATCH;
+    if (T == 0)
+        return ATTNRES_OK;
+    const attnres_problem *p = &plan->problem;
+    const size_t es = attnres_dtype_size(p->dtype);
+    if (!a || !a->o1 || !a->lse || !a->partial || !a->query || !a->out)
+        return run_fail(plan, ATTNRES_EINVAL, "args, o1, lse, partial, query and out must not be NULL");
+    if (misaligned(a->o1, es) || misaligned(a->partial, es) || misaligned(a->out, es) || misaligned(a->lse, 4) ||
+        misaligned(a->query, 4))
+        return run_fail(plan, ATTNRES_EINVAL, "o1, lse, partial, query or out is misaligned");
+    if ((a->o1_stride && a->o1_stride < p->d) || (a->partial_stride && a->partial_stride < p->d) ||
+        (a->out_stride && a->out_stride < p->d) || (a->sublayer_stride && a->sublayer_stride < p->d) ||
+        (a->normed_stride && a->normed_stride < p->d))
+        return run_fail(plan, ATTNRES_EMISMATCH, "a row stride is less than d = %" PRId64, p->d);
+    if (a->lse_stride && a->lse_stride < p->heads)
+        return run_fail(plan, ATTNRES_EMISMATCH, "lse stride %" PRId64 " is less than H = %d", a->lse_stride,
+                        p->heads);
+    if (check_eps(plan, "eps", a->eps))
+        return ATTNRES_EINVAL;
+    if (p->fuse_add && (!a->sublayer || misaligned(a->sublayer, es)))
+        return run_fail(plan, ATTNRES_EINVAL, "the fused add needs an aligned sublayer output");
+    if (p->epilogue) {
+        if (!a->normed || !a->out_gain || misaligned(a->normed, es) || misaligned(a->out_gain, 4))
+            return run_fail(plan, ATTNRES_EINVAL, "the epilogue needs aligned normed and out_gain");
+        if (check_eps(plan, "out_eps", a->out_eps))
+            return ATTNRES_EINVAL;
+    }
+    if (!plan->dev->ops->launch_phase2)
+        return run_fail(plan, ATTNRES_EUNSUPPORTED, "the %s backend has no phase2 kernels", plan->dev->backend);
+    const plan_bucket *b = pick_bucket(plan, T);
+    int st = plan->dev->ops->launch_phase2(plan->dev, &b->kernel, p, T, a, stream);
     if (st != ATTNRES_OK)
         return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
     return ATTNRES_OK;

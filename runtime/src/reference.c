@@ -72,3 +72,120 @@ int attnres_reference_mix(const attnres_problem *p, int64_t T,
     free(score);
     return ATTNRES_OK;
 }
+
+/* ---- Block AttnRes, two-phase form -------------------------------------- */
+
+/* 1 / RMS of one row of d values. */
+static double inv_rms(const double *v, int64_t d, double eps)
+{
+    double sumsq = 0;
+    for (int64_t k = 0; k < d; k++)
+        sumsq += v[k] * v[k];
+    return 1.0 / sqrt(sumsq / (double)d + eps);
+}
+
+int attnres_reference_phase1(const attnres_problem *p, int64_t T,
+                             const double *const *sources,
+                             const double *queries, double scale, double eps,
+                             double *o1, double *lse)
+{
+    if (attnres_problem_check(p, NULL, 0) != ATTNRES_OK ||
+        p->op != ATTNRES_OP_PHASE1 || T < 0 || !sources || !queries || !o1 ||
+        !lse || !(eps > 0))
+        return ATTNRES_EINVAL;
+    for (int32_t i = 0; i < p->n; i++)
+        if (!sources[i])
+            return ATTNRES_EINVAL;
+    const int64_t d = p->d, hd = p->d / p->heads;
+    const int n = p->n, heads = p->heads, sites = p->s;
+    double *r = malloc(sizeof(double) * (size_t)n);
+    double *score = malloc(sizeof(double) * (size_t)n);
+    if (!r || !score) {
+        free(r);
+        free(score);
+        return ATTNRES_ENOMEM;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        for (int i = 0; i < n; i++)
+            r[i] = inv_rms(sources[i] + t * d, d, eps);
+        for (int j = 0; j < sites; j++) {
+            const double *u = queries + (int64_t)j * d;
+            double *o = o1 + ((int64_t)j * T + t) * d;
+            for (int h = 0; h < heads; h++) {
+                for (int i = 0; i < n; i++) {
+                    const double *v = sources[i] + t * d;
+                    double dot = 0;
+                    for (int64_t k = h * hd; k < (h + 1) * hd; k++)
+                        dot += r[i] * v[k] * u[k];
+                    score[i] = scale * dot;
+                }
+                /* As in the mix reference: fmax skips NaN, exp(NaN) does not. */
+                double m = -1e300, l = 0;
+                for (int i = 0; i < n; i++)
+                    m = fmax(m, score[i]);
+                for (int i = 0; i < n; i++) {
+                    score[i] = exp(score[i] - m);
+                    l += score[i];
+                }
+                lse[((int64_t)j * T + t) * heads + h] = m + log(l);
+                for (int64_t k = h * hd; k < (h + 1) * hd; k++) {
+                    double mix = 0;
+                    for (int i = 0; i < n; i++)
+                        mix += score[i] / l * sources[i][t * d + k];
+                    o[k] = mix;
+                }
+            }
+        }
+    }
+    free(r);
+    free(score);
+    return ATTNRES_OK;
+}
+
+/* The logistic function, without overflow for large |x|; NaN stays NaN. */
+static double sigmoid(double x)
+{
+    if (x >= 0)
+        return 1.0 / (1.0 + exp(-x));
+    const double e = exp(x);
+    return e / (1.0 + e);
+}
+
+int attnres_reference_phase2(const attnres_problem *p, int64_t T,
+                             const double *o1, const double *lse,
+                             double *partial, const double *sublayer,
+                             const double *query, double scale, double eps,
+                             const double *out_gain, double out_eps,
+                             double *out, double *normed)
+{
+    if (attnres_problem_check(p, NULL, 0) != ATTNRES_OK ||
+        p->op != ATTNRES_OP_PHASE2 || T < 0 || !o1 || !lse || !partial ||
+        !query || !out || !(eps > 0) || (p->fuse_add && !sublayer) ||
+        (p->epilogue && (!out_gain || !normed || !(out_eps > 0))))
+        return ATTNRES_EINVAL;
+    const int64_t d = p->d, hd = p->d / p->heads;
+    const int heads = p->heads;
+    for (int64_t t = 0; t < T; t++) {
+        double *b = partial + t * d;
+        if (p->fuse_add)
+            for (int64_t k = 0; k < d; k++)
+                b[k] += sublayer[t * d + k];
+        const double r = inv_rms(b, d, eps);
+        const double *o = o1 + t * d;
+        double *y = out + t * d;
+        for (int h = 0; h < heads; h++) {
+            double dot = 0;
+            for (int64_t k = h * hd; k < (h + 1) * hd; k++)
+                dot += r * b[k] * query[k];
+            const double p2 = sigmoid(scale * dot - lse[t * heads + h]);
+            for (int64_t k = h * hd; k < (h + 1) * hd; k++)
+                y[k] = o[k] + p2 * (b[k] - o[k]);
+        }
+        if (p->epilogue) {
+            const double rs = inv_rms(y, d, out_eps);
+            for (int64_t k = 0; k < d; k++)
+                normed[t * d + k] = y[k] * rs * out_gain[k];
+        }
+    }
+    return ATTNRES_OK;
+}

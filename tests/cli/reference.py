@@ -56,3 +56,87 @@ def round_f32(x):
 
 
 ROUND = {"f32": round_f32, "bf16": round_bf16, "f16": round_f16}
+
+
+def _fold(query, gain):
+    return [query[k] * (gain[k] if gain is not None else 1.0) for k in range(len(query))]
+
+
+def _inv_rms(row, eps):
+    return 1.0 / math.sqrt(sum(x * x for x in row) / len(row) + eps)
+
+
+def phase1(sources, queries, gains=None, heads=1, eps=1e-6, scale=1.0):
+    """Block AttnRes phase 1. sources: n lists of T rows of d floats; queries
+    (and gains): S rows of d floats. Returns (o1, lse): o1 is S lists of T
+    rows of d floats, lse is S lists of T rows of H floats (m + log l)."""
+    n = len(sources)
+    t_count = len(sources[0])
+    d = len(queries[0])
+    hd = d // heads
+    o1, lse = [], []
+    for j, query in enumerate(queries):
+        u = _fold(query, gains[j] if gains is not None else None)
+        o_site, l_site = [], []
+        for t in range(t_count):
+            rows = [sources[i][t] for i in range(n)]
+            r = [_inv_rms(row, eps) for row in rows]
+            o = [0.0] * d
+            lse_t = []
+            for h in range(heads):
+                ks = range(h * hd, (h + 1) * hd)
+                scores = [scale * sum(r[i] * rows[i][k] * u[k] for k in ks) for i in range(n)]
+                if any(math.isnan(s) for s in scores):
+                    weights, lse_h = [math.nan] * n, math.nan
+                else:
+                    m = max(scores)
+                    e = [math.exp(s - m) for s in scores]
+                    total = sum(e)
+                    weights = [x / total for x in e]
+                    lse_h = m + math.log(total)
+                lse_t.append(lse_h)
+                for k in ks:
+                    o[k] = sum(weights[i] * rows[i][k] for i in range(n))
+            o_site.append(o)
+            l_site.append(lse_t)
+        o1.append(o_site)
+        lse.append(l_site)
+    return o1, lse
+
+
+def _sigmoid(x):
+    if math.isnan(x):
+        return math.nan
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def phase2(o1, lse, partial, query, gain=None, heads=1, eps=1e-6, scale=1.0, sublayer=None, out_gain=None,
+           out_eps=1e-6):
+    """Block AttnRes phase 2 for one site. o1, partial, sublayer: T rows of d
+    floats; lse: T rows of H floats. Returns (out, normed, partial_new), where
+    partial_new is partial + sublayer (or partial when sublayer is None)."""
+    d = len(query)
+    hd = d // heads
+    u = _fold(query, gain)
+    out, normed, partial_new = [], [], []
+    for t in range(len(o1)):
+        b = list(partial[t])
+        if sublayer is not None:
+            b = [b[k] + sublayer[t][k] for k in range(d)]
+        partial_new.append(b)
+        r = _inv_rms(b, eps)
+        o = [0.0] * d
+        for h in range(heads):
+            ks = range(h * hd, (h + 1) * hd)
+            s2 = scale * sum(r * b[k] * u[k] for k in ks)
+            p2 = _sigmoid(s2 - lse[t][h])
+            for k in ks:
+                o[k] = o1[t][k] + p2 * (b[k] - o1[t][k])
+        out.append(o)
+        if out_gain is not None:
+            rs = _inv_rms(o, out_eps)
+            normed.append([o[k] * rs * out_gain[k] for k in range(d)])
+    return out, normed, partial_new

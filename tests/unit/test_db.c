@@ -363,7 +363,7 @@ static void test_open_errors(void)
     ardb_close(db);
     CHECK(raw_exec(path, "PRAGMA user_version = 7") == SQLITE_OK);
     EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENEWER,
-                "database schema version 7 is newer than this build (1)");
+                "database schema version 7 is newer than this build (2)");
     EXPECT_OPEN(path, 0, ARDB_ENEWER, "is newer than this build");
     EXPECT_OPEN(path, ARDB_CREATE, ARDB_ENEWER, "is newer than this build");
     CHECK(raw_int(path, "PRAGMA user_version") == 7);

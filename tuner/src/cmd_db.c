@@ -1,17 +1,117 @@
-/* cmd_db.c - `attnres db`: reading a tuning database. */
+/*
+ * cmd_db.c - `attnres db`: the tuning database as history. This file holds
+ * the dispatcher, the listings (show, runs) and notes; comparisons are in
+ * cmd_db_compare.c, export/import/merge in cmd_db_exchange.c, pictures in
+ * cmd_db_plot.c.
+ */
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ardb.h"
 #include "cli.h"
+#include "cmd_db.h"
+#include "revalidate.h"
 
 static const char db_usage[] =
-    "usage: attnres db show [--db FILE] [--run ID]\n"
-    "       attnres db runs [--db FILE]\n"
+    "usage: attnres db show [--db FILE] [--run RUN]\n"
+    "       attnres db runs [--db FILE] [--long | --json]\n"
+    "       attnres db diff RUN_A RUN_B [--db FILE] [--threshold PCT] [--json]\n"
+    "       attnres db regress --baseline RUN [--candidate RUN] [--threshold PCT] [--json] [--db FILE]\n"
+    "       attnres db export --json|--csv [--table measurements|winners|runs] [--no-source]\n"
+    "                         [--out FILE] [--db FILE]\n"
+    "       attnres db import FILE.json [--db FILE]\n"
+    "       attnres db merge SRC.db [--db FILE]\n"
+    "       attnres db plot --out DIR [--runs N] [--db FILE]\n"
+    "       attnres db note RUN TEXT [--db FILE]\n"
+    "       attnres db revalidate [--device SPEC] [--db FILE] [--quiet]\n"
     "\n"
-    "  show   the newest winner of every problem on every device (or of one run)\n"
-    "  runs   every tuning run, oldest first\n"
-    "  FILE defaults to attnres.db.\n";
+    "  show        the newest winner of every problem on every device (or of one run)\n"
+    "  runs        every run, oldest first: when, who, versions, device, policy, note\n"
+    "  diff        per problem, each run's winner and time, the ratio B/A, and whether\n"
+    "              the difference is beyond the noise of both runs\n"
+    "  regress     exit 0 when no problem of the candidate run (default: the newest\n"
+    "              run after the baseline on its device) got slower than the baseline\n"
+    "              beyond PCT percent (default 5) and the noise, 1 when one did (listed),\n"
+    "              2 on usage errors or when the runs cannot be compared\n"
+    "  export      the history as JSON (for import elsewhere) or CSV (for dashboards)\n"
+    "  import      a JSON export, without duplicates (FILE - reads standard input)\n"
+    "  merge       another database file, without duplicates (e.g. tuning shards)\n"
+    "  plot        SVG charts into DIR: each problem's winner latency across runs, and\n"
+    "              % of roofline by problem for the last N runs (default 8)\n"
+    "  note        label a run (e.g. \"driver 560.35\"); shown by runs, diff and regress\n"
+    "  revalidate  the same as `attnres tune --revalidate`: re-measure the stored\n"
+    "              winners only, as a new run that regress can compare\n"
+    "\n"
+    "  RUN is an id, 'latest', 'latest~K' (K runs before the newest) or the start of\n"
+    "  a run's uid. Noise: |B - A| > 3 x (spread A + spread B), spread being each\n"
+    "  measurement's median absolute deviation. FILE defaults to attnres.db.\n";
+
+/* ---- shared helpers ------------------------------------------------------ */
+
+int db_open(const char *path, unsigned flags, ardb **db)
+{
+    char msg[1024];
+    if (ardb_open(path, flags, db, msg, sizeof msg) != ARDB_DONE) {
+        cli_error("db", "%s", msg);
+        return -1;
+    }
+    return 0;
+}
+
+int db_resolve_run(ardb *db, const char *text, int64_t *run_id)
+{
+    if (ardb_run_resolve(db, text, run_id) != ARDB_DONE) {
+        cli_error("db", "%s", ardb_errmsg(db));
+        return -1;
+    }
+    return 0;
+}
+
+void db_json_string(FILE *out, const char *s)
+{
+    if (!s) {
+        fputs("null", out);
+        return;
+    }
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", out);
+        else if (c == '\t')
+            fputs("\\t", out);
+        else if (c < 0x20)
+            fprintf(out, "\\u%04x", c);
+        else
+            fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+void db_json_number(FILE *out, double v)
+{
+    if (isfinite(v))
+        fprintf(out, "%.17g", v);
+    else
+        fputs("null", out);
+}
+
+void db_run_label(const ardb_run_info *r, char *buf, size_t len)
+{
+    char when[20] = "?";
+    if (r->started_at) {
+        snprintf(when, sizeof when, "%.19s", r->started_at);
+        if (strlen(when) > 10)
+            when[10] = ' ';
+    }
+    snprintf(buf, len, "run %" PRId64 " (%s, %s)", r->id, r->strategy ? r->strategy : "?", when);
+}
+
+/* ---- show ------------------------------------------------------------------- */
 
 typedef struct table_ctx {
     int printed_header;
@@ -33,49 +133,252 @@ static int print_row(void *ctxp, int ncol, const char *const *names, const char 
     return 0;
 }
 
-int cmd_db(int argc, char **argv)
+static int cmd_show(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(db_usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
-    }
-    const char *sub = argv[1], *path = "attnres.db";
-    int64_t run = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *v;
-        if (strcmp(argv[i], "--help") == 0) {
-            fputs(db_usage, stdout);
-            return CLI_EXIT_OK;
-        } else if (strcmp(argv[i], "--db") == 0) {
+    const char *path = "attnres.db", *run_text = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--db") == 0) {
             if (!(path = cli_value("db", argc, argv, &i)))
                 return CLI_EXIT_USAGE;
-        } else if (strcmp(argv[i], "--run") == 0 && strcmp(sub, "show") == 0) {
-            if (!(v = cli_value("db", argc, argv, &i)) || cli_parse_int("db", "--run", v, &run))
+        } else if (strcmp(argv[i], "--run") == 0) {
+            if (!(run_text = cli_value("db", argc, argv, &i)))
                 return CLI_EXIT_USAGE;
         } else {
             cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
             return CLI_EXIT_USAGE;
         }
     }
-    if (strcmp(sub, "show") != 0 && strcmp(sub, "runs") != 0) {
-        cli_error("db", "unknown subcommand '%s' (see attnres db --help)", sub);
+    ardb *db;
+    int64_t run = 0;
+    if (db_open(path, ARDB_READONLY, &db))
+        return CLI_EXIT_FAIL;
+    if (run_text && db_resolve_run(db, run_text, &run)) {
+        ardb_close(db);
         return CLI_EXIT_USAGE;
     }
-    char msg[1024];
-    ardb *db;
-    if (ardb_open(path, ARDB_READONLY, &db, msg, sizeof msg) != ARDB_DONE) {
-        cli_error("db", "%s", msg);
-        return CLI_EXIT_FAIL;
-    }
-    static const int show_widths[8] = {44, 24, 34, 12, 9, 9, 9, 9};
-    static const int run_widths[8] = {5, 25, 25, 10, 24, 11, 8, 10};
-    table_ctx ctx = {0, strcmp(sub, "show") == 0 ? show_widths : run_widths};
-    int rc = strcmp(sub, "show") == 0 ? ardb_list_winners(db, run, print_row, &ctx)
-                                      : ardb_list_runs(db, print_row, &ctx);
+    static const int widths[8] = {44, 24, 34, 12, 9, 9, 9, 9};
+    table_ctx ctx = {0, widths};
+    int rc = ardb_list_winners(db, run, print_row, &ctx);
     if (rc != ARDB_DONE)
         cli_error("db", "%s", ardb_errmsg(db));
     else if (!ctx.printed_header)
-        printf("(no %s recorded in %s)\n", strcmp(sub, "show") == 0 ? "winners" : "runs", path);
+        printf("(no winners recorded in %s)\n", path);
     ardb_close(db);
     return rc == ARDB_DONE ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}
+
+/* ---- runs ------------------------------------------------------------------- */
+
+static const char *or_dash(const char *s) { return s && *s ? s : "-"; }
+
+static void print_runs_table(const ardb_run_info *r, size_t n)
+{
+    printf("%-5s %-19s %-9s %-10s %-26s %-8s %-12s %-24s %-7s %-7s %s\n", "id", "started (UTC)", "status",
+           "strategy", "device", "version", "templates", "compiler", "winners", "meas.", "note");
+    for (size_t i = 0; i < n; i++) {
+        char when[20] = "-", dev[27], comp[25], tmpl[13];
+        if (r[i].started_at) {
+            snprintf(when, sizeof when, "%.19s", r[i].started_at);
+            if (strlen(when) > 10)
+                when[10] = ' ';
+        }
+        snprintf(dev, sizeof dev, "%s", or_dash(r[i].device_name));
+        snprintf(comp, sizeof comp, "%s", or_dash(r[i].compiler));
+        snprintf(tmpl, sizeof tmpl, "%s", or_dash(r[i].templates_hash));
+        printf("%-5" PRId64 " %-19s %-9s %-10s %-26s %-8s %-12s %-24s %-7" PRId64 " %-7" PRId64 " %s\n", r[i].id, when,
+               or_dash(r[i].status), or_dash(r[i].strategy), dev, or_dash(r[i].project_version), tmpl, comp,
+               r[i].winners, r[i].measurements, r[i].note ? r[i].note : "");
+    }
+}
+
+static void print_runs_long(const ardb_run_info *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        printf("run %" PRId64 "%s%s\n", r[i].id, r[i].note ? ": " : "", r[i].note ? r[i].note : "");
+        printf("  uid          %s\n", or_dash(r[i].uid));
+        printf("  started      %s\n  finished     %s (%s)\n", or_dash(r[i].started_at), or_dash(r[i].finished_at),
+               or_dash(r[i].status));
+        printf("  by           %s@%s\n  command      %s\n", or_dash(r[i].user), or_dash(r[i].host),
+               or_dash(r[i].command));
+        printf("  attnres      %s, templates %s\n", or_dash(r[i].project_version), or_dash(r[i].templates_hash));
+        printf("  compiler     %s\n  driver       %s\n", or_dash(r[i].compiler), or_dash(r[i].driver));
+        printf("  device       %s (%s, %s)\n  fingerprint  %s\n", or_dash(r[i].device_name),
+               or_dash(r[i].device_backend), or_dash(r[i].device_arch), or_dash(r[i].device_fingerprint));
+        printf("  strategy     %s\n  policy       %s\n", or_dash(r[i].strategy), or_dash(r[i].policy_json));
+        printf("  roofline     %.1f GB/s copy, %.2f us empty launch\n", r[i].copy_gbps, r[i].launch_us);
+        printf("  recorded     %" PRId64 " measurement(s), %" PRId64 " winner(s)\n\n", r[i].measurements,
+               r[i].winners);
+    }
+}
+
+void db_print_run_json(FILE *out, const ardb_run_info *r)
+{
+    struct {
+        const char *k, *v;
+    } s[] = {{"uid", r->uid},
+             {"note", r->note},
+             {"started_at", r->started_at},
+             {"finished_at", r->finished_at},
+             {"status", r->status},
+             {"user", r->user},
+             {"host", r->host},
+             {"command", r->command},
+             {"project_version", r->project_version},
+             {"templates_hash", r->templates_hash},
+             {"compiler", r->compiler},
+             {"driver", r->driver},
+             {"strategy", r->strategy},
+             {"policy_json", r->policy_json},
+             {"device", r->device_name},
+             {"device_fingerprint", r->device_fingerprint}};
+    fprintf(out, "{\"id\": %" PRId64, r->id);
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        fprintf(out, ", \"%s\": ", s[i].k);
+        db_json_string(out, s[i].v);
+    }
+    fputs(", \"copy_gbps\": ", out);
+    db_json_number(out, r->copy_gbps);
+    fputs(", \"launch_us\": ", out);
+    db_json_number(out, r->launch_us);
+    fprintf(out, ", \"measurements\": %" PRId64 ", \"winners\": %" PRId64 "}", r->measurements, r->winners);
+}
+
+static int cmd_runs(int argc, char **argv)
+{
+    const char *path = "attnres.db";
+    int json = 0, lng = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--db") == 0) {
+            if (!(path = cli_value("db", argc, argv, &i)))
+                return CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[i], "--long") == 0) {
+            lng = 1;
+        } else {
+            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    ardb *db;
+    ardb_run_info *runs = NULL;
+    size_t n = 0;
+    if (db_open(path, ARDB_READONLY, &db))
+        return CLI_EXIT_FAIL;
+    if (ardb_run_list(db, &runs, &n) != ARDB_DONE) {
+        cli_error("db", "%s", ardb_errmsg(db));
+        ardb_close(db);
+        return CLI_EXIT_FAIL;
+    }
+    if (json) {
+        printf("[");
+        for (size_t i = 0; i < n; i++) {
+            printf(i ? ",\n " : "\n ");
+            db_print_run_json(stdout, &runs[i]);
+        }
+        printf("%s]\n", n ? "\n" : "");
+    } else if (n == 0) {
+        printf("(no runs recorded in %s)\n", path);
+    } else if (lng) {
+        print_runs_long(runs, n);
+    } else {
+        print_runs_table(runs, n);
+    }
+    ardb_run_infos_free(runs, n);
+    ardb_close(db);
+    return CLI_EXIT_OK;
+}
+
+/* ---- note ------------------------------------------------------------------- */
+
+static int cmd_note(int argc, char **argv)
+{
+    const char *path = "attnres.db", *pos[2] = {NULL, NULL};
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--db") == 0) {
+            if (!(path = cli_value("db", argc, argv, &i)))
+                return CLI_EXIT_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
+            return CLI_EXIT_USAGE;
+        } else if (npos < 2) {
+            pos[npos++] = argv[i];
+        } else {
+            cli_error("db", "note takes RUN and one TEXT (quote it)");
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (npos != 2) {
+        cli_error("db", "usage: attnres db note RUN TEXT [--db FILE]");
+        return CLI_EXIT_USAGE;
+    }
+    ardb *db;
+    int64_t run;
+    if (db_open(path, 0, &db))
+        return CLI_EXIT_FAIL;
+    if (db_resolve_run(db, pos[0], &run)) {
+        ardb_close(db);
+        return CLI_EXIT_USAGE;
+    }
+    int rc = ardb_run_set_note(db, run, pos[1][0] ? pos[1] : NULL);
+    if (rc != ARDB_DONE)
+        cli_error("db", "%s", ardb_errmsg(db));
+    ardb_close(db);
+    return rc == ARDB_DONE ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}
+
+/* ---- revalidate ------------------------------------------------------------ */
+
+static int cmd_revalidate(int argc, char **argv)
+{
+    const char *path = "attnres.db", *device = NULL;
+    int quiet = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--db") == 0) {
+            if (!(path = cli_value("db", argc, argv, &i)))
+                return CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--device") == 0) {
+            if (!(device = cli_value("db", argc, argv, &i)))
+                return CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--quiet") == 0) {
+            quiet = 1;
+        } else {
+            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    return tune_revalidate(device, path, quiet);
+}
+
+/* ---- dispatch --------------------------------------------------------------- */
+
+typedef struct subcommand {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+} subcommand;
+
+static const subcommand subcommands[] = {
+    {"show", cmd_show},          {"runs", cmd_runs},     {"diff", db_cmd_diff},
+    {"regress", db_cmd_regress}, {"export", db_cmd_export}, {"import", db_cmd_import},
+    {"merge", db_cmd_merge},     {"plot", db_cmd_plot},  {"note", cmd_note},
+    {"revalidate", cmd_revalidate},
+};
+
+int cmd_db(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(db_usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
+    }
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(db_usage, stdout);
+            return CLI_EXIT_OK;
+        }
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+        if (strcmp(argv[1], subcommands[i].name) == 0)
+            return subcommands[i].fn(argc - 1, argv + 1);
+    cli_error("db", "unknown subcommand '%s' (see attnres db --help)", argv[1]);
+    return CLI_EXIT_USAGE;
 }

@@ -24,13 +24,28 @@
 #include "ardb.h"
 #include "cli.h"
 #include "device.h"
+#include "isolate.h"
 #include "measure.h"
 #include "problems.h"
 #include "sha256.h"
 
 static const char tune_usage[] =
     "usage: attnres tune [--device cpu|cuda:N] [--db FILE] [--preset NAME | --problems FILE]\n"
-    "                    [--jobs N] [--quiet]\n"
+    "                    [--strategy halving|exhaustive|random] [--budget N | --budget SECONDSs]\n"
+    "                    [--seed S] [--shard I/N] [--jobs N] [--time-limit SECONDS]\n"
+    "                    [--no-isolate] [--quiet]\n"
+    "\n"
+    "  Strategies: halving (default) times every candidate cheaply, then the best\n"
+    "  quarter (at least 3, at most --budget N) fully; exhaustive times all fully;\n"
+    "  random times a sample of --budget N (default 8) chosen with --seed. The three\n"
+    "  best are then re-timed interleaved; candidates within the noise of the best\n"
+    "  form an equivalent set, and the one with the fewest resources wins, so the\n"
+    "  same machine picks the same winner twice. --budget 30s stops measuring new\n"
+    "  candidates of a problem after 30 seconds. --shard I/N takes every N-th\n"
+    "  candidate starting at I (0-based), for tuning in parallel and merging\n"
+    "  databases with `attnres db merge`. On the CPU each candidate runs in its own\n"
+    "  process, so one that crashes or hangs (past --time-limit, default 60 s) is\n"
+    "  recorded as launch_failed or timeout and the run goes on.\n"
     "\n"
     "  Tunes every problem of a preset (ci, default, k3, mhar-8b, delta-small; default:\n"
     "  default) or a problems file (see docs/problems.md) on the device (default: the\n"
@@ -38,9 +53,21 @@ static const char tune_usage[] =
     "  attnres.db, created if missing). A second run over the same problems reuses\n"
     "  every measurement whose candidate source, compiler and device are unchanged.\n";
 
+typedef enum strategy {
+    STRATEGY_HALVING,    /* screen all cheaply, measure the best fully */
+    STRATEGY_EXHAUSTIVE, /* measure every candidate fully */
+    STRATEGY_RANDOM      /* measure a deterministic random sample fully */
+} strategy;
+
 typedef struct tune_opts {
     const char *device, *db, *preset, *problems;
-    int jobs, quiet;
+    int jobs, quiet, isolate;
+    strategy strategy;
+    int64_t budget_candidates; /* 0: no limit */
+    double budget_seconds;     /* per problem; 0: no limit */
+    double time_limit_s;       /* per candidate */
+    uint64_t seed;
+    int shard_index, shard_count;
 } tune_opts;
 
 /* One variant's source, emitted once per run and shared by its problems. */
@@ -53,8 +80,6 @@ typedef struct source_entry {
     char *compile_log;
     void *blob;         /* freshly compiled, to store */
     size_t blob_size;
-    ar_kernel kernel_loaded;
-    int loaded, load_failed;
 } source_entry;
 
 typedef struct tuner {
@@ -68,7 +93,7 @@ typedef struct tuner {
     size_t ntemplates;
     source_entry **sources; /* stable pointers: candidates keep them */
     size_t nsources;
-    size_t reused, measured, failed;
+    size_t reused, measured, failed; /* candidate counts over the run */
 } tuner;
 
 static double now_s(void)
@@ -96,6 +121,9 @@ static int parse(int argc, char **argv, tune_opts *o)
     o->db = "attnres.db";
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->jobs = cores > 0 ? (int)cores : 1;
+    o->isolate = 1;
+    o->time_limit_s = 60;
+    o->shard_count = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int64_t n;
@@ -124,6 +152,69 @@ static int parse(int argc, char **argv, tune_opts *o)
             o->jobs = (int)n;
         } else if (strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
+        } else if (strcmp(a, "--no-isolate") == 0) {
+            o->isolate = 0;
+        } else if (strcmp(a, "--strategy") == 0) {
+            if (!(v = cli_value("tune", argc, argv, &i)))
+                return -1;
+            if (strcmp(v, "halving") == 0)
+                o->strategy = STRATEGY_HALVING;
+            else if (strcmp(v, "exhaustive") == 0)
+                o->strategy = STRATEGY_EXHAUSTIVE;
+            else if (strcmp(v, "random") == 0)
+                o->strategy = STRATEGY_RANDOM;
+            else {
+                cli_error("tune", "--strategy must be halving, exhaustive or random (got '%s')", v);
+                return -1;
+            }
+        } else if (strcmp(a, "--budget") == 0) {
+            if (!(v = cli_value("tune", argc, argv, &i)))
+                return -1;
+            size_t len = strlen(v);
+            if (len > 1 && v[len - 1] == 's') {
+                char num[64];
+                snprintf(num, sizeof num, "%.*s", (int)(len - 1), v);
+                double sec;
+                if (cli_parse_double("tune", a, num, &sec))
+                    return -1;
+                if (!(sec > 0)) {
+                    cli_error("tune", "--budget seconds must be positive");
+                    return -1;
+                }
+                o->budget_seconds = sec;
+            } else {
+                if (cli_parse_int("tune", a, v, &n))
+                    return -1;
+                if (n < 1) {
+                    cli_error("tune", "--budget must be at least 1 candidate");
+                    return -1;
+                }
+                o->budget_candidates = n;
+            }
+        } else if (strcmp(a, "--seed") == 0) {
+            if (!(v = cli_value("tune", argc, argv, &i)) || cli_parse_int("tune", a, v, &n))
+                return -1;
+            o->seed = (uint64_t)n;
+        } else if (strcmp(a, "--time-limit") == 0) {
+            double sec;
+            if (!(v = cli_value("tune", argc, argv, &i)) || cli_parse_double("tune", a, v, &sec))
+                return -1;
+            if (!(sec > 0)) {
+                cli_error("tune", "--time-limit must be positive");
+                return -1;
+            }
+            o->time_limit_s = sec;
+        } else if (strcmp(a, "--shard") == 0) {
+            if (!(v = cli_value("tune", argc, argv, &i)))
+                return -1;
+            int si, sn;
+            char extra;
+            if (sscanf(v, "%d/%d%c", &si, &sn, &extra) != 2 || sn < 1 || si < 0 || si >= sn) {
+                cli_error("tune", "--shard expects I/N with 0 <= I < N (got '%s')", v);
+                return -1;
+            }
+            o->shard_index = si;
+            o->shard_count = sn;
         } else {
             cli_error("tune", "unknown option '%s' (see attnres tune --help)", a);
             return -1;
@@ -292,91 +383,81 @@ static void compile_missing(tuner *t, source_entry **todo, size_t count)
              failed ? " (some failed, recorded as compile_failed)" : "");
 }
 
-static int load_entry(tuner *t, source_entry *e)
-{
-    if (e->loaded)
-        return ATTNRES_OK;
-    if (e->load_failed || e->compile_failed)
-        return ATTNRES_ELOAD;
-    void *blob;
-    size_t size;
-    if (ardb_binary_get(t->db, e->build_key, &blob, &size) != ARDB_DONE) {
-        e->load_failed = 1;
-        return ar_device_fail(t->dev, ATTNRES_ELOAD, "binary %s missing from the database", e->build_key);
-    }
-    memcpy(e->kernel_loaded.build_key, e->build_key, 65);
-    snprintf(e->kernel_loaded.variant, sizeof e->kernel_loaded.variant, "%s", e->id);
-    int rc = t->dev->ops->load(t->dev, blob, size, e->kernel, e->json, &e->kernel_loaded);
-    free(blob);
-    if (rc == ATTNRES_OK)
-        e->loaded = 1;
-    else
-        e->load_failed = 1;
-    return rc;
-}
-
 /* ---- one problem ------------------------------------------------------ */
 
 typedef struct candidate_ref {
     source_entry *e;
-    int reused;
+    int reused;            /* measured by an earlier run */
     int64_t measurement_id;
     ardb_status status;
-    double median_us;
+    double median_us, spread_us;
+    int final_round;       /* took part in the interleaved round */
 } candidate_ref;
 
-static void record(tuner *t, int64_t problem_id, candidate_ref *c, ardb_status status, const timing *tm,
-                   double bytes, double rel_err, const char *message)
+static const char *strategy_name(strategy s)
 {
+    return s == STRATEGY_EXHAUSTIVE ? "exhaustive" : s == STRATEGY_RANDOM ? "random" : "halving";
+}
+
+static void record(tuner *t, int64_t problem_id, candidate_ref *c, const job_result *r, double bytes,
+                   const char *stage)
+{
+    const timing *tm = r->status == ARDB_STATUS_OK ? &r->tm : NULL;
     double gbps = tm && tm->median_us > 0 ? bytes / (tm->median_us * 1e3) : 0;
+    char message[700];
+    snprintf(message, sizeof message, "%s%s%s", stage, r->message[0] ? ": " : "", r->message);
     ardb_measurement m = {.run_id = t->run_id, .candidate_id = c->e->candidate_id, .problem_id = problem_id,
-                          .device_id = t->device_id, .build_key = c->e->build_key, .status = status,
+                          .device_id = t->device_id, .build_key = c->e->build_key, .status = r->status,
                           .median_us = tm ? tm->median_us : 0, .min_us = tm ? tm->min_us : 0,
                           .max_us = tm ? tm->max_us : 0, .spread_us = tm ? tm->spread_us : 0,
                           .reps = tm ? tm->reps : 0, .gbps = gbps,
-                          .roofline = t->copy_gbps > 0 ? gbps / t->copy_gbps : 0, .rel_err = rel_err,
+                          .roofline = t->copy_gbps > 0 ? gbps / t->copy_gbps : 0, .rel_err = r->rel_err,
                           .message = message};
     if (ardb_measurement_add(t->db, &m, &c->measurement_id) != ARDB_DONE)
         cli_error("tune", "recording a measurement: %s", ardb_errmsg(t->db));
-    c->status = status;
+    c->status = r->status;
     c->median_us = m.median_us;
-    if (status == ARDB_STATUS_OK)
-        t->measured++;
-    else
-        t->failed++;
+    c->spread_us = m.spread_us;
 }
 
-static void measure_candidate(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref *c)
+/* Fills a job_kernel for e, fetching its binary from the database. */
+static int job_kernel_for(tuner *t, source_entry *e, job_kernel *k, void **blob)
 {
-    source_entry *e = c->e;
-    char msg[1100];
-    if (e->compile_failed) {
-        snprintf(msg, sizeof msg, "%.1000s", e->compile_log ? e->compile_log : "compilation failed");
-        record(t, problem_id, c, ARDB_STATUS_COMPILE_FAILED, NULL, 0, NAN, msg);
+    size_t size = 0;
+    *blob = NULL;
+    if (e->compile_failed || ardb_binary_get(t->db, e->build_key, blob, &size) != ARDB_DONE)
+        return -1;
+    *k = (job_kernel){.variant = e->id, .kernel_name = e->kernel, .params_json = e->json,
+                      .build_key = e->build_key, .blob = *blob, .blob_size = size};
+    return 0;
+}
+
+/* Measures one candidate (verifying it when `verify`) and records it. */
+static void measure_one(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref *c, const measure_policy *pol,
+                        int verify, const char *stage)
+{
+    job_result r;
+    memset(&r, 0, sizeof r);
+    r.rel_err = NAN;
+    if (c->e->compile_failed) {
+        r.status = ARDB_STATUS_COMPILE_FAILED;
+        snprintf(r.message, sizeof r.message, "%.480s", c->e->compile_log ? c->e->compile_log : "compilation failed");
+        record(t, problem_id, c, &r, 0, "compile");
         return;
     }
-    if (load_entry(t, e) != ATTNRES_OK) {
-        record(t, problem_id, c, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, t->dev->errmsg);
+    job_kernel k;
+    void *blob;
+    if (job_kernel_for(t, c->e, &k, &blob)) {
+        r.status = ARDB_STATUS_LAUNCH_FAILED;
+        snprintf(r.message, sizeof r.message, "binary %s is missing from the database", c->e->build_key);
+        record(t, problem_id, c, &r, 0, stage);
         return;
     }
-    double err;
-    int rc = bench_case_verify(bc, &e->kernel_loaded, &err);
-    if (rc != ATTNRES_OK) {
-        record(t, problem_id, c, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, t->dev->errmsg);
-        return;
-    }
-    if (!(err <= bench_case_tolerance(bc))) {
-        snprintf(msg, sizeof msg, "relative error %.3g exceeds %.0e", err, bench_case_tolerance(bc));
-        record(t, problem_id, c, ARDB_STATUS_WRONG_RESULT, NULL, 0, err, msg);
-        return;
-    }
-    timing tm;
-    rc = bench_case_time(bc, &e->kernel_loaded, &t->policy, &tm);
-    if (rc != ATTNRES_OK) {
-        record(t, problem_id, c, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, err, t->dev->errmsg);
-        return;
-    }
-    record(t, problem_id, c, ARDB_STATUS_OK, &tm, bench_case_bytes(bc), err, NULL);
+    job_options opt = {.verify = verify, .policy = *pol, .time_limit_s = t->opt.time_limit_s,
+                       .isolate = t->opt.isolate};
+    job_measure(t->dev, bc, &k, &opt, &r);
+    free(blob);
+    record(t, problem_id, c, &r, bench_case_bytes(bc), stage);
 }
 
 static void to_ardb_problem(const tune_problem *tp, ardb_problem *q)
@@ -392,7 +473,8 @@ static void to_ardb_problem(const tune_problem *tp, ardb_problem *q)
     q->t_bucket = tp->t;
 }
 
-/* Collects the applicable candidates of a problem. */
+/* Collects the applicable candidates of a problem: this shard's share, and
+ * for the random strategy a sample chosen by the seed. */
 static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t *count)
 {
     *out = NULL;
@@ -401,6 +483,7 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
                         .form = tp->p.form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace", .d = tp->p.d,
                         .t = tp->t, .n = tp->p.n, .heads = tp->p.heads, .epilogue = tp->p.epilogue};
     argen_device ad = {.backend = t->dev->backend, .arch = t->dev->arch, .units = t->dev->units};
+    size_t seen = 0;
     for (size_t g = 0; g < t->ntemplates; g++) {
         argen_variant *v;
         size_t nv;
@@ -416,7 +499,7 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
                 argen_variants_free(v, nv);
                 return -1;
             }
-            if (!ok)
+            if (!ok || seen++ % (size_t)t->opt.shard_count != (size_t)t->opt.shard_index)
                 continue;
             source_entry *e = get_source(t, t->templates[g], v[i].id);
             candidate_ref *grown = e ? realloc(*out, (*count + 1) * sizeof *grown) : NULL;
@@ -430,7 +513,68 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
         }
         argen_variants_free(v, nv);
     }
+    if (t->opt.strategy == STRATEGY_RANDOM) {
+        /* A seeded Fisher-Yates shuffle, then keep the first `budget`. */
+        size_t keep = t->opt.budget_candidates ? (size_t)t->opt.budget_candidates : 8;
+        uint64_t s = t->opt.seed * 0x9e3779b97f4a7c15ull + 1;
+        for (size_t i = *count; i > 1; i--) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            size_t j = (size_t)(s % i);
+            candidate_ref tmp = (*out)[i - 1];
+            (*out)[i - 1] = (*out)[j];
+            (*out)[j] = tmp;
+        }
+        if (*count > keep)
+            *count = keep;
+    }
     return 0;
+}
+
+static int by_median(const void *a, const void *b)
+{
+    const candidate_ref *x = *(candidate_ref *const *)a, *y = *(candidate_ref *const *)b;
+    return (x->median_us > y->median_us) - (x->median_us < y->median_us);
+}
+
+/* Resources a variant holds, for breaking ties between equivalent
+ * candidates: threads on the CPU, threads per block on GPUs. */
+static int64_t resources(const source_entry *e)
+{
+    int64_t threads = ar_json_int(e->json, "threads", 0);
+    int64_t block = ar_json_int(e->json, "block", 0);
+    return threads * 1000000 + block;
+}
+
+/* The winner among the final round: the candidates within the noise of the
+ * fastest are equivalent; of those, the fewest resources, then the id. */
+static candidate_ref *choose(candidate_ref **fin, size_t k, char *equivalent, size_t len)
+{
+    candidate_ref *fastest = NULL;
+    for (size_t i = 0; i < k; i++)
+        if (fin[i]->status == ARDB_STATUS_OK && (!fastest || fin[i]->median_us < fastest->median_us))
+            fastest = fin[i];
+    if (!fastest)
+        return NULL;
+    candidate_ref *best = NULL;
+    equivalent[0] = 0;
+    for (size_t i = 0; i < k; i++) {
+        candidate_ref *c = fin[i];
+        if (c->status != ARDB_STATUS_OK)
+            continue;
+        double noise = 2.0 * (c->spread_us + fastest->spread_us);
+        if (noise < 0.02 * fastest->median_us)
+            noise = 0.02 * fastest->median_us;
+        if (c->median_us - fastest->median_us > noise)
+            continue;
+        size_t used = strlen(equivalent);
+        snprintf(equivalent + used, len - used, "%s%s", used ? ", " : "", c->e->id);
+        if (!best || resources(c->e) < resources(best->e) ||
+            (resources(c->e) == resources(best->e) && strcmp(c->e->id, best->e->id) < 0))
+            best = c;
+    }
+    return best;
 }
 
 typedef struct winner_row {
@@ -438,6 +582,37 @@ typedef struct winner_row {
     double median_us, gbps, roofline;
     int found;
 } winner_row;
+
+/* Re-times the best few candidates interleaved and records the results. */
+static void final_round(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref **fin, size_t k)
+{
+    job_kernel *ks = calloc(k, sizeof *ks);
+    void **blobs = calloc(k, sizeof *blobs);
+    candidate_ref **loaded = calloc(k, sizeof *loaded);
+    size_t nk = 0;
+    for (size_t i = 0; ks && blobs && loaded && i < k; i++)
+        if (job_kernel_for(t, fin[i]->e, &ks[nk], &blobs[nk]) == 0)
+            loaded[nk++] = fin[i];
+    job_result *res = calloc(nk ? nk : 1, sizeof *res);
+    if (res && nk) {
+        int rounds = strcmp(t->dev->backend, "cpu") == 0 ? 11 : 31;
+        job_options opt = {.verify = 0, .policy = t->policy, .time_limit_s = t->opt.time_limit_s,
+                           .isolate = t->opt.isolate};
+        job_interleave(t->dev, bc, ks, nk, rounds, &opt, res);
+        char stage[64];
+        snprintf(stage, sizeof stage, "final (interleaved with %zu, %d rounds)", nk, rounds);
+        for (size_t i = 0; i < nk; i++) {
+            loaded[i]->final_round = 1;
+            record(t, problem_id, loaded[i], &res[i], bench_case_bytes(bc), stage);
+        }
+    }
+    for (size_t i = 0; blobs && i < nk; i++)
+        free(blobs[i]);
+    free(res);
+    free(ks);
+    free(blobs);
+    free(loaded);
+}
 
 static int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t total, winner_row *w)
 {
@@ -455,7 +630,9 @@ static int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size
     size_t n;
     if (collect(t, tp, &cands, &n))
         return -1;
-    /* Resume: any candidate measured before with the same build key. */
+    double t0 = now_s();
+    /* Resume: the database is the cache. A candidate measured before with
+     * the same build key (source, compiler, options, target) is reused. */
     size_t reused = 0;
     source_entry **todo = malloc((n ? n : 1) * sizeof *todo);
     size_t ntodo = 0;
@@ -467,7 +644,9 @@ static int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size
             cands[i].reused = 1;
             cands[i].status = m.status;
             cands[i].median_us = m.median_us;
+            cands[i].spread_us = m.spread_us;
             cands[i].measurement_id = mid;
+            cands[i].final_round = m.message && strncmp(m.message, "final", 5) == 0;
             ardb_measurement_clear(&m);
             reused++;
         } else if (!cands[i].e->have_binary && !cands[i].e->compile_failed && todo) {
@@ -479,30 +658,83 @@ static int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size
         }
     }
     t->reused += reused;
-    if (todo)
-        compile_missing(t, todo, ntodo);
-    free(todo);
-    bench_case *bc = NULL;
-    if (reused < n) {
+    candidate_ref *best = NULL;
+    char equivalent[1024] = "";
+    if (reused == n && n > 0) {
+        /* Nothing new: repeat the newest decision for this problem. */
+        int64_t cid, mid;
+        if (ardb_winner_latest(t->db, problem_id, t->device_id, &cid, &mid) == ARDB_DONE)
+            for (size_t i = 0; i < n; i++)
+                if (cands[i].e->candidate_id == cid && cands[i].measurement_id == mid)
+                    best = &cands[i];
+        if (best)
+            snprintf(equivalent, sizeof equivalent, "%s (as before)", best->e->id);
+    }
+    if (!best && n > 0) {
+        if (todo)
+            compile_missing(t, todo, ntodo);
+        bench_case *bc = NULL;
         char err[512];
         uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)index * 0x9e3779b97f4a7c15ull;
         bc = bench_case_create(t->dev, tp, &t->policy, seed, err, sizeof err);
         if (!bc) {
             cli_error("tune", "%s: %s", desc, err);
+            free(todo);
             free(cands);
             return -1;
         }
+        /* Round 1: every new candidate, verified; cheaply timed when
+         * halving, fully otherwise. */
+        measure_policy quick = t->policy;
+        quick.warmup = 1;
+        quick.min_reps = quick.max_reps = strcmp(t->dev->backend, "cpu") == 0 ? 3 : 10;
+        quick.target_ms = 0;
+        int halving = t->opt.strategy == STRATEGY_HALVING;
+        size_t skipped = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (cands[i].reused)
+                continue;
+            if (t->opt.budget_seconds > 0 && now_s() - t0 > t->opt.budget_seconds) {
+                skipped++;
+                continue;
+            }
+            measure_one(t, bc, problem_id, &cands[i], halving ? &quick : &t->policy, 1,
+                        halving ? "screening" : "full");
+        }
+        if (skipped)
+            log_line(t, "  time budget spent: %zu candidate(s) left unmeasured", skipped);
+        candidate_ref **ok = malloc(n * sizeof *ok);
+        size_t nok = 0;
+        for (size_t i = 0; ok && i < n; i++)
+            if (cands[i].status == ARDB_STATUS_OK && (cands[i].reused || cands[i].measurement_id))
+                ok[nok++] = &cands[i];
+        if (ok)
+            qsort(ok, nok, sizeof *ok, by_median);
+        /* Round 2 (halving): the best quarter, fully timed. */
+        if (halving && ok) {
+            size_t keep = (nok + 3) / 4;
+            if (keep < 3)
+                keep = 3;
+            if (t->opt.budget_candidates && keep > (size_t)t->opt.budget_candidates)
+                keep = (size_t)t->opt.budget_candidates;
+            if (keep > nok)
+                keep = nok;
+            for (size_t i = 0; i < keep; i++)
+                if (!ok[i]->reused)
+                    measure_one(t, bc, problem_id, ok[i], &t->policy, 0, "full");
+            nok = keep;
+            qsort(ok, nok, sizeof *ok, by_median);
+        }
+        /* Round 3: the best three, interleaved, decide. */
+        size_t k = nok < 3 ? nok : 3;
+        if (ok && k > 0) {
+            final_round(t, bc, problem_id, ok, k);
+            best = choose(ok, k, equivalent, sizeof equivalent);
+        }
+        free(ok);
+        bench_case_free(bc);
     }
-    double t0 = now_s();
-    for (size_t i = 0; i < n; i++)
-        if (!cands[i].reused)
-            measure_candidate(t, bc, problem_id, &cands[i]);
-    bench_case_free(bc);
-    /* The winner: the fastest verified candidate. */
-    candidate_ref *best = NULL;
-    for (size_t i = 0; i < n; i++)
-        if (cands[i].status == ARDB_STATUS_OK && (!best || cands[i].median_us < best->median_us))
-            best = &cands[i];
+    free(todo);
     if (best) {
         if (ardb_winner_set(t->db, t->run_id, problem_id, t->device_id, best->e->candidate_id,
                             best->measurement_id) != ARDB_DONE)
@@ -518,8 +750,13 @@ static int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)
         bad += cands[i].status != ARDB_STATUS_OK;
-    log_line(t, "[%zu/%zu] %s: %zu candidate(s), %zu reused, %zu not ok, %.1f s%s%s", index + 1, total, desc, n,
-             reused, bad, now_s() - t0, best ? ", winner " : ", no winner", best ? best->e->id : "");
+    t->failed += bad;
+    t->measured += n - reused;
+    char tie[1100] = "";
+    if (strchr(equivalent, ','))
+        snprintf(tie, sizeof tie, " (equivalent: %s)", equivalent);
+    log_line(t, "[%zu/%zu] %s: %zu candidate(s), %zu reused, %zu not ok, %.1f s; %s%s%s", index + 1, total, desc, n,
+             reused, bad, now_s() - t0, best ? "winner " : "no winner", best ? best->e->id : "", tie);
     free(cands);
     return 0;
 }
@@ -563,7 +800,7 @@ static int begin_run(tuner *t, int argc, char **argv)
     templates_hash(t, hash);
     ardb_run r = {.device_id = t->device_id, .user = user, .host = host, .command = cmdline,
                   .project_version = attnres_version(), .templates_hash = hash, .compiler = t->dev->compiler,
-                  .driver = t->dev->driver, .policy_json = policy, .strategy = "exhaustive",
+                  .driver = t->dev->driver, .policy_json = policy, .strategy = strategy_name(t->opt.strategy),
                   .copy_gbps = t->copy_gbps, .launch_us = t->launch_us};
     if (ardb_run_begin(t->db, &r, &t->run_id) != ARDB_DONE) {
         cli_error("tune", "recording the run: %s", ardb_errmsg(t->db));
@@ -576,8 +813,6 @@ static void tuner_free(tuner *t)
 {
     for (size_t i = 0; i < t->nsources; i++) {
         source_entry *e = t->sources[i];
-        if (e->loaded)
-            t->dev->ops->unload(t->dev, &e->kernel_loaded);
         free(e->id);
         free(e->source);
         free(e->kernel);

@@ -19,7 +19,7 @@ static const command commands[] = {
     {"tune", cmd_tune, "tune problems on a device and record the results"},
     {"db", cmd_db, "inspect a tuning database"},
     {"plan", cmd_plan, "show which kernels the runtime would use, and why"},
-    {"run", cmd_run, "run the mix operation on .npy inputs"},
+    {"run", cmd_run, "run mix, phase1 or phase2 on .npy inputs"},
 };
 
 static void usage(FILE *out)

@@ -320,3 +320,10 @@ int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *po
     free(t);
     return rc;
 }
+
+int bench_case_time_once(bench_case *bc, const ar_kernel *k, int flush, double *us)
+{
+    return bc->dev->ops->time_mix(bc->dev, k, &bc->p, bc->t, &bc->t_args, 1, flush, us);
+}
+
+void bench_case_set_device(bench_case *bc, attnres_device *dev) { bc->dev = dev; }

@@ -50,4 +50,11 @@ typedef struct timing {
 
 int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *pol, timing *out);
 
+/* Times one launch (after a cache flush when asked), in microseconds. */
+int bench_case_time_once(bench_case *bc, const ar_kernel *k, int flush, double *us);
+
+/* Moves the case to another handle of the same device (a forked child
+ * opens its own CPU device; the buffers are the same memory). */
+void bench_case_set_device(bench_case *bc, attnres_device *dev);
+
 #endif

@@ -1,0 +1,701 @@
+/*
+ * history.c - the database as history: runs and everything recorded about
+ * them, comparisons of two runs (diff, regress), the latency history of
+ * the winners (plots), and the stored winners a re-validation re-measures.
+ *
+ * Library code: never prints, aborts or exits.
+ */
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "migrate.h"
+#include "query.h"
+
+/* ---- runs ---------------------------------------------------------------- */
+
+void ardb_run_info_clear(ardb_run_info *r)
+{
+    if (!r)
+        return;
+    free(r->uid);
+    free(r->note);
+    free(r->started_at);
+    free(r->finished_at);
+    free(r->status);
+    free(r->user);
+    free(r->host);
+    free(r->command);
+    free(r->project_version);
+    free(r->templates_hash);
+    free(r->compiler);
+    free(r->driver);
+    free(r->policy_json);
+    free(r->strategy);
+    free(r->device_name);
+    free(r->device_backend);
+    free(r->device_arch);
+    free(r->device_fingerprint);
+    memset(r, 0, sizeof *r);
+}
+
+void ardb_run_infos_free(ardb_run_info *r, size_t count)
+{
+    size_t i;
+    if (!r)
+        return;
+    for (i = 0; i < count; i++)
+        ardb_run_info_clear(&r[i]);
+    free(r);
+}
+
+static int read_run(sqlite3_stmt *st, ardb_run_info *r)
+{
+    int oom = 0, c = 0;
+    memset(r, 0, sizeof *r);
+    r->id = sqlite3_column_int64(st, c++);
+    r->device_id = sqlite3_column_int64(st, c++);
+    r->uid = ardb__col_dup(st, c++, &oom);
+    r->note = ardb__col_dup(st, c++, &oom);
+    r->started_at = ardb__col_dup(st, c++, &oom);
+    r->finished_at = ardb__col_dup(st, c++, &oom);
+    r->status = ardb__col_dup(st, c++, &oom);
+    r->user = ardb__col_dup(st, c++, &oom);
+    r->host = ardb__col_dup(st, c++, &oom);
+    r->command = ardb__col_dup(st, c++, &oom);
+    r->project_version = ardb__col_dup(st, c++, &oom);
+    r->templates_hash = ardb__col_dup(st, c++, &oom);
+    r->compiler = ardb__col_dup(st, c++, &oom);
+    r->driver = ardb__col_dup(st, c++, &oom);
+    r->policy_json = ardb__col_dup(st, c++, &oom);
+    r->strategy = ardb__col_dup(st, c++, &oom);
+    r->device_name = ardb__col_dup(st, c++, &oom);
+    r->device_backend = ardb__col_dup(st, c++, &oom);
+    r->device_arch = ardb__col_dup(st, c++, &oom);
+    r->device_fingerprint = ardb__col_dup(st, c++, &oom);
+    r->copy_gbps = ardb__col_double(st, c++);
+    r->launch_us = ardb__col_double(st, c++);
+    r->measurements = sqlite3_column_int64(st, c++);
+    r->winners = sqlite3_column_int64(st, c++);
+    if (oom) {
+        ardb_run_info_clear(r);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs (one, or all when run_id is 0) into a malloc'ed array. */
+static int query_runs(ardb *db, int64_t run_id, ardb_run_info **out,
+                      size_t *count)
+{
+    char sql[2048];
+    int64_t version = 0;
+    sqlite3_stmt *st = NULL;
+    ardb_run_info *arr = NULL;
+    size_t n = 0, cap = 0;
+    int code, rc;
+
+    if ((code = ardb__user_version(db, "main", &version)))
+        return code;
+    snprintf(sql, sizeof sql,
+             "SELECT r.id, r.device_id, %s, %s, r.started_at, r.finished_at,"
+             " r.status, r.user, r.host, r.command, r.project_version,"
+             " r.templates_hash, r.compiler, r.driver, r.policy_json,"
+             " r.strategy, d.name, d.backend, d.arch, d.fingerprint,"
+             " r.copy_gbps, r.launch_us,"
+             " (SELECT count(*) FROM measurements m WHERE m.run_id = r.id),"
+             " (SELECT count(*) FROM winners w WHERE w.run_id = r.id)"
+             " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
+             " WHERE ?1 = 0 OR r.id = ?1 ORDER BY r.id",
+             ardb__run_uid_expr(version), version >= 2 ? "r.note" : "NULL");
+    if ((code = ardb__prepare(db, sql, &st, "list runs")))
+        return code;
+    if ((rc = sqlite3_bind_int64(st, 1, run_id)) != SQLITE_OK)
+        return ardb__step_fail(db, st, rc, "list runs");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr) ||
+            read_run(st, &arr[n])) {
+            code = ardb__fail(db, ARDB_ENOMEM, "list runs: out of memory");
+            break;
+        }
+        n++;
+    }
+    if (!code && rc != SQLITE_DONE)
+        code = ardb__sql_fail(db, rc, "list runs");
+    sqlite3_finalize(st);
+    if (code) {
+        ardb_run_infos_free(arr, n);
+        return code;
+    }
+    *out = arr;
+    *count = n;
+    return ARDB_DONE;
+}
+
+int ardb_run_list(ardb *db, ardb_run_info **out, size_t *count)
+{
+    if (!db)
+        return ARDB_EINVAL;
+    if (!out || !count)
+        return ardb__fail(db, ARDB_EINVAL, "ardb_run_list: invalid argument");
+    *out = NULL;
+    *count = 0;
+    return query_runs(db, 0, out, count);
+}
+
+int ardb_run_get(ardb *db, int64_t run_id, ardb_run_info *out)
+{
+    ardb_run_info *arr = NULL;
+    size_t n = 0;
+    int code;
+    if (!db)
+        return ARDB_EINVAL;
+    if (!out || run_id <= 0)
+        return ardb__fail(db, ARDB_EINVAL, "ardb_run_get: invalid argument");
+    memset(out, 0, sizeof *out);
+    if ((code = query_runs(db, run_id, &arr, &n)))
+        return code;
+    if (n == 0) {
+        free(arr);
+        return ardb__fail(db, ARDB_ENOTFOUND, "no run with id %" PRId64,
+                          run_id);
+    }
+    *out = arr[0];
+    free(arr);
+    return ARDB_DONE;
+}
+
+int ardb_run_resolve(ardb *db, const char *text, int64_t *run_id)
+{
+    int64_t version = 0, v;
+    int code, rc;
+    const char *p;
+
+    if (!db)
+        return ARDB_EINVAL;
+    if (!text || !run_id || !*text)
+        return ardb__fail(db, ARDB_EINVAL, "a run is an id, 'latest', "
+                                           "'latest~K' or a uid prefix");
+    for (p = text; isdigit((unsigned char)*p); p++)
+        ;
+    if (!*p && p - text <= 18) {
+        v = strtoll(text, NULL, 10);
+        code = ardb__query_int(db, "SELECT id FROM runs WHERE id = ?1", v, 0,
+                               run_id, "find run");
+        if (code == ARDB_ENOTFOUND)
+            return ardb__fail(db, ARDB_ENOTFOUND, "no run with id %s", text);
+        return code;
+    }
+    if (!strncmp(text, "latest", 6) && (!text[6] || text[6] == '~')) {
+        int64_t back = 0;
+        if (text[6] == '~') {
+            char *end;
+            back = strtoll(text + 7, &end, 10);
+            if (!isdigit((unsigned char)text[7]) || *end || back < 0)
+                return ardb__fail(db, ARDB_EINVAL,
+                                  "'%s': expected latest~K with K a count "
+                                  "of runs",
+                                  text);
+        }
+        code = ardb__query_int(db,
+                               "SELECT id FROM runs ORDER BY id DESC"
+                               " LIMIT 1 OFFSET ?1",
+                               back, 0, run_id, "find run");
+        if (code == ARDB_ENOTFOUND)
+            return ardb__fail(db, ARDB_ENOTFOUND,
+                              "'%s': the database does not hold that many "
+                              "runs",
+                              text);
+        return code;
+    }
+    if (strlen(text) < 4)
+        return ardb__fail(db, ARDB_EINVAL,
+                          "'%s' is not a run: give an id, 'latest', "
+                          "'latest~K' or at least 4 characters of a uid",
+                          text);
+    if ((code = ardb__user_version(db, "main", &version)))
+        return code;
+    {
+        char sql[512];
+        sqlite3_stmt *st = NULL;
+        int64_t found = 0, matches = 0;
+        snprintf(sql, sizeof sql,
+                 "SELECT r.id FROM runs r WHERE substr(%s, 1, length(?1)) = ?1"
+                 " LIMIT 2",
+                 ardb__run_uid_expr(version));
+        if ((code = ardb__prepare(db, sql, &st, "find run")))
+            return code;
+        if ((rc = sqlite3_bind_text(st, 1, text, -1, SQLITE_STATIC)) !=
+            SQLITE_OK)
+            return ardb__step_fail(db, st, rc, "find run");
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            found = sqlite3_column_int64(st, 0);
+            matches++;
+        }
+        if (rc != SQLITE_DONE)
+            return ardb__step_fail(db, st, rc, "find run");
+        sqlite3_finalize(st);
+        if (matches == 0)
+            return ardb__fail(db, ARDB_ENOTFOUND, "no run with uid %s...",
+                              text);
+        if (matches > 1)
+            return ardb__fail(db, ARDB_EINVAL,
+                              "'%s' is the start of several run uids", text);
+        *run_id = found;
+        return ARDB_DONE;
+    }
+}
+
+int ardb_run_latest_on_device(ardb *db, int64_t device_id, int64_t after_id,
+                              int64_t *run_id)
+{
+    int code;
+    if (!db)
+        return ARDB_EINVAL;
+    if (!run_id)
+        return ardb__fail(db, ARDB_EINVAL,
+                          "ardb_run_latest_on_device: invalid argument");
+    code = ardb__query_int(
+        db,
+        "SELECT r.id FROM runs r WHERE r.device_id = ?1 AND r.id > ?2"
+        " AND (EXISTS (SELECT 1 FROM winners w WHERE w.run_id = r.id)"
+        "  OR EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = r.id))"
+        " ORDER BY r.id DESC LIMIT 1",
+        device_id, after_id, run_id, "latest run");
+    if (code == ARDB_ENOTFOUND)
+        return ardb__fail(db, ARDB_ENOTFOUND,
+                          "no run after run %" PRId64 " on its device",
+                          after_id);
+    return code;
+}
+
+int ardb_run_set_note(ardb *db, int64_t run_id, const char *note)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t version = 0;
+    int code, rc;
+    if (!db)
+        return ARDB_EINVAL;
+    if ((code = ardb__check_writable(db)) ||
+        (code = ardb__user_version(db, "main", &version)))
+        return code;
+    if (version < 2)
+        return ardb__fail(db, ARDB_EINVAL,
+                          "run notes need schema version 2 (this file is "
+                          "version %" PRId64 ")",
+                          version);
+    if ((code = ardb__prepare(db, "UPDATE runs SET note = ?1 WHERE id = ?2",
+                              &st, "set note")))
+        return code;
+    rc = note ? sqlite3_bind_text(st, 1, note, -1, SQLITE_STATIC)
+              : sqlite3_bind_null(st, 1);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(st, 2, run_id);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE)
+        return ardb__step_fail(db, st, rc, "set note");
+    sqlite3_finalize(st);
+    if (sqlite3_changes(db->h) == 0)
+        return ardb__fail(db, ARDB_ENOTFOUND, "no run with id %" PRId64,
+                          run_id);
+    return ARDB_DONE;
+}
+
+/* ---- comparing two runs ------------------------------------------------- */
+
+void ardb_diff_free(ardb_diff_row *rows, size_t count)
+{
+    size_t i;
+    if (!rows)
+        return;
+    for (i = 0; i < count; i++) {
+        free(rows[i].problem);
+        free(rows[i].variant_a);
+        free(rows[i].variant_b);
+        free(rows[i].status_b);
+    }
+    free(rows);
+}
+
+static int run_exists(ardb *db, int64_t run_id)
+{
+    int64_t id;
+    int code = ardb__query_int(db, "SELECT id FROM runs WHERE id = ?1", run_id,
+                               0, &id, "find run");
+    if (code == ARDB_ENOTFOUND)
+        return ardb__fail(db, ARDB_ENOTFOUND, "no run with id %" PRId64,
+                          run_id);
+    return code;
+}
+
+int ardb_diff_runs(ardb *db, int64_t run_a, int64_t run_b,
+                   ardb_diff_row **rows, size_t *count)
+{
+    /* Per run and problem, the fastest winner (a run normally has one
+     * device); the problems either run measured or chose a winner for. */
+    static const char sql[] =
+        "WITH"
+        " wa AS (SELECT * FROM (SELECT w.problem_id, c.variant, m.median_us,"
+        "  m.spread_us, m.roofline, row_number() OVER (PARTITION BY"
+        "  w.problem_id ORDER BY m.median_us, w.device_id) AS rn"
+        "  FROM winners w JOIN measurements m ON m.id = w.measurement_id"
+        "  JOIN candidates c ON c.id = w.candidate_id WHERE w.run_id = ?1)"
+        "  WHERE rn = 1),"
+        " wb AS (SELECT * FROM (SELECT w.problem_id, c.variant, m.median_us,"
+        "  m.spread_us, m.roofline, row_number() OVER (PARTITION BY"
+        "  w.problem_id ORDER BY m.median_us, w.device_id) AS rn"
+        "  FROM winners w JOIN measurements m ON m.id = w.measurement_id"
+        "  JOIN candidates c ON c.id = w.candidate_id WHERE w.run_id = ?2)"
+        "  WHERE rn = 1),"
+        " ta AS (SELECT problem_id FROM measurements WHERE run_id = ?1"
+        "  UNION SELECT problem_id FROM winners WHERE run_id = ?1),"
+        " tb AS (SELECT problem_id FROM measurements WHERE run_id = ?2"
+        "  UNION SELECT problem_id FROM winners WHERE run_id = ?2),"
+        " k AS (SELECT problem_id FROM ta UNION SELECT problem_id FROM tb)"
+        " SELECT p.id, p.key, wa.problem_id IS NOT NULL,"
+        "  wb.problem_id IS NOT NULL,"
+        "  EXISTS (SELECT 1 FROM ta WHERE ta.problem_id = p.id),"
+        "  EXISTS (SELECT 1 FROM tb WHERE tb.problem_id = p.id),"
+        "  wa.variant, wb.variant, wa.median_us, wb.median_us, wa.spread_us,"
+        "  wb.spread_us, wa.roofline, wb.roofline,"
+        "  CASE WHEN wb.problem_id IS NULL THEN (SELECT m.status"
+        "   FROM measurements m WHERE m.run_id = ?2 AND m.problem_id = p.id"
+        "   ORDER BY m.id DESC LIMIT 1) END"
+        " FROM k JOIN problems p ON p.id = k.problem_id"
+        " LEFT JOIN wa ON wa.problem_id = p.id"
+        " LEFT JOIN wb ON wb.problem_id = p.id"
+        " ORDER BY " ARDB_PROBLEM_ORDER;
+    sqlite3_stmt *st = NULL;
+    ardb_diff_row *arr = NULL;
+    size_t n = 0, cap = 0;
+    int code, rc;
+
+    if (!db)
+        return ARDB_EINVAL;
+    if (!rows || !count)
+        return ardb__fail(db, ARDB_EINVAL, "ardb_diff_runs: invalid argument");
+    *rows = NULL;
+    *count = 0;
+    if ((code = run_exists(db, run_a)) || (code = run_exists(db, run_b)) ||
+        (code = ardb__prepare(db, sql, &st, "diff runs")))
+        return code;
+    if ((rc = sqlite3_bind_int64(st, 1, run_a)) != SQLITE_OK ||
+        (rc = sqlite3_bind_int64(st, 2, run_b)) != SQLITE_OK)
+        return ardb__step_fail(db, st, rc, "diff runs");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        ardb_diff_row *r;
+        int oom = 0;
+        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr)) {
+            code = ardb__fail(db, ARDB_ENOMEM, "diff runs: out of memory");
+            break;
+        }
+        r = &arr[n++];
+        memset(r, 0, sizeof *r);
+        r->problem_id = sqlite3_column_int64(st, 0);
+        r->problem = ardb__col_dup(st, 1, &oom);
+        r->winner_a = sqlite3_column_int(st, 2);
+        r->winner_b = sqlite3_column_int(st, 3);
+        r->tried_a = sqlite3_column_int(st, 4);
+        r->tried_b = sqlite3_column_int(st, 5);
+        r->variant_a = ardb__col_dup(st, 6, &oom);
+        r->variant_b = ardb__col_dup(st, 7, &oom);
+        r->us_a = ardb__col_double(st, 8);
+        r->us_b = ardb__col_double(st, 9);
+        r->spread_a = ardb__col_double(st, 10);
+        r->spread_b = ardb__col_double(st, 11);
+        r->roofline_a = ardb__col_double(st, 12);
+        r->roofline_b = ardb__col_double(st, 13);
+        r->status_b = ardb__col_dup(st, 14, &oom);
+        if (oom) {
+            code = ardb__fail(db, ARDB_ENOMEM, "diff runs: out of memory");
+            break;
+        }
+    }
+    if (!code && rc != SQLITE_DONE)
+        code = ardb__sql_fail(db, rc, "diff runs");
+    sqlite3_finalize(st);
+    if (code) {
+        ardb_diff_free(arr, n);
+        return code;
+    }
+    *rows = arr;
+    *count = n;
+    return ARDB_DONE;
+}
+
+int ardb_diff_beyond_noise(const ardb_diff_row *r)
+{
+    double sa, sb;
+    if (!r || !r->winner_a || !r->winner_b || isnan(r->us_a) || isnan(r->us_b))
+        return 0;
+    sa = isnan(r->spread_a) || r->spread_a < 0 ? 0 : r->spread_a;
+    sb = isnan(r->spread_b) || r->spread_b < 0 ? 0 : r->spread_b;
+    return fabs(r->us_b - r->us_a) > ARDB_NOISE_K * (sa + sb);
+}
+
+ardb_change ardb_diff_classify(const ardb_diff_row *r, double threshold_pct)
+{
+    double t = threshold_pct > 0 ? threshold_pct / 100.0 : 0.0;
+    if (!r)
+        return ARDB_CHANGE_SAME;
+    if (r->winner_a && r->winner_b) {
+        if (!ardb_diff_beyond_noise(r))
+            return ARDB_CHANGE_SAME;
+        if (r->us_b > r->us_a && (r->us_a <= 0 || r->us_b / r->us_a - 1.0 >= t))
+            return ARDB_CHANGE_SLOWER;
+        if (r->us_a > r->us_b && (r->us_b <= 0 || r->us_a / r->us_b - 1.0 >= t))
+            return ARDB_CHANGE_FASTER;
+        return ARDB_CHANGE_SAME;
+    }
+    if (r->winner_a)
+        return r->tried_b ? ARDB_CHANGE_LOST : ARDB_CHANGE_MISSING;
+    if (r->winner_b)
+        return ARDB_CHANGE_NEW;
+    return ARDB_CHANGE_SAME;
+}
+
+const char *ardb_change_name(ardb_change c)
+{
+    static const char *const names[] = {"same", "slower", "faster",
+                                        "lost", "new",    "missing"};
+    if ((unsigned)c < sizeof names / sizeof names[0])
+        return names[c];
+    return "unknown";
+}
+
+/* ---- latency history ------------------------------------------------------ */
+
+void ardb_winner_points_free(ardb_winner_point *p, size_t count)
+{
+    size_t i;
+    if (!p)
+        return;
+    for (i = 0; i < count; i++) {
+        free(p[i].problem);
+        free(p[i].device);
+        free(p[i].variant);
+        free(p[i].strategy);
+        free(p[i].started_at);
+    }
+    free(p);
+}
+
+int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
+{
+    static const char sql[] =
+        "SELECT w.run_id, w.problem_id, w.device_id, p.key,"
+        " COALESCE(d.name, d.fingerprint), c.variant, r.strategy,"
+        " r.started_at, m.median_us, m.spread_us, m.gbps, m.roofline"
+        " FROM winners w JOIN problems p ON p.id = w.problem_id"
+        " JOIN devices d ON d.id = w.device_id"
+        " JOIN candidates c ON c.id = w.candidate_id"
+        " JOIN measurements m ON m.id = w.measurement_id"
+        " JOIN runs r ON r.id = w.run_id"
+        " ORDER BY " ARDB_PROBLEM_ORDER ", w.device_id, w.run_id";
+    sqlite3_stmt *st = NULL;
+    ardb_winner_point *arr = NULL;
+    size_t n = 0, cap = 0;
+    int code, rc;
+
+    if (!db)
+        return ARDB_EINVAL;
+    if (!out || !count)
+        return ardb__fail(db, ARDB_EINVAL,
+                          "ardb_winner_history: invalid argument");
+    *out = NULL;
+    *count = 0;
+    if ((code = ardb__prepare(db, sql, &st, "winner history")))
+        return code;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        ardb_winner_point *p;
+        int oom = 0;
+        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr)) {
+            code = ardb__fail(db, ARDB_ENOMEM, "winner history: out of memory");
+            break;
+        }
+        p = &arr[n++];
+        memset(p, 0, sizeof *p);
+        p->run_id = sqlite3_column_int64(st, 0);
+        p->problem_id = sqlite3_column_int64(st, 1);
+        p->device_id = sqlite3_column_int64(st, 2);
+        p->problem = ardb__col_dup(st, 3, &oom);
+        p->device = ardb__col_dup(st, 4, &oom);
+        p->variant = ardb__col_dup(st, 5, &oom);
+        p->strategy = ardb__col_dup(st, 6, &oom);
+        p->started_at = ardb__col_dup(st, 7, &oom);
+        p->median_us = ardb__col_double(st, 8);
+        p->spread_us = ardb__col_double(st, 9);
+        p->gbps = ardb__col_double(st, 10);
+        p->roofline = ardb__col_double(st, 11);
+        if (oom) {
+            code = ardb__fail(db, ARDB_ENOMEM, "winner history: out of memory");
+            break;
+        }
+    }
+    if (!code && rc != SQLITE_DONE)
+        code = ardb__sql_fail(db, rc, "winner history");
+    sqlite3_finalize(st);
+    if (code) {
+        ardb_winner_points_free(arr, n);
+        return code;
+    }
+    *out = arr;
+    *count = n;
+    return ARDB_DONE;
+}
+
+/* ---- stored winners (re-validation) ------------------------------------- */
+
+void ardb_stored_winners_free(ardb_stored_winner *w, size_t count)
+{
+    size_t i;
+    if (!w)
+        return;
+    for (i = 0; i < count; i++) {
+        free(w[i].op);
+        free(w[i].dtype);
+        free(w[i].form);
+        free(w[i].problem_key);
+        free(w[i].variant);
+        free(w[i].template_name);
+        free(w[i].kernel_name);
+        free(w[i].params_json);
+        free(w[i].source);
+        free(w[i].source_hash);
+        free(w[i].backend);
+    }
+    free(w);
+}
+
+int ardb_stored_winners(ardb *db, const ardb_device *dev,
+                        ardb_stored_winner **out, size_t *count)
+{
+#define LEVEL_EXPR                                                            \
+    "CASE WHEN d.fingerprint = ?1 THEN 0 WHEN d.arch = ?3 THEN 1 ELSE 2 END"
+    static const char sql[] =
+        "SELECT problem_id, candidate_id, run_id, device_id, lvl, op, dtype,"
+        " form, d, t_bucket, n, heads, epilogue, s, key, variant,"
+        " template_name, kernel_name, params_json, source, source_hash,"
+        " backend, median_us, spread_us FROM ("
+        "  SELECT w.problem_id, w.candidate_id, w.run_id, w.device_id,"
+        "   " LEVEL_EXPR " AS lvl, p.op, p.dtype, p.form, p.d, p.t_bucket,"
+        "   p.n, p.heads, p.epilogue, p.s, p.key, c.variant, c.template_name,"
+        "   c.kernel_name, c.params_json, c.source, c.source_hash, c.backend,"
+        "   m.median_us, m.spread_us,"
+        "   row_number() OVER (PARTITION BY w.problem_id ORDER BY " LEVEL_EXPR
+        ",    w.run_id DESC, m.median_us) AS rn"
+        "  FROM winners w JOIN devices d ON d.id = w.device_id"
+        "  JOIN problems p ON p.id = w.problem_id"
+        "  JOIN candidates c ON c.id = w.candidate_id"
+        "  JOIN measurements m ON m.id = w.measurement_id"
+        "  WHERE d.backend = ?2"
+        " ) AS x WHERE rn = 1"
+        " ORDER BY op, dtype, d, n, heads, form, epilogue, s, t_bucket";
+#undef LEVEL_EXPR
+    sqlite3_stmt *st = NULL;
+    ardb_stored_winner *arr = NULL;
+    size_t n = 0, cap = 0;
+    int code, rc;
+
+    if (!db)
+        return ARDB_EINVAL;
+    if (!out || !count || !dev || !dev->backend || !dev->fingerprint)
+        return ardb__fail(db, ARDB_EINVAL,
+                          "ardb_stored_winners: a device with backend and "
+                          "fingerprint is required");
+    *out = NULL;
+    *count = 0;
+    if ((code = ardb__prepare(db, sql, &st, "stored winners")))
+        return code;
+    if ((rc = sqlite3_bind_text(st, 1, dev->fingerprint, -1, SQLITE_STATIC)) !=
+            SQLITE_OK ||
+        (rc = sqlite3_bind_text(st, 2, dev->backend, -1, SQLITE_STATIC)) !=
+            SQLITE_OK ||
+        (rc = dev->arch ? sqlite3_bind_text(st, 3, dev->arch, -1, SQLITE_STATIC)
+                        : sqlite3_bind_null(st, 3)) != SQLITE_OK)
+        return ardb__step_fail(db, st, rc, "stored winners");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        ardb_stored_winner *w;
+        int oom = 0, c = 0;
+        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr)) {
+            code = ardb__fail(db, ARDB_ENOMEM, "stored winners: out of memory");
+            break;
+        }
+        w = &arr[n++];
+        memset(w, 0, sizeof *w);
+        w->problem_id = sqlite3_column_int64(st, c++);
+        w->candidate_id = sqlite3_column_int64(st, c++);
+        w->run_id = sqlite3_column_int64(st, c++);
+        w->device_id = sqlite3_column_int64(st, c++);
+        w->level = (ardb_level)sqlite3_column_int(st, c++);
+        w->op = ardb__col_dup(st, c++, &oom);
+        w->dtype = ardb__col_dup(st, c++, &oom);
+        w->form = ardb__col_dup(st, c++, &oom);
+        w->d = sqlite3_column_int64(st, c++);
+        w->t_bucket = sqlite3_column_int64(st, c++);
+        w->n = sqlite3_column_int(st, c++);
+        w->heads = sqlite3_column_int(st, c++);
+        w->epilogue = sqlite3_column_int(st, c++);
+        w->s = sqlite3_column_int(st, c++);
+        w->problem_key = ardb__col_dup(st, c++, &oom);
+        w->variant = ardb__col_dup(st, c++, &oom);
+        w->template_name = ardb__col_dup(st, c++, &oom);
+        w->kernel_name = ardb__col_dup(st, c++, &oom);
+        w->params_json = ardb__col_dup(st, c++, &oom);
+        w->source = ardb__col_dup(st, c++, &oom);
+        w->source_hash = ardb__col_dup(st, c++, &oom);
+        w->backend = ardb__col_dup(st, c++, &oom);
+        w->median_us = ardb__col_double(st, c++);
+        w->spread_us = ardb__col_double(st, c++);
+        if (oom) {
+            code = ardb__fail(db, ARDB_ENOMEM, "stored winners: out of memory");
+            break;
+        }
+    }
+    if (!code && rc != SQLITE_DONE)
+        code = ardb__sql_fail(db, rc, "stored winners");
+    sqlite3_finalize(st);
+    if (code) {
+        ardb_stored_winners_free(arr, n);
+        return code;
+    }
+    *out = arr;
+    *count = n;
+    return ARDB_DONE;
+}
+
+/* ---- meta ------------------------------------------------------------------ */
+
+int ardb_meta_get(ardb *db, const char *key, char **value)
+{
+    sqlite3_stmt *st = NULL;
+    int code, rc, oom = 0;
+    if (!db)
+        return ARDB_EINVAL;
+    if (!key || !value)
+        return ardb__fail(db, ARDB_EINVAL, "ardb_meta_get: invalid argument");
+    *value = NULL;
+    if ((code = ardb__prepare(db, "SELECT value FROM attnres_meta WHERE key = ?1",
+                              &st, "read meta")))
+        return code;
+    if ((rc = sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC)) != SQLITE_OK)
+        return ardb__step_fail(db, st, rc, "read meta");
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        sqlite3_finalize(st);
+        return ardb__fail(db, ARDB_ENOTFOUND, "no meta value '%s'", key);
+    }
+    if (rc != SQLITE_ROW)
+        return ardb__step_fail(db, st, rc, "read meta");
+    *value = ardb__col_dup(st, 0, &oom);
+    if (!*value && !oom)
+        *value = calloc(1, 1);
+    sqlite3_finalize(st);
+    if (!*value)
+        return ardb__fail(db, ARDB_ENOMEM, "read meta: out of memory");
+    return ARDB_DONE;
+}

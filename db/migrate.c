@@ -1,0 +1,193 @@
+/*
+ * migrate.c - schema deltas after v1 and the in-place migration, with a
+ * backup, of files written by an older version.
+ */
+#include "migrate.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* v1 -> v2: every run gets an identity that survives export, import and
+ * merge (runs.uid; a run recorded under v1 gets one derived from its start
+ * time, host and id, new runs a random one), and a free-text note. The
+ * trigger fills uid for writers that do not set it. */
+static const char delta_v2[] =
+    "ALTER TABLE runs ADD COLUMN uid TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN note TEXT;\n"
+    "UPDATE runs SET uid = " ARDB_LEGACY_RUN_UID("runs") ";\n"
+    "CREATE UNIQUE INDEX runs_uid ON runs(uid);\n"
+    "CREATE TRIGGER runs_uid_default AFTER INSERT ON runs\n"
+    "WHEN NEW.uid IS NULL BEGIN\n"
+    "  UPDATE runs SET uid = lower(hex(randomblob(16))) WHERE id = NEW.id;\n"
+    "END;\n"
+    "UPDATE attnres_meta SET value = '2' WHERE key = 'schema_version';\n"
+    "PRAGMA user_version = 2;\n";
+
+typedef struct delta {
+    int64_t to;
+    const char *sql;
+} delta;
+
+static const delta deltas[] = {{2, delta_v2}};
+
+int ardb__user_version(ardb *db, const char *schema, int64_t *version)
+{
+    char sql[96];
+    sqlite3_stmt *st = NULL;
+    int rc;
+    snprintf(sql, sizeof sql, "PRAGMA \"%s\".user_version", schema);
+    rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        *version = sqlite3_column_int64(st, 0);
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_OK)
+        return ardb__sql_fail(db, rc, "cannot read the schema version");
+    return ARDB_DONE;
+}
+
+int ardb__schema_upgrade(ardb *db, int64_t from)
+{
+    size_t i;
+    for (i = 0; i < sizeof deltas / sizeof deltas[0]; i++) {
+        int rc;
+        if (deltas[i].to <= from)
+            continue;
+        rc = sqlite3_exec(db->h, deltas[i].sql, NULL, NULL, NULL);
+        if (rc != SQLITE_OK)
+            return ardb__fail(db, ardb__map_rc(rc),
+                              "cannot upgrade %s to schema version %lld: %s",
+                              db->path, (long long)deltas[i].to,
+                              sqlite3_errmsg(db->h));
+    }
+    return ARDB_DONE;
+}
+
+/* Copies the committed state of the file to a new backup file through a
+ * second, read-only connection: the caller holds the write lock, so that
+ * state cannot change, and readers are not blocked by it. */
+static int backup_file(ardb *db, int64_t from, char *bak, size_t bak_len)
+{
+    sqlite3 *src = NULL, *dst = NULL;
+    sqlite3_backup *b;
+    struct stat sb;
+    int rc, k;
+
+    for (k = 1; k < 100; k++) {
+        if (k == 1)
+            snprintf(bak, bak_len, "%s.v%lld.bak", db->path, (long long)from);
+        else
+            snprintf(bak, bak_len, "%s.v%lld.bak.%d", db->path,
+                     (long long)from, k);
+        if (stat(bak, &sb) != 0 && errno == ENOENT)
+            break;
+    }
+    if (k == 100)
+        return ardb__fail(db, ARDB_ESQL,
+                          "cannot migrate %s: no free backup file name", db->path);
+    rc = sqlite3_open_v2(db->path, &src, SQLITE_OPEN_READONLY, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_open_v2(bak, &dst,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (rc == SQLITE_OK) {
+        b = sqlite3_backup_init(dst, "main", src, "main");
+        if (!b) {
+            rc = sqlite3_errcode(dst);
+        } else {
+            rc = sqlite3_backup_step(b, -1);
+            if (rc == SQLITE_DONE)
+                rc = SQLITE_OK;
+            if (sqlite3_backup_finish(b) != SQLITE_OK && rc == SQLITE_OK)
+                rc = sqlite3_errcode(dst);
+        }
+    }
+    if (rc != SQLITE_OK) {
+        int code = ardb__fail(db, ardb__map_rc(rc),
+                              "cannot migrate %s: writing the backup %s "
+                              "failed: %s",
+                              db->path, bak,
+                              dst ? sqlite3_errmsg(dst) : src ? sqlite3_errmsg(src)
+                                                              : "cannot open");
+        sqlite3_close(dst);
+        sqlite3_close(src);
+        remove(bak);
+        return code;
+    }
+    /* The backup keeps the journal mode of the original (WAL); closing it
+     * folds its WAL into the file so that one file is the whole backup. */
+    rc = sqlite3_close(dst);
+    sqlite3_close(src);
+    if (rc != SQLITE_OK) {
+        remove(bak);
+        return ardb__fail(db, ARDB_ESQL, "cannot migrate %s: closing the "
+                                         "backup %s failed",
+                          db->path, bak);
+    }
+    return ARDB_DONE;
+}
+
+/* Notes the migration in attnres_meta: when, from which version, and
+ * where the backup is. */
+static int note_migration(ardb *db, int64_t from, const char *bak)
+{
+    static const char sql[] =
+        "INSERT INTO attnres_meta(key, value) VALUES(?1, " ARDB_NOW
+        " || ' backup ' || ?2) ON CONFLICT(key) DO UPDATE SET"
+        " value = excluded.value";
+    char key[64];
+    sqlite3_stmt *st = NULL;
+    int rc;
+    snprintf(key, sizeof key, "migrated_from_v%lld", (long long)from);
+    rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_text(st, 1, key, -1, SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_text(st, 2, bak, -1, SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_DONE)
+        rc = SQLITE_OK;
+    sqlite3_finalize(st);
+    if (rc != SQLITE_OK)
+        return ardb__sql_fail(db, rc, "cannot record the migration");
+    return ARDB_DONE;
+}
+
+int ardb__migrate(ardb *db, int64_t from)
+{
+    char bak[4200];
+    int64_t now = from;
+    int rc, code;
+
+    rc = sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return ardb__fail(db, ardb__map_rc(rc), "cannot migrate %s: %s",
+                          db->path, sqlite3_errmsg(db->h));
+    /* Another process may have migrated the file since it was read. */
+    if ((code = ardb__user_version(db, "main", &now)))
+        goto fail;
+    if (now >= ARDB_SCHEMA_VERSION) {
+        rc = sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL);
+        return rc == SQLITE_OK ? ARDB_DONE : ardb__sql_fail(db, rc, "commit");
+    }
+    if ((code = backup_file(db, now, bak, sizeof bak)))
+        goto fail;
+    if ((code = ardb__schema_upgrade(db, now)) ||
+        (code = note_migration(db, now, bak)))
+        goto fail_backup;
+    rc = sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        code = ardb__fail(db, ardb__map_rc(rc), "cannot migrate %s: %s",
+                          db->path, sqlite3_errmsg(db->h));
+        goto fail_backup;
+    }
+    return ARDB_DONE;
+fail_backup:
+    /* The file stays as it was, so its copy is not needed. */
+    remove(bak);
+fail:
+    if (!sqlite3_get_autocommit(db->h))
+        (void)sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
+    return code;
+}

@@ -1,0 +1,38 @@
+/*
+ * migrate.h - schema versions after v1 and the in-place migration of older
+ * files. Internal to db/.
+ *
+ * Each version after v1 is a delta script: a new database runs the v1 DDL
+ * and then every delta, in the transaction that creates it, so a new file
+ * and a migrated one have the same shape by construction.
+ */
+#ifndef ARDB_MIGRATE_H
+#define ARDB_MIGRATE_H
+
+#include <stdint.h>
+
+#include "ardb_internal.h"
+
+/* The identity that schema v2 gives a run recorded under v1 (no uid
+ * column): derived from what v1 recorded, so that the migration and a merge
+ * from a v1 file that was never migrated agree. `r` is the alias of the
+ * runs table in the statement. */
+#define ARDB_LEGACY_RUN_UID(r)                                                \
+    "printf('v1:%s:%s:%d', " r ".started_at, COALESCE(" r ".host, ''), " r    \
+    ".id)"
+
+/* Runs the deltas that take a database from version `from` to
+ * ARDB_SCHEMA_VERSION, on the caller's open transaction. No backup. */
+int ardb__schema_upgrade(ardb *db, int64_t from);
+
+/* Migrates the file of a read-write handle whose user_version is older than
+ * ARDB_SCHEMA_VERSION, in place: under BEGIN IMMEDIATE it checks the version
+ * again (another process may have migrated it), copies the file to
+ * "PATH.v<old>.bak" (or "PATH.v<old>.bak.<k>" when that name is taken),
+ * runs the deltas and commits. A failure leaves the file as it was. */
+int ardb__migrate(ardb *db, int64_t from);
+
+/* PRAGMA <schema>.user_version of an attached schema ("main", ...). */
+int ardb__user_version(ardb *db, const char *schema, int64_t *version);
+
+#endif

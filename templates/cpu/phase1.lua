@@ -1,0 +1,263 @@
+-- cpu/phase1.lua: phase 1 of Block AttnRes (DESIGN §1, two-phase form) as C
+-- for the CPU backend: the S pseudo-queries of one block against its n
+-- completed block representations, batched.
+--
+-- Per token, each source row is swept once for its RMS statistic r_i and the
+-- first query's dot products (the row then sits in cache), r_i is shared by
+-- all S queries, and the S x H depth softmaxes run over those scores. Site j
+-- gets its normalised mix o1_j and lse_j = m + log(l) per head (fp32).
+--
+-- Parameters and why they matter:
+--   schedule  how the mixing sweep is ordered. "siteouter": for each site,
+--             sum the n rows column block by column block, keeping the sum
+--             in registers (each block of the n rows is re-read from L1 for
+--             every site). "sourceouter": for each column block, load each
+--             source's lanes once and fold them into all S sites' sums (the
+--             S sums live in a small stack array).
+--   vec       fp32 lanes per vector (1 = scalar code, 8 = AVX2, 16 = AVX-512).
+--   unroll    independent accumulators per loop, to hide FMA latency.
+--   threads   the most worker threads the launch spreads tokens over.
+-- The kernel entry processes tokens [t0, t1); the runtime splits T.
+--
+-- Numerics: fp32 reductions, the running max starts at -1e30f (never -inf),
+-- 64-bit offsets; NaN in one token's source row reaches only that token.
+
+local storage = require("lib/c_storage")
+local rowops = require("lib/c_rowops")
+
+local T = {
+  backend = "cpu",
+  op = "phase1",
+  params = {
+    { name = "dtype", values = { "f32", "bf16", "f16" } },
+    { name = "schedule", values = { "siteouter", "sourceouter" } },
+    { name = "vec", values = { 1, 8, 16 } },
+    { name = "unroll", values = { 1, 2, 4 } },
+    { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
+  },
+  -- The runtime's built-in fallback: scalar code that fits every d, H and S,
+  -- spread over all cores.
+  generic = { schedule = "siteouter", vec = 1, unroll = 1, threads = 64 },
+}
+
+-- Per-token scratch the kernel keeps on the stack (softmax weights); must
+-- agree with AR_CPU_PHASE1_MAX_WEIGHTS in runtime/src/cpu_phase_abi.h.
+local MAX_WEIGHTS = 1 << 15
+local MAX_SUMS = 1 << 14
+
+function T.is_generic(p)
+  for k, v in pairs(T.generic) do
+    if p[k] ~= v then return false end
+  end
+  return true
+end
+
+function T.constraint(p)
+  -- Scalar code gains nothing from several accumulators beyond two.
+  return not (p.vec == 1 and p.unroll == 4)
+end
+
+function T.id(p)
+  return string.format("phase1_c_%s_%s_v%d_u%d_t%d", p.dtype, p.schedule, p.vec,
+                       p.unroll, p.threads)
+end
+
+function T.launch(p)
+  return { abi = 1 }
+end
+
+function T.applies(p, problem, device)
+  if problem.op ~= "phase1" then return false, "not a phase1 problem" end
+  if problem.dtype ~= p.dtype then return false, "dtype differs" end
+  if (problem.s or 0) < 1 then return false, "phase1 needs S >= 1 sites" end
+  if problem.n * problem.s * problem.heads > MAX_WEIGHTS then
+    return false, string.format("n*S*H = %d softmax weights exceed the %d a launch keeps on the stack",
+                                problem.n * problem.s * problem.heads, MAX_WEIGHTS)
+  end
+  -- sourceouter keeps S * vec * unroll fp32 sums on the stack: at most 64 KiB.
+  if p.schedule == "sourceouter" and problem.s * p.vec * p.unroll > MAX_SUMS then
+    return false, string.format("S*vec*unroll = %d sums exceed the %d sourceouter keeps on the stack",
+                                problem.s * p.vec * p.unroll, MAX_SUMS)
+  end
+  local hd = problem.d // problem.heads
+  if hd % (p.vec * p.unroll) ~= 0 then
+    return false, string.format("head width %d is not a multiple of vec*unroll = %d",
+                                hd, p.vec * p.unroll)
+  end
+  -- More threads than cores only adds contention (the generic variant is
+  -- exempt: the runtime caps its workers at the core count).
+  if p.threads > 1 and p.threads > device.units and not T.is_generic(p) then
+    return false, string.format("%d threads exceed the device's %d cores",
+                                p.threads, device.units)
+  end
+  return true
+end
+
+-- The mixing sweep of one token: every site's o1 from the n rows and the
+-- probabilities in weight[(i * sites + j) * heads + h].
+local function mix_siteouter(p)
+  local u = p.unroll
+  return gen.subst([[
+        /* Each site's sum over the n rows, column block by column block,
+         * in registers; the block's rows stay in L1 across sites. */
+        for (int j = 0; j < sites; j++) {
+            storage_t *o = (storage_t *)a->o1[j] + t * a->o1_stride;
+            for (int h = 0; h < heads; h++) {
+                const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
+                for (int64_t kb = k0; kb < k1; kb += ${STEP}) {
+${zero}
+                    for (int i = 0; i < n; i++) {
+                        const float w = weight[((int64_t)i * sites + j) * heads + h];
+${accumulate}
+                    }
+${store}
+                }
+            }
+        }]], {
+    STEP = p.vec * u,
+    zero = gen.each(u, function(i) return string.format("                    vf o%d = {0};", i - 1) end, "\n"),
+    accumulate = gen.each(u, function(i)
+      return string.format("                        o%d += w * load_row(rows[i] + kb + %d);", i - 1, (i - 1) * p.vec)
+    end, "\n"),
+    store = gen.each(u, function(i)
+      return string.format("                    store_row(o + kb + %d, o%d);", (i - 1) * p.vec, i - 1)
+    end, "\n"),
+  })
+end
+
+local function mix_sourceouter(p)
+  local u = p.unroll
+  return gen.subst([[
+        /* Per column block, each source's lanes are loaded once and folded
+         * into every site's sum (sums[j * ${U} + lane]). */
+        for (int h = 0; h < heads; h++) {
+            const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
+            for (int64_t kb = k0; kb < k1; kb += ${STEP}) {
+                for (int j = 0; j < sites * ${U}; j++)
+                    sums[j] = (vf){0};
+                for (int i = 0; i < n; i++) {
+${load}
+                    const float *wi = weight + (int64_t)i * sites * heads + h;
+                    for (int j = 0; j < sites; j++) {
+                        const float w = wi[(int64_t)j * heads];
+${accumulate}
+                    }
+                }
+                for (int j = 0; j < sites; j++) {
+                    storage_t *o = (storage_t *)a->o1[j] + t * a->o1_stride;
+${store}
+                }
+            }
+        }]], {
+    U = u,
+    STEP = p.vec * u,
+    load = gen.each(u, function(i)
+      return string.format("                    const vf x%d = load_row(rows[i] + kb + %d);", i - 1, (i - 1) * p.vec)
+    end, "\n"),
+    accumulate = gen.each(u, function(i)
+      return string.format("                        sums[j * %d + %d] += w * x%d;", u, i - 1, i - 1)
+    end, "\n"),
+    store = gen.each(u, function(i)
+      return string.format("                    store_row(o + kb + %d, sums[j * %d + %d]);", (i - 1) * p.vec, u, i - 1)
+    end, "\n"),
+  })
+end
+
+function T.emit(p)
+  local name = "attnres_" .. T.id(p)
+  local sweep = p.schedule == "siteouter" and mix_siteouter(p) or mix_sourceouter(p)
+  local src = gen.subst([[
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef ${CTYPE} storage_t;
+
+/* Kernel arguments, ABI version 1: must match runtime/src/cpu_phase_abi.h.
+ * Strides count elements. */
+struct attnres_cpu_phase1_args {
+    int64_t d;
+    int32_t n, heads, s;
+    const void *const *src;
+    const int64_t *src_stride;
+    const float *queries;
+    float scale, eps;
+    void *const *o1;
+    int64_t o1_stride;
+    float *const *lse;
+    int64_t lse_stride;
+};
+
+${helpers}
+${row_stats}
+${head_dot}
+const int ${NAME}_abi = 1;
+const int ${NAME}_threads = ${THREADS};
+
+void ${NAME}(const struct attnres_cpu_phase1_args *a, int64_t t0, int64_t t1);
+
+/* Phase 1 of tokens [t0, t1): for every site j, the depth softmax of query j
+ * against the RMS-normalised sources applied to the raw rows (o1_j), and the
+ * log-sum-exp of its scores per head (lse_j). */
+void ${NAME}(const struct attnres_cpu_phase1_args *a, int64_t t0, int64_t t1)
+{
+    const int64_t d = a->d;
+    const int n = a->n, heads = a->heads, sites = a->s;
+    const int64_t hd = d / heads;
+    const float inv_d = 1.0f / (float)d, eps = a->eps, scale = a->scale;
+    float dot[heads];
+    float weight[(int64_t)n * sites * heads];
+    const storage_t *rows[n];
+    vf sums[${SUMS}];
+    (void)sums;
+    for (int64_t t = t0; t < t1; t++) {
+        /* Scores: each row is read from memory once; its r serves all sites. */
+        for (int i = 0; i < n; i++) {
+            rows[i] = (const storage_t *)a->src[i] + t * a->src_stride[i];
+            float *wi = weight + (int64_t)i * sites * heads;
+            const float r = 1.0f / sqrtf(row_stats(rows[i], a->queries, hd, heads, dot) * inv_d + eps);
+            for (int h = 0; h < heads; h++)
+                wi[h] = scale * r * dot[h];
+            for (int j = 1; j < sites; j++) {
+                const float *q = a->queries + (int64_t)j * d;
+                for (int h = 0; h < heads; h++)
+                    wi[(int64_t)j * heads + h] = scale * r * head_dot(rows[i], q, (int64_t)h * hd, hd);
+            }
+        }
+        /* One depth softmax per site and head; weights become probabilities. */
+        for (int j = 0; j < sites; j++) {
+            float *lse = a->lse[j] + t * a->lse_stride;
+            for (int h = 0; h < heads; h++) {
+                float *w = weight + (int64_t)j * heads + h;
+                const int64_t step = (int64_t)sites * heads;
+                float m = -1e30f, l = 0.0f;
+                for (int i = 0; i < n; i++)
+                    m = fmaxf(m, w[i * step]);
+                for (int i = 0; i < n; i++) {
+                    const float e = expf(w[i * step] - m);
+                    w[i * step] = e;
+                    l += e;
+                }
+                const float inv = 1.0f / l;
+                for (int i = 0; i < n; i++)
+                    w[i * step] *= inv;
+                lse[h] = m + logf(l);
+            }
+        }
+${sweep}
+    }
+}
+]], {
+    CTYPE = storage.ctype[p.dtype],
+    helpers = storage.helpers(p.dtype, p.vec),
+    row_stats = rowops.row_stats(p),
+    head_dot = rowops.head_dot(p),
+    NAME = name,
+    THREADS = p.threads,
+    SUMS = p.schedule == "sourceouter" and ("sites * " .. p.unroll) or "1",
+    sweep = sweep,
+  })
+  return src, name
+end
+
+return T

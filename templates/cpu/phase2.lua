@@ -1,0 +1,184 @@
+-- cpu/phase2.lua: phase 2 of Block AttnRes (DESIGN §1, two-phase form) as C
+-- for the CPU backend: one routing site merges its phase-1 result (o1, lse)
+-- with the block's running partial sum b.
+--
+-- Per token: optionally b += f first (the sublayer output, written back to
+-- b so the add costs no separate pass over memory); then one sweep over b
+-- for its RMS statistic and its per-head dot products with the site's query;
+-- p2 = sigmoid(scale * r_b * dot - lse) per head; out = o1 + p2 * (b - o1);
+-- and the optional output-norm epilogue.
+--
+-- Parameters and why they matter:
+--   vec       fp32 lanes per vector (1 = scalar code, 8 = AVX2, 16 = AVX-512).
+--   unroll    independent accumulators per loop, to hide FMA latency.
+--   threads   the most worker threads the launch spreads tokens over.
+-- The kernel entry processes tokens [t0, t1); the runtime splits T.
+--
+-- Numerics: fp32 reductions, 64-bit offsets; with the fused add the scores
+-- are taken from b as stored (rounded to the storage type), the same b a
+-- later reader sees. NaN in one token's data reaches only that token.
+
+local storage = require("lib/c_storage")
+local rowops = require("lib/c_rowops")
+
+local T = {
+  backend = "cpu",
+  op = "phase2",
+  params = {
+    { name = "dtype", values = { "f32", "bf16", "f16" } },
+    { name = "vec", values = { 1, 8, 16 } },
+    { name = "unroll", values = { 1, 2, 4 } },
+    { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
+  },
+  -- The runtime's built-in fallback: scalar code that fits every d and H,
+  -- spread over all cores.
+  generic = { vec = 1, unroll = 1, threads = 64 },
+}
+
+function T.is_generic(p)
+  for k, v in pairs(T.generic) do
+    if p[k] ~= v then return false end
+  end
+  return true
+end
+
+function T.constraint(p)
+  -- Scalar code gains nothing from several accumulators beyond two.
+  return not (p.vec == 1 and p.unroll == 4)
+end
+
+function T.id(p)
+  return string.format("phase2_c_%s_v%d_u%d_t%d", p.dtype, p.vec, p.unroll, p.threads)
+end
+
+function T.launch(p)
+  return { abi = 1 }
+end
+
+function T.applies(p, problem, device)
+  if problem.op ~= "phase2" then return false, "not a phase2 problem" end
+  if problem.dtype ~= p.dtype then return false, "dtype differs" end
+  local hd = problem.d // problem.heads
+  if hd % (p.vec * p.unroll) ~= 0 then
+    return false, string.format("head width %d is not a multiple of vec*unroll = %d",
+                                hd, p.vec * p.unroll)
+  end
+  if p.threads > 1 and p.threads > device.units and not T.is_generic(p) then
+    return false, string.format("%d threads exceed the device's %d cores",
+                                p.threads, device.units)
+  end
+  return true
+end
+
+function T.emit(p)
+  local name = "attnres_" .. T.id(p)
+  local u = p.unroll
+  local src = gen.subst([[
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef ${CTYPE} storage_t;
+
+/* Kernel arguments, ABI version 1: must match runtime/src/cpu_phase_abi.h.
+ * Strides count elements. */
+struct attnres_cpu_phase2_args {
+    int64_t d;
+    int32_t heads;
+    const void *o1;
+    int64_t o1_stride;
+    const float *lse;
+    int64_t lse_stride;
+    void *partial;
+    int64_t partial_stride;
+    const void *sublayer;
+    int64_t sublayer_stride;
+    const float *query;
+    float scale, eps;
+    void *out;
+    int64_t out_stride;
+    const float *out_gain;
+    float out_eps;
+    void *normed;
+    int64_t normed_stride;
+};
+
+${helpers}
+${row_stats}
+${sigmoid}
+const int ${NAME}_abi = 1;
+const int ${NAME}_threads = ${THREADS};
+
+void ${NAME}(const struct attnres_cpu_phase2_args *a, int64_t t0, int64_t t1);
+
+/* Phase 2 of tokens [t0, t1): merges o1/lse with the partial sum b. */
+void ${NAME}(const struct attnres_cpu_phase2_args *a, int64_t t0, int64_t t1)
+{
+    const int64_t d = a->d;
+    const int heads = a->heads;
+    const int64_t hd = d / heads;
+    const float inv_d = 1.0f / (float)d, eps = a->eps, scale = a->scale;
+    float dot[heads], keep[a->normed ? d : 1];
+    for (int64_t t = t0; t < t1; t++) {
+        storage_t *b = (storage_t *)a->partial + t * a->partial_stride;
+        const storage_t *o = (const storage_t *)a->o1 + t * a->o1_stride;
+        const float *lse = a->lse + t * a->lse_stride;
+        storage_t *out = (storage_t *)a->out + t * a->out_stride;
+        storage_t *normed = a->normed ? (storage_t *)a->normed + t * a->normed_stride : NULL;
+        if (a->sublayer) {
+            /* The fused residual add: b += f, stored at once. */
+            const storage_t *f = (const storage_t *)a->sublayer + t * a->sublayer_stride;
+            for (int64_t kb = 0; kb < d; kb += ${STEP}) {
+${add}
+            }
+        }
+        const float r = 1.0f / sqrtf(row_stats(b, a->query, hd, heads, dot) * inv_d + eps);
+        vf sq = {0};
+        for (int h = 0; h < heads; h++) {
+            /* sigmoid(s2 - lse): the weight of b against the n sources of o1. */
+            const float p2 = sigmoid(scale * r * dot[h] - lse[h]);
+            const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
+            for (int64_t kb = k0; kb < k1; kb += ${STEP}) {
+${merge}
+            }
+        }
+        if (normed) {
+            const float rs = 1.0f / sqrtf(hsum(sq) * inv_d + a->out_eps);
+            for (int64_t k = 0; k < d; k += ${VEC})
+                store_row(normed + k, load_f32(keep + k) * rs * load_f32(a->out_gain + k));
+        }
+    }
+}
+]], {
+    CTYPE = storage.ctype[p.dtype],
+    helpers = storage.helpers(p.dtype, p.vec),
+    row_stats = rowops.row_stats(p),
+    sigmoid = rowops.sigmoid,
+    NAME = name,
+    THREADS = p.threads,
+    STEP = p.vec * u,
+    VEC = p.vec,
+    add = gen.each(u, function(i)
+      local off = (i - 1) * p.vec
+      return string.format("                store_row(b + kb + %d, load_row(b + kb + %d) + load_row(f + kb + %d));",
+                           off, off, off)
+    end, "\n"),
+    merge = gen.each(u, function(i)
+      local off = (i - 1) * p.vec
+      return string.format(
+        "                {\n" ..
+        "                    const int64_t k = kb + %d;\n" ..
+        "                    const vf ov = load_row(o + k);\n" ..
+        "                    const vf y = ov + p2 * (load_row(b + k) - ov);\n" ..
+        "                    store_row(out + k, y);\n" ..
+        "                    if (normed) {\n" ..
+        "                        sq += y * y;\n" ..
+        "                        store_f32(keep + k, y);\n" ..
+        "                    }\n" ..
+        "                }", off)
+    end, "\n"),
+  })
+  return src, name
+end
+
+return T

@@ -1,0 +1,17 @@
+# History, comparison and exchange of tuning databases: the unit tests of
+# db/history.c, db/exchange.c and db/migrate.c, and the end-to-end test of
+# `attnres db regress` on a real slowdown. Included from tests/CMakeLists.txt.
+set(ATTNRES_DB_V1_FIXTURE ${CMAKE_CURRENT_SOURCE_DIR}/unit/fixtures/db_v1.sql)
+
+add_executable(test_db_history ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_db_history.c)
+target_include_directories(test_db_history PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit)
+target_link_libraries(test_db_history PRIVATE ardb m)
+add_test(NAME db_history_unit COMMAND test_db_history ${ATTNRES_DB_V1_FIXTURE})
+set_tests_properties(db_history_unit PROPERTIES TIMEOUT 120 LABELS "unit;db")
+
+# Times kernels: alone, so that other tests do not load the cores it times.
+add_test(NAME cli_regress_finds_real_slowdown
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_regress.sh $<TARGET_FILE:attnres_cli>
+          ${ATTNRES_DB_V1_FIXTURE})
+set_tests_properties(cli_regress_finds_real_slowdown PROPERTIES TIMEOUT 600 LABELS cli RUN_SERIAL TRUE
+  ENVIRONMENT "ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR}")

@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# `attnres db regress` on a real slowdown, end to end on the CPU.
+#
+#   run 1  tune with the shipped templates                      (fast)
+#   run 2  tune again, same build                               (same)
+#   run 3  re-validate: re-measure the stored winners
+#   run 4  tune with a copy of the templates whose CPU space holds only
+#          scalar, single-thread variants (vec = 1, threads = 1)  (slow)
+#   run 5  re-validate again: re-measures run 4's scalar winners
+#
+# regress must exit 0 on runs 1 -> 2 (and 1 -> 3 within a generous
+# threshold), 1 naming the problem on 1 -> 4 and 3 -> 5, 2 on usage errors;
+# the SVGs must be well-formed, show the data, and render when a renderer
+# is present; export, import and merge must keep regress's answer.
+#
+# usage: test_regress.sh ATTNRES_CLI DB_V1_FIXTURE.sql
+set -uo pipefail
+cli="$1"
+fixture="$2"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export ATTNRES_CACHE_DIR="$dir/cache"
+templates="${ATTNRES_TEMPLATE_DIR:?ATTNRES_TEMPLATE_DIR must name the templates}"
+db="$dir/t.db"
+key="mix:f32:d256:n5:h1:replace:epi0:s0:t64"
+passed=0
+failed=0
+
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL $1"; failed=$((failed + 1)); }
+# expect_rc WANT NAME -- command...: runs the command, keeps its output.
+expect_rc() {
+  local want="$1" name="$2"
+  shift 3
+  "$@" >"$dir/out.txt" 2>"$dir/err.txt"
+  local rc=$?
+  if [ "$rc" = "$want" ]; then ok "$name (exit $rc)"; else
+    bad "$name: exit $rc, want $want"
+    sed 's/^/     | /' "$dir/out.txt" "$dir/err.txt" | tail -20
+  fi
+}
+revalidate() {
+  # `tune --revalidate` once tune has it; `db revalidate` is the same code.
+  if "$cli" tune --help 2>/dev/null | grep -q -- '--revalidate'; then
+    "$cli" tune --revalidate --device cpu --db "$db" --quiet
+  else
+    "$cli" db revalidate --device cpu --db "$db" --quiet
+  fi
+}
+
+printf 'mix f32 256 5 1 replace 0 64\n' >"$dir/problems.txt"
+
+# The deliberately slower variant set: scalar code on one thread.
+mkdir -p "$dir/slow"
+cp -r "$templates/." "$dir/slow/"
+sed -i -E 's/\{ name = "vec", values = \{[^}]*\} \}/{ name = "vec", values = { 1 } }/;
+           s/\{ name = "threads", values = \{[^}]*\} \}/{ name = "threads", values = { 1 } }/' \
+  "$dir/slow/cpu/mix.lua"
+if grep -q 'name = "vec", values = { 1 } }' "$dir/slow/cpu/mix.lua" &&
+   grep -q 'name = "threads", values = { 1 } }' "$dir/slow/cpu/mix.lua"; then
+  ok "slow template copy restricts vec and threads to 1"
+else
+  bad "could not restrict the copied cpu/mix.lua (its parameter lines changed?)"
+fi
+
+echo "-- tuning (runs 1 to 5)"
+expect_rc 0 "run 1: tune with the shipped templates" -- "$cli" tune --device cpu --problems "$dir/problems.txt" --db "$db" --quiet
+expect_rc 0 "run 2: tune again, same build" -- "$cli" tune --device cpu --problems "$dir/problems.txt" --db "$db" --quiet
+expect_rc 0 "run 3: re-validate the stored winners" -- revalidate
+expect_rc 0 "run 4: tune with the scalar-only templates" -- env ATTNRES_TEMPLATE_DIR="$dir/slow" "$cli" tune --device cpu --problems "$dir/problems.txt" --db "$db" --quiet
+expect_rc 0 "run 5: re-validate the (now scalar) stored winners" -- revalidate
+"$cli" db runs --db "$db"
+"$cli" db show --db "$db" --run 4 >"$dir/show4.txt" 2>&1
+if grep -q "$key.*_v1_u[0-9]*_t1 " "$dir/show4.txt"; then ok "run 4's winner is a scalar variant"; else
+  bad "run 4's winner is not scalar"; cat "$dir/show4.txt"; fi
+strategies=$("$cli" db runs --db "$db" --json | python3 -c 'import json,sys; print(" ".join(r["strategy"] for r in json.load(sys.stdin)))')
+read -r -a st <<<"$strategies"
+if [ "${#st[@]}" = 5 ] && [ "${st[2]}" = revalidate ] && [ "${st[4]}" = revalidate ] && [ "${st[0]}" != revalidate ]; then
+  ok "runs 3 and 5 are re-validations ($strategies)"; else bad "run strategies: $strategies"; fi
+
+echo "-- regress"
+expect_rc 0 "same build: regress 1 -> 2" -- "$cli" db regress --db "$db" --baseline 1 --candidate 2
+grep -q '^0 regression' "$dir/out.txt" && ok "same build: 0 regressions reported" || bad "same build: summary"
+expect_rc 0 "re-measured same kernels: regress 1 -> 3 at 200%" -- "$cli" db regress --db "$db" --baseline 1 --candidate 3 --threshold 200
+expect_rc 1 "slower variant set: regress 1 -> 4" -- "$cli" db regress --db "$db" --baseline 1 --candidate 4
+grep -q "^REGRESSION $key" "$dir/out.txt" && ok "regress names the problem" || bad "regress does not name $key"
+cp "$dir/out.txt" "$dir/regress_text.txt"
+expect_rc 1 "slower variant set, candidate by default (newest after 2)" -- "$cli" db regress --db "$db" --baseline 2
+grep -q "^candidate run 5 " "$dir/out.txt" && ok "default candidate is the newest run" || bad "default candidate"
+expect_rc 1 "re-measured slowdown: regress 3 -> 5" -- "$cli" db regress --db "$db" --baseline 3 --candidate 5
+expect_rc 0 "the reverse is an improvement: regress 4 -> 1" -- "$cli" db regress --db "$db" --baseline 4 --candidate 1
+expect_rc 1 "regress --json" -- "$cli" db regress --db "$db" --baseline 1 --candidate 4 --json
+if python3 - "$dir/out.txt" "$key" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = d["regressions"]
+assert d["regressed"] is True and len(r) == 1, d
+r = r[0]
+assert r["problem"] == sys.argv[2], r
+assert r["candidate_us"] > r["baseline_us"] > 0, r
+assert abs(r["ratio"] - r["candidate_us"] / r["baseline_us"]) < 1e-9, r
+assert r["ratio"] > 2, r
+assert "_v1_" in r["variant_b"] and r["variant_a"] != r["variant_b"], r
+assert d["baseline"]["id"] == 1 and d["candidate"]["id"] == 4, d
+for k in ("compiler", "driver", "project_version", "templates_hash", "policy_json", "device_fingerprint"):
+    assert d["candidate"][k], k
+print("ratio %.1f" % r["ratio"])
+EOF
+then ok "regress --json lists the regression"; else bad "regress --json"; fi
+expect_rc 0 "regress --json, no regression" -- "$cli" db regress --db "$db" --baseline 1 --candidate 2 --json
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["regressions"]==[] and d["regressed"] is False' "$dir/out.txt" &&
+  ok "regress --json: empty regressions" || bad "regress --json, none"
+
+echo "-- usage errors"
+expect_rc 2 "no --baseline" -- "$cli" db regress --db "$db"
+expect_rc 2 "unknown run" -- "$cli" db regress --db "$db" --baseline 99
+expect_rc 2 "bad threshold" -- "$cli" db regress --db "$db" --baseline 1 --threshold fast
+expect_rc 2 "unknown option" -- "$cli" db regress --db "$db" --baseline 1 --frobnicate
+expect_rc 2 "baseline is the newest run" -- "$cli" db regress --db "$db" --baseline latest
+expect_rc 2 "missing database" -- "$cli" db regress --db "$dir/none.db" --baseline 1
+
+echo "-- diff"
+expect_rc 0 "diff 1 4" -- "$cli" db diff 1 4 --db "$db"
+grep -q "^$key .* beyond  *slower" "$dir/out.txt" && ok "diff shows the slower problem beyond the noise" || {
+  bad "diff row"; cat "$dir/out.txt"; }
+expect_rc 0 "diff 1 2 --json" -- "$cli" db diff 1 2 --db "$db" --json
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["problems"]; assert len(p)==1 and p[0]["ratio"]==1.0 and p[0]["change"]=="same", p' "$dir/out.txt" &&
+  ok "diff --json: same build, ratio 1" || bad "diff --json"
+
+echo "-- plots"
+expect_rc 0 "plot" -- "$cli" db plot --db "$db" --out "$dir/plots"
+if python3 - "$dir/plots" "$key" <<'EOF'
+import glob, os, sys
+import xml.etree.ElementTree as ET
+d, key = sys.argv[1], sys.argv[2]
+ns = "{http://www.w3.org/2000/svg}"
+lat = glob.glob(os.path.join(d, "latency-*.svg"))
+assert len(lat) == 1, lat
+root = ET.parse(lat[0]).getroot()
+texts = " ".join(t.text or "" for t in root.iter(ns + "text"))
+assert key in texts and "run id" in texts and "latency (us)" in texts, texts
+assert "log scale" in texts, "a 10x range must use a log axis"
+line = root.find(".//" + ns + "polyline")
+pts = line.get("points").split()
+assert len(pts) == 5, pts                      # one point per run
+ys = [float(p.split(",")[1]) for p in pts]
+assert ys[3] < ys[0] - 50, ys                  # run 4 drawn far higher (slower)
+tips = [t.text for t in root.iter(ns + "title")]
+assert any("run 4" in (t or "") and "_v1_" in (t or "") for t in tips), tips
+roof = ET.parse(os.path.join(d, "roofline.svg")).getroot()
+bars = [r for r in roof.iter(ns + "rect") if r.find(ns + "title") is not None]
+assert len(bars) == 5, len(bars)               # 1 problem x 5 runs
+labels = " ".join(t.text or "" for t in roof.iter(ns + "text"))
+assert "% of roofline" in labels and "run 1" in labels and "run 5" in labels, labels
+h = [float(b.get("height")) for b in bars]
+assert h[0] > 2 * h[3], h                      # the fast run achieves more
+assert os.path.exists(os.path.join(d, "index.html"))
+EOF
+then ok "SVGs are well-formed and show the runs"; else bad "SVG content"; fi
+if command -v rsvg-convert >/dev/null; then
+  rendered=1
+  for f in "$dir"/plots/*.svg; do
+    rsvg-convert -o "${f%.svg}.png" "$f" && [ -s "${f%.svg}.png" ] || rendered=0
+  done
+  [ $rendered = 1 ] && ok "SVGs render with rsvg-convert" || bad "rsvg-convert failed"
+else
+  echo "skip rendering: rsvg-convert not installed (Debian: librsvg2-bin)"
+fi
+
+echo "-- export, import, merge"
+expect_rc 0 "export --json" -- "$cli" db export --json --db "$db" --out "$dir/t.json"
+expect_rc 0 "import into a new database" -- "$cli" db import "$dir/t.json" --db "$dir/imported.db"
+expect_rc 0 "import again" -- "$cli" db import "$dir/t.json" --db "$dir/imported.db"
+grep -q 'added 0 device(s), 0 problem(s), 0 candidate(s), 0 binary(ies), 0 run(s), 0 measurement(s), 0 winner(s)' "$dir/out.txt" &&
+  ok "importing twice adds nothing" || bad "second import added rows: $(cat "$dir/out.txt")"
+expect_rc 1 "regress on the imported database" -- "$cli" db regress --db "$dir/imported.db" --baseline 1 --candidate 4
+grep -q "^REGRESSION $key" "$dir/out.txt" && ok "imported history gives the same answer" || bad "imported regress"
+expect_rc 0 "merge into a new database" -- "$cli" db merge "$db" --db "$dir/merged.db"
+expect_rc 0 "merge again" -- "$cli" db merge "$db" --db "$dir/merged.db"
+grep -q 'added 0 device(s), 0 problem(s), 0 candidate(s), 0 binary(ies), 0 run(s), 0 measurement(s), 0 winner(s)' "$dir/out.txt" &&
+  ok "merging twice adds nothing" || bad "second merge added rows: $(cat "$dir/out.txt")"
+expect_rc 1 "regress on the merged database" -- "$cli" db regress --db "$dir/merged.db" --baseline 1 --candidate 4
+expect_rc 0 "export --csv" -- "$cli" db export --csv --table winners --db "$db" --out "$dir/w.csv"
+python3 -c '
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1], newline="")))
+assert len(rows) == 5, len(rows)
+assert {r["problem"] for r in rows} == {sys.argv[2]}
+assert float(rows[3]["median_us"]) > 2 * float(rows[0]["median_us"]), rows
+' "$dir/w.csv" "$key" && ok "CSV winners table" || bad "CSV winners table"
+
+echo "-- a database from schema v1"
+python3 -c 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.executescript(open(sys.argv[2]).read()); c.close()' "$dir/old.db" "$fixture"
+expect_rc 1 "regress reads a v1 file read-only" -- "$cli" db regress --db "$dir/old.db" --baseline 1 --candidate 2
+[ ! -e "$dir/old.db.v1.bak" ] && ok "read-only use leaves the v1 file alone" || bad "read-only use migrated"
+expect_rc 0 "note migrates it in place" -- "$cli" db note 1 "before the driver update" --db "$dir/old.db"
+[ -e "$dir/old.db.v1.bak" ] && ok "the v1 file was backed up" || bad "no backup"
+python3 -c 'import sqlite3,sys; assert sqlite3.connect(sys.argv[1]).execute("pragma user_version").fetchone()[0]==2; assert sqlite3.connect(sys.argv[2]).execute("pragma user_version").fetchone()[0]==1' "$dir/old.db" "$dir/old.db.v1.bak" &&
+  ok "migrated to v2, backup still v1" || bad "versions after migration"
+python3 -c 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute("pragma user_version = 9"); c.commit()' "$dir/old.db"
+expect_rc 1 "a newer file is refused" -- "$cli" db runs --db "$dir/old.db"
+grep -q 'newer than this build' "$dir/err.txt" && ok "with a clear message" || bad "message: $(cat "$dir/err.txt")"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# tests/gpu/check.sh - the one-command GPU check, for a machine with an
+# NVIDIA GPU (written for a lent H200: no network, no Lua or SQLite
+# development packages; only the driver, and NVRTC from a CUDA toolkit).
+#
+#   tests/gpu/check.sh [BUILD_DIR]
+#
+# BUILD_DIR (default: build) holds the already-built tree, carried from the
+# development machine; only BUILD_DIR/bin/attnres is used. The script:
+#   1. checks that the binary's shared libraries and NVRTC can be found;
+#   2. runs `attnres devices` and requires cuda:0;
+#   3. tunes the K3 and MHAR-8B presets on cuda:0 into one database: every
+#      applicable CUDA variant is compiled with NVRTC, verified against the
+#      fp64 reference (status wrong_result / compile_failed / launch_failed
+#      otherwise) and timed;
+#   4. prints the winners (`attnres db show`) and, last, a short table of
+#      candidate statuses per preset.
+# Exit status: 0 when every step ran and no candidate came back
+# wrong_result or launch_failed; 1 otherwise.
+#
+# Environment:
+#   OUT       where the database and logs go (default: BUILD_DIR/gpu-check)
+#   PRESETS   presets to tune (default: "k3 mhar-8b"; "default" and
+#             "delta-small" also exist)
+#   STRATEGY  tuner strategy (default: exhaustive, which times every
+#             candidate fully; "halving" is quicker)
+#   DEVICE    device spec (default: cuda:0)
+set -u -o pipefail
+
+BUILD=${1:-build}
+BIN=$BUILD/bin/attnres
+OUT=${OUT:-$BUILD/gpu-check}
+PRESETS=${PRESETS:-k3 mhar-8b}
+STRATEGY=${STRATEGY:-exhaustive}
+DEVICE=${DEVICE:-cuda:0}
+DB=$OUT/gpu-check.db
+failed=0
+
+say() { printf '== %s\n' "$*"; }
+die() { printf 'check.sh: %s\n' "$*" >&2; exit 1; }
+
+[ -x "$BIN" ] || die "no $BIN: build the project first (cmake -S . -B $BUILD && cmake --build $BUILD)"
+mkdir -p "$OUT" || die "cannot create $OUT"
+rm -f "$DB" "$DB-wal" "$DB-shm"
+
+# 1. Libraries: the CLI links Lua and SQLite dynamically on most systems.
+if command -v ldd >/dev/null 2>&1; then
+    missing=$(ldd "$BIN" 2>/dev/null | awk '/not found/ {print $1}')
+    [ -z "$missing" ] || die "$BIN cannot start, missing shared libraries: $missing (copy them next to it and set LD_LIBRARY_PATH)"
+fi
+if [ -z "${CUDA_HOME:-}" ] && [ -d /usr/local/cuda ]; then
+    export CUDA_HOME=/usr/local/cuda
+fi
+if ! { ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; } &&
+   ! ls "${CUDA_HOME:-/usr/local/cuda}"/lib64/libnvrtc.so* >/dev/null 2>&1; then
+    say "warning: libnvrtc not found by ldconfig or in \$CUDA_HOME/lib64; compiles will fail"
+fi
+export ATTNRES_CACHE_DIR=${ATTNRES_CACHE_DIR:-$OUT/cache}
+
+# 2. Devices.
+say "attnres devices"
+"$BIN" devices | tee "$OUT/devices.txt" || failed=1
+grep -q "^${DEVICE}[[:space:]]" "$OUT/devices.txt" && ! grep -q "^${DEVICE}[[:space:]]*unavailable" "$OUT/devices.txt" ||
+    die "$DEVICE is not available (see above)"
+command -v nvidia-smi >/dev/null 2>&1 &&
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+
+# 3. Tune (compile, verify, time) each preset.
+declare -A took
+for preset in $PRESETS; do
+    say "attnres tune --device $DEVICE --preset $preset --strategy $STRATEGY"
+    start=$(date +%s)
+    if ! "$BIN" tune --device "$DEVICE" --preset "$preset" --strategy "$STRATEGY" --db "$DB" \
+            2>&1 | tee "$OUT/tune-$preset.log"; then
+        failed=1
+    fi
+    took[$preset]=$(( $(date +%s) - start ))
+done
+
+# 4. Winners, then the status table.
+say "attnres db show"
+"$BIN" db show --db "$DB" | tee "$OUT/winners.txt" || failed=1
+
+"$BIN" db export --csv --table measurements --db "$DB" --out "$OUT/measurements.csv" >/dev/null 2>&1 || true
+say "candidates by status (from $OUT/measurements.csv)"
+if [ -s "$OUT/measurements.csv" ] && command -v python3 >/dev/null 2>&1; then
+    python3 - "$OUT/measurements.csv" <<'EOF' || failed=1
+import csv, sys, collections
+rows = list(csv.DictReader(open(sys.argv[1], newline="")))
+count = collections.Counter((r["problem"], r["status"]) for r in rows)
+problems = sorted({r["problem"] for r in rows})
+statuses = ["ok", "wrong_result", "compile_failed", "launch_failed", "skipped"]
+statuses += sorted({s for _, s in count} - set(statuses))
+print("%-44s" % "problem" + "".join("%15s" % s for s in statuses))
+for p in problems:
+    print("%-44s" % p[:44] + "".join("%15d" % count[(p, s)] for s in statuses))
+bad = [r for r in rows if r["status"] in ("wrong_result", "launch_failed")]
+for r in bad[:20]:
+    print("BAD %s %s %s: %s" % (r["problem"], r["variant"], r["status"], r["message"][:200]))
+sys.exit(1 if bad else 0)
+EOF
+elif [ -s "$OUT/measurements.csv" ]; then
+    echo "(python3 not found: see $OUT/measurements.csv)"
+    grep -q ',wrong_result,\|,launch_failed,' "$OUT/measurements.csv" && failed=1
+else
+    echo "(no measurements exported)"
+    failed=1
+fi
+
+printf '\n%-14s %8s\n' preset seconds
+for preset in $PRESETS; do printf '%-14s %8s\n' "$preset" "${took[$preset]:-?}"; done
+if [ "$failed" -eq 0 ]; then say "GPU check passed"; else say "GPU check FAILED (logs in $OUT)"; fi
+exit "$failed"

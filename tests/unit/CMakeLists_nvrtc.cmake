@@ -1,0 +1,12 @@
+# NVRTC compiles every variant of templates/cuda/mix.lua for sm_80 and sm_90
+# with no warning, and the generic/default variants do not spill. Needs no
+# GPU; skips (exit 77) when NVRTC cannot be loaded. Included from
+# tests/CMakeLists.txt.
+add_executable(test_nvrtc ${CMAKE_CURRENT_LIST_DIR}/test_nvrtc.c)
+target_include_directories(test_nvrtc PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${CMAKE_SOURCE_DIR}/runtime/src)
+target_compile_definitions(test_nvrtc PRIVATE ATTNRES_TEMPLATE_DIR="${ATTNRES_TEMPLATE_DIR}")
+target_link_libraries(test_nvrtc PRIVATE argen attnres_static Threads::Threads)
+add_test(NAME nvrtc_compile_all_variants COMMAND test_nvrtc)
+set_tests_properties(nvrtc_compile_all_variants PROPERTIES
+  TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "unit;cuda"
+  ENVIRONMENT "ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR}")

@@ -1,0 +1,737 @@
+/*
+ * test_db_history.c - unit tests of the history layer of the tuning
+ * database: run listings and resolution, comparisons (diff, the noise rule,
+ * regression classes), migration of a v1 file, merge, JSON/CSV export and
+ * import, and the stored winners that a re-validation re-measures.
+ *
+ * argv[1] is tests/unit/fixtures/db_v1.sql, a database as schema v1 wrote
+ * it. Every file lives in a fresh mkdtemp directory, removed at the end.
+ */
+#define _GNU_SOURCE /* nftw, FTW_PHYS */
+#include <ftw.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ardb.h"
+#include "check.h"
+
+static char tmpdir[512];
+static char *fixture_sql;
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static void path_in_tmp(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", tmpdir, name);
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long n;
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    if (buf)
+        buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static int raw_exec(const char *path, const char *sql)
+{
+    sqlite3 *h = NULL;
+    int rc = sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(h, sql, NULL, NULL, NULL);
+    sqlite3_close(h);
+    return rc;
+}
+
+static long long raw_int(const char *path, const char *sql)
+{
+    sqlite3 *h = NULL;
+    sqlite3_stmt *st = NULL;
+    long long v = -1;
+    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return v;
+}
+
+/* Writes the v1 fixture to tmpdir/name; path gets its full path. */
+static int make_v1(const char *name, char *path, size_t len)
+{
+    path_in_tmp(path, len, name);
+    return raw_exec(path, fixture_sql) == SQLITE_OK ? 0 : -1;
+}
+
+static ardb *open_db(const char *path, unsigned flags)
+{
+    char msg[512];
+    ardb *db = NULL;
+    if (ardb_open(path, flags, &db, msg, sizeof msg) != ARDB_DONE)
+        fprintf(stderr, "open %s: %s\n", path, msg);
+    return db;
+}
+
+static int file_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* A growing buffer for exports. */
+typedef struct buffer {
+    char *data;
+    size_t len, cap;
+} buffer;
+
+static int buffer_write(void *ctx, const void *data, size_t len)
+{
+    buffer *b = ctx;
+    if (b->len + len + 1 > b->cap) {
+        size_t ncap = (b->cap ? b->cap * 2 : 4096) + len;
+        char *nd = realloc(b->data, ncap);
+        if (!nd)
+            return -1;
+        b->data = nd;
+        b->cap = ncap;
+    }
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+static int failing_write(void *ctx, const void *data, size_t len)
+{
+    (void)ctx;
+    (void)data;
+    (void)len;
+    return -1;
+}
+
+static int stats_zero(const ardb_merge_stats *s)
+{
+    return s->devices == 0 && s->problems == 0 && s->candidates == 0 && s->binaries == 0 && s->runs == 0 &&
+           s->measurements == 0 && s->winners == 0;
+}
+
+/* Records one ok measurement and makes it the run's winner. */
+static int64_t add_winner(ardb *db, int64_t run, int64_t cand, int64_t prob, int64_t dev, double us, double spread)
+{
+    ardb_measurement m = {.run_id = run, .candidate_id = cand, .problem_id = prob, .device_id = dev,
+                          .build_key = "bk", .status = ARDB_STATUS_OK, .median_us = us, .min_us = us,
+                          .max_us = us, .spread_us = spread, .reps = 10, .gbps = 1, .roofline = 0.5,
+                          .rel_err = 0};
+    int64_t mid = 0;
+    if (ardb_measurement_add(db, &m, &mid) != ARDB_DONE)
+        return 0;
+    if (ardb_winner_set(db, run, prob, dev, cand, mid) != ARDB_DONE)
+        return 0;
+    return mid;
+}
+
+/* ---- classification --------------------------------------------------------- */
+
+static ardb_diff_row row(double a, double sa, double b, double sb)
+{
+    ardb_diff_row r;
+    memset(&r, 0, sizeof r);
+    r.winner_a = r.winner_b = r.tried_a = r.tried_b = 1;
+    r.us_a = a;
+    r.us_b = b;
+    r.spread_a = sa;
+    r.spread_b = sb;
+    return r;
+}
+
+static void test_classify_noise_and_threshold(void)
+{
+    ardb_diff_row r = row(100, 1, 110, 1);
+    /* 10% slower, 10 us apart, noise 3 x 2 = 6 us: a regression at 5%. */
+    CHECK(ardb_diff_beyond_noise(&r));
+    CHECK(ardb_diff_classify(&r, 5) == ARDB_CHANGE_SLOWER);
+    /* ...not at a threshold of 20%. */
+    CHECK(ardb_diff_classify(&r, 20) == ARDB_CHANGE_SAME);
+    /* Within the noise: 3 x (2 + 2) = 12 us > 10 us, whatever the threshold. */
+    r = row(100, 2, 110, 2);
+    CHECK(!ardb_diff_beyond_noise(&r));
+    CHECK(ardb_diff_classify(&r, 0) == ARDB_CHANGE_SAME);
+    /* The noise rule is strict: exactly 3 x the spreads is not beyond. */
+    r = row(100, 1, 106, 1);
+    CHECK(!ardb_diff_beyond_noise(&r));
+    /* Faster, symmetric. */
+    r = row(110, 1, 100, 1);
+    CHECK(ardb_diff_classify(&r, 5) == ARDB_CHANGE_FASTER);
+    /* Unknown spreads count as zero. */
+    r = row(100, NAN, 101, NAN);
+    CHECK(ardb_diff_beyond_noise(&r));
+    CHECK(ardb_diff_classify(&r, 5) == ARDB_CHANGE_SAME);
+    CHECK(ardb_diff_classify(&r, 0.5) == ARDB_CHANGE_SLOWER);
+    /* Lost, missing, new. */
+    r = row(100, 1, NAN, NAN);
+    r.winner_b = 0;
+    CHECK(ardb_diff_classify(&r, 5) == ARDB_CHANGE_LOST);
+    r.tried_b = 0;
+    CHECK(ardb_diff_classify(&r, 5) == ARDB_CHANGE_MISSING);
+    CHECK(!ardb_diff_beyond_noise(&r));
+    r = row(NAN, NAN, 100, 1);
+    r.winner_a = 0;
+    CHECK(ardb_diff_classify(&r, 5) == ARDB_CHANGE_NEW);
+    CHECK(strcmp(ardb_change_name(ARDB_CHANGE_LOST), "lost") == 0);
+    CHECK(strcmp(ardb_change_name((ardb_change)99), "unknown") == 0);
+}
+
+/* ---- migration ---------------------------------------------------------------- */
+
+static void test_v1_file_read_only_then_migrated(void)
+{
+    char path[600], bak[700], msg[700];
+    REQUIRE(make_v1("v1.db", path, sizeof path) == 0);
+    snprintf(bak, sizeof bak, "%s.v1.bak", path);
+
+    /* Read-only: read as it is, never written. */
+    ardb *db = open_db(path, ARDB_READONLY);
+    REQUIRE(db != NULL);
+    ardb_run_info *runs = NULL;
+    size_t n = 0;
+    CHECK(ardb_run_list(db, &runs, &n) == ARDB_DONE && n == 2);
+    if (n == 2) {
+        CHECK(strcmp(runs[0].uid, "v1:2025-01-01T10:00:00.000Z:builder:1") == 0);
+        CHECK(runs[0].note == NULL);
+        CHECK(runs[0].measurements == 2 && runs[0].winners == 2);
+        CHECK(strcmp(runs[1].driver, "5.11") == 0);
+        CHECK(strcmp(runs[1].device_fingerprint, "cpu|Old CPU|x86_64-avx2|8|17179869184|5.10") == 0);
+        CHECK(runs[1].copy_gbps == 20.0);
+    }
+    ardb_run_infos_free(runs, n);
+    CHECK(ardb_run_set_note(db, 1, "x") == ARDB_EREADONLY);
+    ardb_close(db);
+    CHECK(raw_int(path, "PRAGMA user_version") == 1);
+    CHECK(!file_exists(bak));
+
+    /* Read-write: migrated in place, with a backup of the v1 file. */
+    db = open_db(path, 0);
+    REQUIRE(db != NULL);
+    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
+    CHECK(file_exists(bak));
+    CHECK(raw_int(bak, "PRAGMA user_version") == 1);
+    CHECK(raw_int(bak, "SELECT count(*) FROM measurements") == 4);
+    CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'uid'") == 0);
+    CHECK(raw_int(path, "SELECT count(*) FROM measurements") == 4);
+    CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE uid = 'v1:2025-02-01T10:00:00.000Z:builder:2'") == 1);
+    char *v = NULL;
+    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "2") == 0);
+    free(v);
+    v = NULL;
+    CHECK(ardb_meta_get(db, "migrated_from_v1", &v) == ARDB_DONE && v && strstr(v, "backup") &&
+          strstr(v, "v1.db.v1.bak"));
+    free(v);
+    CHECK(ardb_meta_get(db, "no such key", &v) == ARDB_ENOTFOUND);
+    /* v2 works: notes, and new runs get a random uid. */
+    CHECK(ardb_run_set_note(db, 1, "driver 5.10") == ARDB_DONE);
+    CHECK(ardb_run_set_note(db, 99, "x") == ARDB_ENOTFOUND);
+    ardb_run r = {.device_id = 1, .strategy = "exhaustive"};
+    int64_t id = 0;
+    CHECK(ardb_run_begin(db, &r, &id) == ARDB_DONE && id == 3);
+    ardb_run_info info;
+    CHECK(ardb_run_get(db, 3, &info) == ARDB_DONE);
+    CHECK(info.uid && strlen(info.uid) == 32 && strspn(info.uid, "0123456789abcdef") == 32);
+    ardb_run_info_clear(&info);
+    CHECK(ardb_run_get(db, 1, &info) == ARDB_DONE && info.note && strcmp(info.note, "driver 5.10") == 0);
+    ardb_run_info_clear(&info);
+    CHECK(ardb_run_get(db, 42, &info) == ARDB_ENOTFOUND);
+    ardb_close(db);
+    /* Opening again migrates nothing more. */
+    db = open_db(path, 0);
+    CHECK(db != NULL);
+    ardb_close(db);
+    snprintf(msg, sizeof msg, "%s.v2.bak", path);
+    CHECK(!file_exists(msg));
+
+    /* A taken backup name: the next free one is used, the old file kept. */
+    REQUIRE(make_v1("v1b.db", path, sizeof path) == 0);
+    snprintf(bak, sizeof bak, "%s.v1.bak", path);
+    FILE *f = fopen(bak, "w");
+    REQUIRE(f != NULL);
+    fputs("an older backup\n", f);
+    fclose(f);
+    db = open_db(path, ARDB_CREATE);
+    CHECK(db != NULL);
+    ardb_close(db);
+    snprintf(msg, sizeof msg, "%s.v1.bak.2", path);
+    CHECK(file_exists(msg));
+    CHECK(raw_int(msg, "PRAGMA user_version") == 1);
+    char *old = read_text(bak);
+    CHECK(old && strcmp(old, "an older backup\n") == 0);
+    free(old);
+
+    /* A migration that fails leaves the file as it was, and no backup. */
+    REQUIRE(make_v1("v1c.db", path, sizeof path) == 0);
+    REQUIRE(raw_exec(path, "CREATE INDEX runs_uid ON runs(host);") == SQLITE_OK);
+    snprintf(bak, sizeof bak, "%s.v1.bak", path);
+    db = (ardb *)1;
+    CHECK(ardb_open(path, 0, &db, msg, sizeof msg) != ARDB_DONE && db == NULL);
+    CHECK(strstr(msg, "cannot upgrade") != NULL);
+    CHECK(raw_int(path, "PRAGMA user_version") == 1);
+    CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'uid'") == 0);
+    CHECK(!file_exists(bak));
+
+    /* A newer file is refused, read-only or not, and left alone. */
+    REQUIRE(make_v1("newer.db", path, sizeof path) == 0);
+    REQUIRE(raw_exec(path, "PRAGMA user_version = 3;") == SQLITE_OK);
+    db = (ardb *)1;
+    CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_ENEWER && db == NULL);
+    CHECK(strstr(msg, "database schema version 3 is newer than this build (2)") != NULL);
+    CHECK(ardb_open(path, ARDB_READONLY, &db, msg, sizeof msg) == ARDB_ENEWER);
+    CHECK(raw_int(path, "PRAGMA user_version") == 3);
+}
+
+/* ---- runs, diff ----------------------------------------------------------------- */
+
+static void test_diff_and_resolve(void)
+{
+    char path[600];
+    REQUIRE(make_v1("diff.db", path, sizeof path) == 0);
+    ardb *db = open_db(path, 0);
+    REQUIRE(db != NULL);
+
+    /* Run 2 against run 1: bf16 slower (100 -> 250), f32 the same (run 2
+     * reused run 1's measurement). Problems in key order. */
+    ardb_diff_row *rows = NULL;
+    size_t n = 0;
+    CHECK(ardb_diff_runs(db, 1, 2, &rows, &n) == ARDB_DONE && n == 2);
+    if (n == 2) {
+        CHECK(strcmp(rows[0].problem, "mix:bf16:d512:n9:h4:additive:epi1:s0:t64") == 0);
+        CHECK(rows[0].winner_a && rows[0].winner_b && rows[0].tried_b);
+        CHECK(rows[0].us_a == 100.0 && rows[0].us_b == 250.0);
+        CHECK(rows[0].spread_a == 1.0 && rows[0].spread_b == 2.0);
+        CHECK(strcmp(rows[0].variant_a, "mix_c_bf16_online_v8_u1_t4") == 0);
+        CHECK(strcmp(rows[0].variant_b, "mix_c_bf16_online_v1_u1_t1") == 0);
+        CHECK(rows[0].roofline_b == 0.6);
+        CHECK(ardb_diff_classify(&rows[0], 5) == ARDB_CHANGE_SLOWER);
+        CHECK(ardb_diff_classify(&rows[0], 200) == ARDB_CHANGE_SAME);
+        CHECK(strcmp(rows[1].problem, "mix:f32:d256:n5:h1:replace:epi0:s0:t64") == 0);
+        CHECK(rows[1].us_a == 10.0 && rows[1].us_b == 10.0);
+        CHECK(ardb_diff_classify(&rows[1], 5) == ARDB_CHANGE_SAME);
+    }
+    ardb_diff_free(rows, n);
+    CHECK(ardb_diff_runs(db, 2, 1, &rows, &n) == ARDB_DONE && n == 2);
+    if (n == 2)
+        CHECK(ardb_diff_classify(&rows[0], 5) == ARDB_CHANGE_FASTER);
+    ardb_diff_free(rows, n);
+    CHECK(ardb_diff_runs(db, 1, 9, &rows, &n) == ARDB_ENOTFOUND && rows == NULL && n == 0);
+    CHECK(strstr(ardb_errmsg(db), "no run with id 9") != NULL);
+
+    /* Run 3 re-validates f32 and finds it wrong: lost; bf16 not tried:
+     * missing. Against run 3 as the baseline, f32 is new in run 2. */
+    ardb_run r = {.device_id = 1, .strategy = "revalidate"};
+    int64_t run3 = 0, mid = 0;
+    REQUIRE(ardb_run_begin(db, &r, &run3) == ARDB_DONE);
+    ardb_measurement m = {.run_id = run3, .candidate_id = 1, .problem_id = 1, .device_id = 1,
+                          .build_key = "key-a", .status = ARDB_STATUS_WRONG_RESULT, .median_us = NAN,
+                          .rel_err = 0.3, .message = "relative error 0.3"};
+    REQUIRE(ardb_measurement_add(db, &m, &mid) == ARDB_DONE);
+    REQUIRE(ardb_run_finish(db, run3, "complete") == ARDB_DONE);
+    CHECK(ardb_diff_runs(db, 2, run3, &rows, &n) == ARDB_DONE && n == 2);
+    if (n == 2) {
+        CHECK(ardb_diff_classify(&rows[0], 5) == ARDB_CHANGE_MISSING);
+        CHECK(ardb_diff_classify(&rows[1], 5) == ARDB_CHANGE_LOST);
+        CHECK(rows[1].status_b && strcmp(rows[1].status_b, "wrong_result") == 0);
+        CHECK(rows[1].variant_b == NULL && isnan(rows[1].us_b));
+    }
+    ardb_diff_free(rows, n);
+    CHECK(ardb_diff_runs(db, run3, 2, &rows, &n) == ARDB_DONE && n == 2);
+    if (n == 2)
+        CHECK(ardb_diff_classify(&rows[1], 5) == ARDB_CHANGE_NEW);
+    ardb_diff_free(rows, n);
+
+    /* Resolving what a person types. */
+    int64_t id = 0;
+    CHECK(ardb_run_resolve(db, "2", &id) == ARDB_DONE && id == 2);
+    CHECK(ardb_run_resolve(db, "latest", &id) == ARDB_DONE && id == run3);
+    CHECK(ardb_run_resolve(db, "latest~2", &id) == ARDB_DONE && id == 1);
+    CHECK(ardb_run_resolve(db, "latest~3", &id) == ARDB_ENOTFOUND);
+    CHECK(ardb_run_resolve(db, "latest~x", &id) == ARDB_EINVAL);
+    CHECK(ardb_run_resolve(db, "9", &id) == ARDB_ENOTFOUND);
+    CHECK(ardb_run_resolve(db, "v1:2025-02", &id) == ARDB_DONE && id == 2);
+    CHECK(ardb_run_resolve(db, "v1:2025", &id) == ARDB_EINVAL);
+    CHECK(strstr(ardb_errmsg(db), "several") != NULL);
+    CHECK(ardb_run_resolve(db, "abc", &id) == ARDB_EINVAL);
+    CHECK(ardb_run_resolve(db, "zzzzzz", &id) == ARDB_ENOTFOUND);
+    CHECK(ardb_run_resolve(db, "", &id) == ARDB_EINVAL);
+    {
+        ardb_run_info info;
+        char prefix[9];
+        REQUIRE(ardb_run_get(db, run3, &info) == ARDB_DONE);
+        snprintf(prefix, sizeof prefix, "%s", info.uid);
+        ardb_run_info_clear(&info);
+        CHECK(ardb_run_resolve(db, prefix, &id) == ARDB_DONE && id == run3);
+    }
+
+    /* The run after a baseline on its device. */
+    CHECK(ardb_run_latest_on_device(db, 1, 1, &id) == ARDB_DONE && id == run3);
+    CHECK(ardb_run_latest_on_device(db, 1, run3, &id) == ARDB_ENOTFOUND);
+    CHECK(ardb_run_latest_on_device(db, 7, 0, &id) == ARDB_ENOTFOUND);
+
+    /* The latency history, in problem order then run. */
+    ardb_winner_point *p = NULL;
+    CHECK(ardb_winner_history(db, &p, &n) == ARDB_DONE && n == 4);
+    if (n == 4) {
+        CHECK(p[0].problem_id == 2 && p[0].run_id == 1 && p[0].median_us == 100.0);
+        CHECK(p[1].problem_id == 2 && p[1].run_id == 2 && p[1].median_us == 250.0);
+        CHECK(p[2].problem_id == 1 && p[3].problem_id == 1 && p[3].run_id == 2);
+        CHECK(strcmp(p[0].device, "Old CPU") == 0 && strcmp(p[0].strategy, "exhaustive") == 0);
+    }
+    ardb_winner_points_free(p, n);
+    ardb_close(db);
+}
+
+/* ---- stored winners --------------------------------------------------------------- */
+
+static void test_stored_winners_fall_back_like_the_runtime(void)
+{
+    char path[600];
+    REQUIRE(make_v1("stored.db", path, sizeof path) == 0);
+    ardb *db = open_db(path, ARDB_READONLY);
+    REQUIRE(db != NULL);
+    ardb_stored_winner *w = NULL;
+    size_t n = 0;
+    ardb_device same = {.backend = "cpu", .arch = "x86_64-avx2",
+                        .fingerprint = "cpu|Old CPU|x86_64-avx2|8|17179869184|5.10"};
+    CHECK(ardb_stored_winners(db, &same, &w, &n) == ARDB_DONE && n == 2);
+    if (n == 2) {
+        /* The newest run's winners, with what a re-measurement needs. */
+        CHECK(w[0].problem_id == 2 && w[0].run_id == 2 && w[0].candidate_id == 3);
+        CHECK(w[0].level == ARDB_LEVEL_EXACT);
+        CHECK(strcmp(w[0].dtype, "bf16") == 0 && strcmp(w[0].form, "additive") == 0);
+        CHECK(w[0].d == 512 && w[0].n == 9 && w[0].heads == 4 && w[0].epilogue == 1 && w[0].t_bucket == 64);
+        CHECK(strcmp(w[0].source, "int c;") == 0 && strcmp(w[0].kernel_name, "attnres_c") == 0);
+        CHECK(w[0].median_us == 250.0);
+        CHECK(w[1].problem_id == 1 && w[1].candidate_id == 1 && w[1].run_id == 2);
+    }
+    ardb_stored_winners_free(w, n);
+    ardb_device driver_changed = {.backend = "cpu", .arch = "x86_64-avx2", .fingerprint = "cpu|Old CPU|new"};
+    CHECK(ardb_stored_winners(db, &driver_changed, &w, &n) == ARDB_DONE && n == 2);
+    if (n == 2)
+        CHECK(w[0].level == ARDB_LEVEL_ARCHITECTURE && w[1].level == ARDB_LEVEL_ARCHITECTURE);
+    ardb_stored_winners_free(w, n);
+    ardb_device other_arch = {.backend = "cpu", .arch = "aarch64", .fingerprint = "cpu|arm"};
+    CHECK(ardb_stored_winners(db, &other_arch, &w, &n) == ARDB_DONE && n == 2);
+    if (n == 2)
+        CHECK(w[0].level == ARDB_LEVEL_BACKEND);
+    ardb_stored_winners_free(w, n);
+    ardb_device gpu = {.backend = "cuda", .arch = "sm_90", .fingerprint = "cuda|H200"};
+    CHECK(ardb_stored_winners(db, &gpu, &w, &n) == ARDB_DONE && n == 0 && w == NULL);
+    ardb_device bad = {.backend = "cpu"};
+    CHECK(ardb_stored_winners(db, &bad, &w, &n) == ARDB_EINVAL);
+    ardb_close(db);
+}
+
+/* ---- merge ------------------------------------------------------------------------- */
+
+/* A database of its own: device X, two problems, two runs where run 2's
+ * winner for P reuses run 1's measurement. */
+static ardb *make_shard(const char *name, char *path, size_t len, int64_t *run2)
+{
+    path_in_tmp(path, len, name);
+    ardb *db = open_db(path, ARDB_CREATE);
+    if (!db)
+        return NULL;
+    ardb_device d = {.backend = "cpu", .name = "Shard CPU", .arch = "x86_64-avx512", .units = 4, .memory = 1 << 30,
+                     .driver = "6.1", .fingerprint = "cpu|Shard CPU|x86_64-avx512|4"};
+    ardb_problem p = {.op = "mix", .dtype = "f32", .form = "replace", .d = 256, .n = 5, .heads = 1, .t_bucket = 64};
+    ardb_problem q = {.op = "mix", .dtype = "f32", .form = "replace", .d = 1024, .n = 9, .heads = 1, .t_bucket = 64};
+    ardb_candidate c1 = {.template_name = "cpu/mix", .variant = "v_fast", .source_hash = "h1", .source = "int f;",
+                         .kernel_name = "k1", .backend = "cpu"};
+    ardb_candidate c2 = {.template_name = "cpu/mix", .variant = "v_slow", .source_hash = "h2", .source = "int s;",
+                         .kernel_name = "k2", .backend = "cpu"};
+    int64_t dev, pid, qid, cid1, cid2, r1, r2, m1;
+    ardb_run r = {.strategy = "exhaustive", .host = "shard"};
+    ardb_binary b = {.build_key = "bk-shard", .blob = "xyz", .size = 3};
+    if (ardb_device_upsert(db, &d, &dev) || ardb_problem_upsert(db, &p, &pid) ||
+        ardb_problem_upsert(db, &q, &qid) || ardb_candidate_upsert(db, &c1, &cid1) ||
+        ardb_candidate_upsert(db, &c2, &cid2))
+        goto fail;
+    b.candidate_id = cid1;
+    r.device_id = dev;
+    if (ardb_binary_put(db, &b) || ardb_run_begin(db, &r, &r1))
+        goto fail;
+    if (!(m1 = add_winner(db, r1, cid1, pid, dev, 20.0, 0.5)) || !add_winner(db, r1, cid1, qid, dev, 80.0, 1.0) ||
+        ardb_run_finish(db, r1, "complete") || ardb_run_begin(db, &r, &r2) ||
+        ardb_winner_set(db, r2, pid, dev, cid1, m1) || !add_winner(db, r2, cid2, qid, dev, 160.0, 1.0) ||
+        ardb_run_finish(db, r2, "complete"))
+        goto fail;
+    *run2 = r2;
+    return db;
+fail:
+    fprintf(stderr, "make_shard: %s\n", ardb_errmsg(db));
+    ardb_close(db);
+    return NULL;
+}
+
+static void test_merge_without_duplicates(void)
+{
+    char shard[600], dst[600], v1[600], path[600];
+    ardb_merge_stats s;
+    int64_t run2 = 0, id;
+    ardb *a = make_shard("shard.db", shard, sizeof shard, &run2);
+    REQUIRE(a != NULL);
+    ardb_close(a);
+
+    /* Into the migrated fixture, which has its own device and history. */
+    REQUIRE(make_v1("dst.db", dst, sizeof dst) == 0);
+    ardb *db = open_db(dst, 0);
+    REQUIRE(db != NULL);
+    CHECK(ardb_merge(db, shard, &s) == ARDB_DONE);
+    CHECK(s.devices == 1 && s.problems == 1 && s.candidates == 2 && s.binaries == 1);
+    CHECK(s.runs == 2 && s.measurements == 3 && s.winners == 4);
+    CHECK(ardb_merge(db, shard, &s) == ARDB_DONE && stats_zero(&s));
+    /* The merged runs compare as they did at home (ids re-mapped, run 2's
+     * reused winner pointing at run 1's measurement). */
+    ardb_diff_row *rows = NULL;
+    size_t n = 0;
+    CHECK(ardb_run_resolve(db, "latest", &id) == ARDB_DONE && id == 4);
+    CHECK(ardb_diff_runs(db, 3, 4, &rows, &n) == ARDB_DONE && n == 2);
+    if (n == 2) {
+        CHECK(strcmp(rows[0].problem, "mix:f32:d256:n5:h1:replace:epi0:s0:t64") == 0);
+        CHECK(rows[0].us_a == 20.0 && rows[0].us_b == 20.0);
+        CHECK(rows[1].us_a == 80.0 && rows[1].us_b == 160.0);
+        CHECK(ardb_diff_classify(&rows[1], 5) == ARDB_CHANGE_SLOWER);
+        CHECK(strcmp(rows[1].variant_b, "v_slow") == 0);
+    }
+    ardb_diff_free(rows, n);
+    CHECK(raw_int(dst, "SELECT count(*) FROM winners w JOIN measurements m ON m.id = w.measurement_id"
+                       " WHERE w.run_id = 4 AND m.run_id = 3") == 1);
+    void *blob = NULL;
+    size_t size = 0;
+    CHECK(ardb_binary_get(db, "bk-shard", &blob, &size) == ARDB_DONE && size == 3 && !memcmp(blob, "xyz", 3));
+    free(blob);
+
+    /* Errors: itself, a missing file, a newer file, a read-only handle. */
+    CHECK(ardb_merge(db, dst, &s) == ARDB_EINVAL && strstr(ardb_errmsg(db), "itself"));
+    path_in_tmp(path, sizeof path, "missing.db");
+    CHECK(ardb_merge(db, path, &s) == ARDB_ENOTDB && strstr(ardb_errmsg(db), "no such database file"));
+    REQUIRE(make_v1("newer-src.db", path, sizeof path) == 0);
+    REQUIRE(raw_exec(path, "PRAGMA user_version = 5;") == SQLITE_OK);
+    CHECK(ardb_merge(db, path, &s) == ARDB_ENEWER);
+    CHECK(ardb_begin(db) == ARDB_DONE);
+    CHECK(ardb_merge(db, shard, &s) == ARDB_EINVAL && strstr(ardb_errmsg(db), "transaction"));
+    CHECK(ardb_rollback(db) == ARDB_DONE);
+    ardb_close(db);
+    db = open_db(dst, ARDB_READONLY);
+    CHECK(db && ardb_merge(db, shard, &s) == ARDB_EREADONLY);
+    ardb_close(db);
+
+    /* From a v1 file that is only read (and stays v1); once that file is
+     * migrated, merging it again adds nothing: run identities agree. */
+    REQUIRE(make_v1("old.db", v1, sizeof v1) == 0);
+    path_in_tmp(path, sizeof path, "fresh.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_merge(db, v1, &s) == ARDB_DONE);
+    CHECK(s.devices == 1 && s.problems == 2 && s.candidates == 3 && s.binaries == 1);
+    CHECK(s.runs == 2 && s.measurements == 4 && s.winners == 4);
+    CHECK(raw_int(v1, "PRAGMA user_version") == 1);
+    ardb *old = open_db(v1, 0); /* migrates */
+    CHECK(old != NULL);
+    ardb_close(old);
+    CHECK(raw_int(v1, "PRAGMA user_version") == 2);
+    CHECK(ardb_merge(db, v1, &s) == ARDB_DONE && stats_zero(&s));
+
+    /* A run merged while running gets its end and its later rows. */
+    a = open_db(shard, 0);
+    REQUIRE(a != NULL);
+    ardb_run r = {.device_id = 1, .strategy = "exhaustive"};
+    int64_t r3 = 0;
+    REQUIRE(ardb_run_begin(a, &r, &r3) == ARDB_DONE);
+    CHECK(add_winner(a, r3, 1, 1, 1, 19.0, 0.4) != 0);
+    CHECK(ardb_merge(db, shard, &s) == ARDB_DONE && s.runs == 3 && s.measurements == 4);
+    CHECK(add_winner(a, r3, 2, 2, 1, 90.0, 0.4) != 0);
+    CHECK(ardb_run_finish(a, r3, "complete") == ARDB_DONE);
+    ardb_close(a);
+    CHECK(ardb_merge(db, shard, &s) == ARDB_DONE);
+    CHECK(s.runs == 0 && s.measurements == 1 && s.winners == 1);
+    CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE status = 'running'") == 0);
+    CHECK(ardb_merge(db, shard, &s) == ARDB_DONE && stats_zero(&s));
+    ardb_close(db);
+}
+
+/* ---- export and import -------------------------------------------------------------- */
+
+static void test_export_import_round_trip(void)
+{
+    char src[600], path[600], path2[600];
+    buffer a = {0}, b = {0}, nosrc = {0};
+    ardb_merge_stats s;
+    REQUIRE(make_v1("exp.db", src, sizeof src) == 0);
+    ardb *db = open_db(src, 0);
+    REQUIRE(db != NULL);
+    CHECK(ardb_run_set_note(db, 2, "driver \"5.11\"\tupgrade") == ARDB_DONE);
+    CHECK(ardb_export_json(db, 0, buffer_write, &a) == ARDB_DONE);
+    CHECK(ardb_export_json(db, ARDB_EXPORT_NO_SOURCE, buffer_write, &nosrc) == ARDB_DONE);
+    CHECK(ardb_export_json(db, 0, failing_write, NULL) != ARDB_DONE);
+    CHECK(strstr(ardb_errmsg(db), "writing the output failed") != NULL);
+    CHECK(ardb_export_json(db, 0x80, buffer_write, &b) == ARDB_EINVAL);
+    ardb_close(db);
+    REQUIRE(a.data != NULL && nosrc.data != NULL);
+    CHECK(strncmp(a.data, "{\"format\": \"attnres-export\", \"version\": 1", 41) == 0);
+    CHECK(strstr(a.data, "\"source\": \"int c;\"") != NULL);
+    CHECK(strstr(nosrc.data, "\"source\": \"int c;\"") == NULL);
+    CHECK(strstr(a.data, "\"note\": \"driver \\\"5.11\\\"\\tupgrade\"") != NULL);
+
+    /* Into an empty database: everything, in the same order, so that its
+     * own export is the same text. Twice: nothing more. */
+    path_in_tmp(path, sizeof path, "imported.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE);
+    CHECK(s.devices == 1 && s.problems == 2 && s.candidates == 3 && s.binaries == 0);
+    CHECK(s.runs == 2 && s.measurements == 4 && s.winners == 4);
+    CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && stats_zero(&s));
+    CHECK(ardb_export_json(db, 0, buffer_write, &b) == ARDB_DONE);
+    CHECK(b.data && strcmp(a.data, b.data) == 0);
+    ardb_close(db);
+
+    /* Without sources first: the later full import fills them in. */
+    path_in_tmp(path2, sizeof path2, "nosource.db");
+    db = open_db(path2, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_import_json(db, nosrc.data, nosrc.len, &s) == ARDB_DONE && s.candidates == 3);
+    CHECK(raw_int(path2, "SELECT count(*) FROM candidates WHERE source IS NULL") == 3);
+    CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && stats_zero(&s));
+    CHECK(raw_int(path2, "SELECT count(*) FROM candidates WHERE source IS NULL") == 0);
+
+    /* Bad input: refused whole, with a message that says where. */
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"{\"format\": \"attnres-export\", \"version\": 1,\n \"runs\": [}", "line 2"},
+        {"[1, 2]", "not an attnres export"},
+        {"{\"format\": \"something else\", \"version\": 1}", "not an attnres export"},
+        {"{\"format\": \"attnres-export\", \"version\": 7}", "version"},
+        {"{\"format\": \"attnres-export\", \"version\": 1, \"runs\": {}}", "must be an array"},
+        {"{\"format\": \"attnres-export\", \"version\": 1, \"devices\": [{\"backend\": \"cpu\"}]}",
+         "\"fingerprint\" is missing"},
+        {"{\"format\": \"attnres-export\", \"version\": 1, \"devices\": [{\"backend\": \"cpu\", "
+         "\"fingerprint\": 5}]}",
+         "must be a string"},
+        {"{\"format\": \"attnres-export\", \"version\": 1, \"problems\": [{\"key\": \"mix:f32:d1:n1:h1:replace:epi0:"
+         "s0:t1\", \"op\": \"mix\", \"dtype\": \"f32\", \"form\": \"replace\", \"d\": 2, \"n\": 1, \"heads\": 1, "
+         "\"epilogue\": 0, \"s\": 0, \"t_bucket\": 1}]}",
+         "inconsistent"},
+        {"{\"format\": \"attnres-export\", \"version\": 1, \"measurements\": [{\"id\": 1, \"run\": \"r\", "
+         "\"problem\": \"p\", \"variant\": \"v\", \"source_hash\": \"h\", \"device\": \"d\", \"status\": \"ok\", "
+         "\"created_at\": \"t\"}]}",
+         "does not define"},
+        {"{\"format\": \"attnres-export\", \"version\": 1, \"devices\": [{\"backend\": \"cpu\", "
+         "\"fingerprint\": \"\\ud800\"}]}",
+         "surrogate"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = ardb_import_json(db, bad[i].text, strlen(bad[i].text), &s);
+        if (rc != ARDB_EINVAL || !strstr(ardb_errmsg(db), bad[i].msg)) {
+            fprintf(stderr, "bad input %zu: rc %d, message '%s' (want '%s')\n", i, rc, ardb_errmsg(db), bad[i].msg);
+            check_failures++;
+        }
+    }
+    /* A file whose last row is bad adds nothing at all. */
+    {
+        const char *tail = "{\"format\": \"attnres-export\", \"version\": 1, \"devices\": [{\"backend\": \"cpu\", "
+                           "\"fingerprint\": \"new-device\"}], \"winners\": [{\"run\": \"nope\", \"problem\": \"p\", "
+                           "\"device\": \"new-device\", \"variant\": \"v\", \"source_hash\": \"h\", "
+                           "\"measurement\": 1}]}";
+        CHECK(ardb_import_json(db, tail, strlen(tail), &s) == ARDB_EINVAL);
+        CHECK(raw_int(path2, "SELECT count(*) FROM devices WHERE fingerprint = 'new-device'") == 0);
+    }
+    /* The handle is still usable afterwards. */
+    CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && stats_zero(&s));
+    ardb_close(db);
+    free(a.data);
+    free(b.data);
+    free(nosrc.data);
+}
+
+static void test_csv_export(void)
+{
+    char path[600];
+    buffer m = {0}, w = {0}, r = {0};
+    REQUIRE(make_v1("csv.db", path, sizeof path) == 0);
+    ardb *db = open_db(path, ARDB_READONLY); /* a v1 file, read as it is */
+    REQUIRE(db != NULL);
+    CHECK(ardb_export_csv(db, ARDB_CSV_MEASUREMENTS, buffer_write, &m) == ARDB_DONE);
+    CHECK(ardb_export_csv(db, ARDB_CSV_WINNERS, buffer_write, &w) == ARDB_DONE);
+    CHECK(ardb_export_csv(db, ARDB_CSV_RUNS, buffer_write, &r) == ARDB_DONE);
+    CHECK(ardb_export_csv(db, (ardb_csv_table)9, buffer_write, &r) == ARDB_EINVAL);
+    ardb_close(db);
+    REQUIRE(m.data && w.data && r.data);
+    {
+        static const char head[] = "measurement_id,run_id,run_uid,run_started_at,";
+        CHECK(strncmp(m.data, head, sizeof head - 1) == 0);
+    }
+    CHECK(strstr(m.data, ",\"a, \"\"quoted\"\" message\",") != NULL);
+    size_t lines = 0;
+    for (const char *p = m.data; *p; p++)
+        lines += *p == '\n';
+    CHECK(lines == 5); /* header + 4 measurements */
+    /* The winners table holds run 2's reused winner too. */
+    lines = 0;
+    for (const char *p = w.data; *p; p++)
+        lines += *p == '\n';
+    CHECK(lines == 5);
+    CHECK(strstr(w.data, ",mix_c_bf16_online_v1_u1_t1,250,2,12,0.59999999999999998,2\r\n") != NULL);
+    CHECK(strstr(r.data, "v1:2025-02-01T10:00:00.000Z:builder:2") != NULL);
+    free(m.data);
+    free(w.data);
+    free(r.data);
+}
+
+int main(int argc, char **argv)
+{
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    if (argc < 2 || !(fixture_sql = read_text(argv[1]))) {
+        fprintf(stderr, "usage: test_db_history FIXTURE.sql (tests/unit/fixtures/db_v1.sql)\n");
+        return 2;
+    }
+    snprintf(tmpdir, sizeof tmpdir, "%s/test_db_history.XXXXXX", base);
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    RUN_CASE(test_classify_noise_and_threshold);
+    RUN_CASE(test_v1_file_read_only_then_migrated);
+    RUN_CASE(test_diff_and_resolve);
+    RUN_CASE(test_stored_winners_fall_back_like_the_runtime);
+    RUN_CASE(test_merge_without_duplicates);
+    RUN_CASE(test_export_import_round_trip);
+    RUN_CASE(test_csv_export);
+    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(fixture_sql);
+    CHECK_EXIT();
+}

@@ -1,0 +1,557 @@
+/*
+ * test_gen.c - unit tests of the kernel generator (gen/argen.h) and its Lua
+ * sandbox (gen/sandbox.c).
+ *
+ * Throwaway templates are written into a fresh mkdtemp directory laid out
+ * like templates/ (cpu/x.lua, lib/y.lua) and removed at the end. The real
+ * templates are read from TEMPLATE_DIR, an absolute path the build passes in,
+ * so the test does not depend on the working directory or the environment.
+ */
+#define _GNU_SOURCE /* nftw, FTW_PHYS */
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "argen.h"
+#include "check.h"
+
+#ifndef TEMPLATE_DIR
+#error "TEMPLATE_DIR must name the project's templates/ directory"
+#endif
+
+static char tmpdir[512];
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+/* Writes text to <tmpdir>/<rel>; returns 0 on success. */
+static int write_text(const char *rel, const char *text)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, rel);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t len = strlen(text);
+    int bad = fwrite(text, 1, len, f) != len;
+    bad |= fclose(f) != 0;
+    return bad ? -1 : 0;
+}
+
+/* Writes `text` as templates/cpu/x.lua in the temp dir and opens it. */
+static int open_x(const char *text, argen **g, char *msg, size_t msg_len)
+{
+    *g = NULL;
+    if (write_text("cpu/x.lua", text) != 0) {
+        snprintf(msg, msg_len, "cannot write cpu/x.lua");
+        return -1;
+    }
+    return argen_open(tmpdir, "cpu/x", g, msg, msg_len);
+}
+
+static const char *const lib_y =
+    "-- lib/y.lua: a helper module for the test templates.\n"
+    "return { answer = 42, name = 'y' }\n";
+
+/* A small family: 2 x 3 x 2 = 12 combinations, of which the constraint
+ * removes bf16 with vec 8 (2), leaving 10. */
+static const char *const x_enumerate =
+    "local y = require('lib/y')\n"
+    "local T = {\n"
+    "  backend = 'cpu',\n"
+    "  op = 'mix',\n"
+    "  params = {\n"
+    "    { name = 'dtype', values = { 'f32', 'bf16' } },\n"
+    "    { name = 'vec', values = { 1, 4, 8 } },\n"
+    "    { name = 'tag', values = { 'a', 'b' } },\n"
+    "  },\n"
+    "  generic = { vec = 4, tag = 'a' },\n"
+    "}\n"
+    "function T.constraint(p) return not (p.dtype == 'bf16' and p.vec == 8) end\n"
+    "function T.id(p) return string.format('x_%s_v%d_%s', p.dtype, p.vec, p.tag) end\n"
+    "function T.launch(p) return { lanes = p.vec * 2 } end\n"
+    "function T.emit(p)\n"
+    "  local name = 'k_' .. T.id(p)\n"
+    "  return gen.subst('int ${NAME}(void) { return ${VEC} + ${ANSWER}; }\\n',\n"
+    "                   { NAME = name, VEC = p.vec, ANSWER = y.answer }), name\n"
+    "end\n"
+    "return T\n";
+
+/* ------------------------------------------------------------------------
+ * Enumeration, ids, params JSON and emission
+ * ---------------------------------------------------------------------- */
+
+static void test_enumerate_cartesian_product_under_constraint_in_stable_order(void)
+{
+    static const char *const want_ids[] = {
+        "x_f32_v1_a", "x_f32_v1_b", "x_f32_v4_a", "x_f32_v4_b", "x_f32_v8_a",
+        "x_f32_v8_b", "x_bf16_v1_a", "x_bf16_v1_b", "x_bf16_v4_a", "x_bf16_v4_b"};
+    const size_t want_n = sizeof want_ids / sizeof want_ids[0];
+    char msg[1024] = "";
+    argen *g = NULL;
+    REQUIRE(open_x(x_enumerate, &g, msg, sizeof msg) == 0);
+    CHECK(strcmp(argen_name(g), "cpu/x") == 0);
+    CHECK(strcmp(argen_backend(g), "cpu") == 0);
+    CHECK(strcmp(argen_op(g), "mix") == 0);
+
+    argen_variant *v = NULL, *again = NULL;
+    size_t n = 0, n_again = 0;
+    CHECK(argen_enumerate(g, &v, &n) == 0);
+    CHECK(n == want_n);
+    for (size_t i = 0; i < n && i < want_n; i++) {
+        if (strcmp(v[i].id, want_ids[i]) != 0) {
+            fprintf(stderr, "variant %zu: got %s, want %s\n", i, v[i].id, want_ids[i]);
+            CHECK(strcmp(v[i].id, want_ids[i]) == 0);
+        }
+    }
+    /* Parameters plus launch data, keys sorted, integers without decimals. */
+    if (n == want_n) {
+        CHECK(strcmp(v[0].params_json, "{\"dtype\":\"f32\",\"lanes\":2,\"tag\":\"a\",\"vec\":1}") == 0);
+        CHECK(strcmp(v[9].params_json, "{\"dtype\":\"bf16\",\"lanes\":8,\"tag\":\"b\",\"vec\":4}") == 0);
+    }
+    /* The same order on a second call and on a second handle. */
+    CHECK(argen_enumerate(g, &again, &n_again) == 0);
+    CHECK(n_again == n);
+    for (size_t i = 0; i < n && i < n_again; i++) {
+        CHECK(strcmp(v[i].id, again[i].id) == 0);
+        CHECK(strcmp(v[i].params_json, again[i].params_json) == 0);
+    }
+    argen_variants_free(again, n_again);
+    argen *g2 = NULL;
+    CHECK(argen_open(tmpdir, "cpu/x", &g2, msg, sizeof msg) == 0);
+    if (g2) {
+        CHECK(argen_enumerate(g2, &again, &n_again) == 0);
+        CHECK(n_again == n);
+        for (size_t i = 0; i < n && i < n_again; i++)
+            CHECK(strcmp(v[i].id, again[i].id) == 0);
+        argen_variants_free(again, n_again);
+    }
+    argen_close(g2);
+    argen_variants_free(v, n);
+    argen_close(g);
+}
+
+static void test_emit_starts_with_generator_header_naming_file_variant_params(void)
+{
+    char msg[1024] = "";
+    argen *g = NULL;
+    REQUIRE(open_x(x_enumerate, &g, msg, sizeof msg) == 0);
+    char *src = NULL, *kernel = NULL, *json = NULL;
+    REQUIRE(argen_emit(g, "x_bf16_v4_b", &src, &kernel, &json) == 0);
+    const char *want_header =
+        "/* Generated by attnres-gen " ARGEN_VERSION " from templates/cpu/x.lua. Do not edit.\n"
+        " * variant x_bf16_v4_b: dtype=bf16 vec=4 tag=b */\n";
+    CHECK(strncmp(src, want_header, strlen(want_header)) == 0);
+    if (strncmp(src, want_header, strlen(want_header)) != 0)
+        fprintf(stderr, "emitted:\n%s\n", src);
+    CHECK(strcmp(src + strlen(want_header), "int k_x_bf16_v4_b(void) { return 4 + 42; }\n") == 0);
+    CHECK(strcmp(kernel, "k_x_bf16_v4_b") == 0);
+    CHECK(strcmp(json, "{\"dtype\":\"bf16\",\"lanes\":8,\"tag\":\"b\",\"vec\":4}") == 0);
+    free(src);
+    free(kernel);
+    free(json);
+
+    /* params_json may be NULL when the caller does not want it. */
+    CHECK(argen_emit(g, "x_f32_v8_a", &src, &kernel, NULL) == 0);
+    CHECK(src && strstr(src, "variant x_f32_v8_a: dtype=f32 vec=8 tag=a") != NULL);
+    free(src);
+    free(kernel);
+
+    /* A variant the constraint removed does not exist. */
+    CHECK(argen_emit(g, "x_bf16_v8_a", &src, &kernel, &json) != 0);
+    CHECK(src == NULL && kernel == NULL && json == NULL);
+    CHECK(strstr(argen_errmsg(g), "x_bf16_v8_a") != NULL);
+
+    /* The generic variant is the one T.generic names, for the dtype. */
+    char *id = NULL;
+    CHECK(argen_generic(g, "bf16", &id) == 0);
+    CHECK(id && strcmp(id, "x_bf16_v4_a") == 0);
+    free(id);
+    id = NULL;
+    CHECK(argen_generic(g, "f64", &id) != 0);
+    CHECK(id == NULL);
+    CHECK(strstr(argen_errmsg(g), "templates/cpu/x.lua") != NULL);
+
+    /* Without T.applies every variant applies. */
+    argen_problem prob = {.op = "mix", .dtype = "f32", .form = "replace", .d = 64, .t = 1, .n = 3, .heads = 1};
+    argen_device dev = {.backend = "cpu", .arch = "x86_64", .units = 2};
+    char why[256] = "x";
+    CHECK(argen_applies(g, "x_f32_v1_a", &prob, &dev, why, sizeof why) == 1);
+    CHECK(argen_applies(g, "no_such_variant", &prob, &dev, why, sizeof why) < 0);
+    CHECK(strstr(why, "no_such_variant") != NULL);
+    argen_close(g);
+}
+
+static void test_list_templates_finds_dialect_templates_only(void)
+{
+    char msg[1024] = "";
+    argen *g = NULL;
+    REQUIRE(open_x(x_enumerate, &g, msg, sizeof msg) == 0);
+    argen_close(g);
+    char **names = NULL;
+    size_t n = 0;
+    REQUIRE(argen_list_templates(tmpdir, &names, &n) == 0);
+    CHECK(n == 1);
+    if (n >= 1)
+        CHECK(strcmp(names[0], "cpu/x") == 0);
+    argen_names_free(names, n);
+}
+
+/* ------------------------------------------------------------------------
+ * Errors carry file:line
+ * ---------------------------------------------------------------------- */
+
+static void test_subst_unknown_key_reports_template_file_and_line(void)
+{
+    /* The gen.subst call is on line 7. */
+    static const char *const text =
+        "local T = { backend = 'cpu', op = 'mix',\n"          /* 1 */
+        "  params = { { name = 'a', values = { 1 } } } }\n"   /* 2 */
+        "function T.id(p) return 'x_' .. p.a end\n"           /* 3 */
+        "function T.emit(p)\n"                                /* 4 */
+        "  local name = 'k'\n"                                /* 5 */
+        "  local body =\n"                                    /* 6 */
+        "    gen.subst('${NAME} ${MISSING_KEY}', { NAME = name })\n" /* 7 */
+        "  return body, name\n"                               /* 8 */
+        "end\n"                                               /* 9 */
+        "return T\n";
+    char msg[1024] = "";
+    argen *g = NULL;
+    REQUIRE(open_x(text, &g, msg, sizeof msg) == 0);
+    char *src = NULL, *kernel = NULL, *json = NULL;
+    CHECK(argen_emit(g, "x_1", &src, &kernel, &json) != 0);
+    const char *err = argen_errmsg(g);
+    CHECK(strstr(err, "MISSING_KEY") != NULL);
+    CHECK(strstr(err, "templates/cpu/x.lua:7:") != NULL);
+    if (!strstr(err, "templates/cpu/x.lua:7:"))
+        fprintf(stderr, "  subst error was: %s\n", err);
+    CHECK(src == NULL && kernel == NULL);
+    argen_close(g);
+}
+
+static void test_syntax_error_reports_template_file_and_line(void)
+{
+    static const char *const text =
+        "local T = {}\n"
+        "local broken = = 2\n"
+        "return T\n";
+    char msg[1024] = "";
+    argen *g = (argen *)&msg; /* must be reset to NULL */
+    CHECK(open_x(text, &g, msg, sizeof msg) != 0);
+    CHECK(g == NULL);
+    CHECK(strncmp(msg, "templates/cpu/x.lua:2:", strlen("templates/cpu/x.lua:2:")) == 0);
+    if (strncmp(msg, "templates/cpu/x.lua:2:", strlen("templates/cpu/x.lua:2:")) != 0)
+        fprintf(stderr, "  syntax error was: %s\n", msg);
+}
+
+static void test_runtime_error_and_bad_shape_at_load_are_reported(void)
+{
+    char msg[1024] = "";
+    argen *g = NULL;
+    CHECK(open_x("local x = 1\nerror('boom at load')\nreturn {}\n", &g, msg, sizeof msg) != 0);
+    CHECK(g == NULL);
+    CHECK(strstr(msg, "templates/cpu/x.lua:2:") != NULL);
+    CHECK(strstr(msg, "boom at load") != NULL);
+
+    /* A table without emit is refused by validation, naming the field. */
+    CHECK(open_x("return { backend = 'cpu', op = 'mix', params = {}, id = function() return 'a' end }\n", &g,
+                 msg, sizeof msg) != 0);
+    CHECK(g == NULL);
+    CHECK(strstr(msg, "templates/cpu/x.lua") != NULL);
+    CHECK(strstr(msg, "emit") != NULL);
+
+    /* A template that does not exist. */
+    CHECK(argen_open(tmpdir, "cpu/does_not_exist", &g, msg, sizeof msg) != 0);
+    CHECK(g == NULL);
+    CHECK(strstr(msg, "does_not_exist") != NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * The sandbox
+ * ---------------------------------------------------------------------- */
+
+/* One variant per behaviour: emit(m_<mode>) does <mode>. */
+static const char *const x_modes =
+    "local y = require('lib/y')\n"
+    "local T = { backend = 'cpu', op = 'mix', params = { { name = 'mode', values = {\n"
+    "  'ok', 'globals', 'loop', 'bomb', 'dotdot', 'abs', 'missing', 'lib', 'nonstring' } } } }\n"
+    "function T.id(p) return 'm_' .. p.mode end\n"
+    "local act = {}\n"
+    "function act.ok() return 'ok ' .. y.answer end\n"
+    "function act.globals()\n"
+    "  return string.format('io=%s os=%s load=%s loadfile=%s dofile=%s print=%s '\n"
+    "    .. 'collectgarbage=%s debug=%s package=%s G.io=%s string.format=%s',\n"
+    "    type(io), type(os), type(load), type(loadfile), type(dofile), type(print),\n"
+    "    type(collectgarbage), type(debug), type(package), type(_G.io), type(string.format))\n"
+    "end\n"
+    "function act.loop() local i = 0 while true do i = i + 1 end end\n"
+    "function act.bomb()\n"
+    "  local s = 'abcdefghijklmnop'\n"
+    "  for i = 1, 64 do s = string.rep(s, 2) end\n"
+    "  return s\n"
+    "end\n"
+    "function act.dotdot() return require('../etc/passwd') end\n"
+    "function act.abs() return require('/abs') end\n"
+    "function act.missing() return require('lib/nope') end\n"
+    "function act.lib() local m = require('lib/y') return m.name .. ' ' .. tostring(m == y) end\n"
+    "function act.nonstring() error({}) end\n"
+    "function T.emit(p) return act[p.mode](), 'k_' .. p.mode end\n"
+    "return T\n";
+
+/* Emits m_<mode>; returns argen_emit's status and (on success) the source
+ * without the header, in buf. */
+static int emit_mode(argen *g, const char *mode, char *buf, size_t len)
+{
+    char id[64];
+    snprintf(id, sizeof id, "m_%s", mode);
+    char *src = NULL, *kernel = NULL, *json = NULL;
+    int rc = argen_emit(g, id, &src, &kernel, &json);
+    buf[0] = 0;
+    if (rc == 0) {
+        const char *body = strstr(src, "*/\n");
+        snprintf(buf, len, "%s", body ? body + 3 : src);
+    }
+    free(src);
+    free(kernel);
+    free(json);
+    return rc;
+}
+
+/* After an error the same handle must still enumerate and emit. */
+static void check_handle_still_works(argen *g)
+{
+    argen_variant *v = NULL;
+    size_t n = 0;
+    CHECK(argen_enumerate(g, &v, &n) == 0);
+    CHECK(n == 9);
+    argen_variants_free(v, n);
+    char buf[256];
+    CHECK(emit_mode(g, "ok", buf, sizeof buf) == 0);
+    CHECK(strcmp(buf, "ok 42") == 0);
+}
+
+static void test_sandbox_hides_io_os_and_loaders(void)
+{
+    char msg[1024] = "", buf[1024];
+    argen *g = NULL;
+    REQUIRE(open_x(x_modes, &g, msg, sizeof msg) == 0);
+    CHECK(emit_mode(g, "globals", buf, sizeof buf) == 0);
+    CHECK(strcmp(buf, "io=nil os=nil load=nil loadfile=nil dofile=nil print=nil collectgarbage=nil "
+                      "debug=nil package=nil G.io=nil string.format=function") == 0);
+    if (strcmp(buf, "io=nil os=nil load=nil loadfile=nil dofile=nil print=nil collectgarbage=nil "
+                    "debug=nil package=nil G.io=nil string.format=function") != 0)
+        fprintf(stderr, "  globals: %s\n", buf);
+    argen_close(g);
+}
+
+static void test_require_refuses_paths_outside_templates(void)
+{
+    char msg[1024] = "", buf[256];
+    argen *g = NULL;
+    REQUIRE(open_x(x_modes, &g, msg, sizeof msg) == 0);
+
+    CHECK(emit_mode(g, "dotdot", buf, sizeof buf) != 0);
+    CHECK(strstr(argen_errmsg(g), "../etc/passwd") != NULL);
+    CHECK(strstr(argen_errmsg(g), "invalid template name") != NULL);
+    check_handle_still_works(g);
+
+    CHECK(emit_mode(g, "abs", buf, sizeof buf) != 0);
+    CHECK(strstr(argen_errmsg(g), "/abs") != NULL);
+    CHECK(strstr(argen_errmsg(g), "invalid template name") != NULL);
+    check_handle_still_works(g);
+
+    CHECK(emit_mode(g, "missing", buf, sizeof buf) != 0);
+    CHECK(strstr(argen_errmsg(g), "lib/nope") != NULL);
+    check_handle_still_works(g);
+
+    /* require of a template under templates/ works and is loaded once. */
+    CHECK(emit_mode(g, "lib", buf, sizeof buf) == 0);
+    CHECK(strcmp(buf, "y true") == 0);
+    argen_close(g);
+}
+
+static void test_infinite_loop_stops_with_instruction_budget_error(void)
+{
+    char msg[1024] = "", buf[256];
+    argen *g = NULL;
+    REQUIRE(open_x(x_modes, &g, msg, sizeof msg) == 0);
+    time_t t0 = time(NULL);
+    CHECK(emit_mode(g, "loop", buf, sizeof buf) != 0);
+    CHECK(strstr(argen_errmsg(g), "instruction budget") != NULL);
+    CHECK(strstr(argen_errmsg(g), "templates/cpu/x.lua") != NULL);
+    fprintf(stderr, "  (loop stopped after about %ld s)\n", (long)(time(NULL) - t0));
+    /* The budget is per call: the next call is not charged for the loop. */
+    check_handle_still_works(g);
+    argen_close(g);
+}
+
+static void test_memory_bomb_stops_with_not_enough_memory(void)
+{
+    char msg[1024] = "", buf[256];
+    argen *g = NULL;
+    REQUIRE(open_x(x_modes, &g, msg, sizeof msg) == 0);
+    CHECK(emit_mode(g, "bomb", buf, sizeof buf) != 0);
+    CHECK(strstr(argen_errmsg(g), "not enough memory") != NULL);
+    if (!strstr(argen_errmsg(g), "not enough memory"))
+        fprintf(stderr, "  bomb error: %s\n", argen_errmsg(g));
+    check_handle_still_works(g);
+    /* Memory is given back: the bomb fails the same way a second time. */
+    CHECK(emit_mode(g, "bomb", buf, sizeof buf) != 0);
+    CHECK(strstr(argen_errmsg(g), "not enough memory") != NULL);
+    check_handle_still_works(g);
+    argen_close(g);
+}
+
+static void test_non_string_error_is_reported_not_crashed(void)
+{
+    char msg[1024] = "", buf[256];
+    argen *g = NULL;
+    REQUIRE(open_x(x_modes, &g, msg, sizeof msg) == 0);
+    CHECK(emit_mode(g, "nonstring", buf, sizeof buf) != 0);
+    CHECK(argen_errmsg(g)[0] != 0);
+    check_handle_still_works(g);
+    argen_close(g);
+}
+
+/* ------------------------------------------------------------------------
+ * The real templates
+ * ---------------------------------------------------------------------- */
+
+static const argen_variant *find_variant(const argen_variant *v, size_t n, const char *id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i].id, id) == 0)
+            return &v[i];
+    return NULL;
+}
+
+static void test_real_cpu_mix_enumerates_and_every_f32_variant_emits(void)
+{
+    char msg[1024] = "";
+    argen *g = NULL;
+    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/mix", &g, msg, sizeof msg) == 0);
+    CHECK(strcmp(argen_backend(g), "cpu") == 0);
+    CHECK(strcmp(argen_op(g), "mix") == 0);
+    argen_variant *v = NULL;
+    size_t n = 0;
+    REQUIRE(argen_enumerate(g, &v, &n) == 0);
+    CHECK(n > 0);
+    /* Ids are unique. */
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (strcmp(v[i].id, v[j].id) == 0) {
+                fprintf(stderr, "  duplicate id %s\n", v[i].id);
+                CHECK(0);
+            }
+    size_t emitted = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!strstr(v[i].params_json, "\"dtype\":\"f32\""))
+            continue;
+        char *src = NULL, *kernel = NULL, *json = NULL;
+        int rc = argen_emit(g, v[i].id, &src, &kernel, &json);
+        if (rc != 0) {
+            fprintf(stderr, "  emit %s failed: %s\n", v[i].id, argen_errmsg(g));
+            CHECK(rc == 0);
+            continue;
+        }
+        emitted++;
+        CHECK(strncmp(src, "/* Generated by attnres-gen", 27) == 0);
+        CHECK(strstr(src, "templates/cpu/mix.lua") != NULL);
+        char variant_line[300];
+        snprintf(variant_line, sizeof variant_line, "variant %s:", v[i].id);
+        CHECK(strstr(src, variant_line) != NULL);
+        CHECK(kernel[0] != 0 && strstr(src, kernel) != NULL);
+        CHECK(strcmp(json, v[i].params_json) == 0);
+        free(src);
+        free(kernel);
+        free(json);
+    }
+    CHECK(emitted > 0);
+
+    char *id = NULL;
+    CHECK(argen_generic(g, "bf16", &id) == 0);
+    CHECK(id && find_variant(v, n, id) != NULL);
+    if (id && !find_variant(v, n, id))
+        fprintf(stderr, "  generic bf16 id %s is not enumerated\n", id);
+    free(id);
+    id = NULL;
+    CHECK(argen_generic(g, "f32", &id) == 0);
+    CHECK(id && find_variant(v, n, id) != NULL);
+
+    /* applies: the generic variant fits an odd shape on a one-core device,
+     * a 16-lane variant does not fit d = 8. */
+    argen_problem prob = {.op = "mix", .dtype = "f32", .form = "replace", .d = 7, .t = 1, .n = 3, .heads = 1};
+    argen_device dev = {.backend = "cpu", .arch = "x86_64", .units = 1};
+    char why[256];
+    if (id)
+        CHECK(argen_applies(g, id, &prob, &dev, why, sizeof why) == 1);
+    free(id);
+    const argen_variant *wide = NULL;
+    for (size_t i = 0; i < n && !wide; i++)
+        if (strstr(v[i].params_json, "\"dtype\":\"f32\"") && strstr(v[i].params_json, "\"vec\":16"))
+            wide = &v[i];
+    CHECK(wide != NULL);
+    if (wide) {
+        prob.d = 8;
+        why[0] = 0;
+        CHECK(argen_applies(g, wide->id, &prob, &dev, why, sizeof why) == 0);
+        CHECK(why[0] != 0);
+    }
+
+    argen_variants_free(v, n);
+    argen_close(g);
+
+    char **names = NULL;
+    size_t nn = 0;
+    CHECK(argen_list_templates(TEMPLATE_DIR, &names, &nn) == 0);
+    int has_mix = 0;
+    for (size_t i = 0; i < nn; i++)
+        has_mix |= strcmp(names[i], "cpu/mix") == 0;
+    CHECK(has_mix);
+    argen_names_free(names, nn);
+}
+
+int main(void)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/attnres-test-gen-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/cpu", tmpdir);
+    int bad = mkdir(sub, 0700);
+    snprintf(sub, sizeof sub, "%s/lib", tmpdir);
+    bad |= mkdir(sub, 0700);
+    bad |= write_text("lib/y.lua", lib_y);
+    if (bad) {
+        fprintf(stderr, "cannot lay out %s\n", tmpdir);
+        nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        return 1;
+    }
+
+    RUN_CASE(test_enumerate_cartesian_product_under_constraint_in_stable_order);
+    RUN_CASE(test_emit_starts_with_generator_header_naming_file_variant_params);
+    RUN_CASE(test_list_templates_finds_dialect_templates_only);
+    RUN_CASE(test_subst_unknown_key_reports_template_file_and_line);
+    RUN_CASE(test_syntax_error_reports_template_file_and_line);
+    RUN_CASE(test_runtime_error_and_bad_shape_at_load_are_reported);
+    RUN_CASE(test_sandbox_hides_io_os_and_loaders);
+    RUN_CASE(test_require_refuses_paths_outside_templates);
+    RUN_CASE(test_infinite_loop_stops_with_instruction_budget_error);
+    RUN_CASE(test_memory_bomb_stops_with_not_enough_memory);
+    RUN_CASE(test_non_string_error_is_reported_not_crashed);
+    RUN_CASE(test_real_cpu_mix_enumerates_and_every_f32_variant_emits);
+
+    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    CHECK_EXIT();
+}

@@ -1,0 +1,346 @@
+/*
+ * test_nvrtc.c - every variant of templates/cuda/mix.lua compiles with NVRTC.
+ *
+ * For sm_80 and sm_90, each variant the template enumerates must compile
+ * with no error and no warning in the log; the generic (fallback) variants
+ * and the variants the template marks as defaults must not spill. Also
+ * checks the ptxas report parser, the launch data of every variant, and
+ * that the template accepts and rejects the shapes it should.
+ *
+ * Needs no GPU. When NVRTC cannot be loaded it prints "SKIP: <reason>" and
+ * exits 77 (ctest SKIP_RETURN_CODE). Compiles on one thread per core.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "argen.h"
+#include "check.h"
+#include "cuda_kernel_abi.h"
+#include "device.h"
+#include "nvrtc.h"
+
+#ifndef ATTNRES_TEMPLATE_DIR
+#define ATTNRES_TEMPLATE_DIR "templates"
+#endif
+
+static const char *template_dir(void)
+{
+    const char *env = getenv("ATTNRES_TEMPLATE_DIR");
+    return env && *env ? env : ATTNRES_TEMPLATE_DIR;
+}
+
+/* ---- the ptxas report parser (no NVRTC needed) ------------------------ */
+
+static void test_parse_resources(void)
+{
+    const char *log =
+        "ptxas info    : 0 bytes gmem\n"
+        "ptxas info    : Compiling entry function 'first' for 'sm_90'\n"
+        "ptxas info    : Function properties for first\n"
+        "ptxas         .     8 bytes stack frame, 12 bytes spill stores, 16 bytes spill loads\n"
+        "ptxas info    : Used 40 registers, used 1 barriers, 288 bytes smem, 1136 bytes cmem[0]\n"
+        "ptxas info    : Compiling entry function 'second' for 'sm_90'\n"
+        "ptxas info    : Function properties for second\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 255 registers, 1136 bytes cmem[0]\n";
+    ar_resources r;
+    CHECK(ar_nvrtc_parse_resources(log, NULL, &r) == 0);
+    CHECK(r.registers == 40 && r.spill_stores == 12 && r.spill_loads == 16 && r.smem == 288 && r.stack == 8);
+    CHECK(strcmp(r.json, "{\"registers\":40,\"spill_stores\":12,\"spill_loads\":16,\"smem\":288,\"stack\":8}") == 0);
+    CHECK(ar_nvrtc_parse_resources(log, "second", &r) == 0);
+    CHECK(r.registers == 255 && r.spill_stores == 0 && r.spill_loads == 0 && r.smem == 0);
+    CHECK(ar_nvrtc_parse_resources(log, "third", &r) != 0);
+    CHECK(r.registers == -1);
+    CHECK(ar_nvrtc_parse_resources(NULL, NULL, &r) != 0);
+    CHECK(ar_nvrtc_parse_resources("", NULL, &r) != 0);
+}
+
+static void test_abi_header(void)
+{
+    CHECK(sizeof(attnres_cuda_mix_args) == 1136);
+    CHECK(AR_CUDA_MAX_SOURCES == 64);
+}
+
+/* ---- the template: launch data and applicability --------------------- */
+
+static argen *gen;
+static argen_variant *variants;
+static size_t nvariants;
+
+static void test_enumerate(void)
+{
+    char msg[2048];
+    REQUIRE(argen_open(template_dir(), "cuda/mix", &gen, msg, sizeof msg) == 0);
+    CHECK(strcmp(argen_backend(gen), "cuda") == 0);
+    CHECK(strcmp(argen_op(gen), "mix") == 0);
+    REQUIRE(argen_enumerate(gen, &variants, &nvariants) == 0);
+    REQUIRE(nvariants > 0);
+    size_t per[3] = {0, 0, 0};
+    static const char *const dtypes[] = {"f32", "bf16", "f16"};
+    for (size_t i = 0; i < nvariants; i++) {
+        const char *j = variants[i].params_json;
+        int64_t block = ar_json_int(j, "block", -1), tpb = ar_json_int(j, "tokens_per_block", -1);
+        CHECK(block >= 64 && block <= 1024 && block % 32 == 0);
+        CHECK(tpb >= 1 && block % tpb == 0 && (tpb == 1 || block / tpb == 32));
+        CHECK(ar_json_int(j, "smem", -1) == 0);
+        CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_KERNEL_ABI);
+        CHECK(ar_json_int(j, "max_sources", -1) == AR_CUDA_MAX_SOURCES);
+        int64_t align = ar_json_int(j, "align", -1);
+        CHECK(align >= 2 && align <= 16);
+        CHECK(strncmp(variants[i].id, "mix_cu_", 7) == 0);
+        for (int d = 0; d < 3; d++) {
+            char key[32];
+            snprintf(key, sizeof key, "mix_cu_%s_", dtypes[d]);
+            if (strncmp(variants[i].id, key, strlen(key)) == 0)
+                per[d]++;
+        }
+    }
+    printf("variants: %zu (f32 %zu, bf16 %zu, f16 %zu)\n", nvariants, per[0], per[1], per[2]);
+    CHECK(per[0] + per[1] + per[2] == nvariants);
+    for (int d = 0; d < 3; d++)
+        CHECK(per[d] > 0 && per[d] <= 400);
+}
+
+static int count_applicable(const char *dtype, int64_t d, int n, int heads, int *generic_ok)
+{
+    argen_problem p = {.op = "mix", .dtype = dtype, .form = "replace", .d = d, .t = 1, .n = n, .heads = heads};
+    argen_device dev = {.backend = "cuda", .arch = "sm_90", .units = 132};
+    char *gid = NULL, why[256];
+    if (argen_generic(gen, dtype, &gid) != 0)
+        return -1;
+    int count = 0;
+    *generic_ok = 0;
+    for (size_t i = 0; i < nvariants; i++) {
+        int ok = argen_applies(gen, variants[i].id, &p, &dev, why, sizeof why);
+        if (ok < 0) {
+            fprintf(stderr, "applies(%s): %s\n", variants[i].id, why);
+            count = -1;
+            break;
+        }
+        if (ok && strcmp(variants[i].id, gid) == 0)
+            *generic_ok = 1;
+        else if (ok)
+            count++;
+        if (!ok)
+            CHECK(why[0] != 0); /* a refusal always says why */
+    }
+    free(gid);
+    return count;
+}
+
+static void test_applies(void)
+{
+    REQUIRE(gen && nvariants);
+    int g;
+    /* K3 and MHAR-8B have tuned candidates besides the generic kernel. */
+    CHECK(count_applicable("bf16", 7168, 9, 1, &g) > 10 && g);
+    CHECK(count_applicable("bf16", 4096, 9, 8, &g) > 10 && g);
+    CHECK(count_applicable("f16", 2048, 25, 1, &g) > 10 && g);
+    CHECK(count_applicable("f32", 1024, 73 - 9, 1, &g) > 5 && g);
+    /* Odd shapes: only what can run them, and the generic always. */
+    CHECK(count_applicable("bf16", 1000, 7, 5, &g) >= 0 && g);
+    CHECK(count_applicable("f32", 3, 1, 3, &g) >= 0 && g);
+    CHECK(count_applicable("f16", 16384, 64, 128, &g) >= 0 && g);
+    /* Over 64 sources or heads not dividing d: nothing applies. */
+    CHECK(count_applicable("bf16", 4096, 65, 1, &g) == 0 && !g);
+    CHECK(count_applicable("bf16", 4096, 9, 3, &g) == 0 && !g);
+}
+
+/* ---- compiling every variant ------------------------------------------ */
+
+typedef struct job {
+    const char *id, *source, *kernel, *arch;
+    int must_not_spill;
+    int rc;
+    ar_resources res;
+    char err[512];
+    char *log;
+} job;
+
+static job *jobs;
+static size_t njobs, next_job;
+static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&job_lock);
+        size_t i = next_job < njobs ? next_job++ : njobs;
+        pthread_mutex_unlock(&job_lock);
+        if (i >= njobs)
+            return NULL;
+        job *j = &jobs[i];
+        char name[200];
+        snprintf(name, sizeof name, "%s.cu", j->id);
+        j->rc = ar_nvrtc_compile(j->source, name, j->arch, 1, NULL, NULL, &j->log, &j->res, j->err, sizeof j->err);
+    }
+}
+
+static int log_has_warning(const char *log)
+{
+    return log && (strcasestr(log, "warning") || strcasestr(log, "error"));
+}
+
+static void test_compile_all(void)
+{
+    REQUIRE(gen && nvariants);
+    static const char *const archs[] = {"sm_80", "sm_90"};
+    char *sources[1024] = {0}, *kernels[1024] = {0};
+    int special[1024] = {0};
+    REQUIRE(nvariants <= 1024);
+    static const char *const dtypes[] = {"f32", "bf16", "f16"};
+    char *generic[3] = {0};
+    for (int d = 0; d < 3; d++)
+        CHECK(argen_generic(gen, dtypes[d], &generic[d]) == 0);
+    for (size_t i = 0; i < nvariants; i++) {
+        char *json = NULL;
+        if (argen_emit(gen, variants[i].id, &sources[i], &kernels[i], &json) != 0) {
+            fprintf(stderr, "emit %s: %s\n", variants[i].id, argen_errmsg(gen));
+            check_failures++;
+            continue;
+        }
+        char want[200];
+        snprintf(want, sizeof want, "attnres_%s", variants[i].id);
+        CHECK(strcmp(kernels[i], want) == 0);
+        CHECK(strstr(sources[i], "extern \"C\" __global__") != NULL);
+        special[i] = ar_json_int(json, "default", 0) == 1;
+        for (int d = 0; d < 3; d++)
+            if (generic[d] && strcmp(generic[d], variants[i].id) == 0)
+                special[i] = 2;
+        free(json);
+    }
+    jobs = calloc(nvariants * 2, sizeof *jobs);
+    REQUIRE(jobs);
+    njobs = 0;
+    for (size_t i = 0; i < nvariants; i++)
+        for (int a = 0; a < 2; a++)
+            if (sources[i])
+                jobs[njobs++] = (job){.id = variants[i].id, .source = sources[i], .kernel = kernels[i],
+                                      .arch = archs[a], .must_not_spill = special[i]};
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = cores < 1 ? 1 : cores > 16 ? 16 : (int)cores;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_t th[16];
+    int started = 0;
+    for (int t = 0; t < nthreads; t++)
+        if (pthread_create(&th[t], NULL, worker, NULL) == 0)
+            started++;
+    if (started == 0)
+        worker(NULL);
+    for (int t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+
+    int ok[2] = {0, 0}, warned = 0, failed = 0, spilled_special = 0, spilled_other = 0, maxreg = 0;
+    int reported = 0;
+    for (size_t i = 0; i < njobs; i++) {
+        job *j = &jobs[i];
+        int a = strcmp(j->arch, "sm_90") == 0;
+        if (j->rc != 0) {
+            failed++;
+            if (reported++ < 10)
+                fprintf(stderr, "FAIL compile %s %s: %s\n%s\n", j->id, j->arch, j->err, j->log ? j->log : "");
+        } else if (log_has_warning(j->log)) {
+            warned++;
+            if (reported++ < 10)
+                fprintf(stderr, "WARN %s %s:\n%s\n", j->id, j->arch, j->log);
+        } else {
+            ok[a]++;
+        }
+        if (j->rc == 0) {
+            int spills = j->res.spill_stores + j->res.spill_loads;
+            if (j->res.registers < 0) {
+                failed++;
+                fprintf(stderr, "no ptxas report for %s %s\n", j->id, j->arch);
+            }
+            if (j->res.registers > maxreg)
+                maxreg = j->res.registers;
+            if (spills && j->must_not_spill) {
+                spilled_special++;
+                fprintf(stderr, "SPILL in %s variant %s %s: %s\n", j->must_not_spill == 2 ? "generic" : "default",
+                        j->id, j->arch, j->res.json);
+            } else if (spills) {
+                spilled_other++;
+            }
+            if (j->must_not_spill)
+                printf("  %-8s %-46s %s %s\n", j->must_not_spill == 2 ? "generic" : "default", j->id, j->arch,
+                       j->res.json);
+        }
+        free(j->log);
+    }
+    printf("compiled clean: sm_80 %d/%zu, sm_90 %d/%zu; warnings %d, failures %d; spilling: %d "
+           "(generic/default: %d); max registers %d; %.1f s on %d threads\n",
+           ok[0], njobs / 2, ok[1], njobs / 2, warned, failed, spilled_other + spilled_special, spilled_special,
+           maxreg, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9, started ? started : 1);
+    CHECK(failed == 0);
+    CHECK(warned == 0);
+    CHECK(spilled_special == 0);
+    CHECK((size_t)(ok[0] + ok[1]) == njobs);
+    free(jobs);
+    jobs = NULL;
+    for (size_t i = 0; i < nvariants; i++) {
+        free(sources[i]);
+        free(kernels[i]);
+    }
+    for (int d = 0; d < 3; d++)
+        free(generic[d]);
+}
+
+/* A source with a deliberate error and one with a warning: both reported. */
+static void test_diagnostics(void)
+{
+    char err[512], *log = NULL;
+    ar_resources r;
+    int rc = ar_nvrtc_compile("extern \"C\" __global__ void k() { undefined_thing(); }", "bad.cu", "sm_90", 1, NULL,
+                              NULL, &log, &r, err, sizeof err);
+    CHECK(rc == ATTNRES_ECOMPILE);
+    CHECK(strstr(err, "undefined_thing") != NULL);
+    CHECK(log && strstr(log, "undefined_thing"));
+    free(log);
+    rc = ar_nvrtc_compile("extern \"C\" __global__ void k(int *p) { int unused; *p = 1; }", "warn.cu", "sm_90", 1,
+                          NULL, NULL, &log, &r, err, sizeof err);
+    CHECK(rc == ATTNRES_OK);
+    CHECK(log_has_warning(log));
+    CHECK(r.registers >= 0);
+    free(log);
+    CHECK(ar_nvrtc_compile("x", "a.cu", "sm_x", 1, NULL, NULL, NULL, NULL, err, sizeof err) == ATTNRES_EINVAL);
+    void *blob = NULL;
+    size_t size = 0;
+    rc = ar_nvrtc_compile("extern \"C\" __global__ void k(int *p) { *p = 1; }", "ptx.cu", "compute_80", 0, &blob,
+                          &size, NULL, NULL, err, sizeof err);
+    CHECK(rc == ATTNRES_OK && blob && size > 0 && strstr(blob, ".entry k"));
+    free(blob);
+    int major = 0, minor = 0;
+    CHECK(ar_nvrtc_version(&major, &minor) == 0 && major >= 11);
+    CHECK(ar_nvrtc_best_arch(90) >= 80);
+}
+
+int main(void)
+{
+    RUN_CASE(test_parse_resources);
+    RUN_CASE(test_abi_header);
+    RUN_CASE(test_enumerate);
+    RUN_CASE(test_applies);
+    char why[512];
+    if (ar_nvrtc_available(why, sizeof why) != 0) {
+        argen_variants_free(variants, nvariants);
+        argen_close(gen);
+        if (check_failures)
+            CHECK_EXIT();
+        printf("SKIP: %s\n", why);
+        return 77;
+    }
+    RUN_CASE(test_diagnostics);
+    RUN_CASE(test_compile_all);
+    argen_variants_free(variants, nvariants);
+    argen_close(gen);
+    CHECK_EXIT();
+}

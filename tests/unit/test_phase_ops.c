@@ -1,0 +1,852 @@
+/*
+ * test_phase_ops.c - the Block AttnRes two-phase form (phase1, phase2) on the
+ * CPU device: the fp64 references, the public run functions with their
+ * argument checks, the built-in generic kernels, and a spread of the tuned
+ * template variants compiled the way the tuner compiles them.
+ *
+ * Results are compared with attnres_reference_phase1/2 on fresh random
+ * inputs (source rows 100x apart in magnitude): ||got - ref|| / ||ref|| at
+ * most 1e-5 for fp32 storage and 1e-2 for bf16 and fp16, the reference
+ * computed from the rounded inputs (DESIGN §1). The references themselves
+ * are checked against attnres_reference_mix: phase1 over n sources followed
+ * by phase2 with b equals the mix over the n + 1 sources with b last.
+ */
+#define _GNU_SOURCE /* nftw, setenv */
+#include <ftw.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "argen.h"
+#include "attnres.h"
+#include "check.h"
+#include "device.h"
+
+#ifndef TEMPLATE_DIR
+#error "TEMPLATE_DIR must name the templates/ folder"
+#endif
+
+static char tmpdir[512];
+static attnres_device *cpu;
+
+/* ------------------------------------------------------------------------
+ * Random data and storage types
+ * ---------------------------------------------------------------------- */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(uint64_t *s) { return ((double)(rng_next(s) >> 11) + 0.5) / 9007199254740992.0; }
+
+static double rng_normal(uint64_t *s)
+{
+    double u1 = rng_uniform(s), u2 = rng_uniform(s);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void elem_store(attnres_dtype dt, void *buf, int64_t i, double v)
+{
+    switch (dt) {
+    case ATTNRES_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
+    case ATTNRES_DTYPE_BF16: ((uint16_t *)buf)[i] = f32_to_bf16((float)v); break;
+    case ATTNRES_DTYPE_F16: ((_Float16 *)buf)[i] = (_Float16)(float)v; break;
+    }
+}
+
+static double elem_load(attnres_dtype dt, const void *buf, int64_t i)
+{
+    switch (dt) {
+    case ATTNRES_DTYPE_F32: return ((const float *)buf)[i];
+    case ATTNRES_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)buf)[i]);
+    case ATTNRES_DTYPE_F16: return (double)(float)((const _Float16 *)buf)[i];
+    }
+    return NAN;
+}
+
+/* Fills rows x d values of a strided storage buffer with N(0,1) scaled per
+ * row by 10^U(-1,1); the stored (rounded) values also go to exact[rows][d]. */
+static void fill_rows(uint64_t *s, attnres_dtype dt, void *buf, int64_t rows, int64_t d, int64_t stride,
+                      double *exact)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double mag = pow(10.0, 2.0 * rng_uniform(s) - 1.0);
+        for (int64_t k = 0; k < d; k++) {
+            elem_store(dt, buf, r * stride + k, mag * rng_normal(s));
+            exact[r * d + k] = elem_load(dt, buf, r * stride + k);
+        }
+    }
+}
+
+static double rel_err(const double *got, const double *want, int64_t count)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < count; i++) {
+        num += (got[i] - want[i]) * (got[i] - want[i]);
+        den += want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static double tolerance(attnres_dtype dt) { return dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
+
+static const attnres_dtype all_dtypes[] = {ATTNRES_DTYPE_F32, ATTNRES_DTYPE_BF16, ATTNRES_DTYPE_F16};
+
+/* ------------------------------------------------------------------------
+ * The identity: phase1 + phase2 == mix over n + 1 sources (fp64 references)
+ * ---------------------------------------------------------------------- */
+
+static void check_identity(int32_t n, int32_t sites, int32_t heads, int fuse, int epilogue, uint64_t seed)
+{
+    const int64_t d = 48, T = 5;
+    uint64_t s = seed;
+    double *src = malloc(sizeof(double) * (size_t)((n + 1) * T * d));
+    double *q = malloc(sizeof(double) * (size_t)(sites * d));
+    double *o1 = malloc(sizeof(double) * (size_t)(sites * T * d));
+    double *lse = malloc(sizeof(double) * (size_t)(sites * T * heads));
+    double *b = malloc(sizeof(double) * (size_t)(T * d)), *b_site = malloc(sizeof(double) * (size_t)(T * d));
+    double *f = malloc(sizeof(double) * (size_t)(T * d)), *go = malloc(sizeof(double) * (size_t)d);
+    double *out2 = malloc(sizeof(double) * (size_t)(T * d)), *outm = malloc(sizeof(double) * (size_t)(T * d));
+    double *norm2 = malloc(sizeof(double) * (size_t)(T * d)), *normm = malloc(sizeof(double) * (size_t)(T * d));
+    const double **srcs = malloc(sizeof(double *) * (size_t)(n + 1));
+    REQUIRE(src && q && o1 && lse && b && b_site && f && go && out2 && outm && norm2 && normm && srcs);
+    for (int64_t i = 0; i < (n + 1) * T * d; i++)
+        src[i] = rng_normal(&s) * (1 + (i / d) % 7);
+    for (int64_t i = 0; i < sites * d; i++)
+        q[i] = rng_normal(&s) * 0.4;
+    for (int64_t i = 0; i < T * d; i++) {
+        b[i] = rng_normal(&s);
+        f[i] = rng_normal(&s);
+    }
+    for (int64_t k = 0; k < d; k++)
+        go[k] = 1 + 0.1 * rng_normal(&s);
+    for (int i = 0; i <= n; i++)
+        srcs[i] = src + (int64_t)i * T * d;
+
+    attnres_problem p1, p2, pm;
+    attnres_problem_init(&p1, ATTNRES_DTYPE_F32, d, n);
+    p1.op = ATTNRES_OP_PHASE1;
+    p1.heads = heads;
+    p1.s = sites;
+    attnres_problem_init(&p2, ATTNRES_DTYPE_F32, d, 1);
+    p2.op = ATTNRES_OP_PHASE2;
+    p2.heads = heads;
+    p2.fuse_add = fuse;
+    p2.epilogue = epilogue;
+    attnres_problem_init(&pm, ATTNRES_DTYPE_F32, d, n + 1);
+    pm.heads = heads;
+    pm.epilogue = epilogue;
+    const double scale = 0.8, eps = 1e-5;
+    REQUIRE(attnres_reference_phase1(&p1, T, srcs, q, scale, eps, o1, lse) == ATTNRES_OK);
+    double worst = 0;
+    for (int j = 0; j < sites; j++) {
+        memcpy(b_site, b, sizeof(double) * (size_t)(T * d));
+        REQUIRE(attnres_reference_phase2(&p2, T, o1 + (int64_t)j * T * d, lse + (int64_t)j * T * heads, b_site,
+                                         f, q + (int64_t)j * d, scale, eps, go, 1e-5, out2, norm2) == ATTNRES_OK);
+        /* The mix sees b after the add as its last source. */
+        memcpy(src + (int64_t)n * T * d, b_site, sizeof(double) * (size_t)(T * d));
+        REQUIRE(attnres_reference_mix(&pm, T, srcs, q + (int64_t)j * d, scale, eps, NULL, 1, go, 1e-5, outm,
+                                      normm) == ATTNRES_OK);
+        worst = fmax(worst, rel_err(out2, outm, T * d));
+        if (epilogue)
+            worst = fmax(worst, rel_err(norm2, normm, T * d));
+        if (fuse)
+            for (int64_t i = 0; i < T * d; i++)
+                CHECK(b_site[i] == b[i] + f[i]);
+    }
+    CHECK(worst < 1e-12);
+    if (!(worst < 1e-12))
+        fprintf(stderr, "  n=%d S=%d H=%d fuse=%d epi=%d: rel err %g\n", n, sites, heads, fuse, epilogue, worst);
+    free(src);
+    free(q);
+    free(o1);
+    free(lse);
+    free(b);
+    free(b_site);
+    free(f);
+    free(go);
+    free(out2);
+    free(outm);
+    free(norm2);
+    free(normm);
+    free(srcs);
+}
+
+static void test_reference_phase1_then_phase2_equals_mix_over_n_plus_one(void)
+{
+    check_identity(1, 1, 1, 0, 0, 1);
+    check_identity(4, 3, 1, 0, 0, 2);
+    check_identity(5, 2, 4, 1, 0, 3);
+    check_identity(3, 4, 6, 0, 1, 4);
+    check_identity(9, 2, 8, 1, 1, 5);
+}
+
+/* ------------------------------------------------------------------------
+ * Phase 1: one case with inputs, outputs and reference
+ * ---------------------------------------------------------------------- */
+
+/* How a case launches: through a plan, or one compiled kernel directly. */
+typedef struct launcher {
+    attnres_plan *plan;
+    const ar_kernel *kernel;
+} launcher;
+
+static int launch1(const launcher *l, const attnres_problem *p, int64_t T, const attnres_phase1_args *a)
+{
+    if (l->plan)
+        return attnres_run_phase1(l->plan, T, a, NULL);
+    return cpu->ops->launch_phase1(cpu, l->kernel, p, T, a, NULL);
+}
+
+static int launch2(const launcher *l, const attnres_problem *p, int64_t T, const attnres_phase2_args *a)
+{
+    if (l->plan)
+        return attnres_run_phase2(l->plan, T, a, NULL);
+    return cpu->ops->launch_phase2(cpu, l->kernel, p, T, a, NULL);
+}
+
+/* Runs phase1 of p on T tokens with padded strides; returns the worst
+ * relative error of o1 and lse, or INFINITY when the launch failed. */
+static double run_phase1_case(const launcher *l, const attnres_problem *p, int64_t T, uint64_t seed)
+{
+    uint64_t s = seed;
+    const int64_t d = p->d, sp = d + 3, op = d + 5, lp = p->heads + 1;
+    const int n = p->n, S = p->s, H = p->heads;
+    const size_t es = attnres_dtype_size(p->dtype);
+    char *src = calloc((size_t)(n * T * sp), es), *o1 = calloc((size_t)(S * T * op), es);
+    float *lse = calloc((size_t)(S * T * lp), 4), *q = malloc(sizeof(float) * (size_t)(S * d));
+    double *src_x = malloc(sizeof(double) * (size_t)(n * T * d)), *q_x = malloc(sizeof(double) * (size_t)(S * d));
+    double *ref_o = malloc(sizeof(double) * (size_t)(S * T * d)), *ref_l = malloc(sizeof(double) * (size_t)(S * T * H));
+    double *got_o = malloc(sizeof(double) * (size_t)(S * T * d)), *got_l = malloc(sizeof(double) * (size_t)(S * T * H));
+    const void **srcs = malloc(sizeof(void *) * (size_t)n);
+    const double **srcs_x = malloc(sizeof(double *) * (size_t)n);
+    int64_t *strides = malloc(sizeof(int64_t) * (size_t)n);
+    void **o1s = malloc(sizeof(void *) * (size_t)S);
+    float **lses = malloc(sizeof(float *) * (size_t)S);
+    double err = INFINITY;
+    if (!src || !o1 || !lse || !q || !src_x || !q_x || !ref_o || !ref_l || !got_o || !got_l || !srcs || !srcs_x ||
+        !strides || !o1s || !lses)
+        goto done;
+    for (int i = 0; i < n; i++) {
+        srcs[i] = src + (size_t)(i * T * sp) * es;
+        srcs_x[i] = src_x + i * T * d;
+        strides[i] = sp;
+        fill_rows(&s, p->dtype, (void *)srcs[i], T, d, sp, src_x + i * T * d);
+    }
+    for (int64_t i = 0; i < S * d; i++) {
+        q[i] = (float)(rng_normal(&s) * 3.0 / sqrt((double)d));
+        q_x[i] = q[i];
+    }
+    for (int j = 0; j < S; j++) {
+        o1s[j] = o1 + (size_t)(j * T * op) * es;
+        lses[j] = lse + j * T * lp;
+    }
+    memset(o1, 0xff, (size_t)(S * T * op) * es); /* poison: NaN in every dtype */
+    memset(lse, 0xff, (size_t)(S * T * lp) * 4);
+    attnres_phase1_args a;
+    attnres_phase1_args_init(&a);
+    a.sources = srcs;
+    a.source_strides = strides;
+    a.queries = q;
+    a.scale = 0.9f;
+    a.eps = 1e-5f;
+    a.o1 = o1s;
+    a.o1_stride = op;
+    a.lse = lses;
+    a.lse_stride = lp;
+    if (launch1(l, p, T, &a) != ATTNRES_OK)
+        goto done;
+    if (attnres_reference_phase1(p, T, srcs_x, q_x, 0.9, 1e-5, ref_o, ref_l) != ATTNRES_OK)
+        goto done;
+    for (int j = 0; j < S; j++)
+        for (int64_t t = 0; t < T; t++) {
+            for (int64_t k = 0; k < d; k++)
+                got_o[(j * T + t) * d + k] = elem_load(p->dtype, o1s[j], t * op + k);
+            for (int h = 0; h < H; h++)
+                got_l[(j * T + t) * H + h] = lses[j][t * lp + h];
+        }
+    err = fmax(rel_err(got_o, ref_o, S * T * d), rel_err(got_l, ref_l, S * T * H));
+    if (isnan(err))
+        err = INFINITY;
+done:
+    free(src);
+    free(o1);
+    free(lse);
+    free(q);
+    free(src_x);
+    free(q_x);
+    free(ref_o);
+    free(ref_l);
+    free(got_o);
+    free(got_l);
+    free(srcs);
+    free(srcs_x);
+    free(strides);
+    free(o1s);
+    free(lses);
+    return err;
+}
+
+/* Runs phase2 of p on T tokens with padded strides; checks out, normed and
+ * (with fuse_add) the written-back partial. */
+static double run_phase2_case(const launcher *l, const attnres_problem *p, int64_t T, uint64_t seed)
+{
+    uint64_t s = seed;
+    const int64_t d = p->d, pad = d + 7, lp = p->heads + 2, H = p->heads;
+    const size_t es = attnres_dtype_size(p->dtype);
+    const size_t big = (size_t)(T * pad) * es;
+    char *o1 = malloc(big), *b = malloc(big), *f = malloc(big), *out = malloc(big), *normed = malloc(big);
+    float *lse = malloc(sizeof(float) * (size_t)(T * lp)), *q = malloc(sizeof(float) * (size_t)d);
+    float *go = malloc(sizeof(float) * (size_t)d);
+    const size_t row = sizeof(double) * (size_t)(T * d);
+    double *o1_x = malloc(row), *b_x = malloc(row), *f_x = malloc(row), *ref_out = malloc(row);
+    double *ref_norm = malloc(row), *got = malloc(row), *lse_x = malloc(sizeof(double) * (size_t)(T * H));
+    double *q_x = malloc(sizeof(double) * (size_t)d), *go_x = malloc(sizeof(double) * (size_t)d);
+    double err = INFINITY;
+    if (!o1 || !b || !f || !out || !normed || !lse || !q || !go || !o1_x || !b_x || !f_x || !ref_out ||
+        !ref_norm || !got || !lse_x || !q_x || !go_x)
+        goto done;
+    fill_rows(&s, p->dtype, o1, T, d, pad, o1_x);
+    fill_rows(&s, p->dtype, b, T, d, pad, b_x);
+    fill_rows(&s, p->dtype, f, T, d, pad, f_x);
+    for (int64_t t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            lse[t * lp + h] = (float)(2.0 * rng_normal(&s) + 1.5);
+            lse_x[t * H + h] = lse[t * lp + h];
+        }
+    for (int64_t k = 0; k < d; k++) {
+        q[k] = (float)(rng_normal(&s) * 3.0 / sqrt((double)d));
+        q_x[k] = q[k];
+        go[k] = (float)(1 + 0.1 * rng_normal(&s));
+        go_x[k] = go[k];
+    }
+    memset(out, 0xff, big);
+    memset(normed, 0xff, big);
+    attnres_phase2_args a;
+    attnres_phase2_args_init(&a);
+    a.o1 = o1;
+    a.o1_stride = pad;
+    a.lse = lse;
+    a.lse_stride = lp;
+    a.partial = b;
+    a.partial_stride = pad;
+    a.sublayer = f;
+    a.sublayer_stride = pad;
+    a.query = q;
+    a.scale = 1.1f;
+    a.eps = 1e-5f;
+    a.out = out;
+    a.out_stride = pad;
+    a.out_gain = go;
+    a.out_eps = 1e-5f;
+    a.normed = normed;
+    a.normed_stride = pad;
+    if (launch2(l, p, T, &a) != ATTNRES_OK)
+        goto done;
+    if (attnres_reference_phase2(p, T, o1_x, lse_x, b_x, f_x, q_x, 1.1, 1e-5, go_x, 1e-5, ref_out, ref_norm) !=
+        ATTNRES_OK)
+        goto done;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < d; k++)
+            got[t * d + k] = elem_load(p->dtype, out, t * pad + k);
+    err = rel_err(got, ref_out, T * d);
+    if (p->epilogue) {
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t k = 0; k < d; k++)
+                got[t * d + k] = elem_load(p->dtype, normed, t * pad + k);
+        err = fmax(err, rel_err(got, ref_norm, T * d));
+    }
+    /* The partial: b + f when the add is fused (b_x was updated by the
+     * reference), untouched otherwise. */
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < d; k++)
+            got[t * d + k] = elem_load(p->dtype, b, t * pad + k);
+    err = fmax(err, rel_err(got, b_x, T * d));
+    if (isnan(err))
+        err = INFINITY;
+done:
+    free(o1);
+    free(b);
+    free(f);
+    free(out);
+    free(normed);
+    free(lse);
+    free(q);
+    free(go);
+    free(o1_x);
+    free(b_x);
+    free(f_x);
+    free(ref_out);
+    free(ref_norm);
+    free(got);
+    free(lse_x);
+    free(q_x);
+    free(go_x);
+    return err;
+}
+
+static void phase1_problem(attnres_problem *p, attnres_dtype dt, int64_t d, int32_t n, int32_t s, int32_t h)
+{
+    attnres_problem_init(p, dt, d, n);
+    p->op = ATTNRES_OP_PHASE1;
+    p->s = s;
+    p->heads = h;
+}
+
+static void phase2_problem(attnres_problem *p, attnres_dtype dt, int64_t d, int32_t h, int fuse, int epi)
+{
+    attnres_problem_init(p, dt, d, 1);
+    p->op = ATTNRES_OP_PHASE2;
+    p->heads = h;
+    p->fuse_add = fuse;
+    p->epilogue = epi;
+}
+
+/* ------------------------------------------------------------------------
+ * The built-in generic kernels through the public API
+ * ---------------------------------------------------------------------- */
+
+static void test_generic_phase1_matches_reference_every_dtype(void)
+{
+    static const struct { int64_t d, T; int32_t n, s, h; } shapes[] = {
+        {64, 37, 5, 3, 2}, {37, 4, 3, 2, 1}, {96, 9, 1, 4, 8}, {128, 130, 9, 1, 1}};
+    for (size_t di = 0; di < 3; di++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            attnres_problem p;
+            phase1_problem(&p, all_dtypes[di], shapes[si].d, shapes[si].n, shapes[si].s, shapes[si].h);
+            attnres_plan *plan = NULL;
+            char msg[512];
+            REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, msg, sizeof msg) == ATTNRES_OK);
+            CHECK(attnres_plan_level_get(plan) == ATTNRES_LEVEL_GENERIC);
+            launcher l = {plan, NULL};
+            double err = run_phase1_case(&l, &p, shapes[si].T, 100 + si * 7 + di);
+            CHECK(err <= tolerance(p.dtype));
+            if (!(err <= tolerance(p.dtype)))
+                fprintf(stderr, "  %s d=%lld n=%d S=%d H=%d: rel err %g (%s)\n", attnres_dtype_name(p.dtype),
+                        (long long)p.d, p.n, p.s, p.heads, err, attnres_plan_errmsg(plan));
+            attnres_plan_destroy(plan);
+        }
+}
+
+static void test_generic_phase2_matches_reference_every_dtype(void)
+{
+    static const struct { int64_t d, T; int32_t h; int fuse, epi; } shapes[] = {
+        {64, 37, 2, 1, 1}, {37, 4, 1, 0, 0}, {96, 9, 8, 1, 0}, {128, 130, 1, 0, 1}};
+    for (size_t di = 0; di < 3; di++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            attnres_problem p;
+            phase2_problem(&p, all_dtypes[di], shapes[si].d, shapes[si].h, shapes[si].fuse, shapes[si].epi);
+            attnres_plan *plan = NULL;
+            char msg[512];
+            REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, msg, sizeof msg) == ATTNRES_OK);
+            launcher l = {plan, NULL};
+            double err = run_phase2_case(&l, &p, shapes[si].T, 200 + si * 7 + di);
+            CHECK(err <= tolerance(p.dtype));
+            if (!(err <= tolerance(p.dtype)))
+                fprintf(stderr, "  %s d=%lld H=%d fuse=%d epi=%d: rel err %g (%s)\n", attnres_dtype_name(p.dtype),
+                        (long long)p.d, p.heads, p.fuse_add, p.epilogue, err, attnres_plan_errmsg(plan));
+            attnres_plan_destroy(plan);
+        }
+}
+
+/* ------------------------------------------------------------------------
+ * Tuned variants, compiled as the tuner compiles them
+ * ---------------------------------------------------------------------- */
+
+/* Compiles and loads variant id of template g; 0 on success. */
+static int compile_variant(argen *g, const char *id, ar_kernel *k)
+{
+    char *src = NULL, *name = NULL, *json = NULL, *log = NULL;
+    void *blob = NULL;
+    size_t size = 0;
+    memset(k, 0, sizeof *k);
+    int rc = argen_emit(g, id, &src, &name, &json);
+    if (rc) {
+        fprintf(stderr, "  %s: %s\n", id, argen_errmsg(g));
+        return rc;
+    }
+    rc = cpu->ops->compile(cpu, src, name, &blob, &size, &log);
+    if (rc == 0)
+        rc = cpu->ops->load(cpu, blob, size, name, json, k);
+    if (rc)
+        fprintf(stderr, "  %s: %s\n", id, cpu->errmsg);
+    free(src);
+    free(name);
+    free(json);
+    free(log);
+    free(blob);
+    return rc;
+}
+
+/* Which variants to try: all f32 schedules, widths and unrolls with two
+ * threads, and a few widths for bf16 and f16 (the compiler is slow). */
+static int variant_selected(const char *id)
+{
+    if (strstr(id, "_f32_"))
+        return strstr(id, "_t2") != NULL;
+    if (!strstr(id, "_t1"))
+        return 0;
+    return strstr(id, "_v8_u2_") || strstr(id, "_v16_u1_") || strstr(id, "_v1_u2_");
+}
+
+static void test_template_variants(const char *name, int op)
+{
+    char msg[1024];
+    argen *g = NULL;
+    REQUIRE(argen_open(TEMPLATE_DIR, name, &g, msg, sizeof msg) == 0);
+    argen_variant *v = NULL;
+    size_t nv = 0;
+    REQUIRE(argen_enumerate(g, &v, &nv) == 0);
+    argen_device ad = {.backend = "cpu", .arch = cpu->arch, .units = cpu->units};
+    int tried = 0;
+    for (size_t i = 0; i < nv; i++) {
+        if (!variant_selected(v[i].id))
+            continue;
+        attnres_dtype dt = strstr(v[i].id, "_bf16_") ? ATTNRES_DTYPE_BF16
+                           : strstr(v[i].id, "_f16_") ? ATTNRES_DTYPE_F16
+                                                      : ATTNRES_DTYPE_F32;
+        attnres_problem p;
+        if (op == 1)
+            phase1_problem(&p, dt, 128, 5, 3, 2);
+        else
+            phase2_problem(&p, dt, 128, 2, 1, 1);
+        argen_problem ap = {.op = op == 1 ? "phase1" : "phase2", .dtype = attnres_dtype_name(dt),
+                            .form = "replace", .d = p.d, .t = 67, .n = p.n, .heads = p.heads,
+                            .epilogue = p.epilogue, .s = p.s};
+        char why[256];
+        int applies = argen_applies(g, v[i].id, &ap, &ad, why, sizeof why);
+        CHECK(applies >= 0);
+        if (applies <= 0)
+            continue;
+        ar_kernel k;
+        int rc = compile_variant(g, v[i].id, &k);
+        CHECK(rc == 0);
+        if (rc)
+            continue;
+        tried++;
+        launcher l = {NULL, &k};
+        double err = op == 1 ? run_phase1_case(&l, &p, 67, 300 + i) : run_phase2_case(&l, &p, 67, 300 + i);
+        CHECK(err <= tolerance(dt));
+        if (!(err <= tolerance(dt)))
+            fprintf(stderr, "  %s: rel err %g\n", v[i].id, err);
+        cpu->ops->unload(cpu, &k);
+    }
+    CHECK(tried >= 10);
+    printf("     %s: %d variant(s) compiled and checked\n", name, tried);
+    argen_variants_free(v, nv);
+    argen_close(g);
+}
+
+static void test_phase1_template_variants_match_reference(void) { test_template_variants("cpu/phase1", 1); }
+static void test_phase2_template_variants_match_reference(void) { test_template_variants("cpu/phase2", 2); }
+
+static void test_phase1_applies_refuses_other_ops_and_widths(void)
+{
+    char msg[1024], why[256];
+    argen *g = NULL;
+    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/phase1", &g, msg, sizeof msg) == 0);
+    argen_device ad = {.backend = "cpu", .arch = "x86_64", .units = 64};
+    argen_problem ap = {.op = "phase1", .dtype = "f32", .form = "replace", .d = 128, .t = 1, .n = 3, .heads = 1,
+                        .s = 2};
+    CHECK(argen_applies(g, "phase1_c_f32_siteouter_v16_u2_t4", &ap, &ad, why, sizeof why) == 1);
+    ap.op = "mix";
+    CHECK(argen_applies(g, "phase1_c_f32_siteouter_v16_u2_t4", &ap, &ad, why, sizeof why) == 0);
+    ap.op = "phase1";
+    ap.d = 48; /* 48 is not a multiple of 32 */
+    CHECK(argen_applies(g, "phase1_c_f32_siteouter_v16_u2_t4", &ap, &ad, why, sizeof why) == 0);
+    CHECK(strstr(why, "multiple") != NULL);
+    ap.d = 128;
+    ap.s = 0;
+    CHECK(argen_applies(g, "phase1_c_f32_siteouter_v16_u2_t4", &ap, &ad, why, sizeof why) == 0);
+    char *id = NULL;
+    REQUIRE(argen_generic(g, "bf16", &id) == 0);
+    CHECK(strcmp(id, "phase1_c_bf16_siteouter_v1_u1_t64") == 0);
+    free(id);
+    argen_close(g);
+}
+
+/* ------------------------------------------------------------------------
+ * Problems and arguments that are refused
+ * ---------------------------------------------------------------------- */
+
+static void test_problem_check_for_phase_ops(void)
+{
+    char msg[256];
+    attnres_problem p;
+    phase1_problem(&p, ATTNRES_DTYPE_F32, 64, 3, 2, 1);
+    CHECK(attnres_problem_check(&p, msg, sizeof msg) == ATTNRES_OK);
+    phase2_problem(&p, ATTNRES_DTYPE_F32, 64, 4, 1, 1);
+    CHECK(attnres_problem_check(&p, msg, sizeof msg) == ATTNRES_OK);
+
+#define EXPECT_BAD(setup, needle)                                                   \
+    do {                                                                            \
+        setup;                                                                      \
+        msg[0] = 0;                                                                 \
+        CHECK(attnres_problem_check(&p, msg, sizeof msg) == ATTNRES_EINVAL);        \
+        CHECK(strstr(msg, needle) != NULL);                                         \
+        attnres_plan *plan_ = NULL;                                                 \
+        CHECK(attnres_plan_create(cpu, NULL, &p, 0, &plan_, NULL, 0) == ATTNRES_EINVAL); \
+        CHECK(plan_ == NULL);                                                       \
+    } while (0)
+    EXPECT_BAD(phase1_problem(&p, ATTNRES_DTYPE_F32, 64, 3, 0, 1), "S");
+    EXPECT_BAD(phase1_problem(&p, ATTNRES_DTYPE_F32, 64, 3, 5000, 1), "S");
+    EXPECT_BAD((phase1_problem(&p, ATTNRES_DTYPE_F32, 64, 3, 2, 1), p.epilogue = 1), "epilogue");
+    EXPECT_BAD((phase1_problem(&p, ATTNRES_DTYPE_F32, 64, 3, 2, 1), p.form = ATTNRES_FORM_ADDITIVE), "additive");
+    EXPECT_BAD((phase1_problem(&p, ATTNRES_DTYPE_F32, 64, 3, 2, 1), p.fuse_add = 1), "fuse_add");
+    EXPECT_BAD((attnres_problem_init(&p, ATTNRES_DTYPE_F32, 64, 3), p.s = 2), "phase1");
+    EXPECT_BAD((attnres_problem_init(&p, ATTNRES_DTYPE_F32, 64, 3), p.fuse_add = 1), "fuse_add");
+    EXPECT_BAD((phase2_problem(&p, ATTNRES_DTYPE_F32, 64, 1, 2, 0)), "fuse_add");
+    EXPECT_BAD((phase2_problem(&p, ATTNRES_DTYPE_F32, 64, 1, 0, 0), p.s = 1), "phase1");
+    EXPECT_BAD((attnres_problem_init(&p, ATTNRES_DTYPE_F32, 64, 3), p.op = (attnres_op)9), "op");
+#undef EXPECT_BAD
+}
+
+static void test_phase_runs_refuse_bad_arguments(void)
+{
+    attnres_problem p1, p2, pm;
+    phase1_problem(&p1, ATTNRES_DTYPE_F32, 16, 2, 2, 2);
+    phase2_problem(&p2, ATTNRES_DTYPE_F32, 16, 2, 1, 1);
+    attnres_problem_init(&pm, ATTNRES_DTYPE_F32, 16, 2);
+    attnres_plan *plan1 = NULL, *plan2 = NULL, *planm = NULL;
+    REQUIRE(attnres_plan_create(cpu, NULL, &p1, 0, &plan1, NULL, 0) == ATTNRES_OK);
+    REQUIRE(attnres_plan_create(cpu, NULL, &p2, 0, &plan2, NULL, 0) == ATTNRES_OK);
+    REQUIRE(attnres_plan_create(cpu, NULL, &pm, 0, &planm, NULL, 0) == ATTNRES_OK);
+    float src[2][32], q[32], o1a[32], o1b[32], lsea[4], lseb[4], b[32], f[32], out[32], normed[32], g[16];
+    for (int i = 0; i < 32; i++)
+        src[0][i] = src[1][i] = q[i] = b[i] = f[i] = 0.5f + (float)i / 32;
+    for (int i = 0; i < 16; i++)
+        g[i] = 1;
+    const void *srcs[2] = {src[0], src[1]};
+    void *o1s[2] = {o1a, o1b};
+    float *lses[2] = {lsea, lseb};
+    attnres_phase1_args a1;
+    attnres_phase1_args_init(&a1);
+    a1.sources = srcs;
+    a1.queries = q;
+    a1.o1 = o1s;
+    a1.lse = lses;
+    CHECK(attnres_run_phase1(plan1, 2, &a1, NULL) == ATTNRES_OK);
+    CHECK(attnres_run_phase1(plan1, 0, NULL, NULL) == ATTNRES_OK); /* T = 0: no-op */
+    CHECK(attnres_run_phase1(NULL, 2, &a1, NULL) == ATTNRES_EINVAL);
+    CHECK(attnres_run_phase1(plan1, -1, &a1, NULL) == ATTNRES_EINVAL);
+    CHECK(attnres_run_phase1(plan1, 2, NULL, NULL) == ATTNRES_EINVAL);
+    attnres_phase1_args bad = a1;
+    void *o1_null[2] = {o1a, NULL};
+    bad.o1 = o1_null;
+    CHECK(attnres_run_phase1(plan1, 2, &bad, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan1), "site 1") != NULL);
+    bad = a1;
+    bad.eps = 0;
+    CHECK(attnres_run_phase1(plan1, 2, &bad, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan1), "eps") != NULL);
+    bad = a1;
+    bad.o1_stride = 15;
+    CHECK(attnres_run_phase1(plan1, 2, &bad, NULL) == ATTNRES_EMISMATCH);
+    bad = a1;
+    bad.lse_stride = 1;
+    CHECK(attnres_run_phase1(plan1, 2, &bad, NULL) == ATTNRES_EMISMATCH);
+    bad = a1;
+    const void *misaligned[2] = {(const char *)src[0] + 1, src[1]};
+    bad.sources = misaligned;
+    CHECK(attnres_run_phase1(plan1, 2, &bad, NULL) == ATTNRES_EINVAL);
+
+    attnres_phase2_args a2;
+    attnres_phase2_args_init(&a2);
+    a2.o1 = o1a;
+    a2.lse = lsea;
+    a2.partial = b;
+    a2.sublayer = f;
+    a2.query = q;
+    a2.out = out;
+    a2.out_gain = g;
+    a2.normed = normed;
+    CHECK(attnres_run_phase2(plan2, 2, &a2, NULL) == ATTNRES_OK);
+    attnres_phase2_args bad2 = a2;
+    bad2.sublayer = NULL; /* the plan fuses the add */
+    CHECK(attnres_run_phase2(plan2, 2, &bad2, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan2), "sublayer") != NULL);
+    bad2 = a2;
+    bad2.normed = NULL;
+    CHECK(attnres_run_phase2(plan2, 2, &bad2, NULL) == ATTNRES_EINVAL);
+    bad2 = a2;
+    bad2.out_eps = NAN;
+    CHECK(attnres_run_phase2(plan2, 2, &bad2, NULL) == ATTNRES_EINVAL);
+    bad2 = a2;
+    bad2.partial_stride = 8;
+    CHECK(attnres_run_phase2(plan2, 2, &bad2, NULL) == ATTNRES_EMISMATCH);
+    bad2 = a2;
+    bad2.lse = NULL;
+    CHECK(attnres_run_phase2(plan2, 2, &bad2, NULL) == ATTNRES_EINVAL);
+
+    /* A plan runs only its own op. */
+    attnres_mix_args am;
+    attnres_mix_args_init(&am);
+    am.sources = srcs;
+    am.query = q;
+    am.out = out;
+    CHECK(attnres_run_mix(planm, 2, &am, NULL) == ATTNRES_OK);
+    CHECK(attnres_run_mix(plan1, 2, &am, NULL) == ATTNRES_EMISMATCH);
+    CHECK(strstr(attnres_plan_errmsg(plan1), "phase1") != NULL);
+    CHECK(attnres_run_phase1(plan2, 2, &a1, NULL) == ATTNRES_EMISMATCH);
+    CHECK(attnres_run_phase2(plan1, 2, &a2, NULL) == ATTNRES_EMISMATCH);
+    CHECK(attnres_run_phase2(planm, 2, &a2, NULL) == ATTNRES_EMISMATCH);
+
+    /* The explanation names the op. */
+    char text[2048];
+    attnres_plan_explain(plan1, text, sizeof text);
+    CHECK(strstr(text, "phase1") != NULL && strstr(text, "S=2") != NULL);
+    attnres_plan_destroy(plan1);
+    attnres_plan_destroy(plan2);
+    attnres_plan_destroy(planm);
+}
+
+/* More per-token softmax weights than the CPU kernels keep on the stack is
+ * refused at launch, with a message, rather than overflowing the stack. */
+static void test_phase1_too_many_weights_is_unsupported_with_message(void)
+{
+    enum { N = 64, S = 64, H = 16, D = 16 };
+    attnres_problem p;
+    phase1_problem(&p, ATTNRES_DTYPE_F32, D, N, S, H);
+    attnres_plan *plan = NULL;
+    REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
+    static float src[D], q[S * D], o1[D], lse[H];
+    const void *srcs[N];
+    void *o1s[S];
+    float *lses[S];
+    for (int i = 0; i < N; i++)
+        srcs[i] = src;
+    for (int j = 0; j < S; j++) {
+        o1s[j] = o1;
+        lses[j] = lse;
+    }
+    attnres_phase1_args a;
+    attnres_phase1_args_init(&a);
+    a.sources = srcs;
+    a.queries = q;
+    a.o1 = o1s;
+    a.lse = lses;
+    CHECK(attnres_run_phase1(plan, 1, &a, NULL) == ATTNRES_EUNSUPPORTED);
+    CHECK(strstr(attnres_plan_errmsg(plan), "softmax weights") != NULL);
+    attnres_plan_destroy(plan);
+}
+
+static void test_nan_in_one_token_stays_in_that_token(void)
+{
+    enum { N = 3, S = 2, T = 5, D = 16, H = 2 };
+    attnres_problem p1, p2;
+    phase1_problem(&p1, ATTNRES_DTYPE_F32, D, N, S, H);
+    phase2_problem(&p2, ATTNRES_DTYPE_F32, D, H, 0, 0);
+    attnres_plan *plan1 = NULL, *plan2 = NULL;
+    REQUIRE(attnres_plan_create(cpu, NULL, &p1, 0, &plan1, NULL, 0) == ATTNRES_OK);
+    REQUIRE(attnres_plan_create(cpu, NULL, &p2, 0, &plan2, NULL, 0) == ATTNRES_OK);
+    static float src[N][T * D], q[S * D], o1[S][T * D], lse[S][T * H], b[T * D], out[T * D];
+    uint64_t s = 9;
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < T * D; k++)
+            src[i][k] = (float)rng_normal(&s);
+    for (int k = 0; k < S * D; k++)
+        q[k] = (float)rng_normal(&s);
+    for (int k = 0; k < T * D; k++)
+        b[k] = (float)rng_normal(&s);
+    src[1][3 * D + 4] = NAN; /* source 1, token 3 */
+    const void *srcs[N] = {src[0], src[1], src[2]};
+    void *o1s[S] = {o1[0], o1[1]};
+    float *lses[S] = {lse[0], lse[1]};
+    attnres_phase1_args a1;
+    attnres_phase1_args_init(&a1);
+    a1.sources = srcs;
+    a1.queries = q;
+    a1.o1 = o1s;
+    a1.lse = lses;
+    REQUIRE(attnres_run_phase1(plan1, T, &a1, NULL) == ATTNRES_OK);
+    for (int j = 0; j < S; j++)
+        for (int t = 0; t < T; t++) {
+            int nan_o = 0, nan_l = 0;
+            for (int k = 0; k < D; k++)
+                nan_o += isnan(o1[j][t * D + k]) != 0;
+            for (int h = 0; h < H; h++)
+                nan_l += isnan(lse[j][t * H + h]) != 0;
+            CHECK(t == 3 ? nan_o == D && nan_l == H : nan_o == 0 && nan_l == 0);
+        }
+    b[1 * D + 9] = NAN; /* token 1 of the partial */
+    attnres_phase2_args a2;
+    attnres_phase2_args_init(&a2);
+    a2.o1 = o1[0];
+    a2.lse = lse[0];
+    a2.partial = b;
+    a2.query = q;
+    a2.out = out;
+    REQUIRE(attnres_run_phase2(plan2, T, &a2, NULL) == ATTNRES_OK);
+    for (int t = 0; t < T; t++) {
+        int nan_o = 0;
+        for (int k = 0; k < D; k++)
+            nan_o += isnan(out[t * D + k]) != 0;
+        CHECK(t == 1 || t == 3 ? nan_o > 0 : nan_o == 0);
+    }
+    attnres_plan_destroy(plan1);
+    attnres_plan_destroy(plan2);
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+int main(void)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/attnres-test-phase-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char cache[600];
+    snprintf(cache, sizeof cache, "%s/cache", tmpdir);
+    setenv("ATTNRES_CACHE_DIR", cache, 1);
+    char msg[512];
+    if (attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
+        fprintf(stderr, "cannot open the CPU device: %s\n", msg);
+        return 1;
+    }
+    RUN_CASE(test_reference_phase1_then_phase2_equals_mix_over_n_plus_one);
+    RUN_CASE(test_problem_check_for_phase_ops);
+    RUN_CASE(test_phase_runs_refuse_bad_arguments);
+    RUN_CASE(test_generic_phase1_matches_reference_every_dtype);
+    RUN_CASE(test_generic_phase2_matches_reference_every_dtype);
+    RUN_CASE(test_nan_in_one_token_stays_in_that_token);
+    RUN_CASE(test_phase1_too_many_weights_is_unsupported_with_message);
+    RUN_CASE(test_phase1_applies_refuses_other_ops_and_widths);
+    RUN_CASE(test_phase1_template_variants_match_reference);
+    RUN_CASE(test_phase2_template_variants_match_reference);
+    attnres_device_close(cpu);
+    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    CHECK_EXIT();
+}

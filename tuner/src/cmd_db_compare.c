@@ -1,0 +1,319 @@
+/*
+ * cmd_db_compare.c - `attnres db diff` and `attnres db regress`: two runs
+ * compared problem by problem, with the noise rule and classification of
+ * db/history.c.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ardb.h"
+#include "cli.h"
+#include "cmd_db.h"
+
+/* Exit statuses of regress (documented in `attnres db --help`). */
+#define REGRESS_NONE 0
+#define REGRESS_FOUND 1
+#define REGRESS_USAGE 2
+
+static int parse_threshold(const char *v, double *pct)
+{
+    if (cli_parse_double("db", "--threshold", v, pct))
+        return -1;
+    if (!(*pct >= 0) || *pct > 1e6) {
+        cli_error("db", "--threshold is a percentage >= 0 (got '%s')", v);
+        return -1;
+    }
+    return 0;
+}
+
+static void print_run_line(const char *role, const ardb_run_info *r)
+{
+    char when[20] = "?", tmpl[13];
+    if (r->started_at) {
+        snprintf(when, sizeof when, "%.19s", r->started_at);
+        if (strlen(when) > 10)
+            when[10] = ' ';
+    }
+    snprintf(tmpl, sizeof tmpl, "%s", r->templates_hash ? r->templates_hash : "-");
+    printf("%-9s run %" PRId64 "  %s  %s  %s  attnres %s  templates %s  compiler %s  driver %s%s%s\n", role, r->id,
+           when, r->strategy ? r->strategy : "-", r->device_name ? r->device_name : "-",
+           r->project_version ? r->project_version : "-", tmpl, r->compiler ? r->compiler : "-",
+           r->driver ? r->driver : "-", r->note ? "  note: " : "", r->note ? r->note : "");
+}
+
+/* Loads two runs and their comparison; prints the reason on failure. */
+static int load_pair(ardb *db, int64_t a, int64_t b, ardb_run_info *ra, ardb_run_info *rb, ardb_diff_row **rows,
+                     size_t *n)
+{
+    if (ardb_run_get(db, a, ra) != ARDB_DONE || ardb_run_get(db, b, rb) != ARDB_DONE ||
+        ardb_diff_runs(db, a, b, rows, n) != ARDB_DONE) {
+        cli_error("db", "%s", ardb_errmsg(db));
+        return -1;
+    }
+    return 0;
+}
+
+static void json_row(FILE *out, const ardb_diff_row *r, ardb_change c)
+{
+    double ratio = r->winner_a && r->winner_b && r->us_a > 0 ? r->us_b / r->us_a : NAN;
+    fputs("{\"problem\": ", out);
+    db_json_string(out, r->problem);
+    fputs(", \"baseline_us\": ", out);
+    db_json_number(out, r->winner_a ? r->us_a : NAN);
+    fputs(", \"candidate_us\": ", out);
+    db_json_number(out, r->winner_b ? r->us_b : NAN);
+    fputs(", \"ratio\": ", out);
+    db_json_number(out, ratio);
+    fputs(", \"variant_a\": ", out);
+    db_json_string(out, r->variant_a);
+    fputs(", \"variant_b\": ", out);
+    db_json_string(out, r->variant_b);
+    fputs(", \"baseline_spread_us\": ", out);
+    db_json_number(out, r->winner_a ? r->spread_a : NAN);
+    fputs(", \"candidate_spread_us\": ", out);
+    db_json_number(out, r->winner_b ? r->spread_b : NAN);
+    fprintf(out, ", \"beyond_noise\": %s, \"change\": \"%s\", \"candidate_status\": ",
+            ardb_diff_beyond_noise(r) ? "true" : "false", ardb_change_name(c));
+    db_json_string(out, r->winner_b ? "ok" : r->status_b);
+    fputs("}", out);
+}
+
+/* ---- diff ------------------------------------------------------------------- */
+
+int db_cmd_diff(int argc, char **argv)
+{
+    const char *path = "attnres.db", *pos[2] = {NULL, NULL};
+    int npos = 0, json = 0;
+    double pct = ARDB_DEFAULT_THRESHOLD_PCT;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (strcmp(argv[i], "--db") == 0) {
+            if (!(path = cli_value("db", argc, argv, &i)))
+                return CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--threshold") == 0) {
+            if (!(v = cli_value("db", argc, argv, &i)) || parse_threshold(v, &pct))
+                return CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
+            return CLI_EXIT_USAGE;
+        } else if (npos < 2) {
+            pos[npos++] = argv[i];
+        } else {
+            cli_error("db", "diff compares two runs: RUN_A RUN_B");
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (npos != 2) {
+        cli_error("db", "usage: attnres db diff RUN_A RUN_B [--db FILE] [--threshold PCT] [--json]");
+        return CLI_EXIT_USAGE;
+    }
+    ardb *db;
+    int64_t a, b;
+    if (db_open(path, ARDB_READONLY, &db))
+        return CLI_EXIT_FAIL;
+    if (db_resolve_run(db, pos[0], &a) || db_resolve_run(db, pos[1], &b)) {
+        ardb_close(db);
+        return CLI_EXIT_USAGE;
+    }
+    ardb_run_info ra, rb;
+    ardb_diff_row *rows = NULL;
+    size_t n = 0;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    int code = CLI_EXIT_OK;
+    if (load_pair(db, a, b, &ra, &rb, &rows, &n)) {
+        code = CLI_EXIT_FAIL;
+    } else if (json) {
+        printf("{\"a\": ");
+        db_print_run_json(stdout, &ra);
+        printf(",\n \"b\": ");
+        db_print_run_json(stdout, &rb);
+        printf(",\n \"threshold_pct\": %g, \"noise_k\": %g,\n \"problems\": [", pct, ARDB_NOISE_K);
+        for (size_t i = 0; i < n; i++) {
+            printf(i ? ",\n  " : "\n  ");
+            json_row(stdout, &rows[i], ardb_diff_classify(&rows[i], pct));
+        }
+        printf("%s]}\n", n ? "\n " : "");
+    } else {
+        print_run_line("A", &ra);
+        print_run_line("B", &rb);
+        printf("\n%-44s %-32s %11s %-32s %11s %8s %-7s %s\n", "problem", "winner A", "A (us)", "winner B", "B (us)",
+               "B/A", "noise", "change");
+        for (size_t i = 0; i < n; i++) {
+            const ardb_diff_row *r = &rows[i];
+            char ua[32] = "-", ub[32] = "-", ratio[32] = "-";
+            if (r->winner_a)
+                snprintf(ua, sizeof ua, "%.2f", r->us_a);
+            if (r->winner_b)
+                snprintf(ub, sizeof ub, "%.2f", r->us_b);
+            if (r->winner_a && r->winner_b && r->us_a > 0)
+                snprintf(ratio, sizeof ratio, "%.3f", r->us_b / r->us_a);
+            ardb_change c = ardb_diff_classify(r, pct);
+            printf("%-44s %-32s %11s %-32s %11s %8s %-7s %s%s%s%s\n", r->problem,
+                   r->variant_a ? r->variant_a : "(none)", ua,
+                   r->variant_b ? r->variant_b : (r->tried_b ? "(none verified)" : "(not tried)"), ub, ratio,
+                   r->winner_a && r->winner_b ? (ardb_diff_beyond_noise(r) ? "beyond" : "within") : "-",
+                   ardb_change_name(c), !r->winner_b && r->status_b ? " (" : "",
+                   !r->winner_b && r->status_b ? r->status_b : "", !r->winner_b && r->status_b ? ")" : "");
+        }
+        if (n == 0)
+            printf("(neither run recorded anything to compare)\n");
+        printf("\nchange: slower/faster = beyond %g%% and beyond %g x the summed spreads; "
+               "noise: |B - A| against %g x (spread A + spread B)\n",
+               pct, ARDB_NOISE_K, ARDB_NOISE_K);
+    }
+    ardb_diff_free(rows, n);
+    ardb_run_info_clear(&ra);
+    ardb_run_info_clear(&rb);
+    ardb_close(db);
+    return code;
+}
+
+/* ---- regress ---------------------------------------------------------------- */
+
+int db_cmd_regress(int argc, char **argv)
+{
+    const char *path = "attnres.db", *base_text = NULL, *cand_text = NULL;
+    int json = 0;
+    double pct = ARDB_DEFAULT_THRESHOLD_PCT;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (strcmp(argv[i], "--db") == 0) {
+            if (!(path = cli_value("db", argc, argv, &i)))
+                return REGRESS_USAGE;
+        } else if (strcmp(argv[i], "--baseline") == 0) {
+            if (!(base_text = cli_value("db", argc, argv, &i)))
+                return REGRESS_USAGE;
+        } else if (strcmp(argv[i], "--candidate") == 0) {
+            if (!(cand_text = cli_value("db", argc, argv, &i)))
+                return REGRESS_USAGE;
+        } else if (strcmp(argv[i], "--threshold") == 0) {
+            if (!(v = cli_value("db", argc, argv, &i)) || parse_threshold(v, &pct))
+                return REGRESS_USAGE;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else {
+            cli_error("db", "unknown argument '%s' (see attnres db --help)", argv[i]);
+            return REGRESS_USAGE;
+        }
+    }
+    if (!base_text) {
+        cli_error("db", "regress needs --baseline RUN (see attnres db --help)");
+        return REGRESS_USAGE;
+    }
+    ardb *db;
+    int64_t a, b;
+    if (db_open(path, ARDB_READONLY, &db))
+        return REGRESS_USAGE;
+    ardb_run_info ra, rb;
+    ardb_diff_row *rows = NULL;
+    size_t n = 0;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    int code = REGRESS_USAGE;
+    if (db_resolve_run(db, base_text, &a))
+        goto done;
+    if (cand_text) {
+        if (db_resolve_run(db, cand_text, &b))
+            goto done;
+    } else {
+        if (ardb_run_get(db, a, &ra) != ARDB_DONE) {
+            cli_error("db", "%s", ardb_errmsg(db));
+            goto done;
+        }
+        if (ardb_run_latest_on_device(db, ra.device_id, a, &b) != ARDB_DONE) {
+            cli_error("db", "%s; give --candidate RUN", ardb_errmsg(db));
+            goto done;
+        }
+        ardb_run_info_clear(&ra);
+    }
+    if (a == b) {
+        cli_error("db", "the baseline and the candidate are the same run (%" PRId64 ")", a);
+        goto done;
+    }
+    if (load_pair(db, a, b, &ra, &rb, &rows, &n))
+        goto done;
+
+    size_t counts[6] = {0}, compared = 0;
+    for (size_t i = 0; i < n; i++) {
+        ardb_change c = ardb_diff_classify(&rows[i], pct);
+        counts[c]++;
+        compared += rows[i].winner_a && rows[i].winner_b;
+    }
+    size_t regressions = counts[ARDB_CHANGE_SLOWER] + counts[ARDB_CHANGE_LOST];
+    if (json) {
+        static const ardb_change kinds[] = {ARDB_CHANGE_SLOWER, ARDB_CHANGE_LOST};
+        printf("{\"baseline\": ");
+        db_print_run_json(stdout, &ra);
+        printf(",\n \"candidate\": ");
+        db_print_run_json(stdout, &rb);
+        printf(",\n \"threshold_pct\": %g, \"noise_k\": %g, \"compared\": %zu, \"regressed\": %s,\n", pct,
+               ARDB_NOISE_K, compared, regressions ? "true" : "false");
+        printf(" \"regressions\": [");
+        int first = 1;
+        for (size_t k = 0; k < 2; k++)
+            for (size_t i = 0; i < n; i++)
+                if (ardb_diff_classify(&rows[i], pct) == kinds[k]) {
+                    printf(first ? "\n  " : ",\n  ");
+                    first = 0;
+                    json_row(stdout, &rows[i], kinds[k]);
+                }
+        printf("%s],\n \"improvements\": [", first ? "" : "\n ");
+        first = 1;
+        for (size_t i = 0; i < n; i++)
+            if (ardb_diff_classify(&rows[i], pct) == ARDB_CHANGE_FASTER) {
+                printf(first ? "\n  " : ",\n  ");
+                first = 0;
+                json_row(stdout, &rows[i], ARDB_CHANGE_FASTER);
+            }
+        printf("%s],\n \"missing\": [", first ? "" : "\n ");
+        first = 1;
+        for (size_t i = 0; i < n; i++)
+            if (ardb_diff_classify(&rows[i], pct) == ARDB_CHANGE_MISSING) {
+                printf(first ? "" : ", ");
+                first = 0;
+                db_json_string(stdout, rows[i].problem);
+            }
+        printf("],\n \"new\": [");
+        first = 1;
+        for (size_t i = 0; i < n; i++)
+            if (ardb_diff_classify(&rows[i], pct) == ARDB_CHANGE_NEW) {
+                printf(first ? "" : ", ");
+                first = 0;
+                db_json_string(stdout, rows[i].problem);
+            }
+        printf("]}\n");
+    } else {
+        print_run_line("baseline", &ra);
+        print_run_line("candidate", &rb);
+        printf("threshold %g%%, noise %g x (spread of baseline + spread of candidate)\n\n", pct, ARDB_NOISE_K);
+        for (size_t i = 0; i < n; i++) {
+            const ardb_diff_row *r = &rows[i];
+            ardb_change c = ardb_diff_classify(r, pct);
+            if (c == ARDB_CHANGE_SLOWER)
+                printf("REGRESSION %-44s %10.2f us -> %10.2f us  x%.3f  (+-%.2f, +-%.2f)  %s -> %s\n", r->problem,
+                       r->us_a, r->us_b, r->us_a > 0 ? r->us_b / r->us_a : INFINITY, r->spread_a, r->spread_b,
+                       r->variant_a, r->variant_b);
+            else if (c == ARDB_CHANGE_LOST)
+                printf("LOST       %-44s %10.2f us -> no verified kernel (%s)  %s\n", r->problem, r->us_a,
+                       r->status_b ? r->status_b : "no winner", r->variant_a);
+        }
+        if (regressions)
+            printf("\n");
+        printf("%zu regression(s): %zu slower beyond %g%% and the noise, %zu lost; %zu faster, %zu unchanged, "
+               "%zu not in the candidate, %zu new (%zu compared)\n",
+               regressions, counts[ARDB_CHANGE_SLOWER], pct, counts[ARDB_CHANGE_LOST], counts[ARDB_CHANGE_FASTER],
+               counts[ARDB_CHANGE_SAME], counts[ARDB_CHANGE_MISSING], counts[ARDB_CHANGE_NEW], compared);
+    }
+    code = regressions ? REGRESS_FOUND : REGRESS_NONE;
+done:
+    ardb_diff_free(rows, n);
+    ardb_run_info_clear(&ra);
+    ardb_run_info_clear(&rb);
+    ardb_close(db);
+    return code;
+}

@@ -1,0 +1,215 @@
+/*
+ * cmd_db_exchange.c - `attnres db export`, `import` and `merge`: sharing
+ * history between databases and with dashboards.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ardb.h"
+#include "cli.h"
+#include "cmd_db.h"
+
+static int write_file(void *ctx, const void *data, size_t len)
+{
+    return fwrite(data, 1, len, (FILE *)ctx) == len ? 0 : -1;
+}
+
+static void print_stats(const char *what, const ardb_merge_stats *s)
+{
+    printf("%s: added %" PRId64 " device(s), %" PRId64 " problem(s), %" PRId64 " candidate(s), %" PRId64
+           " binary(ies), %" PRId64 " run(s), %" PRId64 " measurement(s), %" PRId64 " winner(s)\n",
+           what, s->devices, s->problems, s->candidates, s->binaries, s->runs, s->measurements, s->winners);
+}
+
+int db_cmd_export(int argc, char **argv)
+{
+    const char *path = "attnres.db", *out_path = NULL, *table = NULL;
+    int json = 0, csv = 0;
+    unsigned flags = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--db") == 0) {
+            if (!(path = cli_value("db", argc, argv, &i)))
+                return CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--out") == 0) {
+            if (!(out_path = cli_value("db", argc, argv, &i)))
+                return CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--table") == 0) {
+            if (!(table = cli_value("db", argc, argv, &i)))
+                return CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[i], "--csv") == 0) {
+            csv = 1;
+        } else if (strcmp(argv[i], "--no-source") == 0) {
+            flags |= ARDB_EXPORT_NO_SOURCE;
+        } else {
+            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (json == csv) {
+        cli_error("db", "export needs one of --json or --csv");
+        return CLI_EXIT_USAGE;
+    }
+    ardb_csv_table t = ARDB_CSV_MEASUREMENTS;
+    if (table) {
+        if (!csv) {
+            cli_error("db", "--table goes with --csv (the JSON export holds every table)");
+            return CLI_EXIT_USAGE;
+        }
+        if (strcmp(table, "measurements") == 0)
+            t = ARDB_CSV_MEASUREMENTS;
+        else if (strcmp(table, "winners") == 0)
+            t = ARDB_CSV_WINNERS;
+        else if (strcmp(table, "runs") == 0)
+            t = ARDB_CSV_RUNS;
+        else {
+            cli_error("db", "--table is measurements, winners or runs (got '%s')", table);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (flags && !json) {
+        cli_error("db", "--no-source goes with --json");
+        return CLI_EXIT_USAGE;
+    }
+    ardb *db;
+    if (db_open(path, ARDB_READONLY, &db))
+        return CLI_EXIT_FAIL;
+    FILE *out = stdout;
+    if (out_path && strcmp(out_path, "-") != 0 && !(out = fopen(out_path, "wb"))) {
+        cli_error("db", "cannot write %s: %s", out_path, strerror(errno));
+        ardb_close(db);
+        return CLI_EXIT_FAIL;
+    }
+    int rc = json ? ardb_export_json(db, flags, write_file, out) : ardb_export_csv(db, t, write_file, out);
+    if (rc != ARDB_DONE)
+        cli_error("db", "%s", ardb_errmsg(db));
+    int closed = out == stdout ? fflush(out) : fclose(out);
+    if (closed != 0 && rc == ARDB_DONE) {
+        cli_error("db", "writing %s failed", out_path ? out_path : "standard output");
+        rc = ARDB_ESQL;
+    }
+    ardb_close(db);
+    return rc == ARDB_DONE ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}
+
+/* Reads a whole file (or standard input for "-"); NULL with a message. */
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    if (!f) {
+        cli_error("db", "cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    for (;;) {
+        if (n + 65536 + 1 > cap) {
+            size_t ncap = cap ? cap * 2 : 1 << 20;
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                cli_error("db", "%s is too large to read", path);
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                cli_error("db", "reading %s failed", path);
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+    }
+    if (f != stdin)
+        fclose(f);
+    if (buf) {
+        buf[n] = '\0';
+        *len = n;
+    }
+    return buf;
+}
+
+int db_cmd_import(int argc, char **argv)
+{
+    const char *path = "attnres.db", *in = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--db") == 0) {
+            if (!(path = cli_value("db", argc, argv, &i)))
+                return CLI_EXIT_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
+            return CLI_EXIT_USAGE;
+        } else if (!in) {
+            in = argv[i];
+        } else {
+            cli_error("db", "import takes one file");
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (!in) {
+        cli_error("db", "usage: attnres db import FILE.json [--db FILE]");
+        return CLI_EXIT_USAGE;
+    }
+    size_t len = 0;
+    char *text = read_all(in, &len);
+    if (!text)
+        return CLI_EXIT_FAIL;
+    ardb *db;
+    if (db_open(path, ARDB_CREATE, &db)) {
+        free(text);
+        return CLI_EXIT_FAIL;
+    }
+    ardb_merge_stats s;
+    int rc = ardb_import_json(db, text, len, &s);
+    free(text);
+    if (rc != ARDB_DONE)
+        cli_error("db", "%s: %s", in, ardb_errmsg(db));
+    else
+        print_stats(in, &s);
+    ardb_close(db);
+    return rc == ARDB_DONE ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}
+
+int db_cmd_merge(int argc, char **argv)
+{
+    const char *path = "attnres.db", *src = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--db") == 0) {
+            if (!(path = cli_value("db", argc, argv, &i)))
+                return CLI_EXIT_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
+            return CLI_EXIT_USAGE;
+        } else if (!src) {
+            src = argv[i];
+        } else {
+            cli_error("db", "merge takes one source database (run it once per file)");
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (!src) {
+        cli_error("db", "usage: attnres db merge SRC.db [--db FILE]");
+        return CLI_EXIT_USAGE;
+    }
+    ardb *db;
+    if (db_open(path, ARDB_CREATE, &db))
+        return CLI_EXIT_FAIL;
+    ardb_merge_stats s;
+    int rc = ardb_merge(db, src, &s);
+    if (rc != ARDB_DONE)
+        cli_error("db", "%s", ardb_errmsg(db));
+    else
+        print_stats(src, &s);
+    ardb_close(db);
+    return rc == ARDB_DONE ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}

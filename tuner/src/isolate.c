@@ -1,0 +1,299 @@
+/* isolate.c - see isolate.h. */
+#define _GNU_SOURCE
+#include "isolate.h"
+
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* fmt has one %s for detail, which is cut to fit the message. */
+static void set_message(job_result *r, const char *fmt, const char *detail)
+{
+    char cut[400];
+    snprintf(cut, sizeof cut, "%.399s", detail);
+    snprintf(r->message, sizeof r->message, fmt, cut);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median and median absolute deviation of n samples (sorted in place). */
+static void summarize(double *t, int n, timing *tm)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    tm->reps = n;
+    tm->min_us = t[0];
+    tm->max_us = t[n - 1];
+    tm->median_us = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    for (int i = 0; i < n; i++)
+        t[i] = fabs(t[i] - tm->median_us);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    tm->spread_us = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* Loads a candidate on dev; on failure fills r. */
+static int load(attnres_device *dev, const job_kernel *k, ar_kernel *out, job_result *r)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->build_key, sizeof out->build_key, "%s", k->build_key);
+    snprintf(out->variant, sizeof out->variant, "%s", k->variant);
+    int rc = dev->ops->load(dev, k->blob, k->blob_size, k->kernel_name, k->params_json, out);
+    if (rc != ATTNRES_OK) {
+        r->status = ARDB_STATUS_LAUNCH_FAILED;
+        set_message(r, "load failed: %s", dev->errmsg);
+    }
+    return rc;
+}
+
+static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *k, const job_options *opt,
+                         job_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->rel_err = NAN;
+    ar_kernel kern;
+    if (load(dev, k, &kern, r) != ATTNRES_OK)
+        return;
+    if (opt->verify) {
+        int rc = bench_case_verify(bc, &kern, &r->rel_err);
+        if (rc != ATTNRES_OK) {
+            r->status = ARDB_STATUS_LAUNCH_FAILED;
+            set_message(r, "launch failed: %s", dev->errmsg);
+            goto done;
+        }
+        double tol = bench_case_tolerance(bc);
+        if (!(r->rel_err <= tol)) { /* NaN never passes */
+            char detail[128];
+            snprintf(detail, sizeof detail, "%.3g exceeds %.0e", r->rel_err, tol);
+            r->status = ARDB_STATUS_WRONG_RESULT;
+            set_message(r, "relative error %s", detail);
+            goto done;
+        }
+    }
+    if (opt->policy.max_reps > 0) {
+        int rc = bench_case_time(bc, &kern, &opt->policy, &r->tm);
+        if (rc != ATTNRES_OK) {
+            r->status = ARDB_STATUS_LAUNCH_FAILED;
+            set_message(r, "timed launch failed: %s", dev->errmsg);
+            goto done;
+        }
+    }
+    r->status = ARDB_STATUS_OK;
+done:
+    dev->ops->unload(dev, &kern);
+}
+
+static void interleave_here(attnres_device *dev, bench_case *bc, const job_kernel *ks, size_t k, int rounds,
+                            const job_options *opt, job_result *out)
+{
+    ar_kernel *kern = calloc(k, sizeof *kern);
+    double *t = malloc(sizeof(double) * k * (size_t)rounds);
+    int *ok = calloc(k, sizeof *ok);
+    for (size_t i = 0; i < k; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].rel_err = NAN;
+        if (!kern || !t || !ok) {
+            out[i].status = ARDB_STATUS_LAUNCH_FAILED;
+            set_message(&out[i], "%s", "out of memory");
+            continue;
+        }
+        ok[i] = load(dev, &ks[i], &kern[i], &out[i]) == ATTNRES_OK;
+    }
+    if (kern && t && ok) {
+        /* One warm-up launch each, then the rounds. */
+        for (int r = -1; r < rounds; r++)
+            for (size_t i = 0; i < k; i++) {
+                if (!ok[i])
+                    continue;
+                double us = 0;
+                if (bench_case_time_once(bc, &kern[i], opt->policy.flush, &us) != ATTNRES_OK) {
+                    ok[i] = 0;
+                    out[i].status = ARDB_STATUS_LAUNCH_FAILED;
+                    set_message(&out[i], "launch failed: %s", dev->errmsg);
+                    continue;
+                }
+                if (r >= 0)
+                    t[i * (size_t)rounds + (size_t)r] = us;
+            }
+        for (size_t i = 0; i < k; i++)
+            if (ok[i]) {
+                summarize(t + i * (size_t)rounds, rounds, &out[i].tm);
+                out[i].status = ARDB_STATUS_OK;
+            }
+    }
+    for (size_t i = 0; kern && ok && i < k; i++)
+        if (kern[i].entry || kern[i].module)
+            dev->ops->unload(dev, &kern[i]);
+    free(kern);
+    free(t);
+    free(ok);
+}
+
+/* ---- the forked child ------------------------------------------------- */
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Runs fn in a child with its own CPU device and collects k results. */
+typedef void (*child_fn)(attnres_device *dev, bench_case *bc, const void *arg, job_result *out);
+
+static void run_isolated(bench_case *bc, child_fn fn, const void *arg, size_t k, double limit_s, job_result *out)
+{
+    for (size_t i = 0; i < k; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].rel_err = NAN;
+        out[i].status = ARDB_STATUS_LAUNCH_FAILED;
+    }
+    int fds[2];
+    if (pipe(fds) != 0) {
+        for (size_t i = 0; i < k; i++)
+            set_message(&out[i], "cannot create a pipe: %s", strerror(errno));
+        return;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        for (size_t i = 0; i < k; i++)
+            set_message(&out[i], "cannot fork: %s", strerror(errno));
+        return;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        attnres_device *dev;
+        char msg[256];
+        job_result *res = calloc(k, sizeof *res);
+        if (!res || attnres_device_open("cpu", &dev, msg, sizeof msg) != ATTNRES_OK)
+            _exit(3);
+        bench_case_set_device(bc, dev);
+        fn(dev, bc, arg, res);
+        int bad = write_all(fds[1], res, k * sizeof *res);
+        _exit(bad ? 4 : 0);
+    }
+    close(fds[1]);
+    size_t want = k * sizeof(job_result), got = 0;
+    char *buf = (char *)out;
+    job_result *tmp = malloc(want);
+    double deadline = limit_s > 0 ? now_s() + limit_s : 0;
+    int timed_out = 0;
+    while (tmp && got < want) {
+        int wait_ms = -1;
+        if (deadline) {
+            double left = deadline - now_s();
+            if (left <= 0) {
+                timed_out = 1;
+                break;
+            }
+            wait_ms = (int)(left * 1000) + 1;
+        }
+        struct pollfd pfd = {fds[0], POLLIN, 0};
+        int pr = poll(&pfd, 1, wait_ms);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr == 0)
+            continue;
+        ssize_t r = read(fds[0], (char *)tmp + got, want - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    if (timed_out)
+        kill(pid, SIGKILL);
+    close(fds[0]);
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+        ;
+    if (tmp && got == want) {
+        memcpy(buf, tmp, want);
+    } else {
+        for (size_t i = 0; i < k; i++) {
+            if (timed_out) {
+                out[i].status = ARDB_STATUS_TIMEOUT;
+                snprintf(out[i].message, sizeof out[i].message, "killed after the %.0f s time limit", limit_s);
+            } else if (WIFSIGNALED(ws)) {
+                snprintf(out[i].message, sizeof out[i].message, "crashed with signal %d (%s)", WTERMSIG(ws),
+                         strsignal(WTERMSIG(ws)));
+            } else {
+                snprintf(out[i].message, sizeof out[i].message, "measuring process exited with status %d",
+                         WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+            }
+        }
+    }
+    free(tmp);
+}
+
+typedef struct measure_arg {
+    const job_kernel *k;
+    const job_options *opt;
+} measure_arg;
+
+static void child_measure(attnres_device *dev, bench_case *bc, const void *argp, job_result *out)
+{
+    const measure_arg *a = argp;
+    measure_here(dev, bc, a->k, a->opt, out);
+}
+
+typedef struct interleave_arg {
+    const job_kernel *ks;
+    size_t k;
+    int rounds;
+    const job_options *opt;
+} interleave_arg;
+
+static void child_interleave(attnres_device *dev, bench_case *bc, const void *argp, job_result *out)
+{
+    const interleave_arg *a = argp;
+    interleave_here(dev, bc, a->ks, a->k, a->rounds, a->opt, out);
+}
+
+void job_measure(attnres_device *dev, bench_case *bc, const job_kernel *k, const job_options *opt, job_result *out)
+{
+    if (opt->isolate && strcmp(dev->backend, "cpu") == 0) {
+        measure_arg a = {k, opt};
+        run_isolated(bc, child_measure, &a, 1, opt->time_limit_s, out);
+    } else {
+        measure_here(dev, bc, k, opt, out);
+    }
+}
+
+void job_interleave(attnres_device *dev, bench_case *bc, const job_kernel *ks, size_t k, int rounds,
+                    const job_options *opt, job_result *out)
+{
+    if (opt->isolate && strcmp(dev->backend, "cpu") == 0) {
+        interleave_arg a = {ks, k, rounds, opt};
+        run_isolated(bc, child_interleave, &a, k, opt->time_limit_s * (double)k, out);
+    } else {
+        interleave_here(dev, bc, ks, k, rounds, opt, out);
+    }
+}

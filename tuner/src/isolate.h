@@ -1,0 +1,52 @@
+/*
+ * isolate.h - measuring candidates so that a bad one cannot end the run.
+ *
+ * On the CPU a candidate runs in a forked child process: a kernel that
+ * crashes kills only the child (launch_failed, with the signal), one that
+ * hangs is killed at the time limit (timeout). The child inherits the
+ * problem's buffers copy-on-write and opens its own CPU device, so the
+ * parent's worker threads are never shared across fork. On CUDA, where a
+ * context cannot cross fork, candidates run in-process.
+ */
+#ifndef TUNER_ISOLATE_H
+#define TUNER_ISOLATE_H
+
+#include <stddef.h>
+
+#include "ardb.h"
+#include "device.h"
+#include "measure.h"
+
+/* What a candidate is, for loading it anywhere. */
+typedef struct job_kernel {
+    const char *variant, *kernel_name, *params_json, *build_key;
+    const void *blob; /* the compiled binary */
+    size_t blob_size;
+} job_kernel;
+
+/* The outcome of measuring one candidate. */
+typedef struct job_result {
+    ardb_status status;
+    double rel_err;
+    timing tm;
+    char message[512];
+} job_result;
+
+typedef struct job_options {
+    int verify;             /* check against the reference first */
+    measure_policy policy;  /* timing policy; reps 0 = verify only */
+    double time_limit_s;    /* per job; 0 = none */
+    int isolate;            /* fork a child (CPU only) */
+} job_options;
+
+/* Measures one candidate: verify (when asked) then time. Never fails as a
+ * whole: the result's status says what happened. */
+void job_measure(attnres_device *dev, bench_case *bc, const job_kernel *k, const job_options *opt,
+                 job_result *out);
+
+/* Times k candidates interleaved (A B C A B C ...) for `rounds` rounds, so
+ * that drift in the machine's state affects them all alike. */
+void job_interleave(attnres_device *dev, bench_case *bc, const job_kernel *ks, size_t k, int rounds,
+                    const job_options *opt, job_result *out);
+
+#endif

@@ -1,0 +1,309 @@
+/*
+ * revalidate.c - re-measures the stored winners of a device as a new run.
+ *
+ * Fast by design: one kernel per problem, the one the runtime would load,
+ * built for the device's current compiler and driver. A winner that no
+ * longer verifies is recorded with its status and no winner, which
+ * `attnres db regress` reports as lost.
+ */
+#include "revalidate.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ardb.h"
+#include "cli.h"
+#include "device.h"
+#include "measure.h"
+#include "problems.h"
+#include "sha256.h"
+
+typedef struct revalidation {
+    attnres_device *dev;
+    ardb *db;
+    int64_t device_id, run_id;
+    double copy_gbps, launch_us;
+    measure_policy policy;
+    int quiet;
+} revalidation;
+
+/* The outcome for one stored winner, for the table. */
+typedef struct outcome {
+    ardb_status status;
+    double median_us;
+    int measured; /* a measurement was recorded */
+    char message[512];
+} outcome;
+
+static void note(const revalidation *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(const revalidation *r, const char *fmt, ...)
+{
+    if (r->quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* The run record: who, where, what versions, which policy. */
+static int begin_run(revalidation *r, const char *spec, const char *db_path, const ardb_stored_winner *w, size_t n)
+{
+    char cmdline[1024], policy[512], host[256] = "unknown", hash[65], note_text[512];
+    ar_sha256 s;
+    snprintf(cmdline, sizeof cmdline, "attnres tune --revalidate --device %s --db %s", spec, db_path);
+    measure_policy_json(&r->policy, policy, sizeof policy);
+    gethostname(host, sizeof host - 1);
+    struct passwd *pw = getpwuid(getuid());
+    const char *user = getenv("USER") ? getenv("USER") : pw ? pw->pw_name : "unknown";
+    /* No template is read: the hash is over the sources re-measured. */
+    ar_sha256_init(&s);
+    for (size_t i = 0; i < n; i++)
+        if (w[i].source_hash)
+            ar_sha256_update(&s, w[i].source_hash, strlen(w[i].source_hash));
+    ar_sha256_hex(&s, hash);
+    ardb_run run = {.device_id = r->device_id, .user = user, .host = host, .command = cmdline,
+                    .project_version = attnres_version(), .templates_hash = hash, .compiler = r->dev->compiler,
+                    .driver = r->dev->driver, .policy_json = policy, .strategy = "revalidate",
+                    .copy_gbps = r->copy_gbps, .launch_us = r->launch_us};
+    if (ardb_run_begin(r->db, &run, &r->run_id) != ARDB_DONE) {
+        cli_error("tune", "recording the run: %s", ardb_errmsg(r->db));
+        return -1;
+    }
+    /* Which runs' winners this run re-measured, as its note. */
+    size_t len = (size_t)snprintf(note_text, sizeof note_text, "re-validates the winners of run");
+    int64_t seen[32];
+    size_t nseen = 0;
+    for (size_t i = 0; i < n && nseen < 32; i++) {
+        int dup = 0;
+        for (size_t k = 0; k < nseen; k++)
+            dup |= seen[k] == w[i].run_id;
+        if (dup)
+            continue;
+        seen[nseen++] = w[i].run_id;
+        if (len < sizeof note_text)
+            len += (size_t)snprintf(note_text + len, sizeof note_text - len, "%s %" PRId64,
+                                    nseen == 1 ? "" : ",", w[i].run_id);
+    }
+    if (ardb_run_set_note(r->db, r->run_id, note_text) != ARDB_DONE)
+        cli_error("tune", "recording the run's note: %s", ardb_errmsg(r->db));
+    return 0;
+}
+
+static int tune_problem_of(const ardb_stored_winner *w, tune_problem *tp, char *why, size_t len)
+{
+    attnres_dtype dt;
+    memset(tp, 0, sizeof *tp);
+    if (!w->op || strcmp(w->op, "mix") != 0) {
+        snprintf(why, len, "re-validation measures mix problems only (this is %s)", w->op ? w->op : "?");
+        return -1;
+    }
+    if (!w->dtype || attnres_dtype_parse(w->dtype, &dt) != ATTNRES_OK) {
+        snprintf(why, len, "unknown dtype '%s'", w->dtype ? w->dtype : "?");
+        return -1;
+    }
+    attnres_problem_init(&tp->p, dt, w->d, w->n);
+    tp->p.heads = w->heads;
+    tp->p.form = w->form && strcmp(w->form, "additive") == 0 ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
+    tp->p.epilogue = w->epilogue;
+    tp->t = w->t_bucket;
+    return 0;
+}
+
+static void record(revalidation *r, const ardb_stored_winner *w, const char *build_key, ardb_status status,
+                   const timing *tm, double bytes, double rel_err, const char *message, outcome *o)
+{
+    double gbps = tm && tm->median_us > 0 ? bytes / (tm->median_us * 1e3) : 0;
+    ardb_measurement m = {.run_id = r->run_id, .candidate_id = w->candidate_id, .problem_id = w->problem_id,
+                          .device_id = r->device_id, .build_key = build_key, .status = status,
+                          .median_us = tm ? tm->median_us : 0, .min_us = tm ? tm->min_us : 0,
+                          .max_us = tm ? tm->max_us : 0, .spread_us = tm ? tm->spread_us : 0,
+                          .reps = tm ? tm->reps : 0, .gbps = gbps,
+                          .roofline = r->copy_gbps > 0 ? gbps / r->copy_gbps : 0, .rel_err = rel_err,
+                          .message = message};
+    int64_t mid = 0;
+    o->status = status;
+    o->median_us = m.median_us;
+    snprintf(o->message, sizeof o->message, "%s", message ? message : "");
+    if (ardb_measurement_add(r->db, &m, &mid) != ARDB_DONE) {
+        cli_error("tune", "recording a measurement: %s", ardb_errmsg(r->db));
+        return;
+    }
+    o->measured = 1;
+    if (status == ARDB_STATUS_OK &&
+        ardb_winner_set(r->db, r->run_id, w->problem_id, r->device_id, w->candidate_id, mid) != ARDB_DONE)
+        cli_error("tune", "recording the winner: %s", ardb_errmsg(r->db));
+}
+
+/* The binary of a stored winner for this device's build key: from the
+ * database, else compiled from the stored source and stored. */
+static int binary_for(revalidation *r, const ardb_stored_winner *w, const char *build_key, void **blob, size_t *size,
+                      char *why, size_t len)
+{
+    if (ardb_binary_get(r->db, build_key, blob, size) == ARDB_DONE)
+        return 0;
+    char *log = NULL;
+    int st = r->dev->ops->compile(r->dev, w->source, w->kernel_name, blob, size, &log);
+    if (st != ATTNRES_OK) {
+        snprintf(why, len, "%.480s", log ? log : "compilation failed");
+        free(log);
+        return -1;
+    }
+    free(log);
+    ardb_binary b = {.build_key = build_key, .candidate_id = w->candidate_id, .compiler = r->dev->compiler,
+                     .options = r->dev->options, .target = r->dev->target, .blob = *blob, .size = *size};
+    if (ardb_binary_put(r->db, &b) != ARDB_DONE)
+        cli_error("tune", "storing the binary of %s: %s", w->variant, ardb_errmsg(r->db));
+    return 0;
+}
+
+static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t index, outcome *o)
+{
+    char hash[65], build_key[65], why[512];
+    tune_problem tp;
+    memset(o, 0, sizeof *o);
+    o->median_us = NAN;
+    if (tune_problem_of(w, &tp, why, sizeof why)) {
+        o->status = ARDB_STATUS_SKIPPED;
+        snprintf(o->message, sizeof o->message, "%s", why);
+        return;
+    }
+    ar_sha256_string(w->source ? w->source : "", hash);
+    ar_build_key(r->dev, hash, build_key);
+    if (!w->source || !w->source_hash || strcmp(hash, w->source_hash) != 0) {
+        record(r, w, NULL, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN,
+               w->source ? "the stored source does not match its hash" : "the database holds no source for it", o);
+        return;
+    }
+    void *blob = NULL;
+    size_t size = 0;
+    if (binary_for(r, w, build_key, &blob, &size, why, sizeof why)) {
+        record(r, w, NULL, ARDB_STATUS_COMPILE_FAILED, NULL, 0, NAN, why, o);
+        return;
+    }
+    ar_kernel k;
+    memset(&k, 0, sizeof k);
+    memcpy(k.build_key, build_key, sizeof k.build_key);
+    snprintf(k.variant, sizeof k.variant, "%s", w->variant);
+    int st = r->dev->ops->load(r->dev, blob, size, w->kernel_name, w->params_json, &k);
+    free(blob);
+    if (st != ATTNRES_OK) {
+        record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, r->dev->errmsg, o);
+        return;
+    }
+    char err[512];
+    uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(index + 1) * 0x9e3779b97f4a7c15ull;
+    bench_case *bc = bench_case_create(r->dev, &tp, &r->policy, seed, err, sizeof err);
+    if (!bc) {
+        record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, err, o);
+    } else {
+        double rel_err = NAN;
+        timing tm;
+        if (bench_case_verify(bc, &k, &rel_err) != ATTNRES_OK) {
+            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, r->dev->errmsg, o);
+        } else if (!(rel_err <= bench_case_tolerance(bc))) {
+            snprintf(why, sizeof why, "relative error %.3g exceeds %.0e", rel_err, bench_case_tolerance(bc));
+            record(r, w, build_key, ARDB_STATUS_WRONG_RESULT, NULL, 0, rel_err, why, o);
+        } else if (bench_case_time(bc, &k, &r->policy, &tm) != ATTNRES_OK) {
+            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, rel_err, r->dev->errmsg, o);
+        } else {
+            record(r, w, build_key, ARDB_STATUS_OK, &tm, bench_case_bytes(bc), rel_err, NULL, o);
+        }
+        bench_case_free(bc);
+    }
+    if (r->dev->ops->unload)
+        r->dev->ops->unload(r->dev, &k);
+}
+
+static void print_table(const revalidation *r, const ardb_stored_winner *w, const outcome *o, size_t n)
+{
+    printf("\nre-validated winners on %s (%s)\ncopy bandwidth %.1f GB/s, empty launch %.2f us\n\n", r->dev->name,
+           r->dev->backend, r->copy_gbps, r->launch_us);
+    printf("%-44s %-34s %6s %12s %12s %7s  %s\n", "problem", "variant", "from", "stored (us)", "now (us)", "ratio",
+           "status");
+    for (size_t i = 0; i < n; i++) {
+        char now[32] = "-", ratio[32] = "-";
+        if (o[i].status == ARDB_STATUS_OK) {
+            snprintf(now, sizeof now, "%.2f", o[i].median_us);
+            if (w[i].median_us > 0)
+                snprintf(ratio, sizeof ratio, "%.3f", o[i].median_us / w[i].median_us);
+        }
+        printf("%-44s %-34s %6" PRId64 " %12.2f %12s %7s  %s%s%s\n", w[i].problem_key, w[i].variant, w[i].run_id,
+               w[i].median_us, now, ratio, ardb_status_name(o[i].status), o[i].message[0] ? ": " : "",
+               o[i].message);
+    }
+}
+
+int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
+{
+    revalidation r;
+    memset(&r, 0, sizeof r);
+    r.quiet = quiet;
+    const char *spec = device_spec ? device_spec : cli_best_device();
+    char msg[1024];
+    ardb_stored_winner *w = NULL;
+    outcome *o = NULL;
+    size_t n = 0, bad = 0;
+    int exit_code = CLI_EXIT_FAIL;
+
+    if (!db_path)
+        db_path = "attnres.db";
+    if (attnres_device_open(spec, &r.dev, msg, sizeof msg) != ATTNRES_OK) {
+        cli_error("tune", "cannot open device %s: %s", spec, msg);
+        return CLI_EXIT_FAIL;
+    }
+    if (ardb_open(db_path, 0, &r.db, msg, sizeof msg) != ARDB_DONE) {
+        cli_error("tune", "%s", msg);
+        goto done;
+    }
+    ardb_device d = {.backend = r.dev->backend, .name = r.dev->name, .arch = r.dev->arch, .driver = r.dev->driver,
+                     .fingerprint = r.dev->fingerprint, .units = r.dev->units, .memory = r.dev->memory};
+    if (ardb_stored_winners(r.db, &d, &w, &n) != ARDB_DONE) {
+        cli_error("tune", "reading the stored winners: %s", ardb_errmsg(r.db));
+        goto done;
+    }
+    if (n == 0) {
+        cli_error("tune", "%s holds no winner for a %s device to re-validate; tune first", db_path,
+                  r.dev->backend);
+        goto done;
+    }
+    if (!(o = calloc(n, sizeof *o)))
+        goto done;
+    measure_policy_default(&r.policy, r.dev->backend);
+    if (r.dev->ops->copy_bandwidth(r.dev, &r.copy_gbps) != ATTNRES_OK ||
+        r.dev->ops->empty_launch(r.dev, &r.launch_us) != ATTNRES_OK) {
+        cli_error("tune", "measuring the device: %s", r.dev->errmsg);
+        goto done;
+    }
+    if (ardb_device_upsert(r.db, &d, &r.device_id) != ARDB_DONE) {
+        cli_error("tune", "recording the device: %s", ardb_errmsg(r.db));
+        goto done;
+    }
+    if (begin_run(&r, spec, db_path, w, n))
+        goto done;
+    note(&r, "re-validating %zu stored winner(s) on %s as run %" PRId64, n, r.dev->name, r.run_id);
+    for (size_t i = 0; i < n; i++) {
+        revalidate_one(&r, &w[i], i, &o[i]);
+        bad += o[i].status != ARDB_STATUS_OK;
+        note(&r, "[%zu/%zu] %s: %s %s", i + 1, n, w[i].problem_key, w[i].variant, ardb_status_name(o[i].status));
+    }
+    ardb_run_finish(r.db, r.run_id, "complete");
+    print_table(&r, w, o, n);
+    printf("\nrun %" PRId64 ": %zu winner(s) re-validated, %zu not ok; database %s\n", r.run_id, n - bad, bad,
+           db_path);
+    exit_code = bad ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+done:
+    free(o);
+    ardb_stored_winners_free(w, n);
+    ardb_close(r.db);
+    attnres_device_close(r.dev);
+    return exit_code;
+}
