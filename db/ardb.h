@@ -213,11 +213,13 @@ int ardb_list_winners(ardb *db, int64_t run_id /* 0: all */, ardb_row_fn fn,
  * strategy, project_version, compiler, copy_gbps. */
 int ardb_list_runs(ardb *db, ardb_row_fn fn, void *ctx);
 
-/* The newest recorded winner of a problem on a device (any run): the
- * tuner repeats that decision when a run measures nothing new. ENOTFOUND
- * when there is none. */
-int ardb_winner_latest(ardb *db, int64_t problem_id, int64_t device_id,
-                       int64_t *candidate_id, int64_t *measurement_id);
+/* The newest ok measurement of a candidate taken in a final (interleaved)
+ * round, whose message starts with "final": the most trustworthy timing
+ * the database holds. ENOTFOUND when there is none. */
+int ardb_measurement_find_final(ardb *db, int64_t candidate_id,
+                                int64_t problem_id, int64_t device_id,
+                                const char *build_key, double *median_us,
+                                double *spread_us, int64_t *measurement_id);
 
 /* ==== history: runs, comparisons, revalidation (db/history.c) ========== */
 

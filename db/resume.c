@@ -3,34 +3,40 @@
  */
 #include "ardb_internal.h"
 
-#include <inttypes.h>
 
-int ardb_winner_latest(ardb *db, int64_t problem_id, int64_t device_id,
-                       int64_t *candidate_id, int64_t *measurement_id)
+int ardb_measurement_find_final(ardb *db, int64_t candidate_id, int64_t problem_id, int64_t device_id,
+                                const char *build_key, double *median_us, double *spread_us,
+                                int64_t *measurement_id)
 {
-    /* The newest run's decision for this problem on this device. */
+    /* The newest ok measurement of a final (interleaved) round. */
     static const char sql[] =
-        "SELECT candidate_id, measurement_id FROM winners"
-        " WHERE problem_id = ?1 AND device_id = ?2"
-        " ORDER BY run_id DESC LIMIT 1";
+        "SELECT id, median_us, spread_us FROM measurements"
+        " WHERE candidate_id = ?1 AND problem_id = ?2 AND device_id = ?3"
+        " AND build_key IS ?4 AND status = 'ok' AND message LIKE 'final%'"
+        " ORDER BY id DESC LIMIT 1";
     sqlite3_stmt *st = NULL;
-    if (!db || !candidate_id || !measurement_id)
+    if (!db || !median_us || !spread_us || !measurement_id)
         return ARDB_EINVAL;
     int rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
     if (rc != SQLITE_OK)
-        return ardb__sql_fail(db, rc, "latest winner");
-    sqlite3_bind_int64(st, 1, problem_id);
-    sqlite3_bind_int64(st, 2, device_id);
+        return ardb__sql_fail(db, rc, "final measurement");
+    sqlite3_bind_int64(st, 1, candidate_id);
+    sqlite3_bind_int64(st, 2, problem_id);
+    sqlite3_bind_int64(st, 3, device_id);
+    if (build_key)
+        sqlite3_bind_text(st, 4, build_key, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 4);
     rc = sqlite3_step(st);
     int code = ARDB_DONE;
     if (rc == SQLITE_ROW) {
-        *candidate_id = sqlite3_column_int64(st, 0);
-        *measurement_id = sqlite3_column_int64(st, 1);
+        *measurement_id = sqlite3_column_int64(st, 0);
+        *median_us = ardb__col_double(st, 1);
+        *spread_us = ardb__col_double(st, 2);
     } else if (rc == SQLITE_DONE) {
-        code = ardb__fail(db, ARDB_ENOTFOUND, "no winner for problem %" PRId64 " on device %" PRId64, problem_id,
-                          device_id);
+        code = ARDB_ENOTFOUND;
     } else {
-        code = ardb__sql_fail(db, rc, "latest winner");
+        code = ardb__sql_fail(db, rc, "final measurement");
     }
     sqlite3_finalize(st);
     return code;

@@ -80,8 +80,9 @@ void ardb_winners_free(ardb_winner *w, size_t count)
 int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
                         ardb_level level, ardb_winner **out, size_t *count)
 {
-    /* Per T bucket: the newest run's winner; within one run, prefer this
-     * very device, then the fastest. */
+    /* Per T bucket: the newest run's winner (by the time the run started, so
+     * that runs merged in from another file keep their place in history);
+     * within one run, prefer this very device, then the fastest. */
     static const char sql[] =
         "SELECT t_bucket, variant, kernel_name, source, source_hash,"
         " params_json, fingerprint, arch, run_id, median_us, gbps, roofline"
@@ -89,10 +90,11 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
         "  SELECT p.t_bucket, c.variant, c.kernel_name, c.source,"
         "   c.source_hash, c.params_json, d.fingerprint, d.arch, w.run_id,"
         "   m.median_us, m.gbps, m.roofline,"
-        "   row_number() OVER (PARTITION BY p.t_bucket ORDER BY w.run_id DESC,"
-        "    d.fingerprint IS ?9 DESC, m.median_us ASC, d.id ASC) AS rn"
+        "   row_number() OVER (PARTITION BY p.t_bucket ORDER BY r.started_at DESC,"
+        "    w.run_id DESC, d.fingerprint IS ?9 DESC, m.median_us ASC, d.id ASC) AS rn"
         "  FROM problems p"
         "  JOIN winners w ON w.problem_id = p.id"
+        "  JOIN runs r ON r.id = w.run_id"
         "  JOIN devices d ON d.id = w.device_id"
         "  JOIN candidates c ON c.id = w.candidate_id"
         "  JOIN measurements m ON m.id = w.measurement_id"
@@ -266,8 +268,9 @@ int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
         "   p.op, p.dtype, p.d, p.n, p.heads, p.form, p.epilogue, p.s,"
         "   p.t_bucket, d.id AS did,"
         "   row_number() OVER (PARTITION BY w.problem_id, w.device_id"
-        "    ORDER BY w.run_id DESC) AS rn"
+        "    ORDER BY r.started_at DESC, w.run_id DESC) AS rn"
         "  FROM winners w"
+        "  JOIN runs r ON r.id = w.run_id"
         "  JOIN problems p ON p.id = w.problem_id"
         "  JOIN devices d ON d.id = w.device_id"
         "  JOIN candidates c ON c.id = w.candidate_id"

@@ -36,6 +36,7 @@ struct attnres_plan {
     char explain[8192];
     size_t explain_len;
     char errmsg[512];
+    int db_failed; /* a lookup failed: the database is damaged, not silent */
 };
 
 static const char *level_name(attnres_plan_level level)
@@ -82,7 +83,11 @@ static void fill_ardb_problem(const attnres_problem *p, ardb_problem *q)
     memset(q, 0, sizeof *q);
     q->op = op_name(p->op);
     q->dtype = attnres_dtype_name(p->dtype);
-    q->form = p->form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace";
+    /* Phase 2 with the sublayer add fused is its own tuning problem; the
+     * database records it under the form "fused". */
+    q->form = p->op == ATTNRES_OP_PHASE2 && p->fuse_add ? "fused"
+              : p->form == ATTNRES_FORM_ADDITIVE      ? "additive"
+                                                      : "replace";
     q->d = p->d;
     q->n = p->n;
     q->heads = p->heads;
@@ -102,8 +107,11 @@ static void fill_ardb_device(const attnres_device *dev, ardb_device *d)
     d->memory = dev->memory;
 }
 
-/* Finds the binary of one winner (file cache, then database, then the
- * compiler) and loads it into k. */
+/* Loads one winner's binary into k: from the binary cache, else the
+ * database, else compiled from its (hash-checked) source. A copy that does
+ * not load (damaged, or sealed by no attnres) is passed over for the next
+ * one, and a cache entry that does not load is replaced by the copy that
+ * does, so a damaged cache heals instead of costing the tuned kernel. */
 static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w, ar_kernel *k)
 {
     attnres_device *dev = plan->dev;
@@ -116,28 +124,54 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
     snprintf(k->variant, sizeof k->variant, "%s", w->variant);
     void *blob = NULL;
     size_t size = 0;
-    const char *origin = "binary cache";
-    char path[4200];
-    int have_path = ar_cache_path(k->build_key, "", path, sizeof path) == 0;
-    if (!(have_path && ar_read_file(path, &blob, &size) == 0)) {
-        origin = "database";
-        int rc = ardb_binary_get(db->db, k->build_key, &blob, &size);
-        if (rc != ARDB_DONE) {
-            origin = "compiled now";
-            char *log = NULL;
-            int st = dev->ops->compile(dev, w->source, w->kernel_name, &blob, &size, &log);
-            free(log);
-            if (st != ATTNRES_OK)
-                return st;
+    const char *origin = NULL;
+    char why[700] = "", path[4200];
+    const int have_path = ar_cache_path(k->build_key, "", path, sizeof path) == 0;
+    int st = ATTNRES_ENOTFOUND;
+    if (have_path && ar_read_file(path, &blob, &size) == 0) {
+        st = dev->ops->load(dev, blob, size, w->kernel_name, w->params_json, k);
+        free(blob);
+        if (st == ATTNRES_OK)
+            origin = "binary cache";
+        else {
+            snprintf(why, sizeof why, "; the cached copy did not load (%.300s)", dev->errmsg);
+            ar_cache_drop(path);
         }
-        if (have_path)
-            ar_cache_store(path, blob, size); /* best effort: a miss only costs time */
     }
-    int st = dev->ops->load(dev, blob, size, w->kernel_name, w->params_json, k);
-    free(blob);
+    if (st != ATTNRES_OK && ardb_binary_get(db->db, k->build_key, &blob, &size) == ARDB_DONE) {
+        st = dev->ops->load(dev, blob, size, w->kernel_name, w->params_json, k);
+        if (st == ATTNRES_OK) {
+            origin = "database";
+            if (have_path)
+                ar_cache_store(path, blob, size); /* best effort: a miss only costs time */
+        } else {
+            size_t used = strlen(why);
+            snprintf(why + used, sizeof why - used, "; the stored copy did not load (%.300s)", dev->errmsg);
+        }
+        free(blob);
+    }
+    if (st != ATTNRES_OK) {
+        char *log = NULL;
+        st = dev->ops->compile(dev, w->source, w->kernel_name, &blob, &size, &log);
+        free(log);
+        if (st == ATTNRES_OK) {
+            st = dev->ops->load(dev, blob, size, w->kernel_name, w->params_json, k);
+            if (st == ATTNRES_OK) {
+                origin = "compiled now";
+                if (have_path)
+                    ar_cache_store(path, blob, size);
+            }
+            free(blob);
+        }
+        if (st != ATTNRES_OK && why[0]) {
+            char last[sizeof dev->errmsg];
+            snprintf(last, sizeof last, "%s", dev->errmsg);
+            ar_device_fail(dev, st, "%.500s%.500s", last, why);
+        }
+    }
     if (st == ATTNRES_OK)
-        explain(plan, "  T bucket %" PRId64 ": %s (%s, tuned on %s, %.2f us, %.0f%% of roofline)\n", w->t_bucket,
-                w->variant, origin, w->device_fingerprint ? w->device_fingerprint : "?", w->median_us,
+        explain(plan, "  T bucket %" PRId64 ": %s (%s%s, tuned on %s, %.2f us, %.0f%% of roofline)\n", w->t_bucket,
+                w->variant, origin, why, w->device_fingerprint ? w->device_fingerprint : "?", w->median_us,
                 100.0 * w->roofline);
     return st;
 }
@@ -157,6 +191,7 @@ static int try_level(attnres_plan *plan, attnres_db *db, attnres_plan_level leve
     if (rc != ARDB_DONE) {
         int st = ar_device_fail(plan->dev, ar_status_from_ardb(rc), "database lookup failed: %s", ardb_errmsg(db->db));
         pthread_mutex_unlock(&db->lock);
+        plan->db_failed = 1;
         return st;
     }
     if (count == 0) {
@@ -260,10 +295,13 @@ int attnres_plan_create(attnres_device *dev, attnres_db *db, const attnres_probl
         explain(plan, "no database given\n");
     for (int level = ATTNRES_LEVEL_EXACT; db && level <= ATTNRES_LEVEL_BACKEND; level++) {
         st = try_level(plan, db, (attnres_plan_level)level);
-        if (st == ATTNRES_OK || (flags & ATTNRES_PLAN_REQUIRE_EXACT))
+        if (st == ATTNRES_OK || (flags & ATTNRES_PLAN_REQUIRE_EXACT) || plan->db_failed)
             break;
     }
-    if (st != ATTNRES_OK && (flags & ATTNRES_PLAN_REQUIRE_EXACT)) {
+    /* A database that cannot be queried is an error, not a reason to fall
+     * back quietly; a level without winners, or whose binaries do not load,
+     * is (unless an exact match is required). */
+    if (st != ATTNRES_OK && ((flags & ATTNRES_PLAN_REQUIRE_EXACT) || plan->db_failed)) {
         if (st == ATTNRES_ENOTFOUND)
             ar_device_fail(dev, st, "no kernel tuned on this exact device (%s) for this problem, and an exact match "
                                     "was required", dev->fingerprint);

@@ -24,7 +24,9 @@ expected=$(grep -o '[0-9]* candidate(s)' "$dir/log0.txt" | awk 'NR == 1 || $1 < 
 runs=$(sqlite3 "$db" "select count(*) from runs where status = 'complete'")
 [ "$runs" = 4 ] && { echo "ok   4 complete runs recorded"; pass=$((pass+1)); } || { echo "FAIL $runs complete runs"; fail=$((fail+1)); }
 winners=$(sqlite3 "$db" "select count(*) from winners")
-[ "$winners" = 12 ] && { echo "ok   12 winners (3 problems x 4 runs)"; pass=$((pass+1)); } || { echo "FAIL $winners winners"; fail=$((fail+1)); }
+total=$(grep -o '^\[1/[0-9]*\]' "$dir/log0.txt" | head -1 | tr -dc '0-9/' | cut -d/ -f2)
+[ -n "$total" ] && [ "$winners" = $((total * 4)) ] && { echo "ok   $winners winners ($total problems x 4 runs)"; pass=$((pass+1)); } \
+  || { echo "FAIL $winners winners for ${total:-?} problems x 4 runs"; fail=$((fail+1)); }
 per_problem=$(sqlite3 "$db" "select min(c) from (select count(distinct candidate_id) c from measurements group by problem_id)")
 if [ "$expected" -gt 0 ] && [ "${per_problem:-0}" -ge "$expected" ]; then
   echo "ok   every problem has all of its $expected candidates measured"; pass=$((pass+1))

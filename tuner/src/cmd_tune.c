@@ -27,6 +27,7 @@
 #include "isolate.h"
 #include "measure.h"
 #include "problems.h"
+#include "revalidate.h"
 #include "sha256.h"
 
 static const char tune_usage[] =
@@ -34,6 +35,7 @@ static const char tune_usage[] =
     "                    [--strategy halving|exhaustive|random] [--budget N | --budget SECONDSs]\n"
     "                    [--seed S] [--shard I/N] [--jobs N] [--time-limit SECONDS]\n"
     "                    [--no-isolate] [--quiet]\n"
+    "       attnres tune --revalidate [--device cpu|cuda:N] [--db FILE] [--quiet]\n"
     "\n"
     "  Strategies: halving (default) times every candidate cheaply, then the best\n"
     "  quarter (at least 3, at most --budget N) fully; exhaustive times all fully;\n"
@@ -46,6 +48,8 @@ static const char tune_usage[] =
     "  databases with `attnres db merge`. On the CPU each candidate runs in its own\n"
     "  process, so one that crashes or hangs (past --time-limit, default 60 s) is\n"
     "  recorded as launch_failed or timeout and the run goes on.\n"
+    "  --revalidate re-measures only the stored winners of the device (fast) and\n"
+    "  records them as a run that `attnres db regress` can compare.\n"
     "\n"
     "  Tunes every problem of a preset (ci, default, k3, mhar-8b, delta-small; default:\n"
     "  default) or a problems file (see docs/problems.md) on the device (default: the\n"
@@ -61,7 +65,7 @@ typedef enum strategy {
 
 typedef struct tune_opts {
     const char *device, *db, *preset, *problems;
-    int jobs, quiet, isolate;
+    int jobs, quiet, isolate, revalidate;
     strategy strategy;
     int64_t budget_candidates; /* 0: no limit */
     double budget_seconds;     /* per problem; 0: no limit */
@@ -115,6 +119,19 @@ static void log_line(const tuner *t, const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+/* On a terminal, one line rewritten in place: counts and an ETA for the
+ * problem at hand. Plain logs (files, CI) get only the per-problem lines. */
+static void progress(const tuner *t, const char *desc, size_t done, size_t total, double started)
+{
+    if (t->opt.quiet || !isatty(2))
+        return;
+    double spent = now_s() - started;
+    double eta = done ? spent / (double)done * (double)(total - done) : 0;
+    fprintf(stderr, "\r\033[K  %s: %zu/%zu candidates, %.0f s, about %.0f s left", desc, done, total, spent, eta);
+    if (done == total)
+        fprintf(stderr, "\r\033[K");
+}
+
 static int parse(int argc, char **argv, tune_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -154,6 +171,8 @@ static int parse(int argc, char **argv, tune_opts *o)
             o->quiet = 1;
         } else if (strcmp(a, "--no-isolate") == 0) {
             o->isolate = 0;
+        } else if (strcmp(a, "--revalidate") == 0) {
+            o->revalidate = 1;
         } else if (strcmp(a, "--strategy") == 0) {
             if (!(v = cli_value("tune", argc, argv, &i)))
                 return -1;
@@ -463,13 +482,14 @@ static void measure_one(tuner *t, bench_case *bc, int64_t problem_id, candidate_
 static void to_ardb_problem(const tune_problem *tp, ardb_problem *q)
 {
     memset(q, 0, sizeof *q);
-    q->op = "mix";
+    q->op = problem_op_name(tp->p.op);
     q->dtype = attnres_dtype_name(tp->p.dtype);
-    q->form = tp->p.form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace";
+    q->form = problem_form_name(&tp->p);
     q->d = tp->p.d;
     q->n = tp->p.n;
     q->heads = tp->p.heads;
     q->epilogue = tp->p.epilogue;
+    q->s = tp->p.s;
     q->t_bucket = tp->t;
 }
 
@@ -479,9 +499,9 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
 {
     *out = NULL;
     *count = 0;
-    argen_problem ap = {.op = "mix", .dtype = attnres_dtype_name(tp->p.dtype),
-                        .form = tp->p.form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace", .d = tp->p.d,
-                        .t = tp->t, .n = tp->p.n, .heads = tp->p.heads, .epilogue = tp->p.epilogue};
+    argen_problem ap = {.op = problem_op_name(tp->p.op), .dtype = attnres_dtype_name(tp->p.dtype),
+                        .form = problem_form_name(&tp->p), .d = tp->p.d, .t = tp->t, .n = tp->p.n,
+                        .heads = tp->p.heads, .epilogue = tp->p.epilogue, .s = tp->p.s};
     argen_device ad = {.backend = t->dev->backend, .arch = t->dev->arch, .units = t->dev->units};
     size_t seen = 0;
     for (size_t g = 0; g < t->ntemplates; g++) {
@@ -619,6 +639,12 @@ static int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size
     char desc[160];
     problem_describe(tp, desc, sizeof desc);
     snprintf(w->problem, sizeof w->problem, "%s", desc);
+    if (tp->p.op != ATTNRES_OP_MIX &&
+        (!t->dev->ops->launch_phase1 || !t->dev->ops->launch_phase2 || strcmp(t->dev->backend, "cpu") != 0)) {
+        log_line(t, "[%zu/%zu] %s: skipped, the %s backend has no phase kernels yet", index + 1, total, desc,
+                 t->dev->backend);
+        return 0;
+    }
     ardb_problem q;
     to_ardb_problem(tp, &q);
     int64_t problem_id;
@@ -661,14 +687,26 @@ static int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size
     candidate_ref *best = NULL;
     char equivalent[1024] = "";
     if (reused == n && n > 0) {
-        /* Nothing new: repeat the newest decision for this problem. */
-        int64_t cid, mid;
-        if (ardb_winner_latest(t->db, problem_id, t->device_id, &cid, &mid) == ARDB_DONE)
-            for (size_t i = 0; i < n; i++)
-                if (cands[i].e->candidate_id == cid && cands[i].measurement_id == mid)
-                    best = &cands[i];
-        if (best)
-            snprintf(equivalent, sizeof equivalent, "%s (as before)", best->e->id);
+        /* Nothing new to measure: decide from the final (interleaved)
+         * rounds on record, by the same rule as a fresh run, so the same
+         * data always gives the same winner. */
+        candidate_ref **fin = malloc(n * sizeof *fin);
+        size_t nf = 0;
+        for (size_t i = 0; fin && i < n; i++) {
+            double median, spread;
+            int64_t mid;
+            if (cands[i].status == ARDB_STATUS_OK &&
+                ardb_measurement_find_final(t->db, cands[i].e->candidate_id, problem_id, t->device_id,
+                                            cands[i].e->build_key, &median, &spread, &mid) == ARDB_DONE) {
+                cands[i].median_us = median;
+                cands[i].spread_us = spread;
+                cands[i].measurement_id = mid;
+                fin[nf++] = &cands[i];
+            }
+        }
+        if (nf)
+            best = choose(fin, nf, equivalent, sizeof equivalent);
+        free(fin);
     }
     if (!best && n > 0) {
         if (todo)
@@ -690,10 +728,12 @@ static int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size
         quick.min_reps = quick.max_reps = strcmp(t->dev->backend, "cpu") == 0 ? 3 : 10;
         quick.target_ms = 0;
         int halving = t->opt.strategy == STRATEGY_HALVING;
-        size_t skipped = 0;
+        size_t skipped = 0, fresh = n - reused, done = 0;
+        double round_start = now_s();
         for (size_t i = 0; i < n; i++) {
             if (cands[i].reused)
                 continue;
+            progress(t, desc, done++, fresh, round_start);
             if (t->opt.budget_seconds > 0 && now_s() - t0 > t->opt.budget_seconds) {
                 skipped++;
                 continue;
@@ -701,6 +741,7 @@ static int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size
             measure_one(t, bc, problem_id, &cands[i], halving ? &quick : &t->policy, 1,
                         halving ? "screening" : "full");
         }
+        progress(t, desc, fresh, fresh, round_start);
         if (skipped)
             log_line(t, "  time budget spent: %zu candidate(s) left unmeasured", skipped);
         candidate_ref **ok = malloc(n * sizeof *ok);
@@ -739,8 +780,7 @@ static int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size
         if (ardb_winner_set(t->db, t->run_id, problem_id, t->device_id, best->e->candidate_id,
                             best->measurement_id) != ARDB_DONE)
             cli_error("tune", "recording the winner: %s", ardb_errmsg(t->db));
-        double bytes = (tp->p.n + 1.0 + (tp->p.form == ATTNRES_FORM_ADDITIVE) + tp->p.epilogue) * (double)tp->t *
-                       (double)tp->p.d * (double)attnres_dtype_size(tp->p.dtype);
+        double bytes = problem_bytes(tp);
         w->found = 1;
         snprintf(w->variant, sizeof w->variant, "%s", best->e->id);
         w->median_us = best->median_us;
@@ -837,6 +877,8 @@ int cmd_tune(int argc, char **argv)
     int prc = parse(argc, argv, &t.opt);
     if (prc)
         return prc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    if (t.opt.revalidate)
+        return tune_revalidate(t.opt.device, t.opt.db, t.opt.quiet);
     double start = now_s();
     char msg[1024];
     const char *spec = t.opt.device ? t.opt.device : cli_best_device();

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "measure_internal.h"
 
 void measure_policy_default(measure_policy *p, const char *backend)
 {
@@ -28,23 +29,9 @@ void measure_policy_json(const measure_policy *p, char *buf, size_t len)
              (long long)p->verify_tokens);
 }
 
-struct bench_case {
-    attnres_device *dev;
-    attnres_problem p;
-    int64_t t, tv; /* timed tokens, verified tokens */
-    size_t es;
-    /* device buffers: verification (tv tokens) and timing (t tokens) */
-    void *v_src, *v_partial, *v_out, *v_normed;
-    void *t_src, *t_partial, *t_out, *t_normed;
-    float *query, *out_gain; /* device copies */
-    const void **v_rows, **t_rows;
-    double *ref_out, *ref_normed; /* host, tv tokens */
-    float *host_out;
-    attnres_mix_args v_args, t_args;
-};
 
 /* splitmix64: small, fast and good enough for test data. */
-static uint64_t next_u64(uint64_t *s)
+uint64_t next_u64(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -52,16 +39,16 @@ static uint64_t next_u64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static double uniform(uint64_t *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+double uniform(uint64_t *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
 
-static double normal(uint64_t *s)
+double normal(uint64_t *s)
 {
     double u = uniform(s), v = uniform(s);
     return sqrt(-2.0 * log(u + 1e-300)) * cos(2.0 * M_PI * v);
 }
 
 /* Allocates on the device and copies host bytes there. */
-static int upload(bench_case *bc, const void *host, size_t bytes, void **dst)
+int upload(bench_case *bc, const void *host, size_t bytes, void **dst)
 {
     int rc = bc->dev->ops->mem_alloc(bc->dev, bytes, dst);
     if (rc == ATTNRES_OK && host)
@@ -71,7 +58,7 @@ static int upload(bench_case *bc, const void *host, size_t bytes, void **dst)
 
 /* Fills n rows of d values, each row scaled by 10^U(-1,1), rounded to the
  * dtype; the rounded values also go to `exact` as doubles. */
-static void random_rows(uint64_t *s, attnres_dtype dt, int64_t rows, int64_t d, float *f32, double *exact,
+void random_rows(uint64_t *s, attnres_dtype dt, int64_t rows, int64_t d, float *f32, double *exact,
                         int vary_rows)
 {
     for (int64_t r = 0; r < rows; r++) {
@@ -123,6 +110,8 @@ bench_case *bench_case_create(attnres_device *dev, const tune_problem *tp, const
     bc->t = tp->t;
     bc->tv = tp->t < pol->verify_tokens ? tp->t : pol->verify_tokens;
     bc->es = attnres_dtype_size(tp->p.dtype);
+    if (bc->p.op != ATTNRES_OP_MIX)
+        return bench_phase_create(bc, pol, seed, err, err_len);
     const int64_t d = bc->p.d, n = bc->p.n, tv = bc->tv, t = bc->t;
     const attnres_dtype dt = bc->p.dtype;
     const size_t vrow = (size_t)(tv * d), trow = (size_t)(t * d);
@@ -209,6 +198,10 @@ void bench_case_free(bench_case *bc)
 {
     if (!bc)
         return;
+    if (bc->p.op != ATTNRES_OP_MIX) {
+        bench_phase_free(bc);
+        return;
+    }
     void *dev_bufs[] = {bc->v_src, bc->v_partial, bc->v_out, bc->v_normed, bc->t_src,
                         bc->t_partial, bc->t_out, bc->t_normed, bc->query, bc->out_gain};
     for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
@@ -224,38 +217,40 @@ void bench_case_free(bench_case *bc)
 
 double bench_case_bytes(const bench_case *bc)
 {
-    double rows = bc->p.n + 1.0 + (bc->p.form == ATTNRES_FORM_ADDITIVE) + (bc->p.epilogue ? 1.0 : 0.0);
-    return rows * (double)bc->t * (double)bc->p.d * (double)bc->es;
+    tune_problem tp = {bc->p, bc->t};
+    return problem_bytes(&tp);
 }
 
 double bench_case_tolerance(const bench_case *bc) { return bc->p.dtype == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
 
-/* ||got - ref|| / ||ref|| over the verified tokens; NaN if any is NaN. */
-static int compare(bench_case *bc, void *dev_buf, const double *ref, double *err)
+int compare_n(bench_case *bc, const void *dev_buf, const double *ref, size_t n, int f32, double *err)
 {
-    size_t n = (size_t)(bc->tv * bc->p.d);
-    void *tmp = malloc(n * bc->es + 4);
-    if (!tmp)
-        return ATTNRES_ENOMEM;
-    int rc = bc->dev->ops->copy_to_host(bc->dev, tmp, dev_buf, n * bc->es);
+    size_t es = f32 ? 4 : bc->es;
+    void *tmp = malloc(n * es + 4);
+    float *wide = malloc(n * 4 + 4);
+    int rc = tmp && wide ? ATTNRES_OK : ATTNRES_ENOMEM;
+    if (rc == ATTNRES_OK)
+        rc = bc->dev->ops->copy_to_host(bc->dev, tmp, dev_buf, n * es);
     if (rc == ATTNRES_OK) {
-        convert_from_storage(bc->p.dtype, tmp, bc->host_out, n);
+        convert_from_storage(f32 ? ATTNRES_DTYPE_F32 : bc->p.dtype, tmp, wide, n);
         double num = 0, den = 0;
         for (size_t i = 0; i < n; i++) {
-            double diff = (double)bc->host_out[i] - ref[i];
+            double diff = (double)wide[i] - ref[i];
             num += diff * diff;
             den += ref[i] * ref[i];
         }
-        double e = sqrt(num) / (sqrt(den) + 1e-300);
-        *err = isnan(num) ? NAN : e;
+        *err = isnan(num) ? NAN : sqrt(num) / (sqrt(den) + 1e-300);
     }
     free(tmp);
+    free(wide);
     return rc;
 }
 
 int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
 {
     *rel_err = NAN;
+    if (bc->p.op != ATTNRES_OP_MIX)
+        return bench_phase_verify(bc, k, rel_err);
     size_t bytes = (size_t)(bc->tv * bc->p.d) * bc->es;
     /* Poison the outputs: all-ones bytes are NaN in every dtype, so a
      * kernel that skips an element can never pass. */
@@ -273,11 +268,20 @@ int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
     if (rc != ATTNRES_OK)
         return rc;
     double e1 = 0, e2 = 0;
-    rc = compare(bc, bc->v_out, bc->ref_out, &e1);
+    size_t n = (size_t)(bc->tv * bc->p.d);
+    rc = compare_n(bc, bc->v_out, bc->ref_out, n, 0, &e1);
     if (rc == ATTNRES_OK && bc->p.epilogue)
-        rc = compare(bc, bc->v_normed, bc->ref_normed, &e2);
+        rc = compare_n(bc, bc->v_normed, bc->ref_normed, n, 0, &e2);
     *rel_err = (isnan(e1) || isnan(e2)) ? NAN : (e1 > e2 ? e1 : e2);
     return rc;
+}
+
+/* Times reps launches of whichever operation the case holds. */
+static int time_launches(bench_case *bc, const ar_kernel *k, int reps, int flush, double *times_us)
+{
+    if (bc->p.op != ATTNRES_OP_MIX)
+        return bench_phase_time(bc, k, reps, times_us);
+    return bc->dev->ops->time_mix(bc->dev, k, &bc->p, bc->t, &bc->t_args, reps, flush, times_us);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -291,8 +295,7 @@ int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *po
     memset(out, 0, sizeof *out);
     double warm[64];
     int warmup = pol->warmup < 64 ? pol->warmup : 64;
-    int rc = warmup ? bc->dev->ops->time_mix(bc->dev, k, &bc->p, bc->t, &bc->t_args, warmup, pol->flush, warm)
-                    : ATTNRES_OK;
+    int rc = warmup ? time_launches(bc, k, warmup, pol->flush, warm) : ATTNRES_OK;
     if (rc != ATTNRES_OK)
         return rc;
     /* Estimate the launches that fill the time target from the warm-up. */
@@ -305,7 +308,7 @@ int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *po
     double *t = malloc(sizeof(double) * (size_t)reps);
     if (!t)
         return ATTNRES_ENOMEM;
-    rc = bc->dev->ops->time_mix(bc->dev, k, &bc->p, bc->t, &bc->t_args, reps, pol->flush, t);
+    rc = time_launches(bc, k, reps, pol->flush, t);
     if (rc == ATTNRES_OK) {
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
         out->reps = reps;
@@ -323,7 +326,7 @@ int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *po
 
 int bench_case_time_once(bench_case *bc, const ar_kernel *k, int flush, double *us)
 {
-    return bc->dev->ops->time_mix(bc->dev, k, &bc->p, bc->t, &bc->t_args, 1, flush, us);
+    return time_launches(bc, k, 1, flush, us);
 }
 
 void bench_case_set_device(bench_case *bc, attnres_device *dev) { bc->dev = dev; }

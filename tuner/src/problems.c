@@ -10,6 +10,8 @@ const char *const preset_names[] = {"ci", "default", "k3", "mhar-8b", "delta-sma
 /* One preset line: the shape and its T buckets for the CPU and for GPUs. */
 typedef struct preset_row {
     const char *preset;
+    attnres_op op;
+    int32_t s, fuse_add;
     attnres_dtype dtype;
     int64_t d;
     int32_t n, heads;
@@ -23,21 +25,29 @@ typedef struct preset_row {
 #define A ATTNRES_FORM_ADDITIVE
 static const preset_row rows[] = {
     /* ci: small and quick, every form once. */
-    {"ci", ATTNRES_DTYPE_F32, 256, 5, 1, R, 0, {1, 256}, {1, 256}},
-    {"ci", ATTNRES_DTYPE_BF16, 512, 9, 4, A, 1, {64}, {64}},
+    {"ci", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_F32, 256, 5, 1, R, 0, {1, 256}, {1, 256}},
+    {"ci", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_BF16, 512, 9, 4, A, 1, {64}, {64}},
     /* default: the shapes that matter (DESIGN §1) at sizes a CPU times in
      * seconds; GPUs take the full decode and prefill range. */
-    {"default", ATTNRES_DTYPE_BF16, 7168, 9, 1, R, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
-    {"default", ATTNRES_DTYPE_BF16, 4096, 9, 8, R, 0, {1, 4096}, {1, 64, 4096, 16384}},
-    {"default", ATTNRES_DTYPE_F32, 1024, 25, 1, A, 0, {64, 4096}, {1, 64, 4096}},
-    {"default", ATTNRES_DTYPE_F16, 2048, 9, 1, R, 1, {4096}, {1, 4096}},
+    {"default", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_BF16, 7168, 9, 1, R, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
+    {"default", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_BF16, 4096, 9, 8, R, 0, {1, 4096}, {1, 64, 4096, 16384}},
+    {"default", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_F32, 1024, 25, 1, A, 0, {64, 4096}, {1, 64, 4096}},
+    {"default", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_F16, 2048, 9, 1, R, 1, {4096}, {1, 4096}},
     /* Kimi K3 Block AttnRes. */
-    {"k3", ATTNRES_DTYPE_BF16, 7168, 9, 1, R, 0, {1, 64, 4096, 16384}, {1, 64, 4096, 16384}},
+    {"k3", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_BF16, 7168, 9, 1, R, 0, {1, 64, 4096, 16384}, {1, 64, 4096, 16384}},
     /* MHAR-8B. */
-    {"mhar-8b", ATTNRES_DTYPE_BF16, 4096, 9, 8, R, 0, {1, 64, 4096, 16384}, {1, 64, 4096, 16384}},
+    {"mhar-8b", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_BF16, 4096, 9, 8, R, 0, {1, 64, 4096, 16384}, {1, 64, 4096, 16384}},
+    /* Block AttnRes phases: 12 sites per block against up to 8 completed
+     * blocks; phase 2 fuses the sublayer add and the next PreNorm. */
+    {"ci", ATTNRES_OP_PHASE1, 3, 0, ATTNRES_DTYPE_F32, 256, 4, 1, R, 0, {64}, {64}},
+    {"ci", ATTNRES_OP_PHASE2, 0, 1, ATTNRES_DTYPE_F32, 256, 1, 1, R, 1, {64}, {64}},
+    {"default", ATTNRES_OP_PHASE1, 12, 0, ATTNRES_DTYPE_BF16, 7168, 8, 1, R, 0, {1, 64}, {1, 64, 4096}},
+    {"default", ATTNRES_OP_PHASE2, 0, 1, ATTNRES_DTYPE_BF16, 7168, 1, 1, R, 1, {1, 64, 4096}, {1, 64, 4096, 16384}},
+    {"k3", ATTNRES_OP_PHASE1, 12, 0, ATTNRES_DTYPE_BF16, 7168, 8, 1, R, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
+    {"k3", ATTNRES_OP_PHASE2, 0, 1, ATTNRES_DTYPE_BF16, 7168, 1, 1, R, 1, {1, 64, 4096}, {1, 64, 4096, 16384}},
     /* Small models, Full and Delta AttnRes per sublayer (N up to 2L+1). */
-    {"delta-small", ATTNRES_DTYPE_BF16, 1024, 25, 1, A, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
-    {"delta-small", ATTNRES_DTYPE_BF16, 2048, 49, 1, A, 1, {1, 64, 4096}, {1, 64, 4096, 16384}},
+    {"delta-small", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_BF16, 1024, 25, 1, A, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
+    {"delta-small", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_BF16, 2048, 49, 1, A, 1, {1, 64, 4096}, {1, 64, 4096, 16384}},
 };
 #undef R
 #undef A
@@ -64,6 +74,9 @@ int problems_preset(const char *name, const char *backend, problem_set *out, cha
             continue;
         attnres_problem p;
         attnres_problem_init(&p, r->dtype, r->d, r->n);
+        p.op = r->op;
+        p.s = r->s;
+        p.fuse_add = r->fuse_add;
         p.heads = r->heads;
         p.form = r->form;
         p.epilogue = r->epilogue;
@@ -84,22 +97,30 @@ int problems_preset(const char *name, const char *backend, problem_set *out, cha
 
 static int parse_line(char *line, problem_set *out, char *err, size_t err_len, const char *path, int lineno)
 {
-    char op[16], dtype[16], form[16], buckets[256];
+    char op[16], dtype[16], form[16], buckets[256], opt1[32] = "", opt2[32] = "";
     long long d, n, heads, epilogue;
     char *hash = strchr(line, '#');
     if (hash)
         *hash = 0;
     if (strspn(line, " \t\r\n") == strlen(line))
         return 0;
-    if (sscanf(line, "%15s %15s %lld %lld %lld %15s %lld %255s", op, dtype, &d, &n, &heads, form, &epilogue,
-               buckets) != 8) {
+    int fields = sscanf(line, "%15s %15s %lld %lld %lld %15s %lld %255s %31s %31s", op, dtype, &d, &n, &heads, form,
+                        &epilogue, buckets, opt1, opt2);
+    if (fields < 8) {
         snprintf(err, err_len, "%s:%d: expected 'op dtype d n heads form epilogue T,T,...'", path, lineno);
         return -1;
     }
     attnres_problem p;
     attnres_dtype dt;
-    if (strcmp(op, "mix") != 0) {
-        snprintf(err, err_len, "%s:%d: op '%s' is not supported (mix)", path, lineno, op);
+    attnres_op opv;
+    if (strcmp(op, "mix") == 0)
+        opv = ATTNRES_OP_MIX;
+    else if (strcmp(op, "phase1") == 0)
+        opv = ATTNRES_OP_PHASE1;
+    else if (strcmp(op, "phase2") == 0)
+        opv = ATTNRES_OP_PHASE2;
+    else {
+        snprintf(err, err_len, "%s:%d: op '%s' is not mix, phase1 or phase2", path, lineno, op);
         return -1;
     }
     if (attnres_dtype_parse(dtype, &dt)) {
@@ -107,8 +128,24 @@ static int parse_line(char *line, problem_set *out, char *err, size_t err_len, c
         return -1;
     }
     attnres_problem_init(&p, dt, d, (int32_t)n);
+    p.op = opv;
     p.heads = (int32_t)heads;
     p.epilogue = (int32_t)epilogue;
+    const char *opts[2] = {opt1, opt2};
+    for (int k = 0; k < 2; k++) {
+        int v;
+        char extra;
+        if (!opts[k][0])
+            continue;
+        if (sscanf(opts[k], "s=%d%c", &v, &extra) == 1)
+            p.s = v;
+        else if (sscanf(opts[k], "fuse=%d%c", &v, &extra) == 1)
+            p.fuse_add = v;
+        else {
+            snprintf(err, err_len, "%s:%d: unknown option '%s' (s=S or fuse=0|1)", path, lineno, opts[k]);
+            return -1;
+        }
+    }
     if (strcmp(form, "replace") == 0)
         p.form = ATTNRES_FORM_REPLACE;
     else if (strcmp(form, "additive") == 0)
@@ -169,10 +206,45 @@ void problems_free(problem_set *s)
     memset(s, 0, sizeof *s);
 }
 
+const char *problem_op_name(attnres_op op)
+{
+    return op == ATTNRES_OP_PHASE1 ? "phase1" : op == ATTNRES_OP_PHASE2 ? "phase2" : "mix";
+}
+
+const char *problem_form_name(const attnres_problem *p)
+{
+    if (p->op == ATTNRES_OP_PHASE2 && p->fuse_add)
+        return "fused";
+    return p->form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace";
+}
+
 void problem_describe(const tune_problem *tp, char *buf, size_t len)
 {
     const attnres_problem *p = &tp->p;
-    snprintf(buf, len, "mix %s d=%lld N=%d H=%d %s%s T=%lld", attnres_dtype_name(p->dtype), (long long)p->d, p->n,
-             p->heads, p->form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace", p->epilogue ? "+norm" : "",
-             (long long)tp->t);
+    char sites[32] = "";
+    if (p->op == ATTNRES_OP_PHASE1)
+        snprintf(sites, sizeof sites, " S=%d", p->s);
+    if (p->op == ATTNRES_OP_PHASE2)
+        snprintf(buf, len, "phase2 %s d=%lld H=%d %s%s T=%lld", attnres_dtype_name(p->dtype), (long long)p->d,
+                 p->heads, problem_form_name(p), p->epilogue ? "+norm" : "", (long long)tp->t);
+    else
+        snprintf(buf, len, "%s %s d=%lld N=%d%s H=%d %s%s T=%lld", problem_op_name(p->op),
+                 attnres_dtype_name(p->dtype), (long long)p->d, p->n, sites, p->heads, problem_form_name(p),
+                 p->epilogue ? "+norm" : "", (long long)tp->t);
+}
+
+double problem_bytes(const tune_problem *tp)
+{
+    const attnres_problem *p = &tp->p;
+    const double td = (double)tp->t * (double)p->d, es = (double)attnres_dtype_size(p->dtype);
+    const double lse = 4.0 * (double)tp->t * p->heads;
+    switch (p->op) {
+    case ATTNRES_OP_PHASE1: /* sources in; o1 and lse of every site out */
+        return p->n * td * es + p->s * (td * es + lse);
+    case ATTNRES_OP_PHASE2: /* o1, lse, b in (f in, b out when fused); out (normed) out */
+        return (3.0 + (p->epilogue ? 1.0 : 0.0) + (p->fuse_add ? 2.0 : 0.0)) * td * es + lse;
+    case ATTNRES_OP_MIX:
+        break;
+    }
+    return (p->n + 1.0 + (p->form == ATTNRES_FORM_ADDITIVE) + (p->epilogue ? 1.0 : 0.0)) * td * es;
 }

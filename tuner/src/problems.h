@@ -7,7 +7,12 @@
  *   # op  dtype  d     n  heads form     epilogue  T buckets
  *   mix   bf16   7168  9  1     replace  0         1,64,4096
  *
- * Each line becomes one tuning problem per T bucket.
+ * Each line becomes one tuning problem per T bucket. The Block AttnRes
+ * phases take options after the buckets: `s=S` (phase1: sites per block) and
+ * `fuse=1` (phase2: add the sublayer output into b first):
+ *
+ *   phase1 bf16  7168  8  1     replace  0         1,64   s=12
+ *   phase2 bf16  7168  1  1     replace  1         1,64   fuse=1
  */
 #ifndef TUNER_PROBLEMS_H
 #define TUNER_PROBLEMS_H
@@ -43,5 +48,15 @@ void problems_free(problem_set *s);
 
 /* "mix bf16 d=7168 N=9 H=1 replace T=4096" */
 void problem_describe(const tune_problem *tp, char *buf, size_t len);
+
+/* Bytes one launch must move (DESIGN §2): what roofline fractions use. */
+double problem_bytes(const tune_problem *tp);
+
+/* The operation's name: "mix", "phase1", "phase2". */
+const char *problem_op_name(attnres_op op);
+
+/* The form recorded in the database: "replace" or "additive" for mix;
+ * phase2 with the sublayer add fused records "fused". */
+const char *problem_form_name(const attnres_problem *p);
 
 #endif

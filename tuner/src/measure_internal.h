@@ -1,0 +1,57 @@
+/*
+ * measure_internal.h - the bench_case shared by measure.c (mix) and
+ * measure_phase.c (Block AttnRes phase 1 and phase 2).
+ */
+#ifndef TUNER_MEASURE_INTERNAL_H
+#define TUNER_MEASURE_INTERNAL_H
+
+#include "measure.h"
+
+struct bench_case {
+    attnres_device *dev;
+    attnres_problem p;
+    int64_t t, tv; /* timed tokens, verified tokens */
+    size_t es;
+    /* device buffers: verification (tv tokens) and timing (t tokens) */
+    void *v_src, *v_partial, *v_out, *v_normed;
+    void *t_src, *t_partial, *t_out, *t_normed;
+    float *query, *out_gain; /* device copies */
+    const void **v_rows, **t_rows;
+    double *ref_out, *ref_normed; /* host, tv tokens */
+    float *host_out;
+    attnres_mix_args v_args, t_args;
+    /* phase1: S outputs and lse rows; phase2: lse input, sublayer, b copy */
+    void **v_o1, **t_o1;
+    float **v_lse, **t_lse;
+    double *ref_lse, *ref_partial;
+    void *v_lse_in, *t_lse_in, *v_sub, *t_sub;
+    void *v_partial_init; /* host copy of b, restored before verification */
+    attnres_phase1_args v_p1, t_p1;
+    attnres_phase2_args v_p2, t_p2;
+};
+
+/* Random data helpers (splitmix64). */
+uint64_t next_u64(uint64_t *s);
+double uniform(uint64_t *s);
+double normal(uint64_t *s);
+
+/* Allocates bytes on the case's device and copies host data there (if
+ * host is not NULL). */
+int upload(bench_case *bc, const void *host, size_t bytes, void **dst);
+
+/* Fills rows x d values (each row scaled by 10^U(-1,1) when vary_rows),
+ * rounded through the dtype; the rounded values also go to exact. */
+void random_rows(uint64_t *s, attnres_dtype dt, int64_t rows, int64_t d, float *f32, double *exact, int vary_rows);
+
+/* ||device buffer - ref|| / ||ref|| over n elements of the case's dtype
+ * (or fp32 when f32 is set); NaN when anything is NaN. */
+int compare_n(bench_case *bc, const void *dev_buf, const double *ref, size_t n, int f32, double *err);
+
+/* The phase operations (measure_phase.c). */
+bench_case *bench_phase_create(bench_case *bc, const measure_policy *pol, uint64_t seed, char *err,
+                               size_t err_len);
+void bench_phase_free(bench_case *bc);
+int bench_phase_verify(bench_case *bc, const ar_kernel *k, double *rel_err);
+int bench_phase_time(bench_case *bc, const ar_kernel *k, int reps, double *times_us);
+
+#endif
