@@ -14,6 +14,7 @@
 #include "attnres.h"
 #include "cli.h"
 #include "convert.h"
+#include "device.h"
 #include "npy.h"
 
 static const char run_usage[] =
@@ -297,8 +298,38 @@ static int read_sources(const run_opts *o, npy_array *s)
 
 /* ---- device, plan and outputs ----------------------------------------- */
 
-/* Opens the device (CPU only: data moves through host memory), the
- * database if any, and plans p. On failure everything opened is closed. */
+/* Device copies of a run's buffers; freed together. */
+typedef struct staged {
+    attnres_device *dev;
+    void *ptr[8];
+    int count, failed;
+} staged;
+
+/* Allocates bytes on the device and copies host data there (if any). */
+static void *stage(staged *st, const void *host, size_t bytes)
+{
+    void *d = NULL;
+    if (st->failed || st->count == 8 || st->dev->ops->mem_alloc(st->dev, bytes ? bytes : 4, &d) != ATTNRES_OK) {
+        st->failed = 1;
+        return NULL;
+    }
+    st->ptr[st->count++] = d;
+    if (host && st->dev->ops->copy_to_device(st->dev, d, host, bytes) != ATTNRES_OK)
+        st->failed = 1;
+    return d;
+}
+
+static void unstage(staged *st)
+{
+    for (int i = 0; i < st->count; i++)
+        st->dev->ops->mem_free(st->dev, st->ptr[i]);
+    st->count = 0;
+}
+
+/* Opens the device, the database if any, and plans p. The phase
+ * operations run on the CPU only (no other backend has phase kernels yet,
+ * and their data moves through host memory). On failure the caller closes
+ * whatever was opened. */
 static int open_plan(const run_opts *o, const attnres_problem *p, attnres_device **dev, attnres_db **db,
                      attnres_plan **plan)
 {
@@ -311,8 +342,9 @@ static int open_plan(const run_opts *o, const attnres_problem *p, attnres_device
         cli_error("run", "cannot open device %s: %s", spec, msg);
         return -1;
     }
-    if (strcmp(spec, "cpu") != 0 && strncmp(spec, "cpu:", 4) != 0) {
-        cli_error("run", "device %s: attnres run moves data through host memory only on the CPU backend", spec);
+    if (p->op != ATTNRES_OP_MIX && strcmp((*dev)->backend, "cpu") != 0) {
+        cli_error("run", "device %s: --op %s runs on the CPU backend only", spec,
+                  p->op == ATTNRES_OP_PHASE1 ? "phase1" : "phase2");
         return -1;
     }
     if (o->db && attnres_db_open(o->db, db, msg, sizeof msg)) {
@@ -460,23 +492,47 @@ static int run_mix(const run_opts *o)
     }
     if (open_plan(o, &p, &dev, &db, &plan))
         goto done;
-    attnres_mix_args a;
-    attnres_mix_args_init(&a);
-    a.sources = srcs;
-    a.query = query;
-    a.scale = (float)o->scale;
-    a.eps = (float)o->eps;
-    a.partial = part_store;
-    a.alpha = (float)o->alpha;
-    a.out = out_store;
-    a.out_gain = o->out_gain ? in.out_gain.data : NULL;
-    a.out_eps = (float)o->out_eps;
-    a.normed = normed_store;
-    int rc = attnres_run_mix(plan, in.t, &a, NULL);
-    if (rc) {
-        cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
+    /* Inputs and outputs live in the device's memory (host memory on the
+     * CPU); the kernel only ever sees device pointers. */
+    staged st = {.dev = dev};
+    const void **dsrcs = malloc(sizeof(void *) * (size_t)in.n);
+    void *d_src = stage(&st, src_store, row * (size_t)in.n * es);
+    float *d_query = stage(&st, query, (size_t)in.d * 4);
+    void *d_part = part_store ? stage(&st, part_store, row * es) : NULL;
+    float *d_gain = o->out_gain ? stage(&st, in.out_gain.data, (size_t)in.d * 4) : NULL;
+    void *d_out = stage(&st, NULL, row * es);
+    void *d_normed = p.epilogue ? stage(&st, NULL, row * es) : NULL;
+    if (!dsrcs || st.failed) {
+        cli_error("run", "device buffers: %s", st.failed ? dev->errmsg : "out of memory");
+        free(dsrcs);
+        unstage(&st);
         goto done;
     }
+    for (int64_t i = 0; i < in.n; i++)
+        dsrcs[i] = (const char *)d_src + (size_t)i * row * es;
+    attnres_mix_args a;
+    attnres_mix_args_init(&a);
+    a.sources = dsrcs;
+    a.query = d_query;
+    a.scale = (float)o->scale;
+    a.eps = (float)o->eps;
+    a.partial = d_part;
+    a.alpha = (float)o->alpha;
+    a.out = d_out;
+    a.out_gain = d_gain;
+    a.out_eps = (float)o->out_eps;
+    a.normed = d_normed;
+    int rc = attnres_run_mix(plan, in.t, &a, NULL);
+    if (rc)
+        cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
+    if (!rc)
+        rc = dev->ops->copy_to_host(dev, out_store, d_out, row * es);
+    if (!rc && p.epilogue)
+        rc = dev->ops->copy_to_host(dev, normed_store, d_normed, row * es);
+    free(dsrcs);
+    unstage(&st);
+    if (rc)
+        goto done;
     convert_from_storage(o->dtype, out_store, out_f, row);
     if (p.epilogue)
         convert_from_storage(o->dtype, normed_store, normed_f, row);
