@@ -1,0 +1,172 @@
+/*
+ * candidates.c - the candidates of a tuning run: templates of the device's
+ * backend, each variant's source emitted and recorded once, and the compile
+ * pool that turns sources into binaries stored by build key.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "sha256.h"
+#include "tune_session.h"
+
+/* ---- templates and candidates ---------------------------------------- */
+
+int load_templates(tuner *t)
+{
+    const char *dir = cli_template_dir();
+    char **names;
+    size_t count;
+    if (argen_list_templates(dir, &names, &count) || count == 0) {
+        cli_error("tune", "no templates found in %s", dir);
+        return -1;
+    }
+    t->templates = calloc(count, sizeof *t->templates);
+    for (size_t i = 0; t->templates && i < count; i++) {
+        if (strncmp(names[i], t->dev->backend, strlen(t->dev->backend)) != 0 ||
+            names[i][strlen(t->dev->backend)] != '/')
+            continue;
+        char msg[2048];
+        argen *g;
+        if (argen_open(dir, names[i], &g, msg, sizeof msg)) {
+            cli_error("tune", "%s", msg);
+            argen_names_free(names, count);
+            return -1;
+        }
+        t->templates[t->ntemplates++] = g;
+    }
+    argen_names_free(names, count);
+    if (t->ntemplates == 0) {
+        cli_error("tune", "no %s templates in %s", t->dev->backend, dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* Hash over the text of every template the run uses, for the run record. */
+void templates_hash(tuner *t, char out[65])
+{
+    ar_sha256 s;
+    ar_sha256_init(&s);
+    for (size_t i = 0; i < t->ntemplates; i++)
+        ar_sha256_update(&s, argen_name(t->templates[i]), strlen(argen_name(t->templates[i])));
+    for (size_t i = 0; i < t->nsources; i++)
+        ar_sha256_update(&s, t->sources[i]->hash, 64);
+    ar_sha256_hex(&s, out);
+}
+
+static source_entry *find_source(tuner *t, const char *id)
+{
+    for (size_t i = 0; i < t->nsources; i++)
+        if (strcmp(t->sources[i]->id, id) == 0)
+            return t->sources[i];
+    return NULL;
+}
+
+/* Emits (once) and records the candidate for variant `id` of template g. */
+source_entry *get_source(tuner *t, argen *g, const char *id)
+{
+    source_entry *e = find_source(t, id);
+    if (e)
+        return e;
+    source_entry **grown = realloc(t->sources, (t->nsources + 1) * sizeof *grown);
+    if (!grown)
+        return NULL;
+    t->sources = grown;
+    e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    t->sources[t->nsources++] = e; /* owned by the tuner from here on */
+    if (argen_emit(g, id, &e->source, &e->kernel, &e->json)) {
+        cli_error("tune", "%s", argen_errmsg(g));
+        return NULL;
+    }
+    e->id = strdup(id);
+    e->template_name = strdup(argen_name(g));
+    ar_sha256_string(e->source, e->hash);
+    ar_build_key(t->dev, e->hash, e->build_key);
+    ardb_candidate c = {.template_name = e->template_name, .variant = id, .params_json = e->json,
+                        .source_hash = e->hash, .source = e->source, .kernel_name = e->kernel,
+                        .backend = t->dev->backend};
+    if (ardb_candidate_upsert(t->db, &c, &e->candidate_id) != ARDB_DONE) {
+        cli_error("tune", "recording candidate %s: %s", id, ardb_errmsg(t->db));
+        return NULL;
+    }
+    void *blob;
+    size_t size;
+    if (ardb_binary_get(t->db, e->build_key, &blob, &size) == ARDB_DONE) {
+        e->have_binary = 1;
+        free(blob);
+    }
+    return e;
+}
+
+/* ---- parallel compilation -------------------------------------------- */
+
+typedef struct compile_pool {
+    tuner *t;
+    source_entry **todo;
+    size_t count, next;
+    pthread_mutex_t mu;
+} compile_pool;
+
+static void *compile_worker(void *arg)
+{
+    compile_pool *cp = arg;
+    for (;;) {
+        pthread_mutex_lock(&cp->mu);
+        size_t i = cp->next++;
+        pthread_mutex_unlock(&cp->mu);
+        if (i >= cp->count)
+            return NULL;
+        source_entry *e = cp->todo[i];
+        int rc = cp->t->dev->ops->compile(cp->t->dev, e->source, e->kernel, &e->blob, &e->blob_size,
+                                          &e->compile_log);
+        if (rc != ATTNRES_OK)
+            e->compile_failed = 1;
+    }
+}
+
+/* Compiles every source that has no binary yet, jobs at a time, and stores
+ * the binaries (one short transaction each). */
+void compile_missing(tuner *t, source_entry **todo, size_t count)
+{
+    if (count == 0)
+        return;
+    double t0 = now_s();
+    compile_pool cp = {t, todo, count, 0, PTHREAD_MUTEX_INITIALIZER};
+    int jobs = t->opt.jobs < (int)count ? t->opt.jobs : (int)count;
+    pthread_t th[256];
+    int started = 0;
+    for (int i = 0; i < jobs; i++)
+        if (pthread_create(&th[i], NULL, compile_worker, &cp) == 0)
+            started++;
+    if (started == 0)
+        compile_worker(&cp);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    size_t failed = 0;
+    for (size_t i = 0; i < count; i++) {
+        source_entry *e = todo[i];
+        if (e->compile_failed) {
+            failed++;
+            continue;
+        }
+        ardb_binary b = {.build_key = e->build_key, .candidate_id = e->candidate_id, .compiler = t->dev->compiler,
+                         .options = t->dev->options, .target = t->dev->target, .blob = e->blob,
+                         .size = e->blob_size, .resources_json = NULL};
+        if (ardb_binary_put(t->db, &b) == ARDB_DONE)
+            e->have_binary = 1;
+        free(e->blob);
+        e->blob = NULL;
+    }
+    log_line(t, "compiled %zu variant(s) in %.1f s with %d job(s)%s", count, now_s() - t0, jobs,
+             failed ? " (some failed, recorded as compile_failed)" : "");
+}

@@ -1,0 +1,425 @@
+/*
+ * search.c - one problem of a tuning run: collect its candidates, reuse
+ * what the database knows, compile the rest, screen, measure, re-time the
+ * finalists interleaved and record the winner (see docs/tuning.md).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "sha256.h"
+#include "tune_session.h"
+#include "isolate.h"
+
+/* On a terminal, one line rewritten in place: counts and an ETA for the
+ * problem at hand. Plain logs (files, CI) get only the per-problem lines. */
+static void progress(const tuner *t, const char *desc, size_t done, size_t total, double started)
+{
+    if (t->opt.quiet || !isatty(2))
+        return;
+    double spent = now_s() - started;
+    double eta = done ? spent / (double)done * (double)(total - done) : 0;
+    fprintf(stderr, "\r\033[K  %s: %zu/%zu candidates, %.0f s, about %.0f s left", desc, done, total, spent, eta);
+    if (done == total)
+        fprintf(stderr, "\r\033[K");
+}
+
+/* ---- one problem ------------------------------------------------------ */
+
+typedef struct candidate_ref {
+    source_entry *e;
+    int reused;            /* measured by an earlier run */
+    int64_t measurement_id;
+    ardb_status status;
+    double median_us, spread_us;
+    int final_round;       /* took part in the interleaved round */
+} candidate_ref;
+
+const char *strategy_name(strategy s)
+{
+    return s == STRATEGY_EXHAUSTIVE ? "exhaustive" : s == STRATEGY_RANDOM ? "random" : "halving";
+}
+
+static void record(tuner *t, int64_t problem_id, candidate_ref *c, const job_result *r, double bytes,
+                   const char *stage)
+{
+    const timing *tm = r->status == ARDB_STATUS_OK ? &r->tm : NULL;
+    double gbps = tm && tm->median_us > 0 ? bytes / (tm->median_us * 1e3) : 0;
+    char message[700];
+    snprintf(message, sizeof message, "%s%s%s", stage, r->message[0] ? ": " : "", r->message);
+    ardb_measurement m = {.run_id = t->run_id, .candidate_id = c->e->candidate_id, .problem_id = problem_id,
+                          .device_id = t->device_id, .build_key = c->e->build_key, .status = r->status,
+                          .median_us = tm ? tm->median_us : 0, .min_us = tm ? tm->min_us : 0,
+                          .max_us = tm ? tm->max_us : 0, .spread_us = tm ? tm->spread_us : 0,
+                          .reps = tm ? tm->reps : 0, .gbps = gbps,
+                          .roofline = t->copy_gbps > 0 ? gbps / t->copy_gbps : 0, .rel_err = r->rel_err,
+                          .message = message};
+    if (ardb_measurement_add(t->db, &m, &c->measurement_id) != ARDB_DONE)
+        cli_error("tune", "recording a measurement: %s", ardb_errmsg(t->db));
+    c->status = r->status;
+    c->median_us = m.median_us;
+    c->spread_us = m.spread_us;
+}
+
+/* Fills a job_kernel for e, fetching its binary from the database. */
+static int job_kernel_for(tuner *t, source_entry *e, job_kernel *k, void **blob)
+{
+    size_t size = 0;
+    *blob = NULL;
+    if (e->compile_failed || ardb_binary_get(t->db, e->build_key, blob, &size) != ARDB_DONE)
+        return -1;
+    *k = (job_kernel){.variant = e->id, .kernel_name = e->kernel, .params_json = e->json,
+                      .build_key = e->build_key, .blob = *blob, .blob_size = size};
+    return 0;
+}
+
+/* Measures one candidate (verifying it when `verify`) and records it. */
+static void measure_one(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref *c, const measure_policy *pol,
+                        int verify, const char *stage)
+{
+    job_result r;
+    memset(&r, 0, sizeof r);
+    r.rel_err = NAN;
+    if (c->e->compile_failed) {
+        r.status = ARDB_STATUS_COMPILE_FAILED;
+        snprintf(r.message, sizeof r.message, "%.480s", c->e->compile_log ? c->e->compile_log : "compilation failed");
+        record(t, problem_id, c, &r, 0, "compile");
+        return;
+    }
+    job_kernel k;
+    void *blob;
+    if (job_kernel_for(t, c->e, &k, &blob)) {
+        r.status = ARDB_STATUS_LAUNCH_FAILED;
+        snprintf(r.message, sizeof r.message, "binary %s is missing from the database", c->e->build_key);
+        record(t, problem_id, c, &r, 0, stage);
+        return;
+    }
+    job_options opt = {.verify = verify, .policy = *pol, .time_limit_s = t->opt.time_limit_s,
+                       .isolate = t->opt.isolate};
+    job_measure(t->dev, bc, &k, &opt, &r);
+    free(blob);
+    record(t, problem_id, c, &r, bench_case_bytes(bc), stage);
+}
+
+static void to_ardb_problem(const tune_problem *tp, ardb_problem *q)
+{
+    memset(q, 0, sizeof *q);
+    q->op = problem_op_name(tp->p.op);
+    q->dtype = attnres_dtype_name(tp->p.dtype);
+    q->form = problem_form_name(&tp->p);
+    q->d = tp->p.d;
+    q->n = tp->p.n;
+    q->heads = tp->p.heads;
+    q->epilogue = tp->p.epilogue;
+    q->s = tp->p.s;
+    q->t_bucket = tp->t;
+}
+
+/* Collects the applicable candidates of a problem: this shard's share, and
+ * for the random strategy a sample chosen by the seed. */
+static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t *count)
+{
+    *out = NULL;
+    *count = 0;
+    argen_problem ap = {.op = problem_op_name(tp->p.op), .dtype = attnres_dtype_name(tp->p.dtype),
+                        .form = problem_form_name(&tp->p), .d = tp->p.d, .t = tp->t, .n = tp->p.n,
+                        .heads = tp->p.heads, .epilogue = tp->p.epilogue, .s = tp->p.s};
+    argen_device ad = {.backend = t->dev->backend, .arch = t->dev->arch, .units = t->dev->units};
+    size_t seen = 0;
+    for (size_t g = 0; g < t->ntemplates; g++) {
+        argen_variant *v;
+        size_t nv;
+        if (argen_enumerate(t->templates[g], &v, &nv)) {
+            cli_error("tune", "%s", argen_errmsg(t->templates[g]));
+            return -1;
+        }
+        for (size_t i = 0; i < nv; i++) {
+            char why[512];
+            int ok = argen_applies(t->templates[g], v[i].id, &ap, &ad, why, sizeof why);
+            if (ok < 0) {
+                cli_error("tune", "%s", why);
+                argen_variants_free(v, nv);
+                return -1;
+            }
+            if (!ok || seen++ % (size_t)t->opt.shard_count != (size_t)t->opt.shard_index)
+                continue;
+            source_entry *e = get_source(t, t->templates[g], v[i].id);
+            candidate_ref *grown = e ? realloc(*out, (*count + 1) * sizeof *grown) : NULL;
+            if (!grown) {
+                argen_variants_free(v, nv);
+                return -1;
+            }
+            *out = grown;
+            memset(&(*out)[*count], 0, sizeof **out);
+            (*out)[(*count)++].e = e;
+        }
+        argen_variants_free(v, nv);
+    }
+    if (t->opt.strategy == STRATEGY_RANDOM) {
+        /* A seeded Fisher-Yates shuffle, then keep the first `budget`. */
+        size_t keep = t->opt.budget_candidates ? (size_t)t->opt.budget_candidates : 8;
+        uint64_t s = t->opt.seed * 0x9e3779b97f4a7c15ull + 1;
+        for (size_t i = *count; i > 1; i--) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            size_t j = (size_t)(s % i);
+            candidate_ref tmp = (*out)[i - 1];
+            (*out)[i - 1] = (*out)[j];
+            (*out)[j] = tmp;
+        }
+        if (*count > keep)
+            *count = keep;
+    }
+    return 0;
+}
+
+static int by_median(const void *a, const void *b)
+{
+    const candidate_ref *x = *(candidate_ref *const *)a, *y = *(candidate_ref *const *)b;
+    return (x->median_us > y->median_us) - (x->median_us < y->median_us);
+}
+
+/* Resources a variant holds, for breaking ties between equivalent
+ * candidates: threads on the CPU, threads per block on GPUs. */
+static int64_t resources(const source_entry *e)
+{
+    int64_t threads = ar_json_int(e->json, "threads", 0);
+    int64_t block = ar_json_int(e->json, "block", 0);
+    return threads * 1000000 + block;
+}
+
+/* The winner among the final round: the candidates within the noise of the
+ * fastest are equivalent; of those, the fewest resources, then the id. */
+static candidate_ref *choose(candidate_ref **fin, size_t k, char *equivalent, size_t len)
+{
+    candidate_ref *fastest = NULL;
+    for (size_t i = 0; i < k; i++)
+        if (fin[i]->status == ARDB_STATUS_OK && (!fastest || fin[i]->median_us < fastest->median_us))
+            fastest = fin[i];
+    if (!fastest)
+        return NULL;
+    candidate_ref *best = NULL;
+    equivalent[0] = 0;
+    for (size_t i = 0; i < k; i++) {
+        candidate_ref *c = fin[i];
+        if (c->status != ARDB_STATUS_OK)
+            continue;
+        double noise = 2.0 * (c->spread_us + fastest->spread_us);
+        if (noise < 0.02 * fastest->median_us)
+            noise = 0.02 * fastest->median_us;
+        if (c->median_us - fastest->median_us > noise)
+            continue;
+        size_t used = strlen(equivalent);
+        snprintf(equivalent + used, len - used, "%s%s", used ? ", " : "", c->e->id);
+        if (!best || resources(c->e) < resources(best->e) ||
+            (resources(c->e) == resources(best->e) && strcmp(c->e->id, best->e->id) < 0))
+            best = c;
+    }
+    return best;
+}
+
+/* Re-times the best few candidates interleaved and records the results. */
+static void final_round(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref **fin, size_t k)
+{
+    job_kernel *ks = calloc(k, sizeof *ks);
+    void **blobs = calloc(k, sizeof *blobs);
+    candidate_ref **loaded = calloc(k, sizeof *loaded);
+    size_t nk = 0;
+    for (size_t i = 0; ks && blobs && loaded && i < k; i++)
+        if (job_kernel_for(t, fin[i]->e, &ks[nk], &blobs[nk]) == 0)
+            loaded[nk++] = fin[i];
+    job_result *res = calloc(nk ? nk : 1, sizeof *res);
+    if (res && nk) {
+        int rounds = strcmp(t->dev->backend, "cpu") == 0 ? 11 : 31;
+        job_options opt = {.verify = 0, .policy = t->policy, .time_limit_s = t->opt.time_limit_s,
+                           .isolate = t->opt.isolate};
+        job_interleave(t->dev, bc, ks, nk, rounds, &opt, res);
+        char stage[64];
+        snprintf(stage, sizeof stage, "final (interleaved with %zu, %d rounds)", nk, rounds);
+        for (size_t i = 0; i < nk; i++) {
+            loaded[i]->final_round = 1;
+            record(t, problem_id, loaded[i], &res[i], bench_case_bytes(bc), stage);
+        }
+    }
+    for (size_t i = 0; blobs && i < nk; i++)
+        free(blobs[i]);
+    free(res);
+    free(ks);
+    free(blobs);
+    free(loaded);
+}
+
+int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t total, winner_row *w)
+{
+    char desc[160];
+    problem_describe(tp, desc, sizeof desc);
+    snprintf(w->problem, sizeof w->problem, "%s", desc);
+    if (tp->p.op != ATTNRES_OP_MIX &&
+        (!t->dev->ops->launch_phase1 || !t->dev->ops->launch_phase2 || strcmp(t->dev->backend, "cpu") != 0)) {
+        log_line(t, "[%zu/%zu] %s: skipped, the %s backend has no phase kernels yet", index + 1, total, desc,
+                 t->dev->backend);
+        return 0;
+    }
+    ardb_problem q;
+    to_ardb_problem(tp, &q);
+    int64_t problem_id;
+    if (ardb_problem_upsert(t->db, &q, &problem_id) != ARDB_DONE) {
+        cli_error("tune", "recording problem: %s", ardb_errmsg(t->db));
+        return -1;
+    }
+    candidate_ref *cands;
+    size_t n;
+    if (collect(t, tp, &cands, &n))
+        return -1;
+    double t0 = now_s();
+    /* Resume: the database is the cache. A candidate measured before with
+     * the same build key (source, compiler, options, target) is reused. */
+    size_t reused = 0;
+    source_entry **todo = malloc((n ? n : 1) * sizeof *todo);
+    size_t ntodo = 0;
+    for (size_t i = 0; i < n; i++) {
+        ardb_measurement m;
+        int64_t mid;
+        if (ardb_measurement_find_ex(t->db, cands[i].e->candidate_id, problem_id, t->device_id,
+                                     cands[i].e->build_key, &m, &mid) == ARDB_DONE) {
+            cands[i].reused = 1;
+            cands[i].status = m.status;
+            cands[i].median_us = m.median_us;
+            cands[i].spread_us = m.spread_us;
+            cands[i].measurement_id = mid;
+            cands[i].final_round = m.message && strncmp(m.message, "final", 5) == 0;
+            ardb_measurement_clear(&m);
+            reused++;
+        } else if (!cands[i].e->have_binary && !cands[i].e->compile_failed && todo) {
+            int dup = 0;
+            for (size_t k = 0; k < ntodo; k++)
+                dup |= todo[k] == cands[i].e;
+            if (!dup)
+                todo[ntodo++] = cands[i].e;
+        }
+    }
+    t->reused += reused;
+    candidate_ref *best = NULL;
+    char equivalent[1024] = "";
+    if (reused == n && n > 0) {
+        /* Nothing new to measure: decide from the final (interleaved)
+         * rounds on record, by the same rule as a fresh run, so the same
+         * data always gives the same winner. */
+        candidate_ref **fin = malloc(n * sizeof *fin);
+        size_t nf = 0;
+        for (size_t i = 0; fin && i < n; i++) {
+            double median, spread;
+            int64_t mid;
+            if (cands[i].status == ARDB_STATUS_OK &&
+                ardb_measurement_find_final(t->db, cands[i].e->candidate_id, problem_id, t->device_id,
+                                            cands[i].e->build_key, &median, &spread, &mid) == ARDB_DONE) {
+                cands[i].median_us = median;
+                cands[i].spread_us = spread;
+                cands[i].measurement_id = mid;
+                fin[nf++] = &cands[i];
+            }
+        }
+        if (nf)
+            best = choose(fin, nf, equivalent, sizeof equivalent);
+        free(fin);
+    }
+    if (!best && n > 0) {
+        if (todo)
+            compile_missing(t, todo, ntodo);
+        bench_case *bc = NULL;
+        char err[512];
+        uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)index * 0x9e3779b97f4a7c15ull;
+        bc = bench_case_create(t->dev, tp, &t->policy, seed, err, sizeof err);
+        if (!bc) {
+            cli_error("tune", "%s: %s", desc, err);
+            free(todo);
+            free(cands);
+            return -1;
+        }
+        /* Round 1: every new candidate, verified; cheaply timed when
+         * halving, fully otherwise. */
+        measure_policy quick = t->policy;
+        quick.warmup = 1;
+        quick.min_reps = quick.max_reps = strcmp(t->dev->backend, "cpu") == 0 ? 3 : 10;
+        quick.target_ms = 0;
+        int halving = t->opt.strategy == STRATEGY_HALVING;
+        size_t skipped = 0, fresh = n - reused, done = 0;
+        double round_start = now_s();
+        for (size_t i = 0; i < n; i++) {
+            if (cands[i].reused)
+                continue;
+            progress(t, desc, done++, fresh, round_start);
+            if (t->opt.budget_seconds > 0 && now_s() - t0 > t->opt.budget_seconds) {
+                skipped++;
+                continue;
+            }
+            measure_one(t, bc, problem_id, &cands[i], halving ? &quick : &t->policy, 1,
+                        halving ? "screening" : "full");
+        }
+        progress(t, desc, fresh, fresh, round_start);
+        if (skipped)
+            log_line(t, "  time budget spent: %zu candidate(s) left unmeasured", skipped);
+        candidate_ref **ok = malloc(n * sizeof *ok);
+        size_t nok = 0;
+        for (size_t i = 0; ok && i < n; i++)
+            if (cands[i].status == ARDB_STATUS_OK && (cands[i].reused || cands[i].measurement_id))
+                ok[nok++] = &cands[i];
+        if (ok)
+            qsort(ok, nok, sizeof *ok, by_median);
+        /* Round 2 (halving): the best quarter, fully timed. */
+        if (halving && ok) {
+            size_t keep = (nok + 3) / 4;
+            if (keep < 3)
+                keep = 3;
+            if (t->opt.budget_candidates && keep > (size_t)t->opt.budget_candidates)
+                keep = (size_t)t->opt.budget_candidates;
+            if (keep > nok)
+                keep = nok;
+            for (size_t i = 0; i < keep; i++)
+                if (!ok[i]->reused)
+                    measure_one(t, bc, problem_id, ok[i], &t->policy, 0, "full");
+            nok = keep;
+            qsort(ok, nok, sizeof *ok, by_median);
+        }
+        /* Round 3: the best three, interleaved, decide. */
+        size_t k = nok < 3 ? nok : 3;
+        if (ok && k > 0) {
+            final_round(t, bc, problem_id, ok, k);
+            best = choose(ok, k, equivalent, sizeof equivalent);
+        }
+        free(ok);
+        bench_case_free(bc);
+    }
+    free(todo);
+    if (best) {
+        if (ardb_winner_set(t->db, t->run_id, problem_id, t->device_id, best->e->candidate_id,
+                            best->measurement_id) != ARDB_DONE)
+            cli_error("tune", "recording the winner: %s", ardb_errmsg(t->db));
+        double bytes = problem_bytes(tp);
+        w->found = 1;
+        snprintf(w->variant, sizeof w->variant, "%s", best->e->id);
+        w->median_us = best->median_us;
+        w->gbps = bytes / (best->median_us * 1e3);
+        w->roofline = t->copy_gbps > 0 ? w->gbps / t->copy_gbps : 0;
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += cands[i].status != ARDB_STATUS_OK;
+    t->failed += bad;
+    t->measured += n - reused;
+    char tie[1100] = "";
+    if (strchr(equivalent, ','))
+        snprintf(tie, sizeof tie, " (equivalent: %s)", equivalent);
+    log_line(t, "[%zu/%zu] %s: %zu candidate(s), %zu reused, %zu not ok, %.1f s; %s%s%s", index + 1, total, desc, n,
+             reused, bad, now_s() - t0, best ? "winner " : "no winner", best ? best->e->id : "", tie);
+    free(cands);
+    return 0;
+}
