@@ -160,9 +160,18 @@ ATTNRES_API const char *attnres_device_errmsg(attnres_device *dev);
 
 typedef struct attnres_db attnres_db;
 
-/* Opens a tuning database read-only. A missing file, a file that is not an
- * attnres database, or one with a newer schema is refused with EDB or
- * EDBVERSION and a message. *out is owned by the caller (attnres_db_close). */
+/* Opens a tuning database read-only. *out is owned by the caller
+ * (attnres_db_close). The file is only read, so a read-only file works.
+ * Returns:
+ *   EINVAL      path or out is NULL;
+ *   ENOMEM      out of memory;
+ *   EDB         a missing file, a directory, a file that is not SQLite or
+ *               not an attnres database (truncated, zeroed, corrupt), or a
+ *               file another process keeps locked past the busy timeout
+ *               (10 s);
+ *   EDBVERSION  a schema newer than this library;
+ * each with a message in msg (if not NULL); *out is then NULL. Damage the
+ * open does not see is reported by attnres_plan_create. */
 ATTNRES_API int attnres_db_open(const char *path, attnres_db **out, char *msg,
                                 size_t msg_len);
 
@@ -191,7 +200,28 @@ typedef enum attnres_plan_level {
  * Everything a run needs (every T bucket's kernel) is loaded here, so that
  * attnres_run_mix does no allocation, lookup or compilation.
  * On success *out is owned by the caller (attnres_plan_destroy); on failure it
- * is NULL and the message is in msg and in attnres_device_errmsg(dev). */
+ * is NULL and the message is in msg and in attnres_device_errmsg(dev).
+ *
+ * Each T bucket's binary comes from the binary cache, else the database,
+ * else the compiler (from the stored source, checked against its hash).
+ * Binaries carry a SHA-256 seal, checked before anything is loaded: a
+ * damaged copy is passed over (and a damaged cache entry replaced). A level
+ * of the fallback chain whose kernels still do not load, or whose stored
+ * source does not match its hash, is skipped for the next level, and the
+ * explanation says why. Returns:
+ *   EINVAL       dev or out is NULL, or the problem is invalid;
+ *   EUNSUPPORTED the device has no kernels for the problem's op;
+ *   ENOMEM       out of memory;
+ *   EDB          a database lookup failed (the file is damaged where the
+ *                open did not look): no quiet fallback on a broken database;
+ *   ENOTFOUND    ATTNRES_PLAN_REQUIRE_EXACT and nothing was tuned on this
+ *                exact device for the problem;
+ *   ELOAD, ECOMPILE, EIO, EDB
+ *                ATTNRES_PLAN_REQUIRE_EXACT and the exact level's kernels
+ *                neither load nor compile (EIO: no temporary files for the
+ *                compiler), or their source does not match its hash.
+ * None of this touches plans made before: they stay valid whatever happens
+ * to the database file afterwards. */
 ATTNRES_API int attnres_plan_create(attnres_device *dev, attnres_db *db,
                                     const attnres_problem *problem,
                                     unsigned flags, attnres_plan **out,

@@ -256,6 +256,13 @@ static int cpu_compile(attnres_device *dev, const char *source,
     }
     if (ar_read_file(obj, blob, size) != 0)
         status = ar_device_fail(dev, ATTNRES_ECOMPILE, "the C compiler wrote no object for %s", kernel_name);
+    else if (ar_blob_seal(blob, size) != 0) /* cpu_load checks the seal */
+        status = ar_device_fail(dev, ATTNRES_ENOMEM, "out of memory sealing the object of %s", kernel_name);
+    if (status != ATTNRES_OK) {
+        free(*blob);
+        *blob = NULL;
+        *size = 0;
+    }
 done:
     remove_tree(dir, files);
     return status;
@@ -291,6 +298,13 @@ static int cpu_load(attnres_device *dev, const void *blob, size_t size,
                     const char *kernel_name, const char *params_json, ar_kernel *k)
 {
     (void)params_json;
+    /* Only what the compiler wrote, intact, reaches dlopen: a damaged
+     * shared object can crash the dynamic loader or the kernel. */
+    int seal = ar_blob_check(blob, size);
+    if (seal != 0)
+        return ar_device_fail(dev, ATTNRES_ELOAD, "cannot load kernel %s: %s", kernel_name,
+                              seal == -2 ? "the binary is damaged (its checksum seal does not match)"
+                                         : "the binary has no checksum seal (cut short, or compiled by an older attnres)");
     char err[512] = "";
     void *h = open_object(blob, size, k->build_key[0] ? k->build_key : kernel_name, err, sizeof err);
     if (!h)

@@ -26,13 +26,15 @@
 -- (threads/32 tokens per block, no barriers); "block" gives the whole block
 -- to one token. Within a token the G threads are split into H groups of
 -- S = G/H, one per head, so each thread's dot product belongs to one head.
--- A thread owns `C` = dmax/(G*vec) vectors of `vec` elements, strided by
--- S*vec: loads are coalesced, C is a compile-time constant (registers), and
--- d is a run-time value up to `dmax`.
+-- A thread owns `chunks` vectors of `vec` elements, strided by S*vec: loads
+-- are coalesced, the slice is a compile-time size (registers), and d is a
+-- run-time value up to dmax = chunks*G*vec (in the variant id as d<dmax>).
 --
 -- Numerics: fp32 everywhere after loading; the running max starts at -1e30f
 -- (never -inf); token offsets are 64-bit; a NaN in one token's source row
--- reaches only that token's output.
+-- reaches only that token's output. 1/rms uses rsqrtf and 1/l __fdividef
+-- (both within 2 ulp): the IEEE forms call a slow-path subroutine that
+-- makes ptxas report spills.
 
 local T = {
   backend = "cuda",

@@ -6,7 +6,8 @@
 #   tests/gpu/check.sh [BUILD_DIR]
 #
 # BUILD_DIR (default: build) holds the already-built tree, carried from the
-# development machine; only BUILD_DIR/bin/attnres is used. The script:
+# development machine; BUILD_DIR/bin/attnres is used (and bin/test_nvrtc
+# when present), with the templates of this checkout. The script:
 #   1. checks that the binary's shared libraries and NVRTC can be found;
 #   2. runs `attnres devices` and requires cuda:0;
 #   3. tunes the K3 and MHAR-8B presets on cuda:0 into one database: every
@@ -14,7 +15,9 @@
 #      fp64 reference (status wrong_result / compile_failed / launch_failed
 #      otherwise) and timed;
 #   4. prints the winners (`attnres db show`) and, last, a short table of
-#      candidate statuses per preset.
+#      candidate statuses per problem.
+# Before tuning it runs BUILD_DIR/bin/test_nvrtc when present (the CUDA
+# backend alone: generic kernels against the fp64 reference).
 # Exit status: 0 when every step ran and no candidate came back
 # wrong_result or launch_failed; 1 otherwise.
 #
@@ -56,6 +59,8 @@ if ! { ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; } &&
     say "warning: libnvrtc not found by ldconfig or in \$CUDA_HOME/lib64; compiles will fail"
 fi
 export ATTNRES_CACHE_DIR=${ATTNRES_CACHE_DIR:-$OUT/cache}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+export ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR:-$ROOT/templates}
 
 # 2. Devices.
 say "attnres devices"
@@ -65,7 +70,16 @@ grep -q "^${DEVICE}[[:space:]]" "$OUT/devices.txt" && ! grep -q "^${DEVICE}[[:sp
 command -v nvidia-smi >/dev/null 2>&1 &&
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 
-# 3. Tune (compile, verify, time) each preset.
+# 3. The backend on its own (if the unit test was built): the generic kernels
+#    against the fp64 reference, copy bandwidth, empty launch, and every
+#    variant compiled for sm_80 and sm_90.
+if [ -x "$BUILD/bin/test_nvrtc" ]; then
+    say "test_nvrtc"
+    "$BUILD/bin/test_nvrtc" 2>&1 | tee "$OUT/test_nvrtc.log" ||
+        failed=1
+fi
+
+# 4. Tune (compile, verify, time) each preset.
 declare -A took
 for preset in $PRESETS; do
     say "attnres tune --device $DEVICE --preset $preset --strategy $STRATEGY"
@@ -77,7 +91,7 @@ for preset in $PRESETS; do
     took[$preset]=$(( $(date +%s) - start ))
 done
 
-# 4. Winners, then the status table.
+# 5. Winners, then the status table.
 say "attnres db show"
 "$BIN" db show --db "$DB" | tee "$OUT/winners.txt" || failed=1
 

@@ -11,7 +11,9 @@
  * exits 77 (ctest SKIP_RETURN_CODE). Compiles on one thread per core.
  */
 #define _GNU_SOURCE
+#include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,7 +118,11 @@ static int count_applicable(const char *dtype, int64_t d, int n, int heads, int 
         return -1;
     int count = 0;
     *generic_ok = 0;
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "mix_cu_%s_", dtype);
     for (size_t i = 0; i < nvariants; i++) {
+        if (strncmp(variants[i].id, prefix, strlen(prefix)) != 0)
+            continue; /* other dtypes: refused (checked once below) */
         int ok = argen_applies(gen, variants[i].id, &p, &dev, why, sizeof why);
         if (ok < 0) {
             fprintf(stderr, "applies(%s): %s\n", variants[i].id, why);
@@ -147,6 +153,12 @@ static void test_applies(void)
     CHECK(count_applicable("bf16", 1000, 7, 5, &g) >= 0 && g);
     CHECK(count_applicable("f32", 3, 1, 3, &g) >= 0 && g);
     CHECK(count_applicable("f16", 16384, 64, 128, &g) >= 0 && g);
+    /* Another dtype's variant is refused, with the reason. */
+    {
+        argen_problem p = {.op = "mix", .dtype = "f16", .form = "replace", .d = 1024, .t = 1, .n = 3, .heads = 1};
+        char why[256];
+        CHECK(argen_applies(gen, variants[0].id, &p, NULL, why, sizeof why) == 0 && why[0]);
+    }
     /* Over 64 sources or heads not dividing d: nothing applies. */
     CHECK(count_applicable("bf16", 4096, 65, 1, &g) == 0 && !g);
     CHECK(count_applicable("bf16", 4096, 9, 3, &g) == 0 && !g);
@@ -323,12 +335,172 @@ static void test_diagnostics(void)
     CHECK(ar_nvrtc_best_arch(90) >= 80);
 }
 
+/* ---- the CUDA device, when there is one --------------------------------- */
+
+static uint16_t to_half_bits(float x, attnres_dtype dt)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if (dt == ATTNRES_DTYPE_BF16)
+        return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    _Float16 h = (_Float16)x;
+    uint16_t b;
+    memcpy(&b, &h, 2);
+    return b;
+}
+
+static double from_bits(const void *p, int64_t i, attnres_dtype dt)
+{
+    if (dt == ATTNRES_DTYPE_F32)
+        return ((const float *)p)[i];
+    uint16_t b = ((const uint16_t *)p)[i];
+    if (dt == ATTNRES_DTYPE_BF16) {
+        uint32_t u = (uint32_t)b << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    _Float16 h;
+    memcpy(&h, &b, 2);
+    return (double)h;
+}
+
+/* Runs the generic kernel of dtype on the device and compares with the
+ * fp64 reference (computed from the rounded inputs). */
+static void check_generic_run(attnres_device *dev, attnres_dtype dt, int64_t d, int n, int heads, int64_t T,
+                              int additive, int epilogue)
+{
+    const ar_backend *ops = dev->ops;
+    attnres_problem p;
+    attnres_problem_init(&p, dt, d, n);
+    p.heads = heads;
+    p.form = additive ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
+    p.epilogue = epilogue;
+    const size_t es = attnres_dtype_size(dt), rows = (size_t)(T * d);
+    ar_kernel k;
+    REQUIRE(ops->load_generic(dev, &p, &k) == ATTNRES_OK);
+    double *hd[64], *hq = malloc(d * sizeof *hq), *hp = malloc(rows * sizeof *hp), *hg = malloc(d * sizeof *hg);
+    double *ref = malloc(rows * sizeof *ref), *refn = malloc(rows * sizeof *refn);
+    char *hbuf = malloc(rows * 4);
+    float *fq = malloc(d * 4), *fg = malloc(d * 4);
+    void *dsrc[64] = {0}, *dq = NULL, *dg = NULL, *dpart = NULL, *dout = NULL, *dnorm = NULL;
+    REQUIRE(hq && hp && hg && ref && refn && hbuf && fq && fg);
+    unsigned seed = 12345;
+    for (int i = 0; i < n; i++) {
+        hd[i] = malloc(rows * sizeof(double));
+        for (size_t j = 0; j < rows; j++) {
+            seed = seed * 1103515245u + 12345u;
+            float v = ((float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f) * (1.0f + 0.25f * (float)i);
+            if (es == 4)
+                ((float *)hbuf)[j] = v;
+            else
+                ((uint16_t *)hbuf)[j] = to_half_bits(v, dt);
+            hd[i][j] = from_bits(hbuf, (int64_t)j, dt);
+        }
+        CHECK(ops->mem_alloc(dev, rows * es, &dsrc[i]) == 0);
+        CHECK(ops->copy_to_device(dev, dsrc[i], hbuf, rows * es) == 0);
+    }
+    for (int64_t j = 0; j < d; j++) {
+        fq[j] = (float)((j * 37 % 101) - 50) / 500.0f;
+        fg[j] = 1.0f + (float)(j % 5) / 10.0f;
+        hq[j] = fq[j];
+        hg[j] = fg[j];
+    }
+    for (size_t j = 0; j < rows; j++) {
+        float v = (float)((j * 13) % 17) / 17.0f - 0.5f;
+        if (es == 4)
+            ((float *)hbuf)[j] = v;
+        else
+            ((uint16_t *)hbuf)[j] = to_half_bits(v, dt);
+        hp[j] = from_bits(hbuf, (int64_t)j, dt);
+    }
+    CHECK(ops->mem_alloc(dev, rows * es, &dpart) == 0 && ops->copy_to_device(dev, dpart, hbuf, rows * es) == 0);
+    CHECK(ops->mem_alloc(dev, d * 4, &dq) == 0 && ops->copy_to_device(dev, dq, fq, d * 4) == 0);
+    CHECK(ops->mem_alloc(dev, d * 4, &dg) == 0 && ops->copy_to_device(dev, dg, fg, d * 4) == 0);
+    CHECK(ops->mem_alloc(dev, rows * es, &dout) == 0 && ops->mem_alloc(dev, rows * es, &dnorm) == 0);
+    attnres_mix_args a;
+    attnres_mix_args_init(&a);
+    a.sources = (const void *const *)dsrc;
+    a.query = dq;
+    a.eps = 1e-5f;
+    a.scale = 0.5f;
+    a.partial = additive ? dpart : NULL;
+    a.alpha = 0.75f;
+    a.out = dout;
+    a.out_gain = epilogue ? dg : NULL;
+    a.normed = epilogue ? dnorm : NULL;
+    int rc = ops->launch_mix(dev, &k, &p, T, &a, NULL);
+    CHECK(rc == ATTNRES_OK);
+    if (rc)
+        fprintf(stderr, "launch: %s\n", dev->errmsg);
+    CHECK(attnres_reference_mix(&p, T, (const double *const *)hd, hq, 0.5, 1e-5, additive ? hp : NULL, 0.75, hg, 1e-6,
+                                ref, refn) == 0);
+    const double tol = dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2;
+    for (int which = 0; which < 1 + epilogue; which++) {
+        CHECK(ops->copy_to_host(dev, hbuf, which ? dnorm : dout, rows * es) == 0);
+        double num = 0, den = 0;
+        for (size_t j = 0; j < rows; j++) {
+            double e = from_bits(hbuf, (int64_t)j, dt) - (which ? refn : ref)[j];
+            num += e * e;
+            den += (which ? refn : ref)[j] * (which ? refn : ref)[j];
+        }
+        double err = sqrt(num / (den > 0 ? den : 1));
+        printf("  generic %s d=%lld N=%d H=%d T=%lld%s%s: %s relative error %.2e\n", attnres_dtype_name(dt),
+               (long long)d, n, heads, (long long)T, additive ? " additive" : "", epilogue ? " epilogue" : "",
+               which ? "normed" : "out", err);
+        CHECK(err <= tol);
+    }
+    for (int i = 0; i < n; i++) {
+        ops->mem_free(dev, dsrc[i]);
+        free(hd[i]);
+    }
+    ops->mem_free(dev, dq);
+    ops->mem_free(dev, dg);
+    ops->mem_free(dev, dpart);
+    ops->mem_free(dev, dout);
+    ops->mem_free(dev, dnorm);
+    ops->unload(dev, &k);
+    free(hq), free(hp), free(hg), free(ref), free(refn), free(hbuf), free(fq), free(fg);
+}
+
+static void test_cuda_device(void)
+{
+    int count = attnres_device_count("cuda");
+    attnres_device *dev = NULL;
+    char msg[512] = "";
+    int rc = attnres_device_open("cuda:0", &dev, msg, sizeof msg);
+    if (count == 0) {
+        /* No driver or no GPU: a clean refusal, never a crash. */
+        CHECK(rc == ATTNRES_ENODEV);
+        CHECK(dev == NULL);
+        CHECK(msg[0] != 0);
+        printf("  no CUDA device: %s\n", msg);
+        return;
+    }
+    REQUIRE(rc == ATTNRES_OK && dev);
+    attnres_device_info info;
+    CHECK(attnres_device_info_get(dev, &info) == 0);
+    printf("  cuda:0 %s %s, %d SMs, driver %s, %s, target %s\n", info.name, info.arch, info.units, info.driver,
+           dev->compiler, dev->target);
+    CHECK(strncmp(info.arch, "sm_", 3) == 0 && info.units > 0 && info.memory > 0);
+    check_generic_run(dev, ATTNRES_DTYPE_F32, 96, 3, 2, 5, 0, 0);
+    check_generic_run(dev, ATTNRES_DTYPE_F32, 200, 5, 20, 3, 1, 1);
+    check_generic_run(dev, ATTNRES_DTYPE_BF16, 7168, 9, 1, 4, 0, 0);
+    check_generic_run(dev, ATTNRES_DTYPE_F16, 4096, 9, 8, 3, 1, 1);
+    double gbps = 0, us = 0;
+    CHECK(dev->ops->copy_bandwidth(dev, &gbps) == 0 && gbps > 0);
+    CHECK(dev->ops->empty_launch(dev, &us) == 0 && us > 0);
+    printf("  copy bandwidth %.0f GB/s, empty launch %.2f us\n", gbps, us);
+    attnres_device_close(dev);
+}
+
 int main(void)
 {
     RUN_CASE(test_parse_resources);
     RUN_CASE(test_abi_header);
     RUN_CASE(test_enumerate);
     RUN_CASE(test_applies);
+    RUN_CASE(test_cuda_device);
     char why[512];
     if (ar_nvrtc_available(why, sizeof why) != 0) {
         argen_variants_free(variants, nvariants);

@@ -37,14 +37,16 @@ static const preset_row rows[] = {
     {"k3", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_BF16, 7168, 9, 1, R, 0, {1, 64, 4096, 16384}, {1, 64, 4096, 16384}},
     /* MHAR-8B. */
     {"mhar-8b", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_BF16, 4096, 9, 8, R, 0, {1, 64, 4096, 16384}, {1, 64, 4096, 16384}},
-    /* Block AttnRes phases: 12 sites per block against up to 8 completed
-     * blocks; phase 2 fuses the sublayer add and the next PreNorm. */
+    /* Block AttnRes phases as K3 runs them (examples/k3_model.h): blocks of
+     * 12 layers, so 24 sites per block against up to 8 earlier blocks and
+     * the embedding; phase 2 adds the previous sublayer's output into b. */
     {"ci", ATTNRES_OP_PHASE1, 3, 0, ATTNRES_DTYPE_F32, 256, 4, 1, R, 0, {64}, {64}},
     {"ci", ATTNRES_OP_PHASE2, 0, 1, ATTNRES_DTYPE_F32, 256, 1, 1, R, 1, {64}, {64}},
-    {"default", ATTNRES_OP_PHASE1, 12, 0, ATTNRES_DTYPE_BF16, 7168, 8, 1, R, 0, {1, 64}, {1, 64, 4096}},
-    {"default", ATTNRES_OP_PHASE2, 0, 1, ATTNRES_DTYPE_BF16, 7168, 1, 1, R, 1, {1, 64, 4096}, {1, 64, 4096, 16384}},
-    {"k3", ATTNRES_OP_PHASE1, 12, 0, ATTNRES_DTYPE_BF16, 7168, 8, 1, R, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
-    {"k3", ATTNRES_OP_PHASE2, 0, 1, ATTNRES_DTYPE_BF16, 7168, 1, 1, R, 1, {1, 64, 4096}, {1, 64, 4096, 16384}},
+    {"default", ATTNRES_OP_PHASE1, 24, 0, ATTNRES_DTYPE_BF16, 7168, 8, 1, R, 0, {1, 64}, {1, 64, 4096}},
+    {"default", ATTNRES_OP_PHASE2, 0, 1, ATTNRES_DTYPE_BF16, 7168, 1, 1, R, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
+    {"k3", ATTNRES_OP_PHASE1, 24, 0, ATTNRES_DTYPE_BF16, 7168, 8, 1, R, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
+    {"k3", ATTNRES_OP_PHASE2, 0, 1, ATTNRES_DTYPE_BF16, 7168, 1, 1, R, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
+    {"k3", ATTNRES_OP_PHASE2, 0, 0, ATTNRES_DTYPE_BF16, 7168, 1, 1, R, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
     /* Small models, Full and Delta AttnRes per sublayer (N up to 2L+1). */
     {"delta-small", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_BF16, 1024, 25, 1, A, 0, {1, 64, 4096}, {1, 64, 4096, 16384}},
     {"delta-small", ATTNRES_OP_MIX, 0, 0, ATTNRES_DTYPE_BF16, 2048, 49, 1, A, 1, {1, 64, 4096}, {1, 64, 4096, 16384}},

@@ -11,8 +11,8 @@
  * phases take options after the buckets: `s=S` (phase1: sites per block) and
  * `fuse=1` (phase2: add the sublayer output into b first):
  *
- *   phase1 bf16  7168  8  1     replace  0         1,64   s=12
- *   phase2 bf16  7168  1  1     replace  1         1,64   fuse=1
+ *   phase1 bf16  7168  8  1     replace  0         1,64   s=24
+ *   phase2 bf16  7168  1  1     replace  0         1,64   fuse=1
  */
 #ifndef TUNER_PROBLEMS_H
 #define TUNER_PROBLEMS_H
