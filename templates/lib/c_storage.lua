@@ -4,7 +4,10 @@
 
 local M = {}
 
-M.ctype = { f32 = "float", bf16 = "uint16_t", f16 = "_Float16" }
+-- f16 rows are kept as their bits (uint16_t) so that the hardware
+-- conversions (F16C, AVX-512) can load them; GCC 12 turns conversions of
+-- _Float16 vectors into one scalar instruction per lane.
+M.ctype = { f32 = "float", bf16 = "uint16_t", f16 = "uint16_t" }
 
 -- Vector typedefs and the load/store helpers for one dtype and width.
 function M.helpers(dtype, vec)
@@ -68,23 +71,56 @@ static inline void store_row(uint16_t *p, vf x)
 }
 ]], v)
   elseif dtype == "f16" then
-    text = text .. gen.subst([[
+    local wide = {
+      [16] = { isa = "__AVX512F__", ftype = "__m512",
+               load = "_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p))",
+               store = "_mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))" },
+      [8] = { isa = "__F16C__", ftype = "__m256",
+              load = "_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p))",
+              store = "_mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT))" },
+    }
+    local w = wide[vec]
+    local fast_load, fast_store = "", ""
+    if w then
+      fast_load = gen.subst([[
+#if defined(${ISA})
+    const ${FTYPE} f = ${LOAD};
+    vf x;
+    memcpy(&x, &f, sizeof x);
+    return x;
+#else
+]], { ISA = w.isa, FTYPE = w.ftype, LOAD = w.load })
+      fast_store = gen.subst([[
+#if defined(${ISA})
+    ${FTYPE} f;
+    memcpy(&f, &x, sizeof f);
+    ${STORE};
+#else
+]], { ISA = w.isa, FTYPE = w.ftype, STORE = w.store })
+    end
+    text = "#include <immintrin.h>\n\n" .. text .. gen.subst([[
 
-typedef _Float16 vh __attribute__((vector_size(${BYTES2})));
-
-static inline vf load_row(const _Float16 *p)
+/* f16 rows: the hardware conversion where the ISA has one, else lane by
+ * lane through _Float16 (round to nearest even either way). */
+static inline vf load_row(const uint16_t *p)
 {
-    vh h;
-    memcpy(&h, p, sizeof h);
-    return __builtin_convertvector(h, vf);
+${FAST_LOAD}    vf x;
+    for (int i = 0; i < ${VEC}; i++) {
+        _Float16 h;
+        memcpy(&h, p + i, sizeof h);
+        x[i] = (float)h;
+    }
+    return x;${END}
 }
 
-static inline void store_row(_Float16 *p, vf x)
+static inline void store_row(uint16_t *p, vf x)
 {
-    vh h = __builtin_convertvector(x, vh);
-    memcpy(p, &h, sizeof h);
+${FAST_STORE}    for (int i = 0; i < ${VEC}; i++) {
+        _Float16 h = (_Float16)x[i];
+        memcpy(p + i, &h, sizeof h);
+    }${END}
 }
-]], v)
+]], { VEC = vec, FAST_LOAD = fast_load, FAST_STORE = fast_store, END = w and "\n#endif" or "" })
   else
     error("unknown dtype " .. tostring(dtype), 2)
   end
