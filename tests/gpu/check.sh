@@ -6,7 +6,8 @@
 #   tests/gpu/check.sh [BUILD_DIR]
 #
 # BUILD_DIR (default: build) holds the already-built tree, carried from the
-# development machine; BUILD_DIR/bin/attnres is used (and bin/test_nvrtc
+# development machine (configure it with -DATTNRES_STATIC_LUA=ON so that the
+# tools need no Lua there; SQLite's shared library is in the base system); BUILD_DIR/bin/attnres is used (and bin/test_nvrtc
 # when present), with the templates of this checkout. The script:
 #   1. checks that the binary's shared libraries and NVRTC can be found;
 #   2. runs `attnres devices` and requires cuda:0;

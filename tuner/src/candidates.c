@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "sha256.h"
+#include "nvrtc.h"
 #include "tune_session.h"
 
 /* ---- templates and candidates ---------------------------------------- */
@@ -159,9 +160,18 @@ void compile_missing(tuner *t, source_entry **todo, size_t count)
             failed++;
             continue;
         }
+        /* GPU compilers report registers, spills and shared memory. A
+         * variant that spills or needs a stack frame is pruned before any
+         * timing: local memory traffic defeats a memory-bound kernel. */
+        ar_resources res;
+        if (strcmp(t->dev->backend, "cuda") == 0 && e->compile_log &&
+            ar_nvrtc_parse_resources(e->compile_log, e->kernel, &res) == 0) {
+            snprintf(e->resources, sizeof e->resources, "%s", res.json);
+            e->pruned = res.spill_stores > 0 || res.spill_loads > 0 || res.stack > 0;
+        }
         ardb_binary b = {.build_key = e->build_key, .candidate_id = e->candidate_id, .compiler = t->dev->compiler,
                          .options = t->dev->options, .target = t->dev->target, .blob = e->blob,
-                         .size = e->blob_size, .resources_json = NULL};
+                         .size = e->blob_size, .resources_json = e->resources[0] ? e->resources : NULL};
         if (ardb_binary_put(t->db, &b) == ARDB_DONE)
             e->have_binary = 1;
         free(e->blob);

@@ -93,6 +93,12 @@ static void measure_one(tuner *t, bench_case *bc, int64_t problem_id, candidate_
         record(t, problem_id, c, &r, 0, "compile");
         return;
     }
+    if (c->e->pruned) {
+        r.status = ARDB_STATUS_SKIPPED;
+        snprintf(r.message, sizeof r.message, "pruned by its resource report: %s", c->e->resources);
+        record(t, problem_id, c, &r, 0, "compile");
+        return;
+    }
     job_kernel k;
     void *blob;
     if (job_kernel_for(t, c->e, &k, &blob)) {

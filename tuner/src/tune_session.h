@@ -41,6 +41,8 @@ typedef struct source_entry {
     int have_binary;    /* in the database */
     int compile_failed;
     char *compile_log;
+    int pruned;         /* the compiler's resource report rules it out */
+    char resources[160];/* that report as JSON, "" when there is none */
     void *blob;         /* freshly compiled, to store */
     size_t blob_size;
 } source_entry;
