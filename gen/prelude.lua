@@ -59,8 +59,22 @@ function prelude.validate(T, file)
 end
 
 -- Every combination of parameter values, in declaration order, that passes
--- the template's constraint function.
+-- the template's constraint function. Walked once per template: a space
+-- can hold thousands of combinations and every emit or applies looks up
+-- one variant by id.
+local spaces = setmetatable({}, { __mode = "k" })
+
 function prelude.enumerate(T)
+  local cached = spaces[T]
+  if cached then return cached.list end
+  local list = prelude.walk(T)
+  local by_id = {}
+  for _, p in ipairs(list) do by_id[T.id(p)] = p end
+  spaces[T] = { list = list, by_id = by_id }
+  return list
+end
+
+function prelude.walk(T)
   local out, cur = {}, {}
   local function walk(i)
     if i > #T.params then
@@ -119,11 +133,15 @@ function prelude.list(T)
   return out
 end
 
+-- A copy, so that a template that writes into its parameters cannot
+-- change the cached space.
 function prelude.find(T, id)
-  for _, p in ipairs(prelude.enumerate(T)) do
-    if T.id(p) == id then return p end
-  end
-  return nil
+  prelude.enumerate(T)
+  local p = spaces[T].by_id[id]
+  if not p then return nil end
+  local copy = {}
+  for k, v in pairs(p) do copy[k] = v end
+  return copy
 end
 
 -- Source of one variant with the header every generated file carries.
