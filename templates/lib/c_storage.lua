@@ -43,19 +43,36 @@ static inline vf load_row(const float *p) { return load_f32(p); }
 static inline void store_row(float *p, vf x) { store_f32(p, x); }
 ]]
   elseif dtype == "bf16" then
-    text = text .. gen.subst([[
+    local wide = {
+      [16] = { isa = "__AVX512F__", itype = "__m512i",
+               load = "_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16)" },
+      [8] = { isa = "__AVX2__", itype = "__m256i",
+              load = "_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16)" },
+    }
+    local w = wide[vec]
+    v.FAST_LOAD = w and gen.subst([[
+#if defined(${ISA})
+    const ${ITYPE} wide = ${LOAD};
+    vf x;
+    memcpy(&x, &wide, sizeof x);
+    return x;
+#else
+]], { ISA = w.isa, ITYPE = w.itype, LOAD = w.load }) or ""
+    v.END = w and "\n#endif" or ""
+    text = (w and "#include <immintrin.h>\n\n" or "") .. text .. gen.subst([[
 
 typedef uint16_t vh __attribute__((vector_size(${BYTES2})));
 
-/* bf16 is the high half of an fp32: widening is a shift. */
+/* bf16 is the high half of an fp32: widening is a zero-extension and a
+ * shift (written with intrinsics where GCC would split the vector). */
 static inline vf load_row(const uint16_t *p)
 {
-    vh h;
+${FAST_LOAD}    vh h;
     memcpy(&h, p, sizeof h);
     vu w = __builtin_convertvector(h, vu) << 16;
     vf x;
     memcpy(&x, &w, sizeof x);
-    return x;
+    return x;${END}
 }
 
 /* Rounds to nearest even; NaN stays NaN (quiet) instead of rounding to Inf. */
