@@ -25,7 +25,7 @@ static const char tune_usage[] =
     "\n"
     "  Strategies: halving (default) times every candidate cheaply, then the best\n"
     "  quarter (at least 3, at most --budget N) fully; exhaustive times all fully;\n"
-    "  random times a sample of --budget N (default 8) chosen with --seed. The three\n"
+    "  random times a sample of --budget N (default 8) chosen with --seed. The four\n"
     "  best are then re-timed interleaved; candidates within the noise of the best\n"
     "  form an equivalent set, and the one with the fewest resources wins, so the\n"
     "  same machine picks the same winner twice. --budget 30s stops measuring new\n"

@@ -193,6 +193,13 @@ static int by_median(const void *a, const void *b)
     return (x->median_us > y->median_us) - (x->median_us < y->median_us);
 }
 
+/* How many candidates the interleaved final round re-times, and the
+ * smallest difference (a fraction of the fastest median) that is not noise.
+ * Wider nets make two runs on one machine agree more often: their
+ * equivalent sets then share members, and the tie-break is deterministic. */
+#define FINALISTS 4
+#define EQUIVALENT_FRACTION 0.03
+
 /* Resources a variant holds, for breaking ties between equivalent
  * candidates: threads on the CPU, threads per block on GPUs. */
 static int64_t resources(const source_entry *e)
@@ -219,8 +226,8 @@ static candidate_ref *choose(candidate_ref **fin, size_t k, char *equivalent, si
         if (c->status != ARDB_STATUS_OK)
             continue;
         double noise = 2.0 * (c->spread_us + fastest->spread_us);
-        if (noise < 0.02 * fastest->median_us)
-            noise = 0.02 * fastest->median_us;
+        if (noise < EQUIVALENT_FRACTION * fastest->median_us)
+            noise = EQUIVALENT_FRACTION * fastest->median_us;
         if (c->median_us - fastest->median_us > noise)
             continue;
         size_t used = strlen(equivalent);
@@ -354,7 +361,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
          * halving, fully otherwise. */
         measure_policy quick = t->policy;
         quick.warmup = 1;
-        quick.min_reps = quick.max_reps = strcmp(t->dev->backend, "cpu") == 0 ? 3 : 10;
+        quick.min_reps = quick.max_reps = strcmp(t->dev->backend, "cpu") == 0 ? 5 : 10;
         quick.target_ms = 0;
         int halving = t->opt.strategy == STRATEGY_HALVING;
         size_t skipped = 0, fresh = n - reused, done = 0;
@@ -396,7 +403,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
             qsort(ok, nok, sizeof *ok, by_median);
         }
         /* Round 3: the best three, interleaved, decide. */
-        size_t k = nok < 3 ? nok : 3;
+        size_t k = nok < FINALISTS ? nok : FINALISTS;
         if (ok && k > 0) {
             final_round(t, bc, problem_id, ok, k);
             best = choose(ok, k, equivalent, sizeof equivalent);
