@@ -193,20 +193,24 @@ static int by_median(const void *a, const void *b)
     return (x->median_us > y->median_us) - (x->median_us < y->median_us);
 }
 
-/* How many candidates the interleaved final round re-times, and the
- * smallest difference (a fraction of the fastest median) that is not noise.
- * Wider nets make two runs on one machine agree more often: their
- * equivalent sets then share members, and the tie-break is deterministic. */
-#define FINALISTS 4
-#define EQUIVALENT_FRACTION 0.03
+/* The interleaved final round re-times every candidate within a margin of
+ * the best (at least two, at most six); differences below a fraction of the
+ * fastest median are noise. Wide nets make two runs on one machine agree:
+ * their equivalent sets share members, and the tie-break below is a fixed
+ * order, so both pick the same one. */
+#define FINALISTS_MAX 6
+#define FINALIST_MARGIN 0.10 /* within 10% of the best full timing */
+#define EQUIVALENT_FRACTION 0.05
 
 /* Resources a variant holds, for breaking ties between equivalent
- * candidates: threads on the CPU, threads per block on GPUs. */
+ * candidates: threads (CPU) or threads per block (GPU) first, then the
+ * registers its vectors and accumulators take (vec x unroll). */
 static int64_t resources(const source_entry *e)
 {
     int64_t threads = ar_json_int(e->json, "threads", 0);
     int64_t block = ar_json_int(e->json, "block", 0);
-    return threads * 1000000 + block;
+    int64_t lanes = ar_json_int(e->json, "vec", 1) * ar_json_int(e->json, "unroll", 1);
+    return threads * 1000000000 + block * 1000 + lanes;
 }
 
 /* The winner among the final round: the candidates within the noise of the
@@ -403,7 +407,10 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
             qsort(ok, nok, sizeof *ok, by_median);
         }
         /* Round 3: the best three, interleaved, decide. */
-        size_t k = nok < FINALISTS ? nok : FINALISTS;
+        size_t k = 0;
+        while (k < nok && k < FINALISTS_MAX &&
+               (k < 2 || ok[k]->median_us <= ok[0]->median_us * (1.0 + FINALIST_MARGIN)))
+            k++;
         if (ok && k > 0) {
             final_round(t, bc, problem_id, ok, k);
             best = choose(ok, k, equivalent, sizeof equivalent);
