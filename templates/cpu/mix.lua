@@ -11,6 +11,7 @@
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
 local storage = require("lib/c_storage")
+local rowops = require("lib/c_rowops")
 
 local T = {
   backend = "cpu",
@@ -63,49 +64,6 @@ function T.applies(p, problem, device)
                                 p.threads, device.units)
   end
   return true
-end
-
--- Emits `name = expr` statements for the unrolled accumulators 0..u-1.
-local function per_lane(u, fmt)
-  return gen.each(u, function(i) return string.format(fmt, i - 1, i - 1, i - 1, i - 1) end, "\n")
-end
-
-local function sum_lanes(u, prefix)
-  return gen.each(u, function(i) return prefix .. (i - 1) end, " + ")
-end
-
-local function row_stats(p)
-  local u = p.unroll
-  return gen.subst([[
-/* Sum of squares over the whole row (shared by all heads) and, per head, the
- * dot product of the row with the folded query. */
-static inline float row_stats(const storage_t *row, const float *query,
-                              int64_t hd, int heads, float *dot)
-{
-    float sumsq = 0.0f;
-    for (int h = 0; h < heads; h++) {
-${zero}
-        for (int64_t k = (int64_t)h * hd; k < (int64_t)(h + 1) * hd; k += ${STEP}) {
-${body}
-        }
-        sumsq += hsum(${ss});
-        dot[h] = hsum(${dp});
-    }
-    return sumsq;
-}
-]], {
-    STEP = p.vec * u,
-    zero = per_lane(u, "        vf ss%d = {0}, dp%d = {0};"),
-    body = gen.each(u, function(i)
-      local j = i - 1
-      return string.format(
-        "            const vf x%d = load_row(row + k + %d);\n" ..
-        "            ss%d += x%d * x%d;\n" ..
-        "            dp%d += x%d * load_f32(query + k + %d);", j, j * p.vec, j, j, j, j, j, j * p.vec)
-    end, "\n"),
-    ss = sum_lanes(u, "ss"),
-    dp = sum_lanes(u, "dp"),
-  })
 end
 
 -- Writes one head's output lanes from fp32 vector `o` at offset k: the
@@ -278,7 +236,7 @@ ${body}
 ]], {
     CTYPE = storage.ctype[p.dtype],
     helpers = storage.helpers(p.dtype, p.vec),
-    row_stats = row_stats(p),
+    row_stats = rowops.row_stats(p),
     NAME = name,
     THREADS = p.threads,
     body = body,

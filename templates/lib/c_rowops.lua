@@ -1,6 +1,5 @@
 -- lib/c_rowops.lua: C text for the per-row reductions that the CPU
--- templates of the Block AttnRes two-phase form share (cpu/phase1.lua,
--- cpu/phase2.lua). They expect lib/c_storage.lua's helpers (storage_t, vf,
+-- templates share (cpu/mix.lua, cpu/phase1.lua, cpu/phase2.lua). They expect lib/c_storage.lua's helpers (storage_t, vf,
 -- load_row, load_f32, hsum) to be emitted first. Every loop steps by
 -- vec * unroll lanes, so the head width must be a multiple of that.
 

@@ -21,26 +21,6 @@ static void set_message(job_result *r, const char *fmt, const char *detail)
     snprintf(r->message, sizeof r->message, fmt, cut);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median and median absolute deviation of n samples (sorted in place). */
-static void summarize(double *t, int n, timing *tm)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    tm->reps = n;
-    tm->min_us = t[0];
-    tm->max_us = t[n - 1];
-    tm->median_us = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-    for (int i = 0; i < n; i++)
-        t[i] = fabs(t[i] - tm->median_us);
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    tm->spread_us = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 /* Loads a candidate on dev; on failure fills r. */
 static int load(attnres_device *dev, const job_kernel *k, ar_kernel *out, job_result *r)
 {
@@ -126,7 +106,7 @@ static void interleave_here(attnres_device *dev, bench_case *bc, const job_kerne
             }
         for (size_t i = 0; i < k; i++)
             if (ok[i]) {
-                summarize(t + i * (size_t)rounds, rounds, &out[i].tm);
+                timing_summarize(t + i * (size_t)rounds, rounds, &out[i].tm);
                 out[i].status = ARDB_STATUS_OK;
             }
     }

@@ -290,6 +290,19 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+void timing_summarize(double *t, int n, timing *out)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    out->reps = n;
+    out->min_us = t[0];
+    out->max_us = t[n - 1];
+    out->median_us = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    for (int i = 0; i < n; i++)
+        t[i] = fabs(t[i] - out->median_us);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    out->spread_us = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
 int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *pol, timing *out)
 {
     memset(out, 0, sizeof *out);
@@ -309,17 +322,8 @@ int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *po
     if (!t)
         return ATTNRES_ENOMEM;
     rc = time_launches(bc, k, reps, pol->flush, t);
-    if (rc == ATTNRES_OK) {
-        qsort(t, (size_t)reps, sizeof *t, cmp_double);
-        out->reps = reps;
-        out->min_us = t[0];
-        out->max_us = t[reps - 1];
-        out->median_us = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-        for (int i = 0; i < reps; i++)
-            t[i] = fabs(t[i] - out->median_us);
-        qsort(t, (size_t)reps, sizeof *t, cmp_double);
-        out->spread_us = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-    }
+    if (rc == ATTNRES_OK)
+        timing_summarize(t, reps, out);
     free(t);
     return rc;
 }

@@ -50,6 +50,10 @@ typedef struct timing {
 
 int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *pol, timing *out);
 
+/* Median, extremes and median absolute deviation of n samples (n >= 1);
+ * sorts t and overwrites it. */
+void timing_summarize(double *t, int n, timing *out);
+
 /* Times one launch (after a cache flush when asked), in microseconds. */
 int bench_case_time_once(bench_case *bc, const ar_kernel *k, int flush, double *us);
 

@@ -1,0 +1,253 @@
+-- cuda/phase1.lua: phase 1 of Block AttnRes (DESIGN §1, two-phase form) as
+-- CUDA C++ for NVRTC: the S pseudo-queries of one block against its n
+-- completed block representations, batched. Same math as cpu/phase1.lua.
+--
+-- One kernel entry per variant:
+--   extern "C" __global__ void attnres_<id>(const attnres_cuda_phase1_args a)
+-- The struct is passed by value and must match runtime/src/cuda_phase_abi.h
+-- (versioned by AR_CUDA_KERNEL_ABI). One block per token. The launch gives
+-- (n*S*H + n*H + n) * 4 bytes of dynamic shared memory: the score table
+-- w[i][j][h], the per-head sums of squares of each row, and each row's r.
+--
+--   scores  one warp per (source i, head h, block of `sj` sites): the head
+--           slice of row i is read once per site block and dotted with
+--           `sj` queries at a time; the row's per-head sum of squares comes
+--           with it, and r_i (over the full row) is their sum.
+--   softmax one thread per (site, head): m, l, the probabilities in place,
+--           and lse = m + log(l).
+--   sweep   each thread owns vectors of `vec` elements; for each block of
+--           `sj` sites it folds the n rows into `sj` fp32 sums and stores
+--           them to o1 (rows are re-read from L1/L2 once per site block).
+--
+-- Parameters: threads per block; vec = 1 (scalar loads, any alignment) or a
+-- 16-byte load; sj = sites per sweep (registers vs re-reads).
+-- Numerics: fp32 throughout, running max from -1e30f, 64-bit token offsets,
+-- rsqrtf for 1/rms; NaN in one token's rows reaches only that token.
+
+local storage = require("lib/cuda_storage")
+
+local T = {
+  backend = "cuda",
+  op = "phase1",
+  params = {
+    { name = "dtype", values = { "f32", "bf16", "f16" } },
+    { name = "threads", values = { 128, 256, 512 } },
+    -- elements per load: 1, or a 16-byte load (4 f32, 8 bf16/f16)
+    { name = "vec", values = { 1, 4, 8 } },
+    -- sites per score sweep and per mixing sweep
+    { name = "sj", values = { 2, 4 } },
+  },
+  generic = { threads = 256, vec = 1, sj = 4 },
+}
+
+local ABI = 1
+local MAX_SOURCES = 64
+local MAX_SITES = 64
+-- Dynamic shared memory a launch may use without an opt-in: 48 KiB.
+local MAX_SMEM_FLOATS = 12288
+
+local function smem_floats(n, s, h)
+  return n * s * h + n * h + n
+end
+
+function T.constraint(p)
+  return p.vec == 1 or p.vec * storage.esize[p.dtype] == 16
+end
+
+function T.id(p)
+  return string.format("phase1_cu_%s_b%d_v%d_s%d", p.dtype, p.threads, p.vec, p.sj)
+end
+
+function T.launch(p)
+  local vb = p.vec * storage.esize[p.dtype]
+  return {
+    abi = ABI,
+    block = p.threads,
+    tokens_per_block = 1,
+    smem = 0, -- the runtime adds (n*S*H + n*H + n) * 4 bytes per launch
+    align = vb,
+    qalign = p.vec % 4 == 0 and 16 or 4,
+    max_sources = MAX_SOURCES,
+    max_sites = MAX_SITES,
+    dmax = 0,
+    default = (p.threads == 256 and p.vec > 1 and p.sj == 4) and 1 or 0,
+  }
+end
+
+function T.applies(p, problem, device)
+  if problem.op ~= "phase1" then return false, "not a phase1 problem" end
+  if problem.dtype ~= p.dtype then return false, "dtype differs" end
+  if device and device.backend ~= "" and device.backend ~= "cuda" then
+    return false, "not a CUDA device"
+  end
+  local d, H, n, s = problem.d, problem.heads, problem.n, problem.s or 0
+  if n < 1 or n > MAX_SOURCES then
+    return false, string.format("n = %d is outside 1..%d", n, MAX_SOURCES)
+  end
+  if s < 1 or s > MAX_SITES then
+    return false, string.format("S = %d is outside 1..%d", s, MAX_SITES)
+  end
+  if d < 1 or d > (1 << 30) then return false, "d is outside 1..2^30" end
+  if H < 1 or d % H ~= 0 then return false, string.format("%d heads do not divide d = %d", H, d) end
+  if (d // H) % p.vec ~= 0 then
+    return false, string.format("head width %d is not a multiple of vec = %d", d // H, p.vec)
+  end
+  local f = smem_floats(n, s, H)
+  if f > MAX_SMEM_FLOATS then
+    return false, string.format("n*S*H + n*H + n = %d floats exceed the %d of 48 KiB shared memory",
+                                f, MAX_SMEM_FLOATS)
+  end
+  return true
+end
+
+local KERNEL = [[
+/* Kernel arguments, ABI ${ABI}: must match runtime/src/cuda_phase_abi.h.
+ * Passed by value. Strides count elements. */
+struct attnres_cuda_phase1_args {
+    const void *src[${MAXN}];
+    ar_i64 src_stride[${MAXN}];
+    void *o1[${MAXS}];
+    float *lse[${MAXS}];
+    ar_i64 d;
+    int n, heads, s, pad_;
+    ar_i64 T;
+    const float *queries;
+    float scale, eps;
+    ar_i64 o1_stride;
+    ar_i64 lse_stride;
+};
+static_assert(sizeof(attnres_cuda_phase1_args) == 2112, "attnres_cuda_phase1_args differs from the runtime's");
+
+constexpr int THREADS = ${THREADS};
+constexpr int WARPS = THREADS / 32;
+constexpr int SJ = ${SJ};
+
+extern "C" __global__ void __launch_bounds__(THREADS) ${NAME}(const attnres_cuda_phase1_args a)
+{
+    extern __shared__ float sm[];
+    const ar_i64 tok = blockIdx.x;
+    if (tok >= a.T)
+        return;
+    const int n = a.n, heads = a.heads, sites = a.s;
+    float *s_w = sm;                                  /* [n][sites][heads] */
+    float *s_ss = s_w + n * sites * heads;            /* [n][heads] */
+    float *s_r = s_ss + n * heads;                    /* [n] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int d = (int)a.d, hd = d / heads, hv = hd / VEC, dv = d / VEC;
+    const float inv_d = __fdividef(1.0f, (float)d);
+    const int nsb = (sites + SJ - 1) / SJ;
+
+    /* Scores: one warp per (row, head, block of SJ sites). */
+    for (int p = warp; p < n * heads * nsb; p += WARPS) {
+        const int jb = p % nsb, ih = p / nsb;
+        const int i = ih / heads, h = ih - i * heads, j0 = jb * SJ;
+        const st_t *row = (const st_t *)a.src[i] + tok * a.src_stride[i] + (ar_i64)h * hd;
+        const float *q = a.queries + (ar_i64)j0 * d + (ar_i64)h * hd;
+        float ss = 0.0f, dot[SJ];
+#pragma unroll
+        for (int jj = 0; jj < SJ; jj++)
+            dot[jj] = 0.0f;
+        for (int v = lane; v < hv; v += 32) {
+            float x[VEC];
+            widen(ld_ro(row + v * VEC), x);
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                ss = fmaf(x[e], x[e], ss);
+#pragma unroll
+            for (int jj = 0; jj < SJ; jj++) {
+                if (j0 + jj < sites) {
+                    float qv[VEC];
+                    ld_f32(q + (ar_i64)jj * d + v * VEC, qv);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        dot[jj] = fmaf(x[e], qv[e], dot[jj]);
+                }
+            }
+        }
+        ss = warp_sum(ss);
+#pragma unroll
+        for (int jj = 0; jj < SJ; jj++)
+            dot[jj] = warp_sum(dot[jj]);
+        if (lane == 0) {
+            if (jb == 0)
+                s_ss[i * heads + h] = ss;
+#pragma unroll
+            for (int jj = 0; jj < SJ; jj++)
+                if (j0 + jj < sites)
+                    s_w[(i * sites + j0 + jj) * heads + h] = dot[jj];
+        }
+    }
+    __syncthreads();
+    /* r_i over the full row: the sum of its heads' sums of squares. */
+    for (int i = tid; i < n; i += THREADS) {
+        float ss = 0.0f;
+        for (int h = 0; h < heads; h++)
+            ss += s_ss[i * heads + h];
+        s_r[i] = rsqrtf(ss * inv_d + a.eps);
+    }
+    __syncthreads();
+    /* One depth softmax per (site, head); lse = m + log(l). */
+    for (int p = tid; p < sites * heads; p += THREADS) {
+        const int j = p / heads, h = p - j * heads;
+        float *w = s_w + j * heads + h;
+        const int step = sites * heads;
+        float m = -1e30f; /* never -inf */
+        for (int i = 0; i < n; i++) {
+            const float s = a.scale * s_r[i] * w[i * step];
+            w[i * step] = s;
+            m = fmaxf(m, s);
+        }
+        float l = 0.0f;
+        for (int i = 0; i < n; i++) {
+            const float e = expf(w[i * step] - m);
+            w[i * step] = e;
+            l += e;
+        }
+        const float inv = __fdividef(1.0f, l); /* l is in [1, n] */
+        for (int i = 0; i < n; i++)
+            w[i * step] *= inv;
+        a.lse[j][tok * a.lse_stride + h] = m + logf(l);
+    }
+    __syncthreads();
+    /* The sweep: o1_j = sum_i w[i][j][head] * v_i, SJ sites at a time. */
+    for (int j0 = 0; j0 < sites; j0 += SJ) {
+        for (int v = tid; v < dv; v += THREADS) {
+            const int k = v * VEC, h = k / hd;
+            float acc[SJ][VEC];
+#pragma unroll
+            for (int jj = 0; jj < SJ; jj++)
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    acc[jj][e] = 0.0f;
+#pragma unroll 2
+            for (int i = 0; i < n; i++) {
+                float x[VEC];
+                widen(ld_ro((const st_t *)a.src[i] + tok * a.src_stride[i] + k), x);
+                const float *wi = s_w + (i * sites + j0) * heads + h;
+#pragma unroll
+                for (int jj = 0; jj < SJ; jj++) {
+                    const float w = j0 + jj < sites ? wi[jj * heads] : 0.0f;
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        acc[jj][e] = fmaf(w, x[e], acc[jj][e]);
+                }
+            }
+#pragma unroll
+            for (int jj = 0; jj < SJ; jj++)
+                if (j0 + jj < sites)
+                    st_raw((st_t *)a.o1[j0 + jj] + tok * a.o1_stride + k, narrow(acc[jj]));
+        }
+    }
+}
+]]
+
+function T.emit(p)
+  local name = "attnres_" .. T.id(p)
+  local src = "/* ---- storage helpers ---- */\n" .. storage.code(p.dtype, p.vec) ..
+    "\n/* ---- kernel ---- */\n" ..
+    gen.subst(KERNEL, { ABI = ABI, MAXN = MAX_SOURCES, MAXS = MAX_SITES, NAME = name,
+                        THREADS = p.threads, SJ = p.sj })
+  return src, name
+end
+
+return T
