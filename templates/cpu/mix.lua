@@ -4,7 +4,10 @@
 --   schedule  "online": per source, compute its statistics and fold it into
 --             a running softmax at once, while its row is still in L1;
 --             "twopass": all scores first, then one sweep that reads the N
---             rows side by side and writes the output without a scratch row.
+--             rows side by side and writes the output without a scratch row;
+--             "pipelined": two-pass, software-pipelined across tokens: the
+--             sweep that mixes token t (rows still in L2) also computes the
+--             statistics of token t + 1, so memory streams while it computes.
 --   vec       fp32 lanes per vector (1 = scalar code, 8 = AVX2, 16 = AVX-512).
 --   unroll    independent accumulators per loop, to hide FMA latency.
 --   threads   the most worker threads the launch spreads tokens over.
@@ -18,7 +21,7 @@ local T = {
   op = "mix",
   params = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "schedule", values = { "online", "twopass" } },
+    { name = "schedule", values = { "online", "twopass", "pipelined" } },
     { name = "vec", values = { 1, 8, 16 } },
     { name = "unroll", values = { 1, 2, 4 } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
@@ -36,8 +39,9 @@ function T.is_generic(p)
 end
 
 function T.constraint(p)
-  -- Scalar code gains nothing from several accumulators beyond two.
-  return not (p.vec == 1 and p.unroll == 4)
+  -- Scalar code gains nothing from several accumulators beyond two; the
+  -- pipelined sweep already keeps 2N independent accumulators per lane.
+  return not (p.vec == 1 and p.unroll == 4) and not (p.schedule == "pipelined" and p.unroll ~= 1)
 end
 
 function T.id(p)
@@ -178,9 +182,78 @@ ${epilogue}]], {
   })
 end
 
+-- Runs before the token loop of the pipelined schedule: token t0's scores.
+local function prologue_pipelined()
+  return [[
+    /* Token t0's scores; each iteration then mixes token t from rows still
+     * in L2 while it streams token t + 1's rows from memory. */
+    const storage_t *cur[n], *next[n];
+    float score[n * heads];
+    vf ss[n], dp[n];
+    for (int i = 0; i < n; i++) {
+        next[i] = (const storage_t *)a->src[i] + t0 * a->src_stride[i];
+        const float r = 1.0f / sqrtf(row_stats(next[i], a->query, hd, heads, dot) * inv_d + eps);
+        for (int h = 0; h < heads; h++)
+            score[i * heads + h] = scale * r * dot[h];
+    }
+]]
+end
+
+local function body_pipelined(p)
+  return gen.subst([[
+        /* Softmax over depth of token t, one per head. */
+        for (int h = 0; h < heads; h++) {
+            float m = -1e30f, l = 0.0f;
+            for (int i = 0; i < n; i++)
+                m = fmaxf(m, score[i * heads + h]);
+            for (int i = 0; i < n; i++) {
+                weight[i * heads + h] = expf(score[i * heads + h] - m);
+                l += weight[i * heads + h];
+            }
+            for (int i = 0; i < n; i++)
+                weight[i * heads + h] /= l;
+        }
+        /* The last token re-reads its own rows as "next": harmless. */
+        const int more = t + 1 < t1;
+        for (int i = 0; i < n; i++) {
+            cur[i] = next[i];
+            next[i] = more ? (const storage_t *)a->src[i] + (t + 1) * a->src_stride[i] : cur[i];
+            ss[i] = (vf){0};
+        }
+        vf sq = {0};
+        float *keep = acc;
+        for (int h = 0; h < heads; h++) {
+            const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
+            for (int i = 0; i < n; i++)
+                dp[i] = (vf){0};
+            for (int64_t k = k0; k < k1; k += ${VEC}) {
+                vf o = {0};
+                const vf q = load_f32(a->query + k);
+                for (int i = 0; i < n; i++) {
+                    o += weight[i * heads + h] * load_row(cur[i] + k);
+                    const vf x = load_row(next[i] + k);
+                    ss[i] += x * x;
+                    dp[i] += x * q;
+                }
+${finish}
+            }
+            /* Raw dot products of token t + 1; scaled once its RMS is known. */
+            for (int i = 0; i < n; i++)
+                score[i * heads + h] = hsum(dp[i]);
+        }
+        for (int i = 0; i < n; i++) {
+            const float r = 1.0f / sqrtf(hsum(ss[i]) * inv_d + eps);
+            for (int h = 0; h < heads; h++)
+                score[i * heads + h] *= scale * r;
+        }
+${epilogue}]], { VEC = p.vec, finish = gen.indent(finish_lane(p), 4), epilogue = epilogue(p) })
+end
+
+local bodies = { online = body_online, twopass = body_twopass, pipelined = body_pipelined }
+
 function T.emit(p)
   local name = "attnres_" .. T.id(p)
-  local body = p.schedule == "online" and body_online(p) or body_twopass(p)
+  local body = bodies[p.schedule](p)
   local src = gen.subst([[
 #include <math.h>
 #include <stdint.h>
@@ -226,7 +299,7 @@ void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1)
     const float alpha = a->alpha;
     float dot[heads], acc[d], weight[n * heads];
     (void)weight;
-    for (int64_t t = t0; t < t1; t++) {
+${prologue}    for (int64_t t = t0; t < t1; t++) {
         const storage_t *partial = a->partial ? (const storage_t *)a->partial + t * a->partial_stride : NULL;
         storage_t *out = (storage_t *)a->out + t * a->out_stride;
         storage_t *normed = a->normed ? (storage_t *)a->normed + t * a->normed_stride : NULL;
@@ -237,6 +310,7 @@ ${body}
     CTYPE = storage.ctype[p.dtype],
     helpers = storage.helpers(p.dtype, p.vec),
     row_stats = rowops.row_stats(p),
+    prologue = p.schedule == "pipelined" and prologue_pipelined() or "",
     NAME = name,
     THREADS = p.threads,
     body = body,
