@@ -3,8 +3,8 @@
 # Defines ATTNRES_CUDA_SOURCES: the backend (Driver API and NVRTC, both
 # loaded with dlopen, so nothing CUDA is needed to build or link) plus the
 # built-in generic kernels' CUDA sources, generated here from
-# templates/cuda/mix.lua and embedded as C strings; the runtime compiles
-# them with NVRTC for the device it opens.
+# templates/cuda/mix.lua, phase1.lua and phase2.lua and embedded as C
+# strings; the runtime compiles them with NVRTC for the device it opens.
 set(ATTNRES_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/src/cuda_backend.c
   ${CMAKE_CURRENT_LIST_DIR}/src/nvrtc.c)
@@ -18,4 +18,19 @@ foreach(dtype f32 bf16 f16)
     DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/cuda/mix.lua
     COMMENT "Embedding the built-in CUDA mix kernel source (${dtype})")
   list(APPEND ATTNRES_CUDA_SOURCES ${out})
+endforeach()
+
+# The Block AttnRes phase kernels (templates/cuda/phase1.lua, phase2.lua).
+foreach(op phase1 phase2)
+  foreach(dtype f32 bf16 f16)
+    set(out ${CMAKE_CURRENT_BINARY_DIR}/cuda_generic_${op}_${dtype}.c)
+    add_custom_command(
+      OUTPUT ${out}
+      COMMAND attnres-gen ${ATTNRES_TEMPLATE_DIR} generic-source cuda/${op} ${dtype} ${out}
+              ar_cuda_generic_${op}_${dtype}
+      DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/cuda/${op}.lua
+              ${ATTNRES_TEMPLATE_DIR}/lib/cuda_storage.lua
+      COMMENT "Embedding the built-in CUDA ${op} kernel source (${dtype})")
+    list(APPEND ATTNRES_CUDA_SOURCES ${out})
+  endforeach()
 endforeach()

@@ -9,11 +9,12 @@
  * does not know the device's. Each device holds its primary context; every
  * call makes it current for its duration and restores the caller's.
  *
- * Kernels take one by-value argument (cuda_kernel_abi.h), so a launch
- * allocates nothing and can be captured in a CUDA graph. The built-in
- * generic kernels' sources are generated at build time from the template
- * and compiled with NVRTC when a plan first needs them (cached on disk by
- * build key).
+ * Kernels take one by-value argument (cuda_kernel_abi.h for mix,
+ * cuda_phase_abi.h for the Block AttnRes phases), so a launch allocates
+ * nothing and can be captured in a CUDA graph. The built-in generic
+ * kernels' sources (mix, phase1, phase2) are generated at build time from
+ * the templates and compiled with NVRTC when a plan first needs them
+ * (cached on disk by build key).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -25,17 +26,44 @@
 
 #include "binary_cache.h"
 #include "cuda_kernel_abi.h"
+#include "cuda_phase_abi.h"
 #include "device.h"
 #include "nvrtc.h"
 #include "sha256.h"
 
-/* Generated at build time from templates/cuda/mix.lua (see cuda.cmake). */
+/* Generated at build time from templates/cuda/mix.lua (see cuda.cmake) ... */
 extern const char ar_cuda_generic_mix_f32[], ar_cuda_generic_mix_f32_kernel[], ar_cuda_generic_mix_f32_params[],
     ar_cuda_generic_mix_f32_variant[];
 extern const char ar_cuda_generic_mix_bf16[], ar_cuda_generic_mix_bf16_kernel[], ar_cuda_generic_mix_bf16_params[],
     ar_cuda_generic_mix_bf16_variant[];
 extern const char ar_cuda_generic_mix_f16[], ar_cuda_generic_mix_f16_kernel[], ar_cuda_generic_mix_f16_params[],
     ar_cuda_generic_mix_f16_variant[];
+/* ... and from templates/cuda/phase1.lua and templates/cuda/phase2.lua. */
+#define AR_CUDA_GENERIC_DECL(op, dt)                                                                    \
+    extern const char ar_cuda_generic_##op##_##dt[], ar_cuda_generic_##op##_##dt##_kernel[],             \
+        ar_cuda_generic_##op##_##dt##_params[], ar_cuda_generic_##op##_##dt##_variant[]
+AR_CUDA_GENERIC_DECL(phase1, f32);
+AR_CUDA_GENERIC_DECL(phase1, bf16);
+AR_CUDA_GENERIC_DECL(phase1, f16);
+AR_CUDA_GENERIC_DECL(phase2, f32);
+AR_CUDA_GENERIC_DECL(phase2, bf16);
+AR_CUDA_GENERIC_DECL(phase2, f16);
+
+/* The embedded generic kernels, by op and dtype. */
+typedef struct cuda_generic {
+    const char *source, *kernel, *params, *variant;
+} cuda_generic;
+
+#define AR_CUDA_GENERIC(op, dt)                                                                         \
+    {ar_cuda_generic_##op##_##dt, ar_cuda_generic_##op##_##dt##_kernel, ar_cuda_generic_##op##_##dt##_params, \
+     ar_cuda_generic_##op##_##dt##_variant}
+
+static const cuda_generic cuda_generics[3][3] = {
+    /* [op][dtype]: ATTNRES_OP_MIX/PHASE1/PHASE2 x ATTNRES_DTYPE_F32/BF16/F16 */
+    {AR_CUDA_GENERIC(mix, f32), AR_CUDA_GENERIC(mix, bf16), AR_CUDA_GENERIC(mix, f16)},
+    {AR_CUDA_GENERIC(phase1, f32), AR_CUDA_GENERIC(phase1, bf16), AR_CUDA_GENERIC(phase1, f16)},
+    {AR_CUDA_GENERIC(phase2, f32), AR_CUDA_GENERIC(phase2, bf16), AR_CUDA_GENERIC(phase2, f16)},
+};
 
 /* ---- the Driver API, declared here (no toolkit headers needed) -------- */
 
@@ -474,24 +502,12 @@ static int cuda_load(attnres_device *dev, const void *blob, size_t size, const c
 
 static int cuda_load_generic(attnres_device *dev, const attnres_problem *p, ar_kernel *k)
 {
-    const attnres_dtype dtype = p->dtype; /* only mix reaches here: no phase slots */
-    const char *source = NULL, *kernel = NULL, *params = NULL, *variant = NULL;
-    switch (dtype) {
-    case ATTNRES_DTYPE_F32:
-        source = ar_cuda_generic_mix_f32, kernel = ar_cuda_generic_mix_f32_kernel;
-        params = ar_cuda_generic_mix_f32_params, variant = ar_cuda_generic_mix_f32_variant;
-        break;
-    case ATTNRES_DTYPE_BF16:
-        source = ar_cuda_generic_mix_bf16, kernel = ar_cuda_generic_mix_bf16_kernel;
-        params = ar_cuda_generic_mix_bf16_params, variant = ar_cuda_generic_mix_bf16_variant;
-        break;
-    case ATTNRES_DTYPE_F16:
-        source = ar_cuda_generic_mix_f16, kernel = ar_cuda_generic_mix_f16_kernel;
-        params = ar_cuda_generic_mix_f16_params, variant = ar_cuda_generic_mix_f16_variant;
-        break;
-    }
-    if (!source)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "no generic kernel for dtype %d", (int)dtype);
+    const attnres_dtype dtype = p->dtype;
+    if ((unsigned)p->op > ATTNRES_OP_PHASE2 || (unsigned)dtype > ATTNRES_DTYPE_F16)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "no generic kernel for op %d and dtype %d", (int)p->op,
+                              (int)dtype);
+    const cuda_generic *gk = &cuda_generics[p->op][dtype];
+    const char *source = gk->source, *kernel = gk->kernel, *params = gk->params, *variant = gk->variant;
     memset(k, 0, sizeof *k);
     char hash[65], path[4200];
     ar_sha256_string(source, hash);
@@ -644,6 +660,169 @@ static int cuda_launch_mix(attnres_device *dev, const ar_kernel *k, const attnre
     rc = launch_current(dev, k, T, &args, (CUstream)stream);
     ctx_leave(pushed);
     return rc;
+}
+
+/* ---- Block AttnRes phases ---------------------------------------------- */
+
+/* Launches grid blocks of k with smem bytes of dynamic shared memory and
+ * the by-value struct at args, on the caller's stream. */
+static int launch_blocks(attnres_device *dev, const ar_kernel *k, int64_t grid, int64_t smem, void *args,
+                         void *stream)
+{
+    if (grid > 0x7fffffff)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld needs more than 2^31-1 blocks", (long long)grid);
+    int pushed;
+    CUresult r = ctx_enter(dev->state, &pushed);
+    if (r != CU_OK)
+        return cuda_fail(dev, ATTNRES_ELAUNCH, r, "making the CUDA context current");
+    void *params[] = {args};
+    r = cu.LaunchKernel((CUfunction)k->entry, (unsigned)grid, 1, 1, (unsigned)k->threads, 1, 1, (unsigned)smem,
+                        (CUstream)stream, params, NULL);
+    ctx_leave(pushed);
+    if (r != CU_OK) {
+        char what[256];
+        snprintf(what, sizeof what, "launching %s", k->kernel_name);
+        return cuda_fail(dev, ATTNRES_ELAUNCH, r, what);
+    }
+    return ATTNRES_OK;
+}
+
+/* A storage view (pointer and token stride in elements) the kernel loads
+ * with `align`-byte accesses. */
+static int view_misaligned(const void *ptr, int64_t stride, int64_t es, int64_t align)
+{
+    return misaligned(ptr, align) || (stride * es) % align != 0;
+}
+
+static int cuda_launch_phase1(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                              const attnres_phase1_args *a, void *stream)
+{
+    if (T == 0)
+        return ATTNRES_OK;
+    if (T < 0)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
+    const cuda_kernel *ck = k->module;
+    if (!ck || !k->entry)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
+    const int n = p->n, S = p->s, H = p->heads;
+    if (n < 1 || n > AR_CUDA_PHASE1_MAX_SOURCES)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA phase1 kernels take 1 to %d sources, not %d",
+                              AR_CUDA_PHASE1_MAX_SOURCES, n);
+    if (S < 1 || S > AR_CUDA_PHASE1_MAX_SITES)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA phase1 kernels take 1 to %d sites, not %d",
+                              AR_CUDA_PHASE1_MAX_SITES, S);
+    if (H < 1 || p->d < 1 || p->d > ((int64_t)1 << 30) || p->d % H)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "d = %lld and H = %d are not a valid shape", (long long)p->d, H);
+    const int64_t smem = ((int64_t)n * S * H + (int64_t)n * H + n) * (int64_t)sizeof(float);
+    if (smem > AR_CUDA_PHASE1_MAX_SMEM)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED,
+                              "phase1 with n = %d, S = %d, H = %d needs %lld bytes of shared memory, over the %d "
+                              "a CUDA phase1 kernel may use",
+                              n, S, H, (long long)smem, AR_CUDA_PHASE1_MAX_SMEM);
+    if (!a || !a->sources || !a->queries || !a->o1 || !a->lse)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "sources, queries, o1 and lse are required");
+    const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
+    attnres_cuda_phase1_args args;
+    memset(&args, 0, sizeof args);
+    for (int i = 0; i < n; i++) {
+        const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
+        if (!a->sources[i])
+            return ar_device_fail(dev, ATTNRES_EINVAL, "source %d is NULL", i);
+        if (view_misaligned(a->sources[i], stride, es, align))
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "source %d (pointer or stride %lld) is not %lld-byte aligned as kernel %s needs", i,
+                                  (long long)stride, (long long)align, k->kernel_name);
+        args.src[i] = a->sources[i];
+        args.src_stride[i] = stride;
+    }
+    args.o1_stride = a->o1_stride ? a->o1_stride : p->d;
+    args.lse_stride = a->lse_stride ? a->lse_stride : H;
+    for (int j = 0; j < S; j++) {
+        if (!a->o1[j] || !a->lse[j])
+            return ar_device_fail(dev, ATTNRES_EINVAL, "o1 or lse of site %d is NULL", j);
+        if (view_misaligned(a->o1[j], args.o1_stride, es, align) || misaligned(a->lse[j], 4))
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "o1 of site %d (pointer or stride) is not %lld-byte aligned as kernel %s needs, "
+                                  "or its lse is not 4-byte aligned",
+                                  j, (long long)align, k->kernel_name);
+        args.o1[j] = a->o1[j];
+        args.lse[j] = a->lse[j];
+    }
+    if (misaligned(a->queries, ck->qalign))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "queries is not %d-byte aligned as kernel %s needs", ck->qalign,
+                              k->kernel_name);
+    args.d = p->d;
+    args.n = n;
+    args.heads = H;
+    args.s = S;
+    args.T = T;
+    args.queries = a->queries;
+    args.scale = a->scale;
+    args.eps = a->eps;
+    return launch_blocks(dev, k, T, smem + k->smem, &args, stream);
+}
+
+static int cuda_launch_phase2(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                              const attnres_phase2_args *a, void *stream)
+{
+    if (T == 0)
+        return ATTNRES_OK;
+    if (T < 0)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
+    const cuda_kernel *ck = k->module;
+    if (!ck || !k->entry)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
+    const int H = p->heads;
+    if (H < 1 || H > AR_CUDA_PHASE2_MAX_HEADS)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA phase2 kernels take 1 to %d heads, not %d",
+                              AR_CUDA_PHASE2_MAX_HEADS, H);
+    if (p->d < 1 || p->d > ((int64_t)1 << 30) || p->d % H)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "d = %lld and H = %d are not a valid shape", (long long)p->d, H);
+    if (!a || !a->o1 || !a->lse || !a->partial || !a->query || !a->out)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "o1, lse, partial, query and out are required");
+    if (p->fuse_add && !a->sublayer)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the fused add needs sublayer");
+    if (p->epilogue && (!a->normed || !a->out_gain))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the epilogue needs normed and out_gain");
+    const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
+    attnres_cuda_phase2_args args;
+    memset(&args, 0, sizeof args);
+    args.d = p->d;
+    args.heads = H;
+    args.T = T;
+    args.o1 = a->o1;
+    args.o1_stride = a->o1_stride ? a->o1_stride : p->d;
+    args.lse = a->lse;
+    args.lse_stride = a->lse_stride ? a->lse_stride : H;
+    args.partial = a->partial;
+    args.partial_stride = a->partial_stride ? a->partial_stride : p->d;
+    args.sublayer = p->fuse_add ? a->sublayer : NULL;
+    args.sublayer_stride = a->sublayer_stride ? a->sublayer_stride : p->d;
+    args.query = a->query;
+    args.scale = a->scale;
+    args.eps = a->eps;
+    args.out = a->out;
+    args.out_stride = a->out_stride ? a->out_stride : p->d;
+    args.out_gain = p->epilogue ? a->out_gain : NULL;
+    args.out_eps = a->out_eps;
+    args.normed = p->epilogue ? a->normed : NULL;
+    args.normed_stride = a->normed_stride ? a->normed_stride : p->d;
+    if (view_misaligned(args.o1, args.o1_stride, es, align) ||
+        view_misaligned(args.partial, args.partial_stride, es, align) ||
+        view_misaligned(args.out, args.out_stride, es, align) ||
+        (args.sublayer && view_misaligned(args.sublayer, args.sublayer_stride, es, align)) ||
+        (args.normed && view_misaligned(args.normed, args.normed_stride, es, align)))
+        return ar_device_fail(dev, ATTNRES_EINVAL,
+                              "o1, partial, sublayer, out or normed (pointer or stride) is not %lld-byte aligned as "
+                              "kernel %s needs",
+                              (long long)align, k->kernel_name);
+    if (misaligned(args.lse, 4) || misaligned(args.query, ck->qalign) ||
+        (args.out_gain && misaligned(args.out_gain, ck->qalign)))
+        return ar_device_fail(dev, ATTNRES_EINVAL,
+                              "lse is not 4-byte aligned, or query or out_gain is not %d-byte aligned as kernel %s "
+                              "needs",
+                              ck->qalign, k->kernel_name);
+    return launch_blocks(dev, k, T, k->smem, &args, stream);
 }
 
 /* ---- memory and timing ------------------------------------------------- */
@@ -904,6 +1083,8 @@ const ar_backend ar_cuda_backend = {
     .load_generic = cuda_load_generic,
     .unload = cuda_unload,
     .launch_mix = cuda_launch_mix,
+    .launch_phase1 = cuda_launch_phase1,
+    .launch_phase2 = cuda_launch_phase2,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
     .copy_to_device = cuda_copy_to_device,

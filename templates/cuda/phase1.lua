@@ -122,7 +122,7 @@ constexpr int THREADS = ${THREADS};
 constexpr int WARPS = THREADS / 32;
 constexpr int SJ = ${SJ};
 
-extern "C" __global__ void __launch_bounds__(THREADS) ${NAME}(const attnres_cuda_phase1_args a)
+extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_cuda_phase1_args a)
 {
     extern __shared__ float sm[];
     const ar_i64 tok = blockIdx.x;

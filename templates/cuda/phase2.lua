@@ -122,7 +122,7 @@ __device__ __forceinline__ void merge(const float (&o)[VEC], const float (&b)[VE
         y[e] = o[e] + p2 * (b[e] - o[e]);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) ${NAME}(const attnres_cuda_phase2_args a)
+extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_cuda_phase2_args a)
 {
     __shared__ float s_ss[MAXH]; /* per-part sums of squares, then p2 per head */
     __shared__ float s_dot[MAXH];

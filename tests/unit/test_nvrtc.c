@@ -1,5 +1,6 @@
 /*
- * test_nvrtc.c - every variant of templates/cuda/mix.lua compiles with NVRTC.
+ * test_nvrtc.c - every variant of templates/cuda/mix.lua, cuda/phase1.lua and
+ * cuda/phase2.lua compiles with NVRTC.
  *
  * For sm_80 and sm_90, each variant the template enumerates must compile
  * with no error and no warning in the log; the generic (fallback) variants
@@ -24,6 +25,7 @@
 #include "argen.h"
 #include "check.h"
 #include "cuda_kernel_abi.h"
+#include "cuda_phase_abi.h"
 #include "device.h"
 #include "nvrtc.h"
 
@@ -200,9 +202,8 @@ static int log_has_warning(const char *log)
     return log && (strcasestr(log, "warning") || strcasestr(log, "error"));
 }
 
-static void test_compile_all(void)
+static void compile_template(argen *gen, argen_variant *variants, size_t nvariants)
 {
-    REQUIRE(gen && nvariants);
     static const char *const archs[] = {"sm_80", "sm_90"};
     char *sources[1024] = {0}, *kernels[1024] = {0};
     int special[1024] = {0};
@@ -231,6 +232,7 @@ static void test_compile_all(void)
     jobs = calloc(nvariants * 2, sizeof *jobs);
     REQUIRE(jobs);
     njobs = 0;
+    next_job = 0;
     for (size_t i = 0; i < nvariants; i++)
         for (int a = 0; a < 2; a++)
             if (sources[i])
@@ -304,6 +306,89 @@ static void test_compile_all(void)
     }
     for (int d = 0; d < 3; d++)
         free(generic[d]);
+}
+
+static void test_compile_all(void)
+{
+    REQUIRE(gen && nvariants);
+    compile_template(gen, variants, nvariants);
+}
+
+/* ---- the Block AttnRes phase templates (cuda/phase1, cuda/phase2) ------ */
+
+static int phase_applies(argen *g, argen_variant *v, size_t nv, const char *op, const char *dtype, int64_t d, int n,
+                         int heads, int s, int *generic_ok)
+{
+    argen_problem p = {.op = op, .dtype = dtype, .form = "replace", .d = d, .t = 1, .n = n, .heads = heads, .s = s};
+    argen_device dev = {.backend = "cuda", .arch = "sm_90", .units = 132};
+    char *gid = NULL, why[256];
+    if (argen_generic(g, dtype, &gid) != 0)
+        return -1;
+    int count = 0;
+    *generic_ok = 0;
+    for (size_t i = 0; i < nv; i++) {
+        int ok = argen_applies(g, v[i].id, &p, &dev, why, sizeof why);
+        if (ok < 0) {
+            fprintf(stderr, "applies(%s): %s\n", v[i].id, why);
+            count = -1;
+            break;
+        }
+        if (!ok)
+            CHECK(why[0] != 0);
+        else if (strcmp(v[i].id, gid) == 0)
+            *generic_ok = 1;
+        else
+            count++;
+    }
+    free(gid);
+    return count;
+}
+
+static void test_phase_templates(void)
+{
+    static const char *const names[] = {"cuda/phase1", "cuda/phase2"};
+    static const char *const ops[] = {"phase1", "phase2"};
+    CHECK(sizeof(attnres_cuda_phase1_args) == 2112 && sizeof(attnres_cuda_phase1_args) <= 4096);
+    CHECK(sizeof(attnres_cuda_phase2_args) == 152);
+    for (int t = 0; t < 2; t++) {
+        char msg[2048];
+        argen *g = NULL;
+        argen_variant *v = NULL;
+        size_t nv = 0;
+        REQUIRE(argen_open(template_dir(), names[t], &g, msg, sizeof msg) == 0);
+        CHECK(strcmp(argen_backend(g), "cuda") == 0);
+        CHECK(strcmp(argen_op(g), ops[t]) == 0);
+        REQUIRE(argen_enumerate(g, &v, &nv) == 0 && nv > 0);
+        printf("%s variants: %zu\n", names[t], nv);
+        for (size_t i = 0; i < nv; i++) {
+            const char *j = v[i].params_json;
+            CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_KERNEL_ABI);
+            CHECK(ar_json_int(j, "tokens_per_block", -1) == 1);
+            int64_t block = ar_json_int(j, "block", -1), align = ar_json_int(j, "align", -1);
+            CHECK(block >= 128 && block <= 512 && block % 32 == 0);
+            CHECK(align >= 2 && align <= 16);
+        }
+        int gok;
+        if (t == 0) {
+            /* K3-like and MHAR-like blocks: tuned candidates and the generic. */
+            CHECK(phase_applies(g, v, nv, "phase1", "bf16", 7168, 9, 1, 8, &gok) > 3 && gok);
+            CHECK(phase_applies(g, v, nv, "phase1", "f16", 4096, 9, 8, 4, &gok) > 3 && gok);
+            CHECK(phase_applies(g, v, nv, "phase1", "f32", 200, 5, 20, 3, &gok) >= 0 && gok);
+            CHECK(phase_applies(g, v, nv, "phase1", "bf16", 1000, 64, 5, 64, &gok) >= 0 && !gok); /* smem */
+            CHECK(phase_applies(g, v, nv, "phase1", "bf16", 4096, 9, 1, 65, &gok) == 0 && !gok);
+            CHECK(phase_applies(g, v, nv, "phase1", "bf16", 4096, 65, 1, 2, &gok) == 0 && !gok);
+            CHECK(phase_applies(g, v, nv, "mix", "bf16", 4096, 9, 1, 0, &gok) == 0 && !gok);
+        } else {
+            CHECK(phase_applies(g, v, nv, "phase2", "bf16", 7168, 1, 1, 0, &gok) > 3 && gok);
+            CHECK(phase_applies(g, v, nv, "phase2", "f32", 96, 1, 3, 0, &gok) >= 0 && gok);
+            CHECK(phase_applies(g, v, nv, "phase2", "f16", 4096, 1, 3, 0, &gok) == 0 && !gok);
+            CHECK(phase_applies(g, v, nv, "phase1", "f16", 4096, 1, 1, 1, &gok) == 0 && !gok);
+        }
+        if (ar_nvrtc_available(msg, sizeof msg) == 0)
+            compile_template(g, v, nv);
+        argen_variants_free(v, nv);
+        argen_close(g);
+    }
 }
 
 /* A source with a deliberate error and one with a warning: both reported. */
@@ -512,6 +597,7 @@ int main(void)
     }
     RUN_CASE(test_diagnostics);
     RUN_CASE(test_compile_all);
+    RUN_CASE(test_phase_templates);
     argen_variants_free(variants, nvariants);
     argen_close(gen);
     CHECK_EXIT();
