@@ -230,7 +230,7 @@ static candidate_ref *choose(candidate_ref **fin, size_t k, char *equivalent, si
         if (c->status != ARDB_STATUS_OK)
             continue;
         double noise = 2.0 * (c->spread_us + fastest->spread_us);
-        if (noise < EQUIVALENT_FRACTION * fastest->median_us)
+        if (!(noise >= EQUIVALENT_FRACTION * fastest->median_us)) /* also when a spread is unknown (NaN) */
             noise = EQUIVALENT_FRACTION * fastest->median_us;
         if (c->median_us - fastest->median_us > noise)
             continue;
