@@ -383,37 +383,48 @@ static const plan_bucket *pick_bucket(const attnres_plan *plan, int64_t T)
 }
 
 /* Refuses a run whose entry point does not match the plan's op. */
-static int check_op(attnres_plan *plan, attnres_op want, const char *entry)
-{
-    if (plan->problem.op == want)
-        return ATTNRES_OK;
-    return run_fail(plan, ATTNRES_EMISMATCH, "%s called on a plan for op %s (it runs op %s)", entry,
-                    op_name(plan->problem.op), op_name(want));
-}
-
-int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, void *stream)
+/* The checks every run entry starts with: a plan, T >= 0, and the plan's
+ * own operation. The caller returns at once unless this is OK and T > 0. */
+static int check_call(attnres_plan *plan, int64_t T, attnres_op want, const char *entry)
 {
     if (!plan)
         return ATTNRES_EINVAL;
     if (T < 0)
         return run_fail(plan, ATTNRES_EINVAL, "T must be >= 0 (got %" PRId64 ")", T);
-    if (check_op(plan, ATTNRES_OP_MIX, "attnres_run_mix"))
-        return ATTNRES_EMISMATCH;
-    if (T == 0)
-        return ATTNRES_OK;
+    if (plan->problem.op != want)
+        return run_fail(plan, ATTNRES_EMISMATCH, "%s called on a plan for op %s (it runs op %s)", entry,
+                        op_name(plan->problem.op), op_name(want));
+    return ATTNRES_OK;
+}
+
+/* The n source views of mix and phase 1: present, aligned, strides >= d. */
+static int check_sources(attnres_plan *plan, const void *const *sources, const int64_t *strides)
+{
+    const attnres_problem *p = &plan->problem;
+    const size_t es = attnres_dtype_size(p->dtype);
+    for (int i = 0; i < p->n; i++) {
+        if (!sources[i])
+            return run_fail(plan, ATTNRES_EINVAL, "source %d is NULL", i);
+        if (misaligned(sources[i], es))
+            return run_fail(plan, ATTNRES_EINVAL, "source %d is not aligned to its %zu-byte elements", i, es);
+        if (strides && strides[i] && strides[i] < p->d)
+            return run_fail(plan, ATTNRES_EMISMATCH, "source %d stride %" PRId64 " is less than d = %" PRId64, i,
+                            strides[i], p->d);
+    }
+    return ATTNRES_OK;
+}
+
+int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, void *stream)
+{
+    int st = check_call(plan, T, ATTNRES_OP_MIX, "attnres_run_mix");
+    if (st != ATTNRES_OK || T == 0)
+        return st;
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
     if (!a || !a->sources || !a->query || !a->out)
         return run_fail(plan, ATTNRES_EINVAL, "args, sources, query and out must not be NULL");
-    for (int i = 0; i < p->n; i++) {
-        if (!a->sources[i])
-            return run_fail(plan, ATTNRES_EINVAL, "source %d is NULL", i);
-        if (misaligned(a->sources[i], es))
-            return run_fail(plan, ATTNRES_EINVAL, "source %d is not aligned to its %zu-byte elements", i, es);
-        if (a->source_strides && a->source_strides[i] && a->source_strides[i] < p->d)
-            return run_fail(plan, ATTNRES_EMISMATCH, "source %d stride %" PRId64 " is less than d = %" PRId64, i,
-                            a->source_strides[i], p->d);
-    }
+    if ((st = check_sources(plan, a->sources, a->source_strides)) != ATTNRES_OK)
+        return st;
     if (misaligned(a->out, es) || misaligned(a->query, 4))
         return run_fail(plan, ATTNRES_EINVAL, "out or query is misaligned");
     if ((a->out_stride && a->out_stride < p->d) || (a->partial_stride && a->partial_stride < p->d) ||
@@ -431,7 +442,7 @@ int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, vo
                             (double)a->out_eps);
     }
     const plan_bucket *b = pick_bucket(plan, T);
-    int st = plan->dev->ops->launch_mix(plan->dev, &b->kernel, p, T, a, stream);
+    st = plan->dev->ops->launch_mix(plan->dev, &b->kernel, p, T, a, stream);
     if (st != ATTNRES_OK)
         return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
     return ATTNRES_OK;
@@ -448,27 +459,15 @@ static int check_eps(attnres_plan *plan, const char *name, float eps)
 
 int attnres_run_phase1(attnres_plan *plan, int64_t T, const attnres_phase1_args *a, void *stream)
 {
-    if (!plan)
-        return ATTNRES_EINVAL;
-    if (T < 0)
-        return run_fail(plan, ATTNRES_EINVAL, "T must be >= 0 (got %" PRId64 ")", T);
-    if (check_op(plan, ATTNRES_OP_PHASE1, "attnres_run_phase1"))
-        return ATTNRES_EMISMATCH;
-    if (T == 0)
-        return ATTNRES_OK;
+    int st = check_call(plan, T, ATTNRES_OP_PHASE1, "attnres_run_phase1");
+    if (st != ATTNRES_OK || T == 0)
+        return st;
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
     if (!a || !a->sources || !a->queries || !a->o1 || !a->lse)
         return run_fail(plan, ATTNRES_EINVAL, "args, sources, queries, o1 and lse must not be NULL");
-    for (int i = 0; i < p->n; i++) {
-        if (!a->sources[i])
-            return run_fail(plan, ATTNRES_EINVAL, "source %d is NULL", i);
-        if (misaligned(a->sources[i], es))
-            return run_fail(plan, ATTNRES_EINVAL, "source %d is not aligned to its %zu-byte elements", i, es);
-        if (a->source_strides && a->source_strides[i] && a->source_strides[i] < p->d)
-            return run_fail(plan, ATTNRES_EMISMATCH, "source %d stride %" PRId64 " is less than d = %" PRId64, i,
-                            a->source_strides[i], p->d);
-    }
+    if ((st = check_sources(plan, a->sources, a->source_strides)) != ATTNRES_OK)
+        return st;
     for (int j = 0; j < p->s; j++) {
         if (!a->o1[j] || !a->lse[j])
             return run_fail(plan, ATTNRES_EINVAL, "o1 or lse of site %d is NULL", j);
@@ -488,7 +487,7 @@ int attnres_run_phase1(attnres_plan *plan, int64_t T, const attnres_phase1_args 
     if (!plan->dev->ops->launch_phase1)
         return run_fail(plan, ATTNRES_EUNSUPPORTED, "the %s backend has no phase1 kernels", plan->dev->backend);
     const plan_bucket *b = pick_bucket(plan, T);
-    int st = plan->dev->ops->launch_phase1(plan->dev, &b->kernel, p, T, a, stream);
+    st = plan->dev->ops->launch_phase1(plan->dev, &b->kernel, p, T, a, stream);
     if (st != ATTNRES_OK)
         return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
     return ATTNRES_OK;
@@ -496,14 +495,9 @@ int attnres_run_phase1(attnres_plan *plan, int64_t T, const attnres_phase1_args 
 
 int attnres_run_phase2(attnres_plan *plan, int64_t T, const attnres_phase2_args *a, void *stream)
 {
-    if (!plan)
-        return ATTNRES_EINVAL;
-    if (T < 0)
-        return run_fail(plan, ATTNRES_EINVAL, "T must be >= 0 (got %" PRId64 ")", T);
-    if (check_op(plan, ATTNRES_OP_PHASE2, "attnres_run_phase2"))
-        return ATTNRES_EMISMATCH;
-    if (T == 0)
-        return ATTNRES_OK;
+    int st = check_call(plan, T, ATTNRES_OP_PHASE2, "attnres_run_phase2");
+    if (st != ATTNRES_OK || T == 0)
+        return st;
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
     if (!a || !a->o1 || !a->lse || !a->partial || !a->query || !a->out)
@@ -531,7 +525,7 @@ int attnres_run_phase2(attnres_plan *plan, int64_t T, const attnres_phase2_args 
     if (!plan->dev->ops->launch_phase2)
         return run_fail(plan, ATTNRES_EUNSUPPORTED, "the %s backend has no phase2 kernels", plan->dev->backend);
     const plan_bucket *b = pick_bucket(plan, T);
-    int st = plan->dev->ops->launch_phase2(plan->dev, &b->kernel, p, T, a, stream);
+    st = plan->dev->ops->launch_phase2(plan->dev, &b->kernel, p, T, a, stream);
     if (st != ATTNRES_OK)
         return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
     return ATTNRES_OK;

@@ -15,6 +15,7 @@
 
 local storage = require("lib/c_storage")
 local rowops = require("lib/c_rowops")
+local space = require("lib/cpu_space")
 
 local T = {
   backend = "cpu",
@@ -31,17 +32,9 @@ local T = {
   generic = { schedule = "online", vec = 1, unroll = 1, threads = 64 },
 }
 
-function T.is_generic(p)
-  for k, v in pairs(T.generic) do
-    if p[k] ~= v then return false end
-  end
-  return true
-end
-
 function T.constraint(p)
-  -- Scalar code gains nothing from several accumulators beyond two; the
-  -- pipelined sweep already keeps 2N independent accumulators per lane.
-  return not (p.vec == 1 and p.unroll == 4) and not (p.schedule == "pipelined" and p.unroll ~= 1)
+  -- The pipelined sweep already keeps 2N independent accumulators per lane.
+  return space.constraint(p) and not (p.schedule == "pipelined" and p.unroll ~= 1)
 end
 
 function T.id(p)
@@ -54,20 +47,7 @@ function T.launch(p)
 end
 
 function T.applies(p, problem, device)
-  if problem.op ~= "mix" then return false, "not a mix problem" end
-  if problem.dtype ~= p.dtype then return false, "dtype differs" end
-  local hd = problem.d // problem.heads
-  if hd % (p.vec * p.unroll) ~= 0 then
-    return false, string.format("head width %d is not a multiple of vec*unroll = %d",
-                                hd, p.vec * p.unroll)
-  end
-  -- More threads than cores only adds contention (the generic variant is
-  -- exempt: the runtime caps its workers at the core count).
-  if p.threads > 1 and p.threads > device.units and not T.is_generic(p) then
-    return false, string.format("%d threads exceed the device's %d cores",
-                                p.threads, device.units)
-  end
-  return true
+  return space.applies(T, p, problem, device)
 end
 
 -- Writes one head's output lanes from fp32 vector `o` at offset k: the

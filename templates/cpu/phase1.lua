@@ -23,6 +23,7 @@
 -- 64-bit offsets; NaN in one token's source row reaches only that token.
 
 local storage = require("lib/c_storage")
+local space = require("lib/cpu_space")
 local rowops = require("lib/c_rowops")
 
 local T = {
@@ -45,17 +46,7 @@ local T = {
 local MAX_WEIGHTS = 1 << 15
 local MAX_SUMS = 1 << 14
 
-function T.is_generic(p)
-  for k, v in pairs(T.generic) do
-    if p[k] ~= v then return false end
-  end
-  return true
-end
-
-function T.constraint(p)
-  -- Scalar code gains nothing from several accumulators beyond two.
-  return not (p.vec == 1 and p.unroll == 4)
-end
+T.constraint = space.constraint
 
 function T.id(p)
   return string.format("phase1_c_%s_%s_v%d_u%d_t%d", p.dtype, p.schedule, p.vec,
@@ -67,8 +58,8 @@ function T.launch(p)
 end
 
 function T.applies(p, problem, device)
-  if problem.op ~= "phase1" then return false, "not a phase1 problem" end
-  if problem.dtype ~= p.dtype then return false, "dtype differs" end
+  local ok, why = space.applies(T, p, problem, device)
+  if not ok then return false, why end
   if (problem.s or 0) < 1 then return false, "phase1 needs S >= 1 sites" end
   if problem.n * problem.s * problem.heads > MAX_WEIGHTS then
     return false, string.format("n*S*H = %d softmax weights exceed the %d a launch keeps on the stack",
@@ -78,17 +69,6 @@ function T.applies(p, problem, device)
   if p.schedule == "sourceouter" and problem.s * p.vec * p.unroll > MAX_SUMS then
     return false, string.format("S*vec*unroll = %d sums exceed the %d sourceouter keeps on the stack",
                                 problem.s * p.vec * p.unroll, MAX_SUMS)
-  end
-  local hd = problem.d // problem.heads
-  if hd % (p.vec * p.unroll) ~= 0 then
-    return false, string.format("head width %d is not a multiple of vec*unroll = %d",
-                                hd, p.vec * p.unroll)
-  end
-  -- More threads than cores only adds contention (the generic variant is
-  -- exempt: the runtime caps its workers at the core count).
-  if p.threads > 1 and p.threads > device.units and not T.is_generic(p) then
-    return false, string.format("%d threads exceed the device's %d cores",
-                                p.threads, device.units)
   end
   return true
 end

@@ -19,6 +19,7 @@
 -- later reader sees. NaN in one token's data reaches only that token.
 
 local storage = require("lib/c_storage")
+local space = require("lib/cpu_space")
 local rowops = require("lib/c_rowops")
 
 local T = {
@@ -35,17 +36,7 @@ local T = {
   generic = { vec = 1, unroll = 1, threads = 64 },
 }
 
-function T.is_generic(p)
-  for k, v in pairs(T.generic) do
-    if p[k] ~= v then return false end
-  end
-  return true
-end
-
-function T.constraint(p)
-  -- Scalar code gains nothing from several accumulators beyond two.
-  return not (p.vec == 1 and p.unroll == 4)
-end
+T.constraint = space.constraint
 
 function T.id(p)
   return string.format("phase2_c_%s_v%d_u%d_t%d", p.dtype, p.vec, p.unroll, p.threads)
@@ -56,18 +47,7 @@ function T.launch(p)
 end
 
 function T.applies(p, problem, device)
-  if problem.op ~= "phase2" then return false, "not a phase2 problem" end
-  if problem.dtype ~= p.dtype then return false, "dtype differs" end
-  local hd = problem.d // problem.heads
-  if hd % (p.vec * p.unroll) ~= 0 then
-    return false, string.format("head width %d is not a multiple of vec*unroll = %d",
-                                hd, p.vec * p.unroll)
-  end
-  if p.threads > 1 and p.threads > device.units and not T.is_generic(p) then
-    return false, string.format("%d threads exceed the device's %d cores",
-                                p.threads, device.units)
-  end
-  return true
+  return space.applies(T, p, problem, device)
 end
 
 function T.emit(p)
