@@ -75,15 +75,21 @@ ${FAST_LOAD}    vh h;
     return x;${END}
 }
 
-/* Rounds to nearest even; NaN stays NaN (quiet) instead of rounding to Inf. */
-static inline void store_row(uint16_t *p, vf x)
+/* The bf16 bits of x in the low half of each lane, rounded to nearest even;
+ * NaN stays NaN (quiet) instead of rounding to Inf. */
+static inline vu bf16_bits(vf x)
 {
     vu w;
     memcpy(&w, &x, sizeof w);
     vu rounded = (w + 0x7fffu + ((w >> 16) & 1u)) >> 16;
     vu nan = (vu)((w & 0x7fffffffu) > 0x7f800000u);
     vu quiet = (w >> 16) | 0x40u;
-    vh h = __builtin_convertvector((quiet & nan) | (rounded & ~nan), vh);
+    return (quiet & nan) | (rounded & ~nan);
+}
+
+static inline void store_row(uint16_t *p, vf x)
+{
+    vh h = __builtin_convertvector(bf16_bits(x), vh);
     memcpy(p, &h, sizeof h);
 }
 ]], v)
@@ -142,6 +148,96 @@ ${FAST_STORE}    for (int i = 0; i < ${VEC}; i++) {
     error("unknown dtype " .. tostring(dtype), 2)
   end
   return text
+end
+
+-- Pair helpers: load_pair/store_pair move 2 * vec elements as two fp32
+-- vectors, lo and hi, in an order chosen per dtype so that widening is
+-- cheapest; pair_order() permutes an fp32 row (the query, a gain) into the
+-- same order, so lane-wise products pair the right elements. Reductions
+-- and lane-wise mixes do not care about the order.
+--   f32, f16: lo holds elements [0, vec), hi holds [vec, 2 * vec).
+--   bf16: one 32-bit word holds two bf16 (little-endian: the even element in
+--     the low half), so lo = word << 16 holds the even elements and
+--     hi = word & 0xffff0000 the odd ones: two integer operations widen
+--     2 * vec elements, with no shuffles.
+function M.pair_helpers(dtype, vec)
+  local v = { VEC = vec, FAST_STORE = "", END = "" }
+  local wide = {
+    [16] = { isa = "defined(__AVX512BF16__)", ftype = "__m512", itype = "__m512i",
+             round = "(__m256i)_mm512_cvtneps_pbh", widen = "_mm512_cvtepu16_epi32",
+             shift = "_mm512_slli_epi32", bor = "_mm512_or_si512" },
+    [8] = { isa = "defined(__AVX512BF16__) && defined(__AVX512VL__)", ftype = "__m256",
+            itype = "__m256i", round = "(__m128i)_mm256_cvtneps_pbh", widen = "_mm256_cvtepu16_epi32",
+            shift = "_mm256_slli_epi32", bor = "_mm256_or_si256" },
+  }
+  local w = wide[vec]
+  if dtype == "bf16" and w then
+    v.FAST_STORE = gen.subst([[
+#if ${ISA}
+    ${FTYPE} l, h;
+    memcpy(&l, &lo, sizeof l);
+    memcpy(&h, &hi, sizeof h);
+    const ${ITYPE} w = ${OR}(${WIDEN}(${ROUND}(l)), ${SHIFT}(${WIDEN}(${ROUND}(h)), 16));
+    memcpy(p, &w, sizeof w);
+#else
+]], { ISA = w.isa, FTYPE = w.ftype, ITYPE = w.itype, OR = w.bor, WIDEN = w.widen,
+      ROUND = w.round, SHIFT = w.shift })
+    v.END = "\n#endif"
+  end
+  if dtype == "bf16" then
+    return gen.subst([[
+
+/* Widens 2 * ${VEC} bf16 into the even (lo) and odd (hi) elements. */
+static inline void load_pair(const uint16_t *p, vf *lo, vf *hi)
+{
+    vu w;
+    memcpy(&w, p, sizeof w);
+    vu even = w << 16, odd = w & 0xffff0000u;
+    memcpy(lo, &even, sizeof even);
+    memcpy(hi, &odd, sizeof odd);
+}
+
+/* Rounds the even (lo) and odd (hi) elements and interleaves them back
+ * (with AVX512-BF16's rounding instruction where the ISA has it). */
+static inline void store_pair(uint16_t *p, vf lo, vf hi)
+{
+${FAST_STORE}    vu w = bf16_bits(lo) | (bf16_bits(hi) << 16);
+    memcpy(p, &w, sizeof w);${END}
+}
+
+/* Reorders x[0, d) as load_pair orders a row: per block of 2 * ${VEC}, the
+ * even elements, then the odd ones. */
+static void pair_order(const float *x, float *xp, int64_t d)
+{
+    for (int64_t b = 0; b < d; b += 2 * ${VEC})
+        for (int j = 0; j < ${VEC}; j++) {
+            xp[b + j] = x[b + 2 * j];
+            xp[b + ${VEC} + j] = x[b + 2 * j + 1];
+        }
+}
+]], v)
+  end
+  return gen.subst([[
+
+/* 2 * ${VEC} elements as two vectors in row order. */
+static inline void load_pair(const storage_t *p, vf *lo, vf *hi)
+{
+    *lo = load_row(p);
+    *hi = load_row(p + ${VEC});
+}
+
+static inline void store_pair(storage_t *p, vf lo, vf hi)
+{
+    store_row(p, lo);
+    store_row(p + ${VEC}, hi);
+}
+
+/* Row order is already the pair order. */
+static void pair_order(const float *x, float *xp, int64_t d)
+{
+    memcpy(xp, x, (size_t)d * sizeof *xp);
+}
+]], v)
 end
 
 return M

@@ -3,8 +3,10 @@
 
 local M = {}
 
--- True when p is the template's generic variant (T.generic, any dtype).
+-- True when p is the template's generic variant (T.generic, any dtype);
+-- a template without one (cpu/mix_fused.lua) has none.
 function M.is_generic(T, p)
+  if not T.generic then return false end
   for k, v in pairs(T.generic) do
     if p[k] ~= v then return false end
   end
@@ -23,10 +25,12 @@ end
 function M.applies(T, p, problem, device)
   if problem.op ~= T.op then return false, "not a " .. T.op .. " problem" end
   if problem.dtype ~= p.dtype then return false, "dtype differs" end
+  -- A loop's step: vec * unroll lanes, or the template's own `step`.
+  local step = T.step and T.step(p) or p.vec * p.unroll
   local hd = problem.d // problem.heads
-  if hd % (p.vec * p.unroll) ~= 0 then
-    return false, string.format("head width %d is not a multiple of vec*unroll = %d",
-                                hd, p.vec * p.unroll)
+  if hd % step ~= 0 then
+    return false, string.format("head width %d is not a multiple of the loop step %d",
+                                hd, step)
   end
   if p.threads > 1 and p.threads > device.units and not M.is_generic(T, p) then
     return false, string.format("%d threads exceed the device's %d cores",

@@ -53,6 +53,8 @@ printf 'mix f32 256 5 1 replace 0 64\n' >"$dir/problems.txt"
 # The deliberately slower variant set: scalar code on one thread.
 mkdir -p "$dir/slow"
 cp -r "$templates/." "$dir/slow/"
+# cpu/mix_fused.lua has no scalar variants: the slow set leaves it out.
+rm "$dir/slow/cpu/mix_fused.lua"
 sed -i -E 's/\{ name = "vec", values = \{[^}]*\} \}/{ name = "vec", values = { 1 } }/;
            s/\{ name = "threads", values = \{[^}]*\} \}/{ name = "threads", values = { 1 } }/' \
   "$dir/slow/cpu/mix.lua"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `attnres tune` twice on one database: the second run must compile and
-# measure nothing, reuse every measurement, and name the same winners.
+# `attnres tune` twice on one database: every candidate of the first run
+# verifies, and the second run must compile and measure nothing, reuse every
+# measurement, and name the same winners.
 set -euo pipefail
 cli="$1"
 dir=$(mktemp -d)
@@ -25,6 +26,20 @@ winners() { sed -n '/^problem/,/^$/p' "$1" | awk '{print $1,$2,$3,$4,$5,$6,$7,$8
 if ! diff <(winners "$dir/first.txt") <(winners "$dir/second.txt") >/dev/null; then
   echo "FAIL: winners differ between the runs"; fail=1
 fi
+# Every candidate of every CPU template verified against the fp64 reference:
+# a template change that breaks a variant shows up here as "not ok".
+if ! grep -Eq ', 0 not ok,' <<<"$(grep '^run ' "$dir/first.txt")"; then
+  echo "FAIL: some candidates did not verify:"
+  sqlite3 "$dir/t.db" "select c.variant, m.status, m.message from measurements m
+                        join candidates c on c.id = m.candidate_id where m.status <> 'ok'" | head -20
+  fail=1
+fi
+for template in cpu/mix cpu/mix_fused cpu/phase1 cpu/phase2; do
+  ok=$(sqlite3 "$dir/t.db" "select count(*) from measurements m join candidates c on c.id = m.candidate_id
+                            where c.template_name = '$template' and m.status = 'ok'")
+  echo "$template: $ok candidates verified and timed"
+  if [ "$ok" = 0 ]; then echo "FAIL: no candidate of $template was measured"; fail=1; fi
+done
 rows=$(sqlite3 "$dir/t.db" "select count(*) from winners" 2>/dev/null || echo "?")
 echo "winner rows: $rows"
 [ "$fail" = 0 ] && echo "1 passed, 0 failed" || echo "0 passed, 1 failed"
