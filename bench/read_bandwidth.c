@@ -8,8 +8,9 @@
  *   /tmp/read_bandwidth [THREADS]
  *
  * Sums a 2 GiB float buffer with THREADS threads (default 1 and 2), best of 4;
- * then copies 256 MiB with memcpy split over the same threads, best of 6
- * after one that faults the pages in (read + written bytes per second).
+ * then copies 256 MiB with memcpy split over the same threads, best of runs
+ * spanning half a second as the tuner does (read + written bytes per second).
+ * The first run of each is not counted.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -59,31 +60,43 @@ static void *copy_part(void *arg)
     return NULL;
 }
 
-/* The tuner's copy bandwidth: the same buffer size, split and statistic. */
-static double measure_copy(int threads)
+/* The shortest time of `part` run on `threads` threads, over at least
+ * `runs` runs spanning at least `seconds`; the first run, which faults the
+ * pages in, does not count. */
+static double best_time(void *(*part)(void *), int threads, int runs, double seconds)
 {
     nthreads = threads;
-    copy_bytes = (size_t)256 << 20;
-    char *src = aligned_alloc(64, copy_bytes), *dst = aligned_alloc(64, copy_bytes);
-    if (!src || !dst)
-        return 0.0;
-    memset(src, 1, copy_bytes);
-    memset(dst, 2, copy_bytes);
-    copy_src = src;
-    copy_dst = dst;
-    double best = 1e30;
-    for (int r = 0; r < 7; r++) {
+    double best = 1e30, start = now();
+    for (int r = 0; r < 64 && (r < runs || now() - start < seconds); r++) {
         pthread_t th[64];
         double t0 = now();
         for (int i = 1; i < threads; i++)
-            pthread_create(&th[i], NULL, copy_part, (void *)(size_t)i);
-        copy_part((void *)0);
+            pthread_create(&th[i], NULL, part, (void *)(size_t)i);
+        part((void *)0);
         for (int i = 1; i < threads; i++)
             pthread_join(th[i], NULL);
         double t = now() - t0;
         if (r > 0 && t < best)
             best = t;
     }
+    return best;
+}
+
+/* The tuner's copy bandwidth (runtime/src/cpu_backend.c): the same buffer
+ * size, split and statistic. */
+static double measure_copy(int threads)
+{
+    copy_bytes = (size_t)256 << 20;
+    char *src = aligned_alloc(64, copy_bytes), *dst = aligned_alloc(64, copy_bytes);
+    if (!src || !dst) {
+        free(src);
+        return 0.0;
+    }
+    memset(src, 1, copy_bytes);
+    memset(dst, 2, copy_bytes);
+    copy_src = src;
+    copy_dst = dst;
+    double best = best_time(copy_part, threads, 8, 0.5);
     free(src);
     free(dst);
     return 2.0 * (double)copy_bytes / best / 1e9;
@@ -91,21 +104,7 @@ static double measure_copy(int threads)
 
 static double measure(int threads)
 {
-    nthreads = threads;
-    double best = 1e30;
-    for (int r = 0; r < 4; r++) {
-        pthread_t th[64];
-        double t0 = now();
-        for (int i = 1; i < threads; i++)
-            pthread_create(&th[i], NULL, sum_part, (void *)(size_t)i);
-        sum_part((void *)0);
-        for (int i = 1; i < threads; i++)
-            pthread_join(th[i], NULL);
-        double t = now() - t0;
-        if (t < best)
-            best = t;
-    }
-    return (double)count * 4 / best / 1e9;
+    return (double)count * 4 / best_time(sum_part, threads, 5, 0.0) / 1e9;
 }
 
 static void report(int threads)

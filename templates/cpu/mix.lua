@@ -14,6 +14,7 @@
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
 local storage = require("lib/c_storage")
+local mix_abi = require("lib/c_mix_abi")
 local rowops = require("lib/c_rowops")
 local space = require("lib/cpu_space")
 
@@ -121,19 +122,7 @@ local function body_twopass(p)
             for (int h = 0; h < heads; h++)
                 weight[i * heads + h] = scale * r * dot[h];
         }
-        /* Softmax over depth, one per head; weights become probabilities. */
-        for (int h = 0; h < heads; h++) {
-            float m = -1e30f, l = 0.0f;
-            for (int i = 0; i < n; i++)
-                m = fmaxf(m, weight[i * heads + h]);
-            for (int i = 0; i < n; i++) {
-                const float e = expf(weight[i * heads + h] - m);
-                weight[i * heads + h] = e;
-                l += e;
-            }
-            for (int i = 0; i < n; i++)
-                weight[i * heads + h] /= l;
-        }
+        depth_softmax(weight, weight, n, heads);
         vf sq = {0};
         float *keep = acc;
         for (int h = 0; h < heads; h++) {
@@ -165,6 +154,8 @@ end
 -- Runs before the token loop of the pipelined schedule: token t0's scores.
 local function prologue_pipelined()
   return [[
+    if (t0 >= t1)
+        return; /* the prologue below would read token t0 */
     /* Token t0's scores; each iteration then mixes token t from rows still
      * in L2 while it streams token t + 1's rows from memory. */
     const storage_t *cur[n], *next[n];
@@ -181,18 +172,7 @@ end
 
 local function body_pipelined(p)
   return gen.subst([[
-        /* Softmax over depth of token t, one per head. */
-        for (int h = 0; h < heads; h++) {
-            float m = -1e30f, l = 0.0f;
-            for (int i = 0; i < n; i++)
-                m = fmaxf(m, score[i * heads + h]);
-            for (int i = 0; i < n; i++) {
-                weight[i * heads + h] = expf(score[i * heads + h] - m);
-                l += weight[i * heads + h];
-            }
-            for (int i = 0; i < n; i++)
-                weight[i * heads + h] /= l;
-        }
+        depth_softmax(score, weight, n, heads);
         /* The last token re-reads its own rows as "next": harmless. */
         const int more = t + 1 < t1;
         for (int i = 0; i < n; i++) {
@@ -241,28 +221,10 @@ function T.emit(p)
 
 typedef ${CTYPE} storage_t;
 
-/* Kernel arguments, ABI version 1: must match runtime/src/cpu_kernel_abi.h.
- * Strides count elements. */
-struct attnres_cpu_mix_args {
-    int64_t d;
-    int32_t n, heads;
-    const void *const *src;
-    const int64_t *src_stride;
-    const float *query;
-    float scale, eps;
-    const void *partial;
-    int64_t partial_stride;
-    float alpha;
-    void *out;
-    int64_t out_stride;
-    const float *out_gain;
-    float out_eps;
-    void *normed;
-    int64_t normed_stride;
-};
-
+${abi}
 ${helpers}
 ${row_stats}
+${softmax}
 const int ${NAME}_abi = 1;
 const int ${NAME}_threads = ${THREADS};
 
@@ -288,8 +250,10 @@ ${body}
 }
 ]], {
     CTYPE = storage.ctype[p.dtype],
+    abi = mix_abi,
     helpers = storage.helpers(p.dtype, p.vec),
     row_stats = rowops.row_stats(p),
+    softmax = rowops.depth_softmax,
     prologue = p.schedule == "pipelined" and prologue_pipelined() or "",
     NAME = name,
     THREADS = p.threads,

@@ -22,6 +22,8 @@
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
 local storage = require("lib/c_storage")
+local mix_abi = require("lib/c_mix_abi")
+local rowops = require("lib/c_rowops")
 local space = require("lib/cpu_space")
 
 local T = {
@@ -156,27 +158,9 @@ function T.emit(p)
 
 typedef ${CTYPE} storage_t;
 
-/* Kernel arguments, ABI version 1: must match runtime/src/cpu_kernel_abi.h.
- * Strides count elements. */
-struct attnres_cpu_mix_args {
-    int64_t d;
-    int32_t n, heads;
-    const void *const *src;
-    const int64_t *src_stride;
-    const float *query;
-    float scale, eps;
-    const void *partial;
-    int64_t partial_stride;
-    float alpha;
-    void *out;
-    int64_t out_stride;
-    const float *out_gain;
-    float out_eps;
-    void *normed;
-    int64_t normed_stride;
-};
-
+${abi}
 ${helpers}${pairs}
+${softmax}
 ${sweep}
 ${dispatch}
 /* The statistics of token t's n rows, in sweeps of at most ${G} rows sized
@@ -220,6 +204,8 @@ void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1)
     const int n = a->n, heads = a->heads;
     float qp[d], keep[d], gp[d], score[n * heads], weight[n * heads];
     const storage_t *cur[n];
+    if (t0 >= t1)
+        return; /* the first sweep below would read token t0 */
     pair_order(a->query, qp, d);
     if (a->normed)
         pair_order(a->out_gain, gp, d);
@@ -229,18 +215,7 @@ void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1)
         const storage_t *partial = a->partial ? (const storage_t *)a->partial + t * a->partial_stride : NULL;
         storage_t *out = (storage_t *)a->out + t * a->out_stride;
         storage_t *normed = a->normed ? (storage_t *)a->normed + t * a->normed_stride : NULL;
-        /* Softmax over depth of token t, one per head. */
-        for (int h = 0; h < heads; h++) {
-            float m = -1e30f, l = 0.0f;
-            for (int i = 0; i < n; i++)
-                m = fmaxf(m, score[i * heads + h]);
-            for (int i = 0; i < n; i++) {
-                weight[i * heads + h] = expf(score[i * heads + h] - m);
-                l += weight[i * heads + h];
-            }
-            for (int i = 0; i < n; i++)
-                weight[i * heads + h] /= l;
-        }
+        depth_softmax(score, weight, n, heads);
         for (int i = 0; i < n; i++)
             cur[i] = (const storage_t *)a->src[i] + t * a->src_stride[i];
         vf sq = {0};
@@ -260,8 +235,10 @@ void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1)
 }
 ]], {
     CTYPE = storage.ctype[p.dtype],
+    abi = mix_abi,
     helpers = storage.helpers(p.dtype, p.vec),
     pairs = storage.pair_helpers(p.dtype, p.vec),
+    softmax = rowops.depth_softmax,
     sweep = sweep(p),
     dispatch = dispatch(p),
     G = p.group,

@@ -81,6 +81,28 @@ ${body}
   })
 end
 
+-- depth_softmax(score, weight, n, heads): per head, the softmax over the n
+-- sources of score[i * heads + h] into weight[i * heads + h] (the two may be
+-- the same array).
+M.depth_softmax = [[
+/* Softmax over depth, one per head: weights become probabilities. */
+static inline void depth_softmax(const float *score, float *weight, int n, int heads)
+{
+    for (int h = 0; h < heads; h++) {
+        float m = -1e30f, l = 0.0f;
+        for (int i = 0; i < n; i++)
+            m = fmaxf(m, score[i * heads + h]);
+        for (int i = 0; i < n; i++) {
+            const float e = expf(score[i * heads + h] - m);
+            weight[i * heads + h] = e;
+            l += e;
+        }
+        for (int i = 0; i < n; i++)
+            weight[i * heads + h] /= l;
+    }
+}
+]]
+
 -- sigmoid(x) in fp32 without overflow for large |x|; NaN stays NaN.
 M.sigmoid = [[
 /* The logistic function; exp never overflows, and NaN stays NaN. */

@@ -1,0 +1,140 @@
+/*
+ * mix_kernel.c - times one generated bf16 CPU mix kernel, outside the
+ * runtime, on K3-shaped inputs; or, built without KERNEL, a kernel that only
+ * reads the same rows in the same order (the ceiling of a read-bound mix).
+ * bench/mix_kernels.sh builds and runs it for the figures in
+ * docs/cpu_kernels.md.
+ *
+ *   attnres gen mix_c_bf16_fused_v16_g8_t2 > /tmp/k.c
+ *   cc -O3 -march=native -pthread -DKERNEL_SOURCE='"/tmp/k.c"' \
+ *      -DKERNEL=attnres_mix_c_bf16_fused_v16_g8_t2 bench/mix_kernel.c -o /tmp/k -lm
+ *   /tmp/k D T N THREADS REPEATS
+ *
+ * Splits the T tokens evenly over THREADS threads, each calling the kernel
+ * REPEATS times on its tokens (repeat small T to time data held in cache);
+ * prints the median of 9 timed launches after one warm-up, in GB/s of
+ * (N + 1) * T * D bf16 elements, the traffic the tuner counts.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef KERNEL
+#include KERNEL_SOURCE
+#else
+#include <immintrin.h>
+
+struct attnres_cpu_mix_args { /* the fields the read-only kernel uses */
+    int64_t d;
+    int32_t n, heads;
+    const void *const *src;
+    const int64_t *src_stride;
+    const float *query;
+    float scale, eps;
+    void *out;
+    int64_t out_stride;
+};
+
+/* Reads every source row of tokens [t0, t1), a vector of every row in turn
+ * as the fused kernels do, and adds the words up so nothing is skipped. */
+static void read_only(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1)
+{
+    __m512i s = _mm512_setzero_si512();
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t k = 0; k < a->d; k += 32)
+            for (int i = 0; i < a->n; i++)
+                s = _mm512_add_epi32(s, _mm512_loadu_si512((const uint16_t *)a->src[i] + t * a->src_stride[i] + k));
+    _mm512_storeu_si512((uint16_t *)a->out + t0 * a->out_stride, s);
+}
+#define KERNEL read_only
+#endif
+
+typedef struct job {
+    const struct attnres_cpu_mix_args *args;
+    int64_t t0, t1;
+    int repeats;
+} job;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void *run_job(void *p)
+{
+    const job *j = p;
+    for (int r = 0; r < j->repeats; r++)
+        KERNEL(j->args, j->t0, j->t1);
+    return NULL;
+}
+
+static double launch(const struct attnres_cpu_mix_args *args, int64_t T, int threads, int repeats)
+{
+    pthread_t th[64];
+    job jobs[64];
+    double t0 = now();
+    for (int i = 0; i < threads; i++) {
+        jobs[i] = (job){args, T * i / threads, T * (i + 1) / threads, repeats};
+        if (i > 0)
+            pthread_create(&th[i], NULL, run_job, &jobs[i]);
+    }
+    run_job(&jobs[0]);
+    for (int i = 1; i < threads; i++)
+        pthread_join(th[i], NULL);
+    return now() - t0;
+}
+
+static int by_value(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6) {
+        fprintf(stderr, "usage: %s D T N THREADS REPEATS\n", argv[0]);
+        return 2;
+    }
+    const int64_t d = atoll(argv[1]), T = atoll(argv[2]);
+    const int n = atoi(argv[3]), threads = atoi(argv[4]), repeats = atoi(argv[5]);
+    if (d <= 0 || d % 64 || T <= 0 || n < 1 || n > 64 || threads < 1 || threads > 64 || repeats < 1) {
+        fprintf(stderr, "%s: D must be a positive multiple of 64, N 1..64, THREADS 1..64\n", argv[0]);
+        return 2;
+    }
+    const void *src[64];
+    int64_t stride[64];
+    for (int i = 0; i < n; i++) {
+        uint16_t *s = aligned_alloc(64, (size_t)(T * d) * 2);
+        if (!s)
+            return 1;
+        for (int64_t k = 0; k < T * d; k++) /* bf16 values in [1, 2), differing per source */
+            s[k] = (uint16_t)(0x3f80 + (k * 7 + i) % 64);
+        src[i] = s;
+        stride[i] = d;
+    }
+    float *query = aligned_alloc(64, (size_t)d * 4);
+    uint16_t *out = aligned_alloc(64, (size_t)(T * d) * 2);
+    if (!query || !out)
+        return 1;
+    for (int64_t k = 0; k < d; k++)
+        query[k] = 0.01f * (float)(k % 13);
+    memset(out, 0, (size_t)(T * d) * 2);
+    const struct attnres_cpu_mix_args args = {
+        .d = d, .n = n, .heads = 1, .src = src, .src_stride = stride, .query = query,
+        .scale = 1.0f, .eps = 1e-6f, .out = out, .out_stride = d};
+    double times[9];
+    launch(&args, T, threads, repeats);
+    for (int r = 0; r < 9; r++)
+        times[r] = launch(&args, T, threads, repeats);
+    qsort(times, 9, sizeof *times, by_value);
+    const double bytes = (double)(n + 1) * (double)(T * d) * 2.0 * repeats;
+    printf("%-40s d=%lld T=%lld N=%d threads=%d: %8.2f ms  %5.1f GB/s\n", argv[0],
+           (long long)d, (long long)T, n, threads, times[4] * 1e3 / repeats, bytes / times[4] / 1e9);
+    return 0;
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# bench/mix_kernels.sh [BUILD_DIR] - the bf16 CPU mix kernels side by side in
+# one run (bench/mix_kernel.c), for docs/cpu_kernels.md:
+#   - from memory: K3 shape (d = 7168, N = 9, T = 4096) on 1 and 2 threads;
+#   - from L2: d = 2048, N = 9, T = 32, one thread, 200 launches in a row;
+# for the read-only kernel, the pipelined schedule of cpu/mix.lua and the
+# fused template. Needs an x86-64 CPU with AVX-512 and a built attnres.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export ATTNRES_TEMPLATE_DIR=$root/templates
+cc=${CC:-cc}
+
+"$cc" -O3 -march=native -pthread "$root/bench/mix_kernel.c" -o "$work/read_only"
+bins=("$work/read_only")
+for id in mix_c_bf16_pipelined_v16_u1_t2 mix_c_bf16_fused_v16_g8_t2 mix_c_bf16_fused_v16_g4_t2; do
+  "$build/bin/attnres" gen "$id" >"$work/$id.c"
+  "$cc" -O3 -march=native -pthread -DKERNEL_SOURCE="\"$work/$id.c\"" -DKERNEL="attnres_$id" \
+    "$root/bench/mix_kernel.c" -o "$work/$id" -lm
+  bins+=("$work/$id")
+done
+echo "== from memory: d = 7168, T = 4096, N = 9"
+for threads in 1 2; do
+  for bin in "${bins[@]}"; do (cd "$work" && "./$(basename "$bin")" 7168 4096 9 "$threads" 1); done
+done
+echo "== from L2: d = 2048, T = 32, N = 9, one thread, 200 launches"
+for bin in "${bins[@]}"; do (cd "$work" && "./$(basename "$bin")" 2048 32 9 1 200); done
