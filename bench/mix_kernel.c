@@ -5,9 +5,9 @@
  * bench/mix_kernels.sh builds and runs it for the figures in
  * docs/cpu_kernels.md.
  *
- *   attnres gen mix_c_bf16_fused_v16_g8_t2 > /tmp/k.c
+ *   attnres gen mix_c_bf16_fused_v16_g8_a2048_t2 > /tmp/k.c
  *   cc -O3 -march=native -pthread -DKERNEL_SOURCE='"/tmp/k.c"' \
- *      -DKERNEL=attnres_mix_c_bf16_fused_v16_g8_t2 bench/mix_kernel.c -o /tmp/k -lm
+ *      -DKERNEL=attnres_mix_c_bf16_fused_v16_g8_a2048_t2 bench/mix_kernel.c -o /tmp/k -lm
  *   /tmp/k D T N THREADS REPEATS
  *
  * Splits the T tokens evenly over THREADS threads, each calling the kernel

@@ -4,7 +4,8 @@
 #   - from memory: K3 shape (d = 7168, N = 9, T = 4096) on 1 and 2 threads;
 #   - from L2: d = 2048, N = 9, T = 32, one thread, 200 launches in a row;
 # for the read-only kernel, the pipelined schedule of cpu/mix.lua and the
-# fused template. Needs an x86-64 CPU with AVX-512 and a built attnres.
+# fused template without and with software prefetch. Needs an x86-64 CPU
+# with AVX-512 and a built attnres.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
@@ -15,7 +16,7 @@ cc=${CC:-cc}
 
 "$cc" -O3 -march=native -pthread "$root/bench/mix_kernel.c" -o "$work/read_only"
 bins=("$work/read_only")
-for id in mix_c_bf16_pipelined_v16_u1_t2 mix_c_bf16_fused_v16_g8_t2 mix_c_bf16_fused_v16_g4_t2; do
+for id in mix_c_bf16_pipelined_v16_u1_t2 mix_c_bf16_fused_v16_g8_a0_t2 mix_c_bf16_fused_v16_g8_a2048_t2; do
   "$build/bin/attnres" gen "$id" >"$work/$id.c"
   "$cc" -O3 -march=native -pthread -DKERNEL_SOURCE="\"$work/$id.c\"" -DKERNEL="attnres_$id" \
     "$root/bench/mix_kernel.c" -o "$work/$id" -lm

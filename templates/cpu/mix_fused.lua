@@ -18,6 +18,12 @@
 --   group   the most next-token rows whose statistics one sweep gathers:
 --           2 * group vector accumulators must fit in the registers. More
 --           sources than that take further sweeps over the extra rows.
+--   ahead   how many bytes ahead of the sweep, in every next-token row
+--           (and the partial row), software prefetches ask for; 0 leaves
+--           it to the hardware prefetchers. The sweep spends a dozen
+--           instructions on each 64-byte line it reads from memory, so
+--           the out-of-order window alone keeps too few lines in flight
+--           to stream at the rate a read-only loop reaches.
 --   threads the most worker threads the launch spreads tokens over.
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
@@ -33,12 +39,14 @@ local T = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
     { name = "vec", values = { 8, 16 } },
     { name = "group", values = { 4, 8 } },
+    { name = "ahead", values = { 0, 2048 } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
   },
 }
 
 function T.id(p)
-  return string.format("mix_c_%s_fused_v%d_g%d_t%d", p.dtype, p.vec, p.group, p.threads)
+  return string.format("mix_c_%s_fused_v%d_g%d_a%d_t%d", p.dtype, p.vec, p.group, p.ahead,
+                       p.threads)
 end
 
 function T.launch(p)
@@ -52,6 +60,19 @@ end
 
 function T.applies(p, problem, device)
   return space.applies(T, p, problem, device)
+end
+
+-- Statements that prefetch every 64-byte line of the step at `ptr` (a
+-- storage_t pointer expression), p.ahead bytes ahead; "" when p.ahead is 0.
+local function prefetch(p, ptr, indent)
+  if p.ahead == 0 then return "" end
+  local step_bytes = 2 * p.vec * storage.size[p.dtype]
+  local lines = {}
+  for off = 0, math.max(step_bytes, 64) - 64, 64 do
+    lines[#lines + 1] = string.format(
+      "%s__builtin_prefetch((const char *)(%s) + %d, 0, 3);\n", indent, ptr, p.ahead + off)
+  end
+  return table.concat(lines)
 end
 
 -- The sweep, inlined once per group size so that its accumulators become
@@ -88,7 +109,7 @@ static inline __attribute__((always_inline)) void sweep(
                     hi += w * xh;
                 }
                 if (partial) {
-                    load_pair(partial + k, &xl, &xh);
+${prefetch_partial}                    load_pair(partial + k, &xl, &xh);
                     lo = xl + a->alpha * lo;
                     hi = xh + a->alpha * hi;
                 }
@@ -103,7 +124,7 @@ static inline __attribute__((always_inline)) void sweep(
 #pragma GCC unroll ${G}
             for (int j = 0; j < g; j++) {
                 vf xl, xh;
-                load_pair(rows[j] + k, &xl, &xh);
+${prefetch_rows}                load_pair(rows[j] + k, &xl, &xh);
                 ss[j] += xl * xl;
                 ss[j] += xh * xh;
                 dp[j] += xl * ql;
@@ -116,7 +137,9 @@ static inline __attribute__((always_inline)) void sweep(
     for (int j = 0; j < g; j++)
         ss_out[j] = hsum(ss[j]);
 }
-]], { G = p.group, VEC = p.vec })
+]], { G = p.group, VEC = p.vec,
+        prefetch_partial = prefetch(p, "partial + k", "                    "),
+        prefetch_rows = prefetch(p, "rows[j] + k", "                ") })
 end
 
 -- A switch that calls sweep() with a constant group size, with and

@@ -8,6 +8,7 @@ local M = {}
 -- conversions (F16C, AVX-512) can load them; GCC 12 turns conversions of
 -- _Float16 vectors into one scalar instruction per lane.
 M.ctype = { f32 = "float", bf16 = "uint16_t", f16 = "uint16_t" }
+M.size = { f32 = 4, bf16 = 2, f16 = 2 } -- bytes per element
 
 -- Vector typedefs and the load/store helpers for one dtype and width.
 function M.helpers(dtype, vec)
