@@ -501,8 +501,9 @@ int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id)
     static const char sql[] =
         "INSERT INTO runs(started_at, status, user, host, command,"
         " project_version, templates_hash, compiler, driver, device_id,"
-        " policy_json, strategy, copy_gbps, launch_us)"
-        " VALUES(" ARDB_NOW ", 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+        " policy_json, strategy, copy_gbps, launch_us, read_gbps)"
+        " VALUES(" ARDB_NOW ", 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+        " ?)";
     sqlite3_stmt *st;
     ardb_binder b;
     int code;
@@ -527,6 +528,11 @@ int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id)
     ardb__bind_text(&b, run->strategy);
     ardb__bind_double(&b, run->copy_gbps);
     ardb__bind_double(&b, run->launch_us);
+    /* Not measured (NaN, or 0 from a caller that zero-initializes the
+     * struct and predates the field) is NULL, never a zero roofline. */
+    ardb__bind_double(&b, isfinite(run->read_gbps) && run->read_gbps > 0
+                              ? run->read_gbps
+                              : NAN);
     if (b.rc != SQLITE_OK)
         return bind_fail(db, st, b.rc, "run begin");
     /* The rowid is read before the statement is reset: same connection. */

@@ -17,9 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Version 2 added runs.uid and runs.note (db/migrate.c). A read-write
- * open migrates an older file in place, keeping a copy as PATH.v<N>.bak. */
-#define ARDB_SCHEMA_VERSION 2
+/* Version 2 added runs.uid and runs.note, version 3 runs.read_gbps
+ * (db/migrate.c). A read-write open migrates an older file in place,
+ * keeping a copy as PATH.v<N>.bak; a read-only open reads it as it is. */
+#define ARDB_SCHEMA_VERSION 3
 
 /* Return codes of every ardb_ function. */
 enum {
@@ -84,8 +85,12 @@ typedef struct ardb_run {
     const char *project_version, *templates_hash, *compiler, *driver;
     const char *policy_json;  /* measurement policy, recorded with the run */
     const char *strategy;
-    double copy_gbps;         /* measured device copy bandwidth */
-    double launch_us;         /* measured empty-launch time */
+    double copy_gbps;         /* measured device copy bandwidth (NaN: NULL) */
+    double launch_us;         /* measured empty-launch time (NaN: NULL) */
+    double read_gbps;         /* measured read-only bandwidth, GB/s (schema
+                                 v3). NaN or <= 0 means not measured and is
+                                 stored as NULL, so that a caller that
+                                 zero-initializes the struct records none. */
 } ardb_run;
 int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id);
 /* status: "complete", "failed" or "interrupted". */
@@ -210,7 +215,9 @@ typedef int (*ardb_row_fn)(void *ctx, int ncol, const char *const *names,
 int ardb_list_winners(ardb *db, int64_t run_id /* 0: all */, ardb_row_fn fn,
                       void *ctx);
 /* All runs, newest last: id, started_at, finished_at, status, device,
- * strategy, project_version, compiler, copy_gbps. */
+ * strategy, project_version, compiler, copy_gbps, read_gbps (GB/s with one
+ * decimal; "" where not recorded, e.g. every run of a file older than
+ * schema v3 opened read-only). */
 int ardb_list_runs(ardb *db, ardb_row_fn fn, void *ctx);
 
 /* The newest ok measurement of a candidate taken in a final (interleaved)
@@ -226,7 +233,8 @@ int ardb_measurement_find_final(ardb *db, int64_t candidate_id,
 /* Everything recorded about one run. Strings are malloc'ed (NULL where the
  * database holds NULL); free with ardb_run_info_clear. On a read-only
  * handle of a v1 file, note is NULL and uid is the identity that the
- * migration to v2 would give the run. */
+ * migration to v2 would give the run; on one of a v1 or v2 file,
+ * read_gbps is NaN. */
 typedef struct ardb_run_info {
     int64_t id, device_id;
     char *uid, *note;
@@ -236,6 +244,8 @@ typedef struct ardb_run_info {
     char *policy_json, *strategy;
     char *device_name, *device_backend, *device_arch, *device_fingerprint;
     double copy_gbps, launch_us;   /* NaN where not recorded */
+    double read_gbps;              /* read-only bandwidth (v3); NaN where
+                                      not recorded */
     int64_t measurements;          /* recorded in this run */
     int64_t winners;               /* problems this run chose a winner for */
 } ardb_run_info;

@@ -29,6 +29,7 @@ enum ardb_stmt_id {
     ST_WINNERS_LOOKUP,
     ST_LIST_WINNERS,
     ST_LIST_RUNS,
+    ST_LIST_RUNS_PRE_V3,
     ST_COUNT
 };
 

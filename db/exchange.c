@@ -158,10 +158,11 @@ int ardb_export_json(ardb *db, unsigned flags, ardb_write_fn fn, void *ctx)
              " r.driver AS driver, d.fingerprint AS device,"
              " r.policy_json AS policy_json, r.strategy AS strategy,"
              " r.copy_gbps AS copy_gbps, r.launch_us AS launch_us,"
-             " %s AS note"
+             " %s AS read_gbps, %s AS note"
              " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
              " ORDER BY r.id",
-             uid, version >= 2 ? "r.note" : "NULL");
+             uid, ardb__run_read_gbps_expr(version),
+             version >= 2 ? "r.note" : "NULL");
     snprintf(sql[2], sizeof sql[2],
              "SELECT m.id AS id, %s AS run, p.key AS problem,"
              " c.variant AS variant, c.source_hash AS source_hash,"
@@ -319,10 +320,12 @@ int ardb_export_csv(ardb *db, ardb_csv_table table, ardb_write_fn fn,
                  " r.driver AS driver, d.fingerprint AS device_fingerprint,"
                  " d.name AS device_name, r.policy_json AS policy_json,"
                  " r.strategy AS strategy, r.copy_gbps AS copy_gbps,"
-                 " r.launch_us AS launch_us, %s AS note"
+                 " r.launch_us AS launch_us, %s AS note,"
+                 " %s AS read_gbps"
                  " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
                  " ORDER BY r.id",
-                 uid, version >= 2 ? "r.note" : "NULL");
+                 uid, version >= 2 ? "r.note" : "NULL",
+                 ardb__run_read_gbps_expr(version));
         break;
     }
 #undef RUN_COLUMNS
@@ -395,7 +398,8 @@ static const char drop_maps[] =
     "DROP TABLE IF EXISTS temp.ardb_map_meas;";
 
 /* The statements of a merge, in order; %1$s is the source runs' uid
- * expression and %2$s their note (both over the alias r). */
+ * expression, %2$s their note and %3$s their read bandwidth (all over the
+ * alias r). */
 static const char *const merge_steps[] = {
     /* Devices, problems, candidates, binaries: by their natural keys. */
     "INSERT INTO main.devices(backend, name, arch, units, memory, driver,"
@@ -434,10 +438,11 @@ static const char *const merge_steps[] = {
     /* Runs by uid, in the source's order. */
     "INSERT INTO main.runs(started_at, finished_at, status, user, host,"
     " command, project_version, templates_hash, compiler, driver, device_id,"
-    " policy_json, strategy, copy_gbps, launch_us, uid, note)"
+    " policy_json, strategy, copy_gbps, launch_us, uid, note, read_gbps)"
     " SELECT r.started_at, r.finished_at, r.status, r.user, r.host,"
     " r.command, r.project_version, r.templates_hash, r.compiler, r.driver,"
-    " md.dst, r.policy_json, r.strategy, r.copy_gbps, r.launch_us, %1$s, %2$s"
+    " md.dst, r.policy_json, r.strategy, r.copy_gbps, r.launch_us, %1$s, %2$s,"
+    " %3$s"
     " FROM ardb_src.runs r LEFT JOIN temp.ardb_map_device md"
     " ON md.src = r.device_id"
     " WHERE NOT EXISTS (SELECT 1 FROM main.runs x WHERE x.uid = %1$s)"
@@ -498,11 +503,13 @@ static const char *const merge_steps[] = {
     " ON CONFLICT(run_id, problem_id, device_id) DO NOTHING",
 };
 
-/* Substitutes %1$s and %2$s of a step (snprintf's positional form). */
+/* Substitutes %1$s, %2$s and %3$s of a step (snprintf's positional form;
+ * a step may use only the leading ones). */
 static int format_step(char *buf, size_t len, const char *step,
-                       const char *uid, const char *note)
+                       const char *uid, const char *note,
+                       const char *read_gbps)
 {
-    int n = snprintf(buf, len, step, uid, note);
+    int n = snprintf(buf, len, step, uid, note, read_gbps);
     return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
@@ -526,7 +533,8 @@ static int merge_attached(ardb *db, int64_t src_version,
          * arguments; the others have no conversions. */
         if (strstr(merge_steps[i], "%1$s")) {
             if (format_step(sql, sizeof sql, merge_steps[i], uid,
-                            src_version >= 2 ? "r.note" : "NULL"))
+                            src_version >= 2 ? "r.note" : "NULL",
+                            ardb__run_read_gbps_expr(src_version)))
                 return ardb__fail(db, ARDB_ESQL, "merge: statement too long");
         } else {
             snprintf(sql, sizeof sql, "%s", merge_steps[i]);
@@ -654,7 +662,8 @@ static const char staging_ddl[] =
     "  ('running','complete','failed','interrupted')),"
     " user TEXT, host TEXT, command TEXT, project_version TEXT,"
     " templates_hash TEXT, compiler TEXT, driver TEXT, device_id INTEGER,"
-    " policy_json TEXT, strategy TEXT, copy_gbps REAL, launch_us REAL);"
+    " policy_json TEXT, strategy TEXT, copy_gbps REAL, launch_us REAL,"
+    " read_gbps REAL);"
     "CREATE TABLE ardb_src.measurements(id INTEGER PRIMARY KEY,"
     " run_id INTEGER NOT NULL, candidate_id INTEGER NOT NULL,"
     " problem_id INTEGER NOT NULL, device_id INTEGER NOT NULL,"
@@ -708,7 +717,10 @@ static const import_field run_fields[] = {
     {"compiler", 's', 0},     {"driver", 's', 0},
     {"device", 's', 0},       {"policy_json", 's', 0},
     {"strategy", 's', 0},     {"copy_gbps", 'r', 0},
-    {"launch_us", 'r', 0}};
+    {"launch_us", 'r', 0},
+    /* Optional: exports of builds before schema v3 do not carry it. A
+     * value <= 0 is stored as NULL (not measured), as ardb_run_begin does. */
+    {"read_gbps", 'r', 0}};
 static const import_field measurement_fields[] = {
     {"id", 'i', 1},         {"run", 's', 1},       {"problem", 's', 1},
     {"variant", 's', 1},    {"source_hash", 's', 1}, {"device", 's', 1},
@@ -741,11 +753,11 @@ static const import_section sections[] = {
     {"runs",
      "INSERT INTO ardb_src.runs(uid, note, started_at, finished_at, status,"
      " user, host, command, project_version, templates_hash, compiler, driver,"
-     " device_id, policy_json, strategy, copy_gbps, launch_us)"
+     " device_id, policy_json, strategy, copy_gbps, launch_us, read_gbps)"
      " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,"
      " CASE WHEN ?13 IS NULL THEN NULL ELSE"
      "  (SELECT id FROM ardb_src.devices WHERE fingerprint = ?13) END,"
-     " ?14, ?15, ?16, ?17)",
+     " ?14, ?15, ?16, ?17, CASE WHEN ?18 > 0 THEN ?18 END)",
      run_fields, COUNT_OF(run_fields), NULL},
     {"measurements",
      "INSERT INTO ardb_src.measurements(id, run_id, problem_id, candidate_id,"

@@ -78,6 +78,7 @@ static int read_run(sqlite3_stmt *st, ardb_run_info *r)
     r->device_fingerprint = ardb__col_dup(st, c++, &oom);
     r->copy_gbps = ardb__col_double(st, c++);
     r->launch_us = ardb__col_double(st, c++);
+    r->read_gbps = ardb__col_double(st, c++);
     r->measurements = sqlite3_column_int64(st, c++);
     r->winners = sqlite3_column_int64(st, c++);
     if (oom) {
@@ -105,12 +106,13 @@ static int query_runs(ardb *db, int64_t run_id, ardb_run_info **out,
              " r.status, r.user, r.host, r.command, r.project_version,"
              " r.templates_hash, r.compiler, r.driver, r.policy_json,"
              " r.strategy, d.name, d.backend, d.arch, d.fingerprint,"
-             " r.copy_gbps, r.launch_us,"
+             " r.copy_gbps, r.launch_us, %s,"
              " (SELECT count(*) FROM measurements m WHERE m.run_id = r.id),"
              " (SELECT count(*) FROM winners w WHERE w.run_id = r.id)"
              " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
              " WHERE ?1 = 0 OR r.id = ?1 ORDER BY r.id",
-             ardb__run_uid_expr(version), version >= 2 ? "r.note" : "NULL");
+             ardb__run_uid_expr(version), version >= 2 ? "r.note" : "NULL",
+             ardb__run_read_gbps_expr(version));
     if ((code = ardb__prepare(db, sql, &st, "list runs")))
         return code;
     if ((rc = sqlite3_bind_int64(st, 1, run_id)) != SQLITE_OK)

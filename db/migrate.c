@@ -25,12 +25,22 @@ static const char delta_v2[] =
     "UPDATE attnres_meta SET value = '2' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 2;\n";
 
+/* v2 -> v3: a second roofline per run, the measured read-only bandwidth
+ * (runs.read_gbps, GB/s). On CPUs reads alone can be far below the copy
+ * figure, so a roofline taken from copy_gbps alone misjudges kernels that
+ * mostly read; the run records both. Runs recorded before v3, and runs of
+ * backends that do not measure it, hold NULL. */
+static const char delta_v3[] =
+    "ALTER TABLE runs ADD COLUMN read_gbps REAL;\n"
+    "UPDATE attnres_meta SET value = '3' WHERE key = 'schema_version';\n"
+    "PRAGMA user_version = 3;\n";
+
 typedef struct delta {
     int64_t to;
     const char *sql;
 } delta;
 
-static const delta deltas[] = {{2, delta_v2}};
+static const delta deltas[] = {{2, delta_v2}, {3, delta_v3}};
 
 int ardb__user_version(ardb *db, const char *schema, int64_t *version)
 {

@@ -81,3 +81,8 @@ const char *ardb__run_uid_expr(int64_t version)
     return version >= 2 ? "COALESCE(r.uid, " ARDB_LEGACY_RUN_UID("r") ")"
                         : ARDB_LEGACY_RUN_UID("r");
 }
+
+const char *ardb__run_read_gbps_expr(int64_t version)
+{
+    return version >= 3 ? "r.read_gbps" : "NULL";
+}

@@ -30,6 +30,10 @@ int ardb__grow(void **arr, size_t *cap, size_t need, size_t elem);
  * table aliased as `r` in the statement: the column from v2 on, else the
  * identity the v2 migration derives. */
 const char *ardb__run_uid_expr(int64_t version);
+/* The SQL expression of a run's read-only bandwidth for a schema version,
+ * runs aliased `r`: the column from v3 on, else NULL, since a file older
+ * than v3 opened read-only has no such column. */
+const char *ardb__run_read_gbps_expr(int64_t version);
 /* The order of problems in every listing: key fields compared as numbers.
  * `p` is the alias of the problems table. */
 #define ARDB_PROBLEM_ORDER                                                    \

@@ -2,6 +2,7 @@
  * winners.c - winners (set, lookup with device fallback) and the listings.
  */
 #include "ardb_internal.h"
+#include "migrate.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -300,23 +301,38 @@ int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
 
 int ardb_list_runs(ardb *db, ardb_row_fn fn, void *ctx)
 {
-    static const char sql[] =
-        "SELECT r.id AS id, r.started_at AS started_at,"
-        " r.finished_at AS finished_at, r.status AS status,"
-        " COALESCE(d.name, d.fingerprint) AS device, r.strategy AS strategy,"
-        " r.project_version AS project_version, r.compiler AS compiler,"
-        " CASE WHEN r.copy_gbps IS NULL THEN NULL"
-        "      ELSE printf('%.1f', r.copy_gbps) END AS copy_gbps"
-        " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
-        " ORDER BY r.id";
+#define LIST_RUNS_SQL(read_gbps)                                              \
+    "SELECT r.id AS id, r.started_at AS started_at,"                         \
+    " r.finished_at AS finished_at, r.status AS status,"                     \
+    " COALESCE(d.name, d.fingerprint) AS device, r.strategy AS strategy,"    \
+    " r.project_version AS project_version, r.compiler AS compiler,"         \
+    " CASE WHEN r.copy_gbps IS NULL THEN NULL"                               \
+    "      ELSE printf('%.1f', r.copy_gbps) END AS copy_gbps,"               \
+    " " read_gbps " AS read_gbps"                                            \
+    " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"                 \
+    " ORDER BY r.id"
+    static const char sql[] = LIST_RUNS_SQL(
+        "CASE WHEN r.read_gbps IS NULL THEN NULL"
+        " ELSE printf('%.1f', r.read_gbps) END");
+    /* A file older than v3 opened read-only has no read_gbps column; it
+     * lists the same columns, with read_gbps empty. */
+    static const char sql_pre_v3[] = LIST_RUNS_SQL("NULL");
+#undef LIST_RUNS_SQL
     sqlite3_stmt *st;
+    int64_t version = 0;
     int code;
 
     if (!db)
         return ARDB_EINVAL;
     if (!fn)
         return ardb__fail(db, ARDB_EINVAL, "ardb_list_runs: invalid argument");
-    if ((code = ardb__stmt(db, ST_LIST_RUNS, sql, &st)))
+    if ((code = ardb__user_version(db, "main", &version)))
+        return code;
+    if (version >= 3)
+        code = ardb__stmt(db, ST_LIST_RUNS, sql, &st);
+    else
+        code = ardb__stmt(db, ST_LIST_RUNS_PRE_V3, sql_pre_v3, &st);
+    if (code)
         return code;
     return list_rows(db, st, fn, ctx, "list runs");
 }

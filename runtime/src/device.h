@@ -84,6 +84,10 @@ struct ar_backend {
     /* Device copy bandwidth in GB/s (bytes read + written per second) and the
      * time of an empty launch in microseconds. */
     int (*copy_bandwidth)(attnres_device *dev, double *gbps);
+    /* Read-only bandwidth in GB/s: the ceiling of a kernel that mostly
+     * reads, which on a CPU can sit well below the copy figure (NT stores
+     * cost a core no load concurrency). NULL where not measured. */
+    int (*read_bandwidth)(attnres_device *dev, double *gbps);
     int (*empty_launch)(attnres_device *dev, double *us);
 };
 

@@ -40,6 +40,15 @@ for template in cpu/mix cpu/mix_fused cpu/phase1 cpu/phase2; do
   echo "$template: $ok candidates verified and timed"
   if [ "$ok" = 0 ]; then echo "FAIL: no candidate of $template was measured"; fail=1; fi
 done
+# Both runs measured and recorded the CPU's read-only bandwidth, and the
+# table gives each winner's share of it.
+read_runs=$(sqlite3 "$dir/t.db" "select count(*) from runs where read_gbps > 0")
+echo "runs with a read roofline: $read_runs"
+if [ "$read_runs" != 2 ]; then echo "FAIL: a run recorded no read bandwidth"; fail=1; fi
+if ! grep -Eq '^copy bandwidth [0-9.]+ GB/s, read [0-9.]+ GB/s' "$dir/first.txt" ||
+   [ "$(sed -n '/^problem/,/^$/p' "$dir/first.txt" | grep -Ec '[0-9]% +[0-9.]+%$')" -lt 2 ]; then
+  echo "FAIL: the winners table lacks the read roofline"; fail=1
+fi
 rows=$(sqlite3 "$dir/t.db" "select count(*) from winners" 2>/dev/null || echo "?")
 echo "winner rows: $rows"
 [ "$fail" = 0 ] && echo "1 passed, 0 failed" || echo "0 passed, 1 failed"

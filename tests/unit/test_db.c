@@ -172,6 +172,7 @@ static int64_t run_make(ardb *db, int64_t dev)
     r.strategy = "exhaustive";
     r.copy_gbps = 4300.0;
     r.launch_us = 2.5;
+    r.read_gbps = 4100.0;
     if (ardb_run_begin(db, &r, &id) != ARDB_DONE)
         return 0;
     return id;
@@ -186,7 +187,13 @@ static void test_create_reopen(void)
     REQUIRE(db != NULL);
     CHECK(strcmp(ardb_errmsg(db), "") == 0);
     ardb_close(db);
-    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
+    CHECK(ARDB_SCHEMA_VERSION == 3);
+    CHECK(raw_int(path, "PRAGMA user_version") == 3);
+    CHECK(raw_int(path, "SELECT count(*) FROM attnres_meta WHERE key = "
+                        "'schema_version' AND value = '3'") == 1);
+    /* A new file has the shape of a migrated one: v1 plus every delta. */
+    CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') "
+                        "WHERE name IN ('uid', 'note', 'read_gbps')") == 3);
     CHECK(raw_int(path, "SELECT count(*) FROM attnres_meta WHERE key = "
                         "'format' AND value = 'attnres-tuning-db'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE name IN "
@@ -363,7 +370,7 @@ static void test_open_errors(void)
     ardb_close(db);
     CHECK(raw_exec(path, "PRAGMA user_version = 7") == SQLITE_OK);
     EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENEWER,
-                "database schema version 7 is newer than this build (2)");
+                "database schema version 7 is newer than this build (3)");
     EXPECT_OPEN(path, 0, ARDB_ENEWER, "is newer than this build");
     EXPECT_OPEN(path, ARDB_CREATE, ARDB_ENEWER, "is newer than this build");
     CHECK(raw_int(path, "PRAGMA user_version") == 7);
@@ -902,7 +909,8 @@ static void test_lists(void)
     CHECK(ardb_list_runs(db, collect, &r) == ARDB_DONE);
     CHECK(r.count == 4);
     CHECK(strcmp(r.header, "id,started_at,finished_at,status,device,strategy,"
-                           "project_version,compiler,copy_gbps") == 0);
+                           "project_version,compiler,copy_gbps,read_gbps") ==
+          0);
     {
         /* first line: id 1, a time, a time, complete, H200, ... */
         char line[512];
@@ -926,8 +934,10 @@ static void test_lists(void)
                 CHECK(strcmp(tok, "exhaustive") == 0);
             if (col == 8)
                 CHECK(strcmp(tok, "4300.0") == 0);
+            if (col == 9)
+                CHECK(strcmp(tok, "4100.0") == 0);
         }
-        CHECK(col == 9);
+        CHECK(col == 10);
         /* second run: not finished, finished_at empty */
         CHECK(strstr(r.text, "||running|NVIDIA H100|exhaustive|0.1.0|") != NULL);
     }
@@ -936,6 +946,57 @@ static void test_lists(void)
     r.stop_after = 2;
     CHECK(ardb_list_runs(db, collect, &r) == ARDB_DONE && r.count == 2);
     CHECK(ardb_list_runs(db, NULL, NULL) == ARDB_EINVAL);
+    ardb_close(db);
+}
+
+/* The read-only bandwidth of a run (schema v3): a measured value reads
+ * back as it was; NaN, 0 and negative values mean "not measured" and are
+ * stored as NULL, read back as NaN and listed as "". */
+static void test_run_read_gbps(void)
+{
+    static const double given[] = {27.5, NAN, 0.0, -3.0};
+    char path[600];
+    ardb *db = create_db("read_gbps.db", path, sizeof path), *ro = NULL;
+    ardb_device d = dev_make("cpu", "Some CPU", "x86_64", "cpu|rg");
+    ardb_run_info info;
+    int64_t dev = 0, ids[4] = {0};
+    rows r;
+    size_t i;
+    REQUIRE(db != NULL);
+    REQUIRE(ardb_device_upsert(db, &d, &dev) == ARDB_DONE);
+    for (i = 0; i < 4; i++) {
+        ardb_run run;
+        memset(&run, 0, sizeof run);
+        run.device_id = dev;
+        run.strategy = "exhaustive";
+        run.copy_gbps = 40.0;
+        run.launch_us = NAN;
+        run.read_gbps = given[i];
+        CHECK(ardb_run_begin(db, &run, &ids[i]) == ARDB_DONE);
+    }
+    CHECK(ardb_run_get(db, ids[0], &info) == ARDB_DONE);
+    CHECK(info.read_gbps == 27.5);
+    CHECK(info.copy_gbps == 40.0 && isnan(info.launch_us));
+    ardb_run_info_clear(&info);
+    for (i = 1; i < 4; i++) {
+        CHECK(ardb_run_get(db, ids[i], &info) == ARDB_DONE);
+        CHECK(isnan(info.read_gbps));
+        ardb_run_info_clear(&info);
+    }
+    CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") ==
+          3);
+    CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps = 27.5") ==
+          1);
+    /* The listing, through a read-only handle as the CLI reads it. */
+    CHECK(ardb_open(path, ARDB_READONLY, &ro, NULL, 0) == ARDB_DONE);
+    if (ro) {
+        memset(&r, 0, sizeof r);
+        CHECK(ardb_list_runs(ro, collect, &r) == ARDB_DONE && r.count == 4);
+        CHECK(strstr(r.header, ",copy_gbps,read_gbps") != NULL);
+        CHECK(strstr(r.text, "|40.0|27.5\n") != NULL);
+        CHECK(strstr(r.text, "|40.0|\n") != NULL);
+    }
+    ardb_close(ro);
     ardb_close(db);
 }
 
@@ -1183,6 +1244,7 @@ int main(void)
     RUN_CASE(test_transactions);
     RUN_CASE(test_winners);
     RUN_CASE(test_lists);
+    RUN_CASE(test_run_read_gbps);
     RUN_CASE(test_concurrent_writers);
     RUN_CASE(test_reader_during_write);
     if (!getenv("TEST_DB_KEEP"))

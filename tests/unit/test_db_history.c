@@ -90,6 +90,54 @@ static int make_v1(const char *name, char *path, size_t len)
     return raw_exec(path, fixture_sql) == SQLITE_OK ? 0 : -1;
 }
 
+/* Writes the v1 fixture migrated to v2 exactly as a build of schema v2
+ * did it (the v2 delta of db/migrate.c, copied here so that the file stays
+ * what v2 wrote when later deltas come). */
+static int make_v2(const char *name, char *path, size_t len)
+{
+    static const char delta_v2[] =
+        "ALTER TABLE runs ADD COLUMN uid TEXT;\n"
+        "ALTER TABLE runs ADD COLUMN note TEXT;\n"
+        "UPDATE runs SET uid = printf('v1:%s:%s:%d', runs.started_at,"
+        " COALESCE(runs.host, ''), runs.id);\n"
+        "CREATE UNIQUE INDEX runs_uid ON runs(uid);\n"
+        "CREATE TRIGGER runs_uid_default AFTER INSERT ON runs\n"
+        "WHEN NEW.uid IS NULL BEGIN\n"
+        "  UPDATE runs SET uid = lower(hex(randomblob(16))) WHERE id = NEW.id;\n"
+        "END;\n"
+        "UPDATE attnres_meta SET value = '2' WHERE key = 'schema_version';\n"
+        "PRAGMA user_version = 2;\n";
+    if (make_v1(name, path, len))
+        return -1;
+    return raw_exec(path, delta_v2) == SQLITE_OK ? 0 : -1;
+}
+
+/* Collects the rows of a listing as "a|b|c\n" lines and its header. */
+typedef struct listing {
+    char text[4096], header[256];
+    int count;
+} listing;
+
+static int collect(void *ctx, int ncol, const char *const *names, const char *const *values)
+{
+    listing *l = ctx;
+    size_t len;
+    int i;
+    if (!l->header[0])
+        for (i = 0; i < ncol; i++) {
+            len = strlen(l->header);
+            snprintf(l->header + len, sizeof l->header - len, "%s%s", i ? "," : "", names[i]);
+        }
+    for (i = 0; i < ncol; i++) {
+        len = strlen(l->text);
+        snprintf(l->text + len, sizeof l->text - len, "%s%s", i ? "|" : "", values[i]);
+    }
+    len = strlen(l->text);
+    snprintf(l->text + len, sizeof l->text - len, "\n");
+    l->count++;
+    return 0;
+}
+
 static ardb *open_db(const char *path, unsigned flags)
 {
     char msg[512];
@@ -229,8 +277,18 @@ static void test_v1_file_read_only_then_migrated(void)
         CHECK(strcmp(runs[1].driver, "5.11") == 0);
         CHECK(strcmp(runs[1].device_fingerprint, "cpu|Old CPU|x86_64-avx2|8|17179869184|5.10") == 0);
         CHECK(runs[1].copy_gbps == 20.0);
+        CHECK(isnan(runs[0].read_gbps) && isnan(runs[1].read_gbps));
     }
     ardb_run_infos_free(runs, n);
+    {
+        /* The listing has the columns of the current version; a v1 file
+         * has no read bandwidth, so it is empty. */
+        listing l = {0};
+        CHECK(ardb_list_runs(db, collect, &l) == ARDB_DONE && l.count == 2);
+        CHECK(strcmp(l.header, "id,started_at,finished_at,status,device,strategy,project_version,compiler,"
+                               "copy_gbps,read_gbps") == 0);
+        CHECK(strstr(l.text, "|20.0|\n") != NULL);
+    }
     CHECK(ardb_run_set_note(db, 1, "x") == ARDB_EREADONLY);
     ardb_close(db);
     CHECK(raw_int(path, "PRAGMA user_version") == 1);
@@ -246,23 +304,31 @@ static void test_v1_file_read_only_then_migrated(void)
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'uid'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM measurements") == 4);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE uid = 'v1:2025-02-01T10:00:00.000Z:builder:2'") == 1);
+    /* v3: the read bandwidth column, NULL for the runs recorded before. */
+    CHECK(raw_int(path, "PRAGMA user_version") == 3);
+    CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'read_gbps'") == 1);
+    CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
     char *v = NULL;
-    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "2") == 0);
+    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "3") == 0);
     free(v);
     v = NULL;
     CHECK(ardb_meta_get(db, "migrated_from_v1", &v) == ARDB_DONE && v && strstr(v, "backup") &&
           strstr(v, "v1.db.v1.bak"));
     free(v);
     CHECK(ardb_meta_get(db, "no such key", &v) == ARDB_ENOTFOUND);
-    /* v2 works: notes, and new runs get a random uid. */
+    /* v2 works: notes, and new runs get a random uid; v3: and a read
+     * bandwidth. */
     CHECK(ardb_run_set_note(db, 1, "driver 5.10") == ARDB_DONE);
     CHECK(ardb_run_set_note(db, 99, "x") == ARDB_ENOTFOUND);
-    ardb_run r = {.device_id = 1, .strategy = "exhaustive"};
+    ardb_run r = {.device_id = 1, .strategy = "exhaustive", .read_gbps = 27.5};
     int64_t id = 0;
     CHECK(ardb_run_begin(db, &r, &id) == ARDB_DONE && id == 3);
     ardb_run_info info;
     CHECK(ardb_run_get(db, 3, &info) == ARDB_DONE);
     CHECK(info.uid && strlen(info.uid) == 32 && strspn(info.uid, "0123456789abcdef") == 32);
+    CHECK(info.read_gbps == 27.5);
+    ardb_run_info_clear(&info);
+    CHECK(ardb_run_get(db, 2, &info) == ARDB_DONE && isnan(info.read_gbps) && info.copy_gbps == 20.0);
     ardb_run_info_clear(&info);
     CHECK(ardb_run_get(db, 1, &info) == ARDB_DONE && info.note && strcmp(info.note, "driver 5.10") == 0);
     ardb_run_info_clear(&info);
@@ -273,6 +339,8 @@ static void test_v1_file_read_only_then_migrated(void)
     CHECK(db != NULL);
     ardb_close(db);
     snprintf(msg, sizeof msg, "%s.v2.bak", path);
+    CHECK(!file_exists(msg));
+    snprintf(msg, sizeof msg, "%s.v3.bak", path);
     CHECK(!file_exists(msg));
 
     /* A taken backup name: the next free one is used, the old file kept. */
@@ -305,12 +373,64 @@ static void test_v1_file_read_only_then_migrated(void)
 
     /* A newer file is refused, read-only or not, and left alone. */
     REQUIRE(make_v1("newer.db", path, sizeof path) == 0);
-    REQUIRE(raw_exec(path, "PRAGMA user_version = 3;") == SQLITE_OK);
+    REQUIRE(raw_exec(path, "PRAGMA user_version = 4;") == SQLITE_OK);
     db = (ardb *)1;
     CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_ENEWER && db == NULL);
-    CHECK(strstr(msg, "database schema version 3 is newer than this build (2)") != NULL);
+    CHECK(strstr(msg, "database schema version 4 is newer than this build (3)") != NULL);
     CHECK(ardb_open(path, ARDB_READONLY, &db, msg, sizeof msg) == ARDB_ENEWER);
+    CHECK(raw_int(path, "PRAGMA user_version") == 4);
+}
+
+static void test_v2_file_read_only_then_migrated(void)
+{
+    char path[600], bak[700];
+    REQUIRE(make_v2("v2.db", path, sizeof path) == 0);
+    REQUIRE(raw_int(path, "PRAGMA user_version") == 2);
+    REQUIRE(raw_exec(path, "UPDATE runs SET note = 'kept' WHERE id = 2;") == SQLITE_OK);
+    snprintf(bak, sizeof bak, "%s.v2.bak", path);
+
+    /* Read-only: read as it is; no read bandwidth column, so NaN and "". */
+    ardb *db = open_db(path, ARDB_READONLY);
+    REQUIRE(db != NULL);
+    ardb_run_info *runs = NULL;
+    size_t n = 0;
+    CHECK(ardb_run_list(db, &runs, &n) == ARDB_DONE && n == 2);
+    if (n == 2) {
+        CHECK(strcmp(runs[1].uid, "v1:2025-02-01T10:00:00.000Z:builder:2") == 0);
+        CHECK(runs[1].note && strcmp(runs[1].note, "kept") == 0);
+        CHECK(runs[1].copy_gbps == 20.0 && isnan(runs[1].read_gbps) && isnan(runs[0].read_gbps));
+    }
+    ardb_run_infos_free(runs, n);
+    {
+        listing l = {0};
+        CHECK(ardb_list_runs(db, collect, &l) == ARDB_DONE && l.count == 2);
+        CHECK(strstr(l.header, ",copy_gbps,read_gbps") != NULL && strstr(l.text, "|20.0|\n") != NULL);
+    }
+    {
+        buffer e = {0};
+        CHECK(ardb_export_json(db, 0, buffer_write, &e) == ARDB_DONE);
+        CHECK(e.data && strstr(e.data, "\"read_gbps\": null") && !strstr(e.data, "\"read_gbps\": 2"));
+        free(e.data);
+    }
+    ardb_close(db);
+    CHECK(raw_int(path, "PRAGMA user_version") == 2);
+    CHECK(!file_exists(bak));
+
+    /* Read-write: migrated to v3 in place, with a backup of the v2 file. */
+    db = open_db(path, 0);
+    REQUIRE(db != NULL);
     CHECK(raw_int(path, "PRAGMA user_version") == 3);
+    CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == 2);
+    CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'read_gbps'") == 0);
+    CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
+    CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE note = 'kept' AND uid LIKE 'v1:%'") == 1);
+    char *v = NULL;
+    CHECK(ardb_meta_get(db, "migrated_from_v2", &v) == ARDB_DONE && v && strstr(v, "v2.db.v2.bak"));
+    free(v);
+    ardb_run_info info;
+    CHECK(ardb_run_get(db, 1, &info) == ARDB_DONE && isnan(info.read_gbps));
+    ardb_run_info_clear(&info);
+    ardb_close(db);
 }
 
 /* ---- runs, diff ----------------------------------------------------------------- */
@@ -473,7 +593,7 @@ static ardb *make_shard(const char *name, char *path, size_t len, int64_t *run2)
     ardb_candidate c2 = {.template_name = "cpu/mix", .variant = "v_slow", .source_hash = "h2", .source = "int s;",
                          .kernel_name = "k2", .backend = "cpu"};
     int64_t dev, pid, qid, cid1, cid2, r1, r2, m1;
-    ardb_run r = {.strategy = "exhaustive", .host = "shard"};
+    ardb_run r = {.strategy = "exhaustive", .host = "shard", .read_gbps = 27.5};
     ardb_binary b = {.build_key = "bk-shard", .blob = "xyz", .size = 3};
     if (ardb_device_upsert(db, &d, &dev) || ardb_problem_upsert(db, &p, &pid) ||
         ardb_problem_upsert(db, &q, &qid) || ardb_candidate_upsert(db, &c1, &cid1) ||
@@ -513,6 +633,9 @@ static void test_merge_without_duplicates(void)
     CHECK(s.devices == 1 && s.problems == 1 && s.candidates == 2 && s.binaries == 1);
     CHECK(s.runs == 2 && s.measurements == 3 && s.winners == 4);
     CHECK(ardb_merge(db, shard, &s) == ARDB_DONE && stats_zero(&s));
+    /* The shard's read bandwidth came along; the fixture's runs have none. */
+    CHECK(raw_int(dst, "SELECT count(*) FROM runs WHERE host = 'shard' AND read_gbps = 27.5") == 2);
+    CHECK(raw_int(dst, "SELECT count(*) FROM runs WHERE host = 'builder' AND read_gbps IS NULL") == 2);
     /* The merged runs compare as they did at home (ids re-mapped, run 2's
      * reused winner pointing at run 1's measurement). */
     ardb_diff_row *rows = NULL;
@@ -562,8 +685,17 @@ static void test_merge_without_duplicates(void)
     ardb *old = open_db(v1, 0); /* migrates */
     CHECK(old != NULL);
     ardb_close(old);
-    CHECK(raw_int(v1, "PRAGMA user_version") == 2);
+    CHECK(raw_int(v1, "PRAGMA user_version") == 3);
     CHECK(ardb_merge(db, v1, &s) == ARDB_DONE && stats_zero(&s));
+    /* Runs merged from a file without the column have none. */
+    CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
+    /* A v2 file that is only read merges too, and its runs are the same. */
+    {
+        char v2[600];
+        REQUIRE(make_v2("old2.db", v2, sizeof v2) == 0);
+        CHECK(ardb_merge(db, v2, &s) == ARDB_DONE && stats_zero(&s));
+        CHECK(raw_int(v2, "PRAGMA user_version") == 2);
+    }
 
     /* A run merged while running gets its end and its later rows. */
     a = open_db(shard, 0);
@@ -594,6 +726,8 @@ static void test_export_import_round_trip(void)
     ardb *db = open_db(src, 0);
     REQUIRE(db != NULL);
     CHECK(ardb_run_set_note(db, 2, "driver \"5.11\"\tupgrade") == ARDB_DONE);
+    /* Run 2 has a read bandwidth, run 1 (recorded before v3) none. */
+    REQUIRE(raw_exec(src, "UPDATE runs SET read_gbps = 27.5 WHERE id = 2;") == SQLITE_OK);
     CHECK(ardb_export_json(db, 0, buffer_write, &a) == ARDB_DONE);
     CHECK(ardb_export_json(db, ARDB_EXPORT_NO_SOURCE, buffer_write, &nosrc) == ARDB_DONE);
     CHECK(ardb_export_json(db, 0, failing_write, NULL) != ARDB_DONE);
@@ -605,6 +739,8 @@ static void test_export_import_round_trip(void)
     CHECK(strstr(a.data, "\"source\": \"int c;\"") != NULL);
     CHECK(strstr(nosrc.data, "\"source\": \"int c;\"") == NULL);
     CHECK(strstr(a.data, "\"note\": \"driver \\\"5.11\\\"\\tupgrade\"") != NULL);
+    CHECK(strstr(a.data, "\"read_gbps\": 27.5, ") != NULL);
+    CHECK(strstr(a.data, "\"read_gbps\": null, ") != NULL);
 
     /* Into an empty database: everything, in the same order, so that its
      * own export is the same text. Twice: nothing more. */
@@ -617,7 +753,54 @@ static void test_export_import_round_trip(void)
     CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && stats_zero(&s));
     CHECK(ardb_export_json(db, 0, buffer_write, &b) == ARDB_DONE);
     CHECK(b.data && strcmp(a.data, b.data) == 0);
+    {
+        ardb_run_info *runs = NULL;
+        size_t n = 0;
+        CHECK(ardb_run_list(db, &runs, &n) == ARDB_DONE && n == 2);
+        if (n == 2) {
+            CHECK(strcmp(runs[1].uid, "v1:2025-02-01T10:00:00.000Z:builder:2") == 0);
+            CHECK(runs[1].read_gbps == 27.5);
+            CHECK(isnan(runs[0].read_gbps));
+        }
+        ardb_run_infos_free(runs, n);
+    }
     ardb_close(db);
+
+    /* An export of an older build has no "read_gbps", and a newer one may
+     * have members this build does not know: both import, the first with
+     * no read bandwidth, the unknown members ignored. A read bandwidth of
+     * 0 means not measured. */
+    {
+        static const char older[] =
+            "{\"format\": \"attnres-export\", \"version\": 1, \"schema_version\": 2,\n"
+            "\"devices\": [{\"fingerprint\": \"fp-old\", \"backend\": \"cpu\", \"future\": [1, {\"x\": 2}]}],\n"
+            "\"runs\": [{\"uid\": \"old-run\", \"started_at\": \"2025-03-01T00:00:00.000Z\","
+            " \"status\": \"complete\", \"device\": \"fp-old\", \"copy_gbps\": 30.5, \"note\": null},\n"
+            " {\"uid\": \"new-run\", \"started_at\": \"2025-03-02T00:00:00.000Z\", \"status\": \"complete\","
+            " \"device\": \"fp-old\", \"read_gbps\": 12.25, \"roofline_kind\": \"read\"},\n"
+            " {\"uid\": \"zero-run\", \"started_at\": \"2025-03-03T00:00:00.000Z\", \"status\": \"complete\","
+            " \"read_gbps\": 0}],\n"
+            "\"future_section\": [{\"a\": 1}]}\n";
+        static const char bad_type[] =
+            "{\"format\": \"attnres-export\", \"version\": 1, \"runs\": [{\"uid\": \"r\", \"started_at\": \"t\","
+            " \"status\": \"complete\", \"read_gbps\": \"fast\"}]}";
+        ardb_run_info *runs = NULL;
+        size_t n = 0;
+        path_in_tmp(path2, sizeof path2, "older-export.db");
+        db = open_db(path2, ARDB_CREATE);
+        REQUIRE(db != NULL);
+        CHECK(ardb_import_json(db, older, strlen(older), &s) == ARDB_DONE && s.runs == 3 && s.devices == 1);
+        CHECK(ardb_run_list(db, &runs, &n) == ARDB_DONE && n == 3);
+        if (n == 3) {
+            CHECK(strcmp(runs[0].uid, "old-run") == 0 && isnan(runs[0].read_gbps) && runs[0].copy_gbps == 30.5);
+            CHECK(strcmp(runs[1].uid, "new-run") == 0 && runs[1].read_gbps == 12.25);
+            CHECK(strcmp(runs[2].uid, "zero-run") == 0 && isnan(runs[2].read_gbps));
+        }
+        ardb_run_infos_free(runs, n);
+        CHECK(ardb_import_json(db, bad_type, strlen(bad_type), &s) == ARDB_EINVAL);
+        CHECK(strstr(ardb_errmsg(db), "\"read_gbps\" must be a number") != NULL);
+        ardb_close(db);
+    }
 
     /* Without sources first: the later full import fills them in. */
     path_in_tmp(path2, sizeof path2, "nosource.db");
@@ -707,6 +890,8 @@ static void test_csv_export(void)
     CHECK(lines == 5);
     CHECK(strstr(w.data, ",mix_c_bf16_online_v1_u1_t1,250,2,12,0.59999999999999998,2\r\n") != NULL);
     CHECK(strstr(r.data, "v1:2025-02-01T10:00:00.000Z:builder:2") != NULL);
+    /* The runs table has the read bandwidth last, empty for a v1 file. */
+    CHECK(strstr(r.data, ",launch_us,note,read_gbps\r\n") != NULL);
     free(m.data);
     free(w.data);
     free(r.data);
@@ -726,6 +911,7 @@ int main(int argc, char **argv)
     }
     RUN_CASE(test_classify_noise_and_threshold);
     RUN_CASE(test_v1_file_read_only_then_migrated);
+    RUN_CASE(test_v2_file_read_only_then_migrated);
     RUN_CASE(test_diff_and_resolve);
     RUN_CASE(test_stored_winners_fall_back_like_the_runtime);
     RUN_CASE(test_merge_without_duplicates);

@@ -205,7 +205,10 @@ static void print_runs_long(const ardb_run_info *r, size_t n)
         printf("  device       %s (%s, %s)\n  fingerprint  %s\n", or_dash(r[i].device_name),
                or_dash(r[i].device_backend), or_dash(r[i].device_arch), or_dash(r[i].device_fingerprint));
         printf("  strategy     %s\n  policy       %s\n", or_dash(r[i].strategy), or_dash(r[i].policy_json));
-        printf("  roofline     %.1f GB/s copy, %.2f us empty launch\n", r[i].copy_gbps, r[i].launch_us);
+        char read[48] = "read not measured";
+        if (!isnan(r[i].read_gbps))
+            snprintf(read, sizeof read, "%.1f GB/s read", r[i].read_gbps);
+        printf("  roofline     %.1f GB/s copy, %s, %.2f us empty launch\n", r[i].copy_gbps, read, r[i].launch_us);
         printf("  recorded     %" PRId64 " measurement(s), %" PRId64 " winner(s)\n\n", r[i].measurements,
                r[i].winners);
     }
@@ -238,6 +241,8 @@ void db_print_run_json(FILE *out, const ardb_run_info *r)
     }
     fputs(", \"copy_gbps\": ", out);
     db_json_number(out, r->copy_gbps);
+    fputs(", \"read_gbps\": ", out);
+    db_json_number(out, r->read_gbps);
     fputs(", \"launch_us\": ", out);
     db_json_number(out, r->launch_us);
     fprintf(out, ", \"measurements\": %" PRId64 ", \"winners\": %" PRId64 "}", r->measurements, r->winners);

@@ -183,16 +183,21 @@ static int parse(int argc, char **argv, tune_opts *o)
 
 static void print_table(const tuner *t, const winner_row *rows, size_t n)
 {
-    printf("\nwinners on %s (%s)\ncopy bandwidth %.1f GB/s, empty launch %.2f us\n\n", t->dev->name,
-           t->dev->backend, t->copy_gbps, t->launch_us);
-    printf("%-44s %-34s %12s %9s %10s\n", "problem", "variant", "time (us)", "GB/s", "% roofline");
+    char roof[160];
+    rooflines_format(&t->roof, roof, sizeof roof);
+    printf("\nwinners on %s (%s)\n%s\n\n", t->dev->name, t->dev->backend, roof);
+    /* "% roofline" is of the copy bandwidth (DESIGN §2); "% read" of the
+     * read-only rate, the ceiling of a kernel that mostly reads. */
+    printf("%-44s %-34s %12s %9s %10s %7s\n", "problem", "variant", "time (us)", "GB/s", "% roofline", "% read");
     for (size_t i = 0; i < n; i++) {
         if (!rows[i].found) {
-            printf("%-44s %-34s %12s %9s %10s\n", rows[i].problem, "(none verified)", "-", "-", "-");
+            printf("%-44s %-34s %12s %9s %10s %7s\n", rows[i].problem, "(none verified)", "-", "-", "-", "-");
             continue;
         }
-        printf("%-44s %-34s %12.2f %9.2f %9.1f%%\n", rows[i].problem, rows[i].variant, rows[i].median_us,
-               rows[i].gbps, 100.0 * rows[i].roofline);
+        char read[16];
+        rooflines_percent(rows[i].gbps, t->roof.read_gbps, read, sizeof read);
+        printf("%-44s %-34s %12.2f %9.2f %9.1f%% %7s\n", rows[i].problem, rows[i].variant, rows[i].median_us,
+               rows[i].gbps, 100.0 * rows[i].roofline, read);
     }
 }
 
@@ -219,7 +224,8 @@ static int begin_run(tuner *t, int argc, char **argv)
     ardb_run r = {.device_id = t->device_id, .user = user, .host = host, .command = cmdline,
                   .project_version = attnres_version(), .templates_hash = hash, .compiler = t->dev->compiler,
                   .driver = t->dev->driver, .policy_json = policy, .strategy = strategy_name(t->opt.strategy),
-                  .copy_gbps = t->copy_gbps, .launch_us = t->launch_us};
+                  .copy_gbps = t->roof.copy_gbps, .read_gbps = t->roof.read_gbps,
+                  .launch_us = t->roof.launch_us};
     if (ardb_run_begin(t->db, &r, &t->run_id) != ARDB_DONE) {
         cli_error("tune", "recording the run: %s", ardb_errmsg(t->db));
         return -1;
@@ -280,13 +286,13 @@ int cmd_tune(int argc, char **argv)
     measure_policy_default(&t.policy, t.dev->backend);
     if (load_templates(&t))
         goto done;
-    if (t.dev->ops->copy_bandwidth(t.dev, &t.copy_gbps) != ATTNRES_OK ||
-        t.dev->ops->empty_launch(t.dev, &t.launch_us) != ATTNRES_OK) {
+    if (rooflines_measure(t.dev, &t.roof) != ATTNRES_OK) {
         cli_error("tune", "measuring the device: %s", t.dev->errmsg);
         goto done;
     }
-    log_line(&t, "device %s: %s, copy bandwidth %.1f GB/s, empty launch %.2f us", spec, t.dev->name, t.copy_gbps,
-             t.launch_us);
+    char roof[160];
+    rooflines_format(&t.roof, roof, sizeof roof);
+    log_line(&t, "device %s: %s, %s", spec, t.dev->name, roof);
     if (begin_run(&t, argc, argv))
         goto done;
     rows = calloc(set.count, sizeof *rows);

@@ -23,13 +23,14 @@
 #include "device.h"
 #include "measure.h"
 #include "problems.h"
+#include "rooflines.h"
 #include "sha256.h"
 
 typedef struct revalidation {
     attnres_device *dev;
     ardb *db;
     int64_t device_id, run_id;
-    double copy_gbps, launch_us;
+    rooflines roof;
     measure_policy policy;
     int quiet;
 } revalidation;
@@ -73,7 +74,8 @@ static int begin_run(revalidation *r, const char *spec, const char *db_path, con
     ardb_run run = {.device_id = r->device_id, .user = user, .host = host, .command = cmdline,
                     .project_version = attnres_version(), .templates_hash = hash, .compiler = r->dev->compiler,
                     .driver = r->dev->driver, .policy_json = policy, .strategy = "revalidate",
-                    .copy_gbps = r->copy_gbps, .launch_us = r->launch_us};
+                    .copy_gbps = r->roof.copy_gbps, .read_gbps = r->roof.read_gbps,
+                    .launch_us = r->roof.launch_us};
     if (ardb_run_begin(r->db, &run, &r->run_id) != ARDB_DONE) {
         cli_error("tune", "recording the run: %s", ardb_errmsg(r->db));
         return -1;
@@ -127,7 +129,7 @@ static void record(revalidation *r, const ardb_stored_winner *w, const char *bui
                           .median_us = tm ? tm->median_us : 0, .min_us = tm ? tm->min_us : 0,
                           .max_us = tm ? tm->max_us : 0, .spread_us = tm ? tm->spread_us : 0,
                           .reps = tm ? tm->reps : 0, .gbps = gbps,
-                          .roofline = r->copy_gbps > 0 ? gbps / r->copy_gbps : 0, .rel_err = rel_err,
+                          .roofline = r->roof.copy_gbps > 0 ? gbps / r->roof.copy_gbps : 0, .rel_err = rel_err,
                           .message = message};
     int64_t mid = 0;
     o->status = status;
@@ -225,8 +227,9 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
 
 static void print_table(const revalidation *r, const ardb_stored_winner *w, const outcome *o, size_t n)
 {
-    printf("\nre-validated winners on %s (%s)\ncopy bandwidth %.1f GB/s, empty launch %.2f us\n\n", r->dev->name,
-           r->dev->backend, r->copy_gbps, r->launch_us);
+    char roof[160];
+    rooflines_format(&r->roof, roof, sizeof roof);
+    printf("\nre-validated winners on %s (%s)\n%s\n\n", r->dev->name, r->dev->backend, roof);
     printf("%-44s %-34s %6s %12s %12s %7s  %s\n", "problem", "variant", "from", "stored (us)", "now (us)", "ratio",
            "status");
     for (size_t i = 0; i < n; i++) {
@@ -278,8 +281,7 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
     if (!(o = calloc(n, sizeof *o)))
         goto done;
     measure_policy_default(&r.policy, r.dev->backend);
-    if (r.dev->ops->copy_bandwidth(r.dev, &r.copy_gbps) != ATTNRES_OK ||
-        r.dev->ops->empty_launch(r.dev, &r.launch_us) != ATTNRES_OK) {
+    if (rooflines_measure(r.dev, &r.roof) != ATTNRES_OK) {
         cli_error("tune", "measuring the device: %s", r.dev->errmsg);
         goto done;
     }

@@ -59,7 +59,7 @@ static void record(tuner *t, int64_t problem_id, candidate_ref *c, const job_res
                           .median_us = tm ? tm->median_us : 0, .min_us = tm ? tm->min_us : 0,
                           .max_us = tm ? tm->max_us : 0, .spread_us = tm ? tm->spread_us : 0,
                           .reps = tm ? tm->reps : 0, .gbps = gbps,
-                          .roofline = t->copy_gbps > 0 ? gbps / t->copy_gbps : 0, .rel_err = r->rel_err,
+                          .roofline = t->roof.copy_gbps > 0 ? gbps / t->roof.copy_gbps : 0, .rel_err = r->rel_err,
                           .message = message};
     if (ardb_measurement_add(t->db, &m, &c->measurement_id) != ARDB_DONE)
         cli_error("tune", "recording a measurement: %s", ardb_errmsg(t->db));
@@ -428,7 +428,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
         snprintf(w->variant, sizeof w->variant, "%s", best->e->id);
         w->median_us = best->median_us;
         w->gbps = bytes / (best->median_us * 1e3);
-        w->roofline = t->copy_gbps > 0 ? w->gbps / t->copy_gbps : 0;
+        w->roofline = t->roof.copy_gbps > 0 ? w->gbps / t->roof.copy_gbps : 0;
     }
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)

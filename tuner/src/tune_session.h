@@ -15,6 +15,7 @@
 #include "device.h"
 #include "measure.h"
 #include "problems.h"
+#include "rooflines.h"
 
 typedef enum strategy {
     STRATEGY_HALVING,    /* screen all cheaply, measure the best fully */
@@ -52,7 +53,7 @@ typedef struct tuner {
     attnres_device *dev;
     ardb *db;
     int64_t device_id, run_id;
-    double copy_gbps, launch_us;
+    rooflines roof; /* measured before the first candidate */
     measure_policy policy;
     argen **templates;
     size_t ntemplates;
