@@ -31,6 +31,7 @@ local storage = require("lib/c_storage")
 local mix_abi = require("lib/c_mix_abi")
 local rowops = require("lib/c_rowops")
 local space = require("lib/cpu_space")
+local prefetch_lib = require("lib/c_prefetch")
 
 local T = {
   backend = "cpu",
@@ -62,17 +63,11 @@ function T.applies(p, problem, device)
   return space.applies(T, p, problem, device)
 end
 
--- Statements that prefetch every 64-byte line of the step at `ptr` (a
--- storage_t pointer expression), p.ahead bytes ahead; "" when p.ahead is 0.
+-- Prefetches of every line of a sweep step, p.ahead bytes ahead of `ptr`;
+-- "" when p.ahead is 0.
 local function prefetch(p, ptr, indent)
   if p.ahead == 0 then return "" end
-  local step_bytes = 2 * p.vec * storage.size[p.dtype]
-  local lines = {}
-  for off = 0, math.max(step_bytes, 64) - 64, 64 do
-    lines[#lines + 1] = string.format(
-      "%s__builtin_prefetch((const char *)(%s) + %d, 0, 3);\n", indent, ptr, p.ahead + off)
-  end
-  return table.concat(lines)
+  return prefetch_lib.lines(ptr, 2 * p.vec * storage.size[p.dtype], p.ahead, indent)
 end
 
 -- The sweep, inlined once per group size so that its accumulators become

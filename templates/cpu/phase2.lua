@@ -11,6 +11,11 @@
 -- Parameters and why they matter:
 --   vec       fp32 lanes per vector (1 = scalar code, 8 = AVX2, 16 = AVX-512).
 --   unroll    independent accumulators per loop, to hide FMA latency.
+--   prefetch  1: software prefetch keeps memory busy through the passes that
+--             read only cached data. The add pass asks for this token's o1
+--             row and the merge pass for the next token's b and f rows, so
+--             each arrives while a pass over cached data runs (into L2, so
+--             that the rows in use stay in L1). 0 leaves it to the hardware.
 --   threads   the most worker threads the launch spreads tokens over.
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 --
@@ -21,6 +26,7 @@
 local storage = require("lib/c_storage")
 local space = require("lib/cpu_space")
 local rowops = require("lib/c_rowops")
+local prefetch = require("lib/c_prefetch")
 
 local T = {
   backend = "cpu",
@@ -29,17 +35,21 @@ local T = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
     { name = "vec", values = { 1, 8, 16 } },
     { name = "unroll", values = { 1, 2, 4 } },
+    { name = "prefetch", values = { 0, 1 } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
   },
   -- The runtime's built-in fallback: scalar code that fits every d and H,
   -- spread over all cores.
-  generic = { vec = 1, unroll = 1, threads = 64 },
+  generic = { vec = 1, unroll = 1, prefetch = 0, threads = 64 },
 }
 
-T.constraint = space.constraint
+-- Scalar code is bound by its arithmetic, not by memory.
+function T.constraint(p)
+  return space.constraint(p) and not (p.vec == 1 and p.prefetch == 1)
+end
 
 function T.id(p)
-  return string.format("phase2_c_%s_v%d_u%d_t%d", p.dtype, p.vec, p.unroll, p.threads)
+  return string.format("phase2_c_%s_v%d_u%d_p%d_t%d", p.dtype, p.vec, p.unroll, p.prefetch, p.threads)
 end
 
 function T.launch(p)
@@ -105,11 +115,11 @@ void ${NAME}(const struct attnres_cpu_phase2_args *a, int64_t t0, int64_t t1)
         const float *lse = a->lse + t * a->lse_stride;
         storage_t *out = (storage_t *)a->out + t * a->out_stride;
         storage_t *normed = a->normed ? (storage_t *)a->normed + t * a->normed_stride : NULL;
-        if (a->sublayer) {
+${next_rows}        if (a->sublayer) {
             /* The fused residual add: b += f, stored at once. */
             const storage_t *f = (const storage_t *)a->sublayer + t * a->sublayer_stride;
             for (int64_t kb = 0; kb < d; kb += ${STEP}) {
-${add}
+${prefetch_add}${add}
             }
         }
         const float r = 1.0f / sqrtf(row_stats(b, a->query, hd, heads, dot) * inv_d + eps);
@@ -119,7 +129,7 @@ ${add}
             const float p2 = sigmoid(scale * r * dot[h] - lse[h]);
             const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
             for (int64_t kb = k0; kb < k1; kb += ${STEP}) {
-${merge}
+${prefetch_merge}${merge}
             }
         }
         if (normed) {
@@ -138,6 +148,20 @@ ${merge}
     THREADS = p.threads,
     STEP = p.vec * u,
     VEC = p.vec,
+    next_rows = p.prefetch == 0 and "" or [[
+        /* The rows the merge pass prefetches: token t + 1's b and f, or,
+         * without a fused add (no pass to prefetch o1 in), its o1 row. The
+         * last token prefetches its own rows again, which are cached. */
+        const int64_t tn = t + 1 < t1 ? t + 1 : t;
+        storage_t *b_next = (storage_t *)a->partial + tn * a->partial_stride;
+        const storage_t *f_next = a->sublayer ? (const storage_t *)a->sublayer + tn * a->sublayer_stride
+                                              : (const storage_t *)a->o1 + tn * a->o1_stride;
+]],
+    prefetch_add = p.prefetch == 0 and "" or
+      prefetch.lines("o + kb", p.vec * u * storage.size[p.dtype], 0, "                ", false, 2),
+    prefetch_merge = p.prefetch == 0 and "" or
+      prefetch.lines("b_next + kb", p.vec * u * storage.size[p.dtype], 0, "                ", true, 2) ..
+      prefetch.lines("f_next + kb", p.vec * u * storage.size[p.dtype], 0, "                ", false, 2),
     add = gen.each(u, function(i)
       local off = (i - 1) * p.vec
       return string.format("                store_row(b + kb + %d, load_row(b + kb + %d) + load_row(f + kb + %d));",
