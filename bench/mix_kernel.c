@@ -8,7 +8,7 @@
  *   attnres gen mix_c_bf16_fused_v16_g8_a2048_t2 > /tmp/k.c
  *   cc -O3 -march=native -pthread -DKERNEL_SOURCE='"/tmp/k.c"' \
  *      -DKERNEL=attnres_mix_c_bf16_fused_v16_g8_a2048_t2 bench/mix_kernel.c -o /tmp/k -lm
- *   /tmp/k D T N THREADS REPEATS
+ *   /tmp/k D T N THREADS REPEATS [HEADS]
  *
  * Splits the T tokens evenly over THREADS threads, each calling the kernel
  * REPEATS times on its tokens (repeat small T to time data held in cache);
@@ -97,14 +97,16 @@ static int by_value(const void *x, const void *y)
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s D T N THREADS REPEATS\n", argv[0]);
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: %s D T N THREADS REPEATS [HEADS]\n", argv[0]);
         return 2;
     }
     const int64_t d = atoll(argv[1]), T = atoll(argv[2]);
     const int n = atoi(argv[3]), threads = atoi(argv[4]), repeats = atoi(argv[5]);
-    if (d <= 0 || d % 64 || T <= 0 || n < 1 || n > 64 || threads < 1 || threads > 64 || repeats < 1) {
-        fprintf(stderr, "%s: D must be a positive multiple of 64, N 1..64, THREADS 1..64\n", argv[0]);
+    const int heads = argc == 7 ? atoi(argv[6]) : 1;
+    if (d <= 0 || d % 64 || T <= 0 || n < 1 || n > 64 || threads < 1 || threads > 64 || repeats < 1 ||
+        heads < 1 || d % (64 * (int64_t)heads)) {
+        fprintf(stderr, "%s: D must be a positive multiple of 64 * HEADS, N 1..64, THREADS 1..64\n", argv[0]);
         return 2;
     }
     const void *src[64];
@@ -126,7 +128,7 @@ int main(int argc, char **argv)
         query[k] = 0.01f * (float)(k % 13);
     memset(out, 0, (size_t)(T * d) * 2);
     const struct attnres_cpu_mix_args args = {
-        .d = d, .n = n, .heads = 1, .src = src, .src_stride = stride, .query = query,
+        .d = d, .n = n, .heads = heads, .src = src, .src_stride = stride, .query = query,
         .scale = 1.0f, .eps = 1e-6f, .out = out, .out_stride = d};
     double times[9];
     launch(&args, T, threads, repeats);
@@ -134,7 +136,7 @@ int main(int argc, char **argv)
         times[r] = launch(&args, T, threads, repeats);
     qsort(times, 9, sizeof *times, by_value);
     const double bytes = (double)(n + 1) * (double)(T * d) * 2.0 * repeats;
-    printf("%-40s d=%lld T=%lld N=%d threads=%d: %8.2f ms  %5.1f GB/s\n", argv[0],
-           (long long)d, (long long)T, n, threads, times[4] * 1e3 / repeats, bytes / times[4] / 1e9);
+    printf("%-40s d=%lld T=%lld N=%d H=%d threads=%d: %8.2f ms  %5.1f GB/s\n", argv[0],
+           (long long)d, (long long)T, n, heads, threads, times[4] * 1e3 / repeats, bytes / times[4] / 1e9);
     return 0;
 }

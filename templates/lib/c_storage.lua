@@ -10,9 +10,40 @@ local M = {}
 M.ctype = { f32 = "float", bf16 = "uint16_t", f16 = "uint16_t" }
 M.size = { f32 = 4, bf16 = 2, f16 = 2 } -- bytes per element
 
+-- hsum(x): the sum of a vector's lanes. A tree of log2(vec) shuffles and
+-- adds: summed lane by lane, the adds form one dependent chain of vec, and
+-- a kernel sums a vector per row and head of every token.
+local function hsum(vec)
+  if vec == 1 then
+    return "static inline float hsum(vf x) { return x[0]; }\n"
+  end
+  local steps = {}
+  local half = vec // 2
+  while half >= 1 do
+    local idx = {}
+    for i = 0, vec - 1 do idx[#idx + 1] = tostring((i + half) % vec) end
+    steps[#steps + 1] = string.format("    x += SHUFFLE(x, %s);\n", table.concat(idx, ", "))
+    half = half // 2
+  end
+  return gen.subst([[
+/* Lane permutations: GCC's builtin takes a mask vector, Clang's the indices. */
+#if defined(__clang__)
+#define SHUFFLE(x, ...) __builtin_shufflevector(x, x, __VA_ARGS__)
+#else
+#define SHUFFLE(x, ...) __builtin_shuffle(x, (vi){__VA_ARGS__})
+#endif
+
+/* The sum of the lanes, as a tree: log2(${VEC}) adds deep, not ${VEC}. */
+static inline float hsum(vf x)
+{
+${steps}    return x[0];
+}
+]], { VEC = vec, steps = table.concat(steps) })
+end
+
 -- Vector typedefs and the load/store helpers for one dtype and width.
 function M.helpers(dtype, vec)
-  local v = { VEC = vec, BYTES4 = vec * 4, BYTES2 = vec * 2 }
+  local v = { VEC = vec, BYTES4 = vec * 4, BYTES2 = vec * 2, hsum = hsum(vec) }
   local text = gen.subst([[
 /* fp32 vectors of ${VEC} lane(s); loads and stores go through memcpy so that
  * rows need no particular alignment. */
@@ -29,14 +60,7 @@ static inline vf load_f32(const float *p)
 
 static inline void store_f32(float *p, vf x) { memcpy(p, &x, sizeof x); }
 
-static inline float hsum(vf x)
-{
-    float s = 0.0f;
-    for (int i = 0; i < ${VEC}; i++)
-        s += x[i];
-    return s;
-}
-]], v)
+${hsum}]], v)
   if dtype == "f32" then
     text = text .. [[
 
