@@ -13,7 +13,17 @@
 --             in registers (each block of the n rows is re-read from L1 for
 --             every site). "sourceouter": for each column block, load each
 --             source's lanes once and fold them into all S sites' sums (the
---             S sums live in a small stack array).
+--             S sums live in a small stack array). "tiled": per column block,
+--             the sums of a group of sites (12 for 16 lanes, 6 below) in
+--             registers while the n rows' lanes are folded in; each row's
+--             lanes are loaded once per group.
+--   scores    how the n x S score dot products are taken. "persite": one
+--             pass over the row per site (the row stays in L1, but the
+--             S x d fp32 queries stream from L2 once per row). "tiled":
+--             register tiles of rows x sites (4 x 6 for 16 lanes, 2 x 4
+--             below), where each row vector loaded serves every site of the
+--             tile and each query vector every row, so the queries stream
+--             once per 4 (or 2) rows.
 --   vec       fp32 lanes per vector (1 = scalar code, 8 = AVX2, 16 = AVX-512).
 --   unroll    independent accumulators per loop, to hide FMA latency.
 --   threads   the most worker threads the launch spreads tokens over.
@@ -31,14 +41,15 @@ local T = {
   op = "phase1",
   params = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "schedule", values = { "siteouter", "sourceouter" } },
+    { name = "schedule", values = { "siteouter", "sourceouter", "tiled" } },
+    { name = "scores", values = { "persite", "tiled" } },
     { name = "vec", values = { 1, 8, 16 } },
     { name = "unroll", values = { 1, 2, 4 } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
   },
   -- The runtime's built-in fallback: scalar code that fits every d, H and S,
   -- spread over all cores.
-  generic = { schedule = "siteouter", vec = 1, unroll = 1, threads = 64 },
+  generic = { schedule = "siteouter", scores = "persite", vec = 1, unroll = 1, threads = 64 },
 }
 
 -- Per-token scratch the kernel keeps on the stack (softmax weights); must
@@ -46,10 +57,15 @@ local T = {
 local MAX_WEIGHTS = 1 << 15
 local MAX_SUMS = 1 << 14
 
-T.constraint = space.constraint
+-- Tiles take their own accumulators: unrolling them further is the same
+-- code, and scalar tiles gain nothing.
+function T.constraint(p)
+  local tiled = p.scores == "tiled" or p.schedule == "tiled"
+  return space.constraint(p) and not (tiled and (p.unroll ~= 1 or p.vec == 1))
+end
 
 function T.id(p)
-  return string.format("phase1_c_%s_%s_v%d_u%d_t%d", p.dtype, p.schedule, p.vec,
+  return string.format("phase1_c_%s_%s_%s_v%d_u%d_t%d", p.dtype, p.schedule, p.scores, p.vec,
                        p.unroll, p.threads)
 end
 
@@ -143,9 +159,123 @@ ${store}
   })
 end
 
+-- The tiled score dot products (scores = "tiled"): a function that fills
+-- weight[(i * sites + j) * heads + h] with row i's dot product with query
+-- j per head, RB rows by SB sites at a time.
+local function tiled_dots(p)
+  local rb, sb = 2, 4
+  if p.vec == 16 then rb, sb = 4, 6 end
+  return gen.subst([[
+/* Dot products of the n rows with the S queries, per head, in register
+ * tiles of ${RB} rows x ${SB} sites. Tiles at the edges repeat the last row
+ * or site and drop those results. */
+static void tiled_dots(const storage_t *const *rows, const float *queries, int n, int sites,
+                       int64_t d, int heads, float *out)
+{
+    const int64_t hd = d / heads;
+    for (int i0 = 0; i0 < n; i0 += ${RB})
+        for (int j0 = 0; j0 < sites; j0 += ${SB}) {
+            const storage_t *r[${RB}];
+            const float *q[${SB}];
+            for (int a = 0; a < ${RB}; a++)
+                r[a] = rows[i0 + a < n ? i0 + a : n - 1];
+            for (int b = 0; b < ${SB}; b++)
+                q[b] = queries + (int64_t)(j0 + b < sites ? j0 + b : sites - 1) * d;
+            for (int h = 0; h < heads; h++) {
+                vf acc[${RB}][${SB}];
+#pragma GCC unroll ${RB}
+                for (int a = 0; a < ${RB}; a++)
+#pragma GCC unroll ${SB}
+                    for (int b = 0; b < ${SB}; b++)
+                        acc[a][b] = (vf){0};
+                for (int64_t k = (int64_t)h * hd; k < (int64_t)(h + 1) * hd; k += ${VEC}) {
+                    vf x[${RB}];
+#pragma GCC unroll ${RB}
+                    for (int a = 0; a < ${RB}; a++)
+                        x[a] = load_row(r[a] + k);
+#pragma GCC unroll ${SB}
+                    for (int b = 0; b < ${SB}; b++) {
+                        const vf qv = load_f32(q[b] + k);
+#pragma GCC unroll ${RB}
+                        for (int a = 0; a < ${RB}; a++)
+                            acc[a][b] += x[a] * qv;
+                    }
+                }
+                for (int a = 0; a < ${RB} && i0 + a < n; a++)
+                    for (int b = 0; b < ${SB} && j0 + b < sites; b++)
+                        out[((int64_t)(i0 + a) * sites + j0 + b) * heads + h] = hsum(acc[a][b]);
+            }
+        }
+}
+]], { RB = rb, SB = sb, VEC = p.vec })
+end
+
+-- The score loop of one token: every row's r and its scaled dot products
+-- with every site's query, into weight[(i * sites + j) * heads + h].
+local function scores(p)
+  if p.scores == "tiled" then
+    return [[
+        /* Scores: row sums of squares, then all dot products in tiles. */
+        float r[n];
+        for (int i = 0; i < n; i++) {
+            rows[i] = (const storage_t *)a->src[i] + t * a->src_stride[i];
+            r[i] = 1.0f / sqrtf(row_stats(rows[i], a->queries, hd, heads, dot) * inv_d + eps);
+        }
+        tiled_dots(rows, a->queries, n, sites, d, heads, weight);
+        for (int i = 0; i < n; i++)
+            for (int64_t j = 0; j < (int64_t)sites * heads; j++)
+                weight[(int64_t)i * sites * heads + j] *= scale * r[i];]]
+  end
+  return [[
+        /* Scores: each row is read from memory once; its r serves all sites. */
+        for (int i = 0; i < n; i++) {
+            rows[i] = (const storage_t *)a->src[i] + t * a->src_stride[i];
+            float *wi = weight + (int64_t)i * sites * heads;
+            const float r = 1.0f / sqrtf(row_stats(rows[i], a->queries, hd, heads, dot) * inv_d + eps);
+            for (int h = 0; h < heads; h++)
+                wi[h] = scale * r * dot[h];
+            for (int j = 1; j < sites; j++) {
+                const float *q = a->queries + (int64_t)j * d;
+                for (int h = 0; h < heads; h++)
+                    wi[(int64_t)j * heads + h] = scale * r * head_dot(rows[i], q, (int64_t)h * hd, hd);
+            }
+        }]]
+end
+
+local function mix_tiled(p)
+  return gen.subst([==[
+        /* Per column block, the sums of ${SB} sites at a time in registers;
+         * the n rows' lanes are folded into all of them. A group at the
+         * edge repeats the last site's weights and drops those sums. */
+        for (int h = 0; h < heads; h++) {
+            const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
+            for (int64_t kb = k0; kb < k1; kb += ${VEC}) {
+                for (int j0 = 0; j0 < sites; j0 += ${SB}) {
+                    int64_t wj[${SB}];
+                    for (int b = 0; b < ${SB}; b++)
+                        wj[b] = (int64_t)(j0 + b < sites ? j0 + b : sites - 1) * heads + h;
+                    vf acc[${SB}];
+#pragma GCC unroll ${SB}
+                    for (int b = 0; b < ${SB}; b++)
+                        acc[b] = (vf){0};
+                    for (int i = 0; i < n; i++) {
+                        const vf x = load_row(rows[i] + kb);
+                        const float *wi = weight + (int64_t)i * sites * heads;
+#pragma GCC unroll ${SB}
+                        for (int b = 0; b < ${SB}; b++)
+                            acc[b] += wi[wj[b]] * x;
+                    }
+                    for (int b = 0; b < ${SB} && j0 + b < sites; b++)
+                        store_row((storage_t *)a->o1[j0 + b] + t * a->o1_stride + kb, acc[b]);
+                }
+            }
+        }]==], { SB = p.vec == 16 and 12 or 6, VEC = p.vec })
+end
+
 function T.emit(p)
   local name = "attnres_" .. T.id(p)
-  local sweep = p.schedule == "siteouter" and mix_siteouter(p) or mix_sourceouter(p)
+  local sweep = ({ siteouter = mix_siteouter, sourceouter = mix_sourceouter,
+                   tiled = mix_tiled })[p.schedule](p)
   local src = gen.subst([[
 #include <math.h>
 #include <stdint.h>
@@ -171,7 +301,7 @@ struct attnres_cpu_phase1_args {
 ${helpers}
 ${row_stats}
 ${head_dot}
-const int ${NAME}_abi = 1;
+${tiled}const int ${NAME}_abi = 1;
 const int ${NAME}_threads = ${THREADS};
 
 void ${NAME}(const struct attnres_cpu_phase1_args *a, int64_t t0, int64_t t1);
@@ -191,19 +321,7 @@ void ${NAME}(const struct attnres_cpu_phase1_args *a, int64_t t0, int64_t t1)
     vf sums[${SUMS}];
     (void)sums;
     for (int64_t t = t0; t < t1; t++) {
-        /* Scores: each row is read from memory once; its r serves all sites. */
-        for (int i = 0; i < n; i++) {
-            rows[i] = (const storage_t *)a->src[i] + t * a->src_stride[i];
-            float *wi = weight + (int64_t)i * sites * heads;
-            const float r = 1.0f / sqrtf(row_stats(rows[i], a->queries, hd, heads, dot) * inv_d + eps);
-            for (int h = 0; h < heads; h++)
-                wi[h] = scale * r * dot[h];
-            for (int j = 1; j < sites; j++) {
-                const float *q = a->queries + (int64_t)j * d;
-                for (int h = 0; h < heads; h++)
-                    wi[(int64_t)j * heads + h] = scale * r * head_dot(rows[i], q, (int64_t)h * hd, hd);
-            }
-        }
+${scores}
         /* One depth softmax per site and head; weights become probabilities. */
         for (int j = 0; j < sites; j++) {
             float *lse = a->lse[j] + t * a->lse_stride;
@@ -231,7 +349,9 @@ ${sweep}
     CTYPE = storage.ctype[p.dtype],
     helpers = storage.helpers(p.dtype, p.vec),
     row_stats = rowops.row_stats(p),
-    head_dot = rowops.head_dot(p),
+    head_dot = p.scores == "persite" and rowops.head_dot(p) or "",
+    tiled = p.scores == "tiled" and tiled_dots(p) or "",
+    scores = scores(p),
     NAME = name,
     THREADS = p.threads,
     SUMS = p.schedule == "sourceouter" and ("sites * " .. p.unroll) or "1",

@@ -573,19 +573,19 @@ static void test_phase1_applies_refuses_other_ops_and_widths(void)
     argen_device ad = {.backend = "cpu", .arch = "x86_64", .units = 64};
     argen_problem ap = {.op = "phase1", .dtype = "f32", .form = "replace", .d = 128, .t = 1, .n = 3, .heads = 1,
                         .s = 2};
-    CHECK(argen_applies(g, "phase1_c_f32_siteouter_v16_u2_t4", &ap, &ad, why, sizeof why) == 1);
+    CHECK(argen_applies(g, "phase1_c_f32_siteouter_persite_v16_u2_t4", &ap, &ad, why, sizeof why) == 1);
     ap.op = "mix";
-    CHECK(argen_applies(g, "phase1_c_f32_siteouter_v16_u2_t4", &ap, &ad, why, sizeof why) == 0);
+    CHECK(argen_applies(g, "phase1_c_f32_siteouter_persite_v16_u2_t4", &ap, &ad, why, sizeof why) == 0);
     ap.op = "phase1";
     ap.d = 48; /* 48 is not a multiple of 32 */
-    CHECK(argen_applies(g, "phase1_c_f32_siteouter_v16_u2_t4", &ap, &ad, why, sizeof why) == 0);
+    CHECK(argen_applies(g, "phase1_c_f32_siteouter_persite_v16_u2_t4", &ap, &ad, why, sizeof why) == 0);
     CHECK(strstr(why, "multiple") != NULL);
     ap.d = 128;
     ap.s = 0;
-    CHECK(argen_applies(g, "phase1_c_f32_siteouter_v16_u2_t4", &ap, &ad, why, sizeof why) == 0);
+    CHECK(argen_applies(g, "phase1_c_f32_siteouter_persite_v16_u2_t4", &ap, &ad, why, sizeof why) == 0);
     char *id = NULL;
     REQUIRE(argen_generic(g, "bf16", &id) == 0);
-    CHECK(strcmp(id, "phase1_c_bf16_siteouter_v1_u1_t64") == 0);
+    CHECK(strcmp(id, "phase1_c_bf16_siteouter_persite_v1_u1_t64") == 0);
     free(id);
     argen_close(g);
 }
