@@ -17,6 +17,11 @@
 --             the sums of a group of sites (12 for 16 lanes, 6 below) in
 --             registers while the n rows' lanes are folded in; each row's
 --             lanes are loaded once per group.
+--   stream    1 (tiled schedule only): o1 rows are stored past the caches,
+--             two vectors at a time so each row gets whole lines in turn.
+--             They are S times the rows read, written once and read back
+--             only by a later phase 2, so at larger T ordinary stores spend
+--             as much again reading each line in before writing it.
 --   scores    how the n x S score dot products are taken. "persite": one
 --             pass over the row per site (the row stays in L1, but the
 --             S x d fp32 queries stream from L2 once per row). "tiled":
@@ -43,13 +48,14 @@ local T = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
     { name = "schedule", values = { "siteouter", "sourceouter", "tiled" } },
     { name = "scores", values = { "persite", "tiled" } },
+    { name = "stream", values = { 0, 1 } },
     { name = "vec", values = { 1, 8, 16 } },
     { name = "unroll", values = { 1, 2, 4 } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
   },
   -- The runtime's built-in fallback: scalar code that fits every d, H and S,
   -- spread over all cores.
-  generic = { schedule = "siteouter", scores = "persite", vec = 1, unroll = 1, threads = 64 },
+  generic = { schedule = "siteouter", scores = "persite", stream = 0, vec = 1, unroll = 1, threads = 64 },
 }
 
 -- Per-token scratch the kernel keeps on the stack (softmax weights); must
@@ -61,12 +67,18 @@ local MAX_SUMS = 1 << 14
 -- code, and scalar tiles gain nothing.
 function T.constraint(p)
   local tiled = p.scores == "tiled" or p.schedule == "tiled"
-  return space.constraint(p) and not (tiled and (p.unroll ~= 1 or p.vec == 1))
+  return space.constraint(p) and not (tiled and (p.unroll ~= 1 or p.vec == 1)) and
+         not (p.stream == 1 and p.schedule ~= "tiled")
 end
 
 function T.id(p)
-  return string.format("phase1_c_%s_%s_%s_v%d_u%d_t%d", p.dtype, p.schedule, p.scores, p.vec,
-                       p.unroll, p.threads)
+  return string.format("phase1_c_%s_%s_%s%s_v%d_u%d_t%d", p.dtype, p.schedule, p.scores,
+                       p.stream == 1 and "_nt" or "", p.vec, p.unroll, p.threads)
+end
+
+-- A loop step: two vectors when streaming, so the head width must hold them.
+function T.step(p)
+  return p.stream == 1 and 2 * p.vec or p.vec * p.unroll
 end
 
 function T.launch(p)
@@ -243,33 +255,76 @@ local function scores(p)
 end
 
 local function mix_tiled(p)
+  local w = p.stream == 1 and 2 or 1
+  local sb = p.vec == 16 and 12 or 6
   return gen.subst([==[
         /* Per column block, the sums of ${SB} sites at a time in registers;
          * the n rows' lanes are folded into all of them. A group at the
          * edge repeats the last site's weights and drops those sums. */
         for (int h = 0; h < heads; h++) {
             const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
-            for (int64_t kb = k0; kb < k1; kb += ${VEC}) {
+            for (int64_t kb = k0; kb < k1; kb += ${STEP}) {
                 for (int j0 = 0; j0 < sites; j0 += ${SB}) {
                     int64_t wj[${SB}];
                     for (int b = 0; b < ${SB}; b++)
                         wj[b] = (int64_t)(j0 + b < sites ? j0 + b : sites - 1) * heads + h;
-                    vf acc[${SB}];
-#pragma GCC unroll ${SB}
-                    for (int b = 0; b < ${SB}; b++)
-                        acc[b] = (vf){0};
-                    for (int i = 0; i < n; i++) {
-                        const vf x = load_row(rows[i] + kb);
-                        const float *wi = weight + (int64_t)i * sites * heads;
+                    vf acc[${W}][${SB}];
+#pragma GCC unroll ${W}
+                    for (int c = 0; c < ${W}; c++)
 #pragma GCC unroll ${SB}
                         for (int b = 0; b < ${SB}; b++)
-                            acc[b] += wi[wj[b]] * x;
+                            acc[c][b] = (vf){0};
+                    for (int i = 0; i < n; i++) {
+                        const float *wi = weight + (int64_t)i * sites * heads;
+#pragma GCC unroll ${W}
+                        for (int c = 0; c < ${W}; c++) {
+                            const vf x = load_row(rows[i] + kb + c * ${VEC});
+#pragma GCC unroll ${SB}
+                            for (int b = 0; b < ${SB}; b++)
+                                acc[c][b] += wi[wj[b]] * x;
+                        }
                     }
                     for (int b = 0; b < ${SB} && j0 + b < sites; b++)
-                        store_row((storage_t *)a->o1[j0 + b] + t * a->o1_stride + kb, acc[b]);
+                        for (int c = 0; c < ${W}; c++)
+                            ${STORE}((storage_t *)a->o1[j0 + b] + t * a->o1_stride + kb + c * ${VEC}, acc[c][b]);
                 }
             }
-        }]==], { SB = p.vec == 16 and 12 or 6, VEC = p.vec })
+        }]==], { SB = sb, VEC = p.vec, W = w, STEP = w * p.vec,
+                  STORE = p.stream == 1 and "stream_row" or "store_row" })
+end
+
+-- stream_row(p, x), for schedule = "tiled" with stream = 1: a non-temporal
+-- store of one vector of the storage type, with the x86 intrinsic of its
+-- width where the ISA has it, an ordinary store otherwise.
+local function stream_helper(p)
+  local bytes = p.vec * storage.size[p.dtype]
+  local isa = ({ [16] = "__SSE2__", [32] = "__AVX__", [64] = "__AVX512F__" })[bytes]
+  local itype = ({ [16] = "__m128i", [32] = "__m256i", [64] = "__m512i" })[bytes]
+  local call = ({ [16] = "_mm_stream_si128((__m128i *)p, v)", [32] = "_mm256_stream_si256((__m256i *)p, v)",
+                  [64] = "_mm512_stream_si512((void *)p, v)" })[bytes]
+  return gen.subst([[
+#if defined(${ISA})
+#include <immintrin.h>
+
+/* Stores x at p past the caches where p is aligned to the ${BYTES}-byte
+ * vector, with an ordinary store otherwise. */
+static inline void stream_row(storage_t *p, vf x)
+{
+    if ((uintptr_t)p % ${BYTES}) {
+        store_row(p, x);
+        return;
+    }
+    storage_t tmp[${VEC}];
+    store_row(tmp, x);
+    ${ITYPE} v;
+    memcpy(&v, tmp, sizeof v);
+    ${CALL};
+}
+#else
+static inline void stream_row(storage_t *p, vf x) { store_row(p, x); }
+#endif
+
+]], { ISA = isa, BYTES = bytes, VEC = p.vec, ITYPE = itype, CALL = call })
 end
 
 function T.emit(p)
@@ -301,7 +356,7 @@ struct attnres_cpu_phase1_args {
 ${helpers}
 ${row_stats}
 ${head_dot}
-${tiled}const int ${NAME}_abi = 1;
+${tiled}${stream}const int ${NAME}_abi = 1;
 const int ${NAME}_threads = ${THREADS};
 
 void ${NAME}(const struct attnres_cpu_phase1_args *a, int64_t t0, int64_t t1);
@@ -343,7 +398,7 @@ ${scores}
             }
         }
 ${sweep}
-    }
+    }${fence}
 }
 ]], {
     CTYPE = storage.ctype[p.dtype],
@@ -352,6 +407,12 @@ ${sweep}
     head_dot = p.scores == "persite" and rowops.head_dot(p) or "",
     tiled = p.scores == "tiled" and tiled_dots(p) or "",
     scores = scores(p),
+    stream = p.stream == 0 and "" or stream_helper(p),
+    fence = p.stream == 0 and "" or [[
+
+    /* Streaming stores are weakly ordered: make them visible before the
+     * launch reports completion. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);]],
     NAME = name,
     THREADS = p.threads,
     SUMS = p.schedule == "sourceouter" and ("sites * " .. p.unroll) or "1",
