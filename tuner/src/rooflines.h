@@ -15,8 +15,9 @@ typedef struct rooflines {
     double launch_us; /* an empty launch */
 } rooflines;
 
-/* Measures all three; ATTNRES_OK, or the failing status with the reason in
- * dev->errmsg. A backend without a read measurement leaves read_gbps NaN. */
+/* Measures all three, copy and read in alternating rounds, each keeping its
+ * best; ATTNRES_OK, or the failing status with the reason in dev->errmsg. A
+ * backend without a read measurement leaves read_gbps NaN. */
 int rooflines_measure(attnres_device *dev, rooflines *out);
 
 /* "copy bandwidth 41.3 GB/s, read 28.1 GB/s, empty launch 0.11 us" into
