@@ -260,8 +260,8 @@ void ardb_run_infos_free(ardb_run_info *r, size_t count);
 
 /* Resolves what a person types for a run: a decimal id, "latest" (the
  * highest id), "latest~K" (K runs before it), or a unique prefix of at
- * least 4 characters of a run's uid. ENOTFOUND or EINVAL (ambiguous, bad
- * syntax) with a message. */
+ * least 4 characters of a run's uid (a number that is no run's id is tried
+ * as one too). ENOTFOUND or EINVAL (ambiguous, bad syntax) with a message. */
 int ardb_run_resolve(ardb *db, const char *text, int64_t *run_id);
 
 /* The newest run after after_id (a higher id) on device device_id that

@@ -183,13 +183,18 @@ int ardb_run_resolve(ardb *db, const char *text, int64_t *run_id)
                                            "'latest~K' or a uid prefix");
     for (p = text; isdigit((unsigned char)*p); p++)
         ;
-    if (!*p && p - text <= 18) {
+    const int digits = !*p;
+    if (digits && p - text <= 18) {
         v = strtoll(text, NULL, 10);
         code = ardb__query_int(db, "SELECT id FROM runs WHERE id = ?1", v, 0,
                                run_id, "find run");
-        if (code == ARDB_ENOTFOUND)
-            return ardb__fail(db, ARDB_ENOTFOUND, "no run with id %s", text);
-        return code;
+        /* Random uids start with digits only now and then: a number that
+         * is no id may still be the start of one. */
+        if (code != ARDB_ENOTFOUND || strlen(text) < 4)
+            return code == ARDB_ENOTFOUND
+                       ? ardb__fail(db, ARDB_ENOTFOUND, "no run with id %s",
+                                    text)
+                       : code;
     }
     if (!strncmp(text, "latest", 6) && (!text[6] || text[6] == '~')) {
         int64_t back = 0;
@@ -241,7 +246,9 @@ int ardb_run_resolve(ardb *db, const char *text, int64_t *run_id)
             return ardb__step_fail(db, st, rc, "find run");
         sqlite3_finalize(st);
         if (matches == 0)
-            return ardb__fail(db, ARDB_ENOTFOUND, "no run with uid %s...",
+            return ardb__fail(db, ARDB_ENOTFOUND,
+                              digits ? "no run with id or uid %s..."
+                                     : "no run with uid %s...",
                               text);
         if (matches > 1)
             return ardb__fail(db, ARDB_EINVAL,

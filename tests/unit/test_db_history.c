@@ -514,6 +514,18 @@ static void test_diff_and_resolve(void)
         ardb_run_info_clear(&info);
         CHECK(ardb_run_resolve(db, prefix, &id) == ARDB_DONE && id == run3);
     }
+    /* A uid that starts with digits only (about 1 in 40 random ones do)
+     * resolves from a numeric prefix that is no run's id. */
+    {
+        char sql[128];
+        snprintf(sql, sizeof sql, "UPDATE runs SET uid = '31415926abc' WHERE id = %lld;",
+                 (long long)run3);
+        REQUIRE(raw_exec(path, sql) == SQLITE_OK);
+        CHECK(ardb_run_resolve(db, "31415926", &id) == ARDB_DONE && id == run3);
+        CHECK(ardb_run_resolve(db, "2718", &id) == ARDB_ENOTFOUND);
+        CHECK(strstr(ardb_errmsg(db), "no run with id or uid 2718") != NULL);
+        CHECK(ardb_run_resolve(db, "2", &id) == ARDB_DONE && id == 2);
+    }
 
     /* The run after a baseline on its device. */
     CHECK(ardb_run_latest_on_device(db, 1, 1, &id) == ARDB_DONE && id == run3);
