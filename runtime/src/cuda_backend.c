@@ -155,9 +155,16 @@ static void *driver_symbol(const char *const *names)
 static void driver_load(void)
 {
     cu.init_rc = -1;
-    cu.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    /* ATTNRES_CUDA_DRIVER names another driver library: a newer driver
+     * outside the loader's path, or the simulated driver of the tests. */
+    const char *path = getenv("ATTNRES_CUDA_DRIVER");
+    if (!path || !*path)
+        path = "libcuda.so.1";
+    cu.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!cu.handle) {
-        snprintf(cu.error, sizeof cu.error, "no CUDA driver (libcuda.so.1 not found)");
+        const char *why = dlerror();
+        snprintf(cu.error, sizeof cu.error, "no CUDA driver (%.200s not loaded: %.200s)", path,
+                 why ? why : "not found");
         return;
     }
     CU_SYM(Init, "cuInit");
