@@ -93,7 +93,7 @@ static struct {
     pthread_once_t once;
     void *handle;
     CUresult init_rc;
-    char error[256];
+    char error[512];
     CUresult (*Init)(unsigned);
     CUresult (*DriverGetVersion)(int *);
     CUresult (*GetErrorName)(CUresult, const char **);
