@@ -227,10 +227,10 @@ struct raw_t { ar_u16 h; };
 __device__ __forceinline__ raw_t raw_zero() { raw_t r; r.h = 0; return r; }
 /* read-only path: sources (never written by this kernel) */
 __device__ __forceinline__ raw_t ld_nc(const st_t *p)
-{ raw_t r; asm("ld.global.nc.u16 %0, [%1];" : "=h"(r.h) : "l"(p)); return r; }
+{ raw_t r; asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(r.h) : "l"(p)); return r; }
 /* coherent path: the partial sum, which may alias out */
 __device__ __forceinline__ raw_t ld_g(const st_t *p)
-{ raw_t r; asm("ld.global.u16 %0, [%1];" : "=h"(r.h) : "l"(p)); return r; }
+{ raw_t r; asm volatile("ld.global.u16 %0, [%1];" : "=h"(r.h) : "l"(p) : "memory"); return r; }
 /* a second read of a source: never merged with the first */
 __device__ __forceinline__ raw_t ld_again(const st_t *p)
 { raw_t r; asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(r.h) : "l"(p)); return r; }
@@ -268,10 +268,10 @@ __device__ __forceinline__ raw_t raw_zero()
 }
 /* read-only path: sources (never written by this kernel) */
 __device__ __forceinline__ raw_t ld_nc(const st_t *p)
-{ raw_t r; asm("ld.global.nc.${SUF} ${REGS}, [${P}];" : ${OUTS} : "l"(p)); return r; }
+{ raw_t r; asm volatile("ld.global.nc.${SUF} ${REGS}, [${P}];" : ${OUTS} : "l"(p)); return r; }
 /* coherent path: the partial sum, which may alias out */
 __device__ __forceinline__ raw_t ld_g(const st_t *p)
-{ raw_t r; asm("ld.global.${SUF} ${REGS}, [${P}];" : ${OUTS} : "l"(p)); return r; }
+{ raw_t r; asm volatile("ld.global.${SUF} ${REGS}, [${P}];" : ${OUTS} : "l"(p) : "memory"); return r; }
 /* a second read of a source: never merged with the first */
 __device__ __forceinline__ raw_t ld_again(const st_t *p)
 { raw_t r; asm volatile("ld.global.nc.${SUF} ${REGS}, [${P}];" : ${OUTS} : "l"(p)); return r; }
@@ -395,14 +395,14 @@ __device__ __forceinline__ void store_row(st_t *p, const float (&f)[VEC])
   local step = math.min(vec, 4)
   for base = 0, vec - 1, step do
     if step == 1 then
-      fl[#fl + 1] = string.format('    asm("ld.global.nc.f32 %%0, [%%1];" : "=f"(f[%d]) : "l"(p + %d));', base, base)
+      fl[#fl + 1] = string.format('    asm volatile("ld.global.nc.f32 %%0, [%%1];" : "=f"(f[%d]) : "l"(p + %d));', base, base)
     else
       local regs, outs = {}, {}
       for i = 0, step - 1 do
         regs[#regs + 1] = "%" .. i
         outs[#outs + 1] = string.format('"=f"(f[%d])', base + i)
       end
-      fl[#fl + 1] = string.format('    asm("ld.global.nc.v%d.f32 {%s}, [%%%d];" : %s : "l"(p + %d));',
+      fl[#fl + 1] = string.format('    asm volatile("ld.global.nc.v%d.f32 {%s}, [%%%d];" : %s : "l"(p + %d));',
                                   step, table.concat(regs, ", "), step, table.concat(outs, ", "), base)
     end
   end
