@@ -605,7 +605,9 @@ static int exec_memory(block_ctx *b, warp *w, const ptx_instr *in, uint32_t em)
             } else if (slot >= 0) {
                 uint64_t v = 0;
                 memcpy(&v, p + k * es, (size_t)es);
-                w->regs[(size_t)slot * 32 + (size_t)l] = narrow(v, t);
+                /* A signed load sign-extends into a wider register; every
+                 * reader masks a register to its instruction's type. */
+                w->regs[(size_t)slot * 32 + (size_t)l] = ptx_type_is_signed(t) ? typed(v, t) : narrow(v, t);
             }
         }
     }
@@ -811,7 +813,13 @@ static int exec_alu(block_ctx *b, warp *w, const ptx_instr *in, uint32_t em)
             {
                 const float x = fin(in, as_f32(src(b, w, &o[1], (int)l))), y = fin(in, as_f32(src(b, w, &o[2], (int)l)));
                 /* div.approx computes x * (1 / y), within 2 ulp for |y| in [2^-126, 2^126]. */
-                float r = in->approx == 1 ? x * fin(in, 1.0f / y) : num_f32_binary('/', x, y, in->rnd);
+                float r;
+                if (in->approx != 1)
+                    r = num_f32_binary('/', x, y, in->rnd);
+                else if (fabsf(y) > 0x1p126f && fabsf(y) < INFINITY) /* documented: 0, or NaN for an infinite x */
+                    r = isinf(x) ? NAN : copysignf(0.0f, signbit(x) != signbit(y) ? -1.0f : 1.0f);
+                else
+                    r = x * fin(in, 1.0f / y);
                 dst(w, &o[0], (int)l, from_f32(fout(in, r)));
             }
             return 0;
@@ -932,6 +940,45 @@ static int push(block_ctx *b, warp *w, const ptx_instr *in, int pc, int rpc, uin
     return 0;
 }
 
+/* The instruction lanes parked at pc run next, after unconditional
+ * branches: an exit, or -1 when they have other work. */
+static int leads_to_exit(const ptx_function *f, int pc)
+{
+    for (int hops = 0; hops < 8 && pc >= 0 && pc < f->ncode; hops++) {
+        const ptx_instr *in = &f->code[pc];
+        if (in->guard >= 0)
+            return 0;
+        if (in->op == OP_RET || in->op == OP_EXIT)
+            return 1;
+        if (in->op != OP_BRA)
+            return 0;
+        pc = (int)in->o[0].imm;
+    }
+    return 0;
+}
+
+/* At a barrier that not all of the warp's lanes reach: lanes parked lower
+ * on the stack whose next instruction is an exit (`if (tid >= n) return;`
+ * before __syncthreads, where the return is also where the branch
+ * reconverges) can only exit, so they exit now, as they would on a GPU
+ * that runs them first. Lanes with other work stay, and the barrier then
+ * reports divergence. */
+static void retire_exiting_lanes(block_ctx *b, warp *w, uint32_t at_barrier)
+{
+    uint32_t missing = w->live & ~at_barrier, exiting = 0;
+    for (int i = w->nstack - 2; i >= 0 && missing; i--) {
+        const uint32_t lanes = w->stack[i].mask & missing;
+        if (!lanes)
+            continue;
+        if (!leads_to_exit(b->f, w->stack[i].pc))
+            return;
+        exiting |= lanes;
+        missing &= ~lanes;
+    }
+    if (!missing)
+        w->live &= ~exiting;
+}
+
 /* Runs a warp until it waits at a barrier, exits or faults. */
 static int run_warp(block_ctx *b, warp *w)
 {
@@ -990,6 +1037,8 @@ static int run_warp(block_ctx *b, warp *w)
                 e->pc++;
             break;
         case OP_BAR: {
+            if (em != w->live)
+                retire_exiting_lanes(b, w, em);
             if (em != w->live) {
                 const uint32_t skip = w->live & ~em;
                 return fault(b, CU_LAUNCH_FAILED, w, em ? __builtin_ctz(em) : -1, in,
@@ -1076,15 +1125,18 @@ static int release_barriers(block_ctx *b)
         const warp *w = &b->warps[i];
         if (w->state != WARP_AT_BARRIER)
             continue;
-        n += (size_t)snprintf(desc + n, sizeof desc - n, "%swarp %d at barrier %d (line %d%s%d)", n ? ", " : "",
-                              w->index, w->bar_id, b->f->code[w->bar_pc].line, w->bar_count ? ", count " : "",
-                              w->bar_count ? w->bar_count : 0);
+        char count[32] = "";
+        if (w->bar_count)
+            snprintf(count, sizeof count, ", count %d", w->bar_count);
+        n += (size_t)snprintf(desc + n, sizeof desc - n, "%swarp %d at barrier %d (line %d%s)", n ? ", " : "",
+                              w->index, w->bar_id, b->f->code[w->bar_pc].line, count);
     }
     const warp *first = NULL;
     for (int i = 0; i < b->nwarps && !first; i++)
         if (b->warps[i].state == WARP_AT_BARRIER)
             first = &b->warps[i];
-    fault(b, CU_LAUNCH_TIMEOUT, first, -1, first ? &b->f->code[first->bar_pc] : NULL,
+    fault(b, CU_LAUNCH_TIMEOUT, first, first ? __builtin_ctz(first->live) : -1,
+          first ? &b->f->code[first->bar_pc] : NULL,
           "a barrier that can never complete: %d threads have not exited and %s", live_threads, desc);
     return -1;
 }
