@@ -1,0 +1,1186 @@
+/*
+ * test_cuda_variants.c - every CUDA variant runs and matches the reference.
+ *
+ * For every template under cuda/ (those `attnres gen --list` lists: mix,
+ * phase1, phase2) and every variant it enumerates, this test picks at least
+ * two problems the variant's applies() accepts - N = 1, a d below the
+ * variant's bound, T not a multiple of its tokens per block, H > 1 where the
+ * variant allows it, the additive form, the fused add and the epilogue -
+ * compiles the emitted source with NVRTC to PTX (sm_90, and sm_80 for a
+ * deterministic subset), loads it through the CUDA backend's own `load`
+ * operation with the variant's launch data (as the tuner does), launches it
+ * through the backend on random inputs with the outputs poisoned (NaN) and
+ * padded strides, copies the results back and compares them with the fp64
+ * reference (runtime/src/reference.c, computed from the rounded inputs):
+ * ||got - ref|| / ||ref|| at most 1e-5 for fp32 storage, 1e-2 for bf16 and
+ * f16 (DESIGN §1). The bytes between rows (stride padding) of every output
+ * must come back untouched, and source padding holds NaN so a read past a
+ * row shows. Any launch error or fault fails the variant, with the
+ * simulator's fault text; the device is then reopened (faults are sticky).
+ *
+ * Under ctest the device is the simulated driver (ATTNRES_CUDA_DRIVER names
+ * libattnres-cudasim.so); on a GPU host without that variable it is the
+ * real GPU. Skips (exit 77) when NVRTC cannot be loaded, or when no CUDA
+ * device is present and ATTNRES_CUDA_DRIVER is unset. Compiles on two
+ * threads while the main thread runs what is compiled.
+ *
+ * Environment, for diagnosis (ctest sets none of them):
+ *   ATTNRES_VARIANTS_ONLY=S     only the variants whose id contains S;
+ *   ATTNRES_VARIANTS_VERBOSE=1  one line per run: problem, error, time;
+ *   ATTNRES_VARIANTS_PTX_DIR=D  writes each PTX compiled to D/<id>.<arch>.ptx.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "argen.h"
+#include "attnres.h"
+#include "check.h"
+#include "device.h"
+#include "nvrtc.h"
+
+#ifndef ATTNRES_TEMPLATE_DIR
+#define ATTNRES_TEMPLATE_DIR "templates"
+#endif
+
+#define MAX_PROBLEMS 4
+#define COMPILE_THREADS 2
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *template_dir(void)
+{
+    const char *env = getenv("ATTNRES_TEMPLATE_DIR");
+    return env && *env ? env : ATTNRES_TEMPLATE_DIR;
+}
+
+/* ------------------------------------------------------------------------
+ * Random data and storage types
+ * ---------------------------------------------------------------------- */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(uint64_t *s) { return ((double)(rng_next(s) >> 11) + 0.5) * 0x1.0p-53; }
+
+static double rng_normal(uint64_t *s)
+{
+    double u1 = rng_uniform(s), u2 = rng_uniform(s);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void elem_store(attnres_dtype dt, void *buf, int64_t i, double v)
+{
+    switch (dt) {
+    case ATTNRES_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
+    case ATTNRES_DTYPE_BF16: ((uint16_t *)buf)[i] = f32_to_bf16((float)v); break;
+    case ATTNRES_DTYPE_F16: ((_Float16 *)buf)[i] = (_Float16)(float)v; break;
+    }
+}
+
+static double elem_load(attnres_dtype dt, const void *buf, int64_t i)
+{
+    switch (dt) {
+    case ATTNRES_DTYPE_F32: return ((const float *)buf)[i];
+    case ATTNRES_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)buf)[i]);
+    case ATTNRES_DTYPE_F16: return (double)(float)((const _Float16 *)buf)[i];
+    }
+    return NAN;
+}
+
+static double tolerance(attnres_dtype dt) { return dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
+
+/* ||got - want|| / ||want||; NaN anywhere gives NaN. */
+static double rel_err(const double *got, const double *want, int64_t count)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < count; i++) {
+        if (isnan(got[i]) || isnan(want[i]))
+            return NAN;
+        num += (got[i] - want[i]) * (got[i] - want[i]);
+        den += want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ------------------------------------------------------------------------
+ * The device, and the backend calls (one small wrapper per operation, so a
+ * change of the backend's launch interface is a one-place edit)
+ * ---------------------------------------------------------------------- */
+
+static attnres_device *dev;
+static int (*sim_last_fault)(char *, size_t);
+static const char *(*sim_describe)(void);
+static int device_reopens;
+
+static int open_device(char *msg, size_t len)
+{
+    int rc = attnres_device_open("cuda:0", &dev, msg, len);
+    if (rc != ATTNRES_OK)
+        dev = NULL;
+    return rc;
+}
+
+/* A fault is sticky: the context is unusable until it is released by every
+ * holder and retained anew, which closing and reopening the device does. */
+static void reopen_device(void)
+{
+    char msg[512];
+    attnres_device_close(dev);
+    dev = NULL;
+    device_reopens++;
+    if (open_device(msg, sizeof msg) != ATTNRES_OK)
+        fprintf(stderr, "FATAL: cuda:0 could not be reopened after a fault: %s\n", msg);
+}
+
+static int be_load(const void *blob, size_t size, const char *kernel, const char *json, ar_kernel *k)
+{
+    memset(k, 0, sizeof *k);
+    return dev->ops->load(dev, blob, size, kernel, json, k);
+}
+
+static void be_unload(ar_kernel *k) { dev->ops->unload(dev, k); }
+
+static int be_launch_mix(const ar_kernel *k, const attnres_problem *p, int64_t T, const attnres_mix_args *a)
+{
+    return dev->ops->launch_mix(dev, k, p, T, a, NULL);
+}
+
+static int be_launch_phase1(const ar_kernel *k, const attnres_problem *p, int64_t T, const attnres_phase1_args *a)
+{
+    if (!dev->ops->launch_phase1)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the backend has no phase1 launch");
+    return dev->ops->launch_phase1(dev, k, p, T, a, NULL);
+}
+
+static int be_launch_phase2(const ar_kernel *k, const attnres_problem *p, int64_t T, const attnres_phase2_args *a)
+{
+    if (!dev->ops->launch_phase2)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the backend has no phase2 launch");
+    return dev->ops->launch_phase2(dev, k, p, T, a, NULL);
+}
+
+/* The simulator's description of the last fault, when it is one. */
+static void fault_text(char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (sim_last_fault && sim_last_fault(buf, len) == 0)
+        buf[0] = 0;
+}
+
+/* ------------------------------------------------------------------------
+ * A failure of one run: recorded with everything needed to diagnose it
+ * ---------------------------------------------------------------------- */
+
+typedef struct run_ctx {
+    const char *variant, *arch;
+    char problem[200];
+    char why[2048]; /* first failure */
+    int faulted;    /* the device needs reopening */
+} run_ctx;
+
+static void fail_run(run_ctx *c, int device_error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void fail_run(run_ctx *c, int device_error, const char *fmt, ...)
+{
+    if (c->why[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(c->why, sizeof c->why, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if (device_error) {
+        c->faulted = 1;
+        size_t used = strlen(c->why);
+        snprintf(c->why + used, sizeof c->why - used, ": %s", dev ? dev->errmsg : "(no device)");
+        char ft[1024];
+        fault_text(ft, sizeof ft);
+        used = strlen(c->why);
+        if (ft[0] && !strstr(c->why, ft))
+            snprintf(c->why + used, sizeof c->why - used, " [simulator: %s]", ft);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Device buffers: a [rows, d] storage view with a padded stride
+ * ---------------------------------------------------------------------- */
+
+typedef struct view {
+    attnres_dtype dt;
+    size_t es;
+    int64_t rows, d, stride;
+    unsigned char *host; /* what was uploaded: rows * stride elements */
+    double *x;           /* the rounded values as doubles, [rows][d] (inputs) */
+    void *dptr;
+} view;
+
+/* random: rows of N(0,1) scaled by `magnitude` (0: 10^U(-1,1) per row), the
+ * padding NaN; else every byte 0xff (NaN in every dtype), the poison. */
+static int view_make(run_ctx *c, view *v, attnres_dtype dt, size_t es, int64_t rows, int64_t d, int64_t stride,
+                     int random, uint64_t *s, double magnitude)
+{
+    memset(v, 0, sizeof *v);
+    v->dt = dt;
+    v->es = es;
+    v->rows = rows;
+    v->d = d;
+    v->stride = stride;
+    size_t bytes = (size_t)(rows * stride) * es;
+    v->host = malloc(bytes ? bytes : 1);
+    v->x = malloc(sizeof(double) * (rows * d > 0 ? (size_t)(rows * d) : 1));
+    if (!v->host || !v->x) {
+        fail_run(c, 0, "out of host memory");
+        return -1;
+    }
+    memset(v->host, 0xff, bytes); /* NaN in every storage type */
+    if (random)
+        for (int64_t r = 0; r < rows; r++) {
+            double mag = magnitude > 0 ? magnitude : pow(10.0, 2.0 * rng_uniform(s) - 1.0);
+            for (int64_t k = 0; k < d; k++) {
+                elem_store(dt, v->host, r * stride + k, mag * rng_normal(s));
+                v->x[r * d + k] = elem_load(dt, v->host, r * stride + k);
+            }
+        }
+    if (dev->ops->mem_alloc(dev, bytes, &v->dptr) != ATTNRES_OK) {
+        fail_run(c, 1, "allocating %zu bytes", bytes);
+        v->dptr = NULL;
+        return -1;
+    }
+    if (dev->ops->copy_to_device(dev, v->dptr, v->host, bytes) != ATTNRES_OK) {
+        fail_run(c, 1, "uploading %zu bytes", bytes);
+        return -1;
+    }
+    return 0;
+}
+
+/* fp32 vector (query, gain) from doubles: x holds the values as stored. */
+static int vec_make(run_ctx *c, view *v, int64_t count, uint64_t *s, double mean, double sd)
+{
+    memset(v, 0, sizeof *v);
+    v->dt = ATTNRES_DTYPE_F32;
+    v->es = 4;
+    v->rows = 1;
+    v->d = v->stride = count;
+    v->host = malloc((size_t)count * 4);
+    v->x = malloc(sizeof(double) * (size_t)count);
+    if (!v->host || !v->x) {
+        fail_run(c, 0, "out of host memory");
+        return -1;
+    }
+    for (int64_t k = 0; k < count; k++) {
+        ((float *)v->host)[k] = (float)(mean + sd * rng_normal(s));
+        v->x[k] = ((float *)v->host)[k];
+    }
+    if (dev->ops->mem_alloc(dev, (size_t)count * 4, &v->dptr) != ATTNRES_OK) {
+        fail_run(c, 1, "allocating a vector");
+        v->dptr = NULL;
+        return -1;
+    }
+    if (dev->ops->copy_to_device(dev, v->dptr, v->host, (size_t)count * 4) != ATTNRES_OK) {
+        fail_run(c, 1, "uploading a vector");
+        return -1;
+    }
+    return 0;
+}
+
+static void view_free(view *v)
+{
+    if (v->dptr && dev)
+        dev->ops->mem_free(dev, v->dptr);
+    free(v->host);
+    free(v->x);
+    memset(v, 0, sizeof *v);
+}
+
+/* Copies the view back; *got = its values [rows][d] as doubles. Checks the
+ * padding between rows is what was uploaded. 0 on success. */
+static int view_fetch(run_ctx *c, const view *v, const char *name, double *got)
+{
+    size_t bytes = (size_t)(v->rows * v->stride) * v->es;
+    unsigned char *buf = malloc(bytes ? bytes : 1);
+    if (!buf) {
+        fail_run(c, 0, "out of host memory");
+        return -1;
+    }
+    if (dev->ops->copy_to_host(dev, buf, v->dptr, bytes) != ATTNRES_OK) {
+        fail_run(c, 1, "copying %s back", name);
+        free(buf);
+        return -1;
+    }
+    int rc = 0;
+    for (int64_t r = 0; r < v->rows && rc == 0; r++) {
+        for (int64_t k = 0; k < v->d; k++)
+            got[r * v->d + k] = elem_load(v->dt, buf, r * v->stride + k);
+        size_t off = (size_t)(r * v->stride + v->d) * v->es, pad = (size_t)(v->stride - v->d) * v->es;
+        if (pad && memcmp(buf + off, v->host + off, pad) != 0) {
+            fail_run(c, 0, "%s: the padding after row %lld was written (a store outside the row)", name,
+                     (long long)r);
+            rc = -1;
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+/* Compares got with want; records a failure when over tolerance or NaN. */
+static double compare(run_ctx *c, const char *name, const double *got, const double *want, int64_t count,
+                      double tol)
+{
+    double e = rel_err(got, want, count);
+    if (!(e <= tol)) {
+        int64_t worst = -1;
+        double we = -1;
+        for (int64_t i = 0; i < count; i++) {
+            double d = isnan(got[i]) ? INFINITY : fabs(got[i] - want[i]);
+            if (d > we) {
+                we = d;
+                worst = i;
+            }
+        }
+        int64_t nan = 0;
+        for (int64_t i = 0; i < count; i++)
+            nan += isnan(got[i]) != 0;
+        fail_run(c, 0,
+                 "%s: relative error %.3g over %.0e (%lld of %lld values NaN; worst at %lld: got %.6g, want %.6g)",
+                 name, e, tol, (long long)nan, (long long)count, (long long)worst,
+                 worst >= 0 ? got[worst] : 0.0, worst >= 0 ? want[worst] : 0.0);
+    }
+    return e;
+}
+
+/* Padded stride: d plus `extra` loads of the kernel's alignment. */
+static int64_t padded(int64_t d, int64_t align_elems, int extra) { return d + align_elems * extra; }
+
+/* ------------------------------------------------------------------------
+ * One problem, for one loaded kernel
+ * ---------------------------------------------------------------------- */
+
+typedef struct problem {
+    attnres_problem p;
+    int64_t T;
+} problem;
+
+static void describe(const problem *pr, char *buf, size_t len)
+{
+    const attnres_problem *p = &pr->p;
+    static const char *const ops[] = {"mix", "phase1", "phase2"};
+    int n = snprintf(buf, len, "%s %s d=%lld", ops[p->op], attnres_dtype_name(p->dtype), (long long)p->d);
+    if (p->op != ATTNRES_OP_PHASE2)
+        n += snprintf(buf + n, len - (size_t)n, " N=%d", p->n);
+    if (p->op == ATTNRES_OP_PHASE1)
+        n += snprintf(buf + n, len - (size_t)n, " S=%d", p->s);
+    n += snprintf(buf + n, len - (size_t)n, " H=%d T=%lld%s%s%s", p->heads, (long long)pr->T,
+                  p->form == ATTNRES_FORM_ADDITIVE ? " additive" : "", p->fuse_add ? " fused-add" : "",
+                  p->epilogue ? " epilogue" : "");
+}
+
+static uint64_t problem_seed(const problem *pr)
+{
+    const attnres_problem *p = &pr->p;
+    return 0x5eedull ^ ((uint64_t)p->op << 56) ^ ((uint64_t)p->dtype << 52) ^ ((uint64_t)p->d << 20) ^
+           ((uint64_t)p->n << 12) ^ ((uint64_t)p->heads << 4) ^ (uint64_t)pr->T ^ ((uint64_t)p->s << 40) ^
+           ((uint64_t)p->form << 48) ^ ((uint64_t)p->epilogue << 49) ^ ((uint64_t)p->fuse_add << 50);
+}
+
+/* Runs mix on the loaded kernel; returns the worst relative error (NaN or
+ * INFINITY on failure, with c->why set). */
+static double run_mix(run_ctx *c, const ar_kernel *k, const problem *pr, int64_t ae)
+{
+    const attnres_problem *p = &pr->p;
+    const int64_t T = pr->T, d = p->d;
+    const int n = p->n;
+    const size_t es = attnres_dtype_size(p->dtype);
+    uint64_t s = problem_seed(pr);
+    const int additive = p->form == ATTNRES_FORM_ADDITIVE, epi = p->epilogue;
+    view src[64], q, g, part, out, normed;
+    memset(src, 0, sizeof src);
+    memset(&q, 0, sizeof q), memset(&g, 0, sizeof g), memset(&part, 0, sizeof part);
+    memset(&out, 0, sizeof out), memset(&normed, 0, sizeof normed);
+    double *ref = malloc(sizeof(double) * (size_t)(T * d)), *refn = malloc(sizeof(double) * (size_t)(T * d));
+    double *got = malloc(sizeof(double) * (size_t)(T * d));
+    const void *rows[64];
+    int64_t strides[64];
+    const double *xs[64];
+    double err = INFINITY;
+    if (!ref || !refn || !got) {
+        fail_run(c, 0, "out of host memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        if (view_make(c, &src[i], p->dtype, es, T, d, padded(d, ae, 1 + i % 3), 1, &s, 0))
+            goto done;
+        rows[i] = src[i].dptr;
+        strides[i] = src[i].stride;
+        xs[i] = src[i].x;
+    }
+    if (vec_make(c, &q, d, &s, 0.0, 3.0 / sqrt((double)d)) || vec_make(c, &g, d, &s, 1.0, 0.1))
+        goto done;
+    if (additive && view_make(c, &part, p->dtype, es, T, d, padded(d, ae, 2), 1, &s, 1.0))
+        goto done;
+    if (view_make(c, &out, p->dtype, es, T, d, padded(d, ae, 1), 0, &s, 0))
+        goto done;
+    if (epi && view_make(c, &normed, p->dtype, es, T, d, padded(d, ae, 3), 0, &s, 0))
+        goto done;
+    attnres_mix_args a;
+    attnres_mix_args_init(&a);
+    a.sources = rows;
+    a.source_strides = strides;
+    a.query = q.dptr;
+    a.scale = 0.9f;
+    a.eps = 1e-5f;
+    a.partial = additive ? part.dptr : NULL;
+    a.partial_stride = additive ? part.stride : 0;
+    a.alpha = 0.75f;
+    a.out = out.dptr;
+    a.out_stride = out.stride;
+    a.out_gain = epi ? g.dptr : NULL;
+    a.out_eps = 1e-5f;
+    a.normed = epi ? normed.dptr : NULL;
+    a.normed_stride = epi ? normed.stride : 0;
+    if (be_launch_mix(k, p, T, &a) != ATTNRES_OK) {
+        fail_run(c, 1, "launch");
+        goto done;
+    }
+    if (attnres_reference_mix(p, T, xs, q.x, 0.9, 1e-5, additive ? part.x : NULL, 0.75, g.x, 1e-5, ref, refn) !=
+        ATTNRES_OK) {
+        fail_run(c, 0, "the reference refused the problem");
+        goto done;
+    }
+    if (view_fetch(c, &out, "out", got))
+        goto done;
+    err = compare(c, "out", got, ref, T * d, tolerance(p->dtype));
+    if (epi) {
+        if (view_fetch(c, &normed, "normed", got))
+            goto done;
+        err = fmax(err, compare(c, "normed", got, refn, T * d, tolerance(p->dtype)));
+    }
+    /* Inputs are never written (the padding check covers the rest). */
+    if (additive && view_fetch(c, &part, "partial", got) == 0)
+        err = fmax(err, compare(c, "partial (an input)", got, part.x, T * d, 0.0));
+    if (n > 0 && view_fetch(c, &src[n - 1], "the last source", got) == 0)
+        err = fmax(err, compare(c, "the last source (an input)", got, src[n - 1].x, T * d, 0.0));
+done:
+    for (int i = 0; i < n; i++)
+        view_free(&src[i]);
+    view_free(&q), view_free(&g), view_free(&part), view_free(&out), view_free(&normed);
+    free(ref), free(refn), free(got);
+    return c->why[0] ? INFINITY : err;
+}
+
+static double run_phase1(run_ctx *c, const ar_kernel *k, const problem *pr, int64_t ae)
+{
+    const attnres_problem *p = &pr->p;
+    const int64_t T = pr->T, d = p->d;
+    const int n = p->n, S = p->s, H = p->heads;
+    const size_t es = attnres_dtype_size(p->dtype);
+    uint64_t s = problem_seed(pr);
+    view src[64], o1[64], lse[64], q;
+    memset(src, 0, sizeof src), memset(o1, 0, sizeof o1), memset(lse, 0, sizeof lse), memset(&q, 0, sizeof q);
+    double *ref_o = malloc(sizeof(double) * (size_t)(S * T * d)), *ref_l = malloc(sizeof(double) * (size_t)(S * T * H));
+    double *got_o = malloc(sizeof(double) * (size_t)(S * T * d)), *got_l = malloc(sizeof(double) * (size_t)(S * T * H));
+    const void *rows[64];
+    int64_t strides[64];
+    const double *xs[64];
+    void *o1p[64];
+    float *lsep[64];
+    double err = INFINITY;
+    if (!ref_o || !ref_l || !got_o || !got_l) {
+        fail_run(c, 0, "out of host memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        if (view_make(c, &src[i], p->dtype, es, T, d, padded(d, ae, 1 + i % 3), 1, &s, 0))
+            goto done;
+        rows[i] = src[i].dptr;
+        strides[i] = src[i].stride;
+        xs[i] = src[i].x;
+    }
+    if (vec_make(c, &q, (int64_t)S * d, &s, 0.0, 3.0 / sqrt((double)d)))
+        goto done;
+    for (int j = 0; j < S; j++) {
+        if (view_make(c, &o1[j], p->dtype, es, T, d, padded(d, ae, 2), 0, &s, 0) ||
+            view_make(c, &lse[j], ATTNRES_DTYPE_F32, 4, T, H, H + 1, 0, &s, 0))
+            goto done;
+        o1p[j] = o1[j].dptr;
+        lsep[j] = lse[j].dptr;
+    }
+    attnres_phase1_args a;
+    attnres_phase1_args_init(&a);
+    a.sources = rows;
+    a.source_strides = strides;
+    a.queries = q.dptr;
+    a.scale = 0.9f;
+    a.eps = 1e-5f;
+    a.o1 = o1p;
+    a.o1_stride = o1[0].stride;
+    a.lse = lsep;
+    a.lse_stride = lse[0].stride;
+    if (be_launch_phase1(k, p, T, &a) != ATTNRES_OK) {
+        fail_run(c, 1, "launch");
+        goto done;
+    }
+    if (attnres_reference_phase1(p, T, xs, q.x, 0.9, 1e-5, ref_o, ref_l) != ATTNRES_OK) {
+        fail_run(c, 0, "the reference refused the problem");
+        goto done;
+    }
+    for (int j = 0; j < S; j++) {
+        char name[64];
+        snprintf(name, sizeof name, "o1 of site %d", j);
+        if (view_fetch(c, &o1[j], name, got_o + (int64_t)j * T * d))
+            goto done;
+        snprintf(name, sizeof name, "lse of site %d", j);
+        if (view_fetch(c, &lse[j], name, got_l + (int64_t)j * T * H))
+            goto done;
+    }
+    err = fmax(compare(c, "o1", got_o, ref_o, S * T * d, tolerance(p->dtype)),
+               compare(c, "lse", got_l, ref_l, S * T * H, tolerance(p->dtype)));
+done:
+    for (int i = 0; i < n; i++)
+        view_free(&src[i]);
+    for (int j = 0; j < S; j++)
+        view_free(&o1[j]), view_free(&lse[j]);
+    view_free(&q);
+    free(ref_o), free(ref_l), free(got_o), free(got_l);
+    return c->why[0] ? INFINITY : err;
+}
+
+static double run_phase2(run_ctx *c, const ar_kernel *k, const problem *pr, int64_t ae)
+{
+    const attnres_problem *p = &pr->p;
+    const int64_t T = pr->T, d = p->d, H = p->heads;
+    const size_t es = attnres_dtype_size(p->dtype);
+    const int fuse = p->fuse_add, epi = p->epilogue;
+    uint64_t s = problem_seed(pr);
+    view o1, lse, b, f, q, g, out, normed;
+    memset(&o1, 0, sizeof o1), memset(&lse, 0, sizeof lse), memset(&b, 0, sizeof b), memset(&f, 0, sizeof f);
+    memset(&q, 0, sizeof q), memset(&g, 0, sizeof g), memset(&out, 0, sizeof out), memset(&normed, 0, sizeof normed);
+    const size_t row = sizeof(double) * (size_t)(T * d);
+    double *ref = malloc(row), *refn = malloc(row), *got = malloc(row), *bx = malloc(row);
+    double err = INFINITY;
+    if (!ref || !refn || !got || !bx) {
+        fail_run(c, 0, "out of host memory");
+        goto done;
+    }
+    if (view_make(c, &o1, p->dtype, es, T, d, padded(d, ae, 1), 1, &s, 0) ||
+        view_make(c, &b, p->dtype, es, T, d, padded(d, ae, 2), 1, &s, 0) ||
+        (fuse && view_make(c, &f, p->dtype, es, T, d, padded(d, ae, 3), 1, &s, 0)))
+        goto done;
+    /* lse: fp32 [T, H] with stride H + 2, values around the scores' size. */
+    if (view_make(c, &lse, ATTNRES_DTYPE_F32, 4, T, H, H + 2, 0, &s, 0))
+        goto done;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            float v = (float)(2.0 * rng_normal(&s) + 1.5);
+            ((float *)lse.host)[t * lse.stride + h] = v;
+            lse.x[t * H + h] = v;
+        }
+    if (dev->ops->copy_to_device(dev, lse.dptr, lse.host, (size_t)(T * lse.stride) * 4) != ATTNRES_OK) {
+        fail_run(c, 1, "uploading lse");
+        goto done;
+    }
+    if (vec_make(c, &q, d, &s, 0.0, 3.0 / sqrt((double)d)) || vec_make(c, &g, d, &s, 1.0, 0.1))
+        goto done;
+    if (view_make(c, &out, p->dtype, es, T, d, padded(d, ae, 1), 0, &s, 0) ||
+        (epi && view_make(c, &normed, p->dtype, es, T, d, padded(d, ae, 2), 0, &s, 0)))
+        goto done;
+    attnres_phase2_args a;
+    attnres_phase2_args_init(&a);
+    a.o1 = o1.dptr;
+    a.o1_stride = o1.stride;
+    a.lse = lse.dptr;
+    a.lse_stride = lse.stride;
+    a.partial = b.dptr;
+    a.partial_stride = b.stride;
+    a.sublayer = fuse ? f.dptr : NULL;
+    a.sublayer_stride = fuse ? f.stride : 0;
+    a.query = q.dptr;
+    a.scale = 1.1f;
+    a.eps = 1e-5f;
+    a.out = out.dptr;
+    a.out_stride = out.stride;
+    a.out_gain = epi ? g.dptr : NULL;
+    a.out_eps = 1e-5f;
+    a.normed = epi ? normed.dptr : NULL;
+    a.normed_stride = epi ? normed.stride : 0;
+    if (be_launch_phase2(k, p, T, &a) != ATTNRES_OK) {
+        fail_run(c, 1, "launch");
+        goto done;
+    }
+    memcpy(bx, b.x, row); /* the reference updates b in place when fused */
+    if (attnres_reference_phase2(p, T, o1.x, lse.x, bx, fuse ? f.x : NULL, q.x, 1.1, 1e-5, g.x, 1e-5, ref, refn) !=
+        ATTNRES_OK) {
+        fail_run(c, 0, "the reference refused the problem");
+        goto done;
+    }
+    if (view_fetch(c, &out, "out", got))
+        goto done;
+    err = compare(c, "out", got, ref, T * d, tolerance(p->dtype));
+    if (epi) {
+        if (view_fetch(c, &normed, "normed", got))
+            goto done;
+        err = fmax(err, compare(c, "normed", got, refn, T * d, tolerance(p->dtype)));
+    }
+    /* The partial: b + f when the add is fused, untouched otherwise. */
+    if (view_fetch(c, &b, "partial", got))
+        goto done;
+    err = fmax(err, compare(c, fuse ? "partial (b + f, written back)" : "partial (an input here)", got, bx, T * d,
+                            fuse ? tolerance(p->dtype) : 0.0));
+done:
+    view_free(&o1), view_free(&lse), view_free(&b), view_free(&f);
+    view_free(&q), view_free(&g), view_free(&out), view_free(&normed);
+    free(ref), free(refn), free(got), free(bx);
+    return c->why[0] ? INFINITY : err;
+}
+
+/* ------------------------------------------------------------------------
+ * Variants and the problems chosen for them
+ * ---------------------------------------------------------------------- */
+
+typedef struct variant {
+    argen *g;
+    int op;
+    char *id, *source, *kernel, *json;
+    attnres_dtype dt;
+    int special; /* 1 default, 2 generic */
+    int failed;
+    problem prob[MAX_PROBLEMS];
+    int nprob;
+} variant;
+
+/* "key":"value" of a flat JSON object, into buf ("" when absent). */
+static void json_str(const char *json, const char *key, char *buf, size_t len)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    buf[0] = 0;
+    const char *p = json ? strstr(json, pat) : NULL;
+    if (!p)
+        return;
+    p += strlen(pat);
+    size_t i = 0;
+    while (p[i] && p[i] != '"' && i + 1 < len) {
+        buf[i] = p[i];
+        i++;
+    }
+    buf[i] = 0;
+}
+
+static argen_device gen_device(void)
+{
+    argen_device d = {.backend = "cuda", .arch = dev->arch, .units = dev->units};
+    return d;
+}
+
+/* Adds the problem if the variant's applies() accepts it; 1 if added, 0 if
+ * refused (why set), -1 on a template error. */
+static int try_problem(variant *v, attnres_op op, int64_t d, int n, int heads, int s, int64_t T, int additive,
+                       int fuse, int epi, char *why, size_t why_len)
+{
+    if (v->nprob >= MAX_PROBLEMS)
+        return 0;
+    problem pr;
+    attnres_problem_init(&pr.p, v->dt, d, n);
+    pr.p.op = op;
+    pr.p.heads = heads;
+    pr.p.s = op == ATTNRES_OP_PHASE1 ? s : 0;
+    pr.p.form = additive ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
+    pr.p.fuse_add = fuse;
+    pr.p.epilogue = epi;
+    pr.T = T;
+    static const char *const ops[] = {"mix", "phase1", "phase2"};
+    argen_problem ap = {.op = ops[op], .dtype = attnres_dtype_name(v->dt), .form = additive ? "additive" : "replace",
+                        .d = d, .t = T, .n = n, .heads = heads, .epilogue = epi, .s = pr.p.s};
+    argen_device ad = gen_device();
+    char msg[256];
+    if (attnres_problem_check(&pr.p, msg, sizeof msg) != ATTNRES_OK) {
+        snprintf(why, why_len, "not a valid problem: %.200s", msg);
+        return 0;
+    }
+    int ok = argen_applies(v->g, v->id, &ap, &ad, why, why_len);
+    if (ok == 1)
+        v->prob[v->nprob++] = pr;
+    return ok;
+}
+
+/* Chooses the problems of one variant. Each role lists candidates in order
+ * of preference; the first one applies() accepts is taken. 0 on success,
+ * -1 with a message when a role has no accepted candidate. */
+static int choose_problems(variant *v, char *err, size_t err_len)
+{
+    const char *j = v->json;
+    const int threads = (int)ar_json_int(j, "threads", ar_json_int(j, "block", 0));
+    const int vec = (int)ar_json_int(j, "vec", 1);
+    const int tpb = (int)ar_json_int(j, "tokens_per_block", 1);
+    const int64_t dmax = ar_json_int(j, "dmax", 0);
+    const int batch = (int)ar_json_int(j, "batch", 1);
+    const int sj = (int)ar_json_int(j, "sj", 1);
+    const int warps = threads / 32 > 0 ? threads / 32 : 1;
+    char map[16], why[256] = "";
+    json_str(j, "map", map, sizeof map);
+    const int G = strcmp(map, "warp") == 0 ? 32 : threads;
+    /* T: never a multiple of the tokens per block (when that exceeds 1). */
+    const int64_t T1 = tpb > 1 ? tpb + 1 : 3, T2 = tpb > 1 ? 2 * tpb + tpb / 2 + 1 : 2, T3 = 1;
+    struct { const char *role; int got; } roles[3] = {{NULL, 0}, {NULL, 0}, {NULL, 0}};
+    int nroles = 0, r;
+
+#define ROLE(name) (roles[nroles].role = (name), roles[nroles].got = 0, nroles++)
+#define TRY(...)                                                                                  \
+    do {                                                                                          \
+        if (!roles[nroles - 1].got) {                                                             \
+            r = try_problem(v, __VA_ARGS__, why, sizeof why);                                     \
+            if (r < 0) {                                                                          \
+                snprintf(err, err_len, "applies() failed: %s", why);                              \
+                return -1;                                                                        \
+            }                                                                                     \
+            roles[nroles - 1].got = r;                                                            \
+        }                                                                                         \
+    } while (0)
+
+    if (v->op == ATTNRES_OP_MIX && dmax > 0) {
+        /* Online schedules: dmax/2 < d <= dmax, H dividing the threads of a token. */
+        ROLE("N = 1, d below the bound");
+        TRY(ATTNRES_OP_MIX, dmax - vec, 1, 1, 0, T1, 0, 0, 0);
+        TRY(ATTNRES_OP_MIX, dmax - 2 * vec, 1, 1, 0, T1, 0, 0, 0);
+        ROLE("H > 1, N over a batch, additive, epilogue");
+        for (int h = 4; h >= 2 && !roles[nroles - 1].got; h /= 2)
+            TRY(ATTNRES_OP_MIX, dmax - (int64_t)h * vec, 2 * batch + 1, h, 0, T2, 1, 0, 1);
+        ROLE("d at the bound, heads narrower than a warp, T = 1");
+        for (int h = G / 8; h >= 2 && !roles[nroles - 1].got; h /= 2)
+            TRY(ATTNRES_OP_MIX, dmax, 3 * batch, h, 0, T3, 0, 0, 1);
+        TRY(ATTNRES_OP_MIX, dmax, 3 * batch, 1, 0, T3, 0, 0, 1);
+    } else if (v->op == ATTNRES_OP_MIX) {
+        /* twopass: any d, any H (tiles of 16 heads), N up to 64. */
+        ROLE("N = 1, small d");
+        TRY(ATTNRES_OP_MIX, 37 * vec, 1, 1, 0, T1, 0, 0, 0);
+        ROLE("H > 16 (two head tiles), additive, epilogue");
+        TRY(ATTNRES_OP_MIX, 20 * 3 * vec, 2 * batch + 1, 20, 0, T1, 1, 0, 1);
+        ROLE("N = 64, H = 4, T = 2");
+        TRY(ATTNRES_OP_MIX, 4 * 40 * vec, 64, 4, 0, 2, 0, 0, 1);
+    } else if (v->op == ATTNRES_OP_PHASE1) {
+        ROLE("n = 1, S = 1, small d");
+        TRY(ATTNRES_OP_PHASE1, 37 * vec, 1, 1, 1, T1, 0, 0, 0);
+        ROLE("H = 3, S not a multiple of the site block");
+        TRY(ATTNRES_OP_PHASE1, 3 * 11 * vec, 5, 3, 2 * sj + 1, 2, 0, 0, 0);
+        ROLE("more heads than warps, S = site block");
+        TRY(ATTNRES_OP_PHASE1, (int64_t)(warps + 1) * 40 * vec, 9, warps + 1, sj, 2, 0, 0, 0);
+    } else if (v->op == ATTNRES_OP_PHASE2) {
+        ROLE("H = 1, small d");
+        TRY(ATTNRES_OP_PHASE2, 37 * vec, 1, 1, 0, T1, 0, 0, 0);
+        ROLE("more heads than warps, fused add, epilogue");
+        TRY(ATTNRES_OP_PHASE2, (int64_t)(warps + 3) * 2 * vec, 1, warps + 3, 0, 2, 0, 1, 1);
+        ROLE("H = 3 (leftover warps), epilogue");
+        TRY(ATTNRES_OP_PHASE2, 3 * 70 * vec, 1, 3, 0, 2, 0, 0, 1);
+    } else {
+        snprintf(err, err_len, "unknown op %d", v->op);
+        return -1;
+    }
+#undef TRY
+#undef ROLE
+    for (int i = 0; i < nroles; i++)
+        if (!roles[i].got) {
+            snprintf(err, err_len, "no problem for role \"%s\" is accepted by applies(): %s", roles[i].role, why);
+            return -1;
+        }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Compiling: two worker threads ahead of the main thread, which runs
+ * ---------------------------------------------------------------------- */
+
+typedef struct job {
+    variant *v;
+    const char *arch;
+    int full; /* all problems (else only the first) */
+    int done, rc;
+    void *blob;
+    size_t size;
+    char err[1024];
+    double seconds;
+} job;
+
+static job *jobs;
+static size_t njobs, next_job;
+static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t job_done = PTHREAD_COND_INITIALIZER;
+
+static void *compile_worker(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&job_lock);
+        size_t i = next_job < njobs ? next_job++ : njobs;
+        pthread_mutex_unlock(&job_lock);
+        if (i >= njobs)
+            return NULL;
+        job *jb = &jobs[i];
+        char name[200];
+        snprintf(name, sizeof name, "%s.cu", jb->v->id);
+        double t0 = now_s();
+        char *log = NULL;
+        int rc = ar_nvrtc_compile(jb->v->source, name, jb->arch, 0, &jb->blob, &jb->size, &log, NULL, jb->err,
+                                  sizeof jb->err);
+        if (rc != ATTNRES_OK && log) {
+            size_t used = strlen(jb->err);
+            snprintf(jb->err + used, sizeof jb->err - used, "\n%s", log);
+        }
+        free(log);
+        const char *dir = getenv("ATTNRES_VARIANTS_PTX_DIR");
+        if (rc == ATTNRES_OK && dir && *dir) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/%s.%s.ptx", dir, jb->v->id, jb->arch);
+            FILE *f = fopen(path, "w");
+            if (f) {
+                fwrite(jb->blob, 1, jb->size > 0 ? jb->size - 1 : 0, f);
+                fclose(f);
+            }
+        }
+        pthread_mutex_lock(&job_lock);
+        jb->rc = rc;
+        jb->seconds = now_s() - t0;
+        jb->done = 1;
+        pthread_cond_broadcast(&job_done);
+        pthread_mutex_unlock(&job_lock);
+    }
+}
+
+static void wait_job(job *jb)
+{
+    pthread_mutex_lock(&job_lock);
+    while (!jb->done)
+        pthread_cond_wait(&job_done, &job_lock);
+    pthread_mutex_unlock(&job_lock);
+}
+
+/* ------------------------------------------------------------------------
+ * The sweep
+ * ---------------------------------------------------------------------- */
+
+typedef struct slow { const char *id, *arch; double s; } slow;
+
+static void test_every_variant(void)
+{
+    const char *only = getenv("ATTNRES_VARIANTS_ONLY");
+    char **names = NULL;
+    size_t ntemplates = 0;
+    REQUIRE(argen_list_templates(template_dir(), &names, &ntemplates) == 0 && ntemplates > 0);
+    variant *vs = NULL;
+    size_t nv = 0, cap = 0;
+    argen *gens[16];
+    int ngens = 0, per_op[3] = {0, 0, 0};
+    char err[1024];
+    double t_start = now_s();
+    for (size_t t = 0; t < ntemplates; t++) {
+        if (strncmp(names[t], "cuda/", 5) != 0)
+            continue;
+        argen *g = NULL;
+        char msg[2048];
+        if (argen_open(template_dir(), names[t], &g, msg, sizeof msg) != 0) {
+            fprintf(stderr, "FAIL template %s: %s\n", names[t], msg);
+            check_failures++;
+            continue;
+        }
+        REQUIRE(ngens < 16);
+        gens[ngens++] = g;
+        const char *opname = argen_op(g);
+        int op = strcmp(opname, "mix") == 0      ? 0
+                 : strcmp(opname, "phase1") == 0 ? 1
+                 : strcmp(opname, "phase2") == 0 ? 2
+                                                 : -1;
+        if (op < 0) {
+            fprintf(stderr, "FAIL template %s: op %s is not one this test knows\n", names[t], opname);
+            check_failures++;
+            continue;
+        }
+        argen_variant *list = NULL;
+        size_t count = 0;
+        if (argen_enumerate(g, &list, &count) != 0 || count == 0) {
+            fprintf(stderr, "FAIL template %s: no variants (%s)\n", names[t], argen_errmsg(g));
+            check_failures++;
+            continue;
+        }
+        char *generic[3] = {NULL, NULL, NULL};
+        static const char *const dts[] = {"f32", "bf16", "f16"};
+        for (int d = 0; d < 3; d++)
+            if (argen_generic(g, dts[d], &generic[d]) != 0)
+                generic[d] = NULL;
+        for (size_t i = 0; i < count; i++) {
+            if (only && !strstr(list[i].id, only))
+                continue;
+            if (nv == cap) {
+                cap = cap ? 2 * cap : 512;
+                variant *grown = realloc(vs, cap * sizeof *vs);
+                REQUIRE(grown);
+                vs = grown;
+            }
+            variant *v = &vs[nv];
+            memset(v, 0, sizeof *v);
+            v->g = g;
+            v->op = op;
+            v->id = strdup(list[i].id);
+            if (argen_emit(g, v->id, &v->source, &v->kernel, &v->json) != 0) {
+                fprintf(stderr, "FAIL %s: emit: %s\n", v->id, argen_errmsg(g));
+                check_failures++;
+                free(v->id);
+                continue;
+            }
+            char dt[16];
+            json_str(v->json, "dtype", dt, sizeof dt);
+            if (attnres_dtype_parse(dt, &v->dt) != ATTNRES_OK) {
+                fprintf(stderr, "FAIL %s: params have no known dtype (%s)\n", v->id, v->json);
+                check_failures++;
+                continue;
+            }
+            v->special = ar_json_int(v->json, "default", 0) == 1;
+            for (int d = 0; d < 3; d++)
+                if (generic[d] && strcmp(generic[d], v->id) == 0)
+                    v->special = 2;
+            if (choose_problems(v, err, sizeof err) != 0) {
+                fprintf(stderr, "FAIL %s: %s\n", v->id, err);
+                check_failures++;
+                continue;
+            }
+            if (v->nprob < 2) {
+                fprintf(stderr, "FAIL %s: only %d problem(s) accepted\n", v->id, v->nprob);
+                check_failures++;
+                continue;
+            }
+            per_op[op]++;
+            nv++;
+        }
+        for (int d = 0; d < 3; d++)
+            free(generic[d]);
+        argen_variants_free(list, count);
+    }
+    argen_names_free(names, ntemplates);
+    printf("variants: %zu (mix %d, phase1 %d, phase2 %d); problems chosen in %.2f s\n", nv, per_op[0], per_op[1],
+           per_op[2], now_s() - t_start);
+    REQUIRE(nv > 0);
+    if (!only)
+        CHECK(per_op[0] > 0 && per_op[1] > 0 && per_op[2] > 0);
+
+    /* Jobs: every variant for sm_90 with all its problems; for sm_80 the
+     * generic and default variants and every 8th other one, first problem. */
+    jobs = calloc(2 * nv, sizeof *jobs);
+    REQUIRE(jobs);
+    njobs = 0;
+    for (size_t i = 0; i < nv; i++) {
+        jobs[njobs++] = (job){.v = &vs[i], .arch = "sm_90", .full = 1};
+        if (vs[i].special || i % 8 == 3)
+            jobs[njobs++] = (job){.v = &vs[i], .arch = "sm_80", .full = 0};
+    }
+    pthread_t th[COMPILE_THREADS];
+    int started = 0;
+    for (int t = 0; t < COMPILE_THREADS; t++)
+        if (pthread_create(&th[t], NULL, compile_worker, NULL) == 0)
+            started++;
+    if (started == 0)
+        compile_worker(NULL);
+
+    double compile_s = 0, run_s = 0, load_s = 0, worst_err[3] = {0, 0, 0};
+    int runs = 0, failed_runs = 0, failed_variants = 0;
+    enum { NSLOW = 5 };
+    slow slowest[NSLOW];
+    memset(slowest, 0, sizeof slowest);
+    for (size_t ji = 0; ji < njobs; ji++) {
+        job *jb = &jobs[ji];
+        variant *v = jb->v;
+        wait_job(jb);
+        compile_s += jb->seconds;
+        run_ctx c;
+        memset(&c, 0, sizeof c);
+        c.variant = v->id;
+        c.arch = jb->arch;
+        int variant_failed = 0;
+        if (jb->rc != ATTNRES_OK) {
+            fprintf(stderr, "FAIL %s [%s]: NVRTC: %s\n", v->id, jb->arch, jb->err);
+            failed_runs++;
+            variant_failed = 1;
+            goto next;
+        }
+        if (!dev) {
+            fprintf(stderr, "FAIL %s [%s]: no device\n", v->id, jb->arch);
+            failed_runs++;
+            variant_failed = 1;
+            goto next;
+        }
+        double t0 = now_s();
+        ar_kernel k;
+        if (be_load(jb->blob, jb->size, v->kernel, v->json, &k) != ATTNRES_OK) {
+            fprintf(stderr, "FAIL %s [%s]: the backend's load: %s\n", v->id, jb->arch, dev->errmsg);
+            char ft[1024];
+            fault_text(ft, sizeof ft);
+            if (ft[0])
+                fprintf(stderr, "    simulator: %s\n", ft);
+            failed_runs++;
+            variant_failed = 1;
+            goto next;
+        }
+        double t1 = now_s();
+        load_s += t1 - t0;
+        const int64_t align = ar_json_int(v->json, "align", 16);
+        const int64_t es = (int64_t)attnres_dtype_size(v->dt);
+        const int64_t ae = align > es ? align / es : 1;
+        const int np = jb->full ? v->nprob : 1;
+        for (int pi = 0; pi < np; pi++) {
+            const problem *pr = &v->prob[pi];
+            memset(&c, 0, sizeof c);
+            c.variant = v->id;
+            c.arch = jb->arch;
+            describe(pr, c.problem, sizeof c.problem);
+            double r0 = now_s(), e;
+            switch (v->op) {
+            case ATTNRES_OP_MIX: e = run_mix(&c, &k, pr, ae); break;
+            case ATTNRES_OP_PHASE1: e = run_phase1(&c, &k, pr, ae); break;
+            default: e = run_phase2(&c, &k, pr, ae); break;
+            }
+            double rs = now_s() - r0;
+            runs++;
+            if (c.why[0]) {
+                fprintf(stderr, "FAIL %s [%s] %s: %s\n", v->id, jb->arch, c.problem, c.why);
+                failed_runs++;
+                variant_failed = 1;
+                if (c.faulted) {
+                    be_unload(&k);
+                    reopen_device();
+                    if (!dev)
+                        goto next;
+                    if (be_load(jb->blob, jb->size, v->kernel, v->json, &k) != ATTNRES_OK) {
+                        fprintf(stderr, "FAIL %s [%s]: reload after the fault: %s\n", v->id, jb->arch, dev->errmsg);
+                        goto next;
+                    }
+                }
+            } else if (e > worst_err[v->dt]) {
+                worst_err[v->dt] = e;
+            }
+            if (getenv("ATTNRES_VARIANTS_VERBOSE"))
+                printf("  %-44s %s %-58s err %.2e  %.3f s\n", v->id, jb->arch, c.problem, e, rs);
+        }
+        be_unload(&k);
+        {
+            double vs_s = now_s() - t1;
+            run_s += vs_s;
+            for (int si = 0; si < NSLOW; si++)
+                if (vs_s > slowest[si].s) {
+                    memmove(&slowest[si + 1], &slowest[si], (NSLOW - 1 - si) * sizeof slowest[0]);
+                    slowest[si] = (slow){v->id, jb->arch, vs_s};
+                    break;
+                }
+        }
+    next:
+        if (variant_failed && !v->failed) {
+            failed_variants++;
+            v->failed = 1;
+        }
+        free(jb->blob);
+        jb->blob = NULL;
+    }
+    for (int t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    double total = now_s() - t_start;
+    printf("ran %d problem(s) on %zu compiled kernel(s): %d failed, %d variant(s) wrong or faulting; "
+           "device reopened %d time(s)\n",
+           runs, njobs, failed_runs, failed_variants, device_reopens);
+    printf("worst relative error: f32 %.2e (tolerance 1e-5), bf16 %.2e, f16 %.2e (tolerance 1e-2)\n", worst_err[0],
+           worst_err[1], worst_err[2]);
+    printf("time: %.1f s in all (budget: 300 s on 2 cores); NVRTC %.1f s over %d thread(s), loads %.1f s, "
+           "runs %.1f s\n",
+           total, compile_s,
+           started ? started : 1, load_s, run_s);
+    printf("slowest kernels to run:");
+    for (int si = 0; si < NSLOW && slowest[si].id; si++)
+        printf(" %s [%s] %.2f s;", slowest[si].id, slowest[si].arch, slowest[si].s);
+    printf("\n");
+    if (failed_runs)
+        check_failures += failed_runs;
+    if (sim_last_fault && failed_runs == 0) {
+        char ft[1024];
+        fault_text(ft, sizeof ft);
+        CHECK(ft[0] == 0); /* no fault went unreported */
+        if (ft[0])
+            fprintf(stderr, "a fault nobody reported: %s\n", ft);
+    }
+    free(jobs);
+    jobs = NULL;
+    for (size_t i = 0; i < nv; i++) {
+        free(vs[i].id);
+        free(vs[i].source);
+        free(vs[i].kernel);
+        free(vs[i].json);
+    }
+    free(vs);
+    for (int i = 0; i < ngens; i++)
+        argen_close(gens[i]);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    char why[512];
+    if (ar_nvrtc_available(why, sizeof why) != 0) {
+        printf("SKIP: NVRTC is not available: %s\n", why);
+        return 77;
+    }
+    const char *driver = getenv("ATTNRES_CUDA_DRIVER");
+    char msg[512] = "";
+    if (open_device(msg, sizeof msg) != ATTNRES_OK) {
+        if (driver && *driver) {
+            fprintf(stderr, "FAIL: cuda:0 did not open with ATTNRES_CUDA_DRIVER=%s: %s\n", driver, msg);
+            return 1;
+        }
+        printf("SKIP: no CUDA device (%s) and ATTNRES_CUDA_DRIVER is unset\n", msg);
+        return 77;
+    }
+    if (driver && *driver) {
+        void *h = dlopen(driver, RTLD_NOW | RTLD_NOLOAD);
+        if (h) {
+            *(void **)&sim_last_fault = dlsym(h, "cudasimLastFault");
+            *(void **)&sim_describe = dlsym(h, "cudasimDescribe");
+        }
+    }
+    int major = 0, minor = 0;
+    ar_nvrtc_version(&major, &minor);
+    printf("device cuda:0: %s %s, %d SMs, driver %s%s%s; NVRTC %d.%d, kernels loaded as PTX\n", dev->name,
+           dev->arch, dev->units, dev->driver, sim_describe ? "; " : "", sim_describe ? sim_describe() : "", major,
+           minor);
+    RUN_CASE(test_every_variant);
+    attnres_device_close(dev);
+    CHECK_EXIT();
+}
