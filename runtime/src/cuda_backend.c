@@ -567,7 +567,7 @@ static int misaligned(const void *p, int64_t align)
 
 /* Fills the by-value argument struct; EINVAL/EMISMATCH with a message when
  * the arguments cannot be run by this kernel. No allocation. */
-static int fill_args(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+static int fill_mix(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                      const attnres_mix_args *a, attnres_cuda_mix_args *args)
 {
     const cuda_kernel *ck = k->module;
@@ -631,68 +631,7 @@ static int fill_args(attnres_device *dev, const ar_kernel *k, const attnres_prob
     return ATTNRES_OK;
 }
 
-/* Launches on `stream` with the context already current. */
-static int launch_current(attnres_device *dev, const ar_kernel *k, int64_t T, attnres_cuda_mix_args *args,
-                          CUstream stream)
-{
-    const int64_t grid = (T + k->tokens_per_block - 1) / k->tokens_per_block;
-    if (grid > 0x7fffffff)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld needs more than 2^31-1 blocks", (long long)T);
-    void *params[] = {args};
-    CUresult r = cu.LaunchKernel((CUfunction)k->entry, (unsigned)grid, 1, 1, (unsigned)k->threads, 1, 1,
-                                 (unsigned)k->smem, stream, params, NULL);
-    if (r != CU_OK) {
-        char what[256];
-        snprintf(what, sizeof what, "launching %s", k->kernel_name);
-        return cuda_fail(dev, ATTNRES_ELAUNCH, r, what);
-    }
-    return ATTNRES_OK;
-}
-
-static int cuda_launch_mix(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
-                           const attnres_mix_args *a, void *stream)
-{
-    if (T == 0)
-        return ATTNRES_OK;
-    if (T < 0)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
-    attnres_cuda_mix_args args;
-    int rc = fill_args(dev, k, p, T, a, &args);
-    if (rc != ATTNRES_OK)
-        return rc;
-    int pushed;
-    CUresult r = ctx_enter(dev->state, &pushed);
-    if (r != CU_OK)
-        return cuda_fail(dev, ATTNRES_ELAUNCH, r, "making the CUDA context current");
-    rc = launch_current(dev, k, T, &args, (CUstream)stream);
-    ctx_leave(pushed);
-    return rc;
-}
-
 /* ---- Block AttnRes phases ---------------------------------------------- */
-
-/* Launches grid blocks of k with smem bytes of dynamic shared memory and
- * the by-value struct at args, on the caller's stream. */
-static int launch_blocks(attnres_device *dev, const ar_kernel *k, int64_t grid, int64_t smem, void *args,
-                         void *stream)
-{
-    if (grid > 0x7fffffff)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld needs more than 2^31-1 blocks", (long long)grid);
-    int pushed;
-    CUresult r = ctx_enter(dev->state, &pushed);
-    if (r != CU_OK)
-        return cuda_fail(dev, ATTNRES_ELAUNCH, r, "making the CUDA context current");
-    void *params[] = {args};
-    r = cu.LaunchKernel((CUfunction)k->entry, (unsigned)grid, 1, 1, (unsigned)k->threads, 1, 1, (unsigned)smem,
-                        (CUstream)stream, params, NULL);
-    ctx_leave(pushed);
-    if (r != CU_OK) {
-        char what[256];
-        snprintf(what, sizeof what, "launching %s", k->kernel_name);
-        return cuda_fail(dev, ATTNRES_ELAUNCH, r, what);
-    }
-    return ATTNRES_OK;
-}
 
 /* A storage view (pointer and token stride in elements) the kernel loads
  * with `align`-byte accesses. */
@@ -701,13 +640,11 @@ static int view_misaligned(const void *ptr, int64_t stride, int64_t es, int64_t 
     return misaligned(ptr, align) || (stride * es) % align != 0;
 }
 
-static int cuda_launch_phase1(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
-                              const attnres_phase1_args *a, void *stream)
+/* Fills phase 1's by-value struct and the dynamic shared memory it needs;
+ * EINVAL/EUNSUPPORTED with a message when this kernel cannot run them. */
+static int fill_phase1(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                       const attnres_phase1_args *a, attnres_cuda_phase1_args *args, int64_t *smem_out)
 {
-    if (T == 0)
-        return ATTNRES_OK;
-    if (T < 0)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
     const cuda_kernel *ck = k->module;
     if (!ck || !k->entry)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
@@ -729,8 +666,7 @@ static int cuda_launch_phase1(attnres_device *dev, const ar_kernel *k, const att
     if (!a || !a->sources || !a->queries || !a->o1 || !a->lse)
         return ar_device_fail(dev, ATTNRES_EINVAL, "sources, queries, o1 and lse are required");
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
-    attnres_cuda_phase1_args args;
-    memset(&args, 0, sizeof args);
+    memset(args, 0, sizeof *args);
     for (int i = 0; i < n; i++) {
         const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
         if (!a->sources[i])
@@ -739,43 +675,42 @@ static int cuda_launch_phase1(attnres_device *dev, const ar_kernel *k, const att
             return ar_device_fail(dev, ATTNRES_EINVAL,
                                   "source %d (pointer or stride %lld) is not %lld-byte aligned as kernel %s needs", i,
                                   (long long)stride, (long long)align, k->kernel_name);
-        args.src[i] = a->sources[i];
-        args.src_stride[i] = stride;
+        args->src[i] = a->sources[i];
+        args->src_stride[i] = stride;
     }
-    args.o1_stride = a->o1_stride ? a->o1_stride : p->d;
-    args.lse_stride = a->lse_stride ? a->lse_stride : H;
+    args->o1_stride = a->o1_stride ? a->o1_stride : p->d;
+    args->lse_stride = a->lse_stride ? a->lse_stride : H;
     for (int j = 0; j < S; j++) {
         if (!a->o1[j] || !a->lse[j])
             return ar_device_fail(dev, ATTNRES_EINVAL, "o1 or lse of site %d is NULL", j);
-        if (view_misaligned(a->o1[j], args.o1_stride, es, align) || misaligned(a->lse[j], 4))
+        if (view_misaligned(a->o1[j], args->o1_stride, es, align) || misaligned(a->lse[j], 4))
             return ar_device_fail(dev, ATTNRES_EINVAL,
                                   "o1 of site %d (pointer or stride) is not %lld-byte aligned as kernel %s needs, "
                                   "or its lse is not 4-byte aligned",
                                   j, (long long)align, k->kernel_name);
-        args.o1[j] = a->o1[j];
-        args.lse[j] = a->lse[j];
+        args->o1[j] = a->o1[j];
+        args->lse[j] = a->lse[j];
     }
     if (misaligned(a->queries, ck->qalign))
         return ar_device_fail(dev, ATTNRES_EINVAL, "queries is not %d-byte aligned as kernel %s needs", ck->qalign,
                               k->kernel_name);
-    args.d = p->d;
-    args.n = n;
-    args.heads = H;
-    args.s = S;
-    args.T = T;
-    args.queries = a->queries;
-    args.scale = a->scale;
-    args.eps = a->eps;
-    return launch_blocks(dev, k, T, smem + k->smem, &args, stream);
+    args->d = p->d;
+    args->n = n;
+    args->heads = H;
+    args->s = S;
+    args->T = T;
+    args->queries = a->queries;
+    args->scale = a->scale;
+    args->eps = a->eps;
+    *smem_out = smem + k->smem;
+    return ATTNRES_OK;
 }
 
-static int cuda_launch_phase2(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
-                              const attnres_phase2_args *a, void *stream)
+/* Fills phase 2's by-value struct; EINVAL/EUNSUPPORTED with a message when
+ * this kernel cannot run the arguments. */
+static int fill_phase2(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                       const attnres_phase2_args *a, attnres_cuda_phase2_args *args)
 {
-    if (T == 0)
-        return ATTNRES_OK;
-    if (T < 0)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
     const cuda_kernel *ck = k->module;
     if (!ck || !k->entry)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
@@ -792,44 +727,126 @@ static int cuda_launch_phase2(attnres_device *dev, const ar_kernel *k, const att
     if (p->epilogue && (!a->normed || !a->out_gain))
         return ar_device_fail(dev, ATTNRES_EINVAL, "the epilogue needs normed and out_gain");
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
-    attnres_cuda_phase2_args args;
-    memset(&args, 0, sizeof args);
-    args.d = p->d;
-    args.heads = H;
-    args.T = T;
-    args.o1 = a->o1;
-    args.o1_stride = a->o1_stride ? a->o1_stride : p->d;
-    args.lse = a->lse;
-    args.lse_stride = a->lse_stride ? a->lse_stride : H;
-    args.partial = a->partial;
-    args.partial_stride = a->partial_stride ? a->partial_stride : p->d;
-    args.sublayer = p->fuse_add ? a->sublayer : NULL;
-    args.sublayer_stride = a->sublayer_stride ? a->sublayer_stride : p->d;
-    args.query = a->query;
-    args.scale = a->scale;
-    args.eps = a->eps;
-    args.out = a->out;
-    args.out_stride = a->out_stride ? a->out_stride : p->d;
-    args.out_gain = p->epilogue ? a->out_gain : NULL;
-    args.out_eps = a->out_eps;
-    args.normed = p->epilogue ? a->normed : NULL;
-    args.normed_stride = a->normed_stride ? a->normed_stride : p->d;
-    if (view_misaligned(args.o1, args.o1_stride, es, align) ||
-        view_misaligned(args.partial, args.partial_stride, es, align) ||
-        view_misaligned(args.out, args.out_stride, es, align) ||
-        (args.sublayer && view_misaligned(args.sublayer, args.sublayer_stride, es, align)) ||
-        (args.normed && view_misaligned(args.normed, args.normed_stride, es, align)))
+    memset(args, 0, sizeof *args);
+    args->d = p->d;
+    args->heads = H;
+    args->T = T;
+    args->o1 = a->o1;
+    args->o1_stride = a->o1_stride ? a->o1_stride : p->d;
+    args->lse = a->lse;
+    args->lse_stride = a->lse_stride ? a->lse_stride : H;
+    args->partial = a->partial;
+    args->partial_stride = a->partial_stride ? a->partial_stride : p->d;
+    args->sublayer = p->fuse_add ? a->sublayer : NULL;
+    args->sublayer_stride = a->sublayer_stride ? a->sublayer_stride : p->d;
+    args->query = a->query;
+    args->scale = a->scale;
+    args->eps = a->eps;
+    args->out = a->out;
+    args->out_stride = a->out_stride ? a->out_stride : p->d;
+    args->out_gain = p->epilogue ? a->out_gain : NULL;
+    args->out_eps = a->out_eps;
+    args->normed = p->epilogue ? a->normed : NULL;
+    args->normed_stride = a->normed_stride ? a->normed_stride : p->d;
+    if (view_misaligned(args->o1, args->o1_stride, es, align) ||
+        view_misaligned(args->partial, args->partial_stride, es, align) ||
+        view_misaligned(args->out, args->out_stride, es, align) ||
+        (args->sublayer && view_misaligned(args->sublayer, args->sublayer_stride, es, align)) ||
+        (args->normed && view_misaligned(args->normed, args->normed_stride, es, align)))
         return ar_device_fail(dev, ATTNRES_EINVAL,
                               "o1, partial, sublayer, out or normed (pointer or stride) is not %lld-byte aligned as "
                               "kernel %s needs",
                               (long long)align, k->kernel_name);
-    if (misaligned(args.lse, 4) || misaligned(args.query, ck->qalign) ||
-        (args.out_gain && misaligned(args.out_gain, ck->qalign)))
+    if (misaligned(args->lse, 4) || misaligned(args->query, ck->qalign) ||
+        (args->out_gain && misaligned(args->out_gain, ck->qalign)))
         return ar_device_fail(dev, ATTNRES_EINVAL,
                               "lse is not 4-byte aligned, or query or out_gain is not %d-byte aligned as kernel %s "
                               "needs",
                               ck->qalign, k->kernel_name);
-    return launch_blocks(dev, k, T, k->smem, &args, stream);
+    return ATTNRES_OK;
+}
+
+/* ---- the op-generic launch --------------------------------------------- */
+
+/* Everything one launch needs, prepared before the context is entered: the
+ * by-value argument struct of the op, the grid and the dynamic shared
+ * memory. It lives on the caller's stack: a launch allocates nothing. */
+typedef struct cuda_launch_data {
+    union {
+        attnres_cuda_mix_args mix;
+        attnres_cuda_phase1_args phase1;
+        attnres_cuda_phase2_args phase2;
+    } args;
+    int64_t grid, smem;
+} cuda_launch_data;
+
+/* Checks the tagged arguments against the problem and the kernel and fills
+ * l; T must be positive. Mix kernels handle tokens_per_block tokens per
+ * block, the phase kernels one token per block (cuda_phase_abi.h). */
+static int prepare(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                   const ar_op_args *a, cuda_launch_data *l)
+{
+    if (!a || a->op != p->op)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the arguments are for op %d, the problem is op %d",
+                              a ? (int)a->op : -1, (int)p->op);
+    if (!k->module || !k->entry)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
+    int rc;
+    switch (a->op) {
+    case ATTNRES_OP_MIX:
+        rc = fill_mix(dev, k, p, T, a->mix, &l->args.mix);
+        l->grid = (T + k->tokens_per_block - 1) / k->tokens_per_block;
+        l->smem = k->smem;
+        break;
+    case ATTNRES_OP_PHASE1:
+        rc = fill_phase1(dev, k, p, T, a->phase1, &l->args.phase1, &l->smem);
+        l->grid = T;
+        break;
+    case ATTNRES_OP_PHASE2:
+        rc = fill_phase2(dev, k, p, T, a->phase2, &l->args.phase2);
+        l->grid = T;
+        l->smem = k->smem;
+        break;
+    default:
+        return ar_device_fail(dev, ATTNRES_EINVAL, "unknown op %d", (int)a->op);
+    }
+    if (rc == ATTNRES_OK && l->grid > 0x7fffffff)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld needs more than 2^31-1 blocks", (long long)T);
+    return rc;
+}
+
+/* Launches prepared work on `stream` with the context already current. */
+static int launch_current(attnres_device *dev, const ar_kernel *k, cuda_launch_data *l, CUstream stream)
+{
+    void *params[] = {&l->args};
+    CUresult r = cu.LaunchKernel((CUfunction)k->entry, (unsigned)l->grid, 1, 1, (unsigned)k->threads, 1, 1,
+                                 (unsigned)l->smem, stream, params, NULL);
+    if (r != CU_OK) {
+        char what[256];
+        snprintf(what, sizeof what, "launching %s", k->kernel_name);
+        return cuda_fail(dev, ATTNRES_ELAUNCH, r, what);
+    }
+    return ATTNRES_OK;
+}
+
+static int cuda_launch(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                       const ar_op_args *a, void *stream)
+{
+    if (T == 0)
+        return ATTNRES_OK;
+    if (T < 0)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
+    cuda_launch_data l;
+    int rc = prepare(dev, k, p, T, a, &l);
+    if (rc != ATTNRES_OK)
+        return rc;
+    int pushed;
+    CUresult r = ctx_enter(dev->state, &pushed);
+    if (r != CU_OK)
+        return cuda_fail(dev, ATTNRES_ELAUNCH, r, "making the CUDA context current");
+    rc = launch_current(dev, k, &l, (CUstream)stream);
+    ctx_leave(pushed);
+    return rc;
 }
 
 /* ---- memory and timing ------------------------------------------------- */
@@ -934,14 +951,19 @@ static void timing_leave(attnres_device *dev, int pushed)
     pthread_mutex_unlock(&st->lock);
 }
 
-static int cuda_time_mix(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
-                         const attnres_mix_args *a, int reps, int flush, double *times_us)
+/* Times reps launches of any op with events around each, on the device's
+ * own timing stream; with flush, an L2-sized memset before each launch
+ * makes every launch read from DRAM, as a model's sites do. */
+static int cuda_time(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                     const ar_op_args *a, int reps, int flush, double *times_us)
 {
     cuda_state *st = dev->state;
     if (reps < 1)
         return ATTNRES_OK;
-    attnres_cuda_mix_args args;
-    int rc = T > 0 ? fill_args(dev, k, p, T, a, &args) : ATTNRES_OK;
+    if (T < 0)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
+    cuda_launch_data l;
+    int rc = T > 0 ? prepare(dev, k, p, T, a, &l) : ATTNRES_OK;
     if (rc != ATTNRES_OK)
         return rc;
     int pushed;
@@ -969,7 +991,7 @@ static int cuda_time_mix(attnres_device *dev, const ar_kernel *k, const attnres_
             rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "cuEventRecord");
             goto done;
         }
-        if (T > 0 && (rc = launch_current(dev, k, T, &args, st->stream)) != ATTNRES_OK)
+        if (T > 0 && (rc = launch_current(dev, k, &l, st->stream)) != ATTNRES_OK)
             goto done;
         float ms = 0.0f;
         if ((r = cu.EventRecord(st->stop, st->stream)) != CU_OK || (r = elapsed_ms(st, &ms)) != CU_OK) {
@@ -1037,7 +1059,7 @@ static const char empty_ptx[] = ".version 7.0\n"
                                 "    ret;\n"
                                 "}\n";
 
-/* Median GPU time of one empty launch, timed like time_mix's launches. */
+/* Median GPU time of one empty launch, timed like the time slot's launches. */
 static int cuda_empty_launch(attnres_device *dev, double *us)
 {
     cuda_state *st = dev->state;
@@ -1089,14 +1111,12 @@ const ar_backend ar_cuda_backend = {
     .load = cuda_load,
     .load_generic = cuda_load_generic,
     .unload = cuda_unload,
-    .launch_mix = cuda_launch_mix,
-    .launch_phase1 = cuda_launch_phase1,
-    .launch_phase2 = cuda_launch_phase2,
+    .launch = cuda_launch,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
     .copy_to_device = cuda_copy_to_device,
     .copy_to_host = cuda_copy_to_host,
-    .time_mix = cuda_time_mix,
+    .time = cuda_time,
     .copy_bandwidth = cuda_copy_bandwidth,
     .empty_launch = cuda_empty_launch,
 };

@@ -220,14 +220,16 @@ static int launch1(const launcher *l, const attnres_problem *p, int64_t T, const
 {
     if (l->plan)
         return attnres_run_phase1(l->plan, T, a, NULL);
-    return cpu->ops->launch_phase1(cpu, l->kernel, p, T, a, NULL);
+    const ar_op_args args = ar_op_phase1(a);
+    return cpu->ops->launch(cpu, l->kernel, p, T, &args, NULL);
 }
 
 static int launch2(const launcher *l, const attnres_problem *p, int64_t T, const attnres_phase2_args *a)
 {
     if (l->plan)
         return attnres_run_phase2(l->plan, T, a, NULL);
-    return cpu->ops->launch_phase2(cpu, l->kernel, p, T, a, NULL);
+    const ar_op_args args = ar_op_phase2(a);
+    return cpu->ops->launch(cpu, l->kernel, p, T, &args, NULL);
 }
 
 /* Runs phase1 of p on T tokens with padded strides; returns the worst

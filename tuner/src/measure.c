@@ -264,7 +264,8 @@ int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
     free(poison);
     if (rc != ATTNRES_OK)
         return rc;
-    rc = bc->dev->ops->launch_mix(bc->dev, k, &bc->p, bc->tv, &bc->v_args, NULL);
+    const ar_op_args args = ar_op_mix(&bc->v_args);
+    rc = bc->dev->ops->launch(bc->dev, k, &bc->p, bc->tv, &args, NULL);
     if (rc != ATTNRES_OK)
         return rc;
     double e1 = 0, e2 = 0;
@@ -276,12 +277,16 @@ int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
     return rc;
 }
 
-/* Times reps launches of whichever operation the case holds. */
+/* Times reps launches of whichever operation the case holds, on its timing
+ * buffers (all T tokens), through the device's op-generic time slot. */
 static int time_launches(bench_case *bc, const ar_kernel *k, int reps, int flush, double *times_us)
 {
-    if (bc->p.op != ATTNRES_OP_MIX)
-        return bench_phase_time(bc, k, reps, times_us);
-    return bc->dev->ops->time_mix(bc->dev, k, &bc->p, bc->t, &bc->t_args, reps, flush, times_us);
+    ar_op_args args = ar_op_mix(&bc->t_args);
+    if (bc->p.op == ATTNRES_OP_PHASE1)
+        args = ar_op_phase1(&bc->t_p1);
+    else if (bc->p.op == ATTNRES_OP_PHASE2)
+        args = ar_op_phase2(&bc->t_p2);
+    return bc->dev->ops->time(bc->dev, k, &bc->p, bc->t, &args, reps, flush, times_us);
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -103,9 +103,16 @@ static int begin_run(revalidation *r, const char *spec, const char *db_path, con
 static int tune_problem_of(const ardb_stored_winner *w, tune_problem *tp, char *why, size_t len)
 {
     attnres_dtype dt;
+    attnres_op op;
     memset(tp, 0, sizeof *tp);
-    if (!w->op || strcmp(w->op, "mix") != 0) {
-        snprintf(why, len, "re-validation measures mix problems only (this is %s)", w->op ? w->op : "?");
+    if (w->op && strcmp(w->op, "mix") == 0)
+        op = ATTNRES_OP_MIX;
+    else if (w->op && strcmp(w->op, "phase1") == 0)
+        op = ATTNRES_OP_PHASE1;
+    else if (w->op && strcmp(w->op, "phase2") == 0)
+        op = ATTNRES_OP_PHASE2;
+    else {
+        snprintf(why, len, "unknown op '%s'", w->op ? w->op : "?");
         return -1;
     }
     if (!w->dtype || attnres_dtype_parse(w->dtype, &dt) != ATTNRES_OK) {
@@ -113,10 +120,21 @@ static int tune_problem_of(const ardb_stored_winner *w, tune_problem *tp, char *
         return -1;
     }
     attnres_problem_init(&tp->p, dt, w->d, w->n);
+    tp->p.op = op;
     tp->p.heads = w->heads;
     tp->p.form = w->form && strcmp(w->form, "additive") == 0 ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
     tp->p.epilogue = w->epilogue;
+    /* The database keeps phase 2's fused add as the form "fused" (plan.c). */
+    if (op == ATTNRES_OP_PHASE2)
+        tp->p.fuse_add = w->form && strcmp(w->form, "fused") == 0;
+    if (op == ATTNRES_OP_PHASE1)
+        tp->p.s = w->s;
     tp->t = w->t_bucket;
+    char msg[256];
+    if (attnres_problem_check(&tp->p, msg, sizeof msg) != ATTNRES_OK) {
+        snprintf(why, len, "the stored problem is not valid: %.200s", msg);
+        return -1;
+    }
     return 0;
 }
 
