@@ -294,10 +294,11 @@ static void *open_object(const void *blob, size_t size, const char *key, char *e
     return h;
 }
 
-static int cpu_load(attnres_device *dev, const void *blob, size_t size,
+static int cpu_load(attnres_device *dev, const void *blob, size_t size, const char *source,
                     const char *kernel_name, const char *params_json, ar_kernel *k)
 {
     (void)params_json;
+    (void)source; /* the host compiler's output always suits the host */
     /* Only what the compiler wrote, intact, reaches dlopen: a damaged
      * shared object can crash the dynamic loader or the kernel. */
     int seal = ar_blob_check(blob, size);
@@ -512,6 +513,10 @@ static int cpu_launch(attnres_device *dev, const ar_kernel *k, const attnres_pro
                               a ? (int)a->op : -1, (int)p->op);
     if (!a->mix) /* every member of the union is a pointer: one test covers them */
         return ar_device_fail(dev, ATTNRES_EINVAL, "the operation's arguments are NULL");
+    if (T < 0)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
+    if (T == 0) /* as on CUDA: nothing to run, and no argument is touched */
+        return ATTNRES_OK;
     switch (a->op) {
     case ATTNRES_OP_MIX: return cpu_launch_mix(dev, k, p, T, a->mix, stream);
     case ATTNRES_OP_PHASE1: return cpu_launch_phase1(dev, k, p, T, a->phase1, stream);

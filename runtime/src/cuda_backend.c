@@ -67,6 +67,9 @@ static const cuda_generic cuda_generics[3][3] = {
 
 /* ---- the Driver API, declared here (no toolkit headers needed) -------- */
 
+/* Device ordinals whose need for PTX is remembered across handles. */
+#define AR_CUDA_MAX_ORDINALS 64
+
 typedef int CUresult;
 typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
@@ -79,6 +82,7 @@ typedef unsigned long long CUdeviceptr;
 enum {
     CU_OK = 0,
     CU_ERROR_NO_DEVICE = 100,
+    CU_ERROR_NO_BINARY_FOR_GPU = 209,
     CU_ATTR_MULTIPROCESSOR_COUNT = 16,
     CU_ATTR_L2_CACHE_SIZE = 38,
     CU_ATTR_CC_MAJOR = 75,
@@ -93,7 +97,7 @@ static struct {
     pthread_once_t once;
     void *handle;
     CUresult init_rc;
-    char error[256];
+    char error[512];
     CUresult (*Init)(unsigned);
     CUresult (*DriverGetVersion)(int *);
     CUresult (*GetErrorName)(CUresult, const char **);
@@ -129,6 +133,14 @@ static struct {
     CUresult (*EventRecord)(CUevent, CUstream);
     CUresult (*EventSynchronize)(CUevent);
     CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+    /* Set when the driver library is the simulated driver of the tests
+     * (tests/cudasim/cudasim.h): it exports cudasimDescribe. */
+    const char *(*Describe)(void);
+    int simulated;
+    /* Devices (by ordinal) whose driver refused a cubin with
+     * CUDA_ERROR_NO_BINARY_FOR_GPU: from then on they are given PTX, also
+     * by handles opened later in the process. */
+    int needs_ptx[AR_CUDA_MAX_ORDINALS];
 } cu = {.once = PTHREAD_ONCE_INIT};
 
 /* Looks up the first of several names (newest ABI first). */
@@ -163,7 +175,7 @@ static void driver_load(void)
     cu.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!cu.handle) {
         const char *why = dlerror();
-        snprintf(cu.error, sizeof cu.error, "no CUDA driver (%.200s not loaded: %.200s)", path,
+        snprintf(cu.error, sizeof cu.error, "no CUDA driver (%.200s not loaded: %.250s)", path,
                  why ? why : "not found");
         return;
     }
@@ -201,6 +213,8 @@ static void driver_load(void)
     CU_SYM(EventRecord, "cuEventRecord");
     CU_SYM(EventSynchronize, "cuEventSynchronize");
     CU_SYM(EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
+    *(void **)(&cu.Describe) = dlsym(cu.handle, "cudasimDescribe");
+    cu.simulated = cu.Describe != NULL;
     cu.init_rc = cu.Init(0);
     return;
 fail:
@@ -280,6 +294,7 @@ typedef struct cuda_state {
     int cc;             /* 90 for sm_90 */
     int compile_cc;     /* what NVRTC targets */
     int cubin;          /* 1: cubins for compile_cc; 0: PTX (the driver JITs) */
+    int ordinal;        /* the device's index, for cu.needs_ptx */
     size_t l2;          /* bytes */
     pthread_mutex_t lock; /* guards everything below (timing resources) */
     CUstream stream;
@@ -308,6 +323,54 @@ static void ctx_leave(int pushed)
         CUcontext c;
         cu.CtxPopCurrent(&c);
     }
+}
+
+/* Whether the device is to be given PTX rather than cubins: the simulated
+ * driver runs PTX only, ATTNRES_CUDA_PTX=1 asks for it (a driver newer than
+ * the NVRTC at hand JITs it for its GPU), and a device that refused a cubin
+ * once keeps getting PTX. */
+static int wants_ptx(int ordinal)
+{
+    const char *env = getenv("ATTNRES_CUDA_PTX");
+    if (cu.simulated || (env && strcmp(env, "1") == 0))
+        return 1;
+    return ordinal >= 0 && ordinal < AR_CUDA_MAX_ORDINALS && cu.needs_ptx[ordinal];
+}
+
+/* Real code for the device when NVRTC knows its architecture and nothing
+ * asks for PTX; else PTX for the newest architecture NVRTC knows that the
+ * device runs, which the driver compiles at load. */
+static void choose_binary_form(cuda_state *st)
+{
+    int best = ar_nvrtc_best_arch(st->cc);
+    st->cubin = (best == 0 || best == st->cc) && !wants_ptx(st->ordinal);
+    st->compile_cc = st->cubin || best == 0 ? st->cc : best;
+}
+
+/* The target part of the build key: "sm_90" for cubins, "compute_90 (PTX
+ * for sm_90)" for PTX, so that cached binaries of the two never mix. */
+static void set_target(attnres_device *dev)
+{
+    const cuda_state *st = dev->state;
+    if (st->cubin)
+        snprintf(dev->target, sizeof dev->target, "sm_%d", st->cc);
+    else
+        snprintf(dev->target, sizeof dev->target, "compute_%d (PTX for sm_%d)", st->compile_cc, st->cc);
+}
+
+/* Switches a device whose driver refused a cubin to PTX, for this handle
+ * and every later one of the same device in the process. */
+static void switch_to_ptx(attnres_device *dev)
+{
+    cuda_state *st = dev->state;
+    pthread_mutex_lock(&dev->lock);
+    if (st->ordinal >= 0 && st->ordinal < AR_CUDA_MAX_ORDINALS)
+        cu.needs_ptx[st->ordinal] = 1;
+    if (st->cubin) {
+        choose_binary_form(st);
+        set_target(dev);
+    }
+    pthread_mutex_unlock(&dev->lock);
 }
 
 static int cuda_count(void)
@@ -360,11 +423,9 @@ static int cuda_open(attnres_device *dev, int index)
     }
     st->cc = major * 10 + minor;
     st->l2 = l2 > 0 ? (size_t)l2 : (size_t)64 << 20;
-    /* Real code for the device when NVRTC knows it; else PTX for the newest
-     * architecture it knows, which the driver compiles at load. */
-    int best = ar_nvrtc_best_arch(st->cc);
-    st->cubin = best == 0 || best == st->cc;
-    st->compile_cc = st->cubin ? st->cc : best;
+    st->ordinal = index;
+    choose_binary_form(st);
+    dev->simulated = cu.simulated;
     dev->state = st;
     snprintf(dev->backend, sizeof dev->backend, "cuda");
     snprintf(dev->name, sizeof dev->name, "%s", name);
@@ -374,10 +435,7 @@ static int cuda_open(attnres_device *dev, int index)
     snprintf(dev->driver, sizeof dev->driver, "%d.%d", version / 1000, (version % 1000) / 10);
     ar_nvrtc_identity(dev->compiler, sizeof dev->compiler);
     snprintf(dev->options, sizeof dev->options, "%s", AR_NVRTC_OPTIONS);
-    if (st->cubin)
-        snprintf(dev->target, sizeof dev->target, "sm_%d", st->cc);
-    else
-        snprintf(dev->target, sizeof dev->target, "compute_%d (PTX for sm_%d)", st->compile_cc, st->cc);
+    set_target(dev);
     return ATTNRES_OK;
 }
 
@@ -428,8 +486,10 @@ static int is_elf(const void *blob, size_t size)
     return size >= 4 && memcmp(blob, "\177ELF", 4) == 0;
 }
 
-static int cuda_load(attnres_device *dev, const void *blob, size_t size, const char *kernel_name,
-                     const char *params_json, ar_kernel *k)
+/* Loads one module image (cubin or PTX) into k. *no_binary is set when the
+ * driver answered CUDA_ERROR_NO_BINARY_FOR_GPU to a cubin. */
+static int load_image(attnres_device *dev, const void *blob, size_t size, const char *kernel_name,
+                      const char *params_json, ar_kernel *k, int *no_binary)
 {
     cuda_state *st = dev->state;
     if (!blob || !size || !kernel_name)
@@ -475,6 +535,7 @@ static int cuda_load(attnres_device *dev, const void *blob, size_t size, const c
     int max_threads = 0;
     if ((r = cu.ModuleLoadData(&ck->module, image)) != CU_OK) {
         ck->module = NULL;
+        *no_binary = r == CU_ERROR_NO_BINARY_FOR_GPU && is_elf(blob, size);
         status = cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleLoadData");
     } else if ((r = cu.ModuleGetFunction(&fn, ck->module, kernel_name)) != CU_OK) {
         status = cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction");
@@ -507,6 +568,39 @@ static int cuda_load(attnres_device *dev, const void *blob, size_t size, const c
     return ATTNRES_OK;
 }
 
+/* Loads a binary; when the driver has no code for this GPU in a cubin, the
+ * device switches to PTX (set_target changes its build keys) and, given the
+ * source, the kernel is compiled as PTX and loaded once more. */
+static int cuda_load(attnres_device *dev, const void *blob, size_t size, const char *source,
+                     const char *kernel_name, const char *params_json, ar_kernel *k)
+{
+    int no_binary = 0;
+    int rc = load_image(dev, blob, size, kernel_name, params_json, k, &no_binary);
+    if (rc == ATTNRES_OK || !no_binary)
+        return rc;
+    char first[512];
+    snprintf(first, sizeof first, "%.500s", dev->errmsg);
+    switch_to_ptx(dev);
+    if (!source)
+        return ar_device_fail(dev, ATTNRES_ELOAD,
+                              "%.400s; the device takes PTX from now on (target %.200s), and a recompile from "
+                              "source will load",
+                              first, dev->target);
+    void *ptx = NULL;
+    size_t ptx_size = 0;
+    if ((rc = cuda_compile(dev, source, kernel_name, &ptx, &ptx_size, NULL)) != ATTNRES_OK)
+        return rc;
+    rc = load_image(dev, ptx, ptx_size, kernel_name, params_json, k, &no_binary);
+    free(ptx);
+    if (rc != ATTNRES_OK)
+        return rc;
+    /* The kernel now is the PTX build: name it by that build's key. */
+    char hash[65];
+    ar_sha256_string(source, hash);
+    ar_build_key(dev, hash, k->build_key);
+    return ATTNRES_OK;
+}
+
 static int cuda_load_generic(attnres_device *dev, const attnres_problem *p, ar_kernel *k)
 {
     const attnres_dtype dtype = p->dtype;
@@ -525,7 +619,7 @@ static int cuda_load_generic(attnres_device *dev, const attnres_problem *p, ar_k
                               sizeof path) == 0;
     int rc = ATTNRES_ELOAD;
     if (cache && ar_read_file(path, &blob, &size) == 0) {
-        rc = cuda_load(dev, blob, size, kernel, params, k);
+        rc = cuda_load(dev, blob, size, source, kernel, params, k);
         free(blob);
         blob = NULL;
     }
@@ -534,7 +628,7 @@ static int cuda_load_generic(attnres_device *dev, const attnres_problem *p, ar_k
             return rc;
         if (cache)
             ar_cache_store(path, blob, size); /* best effort */
-        rc = cuda_load(dev, blob, size, kernel, params, k);
+        rc = cuda_load(dev, blob, size, source, kernel, params, k);
         free(blob);
         if (rc != ATTNRES_OK)
             return rc;

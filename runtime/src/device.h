@@ -61,6 +61,9 @@ struct attnres_device {
     char backend[16], name[256], arch[64], driver[128], fingerprint[640];
     int32_t units;
     int64_t memory;
+    /* 1 when the device is the simulated CUDA driver's (tests/cudasim):
+     * its results must never serve real hardware (DESIGN §8). */
+    int simulated;
     /* Parts of the build key (DESIGN §4): who compiles, how, for what. */
     char compiler[256], options[256], target[256];
     char errmsg[1024];
@@ -78,8 +81,13 @@ struct ar_backend {
     int (*compile)(attnres_device *dev, const char *source,
                    const char *kernel_name, void **blob, size_t *size,
                    char **log);
+    /* Loads a binary that compile produced. source, when not NULL, is what
+     * it was compiled from: a backend whose driver refuses the binary for
+     * this device (CUDA: a cubin without code for it) recompiles the source
+     * in a form the driver accepts and loads that instead. */
     int (*load)(attnres_device *dev, const void *blob, size_t size,
-                const char *kernel_name, const char *params_json, ar_kernel *k);
+                const char *source, const char *kernel_name,
+                const char *params_json, ar_kernel *k);
     /* Loads the built-in generic kernel of the problem's op and dtype. */
     int (*load_generic)(attnres_device *dev, const attnres_problem *p, ar_kernel *k);
     void (*unload)(attnres_device *dev, ar_kernel *k);

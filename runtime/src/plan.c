@@ -130,7 +130,7 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
     const int have_path = ar_cache_path(k->build_key, "", path, sizeof path) == 0;
     int st = ATTNRES_ENOTFOUND;
     if (have_path && ar_read_file(path, &blob, &size) == 0) {
-        st = dev->ops->load(dev, blob, size, w->kernel_name, w->params_json, k);
+        st = dev->ops->load(dev, blob, size, w->source, w->kernel_name, w->params_json, k);
         free(blob);
         if (st == ATTNRES_OK)
             origin = "binary cache";
@@ -140,7 +140,7 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
         }
     }
     if (st != ATTNRES_OK && ardb_binary_get(db->db, k->build_key, &blob, &size) == ARDB_DONE) {
-        st = dev->ops->load(dev, blob, size, w->kernel_name, w->params_json, k);
+        st = dev->ops->load(dev, blob, size, w->source, w->kernel_name, w->params_json, k);
         if (st == ATTNRES_OK) {
             origin = "database";
             if (have_path)
@@ -160,7 +160,7 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
             st = dev->ops->compile(dev, w->source, w->kernel_name, &blob, &size, &log);
         free(log);
         if (st == ATTNRES_OK) {
-            st = dev->ops->load(dev, blob, size, w->kernel_name, w->params_json, k);
+            st = dev->ops->load(dev, blob, size, w->source, w->kernel_name, w->params_json, k);
             if (st == ATTNRES_OK) {
                 origin = "compiled now";
                 if (have_path)

@@ -283,7 +283,7 @@ int cmd_tune(int argc, char **argv)
         cli_error("tune", "%s", msg);
         goto done;
     }
-    measure_policy_default(&t.policy, t.dev->backend);
+    measure_policy_default(&t.policy, t.dev);
     if (load_templates(&t))
         goto done;
     if (rooflines_measure(t.dev, &t.roof) != ATTNRES_OK) {

@@ -9,24 +9,34 @@
 #include "convert.h"
 #include "measure_internal.h"
 
-void measure_policy_default(measure_policy *p, const char *backend)
+void measure_policy_default(measure_policy *p, const attnres_device *dev)
 {
-    int gpu = strcmp(backend, "cpu") != 0;
+    int gpu = strcmp(dev->backend, "cpu") != 0;
     p->warmup = gpu ? 10 : 2;
     p->min_reps = gpu ? 20 : 5;
     p->max_reps = gpu ? 200 : 50;
     p->target_ms = gpu ? 50.0 : 150.0;
     p->flush = gpu;
     p->verify_tokens = 67; /* not a multiple of any split, crosses chunk edges */
+    p->simulated = dev->simulated;
+    if (p->simulated) {
+        /* A simulated device's event times are a deterministic model, so
+         * repeating a launch adds no information, and each launch is
+         * interpreted on the CPU (slow): a warm-up and three repetitions,
+         * and no L2 flush, which the model does not see. */
+        p->warmup = 1;
+        p->min_reps = p->max_reps = 3;
+        p->flush = 0;
+    }
 }
 
 void measure_policy_json(const measure_policy *p, char *buf, size_t len)
 {
     snprintf(buf, len,
              "{\"warmup\":%d,\"min_reps\":%d,\"max_reps\":%d,\"target_ms\":%.1f,\"flush\":%s,"
-             "\"statistic\":\"median\",\"spread\":\"median_abs_deviation\",\"verify_tokens\":%lld}",
+             "\"statistic\":\"median\",\"spread\":\"median_abs_deviation\",\"verify_tokens\":%lld%s}",
              p->warmup, p->min_reps, p->max_reps, p->target_ms, p->flush ? "true" : "false",
-             (long long)p->verify_tokens);
+             (long long)p->verify_tokens, p->simulated ? ",\"simulated\":true" : "");
 }
 
 

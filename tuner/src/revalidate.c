@@ -213,7 +213,7 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
     memset(&k, 0, sizeof k);
     memcpy(k.build_key, build_key, sizeof k.build_key);
     snprintf(k.variant, sizeof k.variant, "%s", w->variant);
-    int st = r->dev->ops->load(r->dev, blob, size, w->kernel_name, w->params_json, &k);
+    int st = r->dev->ops->load(r->dev, blob, size, w->source, w->kernel_name, w->params_json, &k);
     free(blob);
     if (st != ATTNRES_OK) {
         record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, r->dev->errmsg, o);
@@ -298,7 +298,7 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
     }
     if (!(o = calloc(n, sizeof *o)))
         goto done;
-    measure_policy_default(&r.policy, r.dev->backend);
+    measure_policy_default(&r.policy, r.dev);
     if (rooflines_measure(r.dev, &r.roof) != ATTNRES_OK) {
         cli_error("tune", "measuring the device: %s", r.dev->errmsg);
         goto done;

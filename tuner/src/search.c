@@ -75,7 +75,7 @@ static int job_kernel_for(tuner *t, source_entry *e, job_kernel *k, void **blob)
     *blob = NULL;
     if (e->compile_failed || ardb_binary_get(t->db, e->build_key, blob, &size) != ARDB_DONE)
         return -1;
-    *k = (job_kernel){.variant = e->id, .kernel_name = e->kernel, .params_json = e->json,
+    *k = (job_kernel){.variant = e->id, .kernel_name = e->kernel, .params_json = e->json, .source = e->source,
                       .build_key = e->build_key, .blob = *blob, .blob_size = size};
     return 0;
 }
