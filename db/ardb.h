@@ -74,8 +74,15 @@ typedef struct ardb_device {
     const char *backend, *name, *arch, *driver, *fingerprint;
     int32_t units;
     int64_t memory;
+    /* 1 for a simulated device (a stand-in driver such as tests/cudasim,
+     * whose timings are a model), 0 for real hardware. It is last and 0
+     * means hardware, so that a caller that zero-initialises the struct
+     * records a real device. A simulated device and a real one are never
+     * the same device, and winners never cross between them (schema v4). */
+    int simulated;
 } ardb_device;
-/* Inserts the device if its fingerprint is new; returns its id either way. */
+/* Inserts the device if its (fingerprint, simulated) pair is new; returns
+ * its id either way. */
 int ardb_device_upsert(ardb *db, const ardb_device *dev, int64_t *id);
 
 /* ---- runs ------------------------------------------------------------- */
