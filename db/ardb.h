@@ -17,10 +17,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Version 2 added runs.uid and runs.note, version 3 runs.read_gbps
- * (db/migrate.c). A read-write open migrates an older file in place,
- * keeping a copy as PATH.v<N>.bak; a read-only open reads it as it is. */
-#define ARDB_SCHEMA_VERSION 3
+/* Version 2 added runs.uid and runs.note, version 3 runs.read_gbps,
+ * version 4 devices.simulated (db/migrate.c). A read-write open migrates an
+ * older file in place, keeping a copy as PATH.v<N>.bak; a read-only open
+ * reads it as it is (every device of a file older than v4 is real). */
+#define ARDB_SCHEMA_VERSION 4
 
 /* Return codes of every ardb_ function. */
 enum {
@@ -77,8 +78,9 @@ typedef struct ardb_device {
     /* 1 for a simulated device (a stand-in driver such as tests/cudasim,
      * whose timings are a model), 0 for real hardware. It is last and 0
      * means hardware, so that a caller that zero-initialises the struct
-     * records a real device. A simulated device and a real one are never
-     * the same device, and winners never cross between them (schema v4). */
+     * records a real device; any other non-zero value is recorded as 1. A
+     * simulated device and a real one are never the same device, and
+     * winners never cross between them (schema v4). */
     int simulated;
 } ardb_device;
 /* Inserts the device if its (fingerprint, simulated) pair is new; returns
@@ -201,7 +203,10 @@ typedef struct ardb_winner {
 
 /* The winners for a problem (t_bucket ignored) at one fallback level:
  *   EXACT: device fingerprint equal; ARCHITECTURE: same backend and arch;
- *   BACKEND: same backend. For each T bucket the newest run's winner is
+ *   BACKEND: same backend. At every level only devices of the same kind
+ * count: a real device (dev->simulated 0) never gets a winner measured on
+ * a simulated one, nor a simulated device one measured on hardware, since a
+ * simulator's timings are a model. For each T bucket the newest run's winner is
  * returned, sorted by t_bucket. *out is a malloc'ed array owned by the
  * caller (ardb_winners_free). *count may be 0. String fields are NULL
  * where the database holds NULL. */
@@ -217,12 +222,13 @@ typedef int (*ardb_row_fn)(void *ctx, int ncol, const char *const *names,
                            const char *const *values);
 /* The latest winner of every problem for every device (or the winners of
  * one run), joined with its measurement: columns problem (key), device
- * (name), variant, median_us, gbps, roofline; in problem key order with
- * numeric fields compared as numbers. */
+ * (name, with " (simulated)" after a simulated device's), variant,
+ * median_us, gbps, roofline; in problem key order with numeric fields
+ * compared as numbers. */
 int ardb_list_winners(ardb *db, int64_t run_id /* 0: all */, ardb_row_fn fn,
                       void *ctx);
-/* All runs, newest last: id, started_at, finished_at, status, device,
- * strategy, project_version, compiler, copy_gbps, read_gbps (GB/s with one
+/* All runs, newest last: id, started_at, finished_at, status, device
+ * (marked " (simulated)" as in ardb_list_winners), strategy, project_version, compiler, copy_gbps, read_gbps (GB/s with one
  * decimal; "" where not recorded, e.g. every run of a file older than
  * schema v3 opened read-only). */
 int ardb_list_runs(ardb *db, ardb_row_fn fn, void *ctx);

@@ -304,12 +304,15 @@ static void test_v1_file_read_only_then_migrated(void)
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'uid'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM measurements") == 4);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE uid = 'v1:2025-02-01T10:00:00.000Z:builder:2'") == 1);
-    /* v3: the read bandwidth column, NULL for the runs recorded before. */
-    CHECK(raw_int(path, "PRAGMA user_version") == 3);
+    /* v3: the read bandwidth column, NULL for the runs recorded before;
+     * v4: every device recorded before is real hardware. */
+    CHECK(raw_int(path, "PRAGMA user_version") == 4);
+    CHECK(raw_int(path, "SELECT count(*) FROM devices WHERE simulated = 0") ==
+          raw_int(bak, "SELECT count(*) FROM devices"));
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'read_gbps'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
     char *v = NULL;
-    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "3") == 0);
+    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "4") == 0);
     free(v);
     v = NULL;
     CHECK(ardb_meta_get(db, "migrated_from_v1", &v) == ARDB_DONE && v && strstr(v, "backup") &&
@@ -342,6 +345,8 @@ static void test_v1_file_read_only_then_migrated(void)
     CHECK(!file_exists(msg));
     snprintf(msg, sizeof msg, "%s.v3.bak", path);
     CHECK(!file_exists(msg));
+    snprintf(msg, sizeof msg, "%s.v4.bak", path);
+    CHECK(!file_exists(msg));
 
     /* A taken backup name: the next free one is used, the old file kept. */
     REQUIRE(make_v1("v1b.db", path, sizeof path) == 0);
@@ -373,12 +378,12 @@ static void test_v1_file_read_only_then_migrated(void)
 
     /* A newer file is refused, read-only or not, and left alone. */
     REQUIRE(make_v1("newer.db", path, sizeof path) == 0);
-    REQUIRE(raw_exec(path, "PRAGMA user_version = 4;") == SQLITE_OK);
+    REQUIRE(raw_exec(path, "PRAGMA user_version = 5;") == SQLITE_OK);
     db = (ardb *)1;
     CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_ENEWER && db == NULL);
-    CHECK(strstr(msg, "database schema version 4 is newer than this build (3)") != NULL);
+    CHECK(strstr(msg, "database schema version 5 is newer than this build (4)") != NULL);
     CHECK(ardb_open(path, ARDB_READONLY, &db, msg, sizeof msg) == ARDB_ENEWER);
-    CHECK(raw_int(path, "PRAGMA user_version") == 4);
+    CHECK(raw_int(path, "PRAGMA user_version") == 5);
 }
 
 static void test_v2_file_read_only_then_migrated(void)
@@ -416,10 +421,10 @@ static void test_v2_file_read_only_then_migrated(void)
     CHECK(raw_int(path, "PRAGMA user_version") == 2);
     CHECK(!file_exists(bak));
 
-    /* Read-write: migrated to v3 in place, with a backup of the v2 file. */
+    /* Read-write: migrated to v4 in place, with a backup of the v2 file. */
     db = open_db(path, 0);
     REQUIRE(db != NULL);
-    CHECK(raw_int(path, "PRAGMA user_version") == 3);
+    CHECK(raw_int(path, "PRAGMA user_version") == 4);
     CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == 2);
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'read_gbps'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
@@ -697,7 +702,7 @@ static void test_merge_without_duplicates(void)
     ardb *old = open_db(v1, 0); /* migrates */
     CHECK(old != NULL);
     ardb_close(old);
-    CHECK(raw_int(v1, "PRAGMA user_version") == 3);
+    CHECK(raw_int(v1, "PRAGMA user_version") == 4);
     CHECK(ardb_merge(db, v1, &s) == ARDB_DONE && stats_zero(&s));
     /* Runs merged from a file without the column have none. */
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
