@@ -261,6 +261,9 @@ typedef struct ardb_run_info {
                                       not recorded */
     int64_t measurements;          /* recorded in this run */
     int64_t winners;               /* problems this run chose a winner for */
+    int device_simulated;          /* 1: the run's device is simulated (v4);
+                                      0 for hardware, no device, or a file
+                                      older than v4 */
 } ardb_run_info;
 
 /* One run by id; ENOTFOUND ("no run with id N") when absent. */
@@ -335,7 +338,8 @@ const char *ardb_change_name(ardb_change c);
 int ardb_diff_beyond_noise(const ardb_diff_row *r);
 
 /* One run's winner for one problem on one device: a point of the latency
- * history. */
+ * history. device is the device's name (else its fingerprint), with
+ * " (simulated)" after a simulated device's. */
 typedef struct ardb_winner_point {
     int64_t run_id, problem_id, device_id;
     char *problem, *device, *variant, *strategy, *started_at;
@@ -360,7 +364,8 @@ typedef struct ardb_stored_winner {
 /* For every problem with a winner on a device like dev, the winner the
  * runtime's fallback would choose: an exact fingerprint match first, then
  * the same backend and arch, then the same backend; within a level the
- * newest run's. In problem key order; *out owned by the caller
+ * newest run's. Only devices of dev's kind count (dev->simulated), as in
+ * ardb_winners_lookup. In problem key order; *out owned by the caller
  * (ardb_stored_winners_free). dev needs backend and fingerprint. */
 int ardb_stored_winners(ardb *db, const ardb_device *dev,
                         ardb_stored_winner **out, size_t *count);
