@@ -105,6 +105,7 @@ static void fill_ardb_device(const attnres_device *dev, ardb_device *d)
     d->fingerprint = dev->fingerprint;
     d->units = dev->units;
     d->memory = dev->memory;
+    d->simulated = dev->simulated; /* winners never cross between simulated and real */
 }
 
 /* Loads one winner's binary into k: from the binary cache, else the

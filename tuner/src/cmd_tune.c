@@ -205,7 +205,7 @@ static int begin_run(tuner *t, int argc, char **argv)
 {
     ardb_device d = {.backend = t->dev->backend, .name = t->dev->name, .arch = t->dev->arch,
                      .driver = t->dev->driver, .fingerprint = t->dev->fingerprint, .units = t->dev->units,
-                     .memory = t->dev->memory};
+                     .memory = t->dev->memory, .simulated = t->dev->simulated};
     if (ardb_device_upsert(t->db, &d, &t->device_id) != ARDB_DONE) {
         cli_error("tune", "recording the device: %s", ardb_errmsg(t->db));
         return -1;

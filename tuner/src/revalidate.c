@@ -286,7 +286,8 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
         goto done;
     }
     ardb_device d = {.backend = r.dev->backend, .name = r.dev->name, .arch = r.dev->arch, .driver = r.dev->driver,
-                     .fingerprint = r.dev->fingerprint, .units = r.dev->units, .memory = r.dev->memory};
+                     .fingerprint = r.dev->fingerprint, .units = r.dev->units, .memory = r.dev->memory,
+                     .simulated = r.dev->simulated};
     if (ardb_stored_winners(r.db, &d, &w, &n) != ARDB_DONE) {
         cli_error("tune", "reading the stored winners: %s", ardb_errmsg(r.db));
         goto done;
