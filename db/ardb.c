@@ -456,11 +456,16 @@ static int bind_fail(ardb *db, sqlite3_stmt *st, int rc, const char *what)
 
 int ardb_device_upsert(ardb *db, const ardb_device *dev, int64_t *id)
 {
+    /* A device is (fingerprint, simulated): the same fingerprint recorded
+     * by a simulated driver and by hardware names two devices, so that
+     * nothing measured on one is ever taken for the other. */
     static const char ins_sql[] =
         "INSERT INTO devices(backend, name, arch, units, memory, driver,"
-        " fingerprint, created_at) VALUES(?, ?, ?, ?, ?, ?, ?, " ARDB_NOW ")"
-        " ON CONFLICT(fingerprint) DO NOTHING";
-    static const char sel_sql[] = "SELECT id FROM devices WHERE fingerprint = ?";
+        " fingerprint, simulated, created_at)"
+        " VALUES(?, ?, ?, ?, ?, ?, ?, ?, " ARDB_NOW ")"
+        " ON CONFLICT(fingerprint, simulated) DO NOTHING";
+    static const char sel_sql[] =
+        "SELECT id FROM devices WHERE fingerprint = ? AND simulated = ?";
     sqlite3_stmt *ins, *sel;
     ardb_binder b;
     int code;
@@ -483,10 +488,12 @@ int ardb_device_upsert(ardb *db, const ardb_device *dev, int64_t *id)
     ardb__bind_int64(&b, dev->memory);
     ardb__bind_text(&b, dev->driver);
     ardb__bind_text(&b, dev->fingerprint);
+    ardb__bind_int64(&b, dev->simulated ? 1 : 0);
     if (b.rc != SQLITE_OK)
         return bind_fail(db, ins, b.rc, "device upsert");
     b = (ardb_binder){sel, SQLITE_OK, 0};
     ardb__bind_text(&b, dev->fingerprint);
+    ardb__bind_int64(&b, dev->simulated ? 1 : 0);
     if (b.rc != SQLITE_OK) {
         ardb__release(ins);
         return bind_fail(db, sel, b.rc, "device upsert");

@@ -17,10 +17,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Version 2 added runs.uid and runs.note, version 3 runs.read_gbps
- * (db/migrate.c). A read-write open migrates an older file in place,
- * keeping a copy as PATH.v<N>.bak; a read-only open reads it as it is. */
-#define ARDB_SCHEMA_VERSION 3
+/* Version 2 added runs.uid and runs.note, version 3 runs.read_gbps,
+ * version 4 devices.simulated (db/migrate.c). A read-write open migrates an
+ * older file in place, keeping a copy as PATH.v<N>.bak; a read-only open
+ * reads it as it is (every device of a file older than v4 is real). */
+#define ARDB_SCHEMA_VERSION 4
 
 /* Return codes of every ardb_ function. */
 enum {
@@ -74,8 +75,16 @@ typedef struct ardb_device {
     const char *backend, *name, *arch, *driver, *fingerprint;
     int32_t units;
     int64_t memory;
+    /* 1 for a simulated device (a stand-in driver such as tests/cudasim,
+     * whose timings are a model), 0 for real hardware. It is last and 0
+     * means hardware, so that a caller that zero-initialises the struct
+     * records a real device; any other non-zero value is recorded as 1. A
+     * simulated device and a real one are never the same device, and
+     * winners never cross between them (schema v4). */
+    int simulated;
 } ardb_device;
-/* Inserts the device if its fingerprint is new; returns its id either way. */
+/* Inserts the device if its (fingerprint, simulated) pair is new; returns
+ * its id either way. */
 int ardb_device_upsert(ardb *db, const ardb_device *dev, int64_t *id);
 
 /* ---- runs ------------------------------------------------------------- */
@@ -194,7 +203,10 @@ typedef struct ardb_winner {
 
 /* The winners for a problem (t_bucket ignored) at one fallback level:
  *   EXACT: device fingerprint equal; ARCHITECTURE: same backend and arch;
- *   BACKEND: same backend. For each T bucket the newest run's winner is
+ *   BACKEND: same backend. At every level only devices of the same kind
+ * count: a real device (dev->simulated 0) never gets a winner measured on
+ * a simulated one, nor a simulated device one measured on hardware, since a
+ * simulator's timings are a model. For each T bucket the newest run's winner is
  * returned, sorted by t_bucket. *out is a malloc'ed array owned by the
  * caller (ardb_winners_free). *count may be 0. String fields are NULL
  * where the database holds NULL. */
@@ -210,12 +222,13 @@ typedef int (*ardb_row_fn)(void *ctx, int ncol, const char *const *names,
                            const char *const *values);
 /* The latest winner of every problem for every device (or the winners of
  * one run), joined with its measurement: columns problem (key), device
- * (name), variant, median_us, gbps, roofline; in problem key order with
- * numeric fields compared as numbers. */
+ * (name, with " (simulated)" after a simulated device's), variant,
+ * median_us, gbps, roofline; in problem key order with numeric fields
+ * compared as numbers. */
 int ardb_list_winners(ardb *db, int64_t run_id /* 0: all */, ardb_row_fn fn,
                       void *ctx);
-/* All runs, newest last: id, started_at, finished_at, status, device,
- * strategy, project_version, compiler, copy_gbps, read_gbps (GB/s with one
+/* All runs, newest last: id, started_at, finished_at, status, device
+ * (marked " (simulated)" as in ardb_list_winners), strategy, project_version, compiler, copy_gbps, read_gbps (GB/s with one
  * decimal; "" where not recorded, e.g. every run of a file older than
  * schema v3 opened read-only). */
 int ardb_list_runs(ardb *db, ardb_row_fn fn, void *ctx);
@@ -248,6 +261,9 @@ typedef struct ardb_run_info {
                                       not recorded */
     int64_t measurements;          /* recorded in this run */
     int64_t winners;               /* problems this run chose a winner for */
+    int device_simulated;          /* 1: the run's device is simulated (v4);
+                                      0 for hardware, no device, or a file
+                                      older than v4 */
 } ardb_run_info;
 
 /* One run by id; ENOTFOUND ("no run with id N") when absent. */
@@ -322,7 +338,8 @@ const char *ardb_change_name(ardb_change c);
 int ardb_diff_beyond_noise(const ardb_diff_row *r);
 
 /* One run's winner for one problem on one device: a point of the latency
- * history. */
+ * history. device is the device's name (else its fingerprint), with
+ * " (simulated)" after a simulated device's. */
 typedef struct ardb_winner_point {
     int64_t run_id, problem_id, device_id;
     char *problem, *device, *variant, *strategy, *started_at;
@@ -347,7 +364,8 @@ typedef struct ardb_stored_winner {
 /* For every problem with a winner on a device like dev, the winner the
  * runtime's fallback would choose: an exact fingerprint match first, then
  * the same backend and arch, then the same backend; within a level the
- * newest run's. In problem key order; *out owned by the caller
+ * newest run's. Only devices of dev's kind count (dev->simulated), as in
+ * ardb_winners_lookup. In problem key order; *out owned by the caller
  * (ardb_stored_winners_free). dev needs backend and fingerprint. */
 int ardb_stored_winners(ardb *db, const ardb_device *dev,
                         ardb_stored_winner **out, size_t *count);

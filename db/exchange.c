@@ -6,7 +6,8 @@
  * destination's connection as schema "ardb_src" (the source file itself,
  * or a private temporary database that the import fills from JSON), and
  * SQL copies what the destination lacks, re-mapping ids through temporary
- * tables. Identity across databases: devices by fingerprint, problems by
+ * tables. Identity across databases: devices by fingerprint and whether
+ * they are simulated (schema v4; older files hold only real ones), problems by
  * key, candidates by (variant, source_hash), binaries by build key, runs by
  * uid, measurements by (run, candidate, problem, device, build key, status,
  * time), winners by (run, problem, device).
@@ -131,9 +132,9 @@ static int export_section(writer *w, const char *name, const char *sql,
 
 int ardb_export_json(ardb *db, unsigned flags, ardb_write_fn fn, void *ctx)
 {
-    char sql[4][2048], head[256];
+    char sql[5][2048], head[256];
     int64_t version = 0;
-    const char *uid;
+    const char *uid, *sim;
     writer w = {db, fn, ctx, 0};
     int code, own;
 
@@ -144,6 +145,10 @@ int ardb_export_json(ardb *db, unsigned flags, ardb_write_fn fn, void *ctx)
     if ((code = ardb__user_version(db, "main", &version)))
         return code;
     uid = ardb__run_uid_expr(version);
+    /* Whether a device is simulated goes with the device and with every
+     * reference to one, since a fingerprint alone no longer names a device
+     * (schema v4). A file older than v4 has only real devices. */
+    sim = ardb__device_simulated_expr(version, "d");
     snprintf(sql[0], sizeof sql[0],
              "SELECT variant, source_hash, backend, template_name AS template,"
              " params_json, kernel_name, %s AS source, created_at"
@@ -156,17 +161,20 @@ int ardb_export_json(ardb *db, unsigned flags, ardb_write_fn fn, void *ctx)
              " r.project_version AS project_version,"
              " r.templates_hash AS templates_hash, r.compiler AS compiler,"
              " r.driver AS driver, d.fingerprint AS device,"
+             " CASE WHEN d.id IS NULL THEN NULL ELSE %s END"
+             " AS device_simulated,"
              " r.policy_json AS policy_json, r.strategy AS strategy,"
              " r.copy_gbps AS copy_gbps, r.launch_us AS launch_us,"
              " %s AS read_gbps, %s AS note"
              " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
              " ORDER BY r.id",
-             uid, ardb__run_read_gbps_expr(version),
+             uid, sim, ardb__run_read_gbps_expr(version),
              version >= 2 ? "r.note" : "NULL");
     snprintf(sql[2], sizeof sql[2],
              "SELECT m.id AS id, %s AS run, p.key AS problem,"
              " c.variant AS variant, c.source_hash AS source_hash,"
-             " d.fingerprint AS device, m.build_key AS build_key,"
+             " d.fingerprint AS device, %s AS device_simulated,"
+             " m.build_key AS build_key,"
              " m.status AS status, m.median_us AS median_us,"
              " m.min_us AS min_us, m.max_us AS max_us,"
              " m.spread_us AS spread_us, m.reps AS reps, m.gbps AS gbps,"
@@ -176,9 +184,10 @@ int ardb_export_json(ardb *db, unsigned flags, ardb_write_fn fn, void *ctx)
              " JOIN problems p ON p.id = m.problem_id"
              " JOIN candidates c ON c.id = m.candidate_id"
              " JOIN devices d ON d.id = m.device_id ORDER BY m.id",
-             uid);
+             uid, sim);
     snprintf(sql[3], sizeof sql[3],
              "SELECT %s AS run, p.key AS problem, d.fingerprint AS device,"
+             " %s AS device_simulated,"
              " c.variant AS variant, c.source_hash AS source_hash,"
              " w.measurement_id AS measurement, w.created_at AS created_at"
              " FROM winners w JOIN runs r ON r.id = w.run_id"
@@ -186,7 +195,14 @@ int ardb_export_json(ardb *db, unsigned flags, ardb_write_fn fn, void *ctx)
              " JOIN candidates c ON c.id = w.candidate_id"
              " JOIN devices d ON d.id = w.device_id"
              " ORDER BY w.run_id, " ARDB_PROBLEM_ORDER ", w.device_id",
-             uid);
+             uid, sim);
+    snprintf(sql[4], sizeof sql[4],
+             "SELECT d.fingerprint AS fingerprint, d.backend AS backend,"
+             " d.name AS name, d.arch AS arch, d.units AS units,"
+             " d.memory AS memory, d.driver AS driver,"
+             " d.created_at AS created_at, %s AS simulated"
+             " FROM devices d ORDER BY d.id",
+             sim);
     /* One read transaction: the sections are one consistent snapshot
      * (inside the caller's transaction when one is open). */
     own = sqlite3_get_autocommit(db->h);
@@ -200,11 +216,7 @@ int ardb_export_json(ardb *db, unsigned flags, ardb_write_fn fn, void *ctx)
     if (w.failed)
         code = ARDB_ESQL;
     if (!code)
-        code = export_section(
-            &w, "devices",
-            "SELECT fingerprint, backend, name, arch, units, memory, driver,"
-            " created_at FROM devices ORDER BY id",
-            0);
+        code = export_section(&w, "devices", sql[4], 0);
     if (!code)
         code = export_section(
             &w, "problems",
@@ -250,7 +262,7 @@ int ardb_export_csv(ardb *db, ardb_csv_table table, ardb_write_fn fn,
 {
     char sql[4096];
     int64_t version = 0;
-    const char *uid;
+    const char *uid, *sim;
     sqlite3_stmt *st = NULL;
     writer w = {db, fn, ctx, 0};
     int code, rc, ncol, i;
@@ -262,6 +274,7 @@ int ardb_export_csv(ardb *db, ardb_csv_table table, ardb_write_fn fn,
     if ((code = ardb__user_version(db, "main", &version)))
         return code;
     uid = ardb__run_uid_expr(version);
+    sim = ardb__device_simulated_expr(version, "d");
 #define RUN_COLUMNS                                                           \
     " r.started_at AS run_started_at, r.status AS run_status,"               \
     " r.strategy AS run_strategy, r.project_version AS project_version,"     \
@@ -277,6 +290,7 @@ int ardb_export_csv(ardb *db, ardb_csv_table table, ardb_write_fn fn,
                  "SELECT m.id AS measurement_id, r.id AS run_id, %s AS run_uid,"
                  RUN_COLUMNS
                  " d.fingerprint AS device_fingerprint, d.name AS device_name,"
+                 " %s AS device_simulated,"
                  PROBLEM_COLUMNS
                  " c.template_name AS template, c.variant AS variant,"
                  " c.source_hash AS source_hash, m.build_key AS build_key,"
@@ -291,12 +305,13 @@ int ardb_export_csv(ardb *db, ardb_csv_table table, ardb_write_fn fn,
                  " JOIN problems p ON p.id = m.problem_id"
                  " JOIN candidates c ON c.id = m.candidate_id"
                  " JOIN devices d ON d.id = m.device_id ORDER BY m.id",
-                 uid);
+                 uid, sim);
         break;
     case ARDB_CSV_WINNERS:
         snprintf(sql, sizeof sql,
                  "SELECT r.id AS run_id, %s AS run_uid," RUN_COLUMNS
                  " d.fingerprint AS device_fingerprint, d.name AS device_name,"
+                 " %s AS device_simulated,"
                  PROBLEM_COLUMNS
                  " c.template_name AS template, c.variant AS variant,"
                  " m.median_us AS median_us, m.spread_us AS spread_us,"
@@ -308,7 +323,7 @@ int ardb_export_csv(ardb *db, ardb_csv_table table, ardb_write_fn fn,
                  " JOIN devices d ON d.id = w.device_id"
                  " JOIN measurements m ON m.id = w.measurement_id"
                  " ORDER BY w.run_id, " ARDB_PROBLEM_ORDER ", w.device_id",
-                 uid);
+                 uid, sim);
         break;
     default:
         snprintf(sql, sizeof sql,
@@ -318,13 +333,15 @@ int ardb_export_csv(ardb *db, ardb_csv_table table, ardb_write_fn fn,
                  " command, r.project_version AS project_version,"
                  " r.templates_hash AS templates_hash, r.compiler AS compiler,"
                  " r.driver AS driver, d.fingerprint AS device_fingerprint,"
-                 " d.name AS device_name, r.policy_json AS policy_json,"
+                 " d.name AS device_name,"
+                 " CASE WHEN d.id IS NULL THEN NULL ELSE %s END"
+                 " AS device_simulated, r.policy_json AS policy_json,"
                  " r.strategy AS strategy, r.copy_gbps AS copy_gbps,"
                  " r.launch_us AS launch_us, %s AS note,"
                  " %s AS read_gbps"
                  " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
                  " ORDER BY r.id",
-                 uid, version >= 2 ? "r.note" : "NULL",
+                 uid, sim, version >= 2 ? "r.note" : "NULL",
                  ardb__run_read_gbps_expr(version));
         break;
     }
@@ -397,19 +414,24 @@ static const char drop_maps[] =
     "DROP TABLE IF EXISTS temp.ardb_map_run;"
     "DROP TABLE IF EXISTS temp.ardb_map_meas;";
 
-/* The statements of a merge, in order; %1$s is the source runs' uid
- * expression, %2$s their note and %3$s their read bandwidth (all over the
- * alias r). */
+/* The statements of a merge, in order. A step that names the source runs
+ * (alias r) has %1$s for their uid expression, %2$s for their note and %3$s
+ * for their read bandwidth; a step that names the source devices (alias s)
+ * has %1$s for whether each is simulated; the others have no
+ * conversions. */
 static const char *const merge_steps[] = {
-    /* Devices, problems, candidates, binaries: by their natural keys. */
+    /* Devices, problems, candidates, binaries: by their natural keys. A
+     * device is (fingerprint, simulated): a simulated device never merges
+     * into a real one with its fingerprint. */
     "INSERT INTO main.devices(backend, name, arch, units, memory, driver,"
-    " fingerprint, created_at)"
-    " SELECT backend, name, arch, units, memory, driver, fingerprint,"
-    " created_at FROM ardb_src.devices WHERE true ORDER BY id"
-    " ON CONFLICT(fingerprint) DO NOTHING",
+    " fingerprint, simulated, created_at)"
+    " SELECT s.backend, s.name, s.arch, s.units, s.memory, s.driver,"
+    " s.fingerprint, %1$s, s.created_at FROM ardb_src.devices s"
+    " WHERE true ORDER BY s.id"
+    " ON CONFLICT(fingerprint, simulated) DO NOTHING",
     "CREATE TEMP TABLE ardb_map_device AS SELECT s.id AS src, d.id AS dst"
     " FROM ardb_src.devices s JOIN main.devices d"
-    " ON d.fingerprint = s.fingerprint",
+    " ON d.fingerprint = s.fingerprint AND d.simulated = %1$s",
     "INSERT INTO main.problems(key, op, dtype, form, d, n, heads, epilogue,"
     " s, t_bucket)"
     " SELECT key, op, dtype, form, d, n, heads, epilogue, s, t_bucket"
@@ -529,9 +551,14 @@ static int merge_attached(ardb *db, int64_t src_version,
         (code = ardb__exec(db, drop_maps, "merge")))
         return code;
     for (i = 0; i < sizeof merge_steps / sizeof merge_steps[0]; i++) {
-        /* Only steps that name the source runs (alias r) take the
-         * arguments; the others have no conversions. */
-        if (strstr(merge_steps[i], "%1$s")) {
+        /* Only steps that name the source runs (alias r) or devices
+         * (alias s) take arguments; the others have no conversions. */
+        if (strstr(merge_steps[i], "ardb_src.devices s")) {
+            if (format_step(sql, sizeof sql, merge_steps[i],
+                            ardb__device_simulated_expr(src_version, "s"),
+                            NULL, NULL))
+                return ardb__fail(db, ARDB_ESQL, "merge: statement too long");
+        } else if (strstr(merge_steps[i], "%1$s")) {
             if (format_step(sql, sizeof sql, merge_steps[i], uid,
                             src_version >= 2 ? "r.note" : "NULL",
                             ardb__run_read_gbps_expr(src_version)))
@@ -639,8 +666,10 @@ int ardb_merge(ardb *db, const char *src_path, ardb_merge_stats *stats)
 static const char staging_ddl[] =
     "CREATE TABLE ardb_src.devices(id INTEGER PRIMARY KEY,"
     " backend TEXT NOT NULL, name TEXT, arch TEXT, units INTEGER,"
-    " memory INTEGER, driver TEXT, fingerprint TEXT NOT NULL UNIQUE,"
-    " created_at TEXT NOT NULL);"
+    " memory INTEGER, driver TEXT, fingerprint TEXT NOT NULL,"
+    " created_at TEXT NOT NULL,"
+    " simulated INTEGER NOT NULL DEFAULT 0 CHECK(simulated IN (0, 1)),"
+    " UNIQUE(fingerprint, simulated));"
     "CREATE TABLE ardb_src.problems(id INTEGER PRIMARY KEY,"
     " key TEXT NOT NULL UNIQUE, op TEXT NOT NULL, dtype TEXT NOT NULL,"
     " form TEXT NOT NULL, d INTEGER NOT NULL, n INTEGER NOT NULL,"
@@ -698,7 +727,10 @@ typedef struct import_section {
 static const import_field device_fields[] = {
     {"backend", 's', 1}, {"name", 's', 0},   {"arch", 's', 0},
     {"units", 'i', 0},   {"memory", 'i', 0}, {"driver", 's', 0},
-    {"fingerprint", 's', 1}, {"created_at", 's', 0}};
+    {"fingerprint", 's', 1}, {"created_at", 's', 0},
+    /* Optional: exports of builds before schema v4 do not carry it, and
+     * every device they hold is real (0). */
+    {"simulated", 'i', 0}};
 static const import_field problem_fields[] = {
     {"key", 's', 1}, {"op", 's', 1},    {"dtype", 's', 1},
     {"form", 's', 1}, {"d", 'i', 1},    {"n", 'i', 1},
@@ -720,26 +752,30 @@ static const import_field run_fields[] = {
     {"launch_us", 'r', 0},
     /* Optional: exports of builds before schema v3 do not carry it. A
      * value <= 0 is stored as NULL (not measured), as ardb_run_begin does. */
-    {"read_gbps", 'r', 0}};
+    {"read_gbps", 'r', 0},
+    /* Optional, as the devices' own: absent means a real device. */
+    {"device_simulated", 'i', 0}};
 static const import_field measurement_fields[] = {
     {"id", 'i', 1},         {"run", 's', 1},       {"problem", 's', 1},
     {"variant", 's', 1},    {"source_hash", 's', 1}, {"device", 's', 1},
     {"build_key", 's', 0},  {"status", 's', 1},    {"median_us", 'r', 0},
     {"min_us", 'r', 0},     {"max_us", 'r', 0},    {"spread_us", 'r', 0},
     {"reps", 'i', 0},       {"gbps", 'r', 0},      {"roofline", 'r', 0},
-    {"rel_err", 'r', 0},    {"message", 's', 0},   {"created_at", 's', 1}};
+    {"rel_err", 'r', 0},    {"message", 's', 0},   {"created_at", 's', 1},
+    {"device_simulated", 'i', 0}};
 static const import_field winner_fields[] = {
     {"run", 's', 1},         {"problem", 's', 1}, {"device", 's', 1},
     {"variant", 's', 1},     {"source_hash", 's', 1},
-    {"measurement", 'i', 1}, {"created_at", 's', 0}};
+    {"measurement", 'i', 1}, {"created_at", 's', 0},
+    {"device_simulated", 'i', 0}};
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 static const import_section sections[] = {
     {"devices",
      "INSERT INTO ardb_src.devices(backend, name, arch, units, memory, driver,"
-     " fingerprint, created_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, " NOW_OR("?8")
-     ")",
+     " fingerprint, created_at, simulated) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, "
+     NOW_OR("?8") ", COALESCE(?9, 0))",
      device_fields, COUNT_OF(device_fields), NULL},
     {"problems",
      "INSERT INTO ardb_src.problems(key, op, dtype, form, d, n, heads,"
@@ -756,7 +792,8 @@ static const import_section sections[] = {
      " device_id, policy_json, strategy, copy_gbps, launch_us, read_gbps)"
      " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,"
      " CASE WHEN ?13 IS NULL THEN NULL ELSE"
-     "  (SELECT id FROM ardb_src.devices WHERE fingerprint = ?13) END,"
+     "  (SELECT id FROM ardb_src.devices WHERE fingerprint = ?13"
+     "   AND simulated = COALESCE(?19, 0)) END,"
      " ?14, ?15, ?16, ?17, CASE WHEN ?18 > 0 THEN ?18 END)",
      run_fields, COUNT_OF(run_fields), NULL},
     {"measurements",
@@ -767,7 +804,8 @@ static const import_section sections[] = {
      " (SELECT id FROM ardb_src.problems WHERE key = ?3),"
      " (SELECT id FROM ardb_src.candidates WHERE variant = ?4"
      "  AND source_hash = ?5),"
-     " (SELECT id FROM ardb_src.devices WHERE fingerprint = ?6),"
+     " (SELECT id FROM ardb_src.devices WHERE fingerprint = ?6"
+     "  AND simulated = COALESCE(?19, 0)),"
      " ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
      measurement_fields, COUNT_OF(measurement_fields),
      "names a run, problem, candidate or device that the file does not "
@@ -777,7 +815,8 @@ static const import_section sections[] = {
      " candidate_id, measurement_id, created_at)"
      " VALUES((SELECT id FROM ardb_src.runs WHERE uid = ?1),"
      " (SELECT id FROM ardb_src.problems WHERE key = ?2),"
-     " (SELECT id FROM ardb_src.devices WHERE fingerprint = ?3),"
+     " (SELECT id FROM ardb_src.devices WHERE fingerprint = ?3"
+     "  AND simulated = COALESCE(?8, 0)),"
      " (SELECT id FROM ardb_src.candidates WHERE variant = ?4"
      "  AND source_hash = ?5),"
      " (SELECT id FROM ardb_src.measurements WHERE id = ?6),"

@@ -81,6 +81,7 @@ static int read_run(sqlite3_stmt *st, ardb_run_info *r)
     r->read_gbps = ardb__col_double(st, c++);
     r->measurements = sqlite3_column_int64(st, c++);
     r->winners = sqlite3_column_int64(st, c++);
+    r->device_simulated = sqlite3_column_int(st, c++) != 0;
     if (oom) {
         ardb_run_info_clear(r);
         return -1;
@@ -108,11 +109,13 @@ static int query_runs(ardb *db, int64_t run_id, ardb_run_info **out,
              " r.strategy, d.name, d.backend, d.arch, d.fingerprint,"
              " r.copy_gbps, r.launch_us, %s,"
              " (SELECT count(*) FROM measurements m WHERE m.run_id = r.id),"
-             " (SELECT count(*) FROM winners w WHERE w.run_id = r.id)"
+             " (SELECT count(*) FROM winners w WHERE w.run_id = r.id),"
+             " COALESCE(%s, 0)"
              " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
              " WHERE ?1 = 0 OR r.id = ?1 ORDER BY r.id",
              ardb__run_uid_expr(version), version >= 2 ? "r.note" : "NULL",
-             ardb__run_read_gbps_expr(version));
+             ardb__run_read_gbps_expr(version),
+             ardb__device_simulated_expr(version, "d"));
     if ((code = ardb__prepare(db, sql, &st, "list runs")))
         return code;
     if ((rc = sqlite3_bind_int64(st, 1, run_id)) != SQLITE_OK)
@@ -495,9 +498,13 @@ void ardb_winner_points_free(ardb_winner_point *p, size_t count)
 
 int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
 {
-    static const char sql[] =
+    /* The device is named as in the listings: a simulated one says so, so
+     * that a chart never passes a simulator's model timings for those of
+     * hardware of the same name. */
+    static const char sql_fmt[] =
         "SELECT w.run_id, w.problem_id, w.device_id, p.key,"
-        " COALESCE(d.name, d.fingerprint), c.variant, r.strategy,"
+        " COALESCE(d.name, d.fingerprint) ||"
+        " CASE WHEN %s THEN ' (simulated)' ELSE '' END, c.variant, r.strategy,"
         " r.started_at, m.median_us, m.spread_us, m.gbps, m.roofline"
         " FROM winners w JOIN problems p ON p.id = w.problem_id"
         " JOIN devices d ON d.id = w.device_id"
@@ -505,6 +512,8 @@ int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
         " JOIN measurements m ON m.id = w.measurement_id"
         " JOIN runs r ON r.id = w.run_id"
         " ORDER BY " ARDB_PROBLEM_ORDER ", w.device_id, w.run_id";
+    char sql[sizeof sql_fmt + 32];
+    int64_t version = 0;
     sqlite3_stmt *st = NULL;
     ardb_winner_point *arr = NULL;
     size_t n = 0, cap = 0;
@@ -517,6 +526,10 @@ int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
                           "ardb_winner_history: invalid argument");
     *out = NULL;
     *count = 0;
+    if ((code = ardb__user_version(db, "main", &version)))
+        return code;
+    snprintf(sql, sizeof sql, sql_fmt,
+             ardb__device_simulated_expr(version, "d"));
     if ((code = ardb__prepare(db, sql, &st, "winner history")))
         return code;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -585,7 +598,9 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
 {
 #define LEVEL_EXPR                                                            \
     "CASE WHEN d.fingerprint = ?1 THEN 0 WHEN d.arch = ?3 THEN 1 ELSE 2 END"
-    static const char sql[] =
+    /* As ardb_winners_lookup: only devices of the same kind (simulated or
+     * real: the second conversion) count, at every level. */
+    static const char sql_fmt[] =
         "SELECT problem_id, candidate_id, run_id, device_id, lvl, op, dtype,"
         " form, d, t_bucket, n, heads, epilogue, s, key, variant,"
         " template_name, kernel_name, params_json, source, source_hash,"
@@ -601,10 +616,12 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
         "  JOIN problems p ON p.id = w.problem_id"
         "  JOIN candidates c ON c.id = w.candidate_id"
         "  JOIN measurements m ON m.id = w.measurement_id"
-        "  WHERE d.backend = ?2"
+        "  WHERE d.backend = ?2 AND %s = ?4"
         " ) AS x WHERE rn = 1"
         " ORDER BY op, dtype, d, n, heads, form, epilogue, s, t_bucket";
 #undef LEVEL_EXPR
+    char sql[sizeof sql_fmt + 32];
+    int64_t version = 0;
     sqlite3_stmt *st = NULL;
     ardb_stored_winner *arr = NULL;
     size_t n = 0, cap = 0;
@@ -618,6 +635,10 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
                           "fingerprint is required");
     *out = NULL;
     *count = 0;
+    if ((code = ardb__user_version(db, "main", &version)))
+        return code;
+    snprintf(sql, sizeof sql, sql_fmt,
+             ardb__device_simulated_expr(version, "d"));
     if ((code = ardb__prepare(db, sql, &st, "stored winners")))
         return code;
     if ((rc = sqlite3_bind_text(st, 1, dev->fingerprint, -1, SQLITE_STATIC)) !=
@@ -625,7 +646,8 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
         (rc = sqlite3_bind_text(st, 2, dev->backend, -1, SQLITE_STATIC)) !=
             SQLITE_OK ||
         (rc = dev->arch ? sqlite3_bind_text(st, 3, dev->arch, -1, SQLITE_STATIC)
-                        : sqlite3_bind_null(st, 3)) != SQLITE_OK)
+                        : sqlite3_bind_null(st, 3)) != SQLITE_OK ||
+        (rc = sqlite3_bind_int(st, 4, dev->simulated ? 1 : 0)) != SQLITE_OK)
         return ardb__step_fail(db, st, rc, "stored winners");
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         ardb_stored_winner *w;

@@ -35,12 +35,47 @@ static const char delta_v3[] =
     "UPDATE attnres_meta SET value = '3' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 3;\n";
 
+/* v3 -> v4: devices.simulated, 1 for a device that a stand-in driver
+ * simulates (tests/cudasim: its timings are a model, not a measurement),
+ * 0 for real hardware. A simulated device is a different device from a real
+ * one even when every other field is equal, so the identity of a device
+ * becomes (fingerprint, simulated). SQLite cannot change a UNIQUE
+ * constraint in place, so the table is rebuilt with the same ids (every
+ * reference to a device stays valid) and every device recorded before v4
+ * is real. ardb__migrate runs this with foreign keys off, as SQLite's own
+ * procedure for rebuilding a table requires, and checks them before it
+ * commits; a new (empty) database runs it with them on, which is harmless
+ * with no rows. */
+static const char delta_v4[] =
+    "CREATE TABLE ardb_v4_devices(\n"
+    "  id          INTEGER PRIMARY KEY,\n"
+    "  backend     TEXT NOT NULL,\n"
+    "  name        TEXT,\n"
+    "  arch        TEXT,\n"
+    "  units       INTEGER,\n"
+    "  memory      INTEGER,\n"
+    "  driver      TEXT,\n"
+    "  fingerprint TEXT NOT NULL,\n"
+    "  created_at  TEXT NOT NULL,\n"
+    "  simulated   INTEGER NOT NULL DEFAULT 0 CHECK(simulated IN (0, 1)),\n"
+    "  UNIQUE(fingerprint, simulated)\n"
+    ");\n"
+    "INSERT INTO ardb_v4_devices(id, backend, name, arch, units, memory,\n"
+    "  driver, fingerprint, created_at, simulated)\n"
+    "  SELECT id, backend, name, arch, units, memory, driver, fingerprint,\n"
+    "  created_at, 0 FROM devices ORDER BY id;\n"
+    "DROP TABLE devices;\n"
+    "ALTER TABLE ardb_v4_devices RENAME TO devices;\n"
+    "CREATE INDEX devices_backend_arch ON devices(backend, arch);\n"
+    "UPDATE attnres_meta SET value = '4' WHERE key = 'schema_version';\n"
+    "PRAGMA user_version = 4;\n";
+
 typedef struct delta {
     int64_t to;
     const char *sql;
 } delta;
 
-static const delta deltas[] = {{2, delta_v2}, {3, delta_v3}};
+static const delta deltas[] = {{2, delta_v2}, {3, delta_v3}, {4, delta_v4}};
 
 int ardb__user_version(ardb *db, const char *schema, int64_t *version)
 {
@@ -164,7 +199,50 @@ static int note_migration(ardb *db, int64_t from, const char *bak)
     return ARDB_DONE;
 }
 
+/* Fails the migration when a row refers to a row that does not exist: a
+ * rebuilt table must keep every id that others refer to. */
+static int check_foreign_keys(ardb *db)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db->h, "PRAGMA foreign_key_check", -1, &st,
+                                NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const char *table = (const char *)sqlite3_column_text(st, 0);
+        int code = ardb__fail(db, ARDB_ESQL,
+                              "cannot migrate %s: a row of %s refers to a "
+                              "missing row after the upgrade",
+                              db->path, table ? table : "?");
+        sqlite3_finalize(st);
+        return code;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return ardb__sql_fail(db, rc, "cannot check the migrated file");
+    return ARDB_DONE;
+}
+
+static int migrate_locked(ardb *db, int64_t from);
+
 int ardb__migrate(ardb *db, int64_t from)
+{
+    int code, rc;
+    /* A delta may rebuild a table that others refer to (v4 rebuilds
+     * devices); SQLite's procedure for that runs with foreign keys off,
+     * which can only be switched outside a transaction. migrate_locked
+     * checks the references itself before it commits. */
+    rc = sqlite3_exec(db->h, "PRAGMA foreign_keys = OFF", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return ardb__sql_fail(db, rc, "cannot migrate");
+    code = migrate_locked(db, from);
+    rc = sqlite3_exec(db->h, "PRAGMA foreign_keys = ON", NULL, NULL, NULL);
+    if (rc != SQLITE_OK && code == ARDB_DONE)
+        code = ardb__sql_fail(db, rc, "cannot migrate");
+    return code;
+}
+
+static int migrate_locked(ardb *db, int64_t from)
 {
     char bak[4200];
     int64_t now = from;
@@ -184,6 +262,7 @@ int ardb__migrate(ardb *db, int64_t from)
     if ((code = backup_file(db, now, bak, sizeof bak)))
         goto fail;
     if ((code = ardb__schema_upgrade(db, now)) ||
+        (code = check_foreign_keys(db)) ||
         (code = note_migration(db, now, bak)))
         goto fail_backup;
     rc = sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL);

@@ -29,7 +29,9 @@ int ardb__schema_upgrade(ardb *db, int64_t from);
  * ARDB_SCHEMA_VERSION, in place: under BEGIN IMMEDIATE it checks the version
  * again (another process may have migrated it), copies the file to
  * "PATH.v<old>.bak" (or "PATH.v<old>.bak.<k>" when that name is taken),
- * runs the deltas and commits. A failure leaves the file as it was. */
+ * runs the deltas, checks that every reference between rows still holds
+ * (foreign keys are off while the deltas run, since a delta may rebuild a
+ * table) and commits. A failure leaves the file as it was. */
 int ardb__migrate(ardb *db, int64_t from);
 
 /* PRAGMA <schema>.user_version of an attached schema ("main", ...). */

@@ -2,6 +2,7 @@
 #include "query.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "migrate.h"
 
@@ -85,4 +86,19 @@ const char *ardb__run_uid_expr(int64_t version)
 const char *ardb__run_read_gbps_expr(int64_t version)
 {
     return version >= 3 ? "r.read_gbps" : "NULL";
+}
+
+const char *ardb__device_simulated_expr(int64_t version, const char *alias)
+{
+    if (!alias)
+        return NULL;
+    if (version < 4)
+        return "0";
+    if (!strcmp(alias, "d"))
+        return "d.simulated";
+    if (!strcmp(alias, "s"))
+        return "s.simulated";
+    if (!strcmp(alias, "x"))
+        return "x.simulated";
+    return NULL;
 }

@@ -34,6 +34,12 @@ const char *ardb__run_uid_expr(int64_t version);
  * runs aliased `r`: the column from v3 on, else NULL, since a file older
  * than v3 opened read-only has no such column. */
 const char *ardb__run_read_gbps_expr(int64_t version);
+/* The SQL expression of whether a device is simulated for a schema
+ * version, devices aliased `alias`: the column from v4 on, else 0, since
+ * every device of a file older than v4 (opened read-only, so not migrated)
+ * is real hardware. Returns a static string per alias it knows ("d", "s",
+ * "x"), NULL for another. */
+const char *ardb__device_simulated_expr(int64_t version, const char *alias);
 /* The order of problems in every listing: key fields compared as numbers.
  * `p` is the alias of the problems table. */
 #define ARDB_PROBLEM_ORDER                                                    \

@@ -84,27 +84,37 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
     /* Per T bucket: the newest run's winner (by the time the run started, so
      * that runs merged in from another file keep their place in history);
      * within one run, prefer this very device, then the fastest. */
-    static const char sql[] =
-        "SELECT t_bucket, variant, kernel_name, source, source_hash,"
-        " params_json, fingerprint, arch, run_id, median_us, gbps, roofline"
-        " FROM ("
-        "  SELECT p.t_bucket, c.variant, c.kernel_name, c.source,"
-        "   c.source_hash, c.params_json, d.fingerprint, d.arch, w.run_id,"
-        "   m.median_us, m.gbps, m.roofline,"
-        "   row_number() OVER (PARTITION BY p.t_bucket ORDER BY r.started_at DESC,"
-        "    w.run_id DESC, d.fingerprint IS ?9 DESC, m.median_us ASC, d.id ASC) AS rn"
-        "  FROM problems p"
-        "  JOIN winners w ON w.problem_id = p.id"
-        "  JOIN runs r ON r.id = w.run_id"
-        "  JOIN devices d ON d.id = w.device_id"
-        "  JOIN candidates c ON c.id = w.candidate_id"
-        "  JOIN measurements m ON m.id = w.measurement_id"
-        "  WHERE p.op = ?1 AND p.dtype = ?2 AND p.form = ?3 AND p.d = ?4"
-        "   AND p.n = ?5 AND p.heads = ?6 AND p.epilogue = ?7 AND p.s = ?8"
-        "   AND CASE ?12 WHEN 0 THEN d.fingerprint = ?9"
-        "                WHEN 1 THEN d.backend = ?10 AND d.arch = ?11"
-        "                ELSE d.backend = ?10 END"
-        " ) WHERE rn = 1 ORDER BY t_bucket";
+#define WINNERS_LOOKUP_SQL(simulated)                                         \
+    "SELECT t_bucket, variant, kernel_name, source, source_hash,"             \
+    " params_json, fingerprint, arch, run_id, median_us, gbps, roofline"      \
+    " FROM ("                                                                 \
+    "  SELECT p.t_bucket, c.variant, c.kernel_name, c.source,"                \
+    "   c.source_hash, c.params_json, d.fingerprint, d.arch, w.run_id,"       \
+    "   m.median_us, m.gbps, m.roofline,"                                     \
+    "   row_number() OVER (PARTITION BY p.t_bucket"                           \
+    "    ORDER BY r.started_at DESC, w.run_id DESC, d.fingerprint IS ?9 DESC,"  \
+    "    m.median_us ASC, d.id ASC) AS rn"                                      \
+    "  FROM problems p"                                                       \
+    "  JOIN winners w ON w.problem_id = p.id"                                 \
+    "  JOIN runs r ON r.id = w.run_id"                                        \
+    "  JOIN devices d ON d.id = w.device_id"                                  \
+    "  JOIN candidates c ON c.id = w.candidate_id"                            \
+    "  JOIN measurements m ON m.id = w.measurement_id"                        \
+    "  WHERE p.op = ?1 AND p.dtype = ?2 AND p.form = ?3 AND p.d = ?4"         \
+    "   AND p.n = ?5 AND p.heads = ?6 AND p.epilogue = ?7 AND p.s = ?8"       \
+    "   AND " simulated " = ?13"                                              \
+    "   AND CASE ?12 WHEN 0 THEN d.fingerprint = ?9"                          \
+    "                WHEN 1 THEN d.backend = ?10 AND d.arch = ?11"            \
+    "                ELSE d.backend = ?10 END"                                \
+    " ) WHERE rn = 1 ORDER BY t_bucket"
+    /* The kind of device (simulated or real) must match at every level:
+     * the filter sits outside the level's CASE so that no level can cross
+     * it. A file older than v4, opened read-only, has no simulated column
+     * and only real devices. */
+    static const char sql[] = WINNERS_LOOKUP_SQL("d.simulated");
+    static const char sql_pre_v4[] = WINNERS_LOOKUP_SQL("0");
+#undef WINNERS_LOOKUP_SQL
+    int64_t version = 0;
     sqlite3_stmt *st;
     ardb_binder b;
     ardb_winner *arr = NULL;
@@ -145,7 +155,13 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
         return ardb__fail(db, ARDB_EINVAL,
                           "ardb_winners_lookup: unknown level %d", (int)level);
     }
-    if ((code = ardb__stmt(db, ST_WINNERS_LOOKUP, sql, &st)))
+    if ((code = ardb__user_version(db, "main", &version)))
+        return code;
+    if (version >= 4)
+        code = ardb__stmt(db, ST_WINNERS_LOOKUP, sql, &st);
+    else
+        code = ardb__stmt(db, ST_WINNERS_LOOKUP_PRE_V4, sql_pre_v4, &st);
+    if (code)
         return code;
     b = (ardb_binder){st, SQLITE_OK, 0};
     ardb__bind_text(&b, p->op);      /* ?1 */
@@ -160,6 +176,7 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
     ardb__bind_text(&b, dev->backend);     /* ?10 */
     ardb__bind_text(&b, dev->arch);        /* ?11 */
     ardb__bind_int64(&b, (int64_t)level);  /* ?12 */
+    ardb__bind_int64(&b, dev->simulated ? 1 : 0); /* ?13 */
     if (b.rc != SQLITE_OK) {
         code = ardb__sql_fail(db, b.rc, "winners lookup");
         ardb__release(st);
@@ -254,31 +271,43 @@ static int list_rows(ardb *db, sqlite3_stmt *st, ardb_row_fn fn, void *ctx,
     return code;
 }
 
+/* The device column of the listings: its name (else fingerprint), with
+ * " (simulated)" after a simulated device's, so that a person reading a
+ * listing never takes a simulator's model timings for hardware. */
+#define DEVICE_LABEL(simulated)                                               \
+    "COALESCE(d.name, d.fingerprint) ||"                                      \
+    " CASE WHEN " simulated " THEN ' (simulated)' ELSE '' END"
+
 int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
 {
-    static const char sql[] =
-        "SELECT problem, device, variant, median_us, gbps, roofline FROM ("
-        "  SELECT p.key AS problem, COALESCE(d.name, d.fingerprint) AS device,"
-        "   c.variant AS variant,"
-        "   CASE WHEN m.median_us IS NULL THEN NULL"
-        "        ELSE printf('%.3f', m.median_us) END AS median_us,"
-        "   CASE WHEN m.gbps IS NULL THEN NULL"
-        "        ELSE printf('%.1f', m.gbps) END AS gbps,"
-        "   CASE WHEN m.roofline IS NULL THEN NULL"
-        "        ELSE printf('%.3f', m.roofline) END AS roofline,"
-        "   p.op, p.dtype, p.d, p.n, p.heads, p.form, p.epilogue, p.s,"
-        "   p.t_bucket, d.id AS did,"
-        "   row_number() OVER (PARTITION BY w.problem_id, w.device_id"
-        "    ORDER BY r.started_at DESC, w.run_id DESC) AS rn"
-        "  FROM winners w"
-        "  JOIN runs r ON r.id = w.run_id"
-        "  JOIN problems p ON p.id = w.problem_id"
-        "  JOIN devices d ON d.id = w.device_id"
-        "  JOIN candidates c ON c.id = w.candidate_id"
-        "  JOIN measurements m ON m.id = w.measurement_id"
-        "  WHERE ?1 = 0 OR w.run_id = ?1"
-        " ) WHERE rn = 1"
-        " ORDER BY op, dtype, d, n, heads, form, epilogue, s, t_bucket, did";
+#define LIST_WINNERS_SQL(simulated)                                           \
+    "SELECT problem, device, variant, median_us, gbps, roofline FROM ("       \
+    "  SELECT p.key AS problem, " DEVICE_LABEL(simulated) " AS device,"       \
+    "   c.variant AS variant,"                                                \
+    "   CASE WHEN m.median_us IS NULL THEN NULL"                              \
+    "        ELSE printf('%.3f', m.median_us) END AS median_us,"              \
+    "   CASE WHEN m.gbps IS NULL THEN NULL"                                   \
+    "        ELSE printf('%.1f', m.gbps) END AS gbps,"                        \
+    "   CASE WHEN m.roofline IS NULL THEN NULL"                               \
+    "        ELSE printf('%.3f', m.roofline) END AS roofline,"                \
+    "   p.op, p.dtype, p.d, p.n, p.heads, p.form, p.epilogue, p.s,"           \
+    "   p.t_bucket, d.id AS did,"                                             \
+    "   row_number() OVER (PARTITION BY w.problem_id, w.device_id"            \
+    "    ORDER BY r.started_at DESC, w.run_id DESC) AS rn"                    \
+    "  FROM winners w"                                                        \
+    "  JOIN runs r ON r.id = w.run_id"                                        \
+    "  JOIN problems p ON p.id = w.problem_id"                                \
+    "  JOIN devices d ON d.id = w.device_id"                                  \
+    "  JOIN candidates c ON c.id = w.candidate_id"                            \
+    "  JOIN measurements m ON m.id = w.measurement_id"                        \
+    "  WHERE ?1 = 0 OR w.run_id = ?1"                                         \
+    " ) WHERE rn = 1"                                                         \
+    " ORDER BY op, dtype, d, n, heads, form, epilogue, s, t_bucket, did"
+    /* A file older than v4 opened read-only has only real devices. */
+    static const char sql[] = LIST_WINNERS_SQL("d.simulated");
+    static const char sql_pre_v4[] = LIST_WINNERS_SQL("0");
+#undef LIST_WINNERS_SQL
+    int64_t version = 0;
     sqlite3_stmt *st;
     ardb_binder b;
     int code;
@@ -287,7 +316,13 @@ int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
         return ARDB_EINVAL;
     if (!fn || run_id < 0)
         return ardb__fail(db, ARDB_EINVAL, "ardb_list_winners: invalid argument");
-    if ((code = ardb__stmt(db, ST_LIST_WINNERS, sql, &st)))
+    if ((code = ardb__user_version(db, "main", &version)))
+        return code;
+    if (version >= 4)
+        code = ardb__stmt(db, ST_LIST_WINNERS, sql, &st);
+    else
+        code = ardb__stmt(db, ST_LIST_WINNERS_PRE_V4, sql_pre_v4, &st);
+    if (code)
         return code;
     b = (ardb_binder){st, SQLITE_OK, 0};
     ardb__bind_int64(&b, run_id);
@@ -301,22 +336,26 @@ int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
 
 int ardb_list_runs(ardb *db, ardb_row_fn fn, void *ctx)
 {
-#define LIST_RUNS_SQL(read_gbps)                                              \
+#define LIST_RUNS_SQL(read_gbps, simulated)                                   \
     "SELECT r.id AS id, r.started_at AS started_at,"                         \
     " r.finished_at AS finished_at, r.status AS status,"                     \
-    " COALESCE(d.name, d.fingerprint) AS device, r.strategy AS strategy,"    \
+    " " DEVICE_LABEL(simulated) " AS device, r.strategy AS strategy,"        \
     " r.project_version AS project_version, r.compiler AS compiler,"         \
     " CASE WHEN r.copy_gbps IS NULL THEN NULL"                               \
     "      ELSE printf('%.1f', r.copy_gbps) END AS copy_gbps,"               \
     " " read_gbps " AS read_gbps"                                            \
     " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"                 \
     " ORDER BY r.id"
-    static const char sql[] = LIST_RUNS_SQL(
-        "CASE WHEN r.read_gbps IS NULL THEN NULL"
-        " ELSE printf('%.1f', r.read_gbps) END");
-    /* A file older than v3 opened read-only has no read_gbps column; it
-     * lists the same columns, with read_gbps empty. */
-    static const char sql_pre_v3[] = LIST_RUNS_SQL("NULL");
+#define READ_GBPS                                                             \
+    "CASE WHEN r.read_gbps IS NULL THEN NULL"                                 \
+    " ELSE printf('%.1f', r.read_gbps) END"
+    static const char sql[] = LIST_RUNS_SQL(READ_GBPS, "d.simulated");
+    /* A file older than v4 opened read-only has only real devices; one
+     * older than v3 has no read_gbps column either: it lists the same
+     * columns, with read_gbps empty. */
+    static const char sql_pre_v4[] = LIST_RUNS_SQL(READ_GBPS, "0");
+    static const char sql_pre_v3[] = LIST_RUNS_SQL("NULL", "0");
+#undef READ_GBPS
 #undef LIST_RUNS_SQL
     sqlite3_stmt *st;
     int64_t version = 0;
@@ -328,11 +367,15 @@ int ardb_list_runs(ardb *db, ardb_row_fn fn, void *ctx)
         return ardb__fail(db, ARDB_EINVAL, "ardb_list_runs: invalid argument");
     if ((code = ardb__user_version(db, "main", &version)))
         return code;
-    if (version >= 3)
+    if (version >= 4)
         code = ardb__stmt(db, ST_LIST_RUNS, sql, &st);
+    else if (version == 3)
+        code = ardb__stmt(db, ST_LIST_RUNS_PRE_V4, sql_pre_v4, &st);
     else
         code = ardb__stmt(db, ST_LIST_RUNS_PRE_V3, sql_pre_v3, &st);
     if (code)
         return code;
     return list_rows(db, st, fn, ctx, "list runs");
 }
+
+#undef DEVICE_LABEL

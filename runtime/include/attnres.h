@@ -125,7 +125,25 @@ typedef struct attnres_device attnres_device;
 
 /* Opens a device by spec: "cpu", "cuda" (= "cuda:0") or "cuda:N".
  * On success *out is a new handle owned by the caller (attnres_device_close).
- * On failure *out is NULL and msg (if not NULL) holds the reason. */
+ * On failure *out is NULL and msg (if not NULL) holds the reason.
+ *
+ * CUDA devices are reached through the Driver API, loaded with dlopen at the
+ * first use, and NVRTC. Two environment variables, read then, shape them:
+ *   ATTNRES_CUDA_DRIVER=PATH  the driver library to load instead of
+ *                             libcuda.so.1: a driver outside the loader's
+ *                             path, or the PTX simulator of the tests
+ *                             (libattnres-cudasim.so), whose devices are
+ *                             marked simulated (attnres_device_info).
+ *   ATTNRES_CUDA_PTX=1        kernels are compiled to PTX, which the driver
+ *                             JITs for its GPU, instead of cubins. PTX is
+ *                             also used without asking when NVRTC does not
+ *                             know the GPU's architecture, when the driver
+ *                             refuses a cubin (CUDA_ERROR_NO_BINARY_FOR_GPU;
+ *                             the kernel is recompiled and the device takes
+ *                             PTX from then on) and with the simulator. The
+ *                             build key's target names the form ("sm_90" or
+ *                             "compute_90 (PTX for sm_90)"), so cached
+ *                             binaries of the two never mix. */
 ATTNRES_API int attnres_device_open(const char *spec, attnres_device **out,
                                     char *msg, size_t msg_len);
 
@@ -146,6 +164,12 @@ typedef struct attnres_device_info {
     int64_t memory;       /* bytes */
     const char *driver;   /* driver version, or the OS kernel release */
     const char *fingerprint; /* all of the above joined; the database key */
+    int simulated;        /* 1: a simulated device (the CUDA driver library,
+                           * chosen with ATTNRES_CUDA_DRIVER, is the PTX
+                           * simulator of the tests, which exports
+                           * cudasimDescribe). Its fingerprint ends in
+                           * "|simulated", so its tuning results never
+                           * serve a real device. 0 for real hardware. */
 } attnres_device_info;
 
 ATTNRES_API int attnres_device_info_get(attnres_device *dev,

@@ -294,10 +294,11 @@ static void *open_object(const void *blob, size_t size, const char *key, char *e
     return h;
 }
 
-static int cpu_load(attnres_device *dev, const void *blob, size_t size,
+static int cpu_load(attnres_device *dev, const void *blob, size_t size, const char *source,
                     const char *kernel_name, const char *params_json, ar_kernel *k)
 {
     (void)params_json;
+    (void)source; /* the host compiler's output always suits the host */
     /* Only what the compiler wrote, intact, reaches dlopen: a damaged
      * shared object can crash the dynamic loader or the kernel. */
     int seal = ar_blob_check(blob, size);
@@ -503,6 +504,27 @@ static int cpu_launch_phase2(attnres_device *dev, const ar_kernel *k,
     return ATTNRES_OK;
 }
 
+/* The op-generic launch: one switch over the tagged arguments. */
+static int cpu_launch(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                      const ar_op_args *a, void *stream)
+{
+    if (!a || a->op != p->op)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the arguments are for op %d, the problem is op %d",
+                              a ? (int)a->op : -1, (int)p->op);
+    if (!a->mix) /* every member of the union is a pointer: one test covers them */
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the operation's arguments are NULL");
+    if (T < 0)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
+    if (T == 0) /* as on CUDA: nothing to run, and no argument is touched */
+        return ATTNRES_OK;
+    switch (a->op) {
+    case ATTNRES_OP_MIX: return cpu_launch_mix(dev, k, p, T, a->mix, stream);
+    case ATTNRES_OP_PHASE1: return cpu_launch_phase1(dev, k, p, T, a->phase1, stream);
+    case ATTNRES_OP_PHASE2: return cpu_launch_phase2(dev, k, p, T, a->phase2, stream);
+    }
+    return ar_device_fail(dev, ATTNRES_EINVAL, "unknown op %d", (int)a->op);
+}
+
 /* ---- memory and timing ----------------------------------------------- */
 
 static int cpu_mem_alloc(attnres_device *dev, size_t bytes, void **ptr)
@@ -527,15 +549,15 @@ static int cpu_copy(attnres_device *dev, void *dst, const void *src, size_t byte
     return ATTNRES_OK;
 }
 
-static int cpu_time_mix(attnres_device *dev, const ar_kernel *k,
-                        const attnres_problem *p, int64_t T,
-                        const attnres_mix_args *a, int reps, int flush,
-                        double *times_us)
+/* Host-timed launches, one by one: a CPU launch returns when its work is
+ * done, so the wall time around it is the kernel's time. */
+static int cpu_time(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                    const ar_op_args *a, int reps, int flush, double *times_us)
 {
     (void)flush; /* The CPU's last-level cache is not flushed: see docs/tuning.md. */
     for (int r = 0; r < reps; r++) {
         double t0 = now_us();
-        int rc = cpu_launch_mix(dev, k, p, T, a, NULL);
+        int rc = cpu_launch(dev, k, p, T, a, NULL);
         times_us[r] = now_us() - t0;
         if (rc)
             return rc;
@@ -707,14 +729,12 @@ const ar_backend ar_cpu_backend = {
     .load = cpu_load,
     .load_generic = cpu_load_generic,
     .unload = cpu_unload,
-    .launch_mix = cpu_launch_mix,
-    .launch_phase1 = cpu_launch_phase1,
-    .launch_phase2 = cpu_launch_phase2,
+    .launch = cpu_launch,
     .mem_alloc = cpu_mem_alloc,
     .mem_free = cpu_mem_free,
     .copy_to_device = cpu_copy,
     .copy_to_host = cpu_copy,
-    .time_mix = cpu_time_mix,
+    .time = cpu_time,
     .copy_bandwidth = cpu_copy_bandwidth,
     .read_bandwidth = cpu_read_bandwidth,
     .empty_launch = cpu_empty_launch,

@@ -67,6 +67,9 @@ static const cuda_generic cuda_generics[3][3] = {
 
 /* ---- the Driver API, declared here (no toolkit headers needed) -------- */
 
+/* Device ordinals whose need for PTX is remembered across handles. */
+#define AR_CUDA_MAX_ORDINALS 64
+
 typedef int CUresult;
 typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
@@ -79,6 +82,7 @@ typedef unsigned long long CUdeviceptr;
 enum {
     CU_OK = 0,
     CU_ERROR_NO_DEVICE = 100,
+    CU_ERROR_NO_BINARY_FOR_GPU = 209,
     CU_ATTR_MULTIPROCESSOR_COUNT = 16,
     CU_ATTR_L2_CACHE_SIZE = 38,
     CU_ATTR_CC_MAJOR = 75,
@@ -129,6 +133,14 @@ static struct {
     CUresult (*EventRecord)(CUevent, CUstream);
     CUresult (*EventSynchronize)(CUevent);
     CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+    /* Set when the driver library is the simulated driver of the tests
+     * (tests/cudasim/cudasim.h): it exports cudasimDescribe. */
+    const char *(*Describe)(void);
+    int simulated;
+    /* Devices (by ordinal) whose driver refused a cubin with
+     * CUDA_ERROR_NO_BINARY_FOR_GPU: from then on they are given PTX, also
+     * by handles opened later in the process. */
+    int needs_ptx[AR_CUDA_MAX_ORDINALS];
 } cu = {.once = PTHREAD_ONCE_INIT};
 
 /* Looks up the first of several names (newest ABI first). */
@@ -163,7 +175,7 @@ static void driver_load(void)
     cu.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!cu.handle) {
         const char *why = dlerror();
-        snprintf(cu.error, sizeof cu.error, "no CUDA driver (%.200s not loaded: %.200s)", path,
+        snprintf(cu.error, sizeof cu.error, "no CUDA driver (%.200s not loaded: %.250s)", path,
                  why ? why : "not found");
         return;
     }
@@ -201,6 +213,8 @@ static void driver_load(void)
     CU_SYM(EventRecord, "cuEventRecord");
     CU_SYM(EventSynchronize, "cuEventSynchronize");
     CU_SYM(EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
+    *(void **)(&cu.Describe) = dlsym(cu.handle, "cudasimDescribe");
+    cu.simulated = cu.Describe != NULL;
     cu.init_rc = cu.Init(0);
     return;
 fail:
@@ -280,6 +294,7 @@ typedef struct cuda_state {
     int cc;             /* 90 for sm_90 */
     int compile_cc;     /* what NVRTC targets */
     int cubin;          /* 1: cubins for compile_cc; 0: PTX (the driver JITs) */
+    int ordinal;        /* the device's index, for cu.needs_ptx */
     size_t l2;          /* bytes */
     pthread_mutex_t lock; /* guards everything below (timing resources) */
     CUstream stream;
@@ -308,6 +323,54 @@ static void ctx_leave(int pushed)
         CUcontext c;
         cu.CtxPopCurrent(&c);
     }
+}
+
+/* Whether the device is to be given PTX rather than cubins: the simulated
+ * driver runs PTX only, ATTNRES_CUDA_PTX=1 asks for it (a driver newer than
+ * the NVRTC at hand JITs it for its GPU), and a device that refused a cubin
+ * once keeps getting PTX. */
+static int wants_ptx(int ordinal)
+{
+    const char *env = getenv("ATTNRES_CUDA_PTX");
+    if (cu.simulated || (env && strcmp(env, "1") == 0))
+        return 1;
+    return ordinal >= 0 && ordinal < AR_CUDA_MAX_ORDINALS && cu.needs_ptx[ordinal];
+}
+
+/* Real code for the device when NVRTC knows its architecture and nothing
+ * asks for PTX; else PTX for the newest architecture NVRTC knows that the
+ * device runs, which the driver compiles at load. */
+static void choose_binary_form(cuda_state *st)
+{
+    int best = ar_nvrtc_best_arch(st->cc);
+    st->cubin = (best == 0 || best == st->cc) && !wants_ptx(st->ordinal);
+    st->compile_cc = st->cubin || best == 0 ? st->cc : best;
+}
+
+/* The target part of the build key: "sm_90" for cubins, "compute_90 (PTX
+ * for sm_90)" for PTX, so that cached binaries of the two never mix. */
+static void set_target(attnres_device *dev)
+{
+    const cuda_state *st = dev->state;
+    if (st->cubin)
+        snprintf(dev->target, sizeof dev->target, "sm_%d", st->cc);
+    else
+        snprintf(dev->target, sizeof dev->target, "compute_%d (PTX for sm_%d)", st->compile_cc, st->cc);
+}
+
+/* Switches a device whose driver refused a cubin to PTX, for this handle
+ * and every later one of the same device in the process. */
+static void switch_to_ptx(attnres_device *dev)
+{
+    cuda_state *st = dev->state;
+    pthread_mutex_lock(&dev->lock);
+    if (st->ordinal >= 0 && st->ordinal < AR_CUDA_MAX_ORDINALS)
+        cu.needs_ptx[st->ordinal] = 1;
+    if (st->cubin) {
+        choose_binary_form(st);
+        set_target(dev);
+    }
+    pthread_mutex_unlock(&dev->lock);
 }
 
 static int cuda_count(void)
@@ -360,11 +423,9 @@ static int cuda_open(attnres_device *dev, int index)
     }
     st->cc = major * 10 + minor;
     st->l2 = l2 > 0 ? (size_t)l2 : (size_t)64 << 20;
-    /* Real code for the device when NVRTC knows it; else PTX for the newest
-     * architecture it knows, which the driver compiles at load. */
-    int best = ar_nvrtc_best_arch(st->cc);
-    st->cubin = best == 0 || best == st->cc;
-    st->compile_cc = st->cubin ? st->cc : best;
+    st->ordinal = index;
+    choose_binary_form(st);
+    dev->simulated = cu.simulated;
     dev->state = st;
     snprintf(dev->backend, sizeof dev->backend, "cuda");
     snprintf(dev->name, sizeof dev->name, "%s", name);
@@ -374,10 +435,7 @@ static int cuda_open(attnres_device *dev, int index)
     snprintf(dev->driver, sizeof dev->driver, "%d.%d", version / 1000, (version % 1000) / 10);
     ar_nvrtc_identity(dev->compiler, sizeof dev->compiler);
     snprintf(dev->options, sizeof dev->options, "%s", AR_NVRTC_OPTIONS);
-    if (st->cubin)
-        snprintf(dev->target, sizeof dev->target, "sm_%d", st->cc);
-    else
-        snprintf(dev->target, sizeof dev->target, "compute_%d (PTX for sm_%d)", st->compile_cc, st->cc);
+    set_target(dev);
     return ATTNRES_OK;
 }
 
@@ -428,8 +486,10 @@ static int is_elf(const void *blob, size_t size)
     return size >= 4 && memcmp(blob, "\177ELF", 4) == 0;
 }
 
-static int cuda_load(attnres_device *dev, const void *blob, size_t size, const char *kernel_name,
-                     const char *params_json, ar_kernel *k)
+/* Loads one module image (cubin or PTX) into k. *no_binary is set when the
+ * driver answered CUDA_ERROR_NO_BINARY_FOR_GPU to a cubin. */
+static int load_image(attnres_device *dev, const void *blob, size_t size, const char *kernel_name,
+                      const char *params_json, ar_kernel *k, int *no_binary)
 {
     cuda_state *st = dev->state;
     if (!blob || !size || !kernel_name)
@@ -475,6 +535,7 @@ static int cuda_load(attnres_device *dev, const void *blob, size_t size, const c
     int max_threads = 0;
     if ((r = cu.ModuleLoadData(&ck->module, image)) != CU_OK) {
         ck->module = NULL;
+        *no_binary = r == CU_ERROR_NO_BINARY_FOR_GPU && is_elf(blob, size);
         status = cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleLoadData");
     } else if ((r = cu.ModuleGetFunction(&fn, ck->module, kernel_name)) != CU_OK) {
         status = cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction");
@@ -507,6 +568,39 @@ static int cuda_load(attnres_device *dev, const void *blob, size_t size, const c
     return ATTNRES_OK;
 }
 
+/* Loads a binary; when the driver has no code for this GPU in a cubin, the
+ * device switches to PTX (set_target changes its build keys) and, given the
+ * source, the kernel is compiled as PTX and loaded once more. */
+static int cuda_load(attnres_device *dev, const void *blob, size_t size, const char *source,
+                     const char *kernel_name, const char *params_json, ar_kernel *k)
+{
+    int no_binary = 0;
+    int rc = load_image(dev, blob, size, kernel_name, params_json, k, &no_binary);
+    if (rc == ATTNRES_OK || !no_binary)
+        return rc;
+    char first[512];
+    snprintf(first, sizeof first, "%.500s", dev->errmsg);
+    switch_to_ptx(dev);
+    if (!source)
+        return ar_device_fail(dev, ATTNRES_ELOAD,
+                              "%.400s; the device takes PTX from now on (target %.200s), and a recompile from "
+                              "source will load",
+                              first, dev->target);
+    void *ptx = NULL;
+    size_t ptx_size = 0;
+    if ((rc = cuda_compile(dev, source, kernel_name, &ptx, &ptx_size, NULL)) != ATTNRES_OK)
+        return rc;
+    rc = load_image(dev, ptx, ptx_size, kernel_name, params_json, k, &no_binary);
+    free(ptx);
+    if (rc != ATTNRES_OK)
+        return rc;
+    /* The kernel now is the PTX build: name it by that build's key. */
+    char hash[65];
+    ar_sha256_string(source, hash);
+    ar_build_key(dev, hash, k->build_key);
+    return ATTNRES_OK;
+}
+
 static int cuda_load_generic(attnres_device *dev, const attnres_problem *p, ar_kernel *k)
 {
     const attnres_dtype dtype = p->dtype;
@@ -525,7 +619,7 @@ static int cuda_load_generic(attnres_device *dev, const attnres_problem *p, ar_k
                               sizeof path) == 0;
     int rc = ATTNRES_ELOAD;
     if (cache && ar_read_file(path, &blob, &size) == 0) {
-        rc = cuda_load(dev, blob, size, kernel, params, k);
+        rc = cuda_load(dev, blob, size, source, kernel, params, k);
         free(blob);
         blob = NULL;
     }
@@ -534,7 +628,7 @@ static int cuda_load_generic(attnres_device *dev, const attnres_problem *p, ar_k
             return rc;
         if (cache)
             ar_cache_store(path, blob, size); /* best effort */
-        rc = cuda_load(dev, blob, size, kernel, params, k);
+        rc = cuda_load(dev, blob, size, source, kernel, params, k);
         free(blob);
         if (rc != ATTNRES_OK)
             return rc;
@@ -567,7 +661,7 @@ static int misaligned(const void *p, int64_t align)
 
 /* Fills the by-value argument struct; EINVAL/EMISMATCH with a message when
  * the arguments cannot be run by this kernel. No allocation. */
-static int fill_args(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+static int fill_mix(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                      const attnres_mix_args *a, attnres_cuda_mix_args *args)
 {
     const cuda_kernel *ck = k->module;
@@ -631,68 +725,7 @@ static int fill_args(attnres_device *dev, const ar_kernel *k, const attnres_prob
     return ATTNRES_OK;
 }
 
-/* Launches on `stream` with the context already current. */
-static int launch_current(attnres_device *dev, const ar_kernel *k, int64_t T, attnres_cuda_mix_args *args,
-                          CUstream stream)
-{
-    const int64_t grid = (T + k->tokens_per_block - 1) / k->tokens_per_block;
-    if (grid > 0x7fffffff)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld needs more than 2^31-1 blocks", (long long)T);
-    void *params[] = {args};
-    CUresult r = cu.LaunchKernel((CUfunction)k->entry, (unsigned)grid, 1, 1, (unsigned)k->threads, 1, 1,
-                                 (unsigned)k->smem, stream, params, NULL);
-    if (r != CU_OK) {
-        char what[256];
-        snprintf(what, sizeof what, "launching %s", k->kernel_name);
-        return cuda_fail(dev, ATTNRES_ELAUNCH, r, what);
-    }
-    return ATTNRES_OK;
-}
-
-static int cuda_launch_mix(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
-                           const attnres_mix_args *a, void *stream)
-{
-    if (T == 0)
-        return ATTNRES_OK;
-    if (T < 0)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
-    attnres_cuda_mix_args args;
-    int rc = fill_args(dev, k, p, T, a, &args);
-    if (rc != ATTNRES_OK)
-        return rc;
-    int pushed;
-    CUresult r = ctx_enter(dev->state, &pushed);
-    if (r != CU_OK)
-        return cuda_fail(dev, ATTNRES_ELAUNCH, r, "making the CUDA context current");
-    rc = launch_current(dev, k, T, &args, (CUstream)stream);
-    ctx_leave(pushed);
-    return rc;
-}
-
 /* ---- Block AttnRes phases ---------------------------------------------- */
-
-/* Launches grid blocks of k with smem bytes of dynamic shared memory and
- * the by-value struct at args, on the caller's stream. */
-static int launch_blocks(attnres_device *dev, const ar_kernel *k, int64_t grid, int64_t smem, void *args,
-                         void *stream)
-{
-    if (grid > 0x7fffffff)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld needs more than 2^31-1 blocks", (long long)grid);
-    int pushed;
-    CUresult r = ctx_enter(dev->state, &pushed);
-    if (r != CU_OK)
-        return cuda_fail(dev, ATTNRES_ELAUNCH, r, "making the CUDA context current");
-    void *params[] = {args};
-    r = cu.LaunchKernel((CUfunction)k->entry, (unsigned)grid, 1, 1, (unsigned)k->threads, 1, 1, (unsigned)smem,
-                        (CUstream)stream, params, NULL);
-    ctx_leave(pushed);
-    if (r != CU_OK) {
-        char what[256];
-        snprintf(what, sizeof what, "launching %s", k->kernel_name);
-        return cuda_fail(dev, ATTNRES_ELAUNCH, r, what);
-    }
-    return ATTNRES_OK;
-}
 
 /* A storage view (pointer and token stride in elements) the kernel loads
  * with `align`-byte accesses. */
@@ -701,13 +734,11 @@ static int view_misaligned(const void *ptr, int64_t stride, int64_t es, int64_t 
     return misaligned(ptr, align) || (stride * es) % align != 0;
 }
 
-static int cuda_launch_phase1(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
-                              const attnres_phase1_args *a, void *stream)
+/* Fills phase 1's by-value struct and the dynamic shared memory it needs;
+ * EINVAL/EUNSUPPORTED with a message when this kernel cannot run them. */
+static int fill_phase1(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                       const attnres_phase1_args *a, attnres_cuda_phase1_args *args, int64_t *smem_out)
 {
-    if (T == 0)
-        return ATTNRES_OK;
-    if (T < 0)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
     const cuda_kernel *ck = k->module;
     if (!ck || !k->entry)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
@@ -729,8 +760,7 @@ static int cuda_launch_phase1(attnres_device *dev, const ar_kernel *k, const att
     if (!a || !a->sources || !a->queries || !a->o1 || !a->lse)
         return ar_device_fail(dev, ATTNRES_EINVAL, "sources, queries, o1 and lse are required");
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
-    attnres_cuda_phase1_args args;
-    memset(&args, 0, sizeof args);
+    memset(args, 0, sizeof *args);
     for (int i = 0; i < n; i++) {
         const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
         if (!a->sources[i])
@@ -739,43 +769,42 @@ static int cuda_launch_phase1(attnres_device *dev, const ar_kernel *k, const att
             return ar_device_fail(dev, ATTNRES_EINVAL,
                                   "source %d (pointer or stride %lld) is not %lld-byte aligned as kernel %s needs", i,
                                   (long long)stride, (long long)align, k->kernel_name);
-        args.src[i] = a->sources[i];
-        args.src_stride[i] = stride;
+        args->src[i] = a->sources[i];
+        args->src_stride[i] = stride;
     }
-    args.o1_stride = a->o1_stride ? a->o1_stride : p->d;
-    args.lse_stride = a->lse_stride ? a->lse_stride : H;
+    args->o1_stride = a->o1_stride ? a->o1_stride : p->d;
+    args->lse_stride = a->lse_stride ? a->lse_stride : H;
     for (int j = 0; j < S; j++) {
         if (!a->o1[j] || !a->lse[j])
             return ar_device_fail(dev, ATTNRES_EINVAL, "o1 or lse of site %d is NULL", j);
-        if (view_misaligned(a->o1[j], args.o1_stride, es, align) || misaligned(a->lse[j], 4))
+        if (view_misaligned(a->o1[j], args->o1_stride, es, align) || misaligned(a->lse[j], 4))
             return ar_device_fail(dev, ATTNRES_EINVAL,
                                   "o1 of site %d (pointer or stride) is not %lld-byte aligned as kernel %s needs, "
                                   "or its lse is not 4-byte aligned",
                                   j, (long long)align, k->kernel_name);
-        args.o1[j] = a->o1[j];
-        args.lse[j] = a->lse[j];
+        args->o1[j] = a->o1[j];
+        args->lse[j] = a->lse[j];
     }
     if (misaligned(a->queries, ck->qalign))
         return ar_device_fail(dev, ATTNRES_EINVAL, "queries is not %d-byte aligned as kernel %s needs", ck->qalign,
                               k->kernel_name);
-    args.d = p->d;
-    args.n = n;
-    args.heads = H;
-    args.s = S;
-    args.T = T;
-    args.queries = a->queries;
-    args.scale = a->scale;
-    args.eps = a->eps;
-    return launch_blocks(dev, k, T, smem + k->smem, &args, stream);
+    args->d = p->d;
+    args->n = n;
+    args->heads = H;
+    args->s = S;
+    args->T = T;
+    args->queries = a->queries;
+    args->scale = a->scale;
+    args->eps = a->eps;
+    *smem_out = smem + k->smem;
+    return ATTNRES_OK;
 }
 
-static int cuda_launch_phase2(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
-                              const attnres_phase2_args *a, void *stream)
+/* Fills phase 2's by-value struct; EINVAL/EUNSUPPORTED with a message when
+ * this kernel cannot run the arguments. */
+static int fill_phase2(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                       const attnres_phase2_args *a, attnres_cuda_phase2_args *args)
 {
-    if (T == 0)
-        return ATTNRES_OK;
-    if (T < 0)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
     const cuda_kernel *ck = k->module;
     if (!ck || !k->entry)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
@@ -792,44 +821,126 @@ static int cuda_launch_phase2(attnres_device *dev, const ar_kernel *k, const att
     if (p->epilogue && (!a->normed || !a->out_gain))
         return ar_device_fail(dev, ATTNRES_EINVAL, "the epilogue needs normed and out_gain");
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
-    attnres_cuda_phase2_args args;
-    memset(&args, 0, sizeof args);
-    args.d = p->d;
-    args.heads = H;
-    args.T = T;
-    args.o1 = a->o1;
-    args.o1_stride = a->o1_stride ? a->o1_stride : p->d;
-    args.lse = a->lse;
-    args.lse_stride = a->lse_stride ? a->lse_stride : H;
-    args.partial = a->partial;
-    args.partial_stride = a->partial_stride ? a->partial_stride : p->d;
-    args.sublayer = p->fuse_add ? a->sublayer : NULL;
-    args.sublayer_stride = a->sublayer_stride ? a->sublayer_stride : p->d;
-    args.query = a->query;
-    args.scale = a->scale;
-    args.eps = a->eps;
-    args.out = a->out;
-    args.out_stride = a->out_stride ? a->out_stride : p->d;
-    args.out_gain = p->epilogue ? a->out_gain : NULL;
-    args.out_eps = a->out_eps;
-    args.normed = p->epilogue ? a->normed : NULL;
-    args.normed_stride = a->normed_stride ? a->normed_stride : p->d;
-    if (view_misaligned(args.o1, args.o1_stride, es, align) ||
-        view_misaligned(args.partial, args.partial_stride, es, align) ||
-        view_misaligned(args.out, args.out_stride, es, align) ||
-        (args.sublayer && view_misaligned(args.sublayer, args.sublayer_stride, es, align)) ||
-        (args.normed && view_misaligned(args.normed, args.normed_stride, es, align)))
+    memset(args, 0, sizeof *args);
+    args->d = p->d;
+    args->heads = H;
+    args->T = T;
+    args->o1 = a->o1;
+    args->o1_stride = a->o1_stride ? a->o1_stride : p->d;
+    args->lse = a->lse;
+    args->lse_stride = a->lse_stride ? a->lse_stride : H;
+    args->partial = a->partial;
+    args->partial_stride = a->partial_stride ? a->partial_stride : p->d;
+    args->sublayer = p->fuse_add ? a->sublayer : NULL;
+    args->sublayer_stride = a->sublayer_stride ? a->sublayer_stride : p->d;
+    args->query = a->query;
+    args->scale = a->scale;
+    args->eps = a->eps;
+    args->out = a->out;
+    args->out_stride = a->out_stride ? a->out_stride : p->d;
+    args->out_gain = p->epilogue ? a->out_gain : NULL;
+    args->out_eps = a->out_eps;
+    args->normed = p->epilogue ? a->normed : NULL;
+    args->normed_stride = a->normed_stride ? a->normed_stride : p->d;
+    if (view_misaligned(args->o1, args->o1_stride, es, align) ||
+        view_misaligned(args->partial, args->partial_stride, es, align) ||
+        view_misaligned(args->out, args->out_stride, es, align) ||
+        (args->sublayer && view_misaligned(args->sublayer, args->sublayer_stride, es, align)) ||
+        (args->normed && view_misaligned(args->normed, args->normed_stride, es, align)))
         return ar_device_fail(dev, ATTNRES_EINVAL,
                               "o1, partial, sublayer, out or normed (pointer or stride) is not %lld-byte aligned as "
                               "kernel %s needs",
                               (long long)align, k->kernel_name);
-    if (misaligned(args.lse, 4) || misaligned(args.query, ck->qalign) ||
-        (args.out_gain && misaligned(args.out_gain, ck->qalign)))
+    if (misaligned(args->lse, 4) || misaligned(args->query, ck->qalign) ||
+        (args->out_gain && misaligned(args->out_gain, ck->qalign)))
         return ar_device_fail(dev, ATTNRES_EINVAL,
                               "lse is not 4-byte aligned, or query or out_gain is not %d-byte aligned as kernel %s "
                               "needs",
                               ck->qalign, k->kernel_name);
-    return launch_blocks(dev, k, T, k->smem, &args, stream);
+    return ATTNRES_OK;
+}
+
+/* ---- the op-generic launch --------------------------------------------- */
+
+/* Everything one launch needs, prepared before the context is entered: the
+ * by-value argument struct of the op, the grid and the dynamic shared
+ * memory. It lives on the caller's stack: a launch allocates nothing. */
+typedef struct cuda_launch_data {
+    union {
+        attnres_cuda_mix_args mix;
+        attnres_cuda_phase1_args phase1;
+        attnres_cuda_phase2_args phase2;
+    } args;
+    int64_t grid, smem;
+} cuda_launch_data;
+
+/* Checks the tagged arguments against the problem and the kernel and fills
+ * l; T must be positive. Mix kernels handle tokens_per_block tokens per
+ * block, the phase kernels one token per block (cuda_phase_abi.h). */
+static int prepare(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                   const ar_op_args *a, cuda_launch_data *l)
+{
+    if (!a || a->op != p->op)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the arguments are for op %d, the problem is op %d",
+                              a ? (int)a->op : -1, (int)p->op);
+    if (!k->module || !k->entry)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
+    int rc;
+    switch (a->op) {
+    case ATTNRES_OP_MIX:
+        rc = fill_mix(dev, k, p, T, a->mix, &l->args.mix);
+        l->grid = (T + k->tokens_per_block - 1) / k->tokens_per_block;
+        l->smem = k->smem;
+        break;
+    case ATTNRES_OP_PHASE1:
+        rc = fill_phase1(dev, k, p, T, a->phase1, &l->args.phase1, &l->smem);
+        l->grid = T;
+        break;
+    case ATTNRES_OP_PHASE2:
+        rc = fill_phase2(dev, k, p, T, a->phase2, &l->args.phase2);
+        l->grid = T;
+        l->smem = k->smem;
+        break;
+    default:
+        return ar_device_fail(dev, ATTNRES_EINVAL, "unknown op %d", (int)a->op);
+    }
+    if (rc == ATTNRES_OK && l->grid > 0x7fffffff)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld needs more than 2^31-1 blocks", (long long)T);
+    return rc;
+}
+
+/* Launches prepared work on `stream` with the context already current. */
+static int launch_current(attnres_device *dev, const ar_kernel *k, cuda_launch_data *l, CUstream stream)
+{
+    void *params[] = {&l->args};
+    CUresult r = cu.LaunchKernel((CUfunction)k->entry, (unsigned)l->grid, 1, 1, (unsigned)k->threads, 1, 1,
+                                 (unsigned)l->smem, stream, params, NULL);
+    if (r != CU_OK) {
+        char what[256];
+        snprintf(what, sizeof what, "launching %s", k->kernel_name);
+        return cuda_fail(dev, ATTNRES_ELAUNCH, r, what);
+    }
+    return ATTNRES_OK;
+}
+
+static int cuda_launch(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                       const ar_op_args *a, void *stream)
+{
+    if (T == 0)
+        return ATTNRES_OK;
+    if (T < 0)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
+    cuda_launch_data l;
+    int rc = prepare(dev, k, p, T, a, &l);
+    if (rc != ATTNRES_OK)
+        return rc;
+    int pushed;
+    CUresult r = ctx_enter(dev->state, &pushed);
+    if (r != CU_OK)
+        return cuda_fail(dev, ATTNRES_ELAUNCH, r, "making the CUDA context current");
+    rc = launch_current(dev, k, &l, (CUstream)stream);
+    ctx_leave(pushed);
+    return rc;
 }
 
 /* ---- memory and timing ------------------------------------------------- */
@@ -934,14 +1045,19 @@ static void timing_leave(attnres_device *dev, int pushed)
     pthread_mutex_unlock(&st->lock);
 }
 
-static int cuda_time_mix(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
-                         const attnres_mix_args *a, int reps, int flush, double *times_us)
+/* Times reps launches of any op with events around each, on the device's
+ * own timing stream; with flush, an L2-sized memset before each launch
+ * makes every launch read from DRAM, as a model's sites do. */
+static int cuda_time(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                     const ar_op_args *a, int reps, int flush, double *times_us)
 {
     cuda_state *st = dev->state;
     if (reps < 1)
         return ATTNRES_OK;
-    attnres_cuda_mix_args args;
-    int rc = T > 0 ? fill_args(dev, k, p, T, a, &args) : ATTNRES_OK;
+    if (T < 0)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
+    cuda_launch_data l;
+    int rc = T > 0 ? prepare(dev, k, p, T, a, &l) : ATTNRES_OK;
     if (rc != ATTNRES_OK)
         return rc;
     int pushed;
@@ -969,7 +1085,7 @@ static int cuda_time_mix(attnres_device *dev, const ar_kernel *k, const attnres_
             rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "cuEventRecord");
             goto done;
         }
-        if (T > 0 && (rc = launch_current(dev, k, T, &args, st->stream)) != ATTNRES_OK)
+        if (T > 0 && (rc = launch_current(dev, k, &l, st->stream)) != ATTNRES_OK)
             goto done;
         float ms = 0.0f;
         if ((r = cu.EventRecord(st->stop, st->stream)) != CU_OK || (r = elapsed_ms(st, &ms)) != CU_OK) {
@@ -1037,7 +1153,7 @@ static const char empty_ptx[] = ".version 7.0\n"
                                 "    ret;\n"
                                 "}\n";
 
-/* Median GPU time of one empty launch, timed like time_mix's launches. */
+/* Median GPU time of one empty launch, timed like the time slot's launches. */
 static int cuda_empty_launch(attnres_device *dev, double *us)
 {
     cuda_state *st = dev->state;
@@ -1089,14 +1205,12 @@ const ar_backend ar_cuda_backend = {
     .load = cuda_load,
     .load_generic = cuda_load_generic,
     .unload = cuda_unload,
-    .launch_mix = cuda_launch_mix,
-    .launch_phase1 = cuda_launch_phase1,
-    .launch_phase2 = cuda_launch_phase2,
+    .launch = cuda_launch,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
     .copy_to_device = cuda_copy_to_device,
     .copy_to_host = cuda_copy_to_host,
-    .time_mix = cuda_time_mix,
+    .time = cuda_time,
     .copy_bandwidth = cuda_copy_bandwidth,
     .empty_launch = cuda_empty_launch,
 };

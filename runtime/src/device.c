@@ -79,8 +79,10 @@ int attnres_device_open(const char *spec, attnres_device **out, char *msg,
         free(dev);
         return rc;
     }
-    snprintf(dev->fingerprint, sizeof dev->fingerprint, "%s|%s|%s|%d|%lld|%s", dev->backend, dev->name, dev->arch,
-             dev->units, (long long)dev->memory, dev->driver);
+    /* A simulated device's fingerprint carries "simulated", so that it can
+     * never equal a real device's whatever name the simulator reports. */
+    snprintf(dev->fingerprint, sizeof dev->fingerprint, "%s|%s|%s|%d|%lld|%s%s", dev->backend, dev->name, dev->arch,
+             dev->units, (long long)dev->memory, dev->driver, dev->simulated ? "|simulated" : "");
     *out = dev;
     return ATTNRES_OK;
 }
@@ -116,6 +118,7 @@ int attnres_device_info_get(attnres_device *dev, attnres_device_info *info)
     info->memory = dev->memory;
     info->driver = dev->driver;
     info->fingerprint = dev->fingerprint;
+    info->simulated = dev->simulated;
     return ATTNRES_OK;
 }
 

@@ -26,6 +26,33 @@ typedef struct ar_kernel {
     char build_key[65];
 } ar_kernel;
 
+/* The arguments of one operation, tagged with the op they belong to, so
+ * that one launch slot and one timing slot serve every op (in the manner of
+ * ggml's op-generic compute). */
+typedef struct ar_op_args {
+    attnres_op op;
+    union {
+        const attnres_mix_args *mix;
+        const attnres_phase1_args *phase1;
+        const attnres_phase2_args *phase2;
+    };
+} ar_op_args;
+
+static inline ar_op_args ar_op_mix(const attnres_mix_args *a)
+{
+    return (ar_op_args){.op = ATTNRES_OP_MIX, .mix = a};
+}
+
+static inline ar_op_args ar_op_phase1(const attnres_phase1_args *a)
+{
+    return (ar_op_args){.op = ATTNRES_OP_PHASE1, .phase1 = a};
+}
+
+static inline ar_op_args ar_op_phase2(const attnres_phase2_args *a)
+{
+    return (ar_op_args){.op = ATTNRES_OP_PHASE2, .phase2 = a};
+}
+
 typedef struct ar_backend ar_backend;
 
 struct attnres_device {
@@ -34,6 +61,9 @@ struct attnres_device {
     char backend[16], name[256], arch[64], driver[128], fingerprint[640];
     int32_t units;
     int64_t memory;
+    /* 1 when the device is the simulated CUDA driver's (tests/cudasim):
+     * its results must never serve real hardware (DESIGN §8). */
+    int simulated;
     /* Parts of the build key (DESIGN §4): who compiles, how, for what. */
     char compiler[256], options[256], target[256];
     char errmsg[1024];
@@ -51,23 +81,22 @@ struct ar_backend {
     int (*compile)(attnres_device *dev, const char *source,
                    const char *kernel_name, void **blob, size_t *size,
                    char **log);
+    /* Loads a binary that compile produced. source, when not NULL, is what
+     * it was compiled from: a backend whose driver refuses the binary for
+     * this device (CUDA: a cubin without code for it) recompiles the source
+     * in a form the driver accepts and loads that instead. */
     int (*load)(attnres_device *dev, const void *blob, size_t size,
-                const char *kernel_name, const char *params_json, ar_kernel *k);
+                const char *source, const char *kernel_name,
+                const char *params_json, ar_kernel *k);
     /* Loads the built-in generic kernel of the problem's op and dtype. */
     int (*load_generic)(attnres_device *dev, const attnres_problem *p, ar_kernel *k);
     void (*unload)(attnres_device *dev, ar_kernel *k);
-    int (*launch_mix)(attnres_device *dev, const ar_kernel *k,
-                      const attnres_problem *p, int64_t T,
-                      const attnres_mix_args *a, void *stream);
-    /* Block AttnRes phases. Optional: NULL means the device has no kernels
-     * for them, and attnres_run_phase1/2 answer EUNSUPPORTED. The problem's
-     * op must match (the caller checks). */
-    int (*launch_phase1)(attnres_device *dev, const ar_kernel *k,
-                         const attnres_problem *p, int64_t T,
-                         const attnres_phase1_args *a, void *stream);
-    int (*launch_phase2)(attnres_device *dev, const ar_kernel *k,
-                         const attnres_problem *p, int64_t T,
-                         const attnres_phase2_args *a, void *stream);
+    /* Runs one operation of any kind: the backend switches on a->op, which
+     * must equal the problem's op (EINVAL otherwise). Asynchronous on
+     * `stream` where the device has streams. */
+    int (*launch)(attnres_device *dev, const ar_kernel *k,
+                  const attnres_problem *p, int64_t T,
+                  const ar_op_args *a, void *stream);
     /* Memory and timing, for the tuner and tests. */
     int (*mem_alloc)(attnres_device *dev, size_t bytes, void **ptr);
     void (*mem_free)(attnres_device *dev, void *ptr);
@@ -75,12 +104,12 @@ struct ar_backend {
                           size_t bytes);
     int (*copy_to_host)(attnres_device *dev, void *dst, const void *src,
                         size_t bytes);
-    /* Times `reps` launches one by one, flushing caches between them when
-     * flush is set; writes microseconds per launch to times_us. */
-    int (*time_mix)(attnres_device *dev, const ar_kernel *k,
-                    const attnres_problem *p, int64_t T,
-                    const attnres_mix_args *a, int reps, int flush,
-                    double *times_us);
+    /* Times `reps` launches of any operation one by one, flushing caches
+     * between them when flush is set (where the device has a cache it can
+     * flush); writes microseconds per launch to times_us. */
+    int (*time)(attnres_device *dev, const ar_kernel *k,
+                const attnres_problem *p, int64_t T, const ar_op_args *a,
+                int reps, int flush, double *times_us);
     /* Device copy bandwidth in GB/s (bytes read + written per second) and the
      * time of an empty launch in microseconds. */
     int (*copy_bandwidth)(attnres_device *dev, double *gbps);

@@ -105,6 +105,7 @@ static void fill_ardb_device(const attnres_device *dev, ardb_device *d)
     d->fingerprint = dev->fingerprint;
     d->units = dev->units;
     d->memory = dev->memory;
+    d->simulated = dev->simulated; /* winners never cross between simulated and real */
 }
 
 /* Loads one winner's binary into k: from the binary cache, else the
@@ -130,7 +131,7 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
     const int have_path = ar_cache_path(k->build_key, "", path, sizeof path) == 0;
     int st = ATTNRES_ENOTFOUND;
     if (have_path && ar_read_file(path, &blob, &size) == 0) {
-        st = dev->ops->load(dev, blob, size, w->kernel_name, w->params_json, k);
+        st = dev->ops->load(dev, blob, size, w->source, w->kernel_name, w->params_json, k);
         free(blob);
         if (st == ATTNRES_OK)
             origin = "binary cache";
@@ -140,7 +141,7 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
         }
     }
     if (st != ATTNRES_OK && ardb_binary_get(db->db, k->build_key, &blob, &size) == ARDB_DONE) {
-        st = dev->ops->load(dev, blob, size, w->kernel_name, w->params_json, k);
+        st = dev->ops->load(dev, blob, size, w->source, w->kernel_name, w->params_json, k);
         if (st == ATTNRES_OK) {
             origin = "database";
             if (have_path)
@@ -160,7 +161,7 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
             st = dev->ops->compile(dev, w->source, w->kernel_name, &blob, &size, &log);
         free(log);
         if (st == ATTNRES_OK) {
-            st = dev->ops->load(dev, blob, size, w->kernel_name, w->params_json, k);
+            st = dev->ops->load(dev, blob, size, w->source, w->kernel_name, w->params_json, k);
             if (st == ATTNRES_OK) {
                 origin = "compiled now";
                 if (have_path)
@@ -273,13 +274,6 @@ int attnres_plan_create(attnres_device *dev, attnres_db *db, const attnres_probl
     if (st != ATTNRES_OK) {
         ar_device_fail(dev, st, "%s", msg);
         return st;
-    }
-    if ((problem->op == ATTNRES_OP_PHASE1 && !dev->ops->launch_phase1) ||
-        (problem->op == ATTNRES_OP_PHASE2 && !dev->ops->launch_phase2)) {
-        ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the %s backend has no %s kernels", dev->backend,
-                       op_name(problem->op));
-        snprintf(msg, msg_len, "%s", dev->errmsg);
-        return ATTNRES_EUNSUPPORTED;
     }
     attnres_plan *plan = calloc(1, sizeof *plan);
     if (!plan) {
@@ -442,7 +436,8 @@ int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, vo
                             (double)a->out_eps);
     }
     const plan_bucket *b = pick_bucket(plan, T);
-    st = plan->dev->ops->launch_mix(plan->dev, &b->kernel, p, T, a, stream);
+    const ar_op_args args = ar_op_mix(a);
+    st = plan->dev->ops->launch(plan->dev, &b->kernel, p, T, &args, stream);
     if (st != ATTNRES_OK)
         return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
     return ATTNRES_OK;
@@ -484,10 +479,9 @@ int attnres_run_phase1(attnres_plan *plan, int64_t T, const attnres_phase1_args 
                         p->heads);
     if (check_eps(plan, "eps", a->eps))
         return ATTNRES_EINVAL;
-    if (!plan->dev->ops->launch_phase1)
-        return run_fail(plan, ATTNRES_EUNSUPPORTED, "the %s backend has no phase1 kernels", plan->dev->backend);
     const plan_bucket *b = pick_bucket(plan, T);
-    st = plan->dev->ops->launch_phase1(plan->dev, &b->kernel, p, T, a, stream);
+    const ar_op_args args = ar_op_phase1(a);
+    st = plan->dev->ops->launch(plan->dev, &b->kernel, p, T, &args, stream);
     if (st != ATTNRES_OK)
         return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
     return ATTNRES_OK;
@@ -522,10 +516,9 @@ int attnres_run_phase2(attnres_plan *plan, int64_t T, const attnres_phase2_args 
         if (check_eps(plan, "out_eps", a->out_eps))
             return ATTNRES_EINVAL;
     }
-    if (!plan->dev->ops->launch_phase2)
-        return run_fail(plan, ATTNRES_EUNSUPPORTED, "the %s backend has no phase2 kernels", plan->dev->backend);
     const plan_bucket *b = pick_bucket(plan, T);
-    st = plan->dev->ops->launch_phase2(plan->dev, &b->kernel, p, T, a, stream);
+    const ar_op_args args = ar_op_phase2(a);
+    st = plan->dev->ops->launch(plan->dev, &b->kernel, p, T, &args, stream);
     if (st != ATTNRES_OK)
         return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
     return ATTNRES_OK;

@@ -259,6 +259,46 @@ def check_nan():
 
 # ---- bad input is refused, and nothing is written ------------------------------
 
+def check_cuda_routing():
+    """--op phase1/phase2 on a CUDA device goes to that device (no CPU-only
+    gate any more): with a driver library that does not exist, the run fails
+    opening cuda:0, naming the library, and writes nothing."""
+    tmp = tempfile.mkdtemp(prefix="attnres-phase-cuda-")
+    p = lambda x: os.path.join(tmp, x)  # noqa: E731
+    n, s, t, d = 2, 2, 3, 32
+    write(p("s.npy"), (n, t, d), rows(t * n, d, reference.round_f32))
+    write(p("q.npy"), (s, d), [vec(d) for _ in range(s)])
+    write(p("o1.npy"), (t, d), rows(t, d, reference.round_f32))
+    write(p("lse.npy"), (t, 1), [[0.5] for _ in range(t)])
+    write(p("b.npy"), (t, d), rows(t, d, reference.round_f32))
+    write(p("w.npy"), (d,), vec(d))
+    missing = p("no-such-libcuda.so")
+    env = dict(os.environ, ATTNRES_CUDA_DRIVER=missing)
+    cases = {
+        "phase1": ["--op", "phase1", "--sources", p("s.npy"), "--queries", p("q.npy"), "--out", p("out.npy"),
+                   "--lse", p("lse_out.npy")],
+        "phase2": ["--op", "phase2", "--o1", p("o1.npy"), "--lse", p("lse.npy"), "--partial", p("b.npy"),
+                   "--query", p("w.npy"), "--out", p("out.npy")],
+    }
+    try:
+        for op, args in cases.items():
+            res = subprocess.run([CLI, "run", "--device", "cuda:0"] + args, capture_output=True, text=True,
+                                 env=env)
+            problems = []
+            if res.returncode != 1:
+                problems.append("exit status %d" % res.returncode)
+            if "cannot open device cuda:0" not in res.stderr or missing not in res.stderr:
+                problems.append("message %r does not name cuda:0 and the driver" % res.stderr.strip())
+            if "cpu backend only" in res.stderr.lower():
+                problems.append("still gated to the CPU")
+            if os.path.exists(p("out.npy")) or os.path.exists(p("lse_out.npy")):
+                problems.append("wrote an output")
+            report(not problems, "--op %s --device cuda:0 reaches the CUDA backend" % op,
+                   "; ".join(problems) if problems else res.stderr.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(tmp)
+
+
 def check_refusals():
     tmp = tempfile.mkdtemp(prefix="attnres-phase-bad-")
     p = lambda x: os.path.join(tmp, x)  # noqa: E731
@@ -365,6 +405,7 @@ check_identity("identity n=1 S=2 T=4 d=32 fused add epilogue", 1, 2, 4, 32, fuse
 check_identity("identity n=8 S=2 T=9 d=96 H=8 epilogue", 8, 2, 9, 96, heads=8, epilogue=True)
 check_nan()
 check_empty()
+check_cuda_routing()
 check_refusals()
 print("%d passed, %d failed" % (passed, failures))
 sys.exit(1 if failures else 0)

@@ -187,13 +187,16 @@ static void test_create_reopen(void)
     REQUIRE(db != NULL);
     CHECK(strcmp(ardb_errmsg(db), "") == 0);
     ardb_close(db);
-    CHECK(ARDB_SCHEMA_VERSION == 3);
-    CHECK(raw_int(path, "PRAGMA user_version") == 3);
+    CHECK(ARDB_SCHEMA_VERSION == 4);
+    CHECK(raw_int(path, "PRAGMA user_version") == 4);
     CHECK(raw_int(path, "SELECT count(*) FROM attnres_meta WHERE key = "
-                        "'schema_version' AND value = '3'") == 1);
+                        "'schema_version' AND value = '4'") == 1);
     /* A new file has the shape of a migrated one: v1 plus every delta. */
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') "
                         "WHERE name IN ('uid', 'note', 'read_gbps')") == 3);
+    CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('devices') "
+                        "WHERE name = 'simulated' AND \"notnull\" = 1 "
+                        "AND dflt_value = '0'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM attnres_meta WHERE key = "
                         "'format' AND value = 'attnres-tuning-db'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE name IN "
@@ -370,7 +373,7 @@ static void test_open_errors(void)
     ardb_close(db);
     CHECK(raw_exec(path, "PRAGMA user_version = 7") == SQLITE_OK);
     EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENEWER,
-                "database schema version 7 is newer than this build (3)");
+                "database schema version 7 is newer than this build (4)");
     EXPECT_OPEN(path, 0, ARDB_ENEWER, "is newer than this build");
     EXPECT_OPEN(path, ARDB_CREATE, ARDB_ENEWER, "is newer than this build");
     CHECK(raw_int(path, "PRAGMA user_version") == 7);
@@ -952,6 +955,245 @@ static void test_lists(void)
 /* The read-only bandwidth of a run (schema v3): a measured value reads
  * back as it was; NaN, 0 and negative values mean "not measured" and are
  * stored as NULL, read back as NaN and listed as "". */
+/* ---- simulated devices (schema v4) --------------------------------------- */
+
+/* Counts the winners a lookup returns at one level; -1 when it fails. With
+ * fp non-NULL, also counts how many of them were measured on that
+ * fingerprint into *from_fp. */
+static long count_level(ardb *db, const ardb_device *q, ardb_level level,
+                        const char *fp, long *from_fp)
+{
+    ardb_problem p = prob_make(0);
+    ardb_winner *w = NULL;
+    size_t n = 0, i;
+    if (ardb_winners_lookup(db, &p, q, level, &w, &n) != ARDB_DONE)
+        return -1;
+    if (from_fp) {
+        *from_fp = 0;
+        for (i = 0; i < n; i++)
+            if (fp && w[i].device_fingerprint &&
+                strcmp(w[i].device_fingerprint, fp) == 0)
+                (*from_fp)++;
+    }
+    ardb_winners_free(w, n);
+    return (long)n;
+}
+
+/* A growable text sink for exports. */
+typedef struct sink {
+    char *data;
+    size_t len;
+} sink;
+
+static int sink_write(void *ctx, const void *data, size_t len)
+{
+    sink *s = ctx;
+    char *p = realloc(s->data, s->len + len + 1);
+    if (!p)
+        return -1;
+    memcpy(p + s->len, data, len);
+    s->len += len;
+    p[s->len] = '\0';
+    s->data = p;
+    return 0;
+}
+
+/* Checks that, in db, winners never cross between the simulated sm_90
+ * device (fingerprint "fp-sim") and real devices, and that real sm_90
+ * devices still share theirs: the fixture of test_simulated_devices. */
+static void check_simulated_apart(ardb *db)
+{
+    static const ardb_level levels[] = {ARDB_LEVEL_EXACT,
+                                        ARDB_LEVEL_ARCHITECTURE,
+                                        ARDB_LEVEL_BACKEND};
+    ardb_device real_twin = dev_make("cuda", "cudasim sm_90", "sm_90", "fp-sim");
+    ardb_device real_new = dev_make("cuda", "NVIDIA H200", "sm_90", "fp-new");
+    ardb_device sim = real_twin, sim_new = real_new, sim_twin_of_real;
+    long from = 0;
+    size_t i;
+    sim.simulated = 1;
+    sim_new.simulated = 1;
+    sim_twin_of_real = dev_make("cuda", "NVIDIA H200", "sm_90", "fp-real");
+    sim_twin_of_real.simulated = 1;
+
+    /* A real device, even one equal to the simulated one in every other
+     * field, gets nothing measured on it at any level. The only real
+     * winner is for t4096 (fp-real), so at the architecture and backend
+     * levels it gets exactly that one. */
+    for (i = 0; i < 3; i++) {
+        long n = count_level(db, &real_twin, levels[i], "fp-sim", &from);
+        CHECK(n == (levels[i] == ARDB_LEVEL_EXACT ? 0 : 1) && from == 0);
+        n = count_level(db, &real_new, levels[i], "fp-sim", &from);
+        CHECK(n == (levels[i] == ARDB_LEVEL_EXACT ? 0 : 1) && from == 0);
+    }
+    /* The simulated device gets its own two buckets at every level and
+     * never the real t4096 winner, although that run is newer. */
+    for (i = 0; i < 3; i++) {
+        CHECK(count_level(db, &sim, levels[i], "fp-sim", &from) == 2 &&
+              from == 2);
+        CHECK(count_level(db, &sim_new, levels[i], "fp-sim", &from) ==
+                  (levels[i] == ARDB_LEVEL_EXACT ? 0 : 2) &&
+              from == (levels[i] == ARDB_LEVEL_EXACT ? 0 : 2));
+        /* A simulated device with a real one's fingerprint is not it. */
+        CHECK(count_level(db, &sim_twin_of_real, levels[i], "fp-real",
+                          &from) == (levels[i] == ARDB_LEVEL_EXACT ? 0 : 2) &&
+              from == 0);
+    }
+    /* Two real devices still share: exact for fp-real, and the
+     * architecture and backend levels for a new real sm_90 device. */
+    {
+        ardb_device real = dev_make("cuda", "NVIDIA H200", "sm_90", "fp-real");
+        CHECK(count_level(db, &real, ARDB_LEVEL_EXACT, "fp-real", &from) == 1 &&
+              from == 1);
+        CHECK(count_level(db, &real_new, ARDB_LEVEL_ARCHITECTURE, "fp-real",
+                          &from) == 1 && from == 1);
+        CHECK(count_level(db, &real_new, ARDB_LEVEL_BACKEND, "fp-real",
+                          &from) == 1 && from == 1);
+    }
+}
+
+static void test_simulated_devices(void)
+{
+    char path[600], path2[600];
+    ardb *db = create_db("sim.db", path, sizeof path), *ro = NULL, *db2;
+    ardb_device real = dev_make("cuda", "NVIDIA H200", "sm_90", "fp-real");
+    ardb_device sim = dev_make("cuda", "cudasim sm_90", "sm_90", "fp-sim");
+    ardb_device twin = sim;
+    ardb_problem p = prob_make(1);
+    ardb_candidate c1 = cand_make("mix_sim", "hs"), c2 = cand_make("mix_real", "hr");
+    int64_t d_real = 0, d_sim = 0, d_twin = 0, id = 0, p1 = 0, p4k = 0;
+    int64_t k1 = 0, k2 = 0, r_sim, r_real;
+    REQUIRE(db != NULL);
+    sim.simulated = 1;
+
+    /* A simulated and a real device with otherwise equal fields are two
+     * devices; any non-zero mark is recorded as 1. */
+    REQUIRE(ardb_device_upsert(db, &real, &d_real) == ARDB_DONE);
+    REQUIRE(ardb_device_upsert(db, &sim, &d_sim) == ARDB_DONE);
+    REQUIRE(ardb_device_upsert(db, &twin, &d_twin) == ARDB_DONE);
+    CHECK(d_real != d_sim && d_twin != d_sim && d_twin != d_real);
+    CHECK(ardb_device_upsert(db, &sim, &id) == ARDB_DONE && id == d_sim);
+    twin.simulated = 7;
+    CHECK(ardb_device_upsert(db, &twin, &id) == ARDB_DONE && id == d_sim);
+    twin.simulated = 0;
+    CHECK(ardb_device_upsert(db, &twin, &id) == ARDB_DONE && id == d_twin);
+    CHECK(raw_int(path, "SELECT count(*) FROM devices WHERE simulated = 1") == 1);
+    CHECK(raw_int(path, "SELECT count(*) FROM devices WHERE fingerprint = 'fp-sim'") == 2);
+
+    /* The simulated device wins t1 and t4096; later a real device wins
+     * t4096. */
+    REQUIRE(ardb_problem_upsert(db, &p, &p1) == ARDB_DONE);
+    p.t_bucket = 4096;
+    REQUIRE(ardb_problem_upsert(db, &p, &p4k) == ARDB_DONE);
+    REQUIRE(ardb_candidate_upsert(db, &c1, &k1) == ARDB_DONE);
+    REQUIRE(ardb_candidate_upsert(db, &c2, &k2) == ARDB_DONE);
+    r_sim = run_make(db, d_sim);
+    REQUIRE(r_sim != 0);
+    CHECK(set_winner(db, r_sim, p1, d_sim, k1, 3.0) == ARDB_DONE);
+    CHECK(set_winner(db, r_sim, p4k, d_sim, k1, 30.0) == ARDB_DONE);
+    CHECK(ardb_run_finish(db, r_sim, "complete") == ARDB_DONE);
+    r_real = run_make(db, d_real);
+    REQUIRE(r_real != 0);
+    CHECK(set_winner(db, r_real, p4k, d_real, k2, 40.0) == ARDB_DONE);
+    CHECK(ardb_run_finish(db, r_real, "complete") == ARDB_DONE);
+    check_simulated_apart(db);
+
+    /* Re-validation takes its winners from the same side only. */
+    {
+        ardb_stored_winner *w = NULL;
+        size_t n = 0, i, sim_rows = 0;
+        ardb_device q = dev_make("cuda", "NVIDIA H200", "sm_90", "fp-sim");
+        CHECK(ardb_stored_winners(db, &q, &w, &n) == ARDB_DONE && n == 1);
+        for (i = 0; i < n; i++)
+            sim_rows += w[i].device_id == d_sim;
+        CHECK(sim_rows == 0);
+        ardb_stored_winners_free(w, n);
+        q.simulated = 1;
+        q.fingerprint = "fp-other";
+        CHECK(ardb_stored_winners(db, &q, &w, &n) == ARDB_DONE && n == 2);
+        for (i = 0; i < n; i++)
+            CHECK(w[i].device_id == d_sim && w[i].level == ARDB_LEVEL_ARCHITECTURE);
+        ardb_stored_winners_free(w, n);
+    }
+
+    /* Listings and run records say which device is simulated. */
+    {
+        rows r;
+        ardb_run_info info;
+        memset(&r, 0, sizeof r);
+        CHECK(ardb_list_winners(db, 0, collect, &r) == ARDB_DONE && r.count == 3);
+        CHECK(strstr(r.text, "|cudasim sm_90 (simulated)|mix_sim|") != NULL);
+        CHECK(strstr(r.text, "|NVIDIA H200|mix_real|") != NULL);
+        memset(&r, 0, sizeof r);
+        CHECK(ardb_list_runs(db, collect, &r) == ARDB_DONE && r.count == 2);
+        CHECK(strstr(r.text, "|cudasim sm_90 (simulated)|") != NULL);
+        CHECK(ardb_run_get(db, r_sim, &info) == ARDB_DONE && info.device_simulated == 1);
+        ardb_run_info_clear(&info);
+        CHECK(ardb_run_get(db, r_real, &info) == ARDB_DONE && info.device_simulated == 0);
+        ardb_run_info_clear(&info);
+    }
+
+    /* The same through a read-only handle (the runtime's). */
+    CHECK(ardb_open(path, ARDB_READONLY, &ro, NULL, 0) == ARDB_DONE);
+    if (ro)
+        check_simulated_apart(ro);
+    ardb_close(ro);
+
+    /* Export and import keep the mark on the devices and on every
+     * reference to one; a second import adds nothing. */
+    {
+        sink a = {0}, b = {0};
+        ardb_merge_stats s;
+        CHECK(ardb_export_json(db, 0, sink_write, &a) == ARDB_DONE && a.data);
+        CHECK(a.data && strstr(a.data, "\"fingerprint\": \"fp-sim\"") &&
+              strstr(a.data, "\"simulated\": 1") &&
+              strstr(a.data, "\"device_simulated\": 1"));
+        db2 = create_db("sim-imported.db", path2, sizeof path2);
+        REQUIRE(db2 != NULL);
+        CHECK(ardb_import_json(db2, a.data, a.len, &s) == ARDB_DONE);
+        CHECK(s.devices == 3 && s.runs == 2 && s.winners == 3);
+        CHECK(ardb_import_json(db2, a.data, a.len, &s) == ARDB_DONE && s.devices == 0 &&
+              s.runs == 0 && s.measurements == 0 && s.winners == 0);
+        check_simulated_apart(db2);
+        CHECK(ardb_export_json(db2, 0, sink_write, &b) == ARDB_DONE);
+        CHECK(b.data && strcmp(a.data, b.data) == 0);
+        ardb_close(db2);
+        free(a.data);
+        free(b.data);
+    }
+
+    /* An export without the mark (a build before v4) imports as real
+     * devices, and beside a simulated one of the same fingerprint. */
+    {
+        static const char older[] =
+            "{\"format\": \"attnres-export\", \"version\": 1, \"schema_version\": 3,\n"
+            "\"devices\": [{\"fingerprint\": \"fp-sim\", \"backend\": \"cuda\", \"arch\": \"sm_90\"},"
+            " {\"fingerprint\": \"fp-old\", \"backend\": \"cuda\", \"arch\": \"sm_90\"}],\n"
+            "\"runs\": [{\"uid\": \"old-run\", \"started_at\": \"2025-03-01T00:00:00.000Z\","
+            " \"status\": \"complete\", \"device\": \"fp-sim\"}]}\n";
+        ardb_merge_stats s;
+        CHECK(ardb_import_json(db, older, sizeof older - 1, &s) == ARDB_DONE);
+        CHECK(s.devices == 1 && s.runs == 1); /* fp-sim real is known: d_twin */
+        CHECK(raw_int(path, "SELECT count(*) FROM devices WHERE simulated = 0") == 3);
+        CHECK(raw_int(path, "SELECT count(*) FROM runs r JOIN devices d ON d.id = r.device_id"
+                            " WHERE r.uid = 'old-run' AND d.simulated = 0 AND d.fingerprint = 'fp-sim'") == 1);
+        check_simulated_apart(db);
+    }
+
+    /* A merge keeps them apart too. */
+    db2 = create_db("sim-merged.db", path2, sizeof path2);
+    REQUIRE(db2 != NULL);
+    {
+        ardb_merge_stats s;
+        CHECK(ardb_merge(db2, path, &s) == ARDB_DONE && s.devices == 4 && s.winners == 3);
+        CHECK(ardb_merge(db2, path, &s) == ARDB_DONE && s.devices == 0 && s.winners == 0);
+        CHECK(raw_int(path2, "SELECT count(*) FROM devices WHERE simulated = 1") == 1);
+        check_simulated_apart(db2);
+    }
+    ardb_close(db2);
+    ardb_close(db);
+}
+
 static void test_run_read_gbps(void)
 {
     static const double given[] = {27.5, NAN, 0.0, -3.0};
@@ -1245,6 +1487,7 @@ int main(void)
     RUN_CASE(test_winners);
     RUN_CASE(test_lists);
     RUN_CASE(test_run_read_gbps);
+    RUN_CASE(test_simulated_devices);
     RUN_CASE(test_concurrent_writers);
     RUN_CASE(test_reader_during_write);
     if (!getenv("TEST_DB_KEEP"))

@@ -304,12 +304,15 @@ static void test_v1_file_read_only_then_migrated(void)
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'uid'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM measurements") == 4);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE uid = 'v1:2025-02-01T10:00:00.000Z:builder:2'") == 1);
-    /* v3: the read bandwidth column, NULL for the runs recorded before. */
-    CHECK(raw_int(path, "PRAGMA user_version") == 3);
+    /* v3: the read bandwidth column, NULL for the runs recorded before;
+     * v4: every device recorded before is real hardware. */
+    CHECK(raw_int(path, "PRAGMA user_version") == 4);
+    CHECK(raw_int(path, "SELECT count(*) FROM devices WHERE simulated = 0") ==
+          raw_int(bak, "SELECT count(*) FROM devices"));
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'read_gbps'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
     char *v = NULL;
-    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "3") == 0);
+    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "4") == 0);
     free(v);
     v = NULL;
     CHECK(ardb_meta_get(db, "migrated_from_v1", &v) == ARDB_DONE && v && strstr(v, "backup") &&
@@ -342,6 +345,8 @@ static void test_v1_file_read_only_then_migrated(void)
     CHECK(!file_exists(msg));
     snprintf(msg, sizeof msg, "%s.v3.bak", path);
     CHECK(!file_exists(msg));
+    snprintf(msg, sizeof msg, "%s.v4.bak", path);
+    CHECK(!file_exists(msg));
 
     /* A taken backup name: the next free one is used, the old file kept. */
     REQUIRE(make_v1("v1b.db", path, sizeof path) == 0);
@@ -373,12 +378,12 @@ static void test_v1_file_read_only_then_migrated(void)
 
     /* A newer file is refused, read-only or not, and left alone. */
     REQUIRE(make_v1("newer.db", path, sizeof path) == 0);
-    REQUIRE(raw_exec(path, "PRAGMA user_version = 4;") == SQLITE_OK);
+    REQUIRE(raw_exec(path, "PRAGMA user_version = 5;") == SQLITE_OK);
     db = (ardb *)1;
     CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_ENEWER && db == NULL);
-    CHECK(strstr(msg, "database schema version 4 is newer than this build (3)") != NULL);
+    CHECK(strstr(msg, "database schema version 5 is newer than this build (4)") != NULL);
     CHECK(ardb_open(path, ARDB_READONLY, &db, msg, sizeof msg) == ARDB_ENEWER);
-    CHECK(raw_int(path, "PRAGMA user_version") == 4);
+    CHECK(raw_int(path, "PRAGMA user_version") == 5);
 }
 
 static void test_v2_file_read_only_then_migrated(void)
@@ -416,10 +421,10 @@ static void test_v2_file_read_only_then_migrated(void)
     CHECK(raw_int(path, "PRAGMA user_version") == 2);
     CHECK(!file_exists(bak));
 
-    /* Read-write: migrated to v3 in place, with a backup of the v2 file. */
+    /* Read-write: migrated to v4 in place, with a backup of the v2 file. */
     db = open_db(path, 0);
     REQUIRE(db != NULL);
-    CHECK(raw_int(path, "PRAGMA user_version") == 3);
+    CHECK(raw_int(path, "PRAGMA user_version") == 4);
     CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == 2);
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'read_gbps'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
@@ -430,6 +435,181 @@ static void test_v2_file_read_only_then_migrated(void)
     ardb_run_info info;
     CHECK(ardb_run_get(db, 1, &info) == ARDB_DONE && isnan(info.read_gbps));
     ardb_run_info_clear(&info);
+    ardb_close(db);
+}
+
+/* Writes the v2 fixture migrated to v3 exactly as a build of schema v3 did
+ * it (the v3 delta of db/migrate.c, copied here so that the file stays what
+ * v3 wrote), plus a real CUDA device with a gap in the ids (5), a run on it
+ * and its winner, so that a migration that renumbered devices would show. */
+static int make_v3(const char *name, char *path, size_t len)
+{
+    static const char delta_v3[] =
+        "ALTER TABLE runs ADD COLUMN read_gbps REAL;\n"
+        "UPDATE attnres_meta SET value = '3' WHERE key = 'schema_version';\n"
+        "PRAGMA user_version = 3;\n";
+    static const char gpu[] =
+        "INSERT INTO devices(id, backend, name, arch, units, memory, driver, fingerprint, created_at)"
+        " VALUES(5, 'cuda', 'NVIDIA H200', 'sm_90', 132, 150000000000, '560.35', 'cuda|H200|v3',"
+        " '2025-03-01T00:00:00.000Z');\n"
+        "INSERT INTO runs(id, started_at, finished_at, status, device_id, strategy, copy_gbps, read_gbps, uid)"
+        " VALUES(3, '2025-03-01T10:00:00.000Z', '2025-03-01T10:01:00.000Z', 'complete', 5, 'exhaustive',"
+        " 4300.0, 4100.0, 'v3-gpu-run');\n"
+        "INSERT INTO measurements(id, run_id, candidate_id, problem_id, device_id, build_key, status,"
+        " median_us, spread_us, reps, gbps, roofline, created_at)"
+        " VALUES(5, 3, 1, 1, 5, 'key-gpu', 'ok', 2.0, 0.01, 50, 3000.0, 0.7, '2025-03-01T10:00:30.000Z');\n"
+        "INSERT INTO winners(run_id, problem_id, device_id, candidate_id, measurement_id, created_at)"
+        " VALUES(3, 1, 5, 1, 5, '2025-03-01T10:01:00.000Z');\n";
+    if (make_v2(name, path, len))
+        return -1;
+    if (raw_exec(path, delta_v3) != SQLITE_OK)
+        return -1;
+    return raw_exec(path, gpu) == SQLITE_OK ? 0 : -1;
+}
+
+/* Winners of fixture problem 1 (mix f32 d256 n5 h1) for a device at one
+ * level; -1 when the lookup fails. */
+static long winners_of_p1(ardb *db, const ardb_device *dev, ardb_level level)
+{
+    ardb_problem p = {.op = "mix", .dtype = "f32", .form = "replace", .d = 256, .n = 5, .heads = 1};
+    ardb_winner *w = NULL;
+    size_t n = 0;
+    if (ardb_winners_lookup(db, &p, dev, level, &w, &n) != ARDB_DONE)
+        return -1;
+    ardb_winners_free(w, n);
+    return (long)n;
+}
+
+static void test_v3_file_read_only_then_migrated(void)
+{
+    char path[600], bak[700], msg[1024], fresh[600];
+    ardb_device gpu = {.backend = "cuda", .name = "NVIDIA H200", .arch = "sm_90", .fingerprint = "cuda|H200|v3"};
+    ardb_device sim = gpu;
+    ardb_level lv;
+    ardb_merge_stats s;
+    sim.simulated = 1;
+    REQUIRE(make_v3("v3.db", path, sizeof path) == 0);
+    REQUIRE(raw_int(path, "PRAGMA user_version") == 3);
+    snprintf(bak, sizeof bak, "%s.v3.bak", path);
+
+    /* Read-only: read as it is. Every device is real: the GPU's winner
+     * serves it and never a simulated device of the same fingerprint. */
+    ardb *db = open_db(path, ARDB_READONLY);
+    REQUIRE(db != NULL);
+    CHECK(winners_of_p1(db, &gpu, ARDB_LEVEL_EXACT) == 1);
+    for (lv = ARDB_LEVEL_EXACT; lv <= ARDB_LEVEL_BACKEND; lv++)
+        CHECK(winners_of_p1(db, &sim, lv) == 0);
+    {
+        listing l = {0};
+        CHECK(ardb_list_winners(db, 0, collect, &l) == ARDB_DONE && l.count == 3);
+        CHECK(strstr(l.text, "simulated") == NULL && strstr(l.text, "|NVIDIA H200|") != NULL);
+        memset(&l, 0, sizeof l);
+        CHECK(ardb_list_runs(db, collect, &l) == ARDB_DONE && l.count == 3);
+        CHECK(strstr(l.text, "simulated") == NULL && strstr(l.text, "|4100.0\n") != NULL);
+    }
+    {
+        ardb_run_info info;
+        CHECK(ardb_run_get(db, 3, &info) == ARDB_DONE && info.device_simulated == 0 && info.read_gbps == 4100.0);
+        ardb_run_info_clear(&info);
+    }
+    {
+        ardb_stored_winner *w = NULL;
+        size_t n = 0;
+        CHECK(ardb_stored_winners(db, &gpu, &w, &n) == ARDB_DONE && n == 1 && w[0].device_id == 5);
+        ardb_stored_winners_free(w, n);
+        CHECK(ardb_stored_winners(db, &sim, &w, &n) == ARDB_DONE && n == 0);
+        ardb_stored_winners_free(w, n);
+    }
+    {
+        buffer e = {0};
+        CHECK(ardb_export_json(db, 0, buffer_write, &e) == ARDB_DONE);
+        CHECK(e.data && strstr(e.data, "\"simulated\": 0") && !strstr(e.data, "\"simulated\": 1"));
+        free(e.data);
+    }
+    ardb_close(db);
+    /* A merge from it (only read) records real devices. */
+    path_in_tmp(fresh, sizeof fresh, "v3-merged.db");
+    db = open_db(fresh, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_merge(db, path, &s) == ARDB_DONE && s.devices == 2 && s.runs == 3 && s.winners == 5);
+    CHECK(raw_int(fresh, "SELECT count(*) FROM devices WHERE simulated = 0") == 2);
+    ardb_close(db);
+    CHECK(raw_int(path, "PRAGMA user_version") == 3);
+    CHECK(!file_exists(bak));
+
+    /* A migration that fails leaves the file as it was, and no backup. */
+    {
+        char broken[600], broken_bak[700];
+        REQUIRE(make_v3("v3-broken.db", broken, sizeof broken) == 0);
+        REQUIRE(raw_exec(broken, "CREATE TABLE ardb_v4_devices(x);") == SQLITE_OK);
+        snprintf(broken_bak, sizeof broken_bak, "%s.v3.bak", broken);
+        db = (ardb *)1;
+        CHECK(ardb_open(broken, 0, &db, msg, sizeof msg) != ARDB_DONE && db == NULL);
+        CHECK(strstr(msg, "cannot upgrade") != NULL && strstr(msg, "version 4") != NULL);
+        CHECK(raw_int(broken, "PRAGMA user_version") == 3);
+        CHECK(raw_int(broken, "SELECT count(*) FROM pragma_table_info('devices') WHERE name = 'simulated'") == 0);
+        CHECK(raw_int(broken, "SELECT count(*) FROM devices") == 2);
+        CHECK(!file_exists(broken_bak));
+    }
+
+    /* Read-write: migrated to v4 in place, with a backup of the v3 file;
+     * every device keeps its id and is real, and nothing is lost. */
+    db = open_db(path, 0);
+    REQUIRE(db != NULL);
+    CHECK(raw_int(path, "PRAGMA user_version") == 4);
+    CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == 3);
+    CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('devices') WHERE name = 'simulated'") == 0);
+    CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('devices') WHERE name = 'simulated'") == 1);
+    CHECK(raw_int(path, "SELECT count(*) FROM devices") == 2);
+    CHECK(raw_int(path, "SELECT count(*) FROM devices WHERE simulated = 0 AND id IN (1, 5)") == 2);
+    CHECK(raw_int(path, "SELECT count(*) FROM devices WHERE id = 5 AND fingerprint = 'cuda|H200|v3'"
+                        " AND name = 'NVIDIA H200' AND memory = 150000000000") == 1);
+    CHECK(raw_int(path, "SELECT count(*) FROM measurements") == raw_int(bak, "SELECT count(*) FROM measurements"));
+    CHECK(raw_int(path, "SELECT count(*) FROM winners") == raw_int(bak, "SELECT count(*) FROM winners"));
+    CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps = 4100.0 AND device_id = 5") == 1);
+    CHECK(raw_int(path, "SELECT count(*) FROM pragma_foreign_key_check") == 0);
+    CHECK(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE type = 'index'"
+                        " AND name = 'devices_backend_arch' AND tbl_name = 'devices'") == 1);
+    CHECK(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE name = 'ardb_v4_devices'") == 0);
+    {
+        char *v = NULL;
+        CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "4") == 0);
+        free(v);
+        v = NULL;
+        CHECK(ardb_meta_get(db, "migrated_from_v3", &v) == ARDB_DONE && v && strstr(v, "v3.db.v3.bak"));
+        free(v);
+    }
+    /* Foreign keys are enforced again after the migration. */
+    {
+        ardb_run bad = {.device_id = 99, .strategy = "exhaustive"};
+        int64_t rid = 0;
+        CHECK(ardb_run_begin(db, &bad, &rid) == ARDB_EINVAL);
+    }
+    /* v4 works: a simulated device with the GPU's fingerprint is a new
+     * device, the real one is found as it was, and winners stay apart. */
+    {
+        int64_t id = 0;
+        CHECK(ardb_device_upsert(db, &gpu, &id) == ARDB_DONE && id == 5);
+        CHECK(ardb_device_upsert(db, &sim, &id) == ARDB_DONE && id != 5 && id != 1);
+    }
+    CHECK(winners_of_p1(db, &gpu, ARDB_LEVEL_EXACT) == 1);
+    for (lv = ARDB_LEVEL_EXACT; lv <= ARDB_LEVEL_BACKEND; lv++)
+        CHECK(winners_of_p1(db, &sim, lv) == 0);
+    ardb_close(db);
+    /* Opening again migrates nothing more. */
+    db = open_db(path, 0);
+    CHECK(db != NULL);
+    ardb_close(db);
+    snprintf(msg, sizeof msg, "%s.v3.bak.2", path);
+    CHECK(!file_exists(msg));
+    snprintf(msg, sizeof msg, "%s.v4.bak", path);
+    CHECK(!file_exists(msg));
+    /* Merging the migrated file again adds only the new simulated device:
+     * the old devices are the same ones. */
+    db = open_db(fresh, 0);
+    REQUIRE(db != NULL);
+    CHECK(ardb_merge(db, path, &s) == ARDB_DONE && s.devices == 1 && s.runs == 0 && s.winners == 0);
+    CHECK(raw_int(fresh, "SELECT count(*) FROM devices WHERE simulated = 1") == 1);
     ardb_close(db);
 }
 
@@ -697,7 +877,7 @@ static void test_merge_without_duplicates(void)
     ardb *old = open_db(v1, 0); /* migrates */
     CHECK(old != NULL);
     ardb_close(old);
-    CHECK(raw_int(v1, "PRAGMA user_version") == 3);
+    CHECK(raw_int(v1, "PRAGMA user_version") == 4);
     CHECK(ardb_merge(db, v1, &s) == ARDB_DONE && stats_zero(&s));
     /* Runs merged from a file without the column have none. */
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
@@ -924,6 +1104,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_classify_noise_and_threshold);
     RUN_CASE(test_v1_file_read_only_then_migrated);
     RUN_CASE(test_v2_file_read_only_then_migrated);
+    RUN_CASE(test_v3_file_read_only_then_migrated);
     RUN_CASE(test_diff_and_resolve);
     RUN_CASE(test_stored_winners_fall_back_like_the_runtime);
     RUN_CASE(test_merge_without_duplicates);

@@ -514,7 +514,8 @@ static void check_generic_run(attnres_device *dev, attnres_dtype dt, int64_t d, 
     a.out = dout;
     a.out_gain = epilogue ? dg : NULL;
     a.normed = epilogue ? dnorm : NULL;
-    int rc = ops->launch_mix(dev, &k, &p, T, &a, NULL);
+    const ar_op_args args = ar_op_mix(&a);
+    int rc = ops->launch(dev, &k, &p, T, &args, NULL);
     CHECK(rc == ATTNRES_OK);
     if (rc)
         fprintf(stderr, "launch: %s\n", dev->errmsg);

@@ -210,24 +210,46 @@ static void test_reference_phase1_then_phase2_equals_mix_over_n_plus_one(void)
  * Phase 1: one case with inputs, outputs and reference
  * ---------------------------------------------------------------------- */
 
-/* How a case launches: through a plan, or one compiled kernel directly. */
+/* How a case launches: through a plan, or one compiled kernel directly,
+ * with the backend's launch slot or (timed) its time slot, which the tuner
+ * uses and which must run the very same operation. */
 typedef struct launcher {
     attnres_plan *plan;
     const ar_kernel *kernel;
+    int timed;
 } launcher;
+
+/* One launch through the time slot; a time that is negative or not finite
+ * fails the launch, so the case reports it. */
+static int timed_launch(const launcher *l, const attnres_problem *p, int64_t T, const ar_op_args *args)
+{
+    double us = -1.0;
+    int rc = cpu->ops->time(cpu, l->kernel, p, T, args, 1, 1, &us);
+    if (rc == ATTNRES_OK && !(us >= 0.0 && us < 1e12)) {
+        fprintf(stderr, "  the time slot reported %g us\n", us);
+        return ATTNRES_EINVAL;
+    }
+    return rc;
+}
 
 static int launch1(const launcher *l, const attnres_problem *p, int64_t T, const attnres_phase1_args *a)
 {
     if (l->plan)
         return attnres_run_phase1(l->plan, T, a, NULL);
-    return cpu->ops->launch_phase1(cpu, l->kernel, p, T, a, NULL);
+    const ar_op_args args = ar_op_phase1(a);
+    if (l->timed)
+        return timed_launch(l, p, T, &args);
+    return cpu->ops->launch(cpu, l->kernel, p, T, &args, NULL);
 }
 
 static int launch2(const launcher *l, const attnres_problem *p, int64_t T, const attnres_phase2_args *a)
 {
     if (l->plan)
         return attnres_run_phase2(l->plan, T, a, NULL);
-    return cpu->ops->launch_phase2(cpu, l->kernel, p, T, a, NULL);
+    const ar_op_args args = ar_op_phase2(a);
+    if (l->timed)
+        return timed_launch(l, p, T, &args);
+    return cpu->ops->launch(cpu, l->kernel, p, T, &args, NULL);
 }
 
 /* Runs phase1 of p on T tokens with padded strides; returns the worst
@@ -443,7 +465,7 @@ static void test_generic_phase1_matches_reference_every_dtype(void)
             char msg[512];
             REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, msg, sizeof msg) == ATTNRES_OK);
             CHECK(attnres_plan_level_get(plan) == ATTNRES_LEVEL_GENERIC);
-            launcher l = {plan, NULL};
+            launcher l = {plan, NULL, 0};
             double err = run_phase1_case(&l, &p, shapes[si].T, 100 + si * 7 + di);
             CHECK(err <= tolerance(p.dtype));
             if (!(err <= tolerance(p.dtype)))
@@ -464,7 +486,7 @@ static void test_generic_phase2_matches_reference_every_dtype(void)
             attnres_plan *plan = NULL;
             char msg[512];
             REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, msg, sizeof msg) == ATTNRES_OK);
-            launcher l = {plan, NULL};
+            launcher l = {plan, NULL, 0};
             double err = run_phase2_case(&l, &p, shapes[si].T, 200 + si * 7 + di);
             CHECK(err <= tolerance(p.dtype));
             if (!(err <= tolerance(p.dtype)))
@@ -492,7 +514,7 @@ static int compile_variant(argen *g, const char *id, ar_kernel *k)
     }
     rc = cpu->ops->compile(cpu, src, name, &blob, &size, &log);
     if (rc == 0)
-        rc = cpu->ops->load(cpu, blob, size, name, json, k);
+        rc = cpu->ops->load(cpu, blob, size, src, name, json, k);
     if (rc)
         fprintf(stderr, "  %s: %s\n", id, cpu->errmsg);
     free(src);
@@ -549,7 +571,7 @@ static void test_template_variants(const char *name, int op)
         if (rc)
             continue;
         tried++;
-        launcher l = {NULL, &k};
+        launcher l = {NULL, &k, 0};
         double err = op == 1 ? run_phase1_case(&l, &p, 67, 300 + i) : run_phase2_case(&l, &p, 67, 300 + i);
         CHECK(err <= tolerance(dt));
         if (!(err <= tolerance(dt)))
@@ -564,6 +586,43 @@ static void test_template_variants(const char *name, int op)
 
 static void test_phase1_template_variants_match_reference(void) { test_template_variants("cpu/phase1", 1); }
 static void test_phase2_template_variants_match_reference(void) { test_template_variants("cpu/phase2", 2); }
+
+/* The op-generic time slot runs phase 1 and phase 2 (the tuner times them
+ * through it on every backend): the generic kernels, launched through it
+ * once, match the reference, and several repetitions give a time each. */
+static void test_time_slot_runs_phase_ops(void)
+{
+    attnres_problem p1, p2;
+    phase1_problem(&p1, ATTNRES_DTYPE_F32, 64, 5, 3, 2);
+    phase2_problem(&p2, ATTNRES_DTYPE_BF16, 96, 4, 1, 1);
+    ar_kernel k1, k2;
+    memset(&k1, 0, sizeof k1);
+    memset(&k2, 0, sizeof k2);
+    REQUIRE(cpu->ops->load_generic(cpu, &p1, &k1) == ATTNRES_OK);
+    REQUIRE(cpu->ops->load_generic(cpu, &p2, &k2) == ATTNRES_OK);
+    launcher l1 = {NULL, &k1, 1}, l2 = {NULL, &k2, 1};
+    double e1 = run_phase1_case(&l1, &p1, 37, 901), e2 = run_phase2_case(&l2, &p2, 19, 902);
+    CHECK(e1 <= tolerance(p1.dtype));
+    CHECK(e2 <= tolerance(p2.dtype));
+    if (!(e1 <= tolerance(p1.dtype)) || !(e2 <= tolerance(p2.dtype)))
+        fprintf(stderr, "  timed phase1 rel err %g, phase2 %g (%s)\n", e1, e2, cpu->errmsg);
+    /* Three repetitions on T = 0 time empty launches: three times, each >= 0. */
+    attnres_phase1_args a1;
+    attnres_phase1_args_init(&a1);
+    const ar_op_args args1 = ar_op_phase1(&a1);
+    double us[3] = {-1, -1, -1};
+    CHECK(cpu->ops->time(cpu, &k1, &p1, 0, &args1, 3, 0, us) == ATTNRES_OK);
+    CHECK(us[0] >= 0 && us[1] >= 0 && us[2] >= 0);
+    /* Arguments of another op are refused by name, never run. */
+    attnres_phase2_args a2;
+    attnres_phase2_args_init(&a2);
+    const ar_op_args wrong = ar_op_phase2(&a2);
+    CHECK(cpu->ops->time(cpu, &k1, &p1, 4, &wrong, 1, 0, us) == ATTNRES_EINVAL);
+    CHECK(strstr(cpu->errmsg, "op") != NULL);
+    CHECK(cpu->ops->launch(cpu, &k1, &p1, 4, &wrong, NULL) == ATTNRES_EINVAL);
+    cpu->ops->unload(cpu, &k1);
+    cpu->ops->unload(cpu, &k2);
+}
 
 static void test_phase1_applies_refuses_other_ops_and_widths(void)
 {
@@ -844,6 +903,7 @@ int main(void)
     RUN_CASE(test_nan_in_one_token_stays_in_that_token);
     RUN_CASE(test_phase1_too_many_weights_is_unsupported_with_message);
     RUN_CASE(test_phase1_applies_refuses_other_ops_and_widths);
+    RUN_CASE(test_time_slot_runs_phase_ops);
     RUN_CASE(test_phase1_template_variants_match_reference);
     RUN_CASE(test_phase2_template_variants_match_reference);
     attnres_device_close(cpu);

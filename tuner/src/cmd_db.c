@@ -182,7 +182,11 @@ static void print_runs_table(const ardb_run_info *r, size_t n)
             if (strlen(when) > 10)
                 when[10] = ' ';
         }
-        snprintf(dev, sizeof dev, "%s", or_dash(r[i].device_name));
+        /* A simulated device says so, even where its name is cut short. */
+        if (r[i].device_simulated)
+            snprintf(dev, sizeof dev, "%.14s (simulated)", or_dash(r[i].device_name));
+        else
+            snprintf(dev, sizeof dev, "%s", or_dash(r[i].device_name));
         snprintf(comp, sizeof comp, "%s", or_dash(r[i].compiler));
         snprintf(tmpl, sizeof tmpl, "%s", or_dash(r[i].templates_hash));
         printf("%-5" PRId64 " %-19s %-9s %-10s %-26s %-8s %-12s %-24s %-7" PRId64 " %-7" PRId64 " %s\n", r[i].id, when,
@@ -202,8 +206,10 @@ static void print_runs_long(const ardb_run_info *r, size_t n)
                or_dash(r[i].command));
         printf("  attnres      %s, templates %s\n", or_dash(r[i].project_version), or_dash(r[i].templates_hash));
         printf("  compiler     %s\n  driver       %s\n", or_dash(r[i].compiler), or_dash(r[i].driver));
-        printf("  device       %s (%s, %s)\n  fingerprint  %s\n", or_dash(r[i].device_name),
-               or_dash(r[i].device_backend), or_dash(r[i].device_arch), or_dash(r[i].device_fingerprint));
+        printf("  device       %s (%s, %s%s)\n  fingerprint  %s\n", or_dash(r[i].device_name),
+               or_dash(r[i].device_backend), or_dash(r[i].device_arch),
+               r[i].device_simulated ? ", simulated: model timings, never used for hardware" : "",
+               or_dash(r[i].device_fingerprint));
         printf("  strategy     %s\n  policy       %s\n", or_dash(r[i].strategy), or_dash(r[i].policy_json));
         char read[48] = "read not measured";
         if (!isnan(r[i].read_gbps))
@@ -245,6 +251,7 @@ void db_print_run_json(FILE *out, const ardb_run_info *r)
     db_json_number(out, r->read_gbps);
     fputs(", \"launch_us\": ", out);
     db_json_number(out, r->launch_us);
+    fprintf(out, ", \"device_simulated\": %s", r->device_simulated ? "true" : "false");
     fprintf(out, ", \"measurements\": %" PRId64 ", \"winners\": %" PRId64 "}", r->measurements, r->winners);
 }
 

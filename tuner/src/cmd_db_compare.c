@@ -37,8 +37,9 @@ static void print_run_line(const char *role, const ardb_run_info *r)
             when[10] = ' ';
     }
     snprintf(tmpl, sizeof tmpl, "%s", r->templates_hash ? r->templates_hash : "-");
-    printf("%-9s run %" PRId64 "  %s  %s  %s  attnres %s  templates %s  compiler %s  driver %s%s%s\n", role, r->id,
+    printf("%-9s run %" PRId64 "  %s  %s  %s%s  attnres %s  templates %s  compiler %s  driver %s%s%s\n", role, r->id,
            when, r->strategy ? r->strategy : "-", r->device_name ? r->device_name : "-",
+           r->device_simulated ? " (simulated)" : "",
            r->project_version ? r->project_version : "-", tmpl, r->compiler ? r->compiler : "-",
            r->driver ? r->driver : "-", r->note ? "  note: " : "", r->note ? r->note : "");
 }

@@ -16,8 +16,8 @@ static void show(const char *spec)
     }
     attnres_device_info info;
     attnres_device_info_get(dev, &info);
-    printf("%-8s %s\n         arch %s, %d %s, %.1f GiB, driver %s\n         fingerprint %s\n", spec, info.name,
-           info.arch, info.units, strcmp(info.backend, "cuda") == 0 ? "SMs" : "cores",
+    printf("%-8s %s%s\n         arch %s, %d %s, %.1f GiB, driver %s\n         fingerprint %s\n", spec, info.name,
+           info.simulated ? " (simulated)" : "", info.arch, info.units, strcmp(info.backend, "cuda") == 0 ? "SMs" : "cores",
            (double)info.memory / (1024.0 * 1024.0 * 1024.0), info.driver, info.fingerprint);
     attnres_device_close(dev);
 }
@@ -27,7 +27,8 @@ int cmd_devices(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             printf("usage: attnres devices\n\n  Lists the CPU and every CUDA device, with the fingerprint\n"
-                   "  (backend|name|arch|units|memory|driver) that keys tuning results.\n");
+                   "  (backend|name|arch|units|memory|driver, then |simulated for a device of\n"
+                   "  the simulated CUDA driver) that keys tuning results.\n");
             return CLI_EXIT_OK;
         }
         cli_error("devices", "unknown option '%s'", argv[i]);

@@ -326,10 +326,8 @@ static void unstage(staged *st)
     st->count = 0;
 }
 
-/* Opens the device, the database if any, and plans p. The phase
- * operations run on the CPU only (no other backend has phase kernels yet,
- * and their data moves through host memory). On failure the caller closes
- * whatever was opened. */
+/* Opens the device, the database if any, and plans p. On failure the
+ * caller closes whatever was opened. */
 static int open_plan(const run_opts *o, const attnres_problem *p, attnres_device **dev, attnres_db **db,
                      attnres_plan **plan)
 {
@@ -340,11 +338,6 @@ static int open_plan(const run_opts *o, const attnres_problem *p, attnres_device
     const char *spec = o->device ? o->device : cli_best_device();
     if (attnres_device_open(spec, dev, msg, sizeof msg)) {
         cli_error("run", "cannot open device %s: %s", spec, msg);
-        return -1;
-    }
-    if (p->op != ATTNRES_OP_MIX && strcmp((*dev)->backend, "cpu") != 0) {
-        cli_error("run", "device %s: --op %s runs on the CPU backend only", spec,
-                  p->op == ATTNRES_OP_PHASE1 ? "phase1" : "phase2");
         return -1;
     }
     if (o->db && attnres_db_open(o->db, db, msg, sizeof msg)) {
@@ -615,28 +608,48 @@ static int run_phase1(const run_opts *o)
         goto done;
     }
     convert_to_storage(o->dtype, sources.data, src_store, row * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        srcs[i] = (const char *)src_store + (size_t)i * row * es;
-    for (int64_t j = 0; j < s; j++) {
+    for (int64_t j = 0; j < s; j++)
         attnres_fold_query(queries.data + j * d, o->gains ? gains.data + j * d : NULL, u + j * d, d);
-        o1s[j] = (char *)o1_store + (size_t)j * row * es;
-        lses[j] = lse + (size_t)j * (size_t)t * (size_t)h;
-    }
     if (open_plan(o, &p, &dev, &db, &plan))
         goto done;
+    /* As for mix: the kernel sees device copies only (host memory on the
+     * CPU), and the outputs come back after the launch. */
+    const size_t lse_bytes = (size_t)s * (size_t)t * (size_t)h * 4;
+    staged st = {.dev = dev};
+    void *d_src = stage(&st, src_store, row * (size_t)n * es);
+    float *d_u = stage(&st, u, (size_t)s * (size_t)d * 4);
+    void *d_o1 = stage(&st, NULL, row * (size_t)s * es);
+    float *d_lse = stage(&st, NULL, lse_bytes);
+    if (st.failed) {
+        cli_error("run", "device buffers: %s", dev->errmsg);
+        unstage(&st);
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++)
+        srcs[i] = (const char *)d_src + (size_t)i * row * es;
+    for (int64_t j = 0; j < s; j++) {
+        o1s[j] = (char *)d_o1 + (size_t)j * row * es;
+        lses[j] = d_lse + (size_t)j * (size_t)t * (size_t)h;
+    }
     attnres_phase1_args a;
     attnres_phase1_args_init(&a);
     a.sources = srcs;
-    a.queries = u;
+    a.queries = d_u;
     a.scale = (float)o->scale;
     a.eps = (float)o->eps;
     a.o1 = o1s;
     a.lse = lses;
     int rc = attnres_run_phase1(plan, t, &a, NULL);
-    if (rc) {
+    if (rc)
         cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
-        goto done;
+    if (!rc && (dev->ops->copy_to_host(dev, o1_store, d_o1, row * (size_t)s * es) != ATTNRES_OK ||
+                dev->ops->copy_to_host(dev, lse, d_lse, lse_bytes) != ATTNRES_OK)) {
+        cli_error("run", "copying the outputs back: %s", dev->errmsg);
+        rc = -1;
     }
+    unstage(&st);
+    if (rc)
+        goto done;
     convert_from_storage(o->dtype, o1_store, o1_f, row * (size_t)s);
     out_file files[] = {{o->out, o1_f, 3, {s, t, d}}, {o->lse, lse, 3, {s, t, h}}};
     if (write_outputs(files, 2))
@@ -749,24 +762,46 @@ static int run_phase2(const run_opts *o)
     attnres_fold_query(query.data, o->gain ? gain.data : NULL, u, d);
     if (open_plan(o, &p, &dev, &db, &plan))
         goto done;
-    attnres_phase2_args a;
-    attnres_phase2_args_init(&a);
-    a.o1 = o1_store;
-    a.lse = lse.data;
-    a.partial = b_store;
-    a.sublayer = f_store;
-    a.query = u;
-    a.scale = (float)o->scale;
-    a.eps = (float)o->eps;
-    a.out = out_store;
-    a.out_gain = o->out_gain ? out_gain.data : NULL;
-    a.out_eps = (float)o->out_eps;
-    a.normed = normed_store;
-    int rc = attnres_run_phase2(plan, t, &a, NULL);
-    if (rc) {
-        cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
+    /* Device copies of every buffer (eight at most, what staged holds). */
+    staged st = {.dev = dev};
+    void *d_o1 = stage(&st, o1_store, row * es);
+    float *d_lse = stage(&st, lse.data, (size_t)t * (size_t)h * 4);
+    void *d_b = stage(&st, b_store, row * es);
+    void *d_f = p.fuse_add ? stage(&st, f_store, row * es) : NULL;
+    float *d_u = stage(&st, u, (size_t)d * 4);
+    float *d_gain = o->out_gain ? stage(&st, out_gain.data, (size_t)d * 4) : NULL;
+    void *d_out = stage(&st, NULL, row * es);
+    void *d_normed = p.epilogue ? stage(&st, NULL, row * es) : NULL;
+    if (st.failed) {
+        cli_error("run", "device buffers: %s", dev->errmsg);
+        unstage(&st);
         goto done;
     }
+    attnres_phase2_args a;
+    attnres_phase2_args_init(&a);
+    a.o1 = d_o1;
+    a.lse = d_lse;
+    a.partial = d_b;
+    a.sublayer = d_f;
+    a.query = d_u;
+    a.scale = (float)o->scale;
+    a.eps = (float)o->eps;
+    a.out = d_out;
+    a.out_gain = d_gain;
+    a.out_eps = (float)o->out_eps;
+    a.normed = d_normed;
+    int rc = attnres_run_phase2(plan, t, &a, NULL);
+    if (rc)
+        cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
+    if (!rc && (dev->ops->copy_to_host(dev, out_store, d_out, row * es) != ATTNRES_OK ||
+                (p.epilogue && dev->ops->copy_to_host(dev, normed_store, d_normed, row * es) != ATTNRES_OK) ||
+                (p.fuse_add && dev->ops->copy_to_host(dev, b_store, d_b, row * es) != ATTNRES_OK))) {
+        cli_error("run", "copying the outputs back: %s", dev->errmsg);
+        rc = -1;
+    }
+    unstage(&st);
+    if (rc)
+        goto done;
     convert_from_storage(o->dtype, out_store, out_f, row);
     if (p.epilogue)
         convert_from_storage(o->dtype, normed_store, normed_f, row);

@@ -205,7 +205,7 @@ static int begin_run(tuner *t, int argc, char **argv)
 {
     ardb_device d = {.backend = t->dev->backend, .name = t->dev->name, .arch = t->dev->arch,
                      .driver = t->dev->driver, .fingerprint = t->dev->fingerprint, .units = t->dev->units,
-                     .memory = t->dev->memory};
+                     .memory = t->dev->memory, .simulated = t->dev->simulated};
     if (ardb_device_upsert(t->db, &d, &t->device_id) != ARDB_DONE) {
         cli_error("tune", "recording the device: %s", ardb_errmsg(t->db));
         return -1;
@@ -283,7 +283,7 @@ int cmd_tune(int argc, char **argv)
         cli_error("tune", "%s", msg);
         goto done;
     }
-    measure_policy_default(&t.policy, t.dev->backend);
+    measure_policy_default(&t.policy, t.dev);
     if (load_templates(&t))
         goto done;
     if (rooflines_measure(t.dev, &t.roof) != ATTNRES_OK) {

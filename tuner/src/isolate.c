@@ -27,7 +27,7 @@ static int load(attnres_device *dev, const job_kernel *k, ar_kernel *out, job_re
     memset(out, 0, sizeof *out);
     snprintf(out->build_key, sizeof out->build_key, "%s", k->build_key);
     snprintf(out->variant, sizeof out->variant, "%s", k->variant);
-    int rc = dev->ops->load(dev, k->blob, k->blob_size, k->kernel_name, k->params_json, out);
+    int rc = dev->ops->load(dev, k->blob, k->blob_size, k->source, k->kernel_name, k->params_json, out);
     if (rc != ATTNRES_OK) {
         r->status = ARDB_STATUS_LAUNCH_FAILED;
         set_message(r, "load failed: %s", dev->errmsg);

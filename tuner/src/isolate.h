@@ -20,7 +20,8 @@
 /* What a candidate is, for loading it anywhere. */
 typedef struct job_kernel {
     const char *variant, *kernel_name, *params_json, *build_key;
-    const void *blob; /* the compiled binary */
+    const char *source; /* what blob was compiled from (for a recompile) */
+    const void *blob;   /* the compiled binary */
     size_t blob_size;
 } job_kernel;
 

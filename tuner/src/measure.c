@@ -9,24 +9,34 @@
 #include "convert.h"
 #include "measure_internal.h"
 
-void measure_policy_default(measure_policy *p, const char *backend)
+void measure_policy_default(measure_policy *p, const attnres_device *dev)
 {
-    int gpu = strcmp(backend, "cpu") != 0;
+    int gpu = strcmp(dev->backend, "cpu") != 0;
     p->warmup = gpu ? 10 : 2;
     p->min_reps = gpu ? 20 : 5;
     p->max_reps = gpu ? 200 : 50;
     p->target_ms = gpu ? 50.0 : 150.0;
     p->flush = gpu;
     p->verify_tokens = 67; /* not a multiple of any split, crosses chunk edges */
+    p->simulated = dev->simulated;
+    if (p->simulated) {
+        /* A simulated device's event times are a deterministic model, so
+         * repeating a launch adds no information, and each launch is
+         * interpreted on the CPU (slow): a warm-up and three repetitions,
+         * and no L2 flush, which the model does not see. */
+        p->warmup = 1;
+        p->min_reps = p->max_reps = 3;
+        p->flush = 0;
+    }
 }
 
 void measure_policy_json(const measure_policy *p, char *buf, size_t len)
 {
     snprintf(buf, len,
              "{\"warmup\":%d,\"min_reps\":%d,\"max_reps\":%d,\"target_ms\":%.1f,\"flush\":%s,"
-             "\"statistic\":\"median\",\"spread\":\"median_abs_deviation\",\"verify_tokens\":%lld}",
+             "\"statistic\":\"median\",\"spread\":\"median_abs_deviation\",\"verify_tokens\":%lld%s}",
              p->warmup, p->min_reps, p->max_reps, p->target_ms, p->flush ? "true" : "false",
-             (long long)p->verify_tokens);
+             (long long)p->verify_tokens, p->simulated ? ",\"simulated\":true" : "");
 }
 
 
@@ -264,7 +274,8 @@ int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
     free(poison);
     if (rc != ATTNRES_OK)
         return rc;
-    rc = bc->dev->ops->launch_mix(bc->dev, k, &bc->p, bc->tv, &bc->v_args, NULL);
+    const ar_op_args args = ar_op_mix(&bc->v_args);
+    rc = bc->dev->ops->launch(bc->dev, k, &bc->p, bc->tv, &args, NULL);
     if (rc != ATTNRES_OK)
         return rc;
     double e1 = 0, e2 = 0;
@@ -276,12 +287,16 @@ int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
     return rc;
 }
 
-/* Times reps launches of whichever operation the case holds. */
+/* Times reps launches of whichever operation the case holds, on its timing
+ * buffers (all T tokens), through the device's op-generic time slot. */
 static int time_launches(bench_case *bc, const ar_kernel *k, int reps, int flush, double *times_us)
 {
-    if (bc->p.op != ATTNRES_OP_MIX)
-        return bench_phase_time(bc, k, reps, times_us);
-    return bc->dev->ops->time_mix(bc->dev, k, &bc->p, bc->t, &bc->t_args, reps, flush, times_us);
+    ar_op_args args = ar_op_mix(&bc->t_args);
+    if (bc->p.op == ATTNRES_OP_PHASE1)
+        args = ar_op_phase1(&bc->t_p1);
+    else if (bc->p.op == ATTNRES_OP_PHASE2)
+        args = ar_op_phase2(&bc->t_p2);
+    return bc->dev->ops->time(bc->dev, k, &bc->p, bc->t, &args, reps, flush, times_us);
 }
 
 static int cmp_double(const void *a, const void *b)

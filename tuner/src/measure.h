@@ -17,9 +17,12 @@ typedef struct measure_policy {
     double target_ms;    /* keep repeating until this much time is spent */
     int flush;           /* flush caches between repetitions (GPUs) */
     int64_t verify_tokens; /* tokens verified against the reference */
+    int simulated;       /* the device is simulated: times are a model */
 } measure_policy;
 
-void measure_policy_default(measure_policy *p, const char *backend);
+/* The policy for dev: many flushed repetitions on GPUs, fewer on the CPU,
+ * and three unflushed ones on a simulated device (its times are a model). */
+void measure_policy_default(measure_policy *p, const attnres_device *dev);
 void measure_policy_json(const measure_policy *p, char *buf, size_t len);
 
 /* Device buffers and host reference data for one problem. */

@@ -52,6 +52,5 @@ bench_case *bench_phase_create(bench_case *bc, const measure_policy *pol, uint64
                                size_t err_len);
 void bench_phase_free(bench_case *bc);
 int bench_phase_verify(bench_case *bc, const ar_kernel *k, double *rel_err);
-int bench_phase_time(bench_case *bc, const ar_kernel *k, int reps, double *times_us);
 
 #endif

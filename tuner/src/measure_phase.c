@@ -7,17 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "convert.h"
 #include "measure_internal.h"
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
 
 /* Copies n storage elements of host fp32 data to a new device buffer. */
 static int upload_rows(bench_case *bc, const float *host, size_t n, void *scratch, void **dst)
@@ -193,11 +185,6 @@ static bench_case *create_phase2(bench_case *bc, uint64_t s, char *err, size_t l
 bench_case *bench_phase_create(bench_case *bc, const measure_policy *pol, uint64_t seed, char *err, size_t err_len)
 {
     (void)pol;
-    if (!bc->dev->ops->launch_phase1 || !bc->dev->ops->launch_phase2 || strcmp(bc->dev->backend, "cpu") != 0) {
-        snprintf(err, err_len, "the %s backend cannot time phase operations yet", bc->dev->backend);
-        bench_phase_free(bc);
-        return NULL;
-    }
     return bc->p.op == ATTNRES_OP_PHASE1 ? create_phase1(bc, seed, err, err_len) : create_phase2(bc, seed, err, err_len);
 }
 
@@ -257,7 +244,8 @@ int bench_phase_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
             rc = poison(bc, bc->v_o1[j], vrow * bc->es);
             rc = rc ? rc : poison(bc, bc->v_lse[j], vl * 4);
         }
-        rc = rc ? rc : dev->ops->launch_phase1(dev, k, &bc->p, bc->tv, &bc->v_p1, NULL);
+        const ar_op_args args = ar_op_phase1(&bc->v_p1);
+        rc = rc ? rc : dev->ops->launch(dev, k, &bc->p, bc->tv, &args, NULL);
         for (int32_t j = 0; rc == ATTNRES_OK && j < bc->p.s; j++) {
             rc = compare_n(bc, bc->v_o1[j], bc->ref_out + (size_t)j * vrow, vrow, 0, &x);
             e = worst(e, x);
@@ -269,7 +257,8 @@ int bench_phase_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
         rc = dev->ops->copy_to_device(dev, bc->v_partial, bc->v_partial_init, vrow * bc->es);
         rc = rc ? rc : poison(bc, bc->v_out, vrow * bc->es);
         rc = rc ? rc : poison(bc, bc->v_normed, vrow * bc->es);
-        rc = rc ? rc : dev->ops->launch_phase2(dev, k, &bc->p, bc->tv, &bc->v_p2, NULL);
+        const ar_op_args args = ar_op_phase2(&bc->v_p2);
+        rc = rc ? rc : dev->ops->launch(dev, k, &bc->p, bc->tv, &args, NULL);
         rc = rc ? rc : compare_n(bc, bc->v_out, bc->ref_out, vrow, 0, &e);
         if (rc == ATTNRES_OK && bc->p.epilogue) {
             rc = compare_n(bc, bc->v_normed, bc->ref_normed, vrow, 0, &x);
@@ -282,19 +271,4 @@ int bench_phase_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
     }
     *rel_err = e;
     return rc;
-}
-
-/* Host-timed launches: the phase operations run on the CPU backend only. */
-int bench_phase_time(bench_case *bc, const ar_kernel *k, int reps, double *times_us)
-{
-    attnres_device *dev = bc->dev;
-    for (int r = 0; r < reps; r++) {
-        double t0 = now_us();
-        int rc = bc->p.op == ATTNRES_OP_PHASE1 ? dev->ops->launch_phase1(dev, k, &bc->p, bc->t, &bc->t_p1, NULL)
-                                               : dev->ops->launch_phase2(dev, k, &bc->p, bc->t, &bc->t_p2, NULL);
-        times_us[r] = now_us() - t0;
-        if (rc != ATTNRES_OK)
-            return rc;
-    }
-    return ATTNRES_OK;
 }

@@ -103,9 +103,16 @@ static int begin_run(revalidation *r, const char *spec, const char *db_path, con
 static int tune_problem_of(const ardb_stored_winner *w, tune_problem *tp, char *why, size_t len)
 {
     attnres_dtype dt;
+    attnres_op op;
     memset(tp, 0, sizeof *tp);
-    if (!w->op || strcmp(w->op, "mix") != 0) {
-        snprintf(why, len, "re-validation measures mix problems only (this is %s)", w->op ? w->op : "?");
+    if (w->op && strcmp(w->op, "mix") == 0)
+        op = ATTNRES_OP_MIX;
+    else if (w->op && strcmp(w->op, "phase1") == 0)
+        op = ATTNRES_OP_PHASE1;
+    else if (w->op && strcmp(w->op, "phase2") == 0)
+        op = ATTNRES_OP_PHASE2;
+    else {
+        snprintf(why, len, "unknown op '%s'", w->op ? w->op : "?");
         return -1;
     }
     if (!w->dtype || attnres_dtype_parse(w->dtype, &dt) != ATTNRES_OK) {
@@ -113,10 +120,21 @@ static int tune_problem_of(const ardb_stored_winner *w, tune_problem *tp, char *
         return -1;
     }
     attnres_problem_init(&tp->p, dt, w->d, w->n);
+    tp->p.op = op;
     tp->p.heads = w->heads;
     tp->p.form = w->form && strcmp(w->form, "additive") == 0 ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
     tp->p.epilogue = w->epilogue;
+    /* The database keeps phase 2's fused add as the form "fused" (plan.c). */
+    if (op == ATTNRES_OP_PHASE2)
+        tp->p.fuse_add = w->form && strcmp(w->form, "fused") == 0;
+    if (op == ATTNRES_OP_PHASE1)
+        tp->p.s = w->s;
     tp->t = w->t_bucket;
+    char msg[256];
+    if (attnres_problem_check(&tp->p, msg, sizeof msg) != ATTNRES_OK) {
+        snprintf(why, len, "the stored problem is not valid: %.200s", msg);
+        return -1;
+    }
     return 0;
 }
 
@@ -195,7 +213,7 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
     memset(&k, 0, sizeof k);
     memcpy(k.build_key, build_key, sizeof k.build_key);
     snprintf(k.variant, sizeof k.variant, "%s", w->variant);
-    int st = r->dev->ops->load(r->dev, blob, size, w->kernel_name, w->params_json, &k);
+    int st = r->dev->ops->load(r->dev, blob, size, w->source, w->kernel_name, w->params_json, &k);
     free(blob);
     if (st != ATTNRES_OK) {
         record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, r->dev->errmsg, o);
@@ -268,7 +286,8 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
         goto done;
     }
     ardb_device d = {.backend = r.dev->backend, .name = r.dev->name, .arch = r.dev->arch, .driver = r.dev->driver,
-                     .fingerprint = r.dev->fingerprint, .units = r.dev->units, .memory = r.dev->memory};
+                     .fingerprint = r.dev->fingerprint, .units = r.dev->units, .memory = r.dev->memory,
+                     .simulated = r.dev->simulated};
     if (ardb_stored_winners(r.db, &d, &w, &n) != ARDB_DONE) {
         cli_error("tune", "reading the stored winners: %s", ardb_errmsg(r.db));
         goto done;
@@ -280,7 +299,7 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
     }
     if (!(o = calloc(n, sizeof *o)))
         goto done;
-    measure_policy_default(&r.policy, r.dev->backend);
+    measure_policy_default(&r.policy, r.dev);
     if (rooflines_measure(r.dev, &r.roof) != ATTNRES_OK) {
         cli_error("tune", "measuring the device: %s", r.dev->errmsg);
         goto done;

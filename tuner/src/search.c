@@ -75,7 +75,7 @@ static int job_kernel_for(tuner *t, source_entry *e, job_kernel *k, void **blob)
     *blob = NULL;
     if (e->compile_failed || ardb_binary_get(t->db, e->build_key, blob, &size) != ARDB_DONE)
         return -1;
-    *k = (job_kernel){.variant = e->id, .kernel_name = e->kernel, .params_json = e->json,
+    *k = (job_kernel){.variant = e->id, .kernel_name = e->kernel, .params_json = e->json, .source = e->source,
                       .build_key = e->build_key, .blob = *blob, .blob_size = size};
     return 0;
 }
@@ -279,12 +279,6 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
     char desc[160];
     problem_describe(tp, desc, sizeof desc);
     snprintf(w->problem, sizeof w->problem, "%s", desc);
-    if (tp->p.op != ATTNRES_OP_MIX &&
-        (!t->dev->ops->launch_phase1 || !t->dev->ops->launch_phase2 || strcmp(t->dev->backend, "cpu") != 0)) {
-        log_line(t, "[%zu/%zu] %s: skipped, the tuner times phase kernels on the CPU only so far", index + 1,
-                 total, desc);
-        return 0;
-    }
     ardb_problem q;
     to_ardb_problem(tp, &q);
     int64_t problem_id;
