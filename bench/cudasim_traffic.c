@@ -197,7 +197,8 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
         NEED(a.out = dbuf(row, POISON, 0, 0));
         a.eps = 1e-5f;
         OUT(a.out, row, 0);
-        rc = dev->ops->launch_mix(dev, k, p, T, &a, NULL);
+        const ar_op_args op = ar_op_mix(&a);
+        rc = dev->ops->launch(dev, k, p, T, &op, NULL);
         *m = (minimal){(double)p->n * row, (double)row, (double)d4};
     } else if (p->op == ATTNRES_OP_PHASE1) {
         const void *src[P1_N];
@@ -218,7 +219,8 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
         a.o1 = o1;
         a.lse = lse;
         a.eps = 1e-5f;
-        rc = dev->ops->launch_phase1(dev, k, p, T, &a, NULL);
+        const ar_op_args op = ar_op_phase1(&a);
+        rc = dev->ops->launch(dev, k, p, T, &op, NULL);
         *m = (minimal){(double)p->n * row, (double)p->s * (row + lse_bytes), (double)p->s * d4};
     } else {
         attnres_phase2_args a;
@@ -234,7 +236,8 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
         NEED(a.out = dbuf(row, POISON, 0, 0));
         a.eps = 1e-5f;
         OUT(a.out, row, 0);
-        rc = dev->ops->launch_phase2(dev, k, p, T, &a, NULL);
+        const ar_op_args op = ar_op_phase2(&a);
+        rc = dev->ops->launch(dev, k, p, T, &op, NULL);
         *m = (minimal){(2.0 + p->fuse_add) * row + lse_bytes, (1.0 + p->fuse_add) * row, (double)d4};
     }
 #undef NEED
@@ -412,7 +415,7 @@ int main(int argc, char **argv)
                 snprintf(name, sizeof name, "%s.cu", v->id);
                 if (argen_emit(g, v->id, &source, &kernel, &json) != 0 ||
                     ar_nvrtc_compile(source, name, arch, 0, &blob, &size, &log, NULL, err, sizeof err) != ATTNRES_OK ||
-                    dev->ops->load(dev, blob, size, kernel, json, &k) != ATTNRES_OK) {
+                    dev->ops->load(dev, blob, size, NULL, kernel, json, &k) != ATTNRES_OK) {
                     fprintf(stderr, "  %s: emit, compile or load failed: %s %s %s\n", v->id, argen_errmsg(g), err,
                             dev->errmsg);
                     failures++;

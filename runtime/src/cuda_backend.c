@@ -268,7 +268,7 @@ static int is_sticky(CUresult r)
 
 static int cuda_fail(attnres_device *dev, int status, CUresult r, const char *what)
 {
-    char text[256];
+    char text[768]; /* a simulated driver's fault description runs long */
     error_text(r, text, sizeof text);
     if (is_sticky(r))
         return ar_device_fail(dev, status,

@@ -17,6 +17,9 @@ import npyio  # noqa: E402
 import reference  # noqa: E402
 
 CLI = sys.argv[1]
+# The device under test: the CPU by default; tests/cudasim runs this file on
+# the simulated CUDA device too.
+DEVICE = os.environ.get("ATTNRES_TEST_DEVICE", "cpu")
 failures = 0
 passed = 0
 
@@ -47,7 +50,7 @@ def check(name, n, t, d, heads=1, additive=False, epilogue=False, dtype="f32", d
         npyio.write_f32(p("s.npy"), (n, t, d), [x for src in sources for row in src for x in row])
         npyio.write_f32(p("w.npy"), (d,), query)
         npyio.write_f32(p("g.npy"), (d,), gain)
-        args = [CLI, "run", "--device", "cpu", "--sources", p("s.npy"), "--query", p("w.npy"), "--gain",
+        args = [CLI, "run", "--device", DEVICE, "--sources", p("s.npy"), "--query", p("w.npy"), "--gain",
                 p("g.npy"), "--heads", str(heads), "--eps", "1e-5", "--dtype", dtype, "--out", p("out.npy")]
         if db:
             args += ["--db", db]

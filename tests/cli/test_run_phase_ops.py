@@ -21,6 +21,10 @@ import npyio  # noqa: E402
 import reference  # noqa: E402
 
 CLI = sys.argv[1]
+# The device under test (the CPU by default; tests/cudasim runs this file on
+# the simulated CUDA device) and an optional database of tuned winners.
+DEVICE = os.environ.get("ATTNRES_TEST_DEVICE", "cpu")
+DB = sys.argv[2] if len(sys.argv) > 2 else None
 failures = 0
 passed = 0
 rng = random.Random()
@@ -63,7 +67,8 @@ def vec(d, mean=0.0, spread=1.0):
 
 
 def run(args):
-    return subprocess.run([CLI, "run", "--device", "cpu"] + args, capture_output=True, text=True)
+    db = ["--db", DB] if DB else []
+    return subprocess.run([CLI, "run", "--device", DEVICE] + db + args, capture_output=True, text=True)
 
 
 def write(path, shape, data):
@@ -403,9 +408,15 @@ check_identity("identity n=4 S=1 T=5 d=64", 4, 1, 5, 64)
 check_identity("identity n=3 S=3 T=6 d=128 H=4", 3, 3, 6, 128, heads=4)
 check_identity("identity n=1 S=2 T=4 d=32 fused add epilogue", 1, 2, 4, 32, fuse=True, epilogue=True)
 check_identity("identity n=8 S=2 T=9 d=96 H=8 epilogue", 8, 2, 9, 96, heads=8, epilogue=True)
+if DB:
+    # The ci preset's phase shapes, so the tuned winners run rather than the
+    # generic kernels.
+    check_phase1("tuned: phase1 f32 n=4 S=3 T=64 d=256", 4, 3, 64, 256)
+    check_phase2("tuned: phase2 f32 T=64 d=256 fused add epilogue", 64, 256, fuse=True, epilogue=True)
 check_nan()
 check_empty()
-check_cuda_routing()
+if DEVICE == "cpu":
+    check_cuda_routing()
 check_refusals()
 print("%d passed, %d failed" % (passed, failures))
 sys.exit(1 if failures else 0)

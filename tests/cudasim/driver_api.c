@@ -52,7 +52,7 @@ enum {
 };
 
 /* The device: an sm_90 part with an H200's published shape. */
-#define SIM_NAME "attnres cudasim sm_90 (simulated, not a GPU)"
+#define SIM_NAME "attnres cudasim (an sm_90 model, not a GPU)"
 #define SIM_MEMORY_BYTES 150754820096ull /* 141 GiB-class HBM3e */
 #define SIM_L2_BYTES 52428800
 #define SIM_DRIVER_VERSION 13000

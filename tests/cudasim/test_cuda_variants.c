@@ -171,28 +171,27 @@ static void reopen_device(void)
 static int be_load(const void *blob, size_t size, const char *kernel, const char *json, ar_kernel *k)
 {
     memset(k, 0, sizeof *k);
-    return dev->ops->load(dev, blob, size, kernel, json, k);
+    return dev->ops->load(dev, blob, size, NULL, kernel, json, k);
 }
 
 static void be_unload(ar_kernel *k) { dev->ops->unload(dev, k); }
 
 static int be_launch_mix(const ar_kernel *k, const attnres_problem *p, int64_t T, const attnres_mix_args *a)
 {
-    return dev->ops->launch_mix(dev, k, p, T, a, NULL);
+    const ar_op_args op = ar_op_mix(a);
+    return dev->ops->launch(dev, k, p, T, &op, NULL);
 }
 
 static int be_launch_phase1(const ar_kernel *k, const attnres_problem *p, int64_t T, const attnres_phase1_args *a)
 {
-    if (!dev->ops->launch_phase1)
-        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the backend has no phase1 launch");
-    return dev->ops->launch_phase1(dev, k, p, T, a, NULL);
+    const ar_op_args op = ar_op_phase1(a);
+    return dev->ops->launch(dev, k, p, T, &op, NULL);
 }
 
 static int be_launch_phase2(const ar_kernel *k, const attnres_problem *p, int64_t T, const attnres_phase2_args *a)
 {
-    if (!dev->ops->launch_phase2)
-        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the backend has no phase2 launch");
-    return dev->ops->launch_phase2(dev, k, p, T, a, NULL);
+    const ar_op_args op = ar_op_phase2(a);
+    return dev->ops->launch(dev, k, p, T, &op, NULL);
 }
 
 /* The simulator's description of the last fault, when it is one. */

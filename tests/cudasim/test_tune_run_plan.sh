@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The CUDA path end to end on the simulated driver (ATTNRES_CUDA_DRIVER, set
+# by ctest): `attnres tune --device cuda:0 --preset ci` compiles, verifies,
+# times and records every candidate; then `attnres run` on cuda:0 computes
+# mix, phase 1 and phase 2 against the fp64 reference with the tuned winners
+# and the built-in kernels; `attnres plan --explain` says which level served;
+# and `attnres tune --revalidate` re-measures every winner, phases included.
+#
+#   test_tune_run_plan.sh CLI PYTHON WORKDIR
+set -u -o pipefail
+CLI=$1 PY=$2 WORK=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+DB=$WORK/sim-ci.db
+passed=0 failed=0
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL $1"; failed=$((failed + 1)); }
+finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit $?; }
+
+[ -n "${ATTNRES_CUDA_DRIVER:-}" ] || { echo "ATTNRES_CUDA_DRIVER is not set"; exit 1; }
+mkdir -p "$WORK" && rm -f "$DB" "$DB-wal" "$DB-shm"
+
+devices=$("$CLI" devices 2>&1)
+if grep -q '^cuda:0 .*(simulated)' <<<"$devices" && grep -q 'fingerprint cuda|.*|simulated$' <<<"$devices"; then
+    ok "attnres devices lists cuda:0 as simulated"
+else
+    bad "attnres devices lists cuda:0 as simulated: $devices"
+fi
+
+start=$SECONDS
+if "$CLI" tune --device cuda:0 --preset ci --db "$DB" >"$WORK/tune.log" 2>&1; then
+    ok "tune --device cuda:0 --preset ci ($((SECONDS - start)) s)"
+else
+    bad "tune --device cuda:0 --preset ci: $(tail -5 "$WORK/tune.log")"
+    finish
+fi
+# Every ci problem has a winner on the simulated device, and no candidate
+# came back wrong or failed to launch.
+winners=$(sqlite3 "$DB" "SELECT COUNT(*) FROM winners w JOIN devices d ON d.id = w.device_id WHERE d.simulated = 1 AND d.backend = 'cuda'")
+notok=$(sqlite3 "$DB" "SELECT COUNT(*) FROM measurements WHERE status IN ('wrong_result', 'launch_failed')")
+if [ "$winners" = 5 ] && [ "$notok" = 0 ]; then
+    ok "5 winners on the simulated device, no wrong result or failed launch"
+else
+    bad "winners on the simulated device: $winners (want 5), wrong or failed: $notok"
+fi
+
+for script in test_run_matches_reference.py test_run_phase_ops.py; do
+    if ATTNRES_TEST_DEVICE=cuda:0 "$PY" "$HERE/../cli/$script" "$CLI" "$DB" >"$WORK/$script.log" 2>&1; then
+        ok "$script on cuda:0 ($(tail -1 "$WORK/$script.log"))"
+    else
+        bad "$script on cuda:0: $(grep -E '^FAIL|failed' "$WORK/$script.log" | head -5)"
+    fi
+done
+
+plan=$("$CLI" plan --device cuda:0 --db "$DB" --dtype f32 --d 256 --n 5 --explain 2>&1)
+if grep -q "exact device" <<<"$plan"; then
+    ok "plan --explain on cuda:0 serves the tuned shape from the exact device"
+else
+    bad "plan --explain for the tuned shape: $plan"
+fi
+plan=$("$CLI" plan --device cuda:0 --db "$DB" --dtype f32 --d 320 --n 3 --explain 2>&1)
+if grep -qi "generic" <<<"$plan"; then
+    ok "plan --explain on cuda:0 falls back to the built-in kernel for an untuned shape"
+else
+    bad "plan --explain for an untuned shape: $plan"
+fi
+
+if "$CLI" tune --revalidate --device cuda:0 --db "$DB" >"$WORK/revalidate.log" 2>&1; then
+    phases=$(grep -c 'phase[12]' "$WORK/revalidate.log")
+    if [ "$phases" -ge 2 ]; then
+        ok "tune --revalidate re-measures every winner on cuda:0, phases included"
+    else
+        bad "tune --revalidate did not re-measure the phase winners: $(tail -8 "$WORK/revalidate.log")"
+    fi
+else
+    bad "tune --revalidate on cuda:0: $(tail -5 "$WORK/revalidate.log")"
+fi
+finish
