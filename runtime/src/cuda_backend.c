@@ -332,7 +332,10 @@ static void ctx_leave(int pushed)
 static int wants_ptx(int ordinal)
 {
     const char *env = getenv("ATTNRES_CUDA_PTX");
-    if (cu.simulated || (env && strcmp(env, "1") == 0))
+    /* "0" insists on cubins first, also for a simulator: that is how the
+     * tests reach the recompile-after-refusal path. */
+    const int insist_cubin = env && strcmp(env, "0") == 0;
+    if ((cu.simulated && !insist_cubin) || (env && strcmp(env, "1") == 0))
         return 1;
     return ordinal >= 0 && ordinal < AR_CUDA_MAX_ORDINALS && cu.needs_ptx[ordinal];
 }

@@ -24,7 +24,17 @@ typedef enum ptx_type {
     PT_F16, PT_F16X2, PT_BF16, PT_BF16X2, PT_F32, PT_F64,
 } ptx_type;
 
-int ptx_type_bytes(ptx_type t);
+/* Bytes of a value of the type (a predicate counts one). Inline: the
+ * interpreter asks on every instruction. */
+static inline int ptx_type_bytes(ptx_type t)
+{
+    static const int8_t bytes[] = {
+        [PT_NONE] = 0, [PT_PRED] = 1,  [PT_B8] = 1,   [PT_B16] = 2,    [PT_B32] = 4, [PT_B64] = 8,  [PT_U8] = 1,
+        [PT_U16] = 2,  [PT_U32] = 4,   [PT_U64] = 8,  [PT_S8] = 1,     [PT_S16] = 2, [PT_S32] = 4,  [PT_S64] = 8,
+        [PT_F16] = 2,  [PT_F16X2] = 4, [PT_BF16] = 2, [PT_BF16X2] = 4, [PT_F32] = 4, [PT_F64] = 8,
+    };
+    return (unsigned)t < sizeof bytes ? bytes[t] : 0;
+}
 int ptx_type_is_signed(ptx_type t);
 int ptx_type_is_float(ptx_type t);
 const char *ptx_type_name(ptx_type t);

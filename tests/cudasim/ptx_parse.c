@@ -22,13 +22,11 @@
 static const struct {
     const char *name;
     ptx_type type;
-    int bytes;
 } type_table[] = {
-    {"pred", PT_PRED, 1}, {"b8", PT_B8, 1},     {"b16", PT_B16, 2},       {"b32", PT_B32, 4},
-    {"b64", PT_B64, 8},   {"u8", PT_U8, 1},     {"u16", PT_U16, 2},       {"u32", PT_U32, 4},
-    {"u64", PT_U64, 8},   {"s8", PT_S8, 1},     {"s16", PT_S16, 2},       {"s32", PT_S32, 4},
-    {"s64", PT_S64, 8},   {"f16", PT_F16, 2},   {"f16x2", PT_F16X2, 4},   {"bf16", PT_BF16, 2},
-    {"bf16x2", PT_BF16X2, 4}, {"f32", PT_F32, 4}, {"f64", PT_F64, 8},
+    {"pred", PT_PRED}, {"b8", PT_B8},   {"b16", PT_B16},     {"b32", PT_B32},   {"b64", PT_B64},
+    {"u8", PT_U8},     {"u16", PT_U16}, {"u32", PT_U32},     {"u64", PT_U64},   {"s8", PT_S8},
+    {"s16", PT_S16},   {"s32", PT_S32}, {"s64", PT_S64},     {"f16", PT_F16},   {"f16x2", PT_F16X2},
+    {"bf16", PT_BF16}, {"bf16x2", PT_BF16X2}, {"f32", PT_F32}, {"f64", PT_F64},
 };
 
 static ptx_type type_from(const char *s)
@@ -39,13 +37,6 @@ static ptx_type type_from(const char *s)
     return PT_NONE;
 }
 
-int ptx_type_bytes(ptx_type t)
-{
-    for (size_t i = 0; i < sizeof type_table / sizeof type_table[0]; i++)
-        if (type_table[i].type == t)
-            return type_table[i].bytes;
-    return 0;
-}
 
 const char *ptx_type_name(ptx_type t)
 {

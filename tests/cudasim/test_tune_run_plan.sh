@@ -4,7 +4,8 @@
 # times and records every candidate; then `attnres run` on cuda:0 computes
 # mix, phase 1 and phase 2 against the fp64 reference with the tuned winners
 # and the built-in kernels; `attnres plan --explain` says which level served;
-# and `attnres tune --revalidate` re-measures every winner, phases included.
+# `attnres tune --revalidate` re-measures every winner, phases included; and
+# a cubin the driver refuses is recompiled as PTX.
 #
 #   test_tune_run_plan.sh CLI PYTHON WORKDIR
 set -u -o pipefail
@@ -17,6 +18,12 @@ bad() { echo "FAIL $1"; failed=$((failed + 1)); }
 finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit $?; }
 
 [ -n "${ATTNRES_CUDA_DRIVER:-}" ] || { echo "ATTNRES_CUDA_DRIVER is not set"; exit 1; }
+# NVRTC compiles the kernels; without it there is nothing to run (ctest: skip).
+if ! { ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; } &&
+   ! ls "${CUDA_HOME:-/usr/local/cuda}"/lib64/libnvrtc.so* >/dev/null 2>&1; then
+    echo "SKIP: NVRTC not found (ldconfig, \$CUDA_HOME/lib64, /usr/local/cuda/lib64)"
+    exit 77
+fi
 mkdir -p "$WORK" && rm -f "$DB" "$DB-wal" "$DB-shm"
 
 devices=$("$CLI" devices 2>&1)
@@ -50,6 +57,16 @@ for script in test_run_matches_reference.py test_run_phase_ops.py; do
         bad "$script on cuda:0: $(grep -E '^FAIL|failed' "$WORK/$script.log" | head -5)"
     fi
 done
+
+# Offered cubins first, the simulator refuses them (CUDA_ERROR_NO_BINARY_FOR_GPU)
+# and the backend recompiles each kernel as PTX: the path a GPU newer than
+# the NVRTC at hand takes.
+if ATTNRES_CUDA_PTX=0 ATTNRES_TEST_DEVICE=cuda:0 "$PY" "$HERE/../cli/test_run_matches_reference.py" "$CLI" \
+        >"$WORK/cubin-refused.log" 2>&1; then
+    ok "a refused cubin is recompiled as PTX ($(tail -1 "$WORK/cubin-refused.log"))"
+else
+    bad "a refused cubin is recompiled as PTX: $(grep -E '^FAIL|failed' "$WORK/cubin-refused.log" | head -5)"
+fi
 
 plan=$("$CLI" plan --device cuda:0 --db "$DB" --dtype f32 --d 256 --n 5 --explain 2>&1)
 if grep -q "exact device" <<<"$plan"; then

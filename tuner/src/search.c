@@ -255,7 +255,9 @@ static void final_round(tuner *t, bench_case *bc, int64_t problem_id, candidate_
             loaded[nk++] = fin[i];
     job_result *res = calloc(nk ? nk : 1, sizeof *res);
     if (res && nk) {
-        int rounds = strcmp(t->dev->backend, "cpu") == 0 ? 11 : 31;
+        /* A simulated device's times are a deterministic model: a few
+         * rounds decide as well as many, and each costs an interpreted run. */
+        int rounds = t->dev->simulated ? 3 : strcmp(t->dev->backend, "cpu") == 0 ? 11 : 31;
         job_options opt = {.verify = 0, .policy = t->policy, .time_limit_s = t->opt.time_limit_s,
                            .isolate = t->opt.isolate};
         job_interleave(t->dev, bc, ks, nk, rounds, &opt, res);
@@ -359,7 +361,8 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
          * halving, fully otherwise. */
         measure_policy quick = t->policy;
         quick.warmup = 1;
-        quick.min_reps = quick.max_reps = strcmp(t->dev->backend, "cpu") == 0 ? 5 : 10;
+        quick.min_reps = quick.max_reps = t->dev->simulated ? t->policy.min_reps
+                                          : strcmp(t->dev->backend, "cpu") == 0 ? 5 : 10;
         quick.target_ms = 0;
         int halving = t->opt.strategy == STRATEGY_HALVING;
         size_t skipped = 0, fresh = n - reused, done = 0;
