@@ -12,7 +12,8 @@
  * misaligned access, shared memory out of bounds, barrier divergence, a
  * barrier that can never complete, a shuffle naming an inactive lane, a
  * shared-memory race between barriers, a read of never-written shared
- * memory) is stopped at the first fault. As on hardware, cuLaunchKernel
+ * memory, an ld.global.nc of bytes the launch wrote) is stopped at the
+ * first fault. As on hardware, cuLaunchKernel
  * itself returns CUDA_SUCCESS; the fault's code is returned by the next call
  * that synchronises (cuStreamSynchronize, cuEventSynchronize, cuMemcpy*,
  * cuCtxSynchronize) and, being sticky, by every later call on the context
@@ -27,8 +28,10 @@
  *   ATTNRES_CUDASIM_TRAFFIC=PATH  appends one JSON line per launch to PATH
  *                                 (kernel, grid, block, traffic counters,
  *                                 the modelled time; see docs/cudasim.md).
- *   ATTNRES_CUDASIM_CHECKS=0      turns off the race and uninitialised
- *                                 shared-memory checks (on by default).
+ *   ATTNRES_CUDASIM_CHECKS=0      turns off the shared-memory race and
+ *                                 uninitialised-read checks and the check of
+ *                                 ld.global.nc against the launch's own
+ *                                 stores (on by default).
  */
 #ifndef CUDASIM_H
 #define CUDASIM_H

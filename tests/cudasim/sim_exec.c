@@ -13,6 +13,7 @@
 #include "sim_exec.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,8 +52,9 @@ typedef struct warp {
 
 /* Distinct 32-byte sectors of a launch, with what touched them. */
 typedef struct sector_set {
-    uint64_t *keys; /* sector index + 1; 0 is empty */
-    uint8_t *flags; /* 1 read, 2 written */
+    uint64_t *keys;    /* sector index + 1; 0 is empty */
+    uint8_t *flags;    /* 1 read, 2 written */
+    uint32_t *written; /* the bytes of the sector this launch wrote */
     size_t cap, n;
 } sector_set;
 
@@ -123,9 +125,11 @@ static int sectors_grow(sector_set *s)
     size_t nc = s->cap ? 2 * s->cap : 1 << 14;
     uint64_t *nk = calloc(nc, sizeof *nk);
     uint8_t *nf = calloc(nc, 1);
-    if (!nk || !nf) {
+    uint32_t *nw = calloc(nc, sizeof *nw);
+    if (!nk || !nf || !nw) {
         free(nk);
         free(nf);
+        free(nw);
         return -1;
     }
     for (size_t i = 0; i < s->cap; i++) {
@@ -136,12 +140,58 @@ static int sectors_grow(sector_set *s)
             h = (h + 1) & (nc - 1);
         nk[h] = s->keys[i];
         nf[h] = s->flags[i];
+        nw[h] = s->written[i];
     }
     free(s->keys);
     free(s->flags);
+    free(s->written);
     s->keys = nk;
     s->flags = nf;
+    s->written = nw;
     s->cap = nc;
+    return 0;
+}
+
+/* The slot of a sector, or -1 when the launch has not touched it. */
+static ptrdiff_t sectors_find(const sector_set *s, uint64_t sector)
+{
+    if (!s->cap)
+        return -1;
+    const uint64_t key = sector + 1;
+    size_t h = (size_t)(key * 0x9e3779b97f4a7c15ull) & (s->cap - 1);
+    while (s->keys[h] && s->keys[h] != key)
+        h = (h + 1) & (s->cap - 1);
+    return s->keys[h] ? (ptrdiff_t)h : -1;
+}
+
+/* The mask of bytes [lo, hi) within one 32-byte sector. */
+static uint32_t byte_mask(unsigned lo, unsigned hi)
+{
+    return (hi >= 32 ? 0xffffffffu : (1u << hi) - 1) & ~((1u << lo) - 1);
+}
+
+/* Marks [addr, addr + bytes) written (the sectors were just counted). */
+static void sectors_mark_written(sector_set *s, uint64_t addr, int bytes)
+{
+    for (uint64_t a = addr, end = addr + (uint64_t)bytes; a < end;) {
+        const uint64_t sec = a >> 5, next = (sec + 1) << 5, stop = end < next ? end : next;
+        const ptrdiff_t h = sectors_find(s, sec);
+        if (h >= 0)
+            s->written[h] |= byte_mask((unsigned)(a & 31), (unsigned)(stop - (sec << 5)));
+        a = stop;
+    }
+}
+
+/* Whether the launch wrote any byte of [addr, addr + bytes). */
+static int sectors_any_written(const sector_set *s, uint64_t addr, int bytes)
+{
+    for (uint64_t a = addr, end = addr + (uint64_t)bytes; a < end;) {
+        const uint64_t sec = a >> 5, next = (sec + 1) << 5, stop = end < next ? end : next;
+        const ptrdiff_t h = sectors_find(s, sec);
+        if (h >= 0 && (s->written[h] & byte_mask((unsigned)(a & 31), (unsigned)(stop - (sec << 5)))))
+            return 1;
+        a = stop;
+    }
     return 0;
 }
 
@@ -580,7 +630,24 @@ static int exec_memory(block_ctx *b, warp *w, const ptx_instr *in, uint32_t em)
                                  (unsigned long long)addr[l], bytes);
             }
         }
+        /* ld.global.nc goes through the read-only path, which is not
+         * coherent with the kernel's own stores: reading bytes this launch
+         * wrote may return the old data on a GPU. */
+        if (in->nc && b->l->checks)
+            for (uint32_t m = em; m; m &= m - 1) {
+                const int l = __builtin_ctz(m);
+                if (sectors_any_written(b->sectors, addr[l], bytes))
+                    return fault(b, CU_LAUNCH_FAILED, w, l, in,
+                                 "ld.global.nc of 0x%llx (%d bytes) reads memory this launch wrote: the "
+                                 "non-coherent read-only path may return stale data",
+                                 (unsigned long long)addr[l], bytes);
+            }
         count_request(b, addr, em, bytes, is_store);
+        if (is_store)
+            for (uint32_t m = em; m; m &= m - 1) {
+                const int l = __builtin_ctz(m);
+                sectors_mark_written(b->sectors, addr[l], bytes);
+            }
     }
     for (uint32_t m = em; m; m &= m - 1) {
         const int l = __builtin_ctz(m);
@@ -1247,5 +1314,6 @@ int sim_run(const sim_launch *l, sim_result *r)
     free(b.sh_init);
     free(sectors.keys);
     free(sectors.flags);
+    free(sectors.written);
     return r->code;
 }

@@ -221,6 +221,20 @@ static void test_global(void)
     launch M2 = {.ptx = mis_v2, .kernel = "misaligned_v2", .block = 32};
     expect_fault("misaligned v2 load (8-byte alignment)", &M2, CUDA_ERROR_MISALIGNED_ADDRESS, 0, 2,
                  "ld.global.v2.u32", "misaligned");
+
+    /* The read-only path is not coherent with the kernel's own stores: an
+     * ld.global.nc of bytes the launch wrote is a fault; of the neighbouring
+     * bytes in the same sector it is not. */
+    static const char nc_stale[] = HEAD ENTRY("nc_after_write") ONLY_(9) "st.global.u32 [%rd2+8], %r1;\n"
+                                                                       "ld.global.nc.u32 %r5, [%rd2+8];\n" TAIL;
+    static const char nc_ok[] = HEAD ENTRY("nc_after_write") ONLY_(9) "st.global.u32 [%rd2+8], %r1;\n"
+                                                                    "ld.global.nc.u32 %r5, [%rd2+12];\n"
+                                                                    "ld.global.u32 %r6, [%rd2+8];\n" TAIL;
+    launch NC = {.ptx = nc_stale, .kernel = "nc_after_write", .block = 32};
+    expect_fault("ld.global.nc of bytes the launch wrote", &NC, CUDA_ERROR_LAUNCH_FAILED, 0, 9, "ld.global.nc.u32",
+                 "reads memory this launch wrote");
+    NC.ptx = nc_ok;
+    expect_clean("ld.global.nc beside a store, and a coherent load of it", &NC);
 }
 
 /* Coordinates in a 2-D grid of 2-D blocks: the message names x, y and z. */
