@@ -18,45 +18,7 @@
 #include <string.h>
 
 #include "cudasim.h"
-#include "driver_api_decl.h"
-
-static int g_pass, g_fail;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...)
-{
-    if (ok) {
-        g_pass++;
-        return;
-    }
-    g_fail++;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-}
-
-static const char *err_text(CUresult r)
-{
-    const char *s = NULL;
-    if (cuGetErrorString(r, &s) != CUDA_SUCCESS || !s)
-        return "(no text)";
-    return s;
-}
-
-static CUresult ctx_reset(void)
-{
-    if (cuDevicePrimaryCtxReset_v2)
-        return cuDevicePrimaryCtxReset_v2(0);
-    return cuDevicePrimaryCtxReset(0);
-}
-
-static CUresult ctx_sync(void)
-{
-    return cuCtxSynchronize ? cuCtxSynchronize() : cuStreamSynchronize(NULL);
-}
+#include "selftest.h"
 
 /* The 1-based line of the first occurrence of needle in text. */
 static int line_of(const char *text, const char *needle)

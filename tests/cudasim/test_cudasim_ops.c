@@ -25,42 +25,9 @@
 #include "cudasim.h"
 /* The case tables leave the approximation fields of exact cases unset. */
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#include "driver_api_decl.h"
+#include "selftest.h"
 
 /* ---- harness ------------------------------------------------------------ */
-
-static int g_pass, g_fail;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...)
-{
-    if (ok) {
-        g_pass++;
-        return;
-    }
-    g_fail++;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-}
-
-static const char *err_text(CUresult r)
-{
-    const char *s = NULL;
-    if (cuGetErrorString(r, &s) != CUDA_SUCCESS || !s)
-        return "(no text)";
-    return s;
-}
-
-static CUresult ctx_reset(void)
-{
-    if (cuDevicePrimaryCtxReset_v2)
-        return cuDevicePrimaryCtxReset_v2(0);
-    return cuDevicePrimaryCtxReset(0);
-}
 
 /* A launch: a PTX module, its kernel, in/out buffers given as the first two
  * parameters (any further parameters follow in params). */
@@ -124,7 +91,7 @@ static CUresult run_job(job *j)
                                   j->block[1] ? j->block[1] : 1, j->block[2] ? j->block[2] : 1, j->shared, NULL, pp,
                                   NULL);
     if (!j->launch_rc)
-        j->sync_rc = cuCtxSynchronize ? cuCtxSynchronize() : cuStreamSynchronize(NULL);
+        j->sync_rc = ctx_sync();
     if (!j->launch_rc && !j->sync_rc && j->out)
         j->sync_rc = cuMemcpyDtoH_v2(j->out, dout, j->out_bytes);
     r = j->launch_rc ? j->launch_rc : j->sync_rc;
