@@ -938,14 +938,27 @@ int ardb_import_json(ardb *db, const char *text, size_t len,
                           "import: not an attnres export (no \"format\": "
                           "\"" EXPORT_FORMAT "\")");
     }
-    if (!ver || ver->type != ARDB_JSON_NUMBER || !ver->is_integer ||
-        ver->integer > EXPORT_VERSION || ver->integer < 1) {
-        ardb__json_free(doc);
-        return ardb__fail(db, ARDB_EINVAL,
-                          "import: export version %s is not one this build "
-                          "reads (%d)",
-                          ver && ver->is_integer ? "newer" : "unknown",
+    /* The message is formatted before the document is freed, since it
+     * quotes the version that the document holds. */
+    if (!ver || ver->type != ARDB_JSON_NUMBER)
+        code = ardb__fail(db, ARDB_EINVAL,
+                          "import: export version is missing or not a number "
+                          "(this build reads version %d)",
                           EXPORT_VERSION);
+    else if (ver->is_integer && ver->integer > EXPORT_VERSION)
+        code = ardb__fail(db, ARDB_EINVAL,
+                          "import: export version %" PRId64 " is newer than "
+                          "this build reads (%d): import it with a newer "
+                          "attnres",
+                          ver->integer, EXPORT_VERSION);
+    else if (!ver->is_integer || ver->integer < 1)
+        code = ardb__fail(db, ARDB_EINVAL,
+                          "import: export version %.17g is not one this build "
+                          "reads (%d)",
+                          ver->number, EXPORT_VERSION);
+    if (code) {
+        ardb__json_free(doc);
+        return code;
     }
     if ((code = attach(db, ""))) {
         ardb__json_free(doc);
