@@ -411,6 +411,34 @@ typedef struct ardb_merge_stats {
 int ardb_import_json(ardb *db, const char *text, size_t len,
                      ardb_merge_stats *stats);
 
+/* What an import accepts as a plausible measurement; a value outside is
+ * refused (EINVAL naming the member and the record), as is a NaN or an
+ * infinity (JSON's 1e999) and any string that is not well-formed UTF-8.
+ * Every bound is >= 0 and far above what any device records, so that only
+ * values that cannot be measurements are refused:
+ *   - times (median_us, min_us, max_us, spread_us, launch_us): at most
+ *     1e9 us, 1000 s for one launch of a memory-bound kernel whose largest
+ *     preset problem moves a few GB (the tuner gives up on a kernel long
+ *     before that);
+ *   - repetitions (reps): at most 1e9, as many 1 us launches as fit in
+ *     that time, and within the int32 of ardb_measurement;
+ *   - bandwidths (gbps, copy_gbps, read_gbps): at most 1e6 GB/s, 200 times
+ *     the fastest memory of today (H200: 4.8 TB/s);
+ *   - roofline (a measured bandwidth over the run's copy bandwidth, above 1
+ *     when a problem fits in a cache): at most 1e6;
+ *   - rel_err: finite. */
+#define ARDB_IMPORT_MAX_US 1e9
+#define ARDB_IMPORT_MAX_REPS 1e9
+#define ARDB_IMPORT_MAX_GBPS 1e6
+#define ARDB_IMPORT_MAX_ROOFLINE 1e6
+
+/* Writes s (n bytes) through fn as a quoted JSON string: quotes, control
+ * characters and backslashes escaped, and bytes that are not well-formed
+ * UTF-8 written as U+FFFD, so that the result is always valid JSON (a
+ * database can hold any bytes in a text column). Returns fn's first
+ * non-zero result, or 0. */
+int ardb_json_string(ardb_write_fn fn, void *ctx, const char *s, size_t n);
+
 /* Merges the database file src_path into db without duplicates: devices
  * by fingerprint, problems by key, candidates by (variant, source_hash),
  * binaries by build key, runs by uid (measurements and winners copied with

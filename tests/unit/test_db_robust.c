@@ -226,14 +226,14 @@ static void test_import_refuses_impossible_values(void)
         {"", "\"roofline\": -0.1, ", "\"roofline\""},
         {"", "\"rel_err\": 1e999, ", "\"rel_err\" must be a finite number >= 0"},
         {"", "\"rel_err\": -1, ", "\"rel_err\""},
-        {"\"launch_us\": -2, ", "", "runs[0] (line 6): \"launch_us\" must be a time in microseconds"},
-        {"\"copy_gbps\": 1e999, ", "", "runs[0] (line 6): \"copy_gbps\" must be a bandwidth"},
+        {"\"launch_us\": -2, ", "", "runs[0] (line 5): \"launch_us\" must be a time in microseconds"},
+        {"\"copy_gbps\": 1e999, ", "", "runs[0] (line 5): \"copy_gbps\" must be a bandwidth"},
         {"\"read_gbps\": -1e999, ", "", "\"read_gbps\""},
         /* Strings: raw bytes that are not UTF-8 (a lone continuation byte,
          * an overlong '/', an encoded surrogate, a code point above
          * U+10FFFF, a sequence cut short) are refused; any UTF-8 is kept. */
         {"\"host\": \"h\xc3\xa9llo \xe2\x82\xac \xf0\x9d\x84\x9e\", ", "\"message\": \"\xe6\x97\xa5\", ", NULL},
-        {"\"host\": \"a\xff" "b\", ", "", "runs[0] (line 6): \"host\" is not valid UTF-8 (at byte 1)"},
+        {"\"host\": \"a\xff" "b\", ", "", "runs[0] (line 5): \"host\" is not valid UTF-8 (at byte 1)"},
         {"\"note\": \"\xc0\xaf\", ", "", "\"note\" is not valid UTF-8"},
         {"", "\"message\": \"x\xed\xa0\x80\", ", "measurements[0] (line 7): \"message\" is not valid UTF-8 (at byte 1)"},
         {"", "\"build_key\": \"\xf4\x90\x80\x80\", ", "\"build_key\" is not valid UTF-8"},
@@ -379,6 +379,9 @@ int main(void)
     /* A chart whose tick loop never ends must fail the test, not hang it. */
     alarm(60);
     RUN_CASE(test_import_of_another_version_is_refused);
+    RUN_CASE(test_import_refuses_impossible_values);
+    RUN_CASE(test_export_is_always_json);
+    RUN_CASE(test_charts_of_huge_timings);
     nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     CHECK_EXIT();
 }

@@ -69,27 +69,20 @@ int db_resolve_run(ardb *db, const char *text, int64_t *run_id)
     return 0;
 }
 
+static int write_stream(void *ctx, const void *data, size_t len)
+{
+    return fwrite(data, 1, len, (FILE *)ctx) == len ? 0 : -1;
+}
+
 void db_json_string(FILE *out, const char *s)
 {
-    if (!s) {
+    /* Through the database layer's writer, which escapes what JSON needs
+     * and replaces bytes that are not UTF-8 (a database can hold any), so
+     * that the output is always JSON; a write error shows in ferror. */
+    if (!s)
         fputs("null", out);
-        return;
-    }
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(out, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", out);
-        else if (c == '\t')
-            fputs("\\t", out);
-        else if (c < 0x20)
-            fprintf(out, "\\u%04x", c);
-        else
-            fputc(c, out);
-    }
-    fputc('"', out);
+    else
+        (void)ardb_json_string(write_stream, out, s, strlen(s));
 }
 
 void db_json_number(FILE *out, double v)
