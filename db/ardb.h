@@ -18,10 +18,11 @@
 #include <stdint.h>
 
 /* Version 2 added runs.uid and runs.note, version 3 runs.read_gbps,
- * version 4 devices.simulated (db/migrate.c). A read-write open migrates an
- * older file in place, keeping a copy as PATH.v<N>.bak; a read-only open
- * reads it as it is (every device of a file older than v4 is real). */
-#define ARDB_SCHEMA_VERSION 4
+ * version 4 devices.simulated, version 5 runs.owner (db/migrate.c). A
+ * read-write open migrates an older file in place, keeping a copy as
+ * PATH.v<N>.bak; a read-only open reads it as it is (every device of a file
+ * older than v4 is real). */
+#define ARDB_SCHEMA_VERSION 5
 
 /* Return codes of every ardb_ function. */
 enum {
@@ -58,6 +59,13 @@ typedef struct ardb ardb;
  * On failure *out is NULL and msg (may be NULL) is set. */
 int ardb_open(const char *path, unsigned flags, ardb **out, char *msg,
               size_t msg_len);
+/* A read-write open also decides the state of runs left 'running': a run
+ * whose process is certainly gone (killed, crashed, or the machine
+ * rebooted; db/liveness.c says how that is told, robust to pid reuse)
+ * becomes 'interrupted'. Runs of processes on other machines or in other
+ * pid namespaces, and runs recorded before schema v5, stay as they are.
+ * This is best effort: when the file is busy beyond the busy timeout it is
+ * left to the next open, and the open succeeds all the same. */
 void ardb_close(ardb *db); /* NULL is a no-op */
 const char *ardb_errmsg(const ardb *db); /* last failure, never NULL */
 
@@ -101,8 +109,12 @@ typedef struct ardb_run {
                                  stored as NULL, so that a caller that
                                  zero-initializes the struct records none. */
 } ardb_run;
+/* Records a new run as 'running', owned by the calling process (schema
+ * v5: see ardb_open for what becomes of it when the process is gone). */
 int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id);
-/* status: "complete", "failed" or "interrupted". */
+/* status: "complete", "failed" or "interrupted". A run that another
+ * process marked 'interrupted' while its own process still ran (only where
+ * that process could not be seen) takes the status it finishes with. */
 int ardb_run_finish(ardb *db, int64_t run_id, const char *status);
 
 /* ---- problems --------------------------------------------------------- */

@@ -10,7 +10,8 @@
  *     of a database that holds such strings, which must still be JSON;
  *   - the SVG charts of huge stored timings (a float-to-int conversion of
  *     infinity, and a tick loop that never ended);
- *   - runs whose process was killed, which must become "interrupted".
+ *   - runs whose process was killed, which must become "interrupted", and
+ *     the migration that records a run's process (schema v5).
  *
  * CMake builds this test with AddressSanitizer and UndefinedBehaviorSanitizer
  * where the compiler has them (tests/unit/CMakeLists_db.cmake), so a use
@@ -368,6 +369,151 @@ static void test_charts_of_huge_timings(void)
     free(t);
 }
 
+/* ---- 6: runs whose process is gone ------------------------------------------- */
+
+static char *run_status(const char *path, int64_t id)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT status FROM runs WHERE id = %lld", (long long)id);
+    return raw_text(path, sql);
+}
+
+static int status_is(const char *path, int64_t id, const char *want)
+{
+    char *st = run_status(path, id);
+    int ok = st && strcmp(st, want) == 0;
+    if (!ok)
+        fprintf(stderr, "run %lld: status %s, want %s\n", (long long)id, st ? st : "(none)", want);
+    free(st);
+    return ok;
+}
+
+/* Sets run id's owner to this process's owner with field k (0-based, of
+ * "v1|MACHINE|BOOT|PIDNS|PID|START", db/liveness.c) replaced by value. */
+static int set_owner_field(const char *path, int64_t id, int64_t from, int k, const char *value)
+{
+    char sql[1024], *owner, *parts[8], *save = NULL;
+    int n = 0;
+    snprintf(sql, sizeof sql, "SELECT owner FROM runs WHERE id = %lld", (long long)from);
+    if (!(owner = raw_text(path, sql)))
+        return -1;
+    for (char *t = strtok_r(owner, "|", &save); t && n < 8; t = strtok_r(NULL, "|", &save))
+        parts[n++] = t;
+    if (n != 6) {
+        free(owner);
+        return -1;
+    }
+    parts[k] = (char *)value;
+    snprintf(sql, sizeof sql, "UPDATE runs SET owner = '%s|%s|%s|%s|%s|%s' WHERE id = %lld", parts[0], parts[1],
+             parts[2], parts[3], parts[4], parts[5], (long long)id);
+    free(owner);
+    return raw_exec(path, sql) == SQLITE_OK ? 0 : -1;
+}
+
+static void test_killed_runs_become_interrupted(void)
+{
+    char path[600];
+    ardb_run r = {.host = "here", .strategy = "exhaustive"};
+    int64_t live, killed = 0, reused, other_machine, old_run, rebooted, done;
+    path_in_tmp(path, sizeof path, "runs.db");
+    ardb *db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    REQUIRE(ardb_run_begin(db, &r, &live) == ARDB_DONE);
+    ardb_close(db);
+
+    /* A child records a run and is killed before it finishes it. */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        ardb *c = NULL;
+        int64_t id;
+        if (ardb_open(path, 0, &c, NULL, 0) != ARDB_DONE || ardb_run_begin(c, &r, &id) != ARDB_DONE)
+            _exit(3);
+        raise(SIGKILL);
+        _exit(4);
+    }
+    int ws = 0;
+    REQUIRE(pid > 0 && waitpid(pid, &ws, 0) == pid);
+    CHECK(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+    char *max = raw_text(path, "SELECT max(id) FROM runs");
+    killed = max ? atoll(max) : 0;
+    free(max);
+    CHECK(killed == live + 1 && status_is(path, killed, "running"));
+
+    /* Runs whose owner this process fabricates from its own: the same pid
+     * started at another time (a reused pid), another machine, another
+     * boot of this one; a run without owner (recorded before schema v5);
+     * and one that finished. */
+    db = open_db(path, 0);
+    REQUIRE(db != NULL);
+    CHECK(ardb_run_begin(db, &r, &reused) == ARDB_DONE);
+    CHECK(ardb_run_begin(db, &r, &other_machine) == ARDB_DONE);
+    CHECK(ardb_run_begin(db, &r, &rebooted) == ARDB_DONE);
+    CHECK(ardb_run_begin(db, &r, &old_run) == ARDB_DONE);
+    CHECK(ardb_run_begin(db, &r, &done) == ARDB_DONE);
+    CHECK(ardb_run_finish(db, done, "complete") == ARDB_DONE);
+    ardb_close(db);
+    CHECK(set_owner_field(path, reused, live, 5, "1") == 0);
+    CHECK(set_owner_field(path, other_machine, live, 1, "another-machine") == 0);
+    CHECK(set_owner_field(path, rebooted, live, 2, "00000000-0000-0000-0000-000000000000") == 0);
+    CHECK(set_owner_field(path, done, killed, 0, "v1") == 0);
+    CHECK(raw_exec(path, "UPDATE runs SET owner = NULL WHERE id = (SELECT max(id) - 1 FROM runs)") == SQLITE_OK);
+
+    /* The open that recorded them has already decided the killed child's
+     * run. A read-only open decides nothing; the next read-write open
+     * decides the rest. */
+    CHECK(status_is(path, killed, "interrupted"));
+    db = open_db(path, ARDB_READONLY);
+    ardb_close(db);
+    CHECK(status_is(path, reused, "running") && status_is(path, rebooted, "running"));
+    db = open_db(path, 0);
+    REQUIRE(db != NULL);
+    CHECK(status_is(path, live, "running"));
+    CHECK(status_is(path, killed, "interrupted"));
+    CHECK(status_is(path, reused, "interrupted"));
+    CHECK(status_is(path, other_machine, "running"));
+    CHECK(status_is(path, rebooted, "interrupted"));
+    CHECK(status_is(path, old_run, "running"));
+    CHECK(status_is(path, done, "complete"));
+    /* A run marked interrupted that its process still finishes (possible
+     * only where the process could not be seen) takes its real status. */
+    CHECK(ardb_run_finish(db, reused, "complete") == ARDB_DONE && status_is(path, reused, "complete"));
+    ardb_close(db);
+}
+
+/* A v4 file gains runs.owner through a migration with a backup; its
+ * running runs have no owner and stay running. */
+static void test_v4_file_migrated_to_v5(void)
+{
+    char path[600], bak[700];
+    ardb_run r = {.host = "old"};
+    int64_t id;
+    struct stat sb;
+    path_in_tmp(path, sizeof path, "v4.db");
+    ardb *db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_run_begin(db, &r, &id) == ARDB_DONE);
+    ardb_close(db);
+    REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN owner; PRAGMA user_version = 4;"
+                           " UPDATE attnres_meta SET value = '4' WHERE key = 'schema_version'") == SQLITE_OK);
+    db = open_db(path, ARDB_READONLY);
+    REQUIRE(db != NULL);
+    ardb_close(db);
+    snprintf(bak, sizeof bak, "%s.v4.bak", path);
+    CHECK(stat(bak, &sb) != 0);
+    db = open_db(path, 0);
+    REQUIRE(db != NULL);
+    ardb_close(db);
+    CHECK(stat(bak, &sb) == 0);
+    char *v = raw_text(path, "PRAGMA user_version"), *bv = raw_text(bak, "PRAGMA user_version");
+    char *col = raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'owner'");
+    CHECK(v && strcmp(v, "5") == 0 && bv && strcmp(bv, "4") == 0 && col && strcmp(col, "1") == 0);
+    free(v);
+    free(bv);
+    free(col);
+    CHECK(status_is(path, id, "running"));
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -382,6 +528,8 @@ int main(void)
     RUN_CASE(test_import_refuses_impossible_values);
     RUN_CASE(test_export_is_always_json);
     RUN_CASE(test_charts_of_huge_timings);
+    RUN_CASE(test_killed_runs_become_interrupted);
+    RUN_CASE(test_v4_file_migrated_to_v5);
     nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     CHECK_EXIT();
 }
