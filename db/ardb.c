@@ -6,6 +6,7 @@
  * code plus a message in db->err.
  */
 #include "ardb_internal.h"
+#include "liveness.h"
 #include "schema.h"
 
 #include <errno.h>
@@ -267,6 +268,56 @@ static int set_wal(ardb *db)
     }
 }
 
+/* The most runs one open marks; any others are marked by the next. */
+#define MAX_MARKED_RUNS 256
+
+/* Marks 'interrupted' every running run whose owning process is gone (see
+ * ardb_open). Best effort: a failure leaves the runs to the next read-write
+ * open and does not fail this one, since a busy file is no reason to refuse
+ * a tuner its database. */
+static void mark_interrupted_runs(ardb *db)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t ids[MAX_MARKED_RUNS];
+    size_t n = 0, i;
+    int rc;
+
+    /* Read first, without a write lock: usually no run is left running. */
+    rc = sqlite3_prepare_v2(db->h,
+                            "SELECT id, owner FROM runs WHERE status = "
+                            "'running' AND owner IS NOT NULL ORDER BY id",
+                            -1, &st, NULL);
+    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW &&
+           n < MAX_MARKED_RUNS) {
+        rc = SQLITE_OK;
+        if (ardb__owner_gone((const char *)sqlite3_column_text(st, 1)))
+            ids[n++] = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (n == 0)
+        return;
+    if (sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+        return;
+    /* "AND status = 'running'": another process may have decided the run
+     * (or the run itself finished) since it was read. finished_at stays
+     * NULL: when the process ended is not known. */
+    rc = sqlite3_prepare_v2(db->h,
+                            "UPDATE runs SET status = 'interrupted' WHERE id "
+                            "= ? AND status = 'running'",
+                            -1, &st, NULL);
+    for (i = 0; rc == SQLITE_OK && i < n; i++) {
+        rc = sqlite3_bind_int64(st, 1, ids[i]);
+        if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_DONE)
+            rc = SQLITE_OK;
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_OK ||
+        sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+        (void)sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
+}
+
 static int open_connection(ardb *db, unsigned flags)
 {
     int create = (flags & ARDB_CREATE) != 0;
@@ -314,7 +365,11 @@ static int open_connection(ardb *db, unsigned flags)
             (code = exec_pragma(db, "PRAGMA synchronous = NORMAL")))
             return code;
     }
-    return ardb__schema_init(db, create);
+    if ((code = ardb__schema_init(db, create)))
+        return code;
+    if (!db->readonly)
+        mark_interrupted_runs(db);
+    return ARDB_DONE;
 }
 
 static char *dup_string(const char *s)
@@ -508,9 +563,10 @@ int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id)
     static const char sql[] =
         "INSERT INTO runs(started_at, status, user, host, command,"
         " project_version, templates_hash, compiler, driver, device_id,"
-        " policy_json, strategy, copy_gbps, launch_us, read_gbps)"
+        " policy_json, strategy, copy_gbps, launch_us, read_gbps, owner)"
         " VALUES(" ARDB_NOW ", 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-        " ?)";
+        " ?, ?)";
+    char owner[512];
     sqlite3_stmt *st;
     ardb_binder b;
     int code;
@@ -540,6 +596,10 @@ int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id)
     ardb__bind_double(&b, isfinite(run->read_gbps) && run->read_gbps > 0
                               ? run->read_gbps
                               : NAN);
+    /* Without an owner (no /proc) the run is never marked interrupted by
+     * another process: nothing could tell that this one is gone. */
+    ardb__bind_text(&b, ardb__owner_self(owner, sizeof owner) == 0 ? owner
+                                                                    : NULL);
     if (b.rc != SQLITE_OK)
         return bind_fail(db, st, b.rc, "run begin");
     /* The rowid is read before the statement is reset: same connection. */

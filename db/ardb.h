@@ -18,10 +18,11 @@
 #include <stdint.h>
 
 /* Version 2 added runs.uid and runs.note, version 3 runs.read_gbps,
- * version 4 devices.simulated (db/migrate.c). A read-write open migrates an
- * older file in place, keeping a copy as PATH.v<N>.bak; a read-only open
- * reads it as it is (every device of a file older than v4 is real). */
-#define ARDB_SCHEMA_VERSION 4
+ * version 4 devices.simulated, version 5 runs.owner (db/migrate.c). A
+ * read-write open migrates an older file in place, keeping a copy as
+ * PATH.v<N>.bak; a read-only open reads it as it is (every device of a file
+ * older than v4 is real). */
+#define ARDB_SCHEMA_VERSION 5
 
 /* Return codes of every ardb_ function. */
 enum {
@@ -58,6 +59,13 @@ typedef struct ardb ardb;
  * On failure *out is NULL and msg (may be NULL) is set. */
 int ardb_open(const char *path, unsigned flags, ardb **out, char *msg,
               size_t msg_len);
+/* A read-write open also decides the state of runs left 'running': a run
+ * whose process is certainly gone (killed, crashed, or the machine
+ * rebooted; db/liveness.c says how that is told, robust to pid reuse)
+ * becomes 'interrupted'. Runs of processes on other machines or in other
+ * pid namespaces, and runs recorded before schema v5, stay as they are.
+ * This is best effort: when the file is busy beyond the busy timeout it is
+ * left to the next open, and the open succeeds all the same. */
 void ardb_close(ardb *db); /* NULL is a no-op */
 const char *ardb_errmsg(const ardb *db); /* last failure, never NULL */
 
@@ -101,8 +109,12 @@ typedef struct ardb_run {
                                  stored as NULL, so that a caller that
                                  zero-initializes the struct records none. */
 } ardb_run;
+/* Records a new run as 'running', owned by the calling process (schema
+ * v5: see ardb_open for what becomes of it when the process is gone). */
 int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id);
-/* status: "complete", "failed" or "interrupted". */
+/* status: "complete", "failed" or "interrupted". A run that another
+ * process marked 'interrupted' while its own process still ran (only where
+ * that process could not be seen) takes the status it finishes with. */
 int ardb_run_finish(ardb *db, int64_t run_id, const char *status);
 
 /* ---- problems --------------------------------------------------------- */
@@ -410,6 +422,34 @@ typedef struct ardb_merge_stats {
  * with a message naming the place for malformed or inconsistent input. */
 int ardb_import_json(ardb *db, const char *text, size_t len,
                      ardb_merge_stats *stats);
+
+/* What an import accepts as a plausible measurement; a value outside is
+ * refused (EINVAL naming the member and the record), as is a NaN or an
+ * infinity (JSON's 1e999) and any string that is not well-formed UTF-8.
+ * Every bound is >= 0 and far above what any device records, so that only
+ * values that cannot be measurements are refused:
+ *   - times (median_us, min_us, max_us, spread_us, launch_us): at most
+ *     1e9 us, 1000 s for one launch of a memory-bound kernel whose largest
+ *     preset problem moves a few GB (the tuner gives up on a kernel long
+ *     before that);
+ *   - repetitions (reps): at most 1e9, as many 1 us launches as fit in
+ *     that time, and within the int32 of ardb_measurement;
+ *   - bandwidths (gbps, copy_gbps, read_gbps): at most 1e6 GB/s, 200 times
+ *     the fastest memory of today (H200: 4.8 TB/s);
+ *   - roofline (a measured bandwidth over the run's copy bandwidth, above 1
+ *     when a problem fits in a cache): at most 1e6;
+ *   - rel_err: finite. */
+#define ARDB_IMPORT_MAX_US 1e9
+#define ARDB_IMPORT_MAX_REPS 1e9
+#define ARDB_IMPORT_MAX_GBPS 1e6
+#define ARDB_IMPORT_MAX_ROOFLINE 1e6
+
+/* Writes s (n bytes) through fn as a quoted JSON string: quotes, control
+ * characters and backslashes escaped, and bytes that are not well-formed
+ * UTF-8 written as U+FFFD, so that the result is always valid JSON (a
+ * database can hold any bytes in a text column). Returns fn's first
+ * non-zero result, or 0. */
+int ardb_json_string(ardb_write_fn fn, void *ctx, const char *s, size_t n);
 
 /* Merges the database file src_path into db without duplicates: devices
  * by fingerprint, problems by key, candidates by (variant, source_hash),

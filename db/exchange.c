@@ -64,6 +64,13 @@ static int w_json_string(writer *w, const char *s, size_t n)
     return 0;
 }
 
+int ardb_json_string(ardb_write_fn fn, void *ctx, const char *s, size_t n)
+{
+    if (!fn || (!s && n))
+        return -1;
+    return ardb__json_write_string((ardb_json_out)fn, ctx, s ? s : "", n);
+}
+
 /* One column of the current row as a JSON value. */
 static int w_json_column(writer *w, sqlite3_stmt *st, int i)
 {
@@ -707,12 +714,26 @@ static const char staging_ddl[] =
     " created_at TEXT NOT NULL);";
 
 /* One member of an imported object: its name, kind ('s' text, 'i'
- * integer, 'r' number) and whether it must be there. */
+ * integer, 'r' number), whether it must be there, and the range its value
+ * must lie in (import_range; 0: any). */
 typedef struct import_field {
     const char *name;
     char kind;
     int required;
+    char range;
 } import_field;
+
+/* The ranges of imported numbers (ardb.h gives the bounds and why): a file
+ * that claims a negative or absurd time would otherwise be stored and
+ * shown, and would break the charts and comparisons that read it. */
+enum import_range {
+    RANGE_NONE = 0,
+    RANGE_TIME = 't',      /* microseconds, 0 .. ARDB_IMPORT_MAX_US */
+    RANGE_BANDWIDTH = 'b', /* GB/s, 0 .. ARDB_IMPORT_MAX_GBPS */
+    RANGE_ROOFLINE = 'f',  /* fraction, 0 .. ARDB_IMPORT_MAX_ROOFLINE */
+    RANGE_FINITE = 'e',    /* finite and >= 0 (a relative error) */
+    RANGE_REPS = 'n'       /* a count, 0 .. ARDB_IMPORT_MAX_REPS */
+};
 
 typedef struct import_section {
     const char *name;
@@ -725,49 +746,51 @@ typedef struct import_section {
 #define NOW_OR(p) "COALESCE(" p ", " ARDB_NOW ")"
 
 static const import_field device_fields[] = {
-    {"backend", 's', 1}, {"name", 's', 0},   {"arch", 's', 0},
-    {"units", 'i', 0},   {"memory", 'i', 0}, {"driver", 's', 0},
-    {"fingerprint", 's', 1}, {"created_at", 's', 0},
+    {"backend", 's', 1, 0}, {"name", 's', 0, 0},   {"arch", 's', 0, 0},
+    {"units", 'i', 0, 0},   {"memory", 'i', 0, 0}, {"driver", 's', 0, 0},
+    {"fingerprint", 's', 1, 0}, {"created_at", 's', 0, 0},
     /* Optional: exports of builds before schema v4 do not carry it, and
      * every device they hold is real (0). */
-    {"simulated", 'i', 0}};
+    {"simulated", 'i', 0, 0}};
 static const import_field problem_fields[] = {
-    {"key", 's', 1}, {"op", 's', 1},    {"dtype", 's', 1},
-    {"form", 's', 1}, {"d", 'i', 1},    {"n", 'i', 1},
-    {"heads", 'i', 1}, {"epilogue", 'i', 1}, {"s", 'i', 1},
-    {"t_bucket", 'i', 1}};
+    {"key", 's', 1, 0}, {"op", 's', 1, 0},    {"dtype", 's', 1, 0},
+    {"form", 's', 1, 0}, {"d", 'i', 1, 0},    {"n", 'i', 1, 0},
+    {"heads", 'i', 1, 0}, {"epilogue", 'i', 1, 0}, {"s", 'i', 1, 0},
+    {"t_bucket", 'i', 1, 0}};
 static const import_field candidate_fields[] = {
-    {"backend", 's', 0},     {"template", 's', 0},   {"variant", 's', 1},
-    {"params_json", 's', 0}, {"source_hash", 's', 1}, {"source", 's', 0},
-    {"kernel_name", 's', 0}, {"created_at", 's', 0}};
+    {"backend", 's', 0, 0},     {"template", 's', 0, 0},   {"variant", 's', 1, 0},
+    {"params_json", 's', 0, 0}, {"source_hash", 's', 1, 0}, {"source", 's', 0, 0},
+    {"kernel_name", 's', 0, 0}, {"created_at", 's', 0, 0}};
 static const import_field run_fields[] = {
-    {"uid", 's', 1},          {"note", 's', 0},
-    {"started_at", 's', 1},   {"finished_at", 's', 0},
-    {"status", 's', 1},       {"user", 's', 0},
-    {"host", 's', 0},         {"command", 's', 0},
-    {"project_version", 's', 0}, {"templates_hash", 's', 0},
-    {"compiler", 's', 0},     {"driver", 's', 0},
-    {"device", 's', 0},       {"policy_json", 's', 0},
-    {"strategy", 's', 0},     {"copy_gbps", 'r', 0},
-    {"launch_us", 'r', 0},
+    {"uid", 's', 1, 0},          {"note", 's', 0, 0},
+    {"started_at", 's', 1, 0},   {"finished_at", 's', 0, 0},
+    {"status", 's', 1, 0},       {"user", 's', 0, 0},
+    {"host", 's', 0, 0},         {"command", 's', 0, 0},
+    {"project_version", 's', 0, 0}, {"templates_hash", 's', 0, 0},
+    {"compiler", 's', 0, 0},     {"driver", 's', 0, 0},
+    {"device", 's', 0, 0},       {"policy_json", 's', 0, 0},
+    {"strategy", 's', 0, 0},     {"copy_gbps", 'r', 0, RANGE_BANDWIDTH},
+    {"launch_us", 'r', 0, RANGE_TIME},
     /* Optional: exports of builds before schema v3 do not carry it. A
      * value <= 0 is stored as NULL (not measured), as ardb_run_begin does. */
-    {"read_gbps", 'r', 0},
+    {"read_gbps", 'r', 0, RANGE_BANDWIDTH},
     /* Optional, as the devices' own: absent means a real device. */
-    {"device_simulated", 'i', 0}};
+    {"device_simulated", 'i', 0, 0}};
 static const import_field measurement_fields[] = {
-    {"id", 'i', 1},         {"run", 's', 1},       {"problem", 's', 1},
-    {"variant", 's', 1},    {"source_hash", 's', 1}, {"device", 's', 1},
-    {"build_key", 's', 0},  {"status", 's', 1},    {"median_us", 'r', 0},
-    {"min_us", 'r', 0},     {"max_us", 'r', 0},    {"spread_us", 'r', 0},
-    {"reps", 'i', 0},       {"gbps", 'r', 0},      {"roofline", 'r', 0},
-    {"rel_err", 'r', 0},    {"message", 's', 0},   {"created_at", 's', 1},
-    {"device_simulated", 'i', 0}};
+    {"id", 'i', 1, 0},         {"run", 's', 1, 0},       {"problem", 's', 1, 0},
+    {"variant", 's', 1, 0},    {"source_hash", 's', 1, 0}, {"device", 's', 1, 0},
+    {"build_key", 's', 0, 0},  {"status", 's', 1, 0},
+    {"median_us", 'r', 0, RANGE_TIME},     {"min_us", 'r', 0, RANGE_TIME},
+    {"max_us", 'r', 0, RANGE_TIME},        {"spread_us", 'r', 0, RANGE_TIME},
+    {"reps", 'i', 0, RANGE_REPS},          {"gbps", 'r', 0, RANGE_BANDWIDTH},
+    {"roofline", 'r', 0, RANGE_ROOFLINE},  {"rel_err", 'r', 0, RANGE_FINITE},
+    {"message", 's', 0, 0},   {"created_at", 's', 1, 0},
+    {"device_simulated", 'i', 0, 0}};
 static const import_field winner_fields[] = {
-    {"run", 's', 1},         {"problem", 's', 1}, {"device", 's', 1},
-    {"variant", 's', 1},     {"source_hash", 's', 1},
-    {"measurement", 'i', 1}, {"created_at", 's', 0},
-    {"device_simulated", 'i', 0}};
+    {"run", 's', 1, 0},         {"problem", 's', 1, 0}, {"device", 's', 1, 0},
+    {"variant", 's', 1, 0},     {"source_hash", 's', 1, 0},
+    {"measurement", 'i', 1, 0}, {"created_at", 's', 0, 0},
+    {"device_simulated", 'i', 0, 0}};
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -826,11 +849,68 @@ static const import_section sections[] = {
      "does not define"},
 };
 
-/* Binds one member; -1 with a message when its type is wrong. */
+/* EINVAL naming the member and the record when a number lies outside the
+ * field's range; ARDB_DONE otherwise. */
+static int check_range(ardb *db, const ardb_json *v, const import_field *f,
+                       const char *sec, size_t row)
+{
+    double x = v->number, max;
+    const char *what;
+    switch (f->range) {
+    case RANGE_TIME:
+        max = ARDB_IMPORT_MAX_US;
+        what = "a time in microseconds";
+        break;
+    case RANGE_BANDWIDTH:
+        max = ARDB_IMPORT_MAX_GBPS;
+        what = "a bandwidth in GB/s";
+        break;
+    case RANGE_ROOFLINE:
+        max = ARDB_IMPORT_MAX_ROOFLINE;
+        what = "a fraction of the roofline";
+        break;
+    case RANGE_REPS:
+        max = ARDB_IMPORT_MAX_REPS;
+        what = "a repetition count";
+        break;
+    case RANGE_FINITE:
+        if (isfinite(x) && x >= 0)
+            return ARDB_DONE;
+        return ardb__fail(db, ARDB_EINVAL,
+                          "import: %s[%zu] (line %d): \"%s\" must be a finite "
+                          "number >= 0, not %g",
+                          sec, row, v->line, f->name, x);
+    default:
+        return ARDB_DONE;
+    }
+    /* NaN fails both comparisons; JSON cannot spell it, but 1e999 reads
+     * as infinity. */
+    if (x >= 0 && x <= max)
+        return ARDB_DONE;
+    return ardb__fail(db, ARDB_EINVAL,
+                      "import: %s[%zu] (line %d): \"%s\" must be %s between "
+                      "0 and %g, not %g",
+                      sec, row, v->line, f->name, what, max, x);
+}
+
+/* Binds one member; EINVAL with a message naming the member and the record
+ * when its type is wrong, a number is out of its range, or a string is
+ * not UTF-8 (a JSON text is UTF-8, and an export must be one again). */
 static int bind_field(ardb *db, sqlite3_stmt *st, int i, const ardb_json *v,
                       const import_field *f, const char *sec, size_t row)
 {
-    int rc = SQLITE_OK;
+    int rc = SQLITE_OK, code;
+    size_t bad = 0;
+    if (v && v->type == ARDB_JSON_STRING && f->kind == 's' &&
+        !ardb__utf8_valid(v->string, v->length, &bad))
+        return ardb__fail(db, ARDB_EINVAL,
+                          "import: %s[%zu] (line %d): \"%s\" is not valid "
+                          "UTF-8 (at byte %zu)",
+                          sec, row, v->line, f->name, bad);
+    if (v && v->type == ARDB_JSON_NUMBER && f->range &&
+        (f->kind == 'r' || v->is_integer) &&
+        (code = check_range(db, v, f, sec, row)))
+        return code;
     if (!v || v->type == ARDB_JSON_NULL) {
         if (f->required)
             return ardb__fail(db, ARDB_EINVAL,
@@ -938,14 +1018,27 @@ int ardb_import_json(ardb *db, const char *text, size_t len,
                           "import: not an attnres export (no \"format\": "
                           "\"" EXPORT_FORMAT "\")");
     }
-    if (!ver || ver->type != ARDB_JSON_NUMBER || !ver->is_integer ||
-        ver->integer > EXPORT_VERSION || ver->integer < 1) {
-        ardb__json_free(doc);
-        return ardb__fail(db, ARDB_EINVAL,
-                          "import: export version %s is not one this build "
-                          "reads (%d)",
-                          ver && ver->is_integer ? "newer" : "unknown",
+    /* The message is formatted before the document is freed, since it
+     * quotes the version that the document holds. */
+    if (!ver || ver->type != ARDB_JSON_NUMBER)
+        code = ardb__fail(db, ARDB_EINVAL,
+                          "import: export version is missing or not a number "
+                          "(this build reads version %d)",
                           EXPORT_VERSION);
+    else if (ver->is_integer && ver->integer > EXPORT_VERSION)
+        code = ardb__fail(db, ARDB_EINVAL,
+                          "import: export version %" PRId64 " is newer than "
+                          "this build reads (%d): import it with a newer "
+                          "attnres",
+                          ver->integer, EXPORT_VERSION);
+    else if (!ver->is_integer || ver->integer < 1)
+        code = ardb__fail(db, ARDB_EINVAL,
+                          "import: export version %.17g is not one this build "
+                          "reads (%d)",
+                          ver->number, EXPORT_VERSION);
+    if (code) {
+        ardb__json_free(doc);
+        return code;
     }
     if ((code = attach(db, ""))) {
         ardb__json_free(doc);

@@ -435,6 +435,61 @@ const ardb_json *ardb__json_get(const ardb_json *obj, const char *key)
     return NULL;
 }
 
+/* The character at s[0, n) (n >= 1): its length when it is well-formed
+ * UTF-8 (Unicode 15, table 3-7: no overlong forms, no surrogates, nothing
+ * above U+10FFFF), else 0 with *skip set to the length of its maximal
+ * ill-formed prefix (at least 1), the unit that Unicode's "substitution of
+ * maximal subparts" replaces with one U+FFFD. */
+static size_t utf8_char(const unsigned char *s, size_t n, size_t *skip)
+{
+    unsigned c = s[0], lo = 0x80, hi = 0xbf;
+    size_t k, j;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        k = 1;
+    else if (c >= 0xe0 && c <= 0xef)
+        k = 2;
+    else if (c >= 0xf0 && c <= 0xf4)
+        k = 3;
+    else {
+        *skip = 1;
+        return 0;
+    }
+    if (c == 0xe0)
+        lo = 0xa0; /* overlong below U+0800 */
+    else if (c == 0xed)
+        hi = 0x9f; /* surrogates U+D800..U+DFFF */
+    else if (c == 0xf0)
+        lo = 0x90; /* overlong below U+10000 */
+    else if (c == 0xf4)
+        hi = 0x8f; /* above U+10FFFF */
+    for (j = 1; j <= k; j++) {
+        if (j >= n || s[j] < lo || s[j] > hi) {
+            *skip = j;
+            return 0;
+        }
+        lo = 0x80;
+        hi = 0xbf;
+    }
+    return k + 1;
+}
+
+int ardb__utf8_valid(const char *s, size_t n, size_t *bad_at)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, skip = 0, k;
+    while (i < n) {
+        if (!(k = utf8_char(u + i, n - i, &skip))) {
+            if (bad_at)
+                *bad_at = i;
+            return 0;
+        }
+        i += k;
+    }
+    return 1;
+}
+
 int ardb__json_write_string(ardb_json_out fn, void *ctx, const char *s,
                             size_t n)
 {
@@ -458,8 +513,23 @@ int ardb__json_write_string(ardb_json_out fn, void *ctx, const char *s,
         default:
             if (c < 0x20) {
                 len += (size_t)snprintf(buf + len, sizeof buf - len, "\\u%04x", c);
-            } else {
+            } else if (c < 0x80) {
                 buf[len++] = (char)c;
+            } else {
+                /* JSON text is UTF-8 (RFC 8259 §8.1), so bytes that are
+                 * not, which a database can hold (SQLite does not check
+                 * text), are written as U+FFFD rather than making the
+                 * whole output unreadable to a strict parser. */
+                size_t skip = 1, k = utf8_char((const unsigned char *)s + i, n - i, &skip);
+                if (k) {
+                    memcpy(buf + len, s + i, k);
+                    len += k;
+                    i += k - 1;
+                } else {
+                    memcpy(buf + len, "\\ufffd", 6);
+                    len += 6;
+                    i += skip - 1;
+                }
             }
         }
     }

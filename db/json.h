@@ -40,8 +40,14 @@ void ardb__json_free(ardb_json *v); /* NULL: no-op */
 /* The member of an object by key (the first), or NULL. */
 const ardb_json *ardb__json_get(const ardb_json *obj, const char *key);
 
+/* Whether s[0, n) is well-formed UTF-8; when it is not, *bad_at (may be
+ * NULL) gets the offset of the first byte that is not. */
+int ardb__utf8_valid(const char *s, size_t n, size_t *bad_at);
+
 /* Appends s (n bytes) as a quoted JSON string to a writer through fn;
- * returns fn's first non-zero result. */
+ * returns fn's first non-zero result. Bytes that are not well-formed UTF-8
+ * are written as U+FFFD (one per maximal ill-formed subpart), so the
+ * output is always valid JSON. */
 typedef int (*ardb_json_out)(void *ctx, const void *data, size_t len);
 int ardb__json_write_string(ardb_json_out fn, void *ctx, const char *s,
                             size_t n);

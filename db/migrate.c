@@ -70,12 +70,24 @@ static const char delta_v4[] =
     "UPDATE attnres_meta SET value = '4' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 4;\n";
 
+/* v4 -> v5: runs.owner, the process that records a run (db/liveness.c:
+ * machine, boot, pid namespace, pid and the process's start time), so that
+ * a run whose process was killed can be told from one still going and
+ * marked 'interrupted' instead of staying 'running' forever. Runs recorded
+ * before v5 have no owner and are left as they are: nothing says whether
+ * their process is gone. */
+static const char delta_v5[] =
+    "ALTER TABLE runs ADD COLUMN owner TEXT;\n"
+    "UPDATE attnres_meta SET value = '5' WHERE key = 'schema_version';\n"
+    "PRAGMA user_version = 5;\n";
+
 typedef struct delta {
     int64_t to;
     const char *sql;
 } delta;
 
-static const delta deltas[] = {{2, delta_v2}, {3, delta_v3}, {4, delta_v4}};
+static const delta deltas[] = {
+    {2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}};
 
 int ardb__user_version(ardb *db, const char *schema, int64_t *version)
 {

@@ -15,3 +15,16 @@ add_test(NAME cli_regress_finds_real_slowdown
           ${ATTNRES_DB_V1_FIXTURE})
 set_tests_properties(cli_regress_finds_real_slowdown PROPERTIES TIMEOUT 600 LABELS cli RUN_SERIAL TRUE
   ENVIRONMENT "ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR}")
+
+# `db export --out` and `db plot --out` replace their files whole or not at
+# all (issue 13 #4).
+add_test(NAME cli_db_outputs_atomic
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_db_outputs_atomic.py $<TARGET_FILE:attnres_cli>)
+set_tests_properties(cli_db_outputs_atomic PROPERTIES TIMEOUT 120 LABELS cli)
+
+# Killed runs become 'interrupted'; regress refuses runs that did not
+# complete (issue 13 #6).
+add_test(NAME cli_regress_refuses_incomplete_runs
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_regress_incomplete.sh $<TARGET_FILE:attnres_cli>)
+set_tests_properties(cli_regress_refuses_incomplete_runs PROPERTIES TIMEOUT 300 LABELS cli
+  ENVIRONMENT "ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR}")

@@ -306,13 +306,13 @@ static void test_v1_file_read_only_then_migrated(void)
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE uid = 'v1:2025-02-01T10:00:00.000Z:builder:2'") == 1);
     /* v3: the read bandwidth column, NULL for the runs recorded before;
      * v4: every device recorded before is real hardware. */
-    CHECK(raw_int(path, "PRAGMA user_version") == 4);
+    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
     CHECK(raw_int(path, "SELECT count(*) FROM devices WHERE simulated = 0") ==
           raw_int(bak, "SELECT count(*) FROM devices"));
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'read_gbps'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
     char *v = NULL;
-    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "4") == 0);
+    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "5") == 0);
     free(v);
     v = NULL;
     CHECK(ardb_meta_get(db, "migrated_from_v1", &v) == ARDB_DONE && v && strstr(v, "backup") &&
@@ -378,12 +378,12 @@ static void test_v1_file_read_only_then_migrated(void)
 
     /* A newer file is refused, read-only or not, and left alone. */
     REQUIRE(make_v1("newer.db", path, sizeof path) == 0);
-    REQUIRE(raw_exec(path, "PRAGMA user_version = 5;") == SQLITE_OK);
+    REQUIRE(raw_exec(path, "PRAGMA user_version = 6;") == SQLITE_OK);
     db = (ardb *)1;
     CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_ENEWER && db == NULL);
-    CHECK(strstr(msg, "database schema version 5 is newer than this build (4)") != NULL);
+    CHECK(strstr(msg, "database schema version 6 is newer than this build (5)") != NULL);
     CHECK(ardb_open(path, ARDB_READONLY, &db, msg, sizeof msg) == ARDB_ENEWER);
-    CHECK(raw_int(path, "PRAGMA user_version") == 5);
+    CHECK(raw_int(path, "PRAGMA user_version") == 6);
 }
 
 static void test_v2_file_read_only_then_migrated(void)
@@ -424,7 +424,7 @@ static void test_v2_file_read_only_then_migrated(void)
     /* Read-write: migrated to v4 in place, with a backup of the v2 file. */
     db = open_db(path, 0);
     REQUIRE(db != NULL);
-    CHECK(raw_int(path, "PRAGMA user_version") == 4);
+    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
     CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == 2);
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'read_gbps'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
@@ -556,7 +556,7 @@ static void test_v3_file_read_only_then_migrated(void)
      * every device keeps its id and is real, and nothing is lost. */
     db = open_db(path, 0);
     REQUIRE(db != NULL);
-    CHECK(raw_int(path, "PRAGMA user_version") == 4);
+    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
     CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == 3);
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('devices') WHERE name = 'simulated'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('devices') WHERE name = 'simulated'") == 1);
@@ -573,7 +573,7 @@ static void test_v3_file_read_only_then_migrated(void)
     CHECK(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE name = 'ardb_v4_devices'") == 0);
     {
         char *v = NULL;
-        CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "4") == 0);
+        CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "5") == 0);
         free(v);
         v = NULL;
         CHECK(ardb_meta_get(db, "migrated_from_v3", &v) == ARDB_DONE && v && strstr(v, "v3.db.v3.bak"));
@@ -854,7 +854,7 @@ static void test_merge_without_duplicates(void)
     path_in_tmp(path, sizeof path, "missing.db");
     CHECK(ardb_merge(db, path, &s) == ARDB_ENOTDB && strstr(ardb_errmsg(db), "no such database file"));
     REQUIRE(make_v1("newer-src.db", path, sizeof path) == 0);
-    REQUIRE(raw_exec(path, "PRAGMA user_version = 5;") == SQLITE_OK);
+    REQUIRE(raw_exec(path, "PRAGMA user_version = 6;") == SQLITE_OK);
     CHECK(ardb_merge(db, path, &s) == ARDB_ENEWER);
     CHECK(ardb_begin(db) == ARDB_DONE);
     CHECK(ardb_merge(db, shard, &s) == ARDB_EINVAL && strstr(ardb_errmsg(db), "transaction"));
@@ -877,7 +877,7 @@ static void test_merge_without_duplicates(void)
     ardb *old = open_db(v1, 0); /* migrates */
     CHECK(old != NULL);
     ardb_close(old);
-    CHECK(raw_int(v1, "PRAGMA user_version") == 4);
+    CHECK(raw_int(v1, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
     CHECK(ardb_merge(db, v1, &s) == ARDB_DONE && stats_zero(&s));
     /* Runs merged from a file without the column have none. */
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);

@@ -4,10 +4,14 @@
  * cmd_db_compare.c, export/import/merge in cmd_db_exchange.c, pictures in
  * cmd_db_plot.c.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ardb.h"
 #include "cli.h"
@@ -34,7 +38,8 @@ static const char db_usage[] =
     "  regress     exit 0 when no problem of the candidate run (default: the newest\n"
     "              run after the baseline on its device) got slower than the baseline\n"
     "              beyond PCT percent (default 5) and the noise, 1 when one did (listed),\n"
-    "              2 on usage errors or when the runs cannot be compared\n"
+    "              2 on usage errors or when the runs cannot be compared (a run that\n"
+    "              is still running, was interrupted or failed is not compared)\n"
     "  export      the history as JSON (for import elsewhere) or CSV (for dashboards)\n"
     "  import      a JSON export, without duplicates (FILE - reads standard input)\n"
     "  merge       another database file, without duplicates (e.g. tuning shards)\n"
@@ -60,6 +65,108 @@ int db_open(const char *path, unsigned flags, ardb **db)
     return 0;
 }
 
+int db_out_open(db_out_file *o, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
+    struct stat sb;
+    memset(o, 0, sizeof *o);
+    if (!*path || (slash && !slash[1])) {
+        cli_error("db", "cannot write '%s': not a file name", path);
+        return -1;
+    }
+    o->path = strdup(path);
+    /* DIR/.NAME.tmp-XXXXXX: hidden, and beside the target so that the
+     * rename replaces it in one step. */
+    size_t n = strlen(path) + 16;
+    o->tmp = malloc(n);
+    if (!o->path || !o->tmp) {
+        cli_error("db", "out of memory");
+        db_out_discard(o);
+        return -1;
+    }
+    snprintf(o->tmp, n, "%.*s.%s.tmp-XXXXXX", (int)dir_len, path, path + dir_len);
+    if (stat(path, &sb) == 0) {
+        if (!S_ISREG(sb.st_mode)) {
+            cli_error("db", "cannot write %s: not a regular file", path);
+            db_out_discard(o);
+            return -1;
+        }
+        o->mode = (int)(sb.st_mode & 07777);
+    } else {
+        /* A new file gets what fopen would give it. The umask can only be
+         * read by setting it; the command line is single-threaded here. */
+        mode_t mask = umask(022);
+        umask(mask);
+        o->mode = (int)(0666 & ~mask);
+    }
+    int fd = mkstemp(o->tmp);
+    if (fd < 0) {
+        cli_error("db", "cannot write %s: %s", path, strerror(errno));
+        free(o->tmp);
+        o->tmp = NULL;
+        db_out_discard(o);
+        return -1;
+    }
+    if (fchmod(fd, (mode_t)o->mode) != 0 || !(o->f = fdopen(fd, "wb"))) {
+        cli_error("db", "cannot write %s: %s", path, strerror(errno));
+        close(fd);
+        db_out_discard(o);
+        return -1;
+    }
+    return 0;
+}
+
+int db_out_close(db_out_file *o)
+{
+    int failed = 0;
+    if (!o->f)
+        return o->tmp ? 0 : -1;
+    /* Synced before the rename, so that a crash after it cannot leave an
+     * empty or partial file under the target's name. */
+    if (fflush(o->f) != 0 || ferror(o->f) || fsync(fileno(o->f)) != 0)
+        failed = 1;
+    if (fclose(o->f) != 0)
+        failed = 1;
+    o->f = NULL;
+    if (failed) {
+        cli_error("db", "writing %s failed: %s", o->path, strerror(errno));
+        remove(o->tmp);
+        free(o->tmp);
+        o->tmp = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int db_out_commit(db_out_file *o)
+{
+    if (!o->tmp || o->f)
+        return -1;
+    if (rename(o->tmp, o->path) != 0) {
+        cli_error("db", "cannot write %s: %s", o->path, strerror(errno));
+        remove(o->tmp);
+        free(o->tmp);
+        o->tmp = NULL;
+        return -1;
+    }
+    free(o->tmp);
+    o->tmp = NULL;
+    return 0;
+}
+
+void db_out_discard(db_out_file *o)
+{
+    if (o->f)
+        fclose(o->f);
+    o->f = NULL;
+    if (o->tmp)
+        remove(o->tmp);
+    free(o->tmp);
+    free(o->path);
+    o->tmp = o->path = NULL;
+}
+
 int db_resolve_run(ardb *db, const char *text, int64_t *run_id)
 {
     if (ardb_run_resolve(db, text, run_id) != ARDB_DONE) {
@@ -69,27 +176,20 @@ int db_resolve_run(ardb *db, const char *text, int64_t *run_id)
     return 0;
 }
 
+static int write_stream(void *ctx, const void *data, size_t len)
+{
+    return fwrite(data, 1, len, (FILE *)ctx) == len ? 0 : -1;
+}
+
 void db_json_string(FILE *out, const char *s)
 {
-    if (!s) {
+    /* Through the database layer's writer, which escapes what JSON needs
+     * and replaces bytes that are not UTF-8 (a database can hold any), so
+     * that the output is always JSON; a write error shows in ferror. */
+    if (!s)
         fputs("null", out);
-        return;
-    }
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(out, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", out);
-        else if (c == '\t')
-            fputs("\\t", out);
-        else if (c < 0x20)
-            fprintf(out, "\\u%04x", c);
-        else
-            fputc(c, out);
-    }
-    fputc('"', out);
+    else
+        (void)ardb_json_string(write_stream, out, s, strlen(s));
 }
 
 void db_json_number(FILE *out, double v)

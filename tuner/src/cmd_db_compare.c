@@ -176,6 +176,36 @@ int db_cmd_diff(int argc, char **argv)
 
 /* ---- regress ---------------------------------------------------------------- */
 
+/* Why a run cannot be compared, or NULL when it completed. A run that did
+ * not finish measured only some problems, and the ones it left out would
+ * read as "not in the candidate" (or, in a baseline, hide the regressions
+ * of the problems it never reached), so regress refuses it. */
+static const char *incomplete(const ardb_run_info *r)
+{
+    const char *st = r->status ? r->status : "";
+    if (strcmp(st, "complete") == 0)
+        return NULL;
+    if (strcmp(st, "running") == 0)
+        return "is still running (or its process was killed and no attnres has opened the database for "
+               "writing since, which would mark it interrupted)";
+    if (strcmp(st, "interrupted") == 0)
+        return "was interrupted: its process ended before the run finished";
+    if (strcmp(st, "failed") == 0)
+        return "failed before it finished";
+    return "has an unknown status";
+}
+
+static int refuse_incomplete(const char *role, const ardb_run_info *r)
+{
+    const char *why = incomplete(r);
+    if (!why)
+        return 0;
+    cli_error("db", "the %s run %" PRId64 " (%s) %s; only complete runs are compared: choose another with --%s "
+                    "(see attnres db runs)",
+              role, r->id, r->status ? r->status : "?", why, role);
+    return -1;
+}
+
 int db_cmd_regress(int argc, char **argv)
 {
     const char *path = "attnres.db", *base_text = NULL, *cand_text = NULL;
@@ -237,6 +267,8 @@ int db_cmd_regress(int argc, char **argv)
         goto done;
     }
     if (load_pair(db, a, b, &ra, &rb, &rows, &n))
+        goto done;
+    if (refuse_incomplete("baseline", &ra) || refuse_incomplete("candidate", &rb))
         goto done;
 
     size_t counts[6] = {0}, compared = 0;

@@ -78,20 +78,30 @@ int db_cmd_export(int argc, char **argv)
     ardb *db;
     if (db_open(path, ARDB_READONLY, &db))
         return CLI_EXIT_FAIL;
+    /* A file is written through a temporary and renamed into place only
+     * when the whole export succeeded: a failure (a damaged database, a
+     * full disk) leaves an existing file as it was, never truncated. */
+    db_out_file file = {0};
     FILE *out = stdout;
-    if (out_path && strcmp(out_path, "-") != 0 && !(out = fopen(out_path, "wb"))) {
-        cli_error("db", "cannot write %s: %s", out_path, strerror(errno));
-        ardb_close(db);
-        return CLI_EXIT_FAIL;
+    if (out_path && strcmp(out_path, "-") != 0) {
+        if (db_out_open(&file, out_path)) {
+            ardb_close(db);
+            return CLI_EXIT_FAIL;
+        }
+        out = file.f;
     }
     int rc = json ? ardb_export_json(db, flags, write_file, out) : ardb_export_csv(db, t, write_file, out);
     if (rc != ARDB_DONE)
         cli_error("db", "%s", ardb_errmsg(db));
-    int closed = out == stdout ? fflush(out) : fclose(out);
-    if (closed != 0 && rc == ARDB_DONE) {
-        cli_error("db", "writing %s failed", out_path ? out_path : "standard output");
-        rc = ARDB_ESQL;
+    if (out == stdout) {
+        if (fflush(out) != 0 && rc == ARDB_DONE) {
+            cli_error("db", "writing standard output failed");
+            rc = ARDB_ESQL;
+        }
+    } else if (rc != ARDB_DONE || db_out_close(&file) || db_out_commit(&file)) {
+        rc = rc == ARDB_DONE ? ARDB_ESQL : rc;
     }
+    db_out_discard(&file);
     ardb_close(db);
     return rc == ARDB_DONE ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }

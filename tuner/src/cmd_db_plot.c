@@ -21,9 +21,15 @@
 
 #define DEFAULT_RUNS 8
 
+/* Every file of a plot is written to a temporary first (db_out_file) and
+ * the temporaries are renamed into place only when all of them were
+ * written, so a failure leaves each file in DIR as it was. */
 typedef struct plot_ctx {
     const char *dir;
-    FILE *index;
+    db_out_file index;
+    int has_index;
+    db_out_file *outs; /* the charts written, closed, not yet renamed */
+    size_t nouts, cap;
     size_t files;
     const ardb_run_info *runs;
     size_t nruns;
@@ -37,23 +43,35 @@ static const ardb_run_info *find_run(const plot_ctx *c, int64_t id)
     return NULL;
 }
 
-/* Opens DIR/name for writing and notes it in the index. */
+/* Opens a temporary for DIR/name and notes the chart in the index; the
+ * chart is c->outs[c->nouts - 1] until close_output. */
 static FILE *open_output(plot_ctx *c, const char *name, const char *caption)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", c->dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        cli_error("db", "cannot write %s: %s", path, strerror(errno));
+    if (c->nouts == c->cap) {
+        size_t ncap = c->cap ? 2 * c->cap : 16;
+        db_out_file *n = realloc(c->outs, ncap * sizeof *n);
+        if (!n) {
+            cli_error("db", "out of memory");
+            return NULL;
+        }
+        c->outs = n;
+        c->cap = ncap;
+    }
+    if (db_out_open(&c->outs[c->nouts], path))
         return NULL;
-    }
-    if (c->index) {
-        fprintf(c->index, "<figure><img src=\"%s\" alt=\"%s\"><figcaption>%s</figcaption></figure>\n", name, caption,
-                caption);
-    }
-    printf("%s\n", path);
-    c->files++;
-    return f;
+    c->nouts++;
+    if (c->has_index)
+        fprintf(c->index.f, "<figure><img src=\"%s\" alt=\"%s\"><figcaption>%s</figcaption></figure>\n", name,
+                caption, caption);
+    return c->outs[c->nouts - 1].f;
+}
+
+/* Closes the chart open_output opened; -1 when it could not be written. */
+static int close_output(plot_ctx *c)
+{
+    return db_out_close(&c->outs[c->nouts - 1]);
 }
 
 static void slug(const char *key, char *out, size_t len)
@@ -113,10 +131,10 @@ static int latency_chart(plot_ctx *c, const ardb_winner_point *p, size_t lo, siz
     svg_line_opts o = {.title = title, .subtitle = subtitle, .x_label = "run id", .y_label = "latency (us)",
                        .log_y = -1, .integer_x = 1};
     rc = svg_line_chart(f, &o, series, nseries);
-    if (fclose(f) != 0)
+    if (close_output(c) != 0)
         rc = -1;
-    if (rc)
-        cli_error("db", "writing %s/%s failed", c->dir, name);
+    else if (rc)
+        cli_error("db", "writing %s/%s failed: no point to draw", c->dir, name);
 done:
     for (size_t i = 0; labels && i < n; i++)
         free(labels[i]);
@@ -193,10 +211,10 @@ static int roofline_chart(plot_ctx *c, const ardb_winner_point *p, size_t n, int
                       .y_label = "% of roofline", .reference = 100.0,
                       .reference_name = "measured copy bandwidth (100%)"};
     rc = svg_bar_chart(f, &o, groups, ng, series, ns, values);
-    if (fclose(f) != 0)
+    if (close_output(c) != 0)
         rc = -1;
-    if (rc)
-        cli_error("db", "writing %s/roofline.svg failed", c->dir);
+    else if (rc)
+        cli_error("db", "writing %s/roofline.svg failed: no bar to draw", c->dir);
 done:
     free(groups);
     free(values);
@@ -243,6 +261,7 @@ int db_cmd_plot(int argc, char **argv)
     ardb_run_info *runs = NULL;
     size_t n = 0, nruns = 0;
     int code = CLI_EXIT_FAIL;
+    plot_ctx c = {.dir = dir};
     if (ardb_winner_history(db, &p, &n) != ARDB_DONE || ardb_run_list(db, &runs, &nruns) != ARDB_DONE) {
         cli_error("db", "%s", ardb_errmsg(db));
         goto done;
@@ -251,12 +270,15 @@ int db_cmd_plot(int argc, char **argv)
         cli_error("db", "%s holds no winners to plot", path);
         goto done;
     }
-    plot_ctx c = {.dir = dir, .runs = runs, .nruns = nruns};
+    c.runs = runs;
+    c.nruns = nruns;
     char index_path[4200];
     snprintf(index_path, sizeof index_path, "%s/index.html", dir);
-    c.index = fopen(index_path, "w");
-    if (c.index)
-        fprintf(c.index, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>attnres: %s</title>"
+    /* The index is part of the plot: without it the plot fails. */
+    if (db_out_open(&c.index, index_path))
+        goto done;
+    c.has_index = 1;
+    fprintf(c.index.f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>attnres: %s</title>"
                          "<style>body{font-family:sans-serif} img{max-width:100%%;border:1px solid #ddd}"
                          "</style></head><body>\n<h1>attnres tuning history</h1>\n",
                 path);
@@ -269,18 +291,33 @@ int db_cmd_plot(int argc, char **argv)
         ok = latency_chart(&c, p, lo, hi, charts++) == 0;
         lo = hi;
     }
-    if (c.index) {
-        fputs("</body></html>\n", c.index);
-        if (fclose(c.index) == 0) {
-            printf("%s\n", index_path);
+    fputs("</body></html>\n", c.index.f);
+    if (db_out_close(&c.index))
+        ok = 0;
+    /* Only now, with every file written, do they replace the old ones. */
+    for (size_t i = 0; i < c.nouts && ok; i++) {
+        ok = db_out_commit(&c.outs[i]) == 0;
+        if (ok) {
+            printf("%s\n", c.outs[i].path);
             c.files++;
         }
+    }
+    if (ok && db_out_commit(&c.index) == 0) {
+        printf("%s\n", index_path);
+        c.files++;
+    } else {
+        ok = 0;
     }
     if (ok)
         fprintf(stderr, "attnres db: wrote %zu file(s) to %s (%zu problem(s), %zu run(s))\n", c.files, dir, charts,
                 nruns);
     code = ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 done:
+    for (size_t i = 0; i < c.nouts; i++)
+        db_out_discard(&c.outs[i]);
+    free(c.outs);
+    if (c.has_index)
+        db_out_discard(&c.index);
     ardb_winner_points_free(p, n);
     ardb_run_infos_free(runs, nruns);
     ardb_close(db);

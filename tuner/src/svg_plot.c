@@ -1,6 +1,7 @@
 /* svg_plot.c - see svg_plot.h. */
 #include "svg_plot.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -95,8 +96,14 @@ static double to_px(const axis *a, double v)
     return a->px0 + t * (a->px1 - a->px0);
 }
 
+/* The most ticks an axis draws. Tick loops count up to it instead of
+ * testing a double against the axis end, which never ends when a step is
+ * below the spacing of doubles at a huge value. */
+#define MAX_TICKS 1000
+
 /* Chooses a linear range with nice ends that holds [mn, mx]; zero is
- * included when the data are not far from it. */
+ * included when the data are not far from it. Ends are kept finite: data
+ * near DBL_MAX round up to infinity otherwise. */
 static void linear_range(double mn, double mx, int from_zero, double *lo, double *hi, double *step)
 {
     if (from_zero || (mn >= 0 && mn < 0.3 * mx))
@@ -106,11 +113,15 @@ static void linear_range(double mn, double mx, int from_zero, double *lo, double
         mn -= pad;
         mx += pad;
     }
-    *step = nice_step(mx - mn, 5);
+    *step = nice_step(isfinite(mx - mn) ? mx - mn : DBL_MAX, 5);
     *lo = floor(mn / *step) * *step;
     *hi = ceil(mx / *step) * *step;
     if (*hi <= *lo)
         *hi = *lo + *step;
+    if (!isfinite(*lo))
+        *lo = -DBL_MAX;
+    if (!isfinite(*hi))
+        *hi = DBL_MAX;
 }
 
 /* A logarithmic range with ends at 1, 2 or 5 times a power of ten. */
@@ -132,6 +143,12 @@ static void log_range(double mn, double mx, double *lo, double *hi)
         }
     if (*hi <= *lo)
         *hi = *lo * 2;
+    /* Powers of ten beyond the range of doubles: 10^309 is infinity and
+     * 10^-324 is zero, and log10 of either is not a number of decades. */
+    if (!(*lo > 0))
+        *lo = mn;
+    if (!isfinite(*hi))
+        *hi = DBL_MAX;
 }
 
 /* Draws the horizontal grid and the y tick labels of axis a between x0
@@ -140,13 +157,19 @@ static void y_ticks(FILE *out, const axis *a, double x0, double x1, double step)
 {
     char lab[32];
     if (a->log) {
-        int d0 = (int)floor(log10(a->lo) + 1e-9), d1 = (int)ceil(log10(a->hi) - 1e-9);
+        double l0 = floor(log10(a->lo) + 1e-9), l1 = ceil(log10(a->hi) - 1e-9);
+        /* Converted to int only when finite: the ends of a log axis are
+         * positive and finite (log_range), so the decades lie within
+         * -324 .. 309, but a caller's axis is checked all the same. */
+        if (!isfinite(l0) || !isfinite(l1) || l1 - l0 > MAX_TICKS)
+            return;
+        int d0 = (int)l0, d1 = (int)l1;
         int decades = d1 - d0;
         for (int d = d0; d <= d1; d++) {
             static const double mult[] = {1, 2, 5};
             for (int m = 0; m < 3; m++) {
                 double v = mult[m] * pow(10, d);
-                if (v < a->lo * (1 - 1e-9) || v > a->hi * (1 + 1e-9))
+                if (!isfinite(v) || v < a->lo * (1 - 1e-9) || v > a->hi * (1 + 1e-9))
                     continue;
                 double y = to_px(a, v);
                 int major = m == 0;
@@ -161,7 +184,12 @@ static void y_ticks(FILE *out, const axis *a, double x0, double x1, double step)
         }
         return;
     }
-    for (double v = a->lo; v <= a->hi + step * 1e-6; v += step) {
+    if (!(step > 0) || !isfinite(a->lo) || !isfinite(a->hi))
+        return;
+    for (int k = 0; k <= MAX_TICKS; k++) {
+        double v = a->lo + step * k;
+        if (!isfinite(v) || !(v <= a->hi + step * 1e-6))
+            break;
         double y = to_px(a, v);
         fprintf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\" stroke-width=\"1\"/>\n", x0,
                 y, x1, y);
@@ -221,7 +249,9 @@ int svg_line_chart(FILE *out, const svg_line_opts *o, const svg_series *s, size_
             double x = s[k].x[i], y = s[k].y[i], e = s[k].err ? s[k].err[i] : 0;
             if (!isfinite(x) || !isfinite(y) || y <= 0)
                 continue;
-            if (!isfinite(e) || e < 0)
+            /* An error bar that reaches beyond the largest double is not
+             * drawn, since no axis can hold it. */
+            if (!isfinite(e) || e < 0 || !isfinite(y + e))
                 e = 0;
             points++;
             xmin = fmin(xmin, x);
@@ -254,7 +284,10 @@ int svg_line_chart(FILE *out, const svg_line_opts *o, const svg_series *s, size_
         if (o->integer_x && step < 1)
             step = 1;
         double first = ceil(ax.lo / step) * step;
-        for (double v = first; v <= ax.hi + step * 1e-6; v += step) {
+        for (int t = 0; t <= MAX_TICKS; t++) {
+            double v = first + step * t;
+            if (!isfinite(v) || !(v <= ax.hi + step * 1e-6))
+                break;
             char lab[32];
             double x = to_px(&ax, v);
             fprintf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n", x, y1, x, y1 + 5);
@@ -293,7 +326,7 @@ int svg_line_chart(FILE *out, const svg_line_opts *o, const svg_series *s, size_
             if (!isfinite(x) || !isfinite(y) || y <= 0)
                 continue;
             double px = to_px(&ax, x), py = to_px(&ay, y);
-            if (isfinite(e) && e > 0) {
+            if (isfinite(e) && e > 0 && isfinite(y + e)) {
                 double lo = y - e > ay.lo ? y - e : ay.lo, hi = y + e < ay.hi ? y + e : ay.hi;
                 double plo = to_px(&ay, lo), phi = to_px(&ay, hi);
                 fprintf(out,

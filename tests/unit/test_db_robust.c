@@ -1,0 +1,535 @@
+/*
+ * test_db_robust.c - the tuning database against hostile and damaged
+ * input (issue 13): the defects that a sanitizer build and mutated files
+ * found, each as a case that failed before its fix.
+ *
+ *   - an import of an export version this build does not read (it read the
+ *     parsed document after freeing it);
+ *   - imports of impossible values (negative, non-finite or absurd timings
+ *     and repetition counts) and of strings that are not UTF-8, and exports
+ *     of a database that holds such strings, which must still be JSON;
+ *   - the SVG charts of huge stored timings (a float-to-int conversion of
+ *     infinity, and a tick loop that never ended);
+ *   - runs whose process was killed, which must become "interrupted", and
+ *     the migration that records a run's process (schema v5).
+ *
+ * CMake builds this test with AddressSanitizer and UndefinedBehaviorSanitizer
+ * where the compiler has them (tests/unit/CMakeLists_db.cmake), so a use
+ * after free or an undefined conversion fails it in an ordinary build.
+ * Every file lives in a fresh mkdtemp directory, removed at the end.
+ */
+#define _GNU_SOURCE /* nftw, FTW_PHYS, open_memstream */
+#include <ftw.h>
+#include <math.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ardb.h"
+#include "check.h"
+#include "svg_plot.h"
+
+static char tmpdir[512];
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static void path_in_tmp(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", tmpdir, name);
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static ardb *open_db(const char *path, unsigned flags)
+{
+    char msg[512];
+    ardb *db = NULL;
+    if (ardb_open(path, flags, &db, msg, sizeof msg) != ARDB_DONE)
+        fprintf(stderr, "open %s: %s\n", path, msg);
+    return db;
+}
+
+static int raw_exec(const char *path, const char *sql)
+{
+    sqlite3 *h = NULL;
+    int rc = sqlite3_open(path, &h);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(h, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "%s: %s\n", sql, h ? sqlite3_errmsg(h) : "cannot open");
+    sqlite3_close(h);
+    return rc;
+}
+
+static char *raw_text(const char *path, const char *sql)
+{
+    sqlite3 *h = NULL;
+    sqlite3_stmt *st = NULL;
+    char *out = NULL;
+    if (sqlite3_open(path, &h) == SQLITE_OK && sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+        out = strdup((const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return out;
+}
+
+typedef struct buffer {
+    char *data;
+    size_t len, cap;
+} buffer;
+
+static int buffer_write(void *ctx, const void *data, size_t len)
+{
+    buffer *b = ctx;
+    if (b->len + len + 1 > b->cap) {
+        size_t ncap = (b->cap ? b->cap * 2 : 4096) + len;
+        char *nd = realloc(b->data, ncap);
+        if (!nd)
+            return -1;
+        b->data = nd;
+        b->cap = ncap;
+    }
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+/* Whether s[0, n) is well-formed UTF-8 (Unicode 15, table 3-7), written
+ * here independently of db/ so that the test does not trust the code it
+ * tests. */
+static int utf8_ok(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t k;
+        unsigned lo = 0x80, hi = 0xbf;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xc2 && c <= 0xdf)
+            k = 1;
+        else if (c >= 0xe0 && c <= 0xef)
+            k = 2;
+        else if (c >= 0xf0 && c <= 0xf4)
+            k = 3;
+        else
+            return 0;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+        else if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+        if (i + k >= n)
+            return 0; /* cut short */
+        for (size_t j = 1; j <= k; j++) {
+            unsigned b = s[i + j];
+            unsigned l = j == 1 ? lo : 0x80, h = j == 1 ? hi : 0xbf;
+            if (b < l || b > h)
+                return 0;
+        }
+        i += k + 1;
+    }
+    return 1;
+}
+
+/* ---- 1: an unsupported export version ------------------------------------------ */
+
+static void test_import_of_another_version_is_refused(void)
+{
+    static const struct {
+        const char *text, *msg;
+    } cases[] = {
+        {"{\"format\": \"attnres-export\", \"version\": 2}", "export version 2 is newer than this build reads (1)"},
+        {"{\"format\": \"attnres-export\", \"version\": 0}", "export version 0 is not one this build reads (1)"},
+        {"{\"format\": \"attnres-export\", \"version\": 1.5}", "export version 1.5 is not one this build reads"},
+        {"{\"format\": \"attnres-export\", \"version\": \"1\"}", "export version is missing or not a number"},
+        {"{\"format\": \"attnres-export\"}", "export version is missing or not a number"},
+    };
+    char path[600];
+    ardb_merge_stats s;
+    path_in_tmp(path, sizeof path, "version.db");
+    ardb *db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = ardb_import_json(db, cases[i].text, strlen(cases[i].text), &s);
+        if (rc != ARDB_EINVAL || !strstr(ardb_errmsg(db), cases[i].msg)) {
+            fprintf(stderr, "version case %zu: rc %d, message '%s' (want '%s')\n", i, rc, ardb_errmsg(db),
+                    cases[i].msg);
+            check_failures++;
+        }
+    }
+    ardb_close(db);
+}
+
+/* ---- 2: impossible values and strings that are not UTF-8 ---------------------- */
+
+#define PROBLEM_KEY "mix:f32:d2:n1:h1:replace:epi0:s0:t1"
+
+/* A whole export with one run and one measurement; run_extra and
+ * measurement_extra are members added to (or, when repeated, taking the
+ * place of) the run's and the measurement's. */
+static char *export_doc(const char *run_extra, const char *measurement_extra)
+{
+    static const char fmt[] =
+        "{\"format\": \"attnres-export\", \"version\": 1,\n"
+        "\"devices\": [{\"fingerprint\": \"fp\", \"backend\": \"cpu\"}],\n"
+        "\"problems\": [{\"key\": \"" PROBLEM_KEY "\", \"op\": \"mix\", \"dtype\": \"f32\", \"form\": \"replace\","
+        " \"d\": 2, \"n\": 1, \"heads\": 1, \"epilogue\": 0, \"s\": 0, \"t_bucket\": 1}],\n"
+        "\"candidates\": [{\"variant\": \"v\", \"source_hash\": \"h\"}],\n"
+        "\"runs\": [{%s\"uid\": \"r1\", \"started_at\": \"2025-01-01T00:00:00.000Z\", \"status\": \"complete\","
+        " \"device\": \"fp\"}],\n"
+        "\"measurements\": [\n{%s\"id\": 1, \"run\": \"r1\", \"problem\": \"" PROBLEM_KEY "\", \"variant\": \"v\","
+        " \"source_hash\": \"h\", \"device\": \"fp\", \"status\": \"ok\", \"created_at\": \"t\"}]}\n";
+    size_t n = sizeof fmt + strlen(run_extra) + strlen(measurement_extra);
+    char *doc = malloc(n);
+    if (doc)
+        snprintf(doc, n, fmt, run_extra, measurement_extra);
+    return doc;
+}
+
+static void test_import_refuses_impossible_values(void)
+{
+    static const struct {
+        const char *run, *measurement, *msg; /* msg NULL: imports */
+    } cases[] = {
+        {"", "\"median_us\": 12.5, \"min_us\": 12, \"max_us\": 14, \"spread_us\": 0.25, \"reps\": 100, "
+             "\"gbps\": 3.5, \"roofline\": 0.5, \"rel_err\": 1e-7, ",
+         NULL},
+        {"\"launch_us\": 4.5, \"copy_gbps\": 20, \"read_gbps\": 11, ", "\"median_us\": 0, \"reps\": 0, ", NULL},
+        {"", "\"median_us\": -1, ", "measurements[0] (line 7): \"median_us\" must be a time in microseconds"},
+        {"", "\"median_us\": 1e308, ", "\"median_us\" must be a time in microseconds between 0 and 1e+09"},
+        {"", "\"min_us\": 1e999, ", "measurements[0] (line 7): \"min_us\""},
+        {"", "\"max_us\": -1e999, ", "\"max_us\""},
+        {"", "\"spread_us\": -0.5, ", "\"spread_us\""},
+        {"", "\"reps\": -1, ", "measurements[0] (line 7): \"reps\" must be a repetition count between 0 and"},
+        {"", "\"reps\": 1000000000000, ", "\"reps\" must be a repetition count"},
+        {"", "\"gbps\": -3, ", "\"gbps\" must be a bandwidth"},
+        {"", "\"gbps\": 1e300, ", "\"gbps\" must be a bandwidth"},
+        {"", "\"roofline\": -0.1, ", "\"roofline\""},
+        {"", "\"rel_err\": 1e999, ", "\"rel_err\" must be a finite number >= 0"},
+        {"", "\"rel_err\": -1, ", "\"rel_err\""},
+        {"\"launch_us\": -2, ", "", "runs[0] (line 5): \"launch_us\" must be a time in microseconds"},
+        {"\"copy_gbps\": 1e999, ", "", "runs[0] (line 5): \"copy_gbps\" must be a bandwidth"},
+        {"\"read_gbps\": -1e999, ", "", "\"read_gbps\""},
+        /* Strings: raw bytes that are not UTF-8 (a lone continuation byte,
+         * an overlong '/', an encoded surrogate, a code point above
+         * U+10FFFF, a sequence cut short) are refused; any UTF-8 is kept. */
+        {"\"host\": \"h\xc3\xa9llo \xe2\x82\xac \xf0\x9d\x84\x9e\", ", "\"message\": \"\xe6\x97\xa5\", ", NULL},
+        {"\"host\": \"a\xff" "b\", ", "", "runs[0] (line 5): \"host\" is not valid UTF-8 (at byte 1)"},
+        {"\"note\": \"\xc0\xaf\", ", "", "\"note\" is not valid UTF-8"},
+        {"", "\"message\": \"x\xed\xa0\x80\", ", "measurements[0] (line 7): \"message\" is not valid UTF-8 (at byte 1)"},
+        {"", "\"build_key\": \"\xf4\x90\x80\x80\", ", "\"build_key\" is not valid UTF-8"},
+        {"", "\"message\": \"ab\xe2\x82\", ", "\"message\" is not valid UTF-8 (at byte 2)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[600], name[64];
+        ardb_merge_stats s;
+        snprintf(name, sizeof name, "values-%zu.db", i);
+        path_in_tmp(path, sizeof path, name);
+        ardb *db = open_db(path, ARDB_CREATE);
+        char *doc = export_doc(cases[i].run, cases[i].measurement);
+        if (!db || !doc) {
+            check_failures++;
+            ardb_close(db);
+            free(doc);
+            continue;
+        }
+        int rc = ardb_import_json(db, doc, strlen(doc), &s);
+        int good = cases[i].msg ? rc == ARDB_EINVAL && strstr(ardb_errmsg(db), cases[i].msg) != NULL
+                                : rc == ARDB_DONE && s.measurements == 1 && s.runs == 1;
+        if (!good) {
+            fprintf(stderr, "values case %zu: rc %d, message '%s' (want %s%s)\n", i, rc, ardb_errmsg(db),
+                    cases[i].msg ? cases[i].msg : "success", "");
+            check_failures++;
+        }
+        ardb_close(db);
+        free(doc);
+    }
+}
+
+/* A database that already holds bytes that are not UTF-8 (written before
+ * imports checked, or by a tool through SQL) still exports as JSON: such
+ * bytes become U+FFFD, and the export imports again. */
+static void test_export_is_always_json(void)
+{
+    char path[600], path2[600];
+    ardb_merge_stats s;
+    buffer e = {0};
+    char *doc = export_doc("", "\"median_us\": 12.5, ");
+    path_in_tmp(path, sizeof path, "bytes.db");
+    path_in_tmp(path2, sizeof path2, "bytes-again.db");
+    ardb *db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL && doc != NULL);
+    CHECK(ardb_import_json(db, doc, strlen(doc), &s) == ARDB_DONE);
+    ardb_close(db);
+    free(doc);
+    CHECK(raw_exec(path, "UPDATE runs SET host = CAST(X'61FF62C0AFEDA080F4908080E282' AS TEXT),"
+                         " note = X'00FE41', command = CAST(X'E282AC' AS TEXT)") == SQLITE_OK);
+    db = open_db(path, ARDB_READONLY);
+    REQUIRE(db != NULL);
+    CHECK(ardb_export_json(db, 0, buffer_write, &e) == ARDB_DONE);
+    ardb_close(db);
+    REQUIRE(e.data != NULL);
+    CHECK(utf8_ok((const unsigned char *)e.data, e.len));
+    CHECK(strstr(e.data, "\"host\": \"a\\ufffdb\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd"
+                         "\\ufffd\"") != NULL);
+    CHECK(strstr(e.data, "\"note\": \"\\u0000\\ufffdA\"") != NULL);
+    CHECK(strstr(e.data, "\"command\": \"\xe2\x82\xac\"") != NULL);
+    db = open_db(path2, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_import_json(db, e.data, e.len, &s) == ARDB_DONE && s.runs == 1);
+    ardb_close(db);
+    free(e.data);
+}
+
+/* ---- 2: charts of huge timings ------------------------------------------------- */
+
+static char *chart_text(int bar, const double *y, const double *err, size_t n)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    double x[8];
+    int rc;
+    if (!f)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        x[i] = (double)(i + 1);
+    if (bar) {
+        const char *groups[8] = {"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"}, *series[1] = {"run 1"};
+        svg_bar_opts o = {.title = "t", .y_label = "% of roofline", .reference = 100, .reference_name = "r"};
+        rc = svg_bar_chart(f, &o, groups, n, series, 1, y);
+    } else {
+        svg_series s = {.name = "cpu", .count = n, .x = x, .y = y, .err = err};
+        svg_line_opts o = {.title = "t", .x_label = "run id", .y_label = "us", .log_y = -1, .integer_x = 1};
+        rc = svg_line_chart(f, &o, &s, 1);
+    }
+    fclose(f);
+    if (rc != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* Every number in the chart is finite, and it has y tick labels. */
+static int chart_sane(const char *svg)
+{
+    return svg && !strstr(svg, "nan") && !strstr(svg, "inf") && strstr(svg, "text-anchor=\"end\"") &&
+           strstr(svg, "</svg>");
+}
+
+static void test_charts_of_huge_timings(void)
+{
+    static const double y1[] = {1.5, 1e308}, e1[] = {0.1, 1e308};
+    static const double y2[] = {1e308, 1.7e308}, e2[] = {0, 1.7e308};
+    static const double y3[] = {1e-300, 1.7976931348623157e308}, e3[] = {1e-300, 0};
+    static const double y4[] = {5, 5.0000001}, e4[] = {1e308, 0};
+    static const double b1[] = {1.7e308, 50}, b2[] = {1.7976931348623157e308, 1e-300}, b3[] = {1e300, 1};
+    char *t;
+    t = chart_text(0, y1, e1, 2);
+    CHECK(chart_sane(t));
+    free(t);
+    t = chart_text(0, y2, e2, 2);
+    CHECK(chart_sane(t));
+    free(t);
+    t = chart_text(0, y3, e3, 2);
+    CHECK(chart_sane(t));
+    free(t);
+    t = chart_text(0, y4, e4, 2);
+    CHECK(chart_sane(t));
+    free(t);
+    t = chart_text(1, b1, NULL, 2);
+    CHECK(chart_sane(t));
+    free(t);
+    t = chart_text(1, b2, NULL, 2);
+    CHECK(chart_sane(t));
+    free(t);
+    t = chart_text(1, b3, NULL, 2);
+    CHECK(chart_sane(t));
+    free(t);
+}
+
+/* ---- 6: runs whose process is gone ------------------------------------------- */
+
+static char *run_status(const char *path, int64_t id)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT status FROM runs WHERE id = %lld", (long long)id);
+    return raw_text(path, sql);
+}
+
+static int status_is(const char *path, int64_t id, const char *want)
+{
+    char *st = run_status(path, id);
+    int ok = st && strcmp(st, want) == 0;
+    if (!ok)
+        fprintf(stderr, "run %lld: status %s, want %s\n", (long long)id, st ? st : "(none)", want);
+    free(st);
+    return ok;
+}
+
+/* Sets run id's owner to this process's owner with field k (0-based, of
+ * "v1|MACHINE|BOOT|PIDNS|PID|START", db/liveness.c) replaced by value. */
+static int set_owner_field(const char *path, int64_t id, int64_t from, int k, const char *value)
+{
+    char sql[1024], *owner, *parts[8], *save = NULL;
+    int n = 0;
+    snprintf(sql, sizeof sql, "SELECT owner FROM runs WHERE id = %lld", (long long)from);
+    if (!(owner = raw_text(path, sql)))
+        return -1;
+    for (char *t = strtok_r(owner, "|", &save); t && n < 8; t = strtok_r(NULL, "|", &save))
+        parts[n++] = t;
+    if (n != 6) {
+        free(owner);
+        return -1;
+    }
+    parts[k] = (char *)value;
+    snprintf(sql, sizeof sql, "UPDATE runs SET owner = '%s|%s|%s|%s|%s|%s' WHERE id = %lld", parts[0], parts[1],
+             parts[2], parts[3], parts[4], parts[5], (long long)id);
+    free(owner);
+    return raw_exec(path, sql) == SQLITE_OK ? 0 : -1;
+}
+
+static void test_killed_runs_become_interrupted(void)
+{
+    char path[600];
+    ardb_run r = {.host = "here", .strategy = "exhaustive"};
+    int64_t live, killed = 0, reused, other_machine, old_run, rebooted, done;
+    path_in_tmp(path, sizeof path, "runs.db");
+    ardb *db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    REQUIRE(ardb_run_begin(db, &r, &live) == ARDB_DONE);
+    ardb_close(db);
+
+    /* A child records a run and is killed before it finishes it. */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        ardb *c = NULL;
+        int64_t id;
+        if (ardb_open(path, 0, &c, NULL, 0) != ARDB_DONE || ardb_run_begin(c, &r, &id) != ARDB_DONE)
+            _exit(3);
+        raise(SIGKILL);
+        _exit(4);
+    }
+    int ws = 0;
+    REQUIRE(pid > 0 && waitpid(pid, &ws, 0) == pid);
+    CHECK(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+    char *max = raw_text(path, "SELECT max(id) FROM runs");
+    killed = max ? atoll(max) : 0;
+    free(max);
+    CHECK(killed == live + 1 && status_is(path, killed, "running"));
+
+    /* Runs whose owner this process fabricates from its own: the same pid
+     * started at another time (a reused pid), another machine, another
+     * boot of this one; a run without owner (recorded before schema v5);
+     * and one that finished. */
+    db = open_db(path, 0);
+    REQUIRE(db != NULL);
+    CHECK(ardb_run_begin(db, &r, &reused) == ARDB_DONE);
+    CHECK(ardb_run_begin(db, &r, &other_machine) == ARDB_DONE);
+    CHECK(ardb_run_begin(db, &r, &rebooted) == ARDB_DONE);
+    CHECK(ardb_run_begin(db, &r, &old_run) == ARDB_DONE);
+    CHECK(ardb_run_begin(db, &r, &done) == ARDB_DONE);
+    CHECK(ardb_run_finish(db, done, "complete") == ARDB_DONE);
+    ardb_close(db);
+    CHECK(set_owner_field(path, reused, live, 5, "1") == 0);
+    CHECK(set_owner_field(path, other_machine, live, 1, "another-machine") == 0);
+    CHECK(set_owner_field(path, rebooted, live, 2, "00000000-0000-0000-0000-000000000000") == 0);
+    CHECK(set_owner_field(path, done, killed, 0, "v1") == 0);
+    CHECK(raw_exec(path, "UPDATE runs SET owner = NULL WHERE id = (SELECT max(id) - 1 FROM runs)") == SQLITE_OK);
+
+    /* The open that recorded them has already decided the killed child's
+     * run. A read-only open decides nothing; the next read-write open
+     * decides the rest. */
+    CHECK(status_is(path, killed, "interrupted"));
+    db = open_db(path, ARDB_READONLY);
+    ardb_close(db);
+    CHECK(status_is(path, reused, "running") && status_is(path, rebooted, "running"));
+    db = open_db(path, 0);
+    REQUIRE(db != NULL);
+    CHECK(status_is(path, live, "running"));
+    CHECK(status_is(path, killed, "interrupted"));
+    CHECK(status_is(path, reused, "interrupted"));
+    CHECK(status_is(path, other_machine, "running"));
+    CHECK(status_is(path, rebooted, "interrupted"));
+    CHECK(status_is(path, old_run, "running"));
+    CHECK(status_is(path, done, "complete"));
+    /* A run marked interrupted that its process still finishes (possible
+     * only where the process could not be seen) takes its real status. */
+    CHECK(ardb_run_finish(db, reused, "complete") == ARDB_DONE && status_is(path, reused, "complete"));
+    ardb_close(db);
+}
+
+/* A v4 file gains runs.owner through a migration with a backup; its
+ * running runs have no owner and stay running. */
+static void test_v4_file_migrated_to_v5(void)
+{
+    char path[600], bak[700];
+    ardb_run r = {.host = "old"};
+    int64_t id;
+    struct stat sb;
+    path_in_tmp(path, sizeof path, "v4.db");
+    ardb *db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_run_begin(db, &r, &id) == ARDB_DONE);
+    ardb_close(db);
+    REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN owner; PRAGMA user_version = 4;"
+                           " UPDATE attnres_meta SET value = '4' WHERE key = 'schema_version'") == SQLITE_OK);
+    db = open_db(path, ARDB_READONLY);
+    REQUIRE(db != NULL);
+    ardb_close(db);
+    snprintf(bak, sizeof bak, "%s.v4.bak", path);
+    CHECK(stat(bak, &sb) != 0);
+    db = open_db(path, 0);
+    REQUIRE(db != NULL);
+    ardb_close(db);
+    CHECK(stat(bak, &sb) == 0);
+    char *v = raw_text(path, "PRAGMA user_version"), *bv = raw_text(bak, "PRAGMA user_version");
+    char *col = raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'owner'");
+    CHECK(v && strcmp(v, "5") == 0 && bv && strcmp(bv, "4") == 0 && col && strcmp(col, "1") == 0);
+    free(v);
+    free(bv);
+    free(col);
+    CHECK(status_is(path, id, "running"));
+}
+
+int main(void)
+{
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(tmpdir, sizeof tmpdir, "%s/test_db_robust.XXXXXX", base);
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    /* A chart whose tick loop never ends must fail the test, not hang it. */
+    alarm(60);
+    RUN_CASE(test_import_of_another_version_is_refused);
+    RUN_CASE(test_import_refuses_impossible_values);
+    RUN_CASE(test_export_is_always_json);
+    RUN_CASE(test_charts_of_huge_timings);
+    RUN_CASE(test_killed_runs_become_interrupted);
+    RUN_CASE(test_v4_file_migrated_to_v5);
+    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    CHECK_EXIT();
+}
