@@ -15,7 +15,9 @@
 
 #include "cli.h"
 #include "sha256.h"
-#include "nvrtc.h"
+#ifdef ATTNRES_HAVE_CUDA
+#include "nvrtc.h" /* the CUDA compiler's resource report */
+#endif
 #include "tune_session.h"
 
 /* ---- templates and candidates ---------------------------------------- */
@@ -162,13 +164,16 @@ void compile_missing(tuner *t, source_entry **todo, size_t count)
         }
         /* GPU compilers report registers, spills and shared memory. A
          * variant that spills or needs a stack frame is pruned before any
-         * timing: local memory traffic defeats a memory-bound kernel. */
+         * timing: local memory traffic defeats a memory-bound kernel. Only
+         * a build with the CUDA backend has such a compiler. */
+#ifdef ATTNRES_HAVE_CUDA
         ar_resources res;
         if (strcmp(t->dev->backend, "cuda") == 0 && e->compile_log &&
             ar_nvrtc_parse_resources(e->compile_log, e->kernel, &res) == 0) {
             snprintf(e->resources, sizeof e->resources, "%s", res.json);
             e->pruned = res.spill_stores > 0 || res.spill_loads > 0 || res.stack > 0;
         }
+#endif
         ardb_binary b = {.build_key = e->build_key, .candidate_id = e->candidate_id, .compiler = t->dev->compiler,
                          .options = t->dev->options, .target = t->dev->target, .blob = e->blob,
                          .size = e->blob_size, .resources_json = e->resources[0] ? e->resources : NULL};
