@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -138,6 +140,8 @@ static void compiler_identity(const char *cc, char *out, size_t len)
     pthread_mutex_unlock(&identity_lock);
 }
 
+static void sweep_compile_dirs(void);
+
 static int cpu_open(attnres_device *dev, int index)
 {
     if (index != 0)
@@ -155,6 +159,9 @@ static int cpu_open(attnres_device *dev, int index)
         free(st);
         return ar_device_fail(dev, ATTNRES_ENOMEM, "cannot start %ld worker threads", cores - 1);
     }
+    /* Once per process: what compilers of killed processes left behind. */
+    static pthread_once_t swept = PTHREAD_ONCE_INIT;
+    pthread_once(&swept, sweep_compile_dirs);
     const char *cc = getenv("ATTNRES_CC");
     snprintf(st->cc, sizeof st->cc, "%s", cc && *cc ? cc : "cc");
     dev->state = st;
@@ -194,14 +201,71 @@ static int write_text(const char *path, const char *text)
     return bad ? -1 : 0;
 }
 
-static void remove_tree(const char *dir, const char *const *files)
+/*
+ * The C compiler works in a directory of its own, $TMPDIR/attnres-cc-PID-XXXXXX
+ * (/tmp without TMPDIR), removed when the compile ends, whatever its outcome.
+ * A process killed while it compiles cannot remove its directory, so the
+ * next process to open the CPU device removes those of processes that are
+ * gone. Gone means two things here, each of which alone could be wrong: no
+ * process has the pid in the name (a pid from another pid namespace sharing
+ * the directory would look gone), and nobody holds the flock that the
+ * compiling process takes on the directory for as long as it uses it (a
+ * lock is released by the kernel when its holder dies, in any namespace,
+ * but there is a moment between making the directory and locking it).
+ */
+#define COMPILE_DIR_PREFIX "attnres-cc-"
+
+static const char *temp_root(void)
 {
-    char path[4200];
-    for (; *files; files++) {
-        snprintf(path, sizeof path, "%s/%s", dir, *files);
-        unlink(path);
+    const char *d = getenv("TMPDIR");
+    return d && *d ? d : "/tmp";
+}
+
+/* Removes the plain files in dir (the compiler writes no subdirectories)
+ * and dir itself. */
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL)
+            if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+                unlinkat(dirfd(d), de->d_name, 0);
+        closedir(d);
     }
     rmdir(dir);
+}
+
+static void sweep_compile_dirs(void)
+{
+    const char *root = temp_root();
+    DIR *d = opendir(root);
+    if (!d)
+        return;
+    size_t plen = strlen(COMPILE_DIR_PREFIX);
+    pid_t self = getpid();
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, COMPILE_DIR_PREFIX, plen) != 0)
+            continue;
+        char *end;
+        long pid = strtol(de->d_name + plen, &end, 10);
+        /* Only names this scheme makes; older "attnres-cc-XXXXXX" ones
+         * carry no owner and are left alone. */
+        if (end == de->d_name + plen || *end != '-' || pid <= 0 || pid == (long)self)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive, or not ours to judge */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", root, de->d_name);
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            remove_dir(path);
+        close(fd);
+    }
+    closedir(d);
 }
 
 static int cpu_compile(attnres_device *dev, const char *source,
@@ -214,11 +278,22 @@ static int cpu_compile(attnres_device *dev, const char *source,
     *size = 0;
     if (log)
         *log = NULL;
-    char dir[] = "/tmp/attnres-cc-XXXXXX";
+    char dir[4096];
+    int dlen = snprintf(dir, sizeof dir, "%s/" COMPILE_DIR_PREFIX "%ld-XXXXXX", temp_root(), (long)getpid());
+    if (dlen < 0 || (size_t)dlen >= sizeof dir - 16)
+        return ar_device_fail(dev, ATTNRES_EIO, "the temporary directory's path is too long (TMPDIR=%.200s)",
+                              temp_root());
     if (!mkdtemp(dir))
-        return ar_device_fail(dev, ATTNRES_EIO, "cannot create a temporary directory: %s", strerror(errno));
-    static const char *const files[] = {"kernel.c", "kernel.so", "log.txt", NULL};
-    char src[300], obj[300], logp[300];
+        return ar_device_fail(dev, ATTNRES_EIO, "cannot create a temporary directory in %s: %s", temp_root(),
+                              strerror(errno));
+    /* Held until the directory is removed; close-on-exec, so that the
+     * compiler (which may outlive a killed owner) never holds it. */
+    int lock = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lock >= 0 && flock(lock, LOCK_EX) != 0) {
+        close(lock);
+        lock = -1;
+    }
+    char src[4200], obj[4200], logp[4200];
     snprintf(src, sizeof src, "%s/kernel.c", dir);
     snprintf(obj, sizeof obj, "%s/kernel.so", dir);
     snprintf(logp, sizeof logp, "%s/log.txt", dir);
@@ -264,7 +339,9 @@ static int cpu_compile(attnres_device *dev, const char *source,
         *size = 0;
     }
 done:
-    remove_tree(dir, files);
+    remove_dir(dir);
+    if (lock >= 0)
+        close(lock);
     return status;
 }
 

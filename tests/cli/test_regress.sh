@@ -13,6 +13,21 @@
 # the SVGs must be well-formed, show the data, and render when a renderer
 # is present; export, import and merge must keep regress's answer.
 #
+# The five runs are real, but regress, diff, the plots and the CSV are then
+# judged on synthetic timings: the history is exported, every measurement
+# of runs 1 to 3 gets one fast time and every one of runs 4 and 5 a time 20
+# times slower, and the result is imported into a fresh database. Real
+# timings cannot carry these verdicts on a shared machine: a loaded run 1,
+# or a loaded re-validation (run 3), moves the ratios past any threshold a
+# test can fix (a kernel on two worker threads waits for each wake-up, which
+# takes milliseconds when the cores are busy), and under such noise the
+# tuner may even take a scalar single-thread variant as run 1's winner (its
+# tie-break prefers the fewest resources among equivalent candidates). What
+# the runs themselves must show is load-independent: their exit codes,
+# their strategies, and that run 4 can only pick a scalar variant. The slow
+# copy marks its sources, so that run 4 measures kernels of its own instead
+# of reusing run 1's scalar measurements (same source, same build key).
+#
 # usage: test_regress.sh ATTNRES_CLI DB_V1_FIXTURE.sql
 set -uo pipefail
 cli="$1"
@@ -58,11 +73,24 @@ rm "$dir/slow/cpu/mix_fused.lua"
 sed -i -E 's/\{ name = "vec", values = \{[^}]*\} \}/{ name = "vec", values = { 1 } }/;
            s/\{ name = "threads", values = \{[^}]*\} \}/{ name = "threads", values = { 1 } }/' \
   "$dir/slow/cpu/mix.lua"
+# Its sources carry a mark: new source hashes and build keys.
+if [ "$(tail -n 1 "$dir/slow/cpu/mix.lua")" = "return T" ]; then
+  sed -i '$d' "$dir/slow/cpu/mix.lua"
+  cat >>"$dir/slow/cpu/mix.lua" <<'LUA'
+local shipped_emit = T.emit
+function T.emit(p)
+  local src, name = shipped_emit(p)
+  return "/* the regress test's scalar-only copy */\n" .. src, name
+end
+return T
+LUA
+fi
 if grep -q 'name = "vec", values = { 1 } }' "$dir/slow/cpu/mix.lua" &&
-   grep -q 'name = "threads", values = { 1 } }' "$dir/slow/cpu/mix.lua"; then
-  ok "slow template copy restricts vec and threads to 1"
+   grep -q 'name = "threads", values = { 1 } }' "$dir/slow/cpu/mix.lua" &&
+   grep -q "scalar-only copy" "$dir/slow/cpu/mix.lua"; then
+  ok "slow template copy restricts vec and threads to 1 and marks its sources"
 else
-  bad "could not restrict the copied cpu/mix.lua (its parameter lines changed?)"
+  bad "could not restrict the copied cpu/mix.lua (its parameter lines or its last line changed?)"
 fi
 
 echo "-- tuning (runs 1 to 5)"
@@ -79,6 +107,32 @@ strategies=$("$cli" db runs --db "$db" --json | python3 -c 'import json,sys; pri
 read -r -a st <<<"$strategies"
 if [ "${#st[@]}" = 5 ] && [ "${st[2]}" = revalidate ] && [ "${st[4]}" = revalidate ] && [ "${st[0]}" != revalidate ]; then
   ok "runs 3 and 5 are re-validations ($strategies)"; else bad "run strategies: $strategies"; fi
+
+echo "-- synthetic timings (see the top of this file)"
+expect_rc 0 "export the real history" -- "$cli" db export --json --db "$db" --out "$dir/real.json"
+if python3 - "$dir/real.json" "$dir/synthetic.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+run_id = {r["uid"]: r["id"] for r in d["runs"]}
+FAST_US, SLOW_US = 4.0, 80.0
+changed = 0
+for m in d["measurements"]:
+    if m["status"] != "ok":
+        continue
+    new = SLOW_US if run_id[m["run"]] >= 4 else FAST_US
+    old = m["median_us"]
+    # Bandwidth and roofline follow the time: the bytes moved stay the same.
+    for k in ("gbps", "roofline"):
+        if m.get(k) and old:
+            m[k] = m[k] * old / new
+    m["median_us"], m["min_us"], m["max_us"], m["spread_us"] = new, new * 0.99, new * 1.01, new * 0.01
+    changed += 1
+assert changed > 0
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+then ok "timings replaced: runs 1-3 at 4 us, runs 4-5 at 80 us"; else bad "rewriting the export"; fi
+expect_rc 0 "import the synthetic history" -- "$cli" db import "$dir/synthetic.json" --db "$dir/synthetic.db"
+db="$dir/synthetic.db"
 
 echo "-- regress"
 expect_rc 0 "same build: regress 1 -> 2" -- "$cli" db regress --db "$db" --baseline 1 --candidate 2
@@ -102,7 +156,8 @@ assert r["problem"] == sys.argv[2], r
 assert r["candidate_us"] > r["baseline_us"] > 0, r
 assert abs(r["ratio"] - r["candidate_us"] / r["baseline_us"]) < 1e-9, r
 assert r["ratio"] > 2, r
-assert "_v1_" in r["variant_b"] and r["variant_a"] != r["variant_b"], r
+# Run 1's winner is not asserted to differ by name: see the top of the file.
+assert "_v1_" in r["variant_b"] and "_t1" in r["variant_b"], r
 assert d["baseline"]["id"] == 1 and d["candidate"]["id"] == 4, d
 for k in ("compiler", "driver", "project_version", "templates_hash", "policy_json", "device_fingerprint"):
     assert d["candidate"][k], k

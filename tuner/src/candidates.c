@@ -15,7 +15,9 @@
 
 #include "cli.h"
 #include "sha256.h"
-#include "nvrtc.h"
+#ifdef ATTNRES_HAVE_CUDA
+#include "nvrtc.h" /* the CUDA compiler's resource report */
+#endif
 #include "tune_session.h"
 
 /* ---- templates and candidates ---------------------------------------- */
@@ -115,8 +117,35 @@ typedef struct compile_pool {
     tuner *t;
     source_entry **todo;
     size_t count, next;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu;    /* guards next */
+    pthread_mutex_t store; /* one worker at a time uses the database */
 } compile_pool;
+
+/* Stores e's fresh binary (one short transaction) and frees it. A variant
+ * that the GPU compiler reports as spilling is pruned, and its binary still
+ * stored, so that a resumed run does not compile it again. */
+static void store_binary(tuner *t, source_entry *e)
+{
+    /* GPU compilers report registers, spills and shared memory. A variant
+     * that spills or needs a stack frame is pruned before any timing: local
+     * memory traffic defeats a memory-bound kernel. Only a build with the
+     * CUDA backend has such a compiler. */
+#ifdef ATTNRES_HAVE_CUDA
+    ar_resources res;
+    if (strcmp(t->dev->backend, "cuda") == 0 && e->compile_log &&
+        ar_nvrtc_parse_resources(e->compile_log, e->kernel, &res) == 0) {
+        snprintf(e->resources, sizeof e->resources, "%s", res.json);
+        e->pruned = res.spill_stores > 0 || res.spill_loads > 0 || res.stack > 0;
+    }
+#endif
+    ardb_binary b = {.build_key = e->build_key, .candidate_id = e->candidate_id, .compiler = t->dev->compiler,
+                     .options = t->dev->options, .target = t->dev->target, .blob = e->blob,
+                     .size = e->blob_size, .resources_json = e->resources[0] ? e->resources : NULL};
+    if (ardb_binary_put(t->db, &b) == ARDB_DONE)
+        e->have_binary = 1;
+    free(e->blob);
+    e->blob = NULL;
+}
 
 static void *compile_worker(void *arg)
 {
@@ -130,19 +159,28 @@ static void *compile_worker(void *arg)
         source_entry *e = cp->todo[i];
         int rc = cp->t->dev->ops->compile(cp->t->dev, e->source, e->kernel, &e->blob, &e->blob_size,
                                           &e->compile_log);
-        if (rc != ATTNRES_OK)
+        if (rc != ATTNRES_OK) {
             e->compile_failed = 1;
+            continue;
+        }
+        /* Each binary is stored as soon as it is built: a run killed in
+         * the middle of a batch keeps what it compiled, so that a job killed
+         * more often than one batch takes still makes progress. The
+         * database connection is shared, so workers take turns. */
+        pthread_mutex_lock(&cp->store);
+        store_binary(cp->t, e);
+        pthread_mutex_unlock(&cp->store);
     }
 }
 
-/* Compiles every source that has no binary yet, jobs at a time, and stores
- * the binaries (one short transaction each). */
+/* Compiles every source that has no binary yet, jobs at a time, storing
+ * each binary as it is built. */
 void compile_missing(tuner *t, source_entry **todo, size_t count)
 {
     if (count == 0)
         return;
     double t0 = now_s();
-    compile_pool cp = {t, todo, count, 0, PTHREAD_MUTEX_INITIALIZER};
+    compile_pool cp = {t, todo, count, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
     int jobs = t->opt.jobs < (int)count ? t->opt.jobs : (int)count;
     pthread_t th[256];
     int started = 0;
@@ -154,29 +192,8 @@ void compile_missing(tuner *t, source_entry **todo, size_t count)
     for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
     size_t failed = 0;
-    for (size_t i = 0; i < count; i++) {
-        source_entry *e = todo[i];
-        if (e->compile_failed) {
-            failed++;
-            continue;
-        }
-        /* GPU compilers report registers, spills and shared memory. A
-         * variant that spills or needs a stack frame is pruned before any
-         * timing: local memory traffic defeats a memory-bound kernel. */
-        ar_resources res;
-        if (strcmp(t->dev->backend, "cuda") == 0 && e->compile_log &&
-            ar_nvrtc_parse_resources(e->compile_log, e->kernel, &res) == 0) {
-            snprintf(e->resources, sizeof e->resources, "%s", res.json);
-            e->pruned = res.spill_stores > 0 || res.spill_loads > 0 || res.stack > 0;
-        }
-        ardb_binary b = {.build_key = e->build_key, .candidate_id = e->candidate_id, .compiler = t->dev->compiler,
-                         .options = t->dev->options, .target = t->dev->target, .blob = e->blob,
-                         .size = e->blob_size, .resources_json = e->resources[0] ? e->resources : NULL};
-        if (ardb_binary_put(t->db, &b) == ARDB_DONE)
-            e->have_binary = 1;
-        free(e->blob);
-        e->blob = NULL;
-    }
+    for (size_t i = 0; i < count; i++)
+        failed += todo[i]->compile_failed;
     log_line(t, "compiled %zu variant(s) in %.1f s with %d job(s)%s", count, now_s() - t0, jobs,
              failed ? " (some failed, recorded as compile_failed)" : "");
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -159,6 +160,13 @@ static void run_isolated(bench_case *bc, child_fn fn, const void *arg, size_t k,
         return;
     }
     fflush(NULL);
+    /* The child must not outlive the tuner: a hanging kernel would spin on
+     * a core for as long as the machine runs, with nobody left to kill it
+     * at the time limit. The child asks for SIGKILL when its parent dies;
+     * the parent may have died between fork and that request, in which
+     * case the child has already been handed to another process and sees
+     * a different parent pid than the one recorded here. */
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]);
@@ -168,6 +176,11 @@ static void run_isolated(bench_case *bc, child_fn fn, const void *arg, size_t k,
         return;
     }
     if (pid == 0) {
+        /* PR_SET_PDEATHSIG fires when the thread that forked ends, not
+         * only the process: the tuner measures from its main thread, which
+         * lives as long as the process does. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(5);
         close(fds[0]);
         attnres_device *dev;
         char msg[256];
