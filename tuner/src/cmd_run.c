@@ -6,10 +6,13 @@
  * are written atomically at the end, all of them or none, so bad input never
  * leaves a file.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "attnres.h"
 #include "cli.h"
@@ -367,23 +370,130 @@ typedef struct out_file {
     int64_t shape[3];
 } out_file;
 
-/* Writes every output or none: each file is written atomically, and when one
- * fails the ones already written are removed again. */
+/* One output's way into place: the new content waits in a temporary beside
+ * the path, and an earlier file at the path is kept as a backup until every
+ * output is in place, so that a failure can put it back. */
+typedef struct out_commit {
+    char tmp[4200], backup[4200];
+    int have_tmp;    /* tmp holds the new content */
+    int have_backup; /* backup holds the earlier file (a hard link, or moved aside) */
+    int moved_aside; /* the earlier file was renamed to backup, not linked */
+    int renamed;     /* tmp has been renamed onto the path */
+} out_commit;
+
+/* Puts back what path held before: the backup when there was an earlier
+ * file, else nothing. Returns 0 when the path is as it was. */
+static int restore_one(const char *path, out_commit *c)
+{
+    /* A path not yet replaced still holds its earlier file (a hard-linked
+     * backup is only a second name for it): nothing to do. */
+    if (!c->renamed && !c->moved_aside)
+        return 0;
+    if (c->have_backup) {
+        if (rename(c->backup, path) != 0)
+            return -1;
+        c->have_backup = 0;
+        return 0;
+    }
+    if (c->renamed && unlink(path) != 0 && errno != ENOENT)
+        return -1;
+    return 0;
+}
+
+/* Writes every output or none. "None" means each path holds what it held
+ * before: all the new files are first written as temporaries, then each
+ * earlier file gets a backup (a hard link, so the path never disappears;
+ * renamed aside where the file system has no hard links), and only then are
+ * the temporaries renamed into place. When a step fails, the outputs already
+ * renamed are put back from their backups before the error is reported. */
 static int write_outputs(const out_file *files, int count)
 {
     char msg[1024];
-    for (int i = 0; i < count; i++) {
+    out_commit c[4];
+    int rc = -1, restored = 1, n = count < 4 ? count : 4;
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < n; i++) {
         if (!files[i].path)
             continue;
-        if (npy_write_f32(files[i].path, files[i].data, files[i].ndim, files[i].shape, msg, sizeof msg)) {
-            cli_error("run", "%s", msg);
-            for (int j = 0; j < i; j++)
-                if (files[j].path)
-                    remove(files[j].path);
-            return -1;
+        int a = snprintf(c[i].tmp, sizeof c[i].tmp, "%s.attnres-new-%ld", files[i].path, (long)getpid());
+        int b = snprintf(c[i].backup, sizeof c[i].backup, "%s.attnres-old-%ld", files[i].path, (long)getpid());
+        if (a < 0 || b < 0 || (size_t)a >= sizeof c[i].tmp || (size_t)b >= sizeof c[i].backup) {
+            cli_error("run", "%s: path too long", files[i].path);
+            goto cleanup;
+        }
+        if (npy_write_f32(c[i].tmp, files[i].data, files[i].ndim, files[i].shape, msg, sizeof msg)) {
+            /* The message names the temporary; the user knows the path. */
+            size_t tl = strlen(c[i].tmp);
+            const char *why = strncmp(msg, c[i].tmp, tl) == 0 && msg[tl] == ':' ? msg + tl + 1 : msg;
+            cli_error("run", "%s:%s", files[i].path, why);
+            goto cleanup;
+        }
+        c[i].have_tmp = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!files[i].path)
+            continue;
+        /* A directory in the way is never moved aside: its rename below fails
+         * (EISDIR), and the outputs renamed before it are put back. */
+        struct stat sb;
+        if (lstat(files[i].path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            continue;
+        if (link(files[i].path, c[i].backup) == 0) {
+            c[i].have_backup = 1;
+        } else if (errno == ENOENT) {
+            /* Nothing there before: a failure later removes the new file. */
+        } else if (errno == EPERM || errno == ENOTSUP || errno == EOPNOTSUPP || errno == EMLINK) {
+            /* No hard links here: the earlier file is moved aside just
+             * before the new one takes its place. */
+            c[i].moved_aside = 1;
+        } else {
+            cli_error("run", "%s: cannot keep a backup of the earlier file while replacing it: %s", files[i].path,
+                      strerror(errno));
+            goto cleanup;
         }
     }
-    return 0;
+    for (int i = 0; i < n; i++) {
+        if (!files[i].path)
+            continue;
+        if (c[i].moved_aside) {
+            if (rename(files[i].path, c[i].backup) == 0)
+                c[i].have_backup = 1;
+            else if (errno != ENOENT) {
+                cli_error("run", "%s: cannot move the earlier file aside: %s", files[i].path, strerror(errno));
+                goto restore;
+            }
+        }
+        if (rename(c[i].tmp, files[i].path) != 0) {
+            cli_error("run", "%s: cannot write: %s", files[i].path, strerror(errno));
+            goto restore;
+        }
+        c[i].have_tmp = 0;
+        c[i].renamed = 1;
+    }
+    rc = 0;
+    goto cleanup;
+restore:
+    restored = 1;
+    for (int i = n; i-- > 0;) {
+        if (!files[i].path || restore_one(files[i].path, &c[i]) == 0)
+            continue;
+        /* The backup stays where it is, so the earlier content is not lost;
+         * the user is told where to find it. */
+        cli_error("run", "%s: could not put the earlier file back (%s); it is kept at %s", files[i].path,
+                  strerror(errno), c[i].backup);
+        c[i].have_backup = 0;
+        restored = 0;
+    }
+cleanup:
+    if (rc != 0 && restored)
+        cli_error("run", "no output was written: every output path holds what it held before");
+    for (int i = 0; i < n; i++) {
+        if (c[i].have_tmp)
+            unlink(c[i].tmp);
+        if (c[i].have_backup)
+            unlink(c[i].backup);
+    }
+    return rc;
 }
 
 /* Checks p before anything large is allocated for it. */
