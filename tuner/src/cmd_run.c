@@ -19,6 +19,7 @@
 #include "convert.h"
 #include "device.h"
 #include "npy.h"
+#include "problems.h"
 
 static const char run_usage[] =
     "usage: attnres run [--op mix|phase1|phase2] [--device cpu|cuda:N] [--db FILE]\n"
@@ -124,7 +125,8 @@ static int parse(int argc, char **argv, run_opts *o)
             if (!(v = cli_value("run", argc, argv, &i)) || parse_op(v, o))
                 return -1;
         } else if (strcmp(a, "--heads") == 0) {
-            if (!(v = cli_value("run", argc, argv, &i)) || cli_parse_int("run", a, v, &o->heads))
+            if (!(v = cli_value("run", argc, argv, &i)) ||
+                cli_parse_int_range("run", a, v, 1, PROBLEM_MAX_HEADS, &o->heads))
                 return -1;
             o->have_heads = 1;
         } else if (strcmp(a, "--eps") == 0 || strcmp(a, "--scale") == 0 || strcmp(a, "--alpha") == 0 ||
@@ -197,10 +199,6 @@ static int parse(int argc, char **argv, run_opts *o)
     }
     if (!o->out_gain != !o->normed || (o->have_out_eps && !o->normed)) {
         cli_error("run", "the output-norm epilogue needs both --out-gain and --normed");
-        return -1;
-    }
-    if (o->heads < 1 || o->heads > 1 << 20) {
-        cli_error("run", "--heads must be at least 1 (got %lld)", (long long)o->heads);
         return -1;
     }
     /* Two outputs at one path would leave only one of them. */
@@ -288,8 +286,9 @@ static int read_sources(const run_opts *o, npy_array *s)
         cli_error("run", "--sources %s has d = 0", o->sources);
         return -1;
     }
-    if (s->shape[0] > 1 << 20) {
-        cli_error("run", "--sources %s has implausibly many sources (%lld)", o->sources, (long long)s->shape[0]);
+    if (s->shape[0] > PROBLEM_MAX_N) {
+        cli_error("run", "--sources %s has N = %lld sources; at most %d are supported", o->sources,
+                  (long long)s->shape[0], PROBLEM_MAX_N);
         return -1;
     }
     if (s->shape[2] % o->heads != 0) {
@@ -687,8 +686,9 @@ static int run_phase1(const run_opts *o)
         goto done;
     }
     const int64_t s = queries.shape[0];
-    if (s < 1 || s > 4096) {
-        cli_error("run", "--queries %s has S = %lld sites; phase1 needs 1 to 4096", o->queries, (long long)s);
+    if (s < 1 || s > PROBLEM_MAX_S) {
+        cli_error("run", "--queries %s has S = %lld sites; phase1 needs 1 to %d", o->queries, (long long)s,
+                  PROBLEM_MAX_S);
         goto done;
     }
     const int64_t want_g[2] = {s, d};
@@ -816,6 +816,12 @@ static int run_phase2(const run_opts *o)
         goto done;
     }
     const int64_t h = lse.shape[1];
+    /* H goes into a 32-bit field: it is checked before it is narrowed. */
+    if (h > PROBLEM_MAX_HEADS) {
+        cli_error("run", "--lse %s has H = %lld columns; at most %d heads are supported", o->lse, (long long)h,
+                  PROBLEM_MAX_HEADS);
+        goto done;
+    }
     if (o->have_heads && o->heads != h) {
         cli_error("run", "--heads %lld does not match --lse %s, which has H = %lld columns", (long long)o->heads,
                   o->lse, (long long)h);
