@@ -11,3 +11,10 @@ add_test(NAME cli_integer_ranges
   COMMAND ${CMAKE_COMMAND} -E env ${ATTNRES_TEST_ENV}
           ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_cli_ranges.py $<TARGET_FILE:attnres_cli>)
 set_tests_properties(cli_integer_ranges PROPERTIES TIMEOUT 300 LABELS cli)
+
+# The .npy reader alone, on files each case writes into a scratch directory.
+add_executable(test_npy ${CMAKE_CURRENT_LIST_DIR}/../unit/test_npy.c ${CMAKE_SOURCE_DIR}/tuner/src/npy.c)
+target_include_directories(test_npy PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit ${CMAKE_SOURCE_DIR}/tuner/src)
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/npy)
+add_test(NAME tuner_npy_reader COMMAND test_npy ${CMAKE_BINARY_DIR}/test-data/npy)
+set_tests_properties(tuner_npy_reader PROPERTIES TIMEOUT 60 LABELS "unit;tuner")
