@@ -18,3 +18,13 @@ target_include_directories(test_npy PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit ${
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/npy)
 add_test(NAME tuner_npy_reader COMMAND test_npy ${CMAKE_BINARY_DIR}/test-data/npy)
 set_tests_properties(tuner_npy_reader PROPERTIES TIMEOUT 60 LABELS "unit;tuner")
+
+# The problems-file parser alone, and the example of docs/problems.md.
+add_executable(test_problems ${CMAKE_CURRENT_LIST_DIR}/../unit/test_problems.c
+  ${CMAKE_SOURCE_DIR}/tuner/src/problems.c)
+target_include_directories(test_problems PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit ${CMAKE_SOURCE_DIR}/tuner/src)
+target_link_libraries(test_problems PRIVATE attnres_static Threads::Threads m)
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/problems)
+add_test(NAME tuner_problems_file COMMAND test_problems ${CMAKE_SOURCE_DIR}/docs/problems.md
+  ${CMAKE_BINARY_DIR}/test-data/problems)
+set_tests_properties(tuner_problems_file PROPERTIES TIMEOUT 60 LABELS "unit;tuner")
