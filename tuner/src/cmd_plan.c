@@ -5,6 +5,7 @@
 
 #include "attnres.h"
 #include "cli.h"
+#include "problems.h"
 
 static const char plan_usage[] =
     "usage: attnres plan [--device cpu|cuda:N] [--db FILE] --dtype f32|bf16|f16 --d D --n N\n"
@@ -36,7 +37,12 @@ int cmd_plan(int argc, char **argv)
                 return CLI_EXIT_USAGE;
             }
         } else if (strcmp(a, "--d") == 0 || strcmp(a, "--n") == 0 || strcmp(a, "--heads") == 0) {
-            if (!(v = cli_value("plan", argc, argv, &i)) || cli_parse_int("plan", a, v, &x))
+            /* Each value is checked against its own range before it is
+             * stored, so a 64-bit value never lands truncated in the 32-bit
+             * fields of the problem. */
+            int64_t max = strcmp(a, "--d") == 0 ? PROBLEM_MAX_D : strcmp(a, "--n") == 0 ? PROBLEM_MAX_N
+                                                                                          : PROBLEM_MAX_HEADS;
+            if (!(v = cli_value("plan", argc, argv, &i)) || cli_parse_int_range("plan", a, v, 1, max, &x))
                 return CLI_EXIT_USAGE;
             if (strcmp(a, "--d") == 0)
                 p.d = x;

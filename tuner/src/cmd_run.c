@@ -6,16 +6,20 @@
  * are written atomically at the end, all of them or none, so bad input never
  * leaves a file.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "attnres.h"
 #include "cli.h"
 #include "convert.h"
 #include "device.h"
 #include "npy.h"
+#include "problems.h"
 
 static const char run_usage[] =
     "usage: attnres run [--op mix|phase1|phase2] [--device cpu|cuda:N] [--db FILE]\n"
@@ -121,7 +125,8 @@ static int parse(int argc, char **argv, run_opts *o)
             if (!(v = cli_value("run", argc, argv, &i)) || parse_op(v, o))
                 return -1;
         } else if (strcmp(a, "--heads") == 0) {
-            if (!(v = cli_value("run", argc, argv, &i)) || cli_parse_int("run", a, v, &o->heads))
+            if (!(v = cli_value("run", argc, argv, &i)) ||
+                cli_parse_int_range("run", a, v, 1, PROBLEM_MAX_HEADS, &o->heads))
                 return -1;
             o->have_heads = 1;
         } else if (strcmp(a, "--eps") == 0 || strcmp(a, "--scale") == 0 || strcmp(a, "--alpha") == 0 ||
@@ -194,10 +199,6 @@ static int parse(int argc, char **argv, run_opts *o)
     }
     if (!o->out_gain != !o->normed || (o->have_out_eps && !o->normed)) {
         cli_error("run", "the output-norm epilogue needs both --out-gain and --normed");
-        return -1;
-    }
-    if (o->heads < 1 || o->heads > 1 << 20) {
-        cli_error("run", "--heads must be at least 1 (got %lld)", (long long)o->heads);
         return -1;
     }
     /* Two outputs at one path would leave only one of them. */
@@ -285,8 +286,9 @@ static int read_sources(const run_opts *o, npy_array *s)
         cli_error("run", "--sources %s has d = 0", o->sources);
         return -1;
     }
-    if (s->shape[0] > 1 << 20) {
-        cli_error("run", "--sources %s has implausibly many sources (%lld)", o->sources, (long long)s->shape[0]);
+    if (s->shape[0] > PROBLEM_MAX_N) {
+        cli_error("run", "--sources %s has N = %lld sources; at most %d are supported", o->sources,
+                  (long long)s->shape[0], PROBLEM_MAX_N);
         return -1;
     }
     if (s->shape[2] % o->heads != 0) {
@@ -367,23 +369,130 @@ typedef struct out_file {
     int64_t shape[3];
 } out_file;
 
-/* Writes every output or none: each file is written atomically, and when one
- * fails the ones already written are removed again. */
+/* One output's way into place: the new content waits in a temporary beside
+ * the path, and an earlier file at the path is kept as a backup until every
+ * output is in place, so that a failure can put it back. */
+typedef struct out_commit {
+    char tmp[4200], backup[4200];
+    int have_tmp;    /* tmp holds the new content */
+    int have_backup; /* backup holds the earlier file (a hard link, or moved aside) */
+    int moved_aside; /* the earlier file was renamed to backup, not linked */
+    int renamed;     /* tmp has been renamed onto the path */
+} out_commit;
+
+/* Puts back what path held before: the backup when there was an earlier
+ * file, else nothing. Returns 0 when the path is as it was. */
+static int restore_one(const char *path, out_commit *c)
+{
+    /* A path not yet replaced still holds its earlier file (a hard-linked
+     * backup is only a second name for it): nothing to do. */
+    if (!c->renamed && !c->moved_aside)
+        return 0;
+    if (c->have_backup) {
+        if (rename(c->backup, path) != 0)
+            return -1;
+        c->have_backup = 0;
+        return 0;
+    }
+    if (c->renamed && unlink(path) != 0 && errno != ENOENT)
+        return -1;
+    return 0;
+}
+
+/* Writes every output or none. "None" means each path holds what it held
+ * before: all the new files are first written as temporaries, then each
+ * earlier file gets a backup (a hard link, so the path never disappears;
+ * renamed aside where the file system has no hard links), and only then are
+ * the temporaries renamed into place. When a step fails, the outputs already
+ * renamed are put back from their backups before the error is reported. */
 static int write_outputs(const out_file *files, int count)
 {
     char msg[1024];
-    for (int i = 0; i < count; i++) {
+    out_commit c[4];
+    int rc = -1, restored = 1, n = count < 4 ? count : 4;
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < n; i++) {
         if (!files[i].path)
             continue;
-        if (npy_write_f32(files[i].path, files[i].data, files[i].ndim, files[i].shape, msg, sizeof msg)) {
-            cli_error("run", "%s", msg);
-            for (int j = 0; j < i; j++)
-                if (files[j].path)
-                    remove(files[j].path);
-            return -1;
+        int a = snprintf(c[i].tmp, sizeof c[i].tmp, "%s.attnres-new-%ld", files[i].path, (long)getpid());
+        int b = snprintf(c[i].backup, sizeof c[i].backup, "%s.attnres-old-%ld", files[i].path, (long)getpid());
+        if (a < 0 || b < 0 || (size_t)a >= sizeof c[i].tmp || (size_t)b >= sizeof c[i].backup) {
+            cli_error("run", "%s: path too long", files[i].path);
+            goto cleanup;
+        }
+        if (npy_write_f32(c[i].tmp, files[i].data, files[i].ndim, files[i].shape, msg, sizeof msg)) {
+            /* The message names the temporary; the user knows the path. */
+            size_t tl = strlen(c[i].tmp);
+            const char *why = strncmp(msg, c[i].tmp, tl) == 0 && msg[tl] == ':' ? msg + tl + 1 : msg;
+            cli_error("run", "%s:%s", files[i].path, why);
+            goto cleanup;
+        }
+        c[i].have_tmp = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!files[i].path)
+            continue;
+        /* A directory in the way is never moved aside: its rename below fails
+         * (EISDIR), and the outputs renamed before it are put back. */
+        struct stat sb;
+        if (lstat(files[i].path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            continue;
+        if (link(files[i].path, c[i].backup) == 0) {
+            c[i].have_backup = 1;
+        } else if (errno == ENOENT) {
+            /* Nothing there before: a failure later removes the new file. */
+        } else if (errno == EPERM || errno == ENOTSUP || errno == EOPNOTSUPP || errno == EMLINK) {
+            /* No hard links here: the earlier file is moved aside just
+             * before the new one takes its place. */
+            c[i].moved_aside = 1;
+        } else {
+            cli_error("run", "%s: cannot keep a backup of the earlier file while replacing it: %s", files[i].path,
+                      strerror(errno));
+            goto cleanup;
         }
     }
-    return 0;
+    for (int i = 0; i < n; i++) {
+        if (!files[i].path)
+            continue;
+        if (c[i].moved_aside) {
+            if (rename(files[i].path, c[i].backup) == 0)
+                c[i].have_backup = 1;
+            else if (errno != ENOENT) {
+                cli_error("run", "%s: cannot move the earlier file aside: %s", files[i].path, strerror(errno));
+                goto restore;
+            }
+        }
+        if (rename(c[i].tmp, files[i].path) != 0) {
+            cli_error("run", "%s: cannot write: %s", files[i].path, strerror(errno));
+            goto restore;
+        }
+        c[i].have_tmp = 0;
+        c[i].renamed = 1;
+    }
+    rc = 0;
+    goto cleanup;
+restore:
+    restored = 1;
+    for (int i = n; i-- > 0;) {
+        if (!files[i].path || restore_one(files[i].path, &c[i]) == 0)
+            continue;
+        /* The backup stays where it is, so the earlier content is not lost;
+         * the user is told where to find it. */
+        cli_error("run", "%s: could not put the earlier file back (%s); it is kept at %s", files[i].path,
+                  strerror(errno), c[i].backup);
+        c[i].have_backup = 0;
+        restored = 0;
+    }
+cleanup:
+    if (rc != 0 && restored)
+        cli_error("run", "no output was written: every output path holds what it held before");
+    for (int i = 0; i < n; i++) {
+        if (c[i].have_tmp)
+            unlink(c[i].tmp);
+        if (c[i].have_backup)
+            unlink(c[i].backup);
+    }
+    return rc;
 }
 
 /* Checks p before anything large is allocated for it. */
@@ -577,8 +686,9 @@ static int run_phase1(const run_opts *o)
         goto done;
     }
     const int64_t s = queries.shape[0];
-    if (s < 1 || s > 4096) {
-        cli_error("run", "--queries %s has S = %lld sites; phase1 needs 1 to 4096", o->queries, (long long)s);
+    if (s < 1 || s > PROBLEM_MAX_S) {
+        cli_error("run", "--queries %s has S = %lld sites; phase1 needs 1 to %d", o->queries, (long long)s,
+                  PROBLEM_MAX_S);
         goto done;
     }
     const int64_t want_g[2] = {s, d};
@@ -706,6 +816,12 @@ static int run_phase2(const run_opts *o)
         goto done;
     }
     const int64_t h = lse.shape[1];
+    /* H goes into a 32-bit field: it is checked before it is narrowed. */
+    if (h > PROBLEM_MAX_HEADS) {
+        cli_error("run", "--lse %s has H = %lld columns; at most %d heads are supported", o->lse, (long long)h,
+                  PROBLEM_MAX_HEADS);
+        goto done;
+    }
     if (o->have_heads && o->heads != h) {
         cli_error("run", "--heads %lld does not match --lse %s, which has H = %lld columns", (long long)o->heads,
                   o->lse, (long long)h);

@@ -91,12 +91,8 @@ static int parse(int argc, char **argv, tune_opts *o)
             if (!(o->problems = cli_value("tune", argc, argv, &i)))
                 return -1;
         } else if (strcmp(a, "--jobs") == 0) {
-            if (!(v = cli_value("tune", argc, argv, &i)) || cli_parse_int("tune", a, v, &n))
+            if (!(v = cli_value("tune", argc, argv, &i)) || cli_parse_int_range("tune", a, v, 1, 256, &n))
                 return -1;
-            if (n < 1 || n > 256) {
-                cli_error("tune", "--jobs must be between 1 and 256");
-                return -1;
-            }
             o->jobs = (int)n;
         } else if (strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
@@ -125,46 +121,45 @@ static int parse(int argc, char **argv, tune_opts *o)
                 char num[64];
                 snprintf(num, sizeof num, "%.*s", (int)(len - 1), v);
                 double sec;
-                if (cli_parse_double("tune", a, num, &sec))
+                if (cli_parse_positive("tune", "--budget (seconds)", num, &sec))
                     return -1;
-                if (!(sec > 0)) {
-                    cli_error("tune", "--budget seconds must be positive");
-                    return -1;
-                }
                 o->budget_seconds = sec;
             } else {
-                if (cli_parse_int("tune", a, v, &n))
+                /* A count of candidates; a million is more than any
+                 * template space holds. */
+                if (cli_parse_int_range("tune", "--budget (candidates)", v, 1, 1000000, &n))
                     return -1;
-                if (n < 1) {
-                    cli_error("tune", "--budget must be at least 1 candidate");
-                    return -1;
-                }
                 o->budget_candidates = n;
             }
         } else if (strcmp(a, "--seed") == 0) {
-            if (!(v = cli_value("tune", argc, argv, &i)) || cli_parse_int("tune", a, v, &n))
+            /* Negative seeds used to wrap to huge unsigned ones silently. */
+            if (!(v = cli_value("tune", argc, argv, &i)) || cli_parse_int_range("tune", a, v, 0, INT64_MAX, &n))
                 return -1;
             o->seed = (uint64_t)n;
         } else if (strcmp(a, "--time-limit") == 0) {
             double sec;
-            if (!(v = cli_value("tune", argc, argv, &i)) || cli_parse_double("tune", a, v, &sec))
+            if (!(v = cli_value("tune", argc, argv, &i)) || cli_parse_positive("tune", a, v, &sec))
                 return -1;
-            if (!(sec > 0)) {
-                cli_error("tune", "--time-limit must be positive");
-                return -1;
-            }
             o->time_limit_s = sec;
         } else if (strcmp(a, "--shard") == 0) {
             if (!(v = cli_value("tune", argc, argv, &i)))
                 return -1;
-            int si, sn;
-            char extra;
-            if (sscanf(v, "%d/%d%c", &si, &sn, &extra) != 2 || sn < 1 || si < 0 || si >= sn) {
+            /* sscanf's %d has undefined behaviour on overflow: each half is
+             * parsed and range-checked on its own, the count first so that
+             * the index's range can name it. */
+            const char *slash = strchr(v, '/');
+            char index[32];
+            int64_t si, sn;
+            if (!slash || (size_t)(slash - v) >= sizeof index) {
                 cli_error("tune", "--shard expects I/N with 0 <= I < N (got '%s')", v);
                 return -1;
             }
-            o->shard_index = si;
-            o->shard_count = sn;
+            snprintf(index, sizeof index, "%.*s", (int)(slash - v), v);
+            if (cli_parse_int_range("tune", "--shard count N", slash + 1, 1, 4096, &sn) ||
+                cli_parse_int_range("tune", "--shard index I", index, 0, sn - 1, &si))
+                return -1;
+            o->shard_index = (int)si;
+            o->shard_count = (int)sn;
         } else {
             cli_error("tune", "unknown option '%s' (see attnres tune --help)", a);
             return -1;

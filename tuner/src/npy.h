@@ -20,7 +20,14 @@ typedef struct npy_array {
     float *data;   /* malloc'ed */
 } npy_array;
 
-/* 0 on success; on failure a message in err and a zeroed array. */
+/* Parses the header text (the len bytes after the length field: a Python
+ * dict literal, padding included) as NumPy does, strictly: fills ndim, shape
+ * and count (data stays NULL). 0 on success; on failure a message in err and
+ * a zeroed array. Never reads past text + len; text need not end in NUL. */
+int npy_parse_header(const char *text, size_t len, npy_array *out, char *err, size_t err_len);
+
+/* 0 on success; on failure a message in err and a zeroed array. The data
+ * size is checked against the file's before anything is allocated for it. */
 int npy_read_f32(const char *path, npy_array *out, char *err, size_t err_len);
 void npy_free(npy_array *a);
 

@@ -1,6 +1,7 @@
 /* problems.c - presets and problems files; see problems.h. */
 #include "problems.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,24 +98,63 @@ int problems_preset(const char *name, const char *backend, problem_set *out, cha
     return 0;
 }
 
+/* Longest line a problems file may have; a longer one is refused rather
+ * than read as two lines. */
+#define PROBLEM_LINE_MAX 4096
+
+/* Parses a whole-token decimal integer in [min, max] into *out. The field's
+ * name and range go into the message, so that a value beyond the range is
+ * refused rather than truncated into a 32-bit field. */
+static int parse_field(const char *tok, const char *name, long long min, long long max, long long *out, char *err,
+                       size_t err_len, const char *path, int lineno)
+{
+    char *end;
+    errno = 0;
+    long long v = 0;
+    int ok = (tok[0] >= '0' && tok[0] <= '9') || (tok[0] == '-' && tok[1] >= '0' && tok[1] <= '9');
+    if (ok) {
+        v = strtoll(tok, &end, 10);
+        ok = !*end && errno != ERANGE && v >= min && v <= max;
+    }
+    if (!ok) {
+        snprintf(err, err_len, "%s:%d: %s must be an integer from %lld to %lld (got '%s')", path, lineno, name, min,
+                 max, tok);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* The fields of a line: 8 required, then at most one of each option. */
+#define LINE_FIELDS 8
+#define LINE_TOKENS_MAX (LINE_FIELDS + 2)
+
 static int parse_line(char *line, problem_set *out, char *err, size_t err_len, const char *path, int lineno)
 {
-    char op[16], dtype[16], form[16], buckets[256], opt1[32] = "", opt2[32] = "";
-    long long d, n, heads, epilogue;
     char *hash = strchr(line, '#');
     if (hash)
         *hash = 0;
-    if (strspn(line, " \t\r\n") == strlen(line))
+    char *tok[LINE_TOKENS_MAX], *save = NULL;
+    int ntok = 0;
+    for (char *t = strtok_r(line, " \t\r\n\v\f", &save); t; t = strtok_r(NULL, " \t\r\n\v\f", &save)) {
+        if (ntok == LINE_TOKENS_MAX) {
+            snprintf(err, err_len, "%s:%d: unexpected '%.40s' after the options (at most s=S and fuse=0|1)", path,
+                     lineno, t);
+            return -1;
+        }
+        tok[ntok++] = t;
+    }
+    if (ntok == 0)
         return 0;
-    int fields = sscanf(line, "%15s %15s %lld %lld %lld %15s %lld %255s %31s %31s", op, dtype, &d, &n, &heads, form,
-                        &epilogue, buckets, opt1, opt2);
-    if (fields < 8) {
-        snprintf(err, err_len, "%s:%d: expected 'op dtype d n heads form epilogue T,T,...'", path, lineno);
+    if (ntok < LINE_FIELDS) {
+        snprintf(err, err_len, "%s:%d: expected 'op dtype d n heads form epilogue T,T,...' (%d of 8 fields given)",
+                 path, lineno, ntok);
         return -1;
     }
     attnres_problem p;
     attnres_dtype dt;
     attnres_op opv;
+    const char *op = tok[0], *dtype = tok[1], *form = tok[5];
     if (strcmp(op, "mix") == 0)
         opv = ATTNRES_OP_MIX;
     else if (strcmp(op, "phase1") == 0)
@@ -122,29 +162,41 @@ static int parse_line(char *line, problem_set *out, char *err, size_t err_len, c
     else if (strcmp(op, "phase2") == 0)
         opv = ATTNRES_OP_PHASE2;
     else {
-        snprintf(err, err_len, "%s:%d: op '%s' is not mix, phase1 or phase2", path, lineno, op);
+        snprintf(err, err_len, "%s:%d: op '%.40s' is not mix, phase1 or phase2", path, lineno, op);
         return -1;
     }
     if (attnres_dtype_parse(dtype, &dt)) {
-        snprintf(err, err_len, "%s:%d: dtype '%s' is not f32, bf16 or f16", path, lineno, dtype);
+        snprintf(err, err_len, "%s:%d: dtype '%.40s' is not f32, bf16 or f16", path, lineno, dtype);
         return -1;
     }
+    long long d, n, heads, epilogue;
+    if (parse_field(tok[2], "d", 1, PROBLEM_MAX_D, &d, err, err_len, path, lineno) ||
+        parse_field(tok[3], "N", 1, PROBLEM_MAX_N, &n, err, err_len, path, lineno) ||
+        parse_field(tok[4], "heads", 1, PROBLEM_MAX_HEADS, &heads, err, err_len, path, lineno) ||
+        parse_field(tok[6], "epilogue", 0, 1, &epilogue, err, err_len, path, lineno))
+        return -1;
     attnres_problem_init(&p, dt, d, (int32_t)n);
     p.op = opv;
     p.heads = (int32_t)heads;
     p.epilogue = (int32_t)epilogue;
-    const char *opts[2] = {opt1, opt2};
-    for (int k = 0; k < 2; k++) {
-        int v;
-        char extra;
-        if (!opts[k][0])
-            continue;
-        if (sscanf(opts[k], "s=%d%c", &v, &extra) == 1)
-            p.s = v;
-        else if (sscanf(opts[k], "fuse=%d%c", &v, &extra) == 1)
-            p.fuse_add = v;
-        else {
-            snprintf(err, err_len, "%s:%d: unknown option '%s' (s=S or fuse=0|1)", path, lineno, opts[k]);
+    int have_s = 0, have_fuse = 0;
+    for (int k = LINE_FIELDS; k < ntok; k++) {
+        long long v;
+        if (strncmp(tok[k], "s=", 2) == 0 && !have_s) {
+            if (parse_field(tok[k] + 2, "s (sites per block)", 1, PROBLEM_MAX_S, &v, err, err_len, path, lineno))
+                return -1;
+            p.s = (int32_t)v;
+            have_s = 1;
+        } else if (strncmp(tok[k], "fuse=", 5) == 0 && !have_fuse) {
+            if (parse_field(tok[k] + 5, "fuse", 0, 1, &v, err, err_len, path, lineno))
+                return -1;
+            p.fuse_add = (int32_t)v;
+            have_fuse = 1;
+        } else if (strncmp(tok[k], "s=", 2) == 0 || strncmp(tok[k], "fuse=", 5) == 0) {
+            snprintf(err, err_len, "%s:%d: option '%.40s' is given twice", path, lineno, tok[k]);
+            return -1;
+        } else {
+            snprintf(err, err_len, "%s:%d: unknown option '%.40s' (s=S or fuse=0|1)", path, lineno, tok[k]);
             return -1;
         }
     }
@@ -153,7 +205,7 @@ static int parse_line(char *line, problem_set *out, char *err, size_t err_len, c
     else if (strcmp(form, "additive") == 0)
         p.form = ATTNRES_FORM_ADDITIVE;
     else {
-        snprintf(err, err_len, "%s:%d: form '%s' is not replace or additive", path, lineno, form);
+        snprintf(err, err_len, "%s:%d: form '%.40s' is not replace or additive", path, lineno, form);
         return -1;
     }
     char msg[256];
@@ -161,17 +213,36 @@ static int parse_line(char *line, problem_set *out, char *err, size_t err_len, c
         snprintf(err, err_len, "%s:%d: %s", path, lineno, msg);
         return -1;
     }
-    for (char *tok = strtok(buckets, ","); tok; tok = strtok(NULL, ",")) {
-        char *end;
-        long long t = strtoll(tok, &end, 10);
-        if (*end || t < 1) {
-            snprintf(err, err_len, "%s:%d: T bucket '%s' is not a positive integer", path, lineno, tok);
+    /* The buckets: positive integers separated by single commas. An empty
+     * bucket ("1,,64", a trailing comma) or a repeated one is a typo, not
+     * something to skip silently. */
+    size_t first = out->count;
+    char *b = tok[7];
+    for (;;) {
+        char *comma = strchr(b, ',');
+        if (comma)
+            *comma = 0;
+        long long t;
+        if (!*b) {
+            snprintf(err, err_len, "%s:%d: empty T bucket in '%s' (write T,T,... with no empty entries)", path,
+                     lineno, tok[7]);
             return -1;
         }
+        if (parse_field(b, "T bucket", 1, PROBLEM_MAX_T, &t, err, err_len, path, lineno))
+            return -1;
+        for (size_t j = first; j < out->count; j++)
+            if (out->items[j].t == t) {
+                snprintf(err, err_len, "%s:%d: T bucket %lld is listed twice", path, lineno, t);
+                return -1;
+            }
         if (push(out, &p, t)) {
             snprintf(err, err_len, "out of memory");
             return -1;
         }
+        if (!comma)
+            break;
+        *comma = ',';
+        b = comma + 1;
     }
     return 0;
 }
@@ -181,25 +252,39 @@ int problems_read_file(const char *path, problem_set *out, char *err, size_t err
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "r");
     if (!f) {
-        snprintf(err, err_len, "cannot open problems file %s", path);
+        snprintf(err, err_len, "cannot open problems file %s: %s", path, strerror(errno));
         return -1;
     }
-    char line[1024];
-    int lineno = 0;
-    while (fgets(line, sizeof line, f)) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int lineno = 0, rc = 0;
+    while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
-        if (parse_line(line, out, err, err_len, path, lineno)) {
-            fclose(f);
-            problems_free(out);
-            return -1;
+        if (len > PROBLEM_LINE_MAX) {
+            snprintf(err, err_len, "%s:%d: line longer than %d characters", path, lineno, PROBLEM_LINE_MAX);
+            rc = -1;
+        } else if (memchr(line, 0, (size_t)len)) {
+            /* The rest of the line would be cut off unseen. */
+            snprintf(err, err_len, "%s:%d: the line contains a NUL byte (a problems file is text)", path, lineno);
+            rc = -1;
+        } else {
+            rc = parse_line(line, out, err, err_len, path, lineno);
         }
     }
-    fclose(f);
-    if (out->count == 0) {
-        snprintf(err, err_len, "problems file %s lists no problems", path);
-        return -1;
+    if (rc == 0 && ferror(f)) {
+        snprintf(err, err_len, "reading problems file %s: %s", path, strerror(errno));
+        rc = -1;
     }
-    return 0;
+    free(line);
+    fclose(f);
+    if (rc == 0 && out->count == 0) {
+        snprintf(err, err_len, "problems file %s lists no problems", path);
+        rc = -1;
+    }
+    if (rc != 0)
+        problems_free(out);
+    return rc;
 }
 
 void problems_free(problem_set *s)

@@ -13,6 +13,9 @@
  *
  *   phase1 bf16  7168  8  1     replace  0         1,64   s=24
  *   phase2 bf16  7168  1  1     replace  0         1,64   fuse=1
+ *
+ * docs/problems.md is the full description (every field's range, what is
+ * refused); tests/unit/test_problems.c keeps the two in step.
  */
 #ifndef TUNER_PROBLEMS_H
 #define TUNER_PROBLEMS_H
@@ -23,6 +26,16 @@
 #include "attnres.h"
 
 #define PROBLEM_MAX_BUCKETS 8
+
+/* What a user may ask for, on the command line and in problems files. The
+ * bounds lie far above every model (DESIGN §1: d <= 7168, N <= 73, T up to
+ * 16384+) but keep every value inside the 32-bit fields of attnres_problem
+ * and every buffer size inside 64 bits, so nothing is ever truncated. */
+#define PROBLEM_MAX_D (1 << 24)     /* row width d */
+#define PROBLEM_MAX_N (1 << 20)     /* sources N */
+#define PROBLEM_MAX_HEADS (1 << 20) /* heads H */
+#define PROBLEM_MAX_S 4096          /* phase1 sites per block S */
+#define PROBLEM_MAX_T (1 << 24)     /* tokens T of a bucket */
 
 typedef struct tune_problem {
     attnres_problem p;
@@ -41,7 +54,8 @@ extern const char *const preset_names[];
  * time in seconds). Returns -1 with a message for an unknown name. */
 int problems_preset(const char *name, const char *backend, problem_set *out, char *err, size_t err_len);
 
-/* Reads a problems file. */
+/* Reads a problems file (docs/problems.md). 0 on success; on failure -1, a
+ * message "PATH:LINE: what is wrong" in err and an empty set. Never prints. */
 int problems_read_file(const char *path, problem_set *out, char *err, size_t err_len);
 
 void problems_free(problem_set *s);
