@@ -38,33 +38,33 @@ static int buf_write(void *ctx, const void *data, size_t len)
     return 0;
 }
 
-static ardb *db;
-
-/* A fresh database for each accepted input, so that inputs do not depend
- * on each other and a finding reproduces from its one file. */
-static void fresh_db(void)
+/* A fresh database for every input, so that inputs do not depend on each
+ * other, a finding reproduces from its one file, and a child of replay.c
+ * never shares a connection or a file with its parent. */
+static ardb *fresh_db(void)
 {
     char path[1024], msg[512];
-    ardb_close(db);
-    db = NULL;
+    ardb *db = NULL;
     fuzz_remove_db("import.db");
     fuzz_path("import.db", path, sizeof path);
     if (ardb_open(path, ARDB_CREATE, &db, msg, sizeof msg) != ARDB_DONE)
         fuzz_fail("cannot create the scratch database", msg);
+    return db;
 }
 
-static void close_db(void)
-{
-    ardb_close(db);
-    db = NULL;
-}
+static void check(ardb *db, const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!db) {
-        fresh_db();
-        atexit(close_db);
-    }
+    ardb *db = fresh_db();
+    check(db, data, size);
+    ardb_close(db);
+    fuzz_remove_db("import.db");
+    return 0;
+}
+
+static void check(ardb *db, const uint8_t *data, size_t size)
+{
     ardb_merge_stats st;
     int rc = ardb_import_json(db, (const char *)data, size, &st);
     if (rc != ARDB_DONE) {
@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *m = ardb_errmsg(db);
         if (!m || !*m)
             fuzz_fail("refusal without a message", NULL);
-        return 0;
+        return;
     }
     fuzz_verdict = FUZZ_ACCEPTED;
     buf out = {0};
@@ -96,6 +96,4 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(csv.data);
     }
     free(out.data);
-    fresh_db();
-    return 0;
 }
