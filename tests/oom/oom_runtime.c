@@ -247,8 +247,12 @@ static void defect(long k, int persist, const char *what, const char *detail)
 }
 
 /* A failing call must return a documented status with a message. */
+static long refusals[ATTNRES_EMISMATCH + 1];
+
 static void check_refusal(long k, int persist, const char *what, int rc, const char *msg)
 {
+    if (rc > ATTNRES_OK && rc <= ATTNRES_EMISMATCH)
+        refusals[rc]++;
     if (rc <= ATTNRES_OK || rc > ATTNRES_EMISMATCH)
         defect(k, persist, what, "returned an unknown status");
     else if (!msg || !*msg)
@@ -367,7 +371,12 @@ static void scenario(long k, int persist)
     }
     attnres_db_close(db);
     attnres_device_close(dev);
-    set_injection(0, 0);
+    /* Injection off, keeping the count and whether a failure was injected
+     * for the caller. */
+    pthread_mutex_lock(&hook_lock);
+    fail_at = 0;
+    persistent = 0;
+    pthread_mutex_unlock(&hook_lock);
 }
 
 int main(int argc, char **argv)
@@ -441,6 +450,9 @@ int main(int argc, char **argv)
     }
 done:
     nftw(cache_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    for (int i = 1; i <= ATTNRES_EMISMATCH; i++)
+        if (refusals[i])
+            printf("oom: %ld calls returned %s\n", refusals[i], attnres_errstr(i));
     printf("oom: %ld allocations per scenario, %ld failure points injected (transient and persistent), %d defects\n",
            total, points, defects);
     return defects ? 1 : 0;
