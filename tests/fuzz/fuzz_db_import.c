@@ -1,0 +1,99 @@
+/*
+ * fuzz_db_import.c - `attnres db import FILE`: the JSON reader (db/json.c)
+ * and the import (db/exchange.c) on any bytes, into a fresh database.
+ *
+ * Invariants: a refusal is ARDB_EINVAL (or another ardb code) with a
+ * message; an accepted file leaves a database whose export is valid UTF-8
+ * and valid JSON (what `db export` writes must be readable by any JSON
+ * reader, and by ours), and importing that export again adds nothing (the
+ * merge semantics the import promises). The CSV exports must succeed too.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ardb.h"
+#include "fuzz.h"
+#include "json.h"
+
+typedef struct buf {
+    char *data;
+    size_t len, cap;
+} buf;
+
+static int buf_write(void *ctx, const void *data, size_t len)
+{
+    buf *b = ctx;
+    if (b->len + len + 1 > b->cap) {
+        size_t cap = (b->len + len + 1) * 2;
+        char *p = realloc(b->data, cap);
+        if (!p)
+            return -1;
+        b->data = p;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+/* A fresh database for every input, so that inputs do not depend on each
+ * other, a finding reproduces from its one file, and a child of replay.c
+ * never shares a connection or a file with its parent. */
+static ardb *fresh_db(void)
+{
+    char path[1024], msg[512];
+    ardb *db = NULL;
+    fuzz_remove_db("import.db");
+    fuzz_path("import.db", path, sizeof path);
+    if (ardb_open(path, ARDB_CREATE, &db, msg, sizeof msg) != ARDB_DONE)
+        fuzz_fail("cannot create the scratch database", msg);
+    return db;
+}
+
+static void check(ardb *db, const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    ardb *db = fresh_db();
+    check(db, data, size);
+    ardb_close(db);
+    fuzz_remove_db("import.db");
+    return 0;
+}
+
+static void check(ardb *db, const uint8_t *data, size_t size)
+{
+    ardb_merge_stats st;
+    int rc = ardb_import_json(db, (const char *)data, size, &st);
+    if (rc != ARDB_DONE) {
+        fuzz_verdict = FUZZ_REFUSED;
+        const char *m = ardb_errmsg(db);
+        if (!m || !*m)
+            fuzz_fail("refusal without a message", NULL);
+        return;
+    }
+    fuzz_verdict = FUZZ_ACCEPTED;
+    buf out = {0};
+    if (ardb_export_json(db, 0, buf_write, &out) != ARDB_DONE)
+        fuzz_fail("export after an accepted import fails", ardb_errmsg(db));
+    if (!fuzz_valid_utf8(out.data, out.len))
+        fuzz_fail("the export of an accepted import is not valid UTF-8", NULL);
+    ardb_json *doc = NULL;
+    char err[256];
+    if (ardb__json_parse(out.data, out.len, &doc, err, sizeof err))
+        fuzz_fail("the export of an accepted import is not JSON", err);
+    ardb__json_free(doc);
+    if (ardb_import_json(db, out.data, out.len, &st) != ARDB_DONE)
+        fuzz_fail("the export of an accepted import does not import", ardb_errmsg(db));
+    if (st.devices || st.problems || st.candidates || st.runs || st.measurements || st.winners)
+        fuzz_fail("importing a database's own export added rows", NULL);
+    for (int t = ARDB_CSV_MEASUREMENTS; t <= ARDB_CSV_RUNS; t++) {
+        buf csv = {0};
+        if (ardb_export_csv(db, (ardb_csv_table)t, buf_write, &csv) != ARDB_DONE)
+            fuzz_fail("CSV export after an accepted import fails", ardb_errmsg(db));
+        free(csv.data);
+    }
+    free(out.data);
+}
