@@ -18,4 +18,4 @@ target_compile_definitions(test_runtime PRIVATE ATTNRES_CLI="$<TARGET_FILE:attnr
 target_link_libraries(test_runtime PRIVATE attnres_static Threads::Threads m)
 add_dependencies(test_runtime attnres_cli)
 add_test(NAME runtime_unit COMMAND test_runtime)
-set_tests_properties(runtime_unit PROPERTIES TIMEOUT 120 LABELS "unit;runtime")
+set_tests_properties(runtime_unit PROPERTIES TIMEOUT 400 LABELS "unit;runtime")

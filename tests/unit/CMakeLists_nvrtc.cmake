@@ -9,5 +9,5 @@ target_compile_definitions(test_nvrtc PRIVATE ATTNRES_TEMPLATE_DIR="${ATTNRES_TE
 target_link_libraries(test_nvrtc PRIVATE argen attnres_static Threads::Threads)
 add_test(NAME nvrtc_compile_all_variants COMMAND test_nvrtc)
 set_tests_properties(nvrtc_compile_all_variants PROPERTIES
-  TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "unit;cuda"
+  TIMEOUT 900 SKIP_RETURN_CODE 77 LABELS "unit;cuda"
   ENVIRONMENT "ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR}")
