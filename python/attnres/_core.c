@@ -21,6 +21,7 @@
 #define Py_LIMITED_API 0x030A0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include <float.h>
 #include <math.h>
@@ -135,6 +136,7 @@ typedef struct {
     int is_cuda;
     int ordinal;
     PyObject *spec;
+    PyObject *weakrefs;
 } DeviceObject;
 
 typedef struct {
@@ -152,6 +154,7 @@ typedef struct {
     attnres_problem problem;
     int busy; /* runs in progress with the GIL released */
     int closed;
+    PyObject *weakrefs;
 } PlanObject;
 
 static void device_release(DeviceObject *self)
@@ -235,6 +238,7 @@ static PyObject *open_device(PyObject *module, PyObject *arg)
     self->closed = 0;
     self->is_cuda = is_cuda;
     self->ordinal = ordinal;
+    self->weakrefs = NULL;
     Py_INCREF(arg);
     self->spec = arg;
     return (PyObject *)self;
@@ -243,6 +247,8 @@ static PyObject *open_device(PyObject *module, PyObject *arg)
 static void device_dealloc(PyObject *op)
 {
     DeviceObject *self = (DeviceObject *)op;
+    if (self->weakrefs)
+        PyObject_ClearWeakRefs(op);
     /* Plans hold a reference, so none is alive here. */
     self->closed = 1;
     self->users = 0;
@@ -331,7 +337,15 @@ static PyGetSetDef device_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+/* Weak references let engines keep caches of devices and plans without
+ * keeping them alive; the limited API declares the slot as a member. */
+static PyMemberDef device_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(DeviceObject, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot device_slots[] = {
+    {Py_tp_members, device_members},
     {Py_tp_dealloc, device_dealloc},
     {Py_tp_methods, device_methods},
     {Py_tp_getset, device_getset},
@@ -560,6 +574,8 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static void plan_dealloc(PyObject *op)
 {
     PlanObject *self = (PlanObject *)op;
+    if (self->weakrefs)
+        PyObject_ClearWeakRefs(op);
     self->closed = 1;
     self->busy = 0;
     plan_release(self);
@@ -866,6 +882,11 @@ static int check_kind(call_ctx *c, const view *v, const char *name, dl_dtype wan
 static int row_stride(const view *v, int axis, const char *name, int64_t *stride)
 {
     const int64_t width = v->shape[axis + 1], t = v->shape[axis];
+    /* An empty view has nothing to read; libraries give it any strides. */
+    if (t == 0) {
+        *stride = width;
+        return 0;
+    }
     if (width > 1 && v->strides[axis + 1] != 1) {
         PyErr_Format(PyExc_ValueError, "%s rows are not contiguous (element stride %lld); the kernels need stride 1",
                      name, (long long)v->strides[axis + 1]);
@@ -1506,7 +1527,13 @@ static PyGetSetDef plan_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyMemberDef plan_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(PlanObject, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot plan_slots[] = {
+    {Py_tp_members, plan_members},
     {Py_tp_new, plan_new},
     {Py_tp_dealloc, plan_dealloc},
     {Py_tp_methods, plan_methods},
