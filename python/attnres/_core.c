@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "attnres.h"
 
@@ -1230,11 +1231,20 @@ static kwname mix_names[MIX_NARGS] = {{"sources", NULL}, {"query", NULL}, {"gain
                                       {"scale", NULL},   {"partial", NULL}, {"alpha", NULL},  {"out_gain", NULL},
                                       {"out_eps", NULL}, {"normed", NULL},  {"out", NULL},    {"stream", NULL}};
 
-static PyObject *plan_mix(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+static double now_ns(void)
 {
-    PlanObject *self = (PlanObject *)op;
-    PyObject *a[MIX_NARGS];
-    if (parse_args("mix", mix_names, MIX_NARGS, 2, 2, args, nargs, kwnames, a) || !plan_usable(self))
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* The body of Plan.mix. With repeat > 0 (the benchmark's _time_c) the same
+ * prepared arguments are run repeat times and the mean ns per C call is
+ * returned instead of the output: the C call's own cost, measured in the
+ * same process on the same memory. */
+static PyObject *mix_impl(PlanObject *self, PyObject **a, long repeat)
+{
+    if (!plan_usable(self))
         return NULL;
     const attnres_problem *p = &self->problem;
     if (p->op != ATTNRES_OP_MIX) {
@@ -1303,9 +1313,18 @@ static PyObject *plan_mix(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     int rc;
     char msg[512];
     attnres_plan *plan = self->plan;
+    double elapsed = 0;
     plan_begin(self);
     Py_BEGIN_ALLOW_THREADS
-    rc = attnres_run_mix(plan, t, &m, stream);
+    if (repeat > 0) {
+        double start = now_ns();
+        rc = ATTNRES_OK;
+        for (long i = 0; i < repeat && rc == ATTNRES_OK; i++)
+            rc = attnres_run_mix(plan, t, &m, stream);
+        elapsed = now_ns() - start;
+    } else {
+        rc = attnres_run_mix(plan, t, &m, stream);
+    }
     if (rc != ATTNRES_OK)
         snprintf(msg, sizeof msg, "%s", attnres_plan_errmsg(plan));
     Py_END_ALLOW_THREADS
@@ -1314,10 +1333,43 @@ static PyObject *plan_mix(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         raise_status(rc, "mix", msg);
         goto done;
     }
+    if (repeat > 0) {
+        result = PyFloat_FromDouble(elapsed / (double)repeat);
+        goto done;
+    }
     result = p->epilogue ? PyTuple_Pack(2, out, normed) : (Py_INCREF(out), out);
 done:
     ctx_free(&c);
     return result;
+}
+
+static PyObject *plan_mix(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[MIX_NARGS];
+    if (parse_args("mix", mix_names, MIX_NARGS, 2, 2, args, nargs, kwnames, a))
+        return NULL;
+    return mix_impl((PlanObject *)op, a, 0);
+}
+
+/* Plan._time_c(repeat, sources, query, **mix keywords) -> mean ns per
+ * attnres_run_mix call, for bench/python_overhead.py. */
+static PyObject *plan_time_c(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "_time_c(repeat, sources, query, ...)");
+        return NULL;
+    }
+    long repeat = PyLong_AsLong(args[0]);
+    if (repeat == -1 && PyErr_Occurred())
+        return NULL;
+    if (repeat < 1 || repeat > 100000000) {
+        PyErr_SetString(PyExc_ValueError, "repeat must be 1 to 1e8");
+        return NULL;
+    }
+    PyObject *a[MIX_NARGS];
+    if (parse_args("_time_c", mix_names, MIX_NARGS, 2, 2, args + 1, nargs - 1, kwnames, a))
+        return NULL;
+    return mix_impl((PlanObject *)op, a, repeat);
 }
 
 /* ---- Plan.phase1 ---- */
@@ -1512,6 +1564,7 @@ static PyMethodDef plan_methods[] = {
      "phase2(o1, lse, partial, query, *, gain=None, sublayer=None, eps=1e-6, scale=1.0, out_gain=None,\n"
      "       out_eps=1e-6, normed=None, out=None, stream=None) -> out, or (out, normed) with the epilogue;\n"
      "with fuse_add, partial is updated in place to partial + sublayer"},
+    {"_time_c", FASTCALL_KW(plan_time_c), METH_FASTCALL | METH_KEYWORDS, NULL},
     {"explain", plan_explain, METH_NOARGS, "Which kernels the plan loaded, at which fallback level, and why."},
     {"close", plan_close, METH_NOARGS, "Destroys the plan (after any run in progress)."},
     {"__enter__", handle_enter, METH_NOARGS, NULL},
