@@ -1,0 +1,198 @@
+"""attnres for PyTorch: the runtime's operations as torch.library custom ops.
+
+Importing this module registers ``torch.ops.attnres.mix``, ``.phase1`` and
+``.phase2`` with fake (meta) implementations, so ``torch.compile`` traces
+through them without a graph break (``fullgraph=True`` works) and CUDA graph
+capture records their launches: a launch never allocates, synchronises or
+compiles, and runs on the current stream. Plans are made on first use for each
+(device, problem) and kept; call :func:`set_database` before the first call to
+plan from a tuning database (otherwise the built-in kernels serve).
+
+The ops take the *folded* pseudo-query ``u = gain * w`` as float32 (DESIGN
+§1); :class:`AttnResMix` holds ``w`` and ``gain`` as parameters and folds them
+per call. They are inference ops: no backward is registered.
+
+Nothing here is imported by ``import attnres``; torch is only needed for this
+module.
+"""
+
+import threading
+from typing import List, Optional, Tuple
+
+import torch
+
+import attnres
+
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+_lock = threading.Lock()
+_devices = {}
+_plans = {}
+_db_path = None
+
+
+def set_database(path):
+    """Plans made from now on come from the tuning database at path (None:
+    the built-in kernels). Plans already made are kept."""
+    global _db_path
+    with _lock:
+        _db_path = None if path is None else str(path)
+
+
+def clear_plans():
+    """Closes every cached plan and device (e.g. after set_database)."""
+    with _lock:
+        for plan in _plans.values():
+            plan.close()
+        for dev in _devices.values():
+            dev.close()
+        _plans.clear()
+        _devices.clear()
+
+
+def _spec(t: torch.Tensor) -> str:
+    if t.device.type == "cpu":
+        return "cpu"
+    if t.device.type == "cuda":
+        return f"cuda:{t.device.index if t.device.index is not None else torch.cuda.current_device()}"
+    raise ValueError(f"attnres runs on cpu and cuda tensors, not {t.device}")
+
+
+def _storage(t: torch.Tensor) -> str:
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise ValueError(f"attnres stores float32, bfloat16 or float16, not {t.dtype}") from None
+
+
+def plan_for(like: torch.Tensor, **problem) -> attnres.Plan:
+    """The cached plan for a problem on like's device (made on first use)."""
+    spec = _spec(like)
+    key = (spec, tuple(sorted(problem.items())))
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    with _lock:
+        plan = _plans.get(key)
+        if plan is None:
+            dev = _devices.get(spec)
+            if dev is None:
+                dev = _devices[spec] = attnres.open_device(spec)
+            if _db_path is not None:
+                with attnres.open_db(_db_path) as db:
+                    plan = attnres.Plan(dev, db, **problem)
+            else:
+                plan = attnres.Plan(dev, None, **problem)
+            _plans[key] = plan
+    return plan
+
+
+def _empty_like_rows(t: torch.Tensor) -> torch.Tensor:
+    return t.new_empty((0,))
+
+
+# ---- the ops ----------------------------------------------------------------
+
+
+@torch.library.custom_op("attnres::mix", mutates_args=())
+def mix(sources: List[torch.Tensor], query: torch.Tensor, partial: Optional[torch.Tensor],
+        out_gain: Optional[torch.Tensor], heads: int, eps: float, scale: float, alpha: float,
+        out_eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The AttnRes mix of N (T, d) sources. Returns (out, normed); normed is
+    empty unless out_gain is given (the output-norm epilogue)."""
+    s0 = sources[0]
+    plan = plan_for(s0, op="mix", dtype=_storage(s0), d=s0.shape[-1], n=len(sources), heads=heads,
+                    form="replace" if partial is None else "additive", epilogue=out_gain is not None)
+    kw = dict(eps=eps, scale=scale)
+    if partial is not None:
+        kw.update(partial=partial.detach(), alpha=alpha)
+    if out_gain is not None:
+        out, normed = plan.mix([s.detach() for s in sources], query.detach(), out_gain=out_gain.detach(),
+                               out_eps=out_eps, **kw)
+        return out, normed
+    return plan.mix([s.detach() for s in sources], query.detach(), **kw), _empty_like_rows(s0)
+
+
+@mix.register_fake
+def _mix_fake(sources, query, partial, out_gain, heads, eps, scale, alpha, out_eps):
+    s0 = sources[0]
+    out = s0.new_empty(s0.shape)
+    return out, (s0.new_empty(s0.shape) if out_gain is not None else s0.new_empty((0,)))
+
+
+@torch.library.custom_op("attnres::phase1", mutates_args=())
+def phase1(sources: List[torch.Tensor], queries: torch.Tensor, heads: int, eps: float,
+           scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Block AttnRes phase 1: the S folded queries (S, d) of a block against
+    its n (T, d) sources. Returns o1 (S, T, d) and lse (S, T, H) float32."""
+    s0 = sources[0]
+    plan = plan_for(s0, op="phase1", dtype=_storage(s0), d=s0.shape[-1], n=len(sources), heads=heads,
+                    sites=queries.shape[0])
+    return plan.phase1([s.detach() for s in sources], queries.detach(), eps=eps, scale=scale)
+
+
+@phase1.register_fake
+def _phase1_fake(sources, queries, heads, eps, scale):
+    s0 = sources[0]
+    sites, t, d = queries.shape[0], s0.shape[0], s0.shape[1]
+    return s0.new_empty((sites, t, d)), s0.new_empty((sites, t, heads), dtype=torch.float32)
+
+
+@torch.library.custom_op("attnres::phase2", mutates_args=("partial",))
+def phase2(o1: torch.Tensor, lse: torch.Tensor, partial: torch.Tensor, query: torch.Tensor,
+           sublayer: Optional[torch.Tensor], out_gain: Optional[torch.Tensor], eps: float, scale: float,
+           out_eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Block AttnRes phase 2 for one site. With sublayer, partial is first
+    updated in place to partial + sublayer. Returns (out, normed); normed is
+    empty unless out_gain is given."""
+    plan = plan_for(o1, op="phase2", dtype=_storage(o1), d=o1.shape[-1], heads=lse.shape[-1],
+                    fuse_add=sublayer is not None, epilogue=out_gain is not None)
+    kw = dict(eps=eps, scale=scale)
+    if sublayer is not None:
+        kw["sublayer"] = sublayer.detach()
+    if out_gain is not None:
+        out, normed = plan.phase2(o1.detach(), lse.detach(), partial.detach(), query.detach(),
+                                  out_gain=out_gain.detach(), out_eps=out_eps, **kw)
+        return out, normed
+    return plan.phase2(o1.detach(), lse.detach(), partial.detach(), query.detach(), **kw), _empty_like_rows(o1)
+
+
+@phase2.register_fake
+def _phase2_fake(o1, lse, partial, query, sublayer, out_gain, eps, scale, out_eps):
+    return o1.new_empty(o1.shape), (o1.new_empty(o1.shape) if out_gain is not None else o1.new_empty((0,)))
+
+
+# ---- one routing site as a module ---------------------------------------------
+
+
+class AttnResMix(torch.nn.Module):
+    """One AttnRes routing site: holds the pseudo-query w and the RMSNorm gain
+    (and, with epilogue=True, the next sublayer's PreNorm gain) and mixes N
+    sources of shape (..., d). forward(sources, partial=None) returns out, or
+    (out, normed) with the epilogue; partial switches to the additive form
+    (Delta AttnRes: out = partial + alpha * mix)."""
+
+    def __init__(self, d: int, heads: int = 1, eps: float = 1e-6, scale: float = 1.0, alpha: float = 1.0,
+                 epilogue: bool = False, out_eps: float = 1e-6, device=None):
+        super().__init__()
+        if d < 1 or heads < 1 or d % heads:
+            raise ValueError(f"heads ({heads}) must divide d ({d})")
+        self.d, self.heads, self.eps, self.scale, self.alpha, self.out_eps = d, heads, eps, scale, alpha, out_eps
+        # The paper initialises pseudo-queries to zero (uniform weights at start).
+        self.query = torch.nn.Parameter(torch.zeros(d, device=device))
+        self.gain = torch.nn.Parameter(torch.ones(d, device=device))
+        self.out_gain = torch.nn.Parameter(torch.ones(d, device=device)) if epilogue else None
+
+    def forward(self, sources, partial: Optional[torch.Tensor] = None):
+        if isinstance(sources, torch.Tensor):
+            sources = list(sources.unbind(0))
+        shape = sources[0].shape
+        rows = [s.reshape(-1, self.d) for s in sources]
+        u = (self.query * self.gain).float()
+        part = partial.reshape(-1, self.d) if partial is not None else None
+        og = self.out_gain.float() if self.out_gain is not None else None
+        out, normed = torch.ops.attnres.mix(rows, u, part, og, self.heads, self.eps, self.scale, self.alpha,
+                                            self.out_eps)
+        if og is not None:
+            return out.reshape(shape), normed.reshape(shape)
+        return out.reshape(shape)
