@@ -261,7 +261,10 @@ static void sweep_compile_dirs(void)
         int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0)
             continue;
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        /* Only our own user's directories: another user's are theirs to
+         * clean, even when we could (as root). */
+        struct stat sb;
+        if (fstat(fd, &sb) == 0 && sb.st_uid == geteuid() && flock(fd, LOCK_EX | LOCK_NB) == 0)
             remove_dir(path);
         close(fd);
     }
