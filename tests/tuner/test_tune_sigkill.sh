@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# One tuning job (`attnres tune --preset ci` on the CPU) killed with SIGKILL
+# One tuning job (`attnres tune --preset ci --strategy exhaustive` on the CPU:
+# every candidate timed fully, so the job lasts long enough for every kill to
+# land on real work) killed with SIGKILL
 # at random moments, KILLS times over, each time restarted on the same
 # database, as an unattended job on a shared box may be. The kills are aimed
 # at both phases: one in three waits for a compiler process, one in three
@@ -62,7 +64,7 @@ i=0
 while [ "$landed" -lt "$kills" ] && [ "$i" -lt $((kills + 10)) ]; do
   i=$((i + 1))
   m0=$(measurements)
-  "$cli" tune --device cpu --preset ci --db "$db" --quiet >/dev/null 2>&1 &
+  "$cli" tune --device cpu --preset ci --strategy exhaustive --db "$db" --quiet >/dev/null 2>&1 &
   tuner=$!
   case $((i % 3)) in
     0) aim=compile ;;
@@ -92,7 +94,7 @@ while [ "$landed" -lt "$kills" ] && [ "$i" -lt $((kills + 10)) ]; do
   measuring=$(children measure); compiling=$(children compile)
   phase=other
   [ -n "$compiling" ] && phase=compile
-  [ "$phase" = other ] && [ "$(measurements)" -gt "$m1" ] && phase=measure
+  [ "$phase" = other ] && [ "$(measurements)" -gt "$m0" ] && phase=measure
   if kill -9 "$tuner" 2>/dev/null; then
     landed=$((landed+1))
     [ "$phase" = compile ] && hit_compile=$((hit_compile+1))
@@ -125,7 +127,7 @@ echo "     $i attempts in $(( $(date +%s) - started )) s"
 [ "$hit_measure" -gt 0 ] && ok "$hit_measure kill(s) hit measurement" || bad "no kill hit measurement"
 
 before=$(sqlite3 "$db" "select count(distinct candidate_id || '/' || problem_id) from measurements" 2>/dev/null || echo 0)
-if "$cli" tune --device cpu --preset ci --db "$db" >"$dir/final.txt" 2>&1; then
+if "$cli" tune --device cpu --preset ci --strategy exhaustive --db "$db" >"$dir/final.txt" 2>&1; then
   ok "the run after the kills completed: $(grep '^run ' "$dir/final.txt")"
 else
   bad "the run after the kills failed"; cat "$dir/final.txt"
