@@ -143,7 +143,10 @@ typedef struct attnres_device attnres_device;
  *                             PTX from then on) and with the simulator. The
  *                             build key's target names the form ("sm_90" or
  *                             "compute_90 (PTX for sm_90)"), so cached
- *                             binaries of the two never mix. */
+ *                             binaries of the two never mix.
+ *   ATTNRES_CUDA_PTX=0        cubins are offered first even to the
+ *                             simulator, which refuses them, so the
+ *                             recompile-as-PTX path runs (for tests). */
 ATTNRES_API int attnres_device_open(const char *spec, attnres_device **out,
                                     char *msg, size_t msg_len);
 
