@@ -38,22 +38,7 @@ export ATTNRES_CACHE_DIR="$dir/cache"
 templates="${ATTNRES_TEMPLATE_DIR:?ATTNRES_TEMPLATE_DIR must name the templates}"
 db="$dir/t.db"
 key="mix:f32:d256:n5:h1:replace:epi0:s0:t64"
-passed=0
-failed=0
-
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL $1"; failed=$((failed + 1)); }
-# expect_rc WANT NAME -- command...: runs the command, keeps its output.
-expect_rc() {
-  local want="$1" name="$2"
-  shift 3
-  "$@" >"$dir/out.txt" 2>"$dir/err.txt"
-  local rc=$?
-  if [ "$rc" = "$want" ]; then ok "$name (exit $rc)"; else
-    bad "$name: exit $rc, want $want"
-    sed 's/^/     | /' "$dir/out.txt" "$dir/err.txt" | tail -20
-  fi
-}
+. "$(dirname "$0")/../lib/checks.sh"
 revalidate() {
   # `tune --revalidate` once tune has it; `db revalidate` is the same code.
   if "$cli" tune --help 2>/dev/null | grep -q -- '--revalidate'; then
@@ -258,5 +243,4 @@ python3 -c 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute("pragm
 expect_rc 1 "a newer file is refused" -- "$cli" db runs --db "$dir/old.db"
 grep -q 'newer than this build' "$dir/err.txt" && ok "with a clear message" || bad "message: $(cat "$dir/err.txt")"
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

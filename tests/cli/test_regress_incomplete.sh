@@ -11,20 +11,7 @@ cli="$1"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export ATTNRES_CACHE_DIR="$dir/cache"
-passed=0
-failed=0
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL $1"; failed=$((failed + 1)); }
-expect_rc() {
-  local want="$1" name="$2"
-  shift 3
-  "$@" >"$dir/out.txt" 2>"$dir/err.txt"
-  local rc=$?
-  if [ "$rc" = "$want" ]; then ok "$name (exit $rc)"; else
-    bad "$name: exit $rc, want $want"
-    sed 's/^/     | /' "$dir/out.txt" "$dir/err.txt" | tail -20
-  fi
-}
+. "$(dirname "$0")/../lib/checks.sh"
 status() { sqlite3 "$1" "select status from runs where id = $2"; }
 
 echo "-- a tuning run killed with SIGKILL"
@@ -81,5 +68,4 @@ expect_rc 2 "the default candidate (newest after the baseline) is refused when i
 expect_rc 2 "--json is refused the same way" -- "$cli" db regress --db "$db" --baseline 4 --candidate 1 --json
 [ ! -s "$dir/out.txt" ] && ok "and prints no half report" || bad "output: $(cat "$dir/out.txt")"
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

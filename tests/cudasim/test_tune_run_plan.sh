@@ -12,10 +12,7 @@ set -u -o pipefail
 CLI=$1 PY=$2 WORK=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
 DB=$WORK/sim-ci.db
-passed=0 failed=0
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL $1"; failed=$((failed + 1)); }
-finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit $?; }
+. "$HERE/../lib/checks.sh"
 
 [ -n "${ATTNRES_CUDA_DRIVER:-}" ] || { echo "ATTNRES_CUDA_DRIVER is not set"; exit 1; }
 # NVRTC compiles the kernels; without it there is nothing to run (ctest: skip).

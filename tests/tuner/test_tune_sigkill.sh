@@ -48,9 +48,7 @@ mix    bf16  512  9  4  additive  1  64,512,1024
 phase1 f32   256  4  1  replace   0  64,512           s=3
 phase2 f32   256  1  1  replace   1  64,512           fuse=1
 PROBLEMS
-pass=0; fail=0
-ok() { echo "ok   $1"; pass=$((pass+1)); }
-bad() { echo "FAIL $1"; fail=$((fail+1)); }
+. "$(dirname "$0")/../lib/checks.sh"
 rnd() { awk -v s="$RANDOM$RANDOM" -v lo="$1" -v hi="$2" 'BEGIN { srand(s); printf "%.2f", lo + (hi - lo) * rand() }'; }
 # The tuner's children by kind: compilers (anything not named attnres) and
 # measuring children (forks of the tuner, named attnres).
@@ -183,5 +181,4 @@ else
   echo "skip marking of killed runs: this build marks no run 'interrupted' yet" \
        "($(sqlite3 "$db" "select count(*) from runs where status = 'running'") killed runs show 'running')"
 fi
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

@@ -20,6 +20,7 @@
 
 #include "ardb.h"
 #include "check.h"
+#include "test_buffer.h"
 
 static char tmpdir[512];
 static char *fixture_sql;
@@ -151,29 +152,6 @@ static int file_exists(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0;
-}
-
-/* A growing buffer for exports. */
-typedef struct buffer {
-    char *data;
-    size_t len, cap;
-} buffer;
-
-static int buffer_write(void *ctx, const void *data, size_t len)
-{
-    buffer *b = ctx;
-    if (b->len + len + 1 > b->cap) {
-        size_t ncap = (b->cap ? b->cap * 2 : 4096) + len;
-        char *nd = realloc(b->data, ncap);
-        if (!nd)
-            return -1;
-        b->data = nd;
-        b->cap = ncap;
-    }
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-    b->data[b->len] = '\0';
-    return 0;
 }
 
 static int failing_write(void *ctx, const void *data, size_t len)

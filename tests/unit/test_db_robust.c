@@ -34,6 +34,7 @@
 #include "ardb.h"
 #include "check.h"
 #include "svg_plot.h"
+#include "test_buffer.h"
 
 static char tmpdir[512];
 
@@ -84,28 +85,6 @@ static char *raw_text(const char *path, const char *sql)
     sqlite3_finalize(st);
     sqlite3_close(h);
     return out;
-}
-
-typedef struct buffer {
-    char *data;
-    size_t len, cap;
-} buffer;
-
-static int buffer_write(void *ctx, const void *data, size_t len)
-{
-    buffer *b = ctx;
-    if (b->len + len + 1 > b->cap) {
-        size_t ncap = (b->cap ? b->cap * 2 : 4096) + len;
-        char *nd = realloc(b->data, ncap);
-        if (!nd)
-            return -1;
-        b->data = nd;
-        b->cap = ncap;
-    }
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-    b->data[b->len] = '\0';
-    return 0;
 }
 
 /* Whether s[0, n) is well-formed UTF-8 (Unicode 15, table 3-7), written
