@@ -601,32 +601,46 @@ static int valid_stream(const sim_stream *s)
     return (uintptr_t)s <= 2 || s->magic == MAGIC_STREAM;
 }
 
-API CUresult cuStreamCreate(sim_stream **stream, unsigned flags)
+/* Streams and events are structs whose first member is their magic number;
+ * these make and unmake both. A destroyed handle keeps MAGIC_DEAD until its
+ * memory is reused, so that a use after destroy is refused while it can be. */
+static CUresult handle_create(void **out, size_t size, uint32_t magic)
 {
-    if (!stream || flags > 1)
-        return CUDA_ERROR_INVALID_VALUE;
     lock();
     CUresult r = ready();
     if (r)
         return unlock(r);
-    sim_stream *s = calloc(1, sizeof *s);
-    if (!s)
+    uint32_t *h = calloc(1, size);
+    if (!h)
         return unlock(CUDA_ERROR_OUT_OF_MEMORY);
-    s->magic = MAGIC_STREAM;
-    *stream = s;
+    *h = magic;
+    *out = h;
     return unlock(CUDA_SUCCESS);
 }
 
-API CUresult cuStreamDestroy_v2(sim_stream *stream)
+static CUresult handle_destroy(void *handle, uint32_t magic)
 {
     lock();
     if (!sim.initialised)
         return unlock(CUDA_ERROR_NOT_INITIALIZED);
-    if ((uintptr_t)stream <= 2 || stream->magic != MAGIC_STREAM)
+    /* NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD cannot be destroyed. */
+    if ((uintptr_t)handle <= 2 || *(uint32_t *)handle != magic)
         return unlock(CUDA_ERROR_INVALID_HANDLE);
-    stream->magic = MAGIC_DEAD;
-    free(stream);
+    *(uint32_t *)handle = MAGIC_DEAD;
+    free(handle);
     return unlock(CUDA_SUCCESS);
+}
+
+API CUresult cuStreamCreate(sim_stream **stream, unsigned flags)
+{
+    if (!stream || flags > 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    return handle_create((void **)stream, sizeof **stream, MAGIC_STREAM);
+}
+
+API CUresult cuStreamDestroy_v2(sim_stream *stream)
+{
+    return handle_destroy(stream, MAGIC_STREAM);
 }
 
 API CUresult cuStreamSynchronize(sim_stream *stream)
@@ -642,28 +656,12 @@ API CUresult cuEventCreate(sim_event **event, unsigned flags)
 {
     if (!event || flags > 0xf)
         return CUDA_ERROR_INVALID_VALUE;
-    lock();
-    CUresult r = ready();
-    if (r)
-        return unlock(r);
-    sim_event *e = calloc(1, sizeof *e);
-    if (!e)
-        return unlock(CUDA_ERROR_OUT_OF_MEMORY);
-    e->magic = MAGIC_EVENT;
-    *event = e;
-    return unlock(CUDA_SUCCESS);
+    return handle_create((void **)event, sizeof **event, MAGIC_EVENT);
 }
 
 API CUresult cuEventDestroy_v2(sim_event *event)
 {
-    lock();
-    if (!sim.initialised)
-        return unlock(CUDA_ERROR_NOT_INITIALIZED);
-    if (!event || event->magic != MAGIC_EVENT)
-        return unlock(CUDA_ERROR_INVALID_HANDLE);
-    event->magic = MAGIC_DEAD;
-    free(event);
-    return unlock(CUDA_SUCCESS);
+    return handle_destroy(event, MAGIC_EVENT);
 }
 
 API CUresult cuEventRecord(sim_event *event, sim_stream *stream)

@@ -109,59 +109,38 @@ static int fe_mode(int rnd)
             fesetround(FE_TONEAREST);                            \
     } while (0)
 
-float num_f32_binary(char op, float a, float b, int rnd)
-{
-    volatile float r = 0;
-    switch (op) {
-    case '+':
-        UNDER(rnd, r = a + b);
-        break;
-    case '-':
-        UNDER(rnd, r = a - b);
-        break;
-    case '*':
-        UNDER(rnd, r = a * b);
-        break;
-    default:
-        UNDER(rnd, r = a / b);
-        break;
+/* The four binary operations and fma of one floating type under one
+ * rounding mode; volatile keeps the compiler from folding or moving the
+ * operation across the mode switch. */
+#define BINARY_AND_FMA(T, binary, fused, fma_fn)       \
+    T binary(char op, T a, T b, int rnd)               \
+    {                                                  \
+        volatile T r = 0;                              \
+        switch (op) {                                  \
+        case '+':                                      \
+            UNDER(rnd, r = a + b);                     \
+            break;                                     \
+        case '-':                                      \
+            UNDER(rnd, r = a - b);                     \
+            break;                                     \
+        case '*':                                      \
+            UNDER(rnd, r = a * b);                     \
+            break;                                     \
+        default:                                       \
+            UNDER(rnd, r = a / b);                     \
+            break;                                     \
+        }                                              \
+        return r;                                      \
+    }                                                  \
+    T fused(T a, T b, T c, int rnd)                    \
+    {                                                  \
+        volatile T r = 0;                              \
+        UNDER(rnd, r = fma_fn(a, b, c));               \
+        return r;                                      \
     }
-    return r;
-}
 
-float num_f32_fma(float a, float b, float c, int rnd)
-{
-    volatile float r = 0;
-    UNDER(rnd, r = fmaf(a, b, c));
-    return r;
-}
-
-double num_f64_binary(char op, double a, double b, int rnd)
-{
-    volatile double r = 0;
-    switch (op) {
-    case '+':
-        UNDER(rnd, r = a + b);
-        break;
-    case '-':
-        UNDER(rnd, r = a - b);
-        break;
-    case '*':
-        UNDER(rnd, r = a * b);
-        break;
-    default:
-        UNDER(rnd, r = a / b);
-        break;
-    }
-    return r;
-}
-
-double num_f64_fma(double a, double b, double c, int rnd)
-{
-    volatile double r = 0;
-    UNDER(rnd, r = fma(a, b, c));
-    return r;
-}
+BINARY_AND_FMA(float, num_f32_binary, num_f32_fma, fmaf)
+BINARY_AND_FMA(double, num_f64_binary, num_f64_fma, fma)
 
 float num_f32_sqrt(float a, int rnd)
 {
