@@ -15,7 +15,7 @@ foreach(dtype f32 bf16 f16)
     OUTPUT ${out}
     COMMAND attnres-gen ${ATTNRES_TEMPLATE_DIR} generic-source cuda/mix ${dtype} ${out}
             ar_cuda_generic_mix_${dtype}
-    DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/cuda/mix.lua
+    DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/cuda/mix.lua ${ATTNRES_TEMPLATE_LIBS}
     COMMENT "Embedding the built-in CUDA mix kernel source (${dtype})")
   list(APPEND ATTNRES_CUDA_SOURCES ${out})
 endforeach()
@@ -28,8 +28,7 @@ foreach(op phase1 phase2)
       OUTPUT ${out}
       COMMAND attnres-gen ${ATTNRES_TEMPLATE_DIR} generic-source cuda/${op} ${dtype} ${out}
               ar_cuda_generic_${op}_${dtype}
-      DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/cuda/${op}.lua
-              ${ATTNRES_TEMPLATE_DIR}/lib/cuda_storage.lua
+      DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/cuda/${op}.lua ${ATTNRES_TEMPLATE_LIBS}
       COMMENT "Embedding the built-in CUDA ${op} kernel source (${dtype})")
     list(APPEND ATTNRES_CUDA_SOURCES ${out})
   endforeach()
