@@ -36,6 +36,8 @@
 -- (both within 2 ulp): the IEEE forms call a slow-path subroutine that
 -- makes ptxas report spills.
 
+local space = require("lib/cuda_space")
+
 local T = {
   backend = "cuda",
   op = "mix",
@@ -141,21 +143,9 @@ function T.launch(p)
 end
 
 function T.applies(p, problem, device)
-  if problem.op ~= "mix" then return false, "not a mix problem" end
-  if problem.dtype ~= p.dtype then return false, "dtype differs" end
-  if device and device.backend ~= "" and device.backend ~= "cuda" then
-    return false, "not a CUDA device"
-  end
-  local d, H, n = problem.d, problem.heads, problem.n
-  if n < 1 or n > MAX_SOURCES then
-    return false, string.format("N = %d is outside 1..%d", n, MAX_SOURCES)
-  end
-  if d < 1 or d > (1 << 30) then return false, "d is outside 1..2^30" end
-  if H < 1 or d % H ~= 0 then return false, string.format("%d heads do not divide d = %d", H, d) end
-  local hd = d // H
-  if hd % p.vec ~= 0 then
-    return false, string.format("head width %d is not a multiple of vec = %d", hd, p.vec)
-  end
+  local ok, why = space.applies(T, p, problem, device, { max_sources = MAX_SOURCES })
+  if not ok then return false, why end
+  local d, H = problem.d, problem.heads
   if p.sched == "twopass" then return true end
   local G = group_threads(p)
   if H > G or G % H ~= 0 then
