@@ -36,6 +36,7 @@
 -- (both within 2 ulp): the IEEE forms call a slow-path subroutine that
 -- makes ptxas report spills.
 
+local storage = require("lib/cuda_storage")
 local space = require("lib/cuda_space")
 
 local T = {
@@ -62,7 +63,7 @@ local T = {
 
 local ABI = 1
 local MAX_SOURCES = 64
-local esize = { f32 = 4, bf16 = 2, f16 = 2 }
+local esize = storage.esize
 
 local function group_threads(p)
   return p.map == "warp" and 32 or p.threads
@@ -161,11 +162,8 @@ end
 
 -- ---- emitted code -------------------------------------------------------
 
+-- The argument struct, after the storage helpers (which define ar_i64).
 local PRELUDE = [[
-typedef unsigned short ar_u16;
-typedef unsigned int ar_u32;
-typedef long long ar_i64;
-
 /* Kernel arguments, ABI ${ABI}: must match runtime/src/cuda_kernel_abi.h.
  * Passed by value. Strides count elements. */
 struct attnres_cuda_mix_args {
@@ -188,219 +186,7 @@ struct attnres_cuda_mix_args {
 };
 static_assert(sizeof(attnres_cuda_mix_args) == 1136, "attnres_cuda_mix_args differs from the runtime's");
 
-/* Sum over the lanes whose xor distance is below lim (lim a power of two;
- * 32 or more: the whole warp). Every lane takes part in every shuffle. */
-__device__ __forceinline__ float lane_sum(float v, int lim)
-{
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        const float o = __shfl_xor_sync(0xffffffffu, v, off);
-        if (off < lim)
-            v += o;
-    }
-    return v;
-}
 ]]
-
--- Storage helpers: a `raw_t` holds VEC elements as loaded; widen() turns it
--- into fp32, store_row() rounds fp32 back to storage.
-local function storage_code(dtype, vec)
-  local es = esize[dtype]
-  local bytes = vec * es
-  local lines = {}
-  local function add(s) lines[#lines + 1] = s end
-  add(string.format("typedef %s st_t;", dtype == "f32" and "float" or "ar_u16"))
-  add(string.format("constexpr int VEC = %d;", vec))
-  if bytes == 2 then
-    add([[
-struct raw_t { ar_u16 h; };
-__device__ __forceinline__ raw_t raw_zero() { raw_t r; r.h = 0; return r; }
-/* read-only path: sources (never written by this kernel) */
-__device__ __forceinline__ raw_t ld_nc(const st_t *p)
-{ raw_t r; asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(r.h) : "l"(p)); return r; }
-/* coherent path: the partial sum, which may alias out */
-__device__ __forceinline__ raw_t ld_g(const st_t *p)
-{ raw_t r; asm volatile("ld.global.u16 %0, [%1];" : "=h"(r.h) : "l"(p) : "memory"); return r; }
-/* a second read of a source: never merged with the first */
-__device__ __forceinline__ raw_t ld_again(const st_t *p)
-{ raw_t r; asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(r.h) : "l"(p)); return r; }
-/* a read of what this block has just stored (after a barrier) */
-__device__ __forceinline__ raw_t ld_back(const st_t *p)
-{ raw_t r; asm volatile("ld.global.u16 %0, [%1];" : "=h"(r.h) : "l"(p) : "memory"); return r; }
-__device__ __forceinline__ void st_raw(st_t *p, raw_t r)
-{ asm volatile("st.global.u16 [%0], %1;" :: "l"(p), "h"(r.h) : "memory"); }]])
-  else
-    local nw = bytes // 4
-    local regs, outs, ins = {}, {}, {}
-    for i = 0, nw - 1 do
-      regs[#regs + 1] = "%" .. i
-      outs[#outs + 1] = string.format('"=r"(r.w[%d])', i)
-      ins[#ins + 1] = string.format('"r"(r.w[%d])', i)
-    end
-    local suffix = nw == 1 and "u32" or string.format("v%d.u32", nw)
-    local reg_list = nw == 1 and "%0" or "{" .. table.concat(regs, ", ") .. "}"
-    local st_list = {}
-    for i = 1, nw do st_list[#st_list + 1] = "%" .. i end
-    local st_regs = nw == 1 and "%1" or "{" .. table.concat(st_list, ", ") .. "}"
-    local v = {
-      NW = nw, BYTES = bytes, SUF = suffix, REGS = reg_list, OUTS = table.concat(outs, ", "),
-      P = "%" .. nw, INS = table.concat(ins, ", "), SREGS = st_regs,
-    }
-    add(gen.subst([[
-struct alignas(${BYTES}) raw_t { ar_u32 w[${NW}]; };
-__device__ __forceinline__ raw_t raw_zero()
-{
-    raw_t r;
-#pragma unroll
-    for (int i = 0; i < ${NW}; i++)
-        r.w[i] = 0u;
-    return r;
-}
-/* read-only path: sources (never written by this kernel) */
-__device__ __forceinline__ raw_t ld_nc(const st_t *p)
-{ raw_t r; asm volatile("ld.global.nc.${SUF} ${REGS}, [${P}];" : ${OUTS} : "l"(p)); return r; }
-/* coherent path: the partial sum, which may alias out */
-__device__ __forceinline__ raw_t ld_g(const st_t *p)
-{ raw_t r; asm volatile("ld.global.${SUF} ${REGS}, [${P}];" : ${OUTS} : "l"(p) : "memory"); return r; }
-/* a second read of a source: never merged with the first */
-__device__ __forceinline__ raw_t ld_again(const st_t *p)
-{ raw_t r; asm volatile("ld.global.nc.${SUF} ${REGS}, [${P}];" : ${OUTS} : "l"(p)); return r; }
-/* a read of what this block has just stored (after a barrier) */
-__device__ __forceinline__ raw_t ld_back(const st_t *p)
-{ raw_t r; asm volatile("ld.global.${SUF} ${REGS}, [${P}];" : ${OUTS} : "l"(p) : "memory"); return r; }
-__device__ __forceinline__ void st_raw(st_t *p, raw_t r)
-{ asm volatile("st.global.${SUF} [%0], ${SREGS};" :: "l"(p), ${INS} : "memory"); }]], v))
-  end
-
-  -- widen / narrow
-  if dtype == "f32" then
-    add([[
-__device__ __forceinline__ void widen(raw_t r, float (&f)[VEC])
-{
-#pragma unroll
-    for (int i = 0; i < VEC; i++)
-        f[i] = __uint_as_float(r.w[i]);
-}
-__device__ __forceinline__ void store_row(st_t *p, const float (&f)[VEC])
-{
-    raw_t r;
-#pragma unroll
-    for (int i = 0; i < VEC; i++)
-        r.w[i] = __float_as_uint(f[i]);
-    st_raw(p, r);
-}]])
-  elseif dtype == "bf16" then
-    add([[
-/* bf16 -> fp32 is a shift; fp32 -> bf16 rounds to nearest even, NaN stays NaN. */
-__device__ __forceinline__ ar_u32 bf16_bits(float x)
-{
-#if __CUDA_ARCH__ >= 800
-    ar_u16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
-    return h;
-#else
-    const ar_u32 u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (u >> 16) | 0x40u;
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-#endif
-}
-__device__ __forceinline__ ar_u32 bf16x2_bits(float lo, float hi)
-{
-#if __CUDA_ARCH__ >= 800
-    ar_u32 w;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
-    return w;
-#else
-    return bf16_bits(lo) | (bf16_bits(hi) << 16);
-#endif
-}]])
-    if vec == 1 then
-      add([[
-__device__ __forceinline__ void widen(raw_t r, float (&f)[VEC])
-{ f[0] = __uint_as_float((ar_u32)r.h << 16); }
-__device__ __forceinline__ void store_row(st_t *p, const float (&f)[VEC])
-{ raw_t r; r.h = (ar_u16)bf16_bits(f[0]); st_raw(p, r); }]])
-    else
-      add([[
-__device__ __forceinline__ void widen(raw_t r, float (&f)[VEC])
-{
-#pragma unroll
-    for (int i = 0; i < VEC / 2; i++) {
-        f[2 * i] = __uint_as_float(r.w[i] << 16);
-        f[2 * i + 1] = __uint_as_float(r.w[i] & 0xffff0000u);
-    }
-}
-__device__ __forceinline__ void store_row(st_t *p, const float (&f)[VEC])
-{
-    raw_t r;
-#pragma unroll
-    for (int i = 0; i < VEC / 2; i++)
-        r.w[i] = bf16x2_bits(f[2 * i], f[2 * i + 1]);
-    st_raw(p, r);
-}]])
-    end
-  else -- f16
-    add([[
-__device__ __forceinline__ float f16_float(ar_u16 h)
-{
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ ar_u16 f16_bits(float x)
-{
-    ar_u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-    return h;
-}]])
-    if vec == 1 then
-      add([[
-__device__ __forceinline__ void widen(raw_t r, float (&f)[VEC]) { f[0] = f16_float(r.h); }
-__device__ __forceinline__ void store_row(st_t *p, const float (&f)[VEC])
-{ raw_t r; r.h = f16_bits(f[0]); st_raw(p, r); }]])
-    else
-      add([[
-__device__ __forceinline__ void widen(raw_t r, float (&f)[VEC])
-{
-#pragma unroll
-    for (int i = 0; i < VEC / 2; i++) {
-        f[2 * i] = f16_float((ar_u16)(r.w[i] & 0xffffu));
-        f[2 * i + 1] = f16_float((ar_u16)(r.w[i] >> 16));
-    }
-}
-__device__ __forceinline__ void store_row(st_t *p, const float (&f)[VEC])
-{
-    raw_t r;
-#pragma unroll
-    for (int i = 0; i < VEC / 2; i++)
-        r.w[i] = (ar_u32)f16_bits(f[2 * i]) | ((ar_u32)f16_bits(f[2 * i + 1]) << 16);
-    st_raw(p, r);
-}]])
-    end
-  end
-
-  -- fp32 vectors of VEC lanes (query, out_gain): loads of at most 16 bytes.
-  local fl = {}
-  local step = math.min(vec, 4)
-  for base = 0, vec - 1, step do
-    if step == 1 then
-      fl[#fl + 1] = string.format('    asm volatile("ld.global.nc.f32 %%0, [%%1];" : "=f"(f[%d]) : "l"(p + %d));', base, base)
-    else
-      local regs, outs = {}, {}
-      for i = 0, step - 1 do
-        regs[#regs + 1] = "%" .. i
-        outs[#outs + 1] = string.format('"=f"(f[%d])', base + i)
-      end
-      fl[#fl + 1] = string.format('    asm volatile("ld.global.nc.v%d.f32 {%s}, [%%%d];" : %s : "l"(p + %d));',
-                                  step, table.concat(regs, ", "), step, table.concat(outs, ", "), base)
-    end
-  end
-  add("/* fp32 lanes of the query or the output gain (read-only) */")
-  add("__device__ __forceinline__ void ld_f32(const float *p, float (&f)[VEC])\n{\n" ..
-      table.concat(fl, "\n") .. "\n}")
-  return table.concat(lines, "\n")
-end
 
 local ONLINE = [[
 constexpr int THREADS = ${THREADS};
@@ -412,9 +198,10 @@ constexpr int B = ${B};            /* sources per batch */
 constexpr int STAGE = ${STAGE};    /* 0 reg, 1 pipe, 2 reread */
 constexpr bool QREG = ${QREG};     /* query slice kept in registers */
 
-/* Loads this thread's C vectors of B source rows (zeros past N or d).
- * AGAIN: the reread schedule's second read of the same rows. */
-template <bool AGAIN>
+/* Loads this thread's C vectors of B source rows (zeros past N or d). The
+ * reread schedule calls it twice for the same rows: ld_ro is volatile, so
+ * the second call reads memory again instead of keeping the first's
+ * registers alive. */
 __device__ __forceinline__ void load_batch(raw_t (&x)[B][C], const attnres_cuda_mix_args &a,
                                            int n0, ar_i64 tok, int k0, int kstep, int nch)
 {
@@ -424,10 +211,7 @@ __device__ __forceinline__ void load_batch(raw_t (&x)[B][C], const attnres_cuda_
         const st_t *row = i < a.n ? (const st_t *)a.src[i] + tok * a.src_stride[i] + k0 : nullptr;
 #pragma unroll
         for (int c = 0; c < C; c++) {
-            if constexpr (AGAIN)
-                x[b][c] = row && c < nch ? ld_again(row + c * kstep) : raw_zero();
-            else
-                x[b][c] = row && c < nch ? ld_nc(row + c * kstep) : raw_zero();
+            x[b][c] = row && c < nch ? ld_ro(row + c * kstep) : raw_zero();
         }
     }
 }
@@ -481,11 +265,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
     int par = 0;
     raw_t x[B][C];
     if constexpr (STAGE == 1)
-        load_batch<false>(x, a, 0, tok, k0, kstep, nch);
+        load_batch(x, a, 0, tok, k0, kstep, nch);
 
     for (int n0 = 0; n0 < n; n0 += B) {
         if constexpr (STAGE != 1)
-            load_batch<false>(x, a, n0, tok, k0, kstep, nch);
+            load_batch(x, a, n0, tok, k0, kstep, nch);
 
         /* This thread's share of each row's sum of squares and its head's dot. */
         float ss[B], dp[B];
@@ -518,7 +302,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
 
         raw_t xn[B][C];
         if constexpr (STAGE == 1) /* the next batch is in flight while this one reduces */
-            load_batch<false>(xn, a, n0 + B, tok, k0, kstep, nch);
+            load_batch(xn, a, n0 + B, tok, k0, kstep, nch);
 
         /* Reduce over the token's threads: sums of squares over all of them,
          * dots over the S threads of each head. */
@@ -568,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
         m = m_new;
 
         if constexpr (STAGE == 2)
-            load_batch<true>(x, a, n0, tok, k0, kstep, nch);
+            load_batch(x, a, n0, tok, k0, kstep, nch);
 #pragma unroll
         for (int c = 0; c < C; c++) {
 #pragma unroll
@@ -606,7 +390,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
                 o[v] = acc[c][v] * inv_l;
             if (prow) {
                 float pv[VEC];
-                widen(ld_g(prow + c * kstep), pv);
+                widen(ld_rw(prow + c * kstep), pv);
 #pragma unroll
                 for (int v = 0; v < VEC; v++)
                     o[v] = fmaf(a.alpha, o[v], pv[v]);
@@ -683,7 +467,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
 #pragma unroll DOT_UNROLL
             for (int j = lane; j < dv; j += 32) {
                 float f[VEC];
-                widen(ld_nc(row + (ar_i64)j * VEC), f);
+                widen(ld_ro(row + (ar_i64)j * VEC), f);
 #pragma unroll
                 for (int v = 0; v < VEC; v++)
                     ss = fmaf(f[v], f[v], ss);
@@ -707,7 +491,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
 #pragma unroll DOT_UNROLL
             for (int j = lane; j < hv; j += 32) {
                 float f[VEC], qv[VEC];
-                widen(ld_nc(row + j * VEC), f);
+                widen(ld_ro(row + j * VEC), f);
                 ld_f32(qrow + j * VEC, qv);
 #pragma unroll
                 for (int v = 0; v < VEC; v++) {
@@ -766,7 +550,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
                 raw_t x[U];
 #pragma unroll
                 for (int u = 0; u < U; u++)
-                    x[u] = i0 + u < n ? ld_nc(source_row(a, i0 + u, tok) + kbase + k) : raw_zero();
+                    x[u] = i0 + u < n ? ld_ro(source_row(a, i0 + u, tok) + kbase + k) : raw_zero();
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (i0 + u < n) {
@@ -781,7 +565,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
             }
             if (prow) {
                 float pv[VEC];
-                widen(ld_g(prow + k), pv);
+                widen(ld_rw(prow + k), pv);
 #pragma unroll
                 for (int v = 0; v < VEC; v++)
                     o[v] = fmaf(a.alpha, o[v], pv[v]);
@@ -807,7 +591,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
         st_t *nrow = (st_t *)a.normed + tok * a.normed_stride;
         for (int j = tid; j < dv; j += THREADS) {
             float o[VEC], g[VEC];
-            widen(ld_back(orow + (ar_i64)j * VEC), o);
+            widen(ld_rw(orow + (ar_i64)j * VEC), o);
             ld_f32(a.out_gain + (ar_i64)j * VEC, g);
 #pragma unroll
             for (int v = 0; v < VEC; v++)
@@ -834,8 +618,8 @@ function T.emit(p)
     vars.QREG = query_in_registers(p) and "true" or "false"
     body = gen.subst(ONLINE, vars)
   end
-  local src = gen.subst(PRELUDE, vars) .. "\n/* ---- storage helpers ---- */\n" ..
-    storage_code(p.dtype, p.vec) .. "\n/* ---- kernel ---- */\n" .. body
+  local src = "/* ---- storage helpers ---- */\n" .. storage.code(p.dtype, p.vec) ..
+    "\n/* ---- kernel ---- */\n" .. gen.subst(PRELUDE, vars) .. body
   return src, name
 end
 
