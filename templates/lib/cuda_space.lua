@@ -1,6 +1,7 @@
 -- lib/cuda_space.lua: the applicability rules every CUDA template shares
--- (cuda/mix.lua, cuda/phase1.lua, cuda/phase2.lua), as lib/cpu_space.lua
--- holds the CPU templates' rules.
+-- (cuda/mix_online.lua and cuda/mix_twopass.lua through lib/cuda_mix.lua,
+-- cuda/phase1.lua, cuda/phase2.lua), as lib/cpu_space.lua holds the CPU
+-- templates' rules.
 
 local M = {}
 

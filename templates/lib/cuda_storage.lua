@@ -1,5 +1,6 @@
 -- lib/cuda_storage.lua: the CUDA C++ storage helpers every CUDA template
--- uses (cuda/mix.lua, cuda/phase1.lua, cuda/phase2.lua). No headers needed.
+-- uses (cuda/mix_online.lua, cuda/mix_twopass.lua, cuda/phase1.lua,
+-- cuda/phase2.lua). No headers needed.
 --
 -- A `raw_t` holds VEC storage elements as loaded (2, 4, 8 or 16 bytes):
 --   raw_zero()      a raw_t of zeros (what a guarded-off load yields)

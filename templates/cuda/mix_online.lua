@@ -1,69 +1,48 @@
--- cuda/mix.lua: the AttnRes depth mix (DESIGN §1) as CUDA C++ for NVRTC.
---
--- One kernel entry per variant:
---   extern "C" __global__ void attnres_<id>(const attnres_cuda_mix_args a)
--- The argument struct is passed by value (no device allocation per launch,
--- so launches can be captured in CUDA graphs); it must match
--- runtime/src/cuda_kernel_abi.h (ABI 1). The source needs no headers.
+-- cuda/mix_online.lua: the AttnRes depth mix (DESIGN §1) as CUDA C++ for
+-- NVRTC, with an online softmax over the sources. The argument struct, the
+-- launch data and the numerics are lib/cuda_mix.lua's; the other schedule
+-- family is cuda/mix_twopass.lua.
 --
 -- Schedules (parameter `sched`):
---   reg      online softmax over sources; each thread keeps its slice of the
---            fp32 accumulator row and of the `batch` source rows it is
---            working on in registers, so every source element is read from
---            memory exactly once.
+--   reg      each thread keeps its slice of the fp32 accumulator row and of
+--            the `batch` source rows it is working on in registers, so
+--            every source element is read from memory exactly once.
 --   pipe     as reg, and the next batch's loads are issued before the
 --            current batch's reductions (register double buffering).
 --   reread   as reg, but source rows are not kept across the reduction: the
 --            accumulate step reads them again (from L1/L2), trading traffic
 --            for registers and occupancy.
---   twopass  one block per token, any d and any number of heads: scores
---            first (one warp per source x head), the depth softmax in shared
---            memory, then one sweep over the N rows side by side. Rows are
---            read twice (the second time mostly from L2). The generic
---            (fallback) kernel is a twopass variant.
 --
--- Mapping (online schedules): `map` = "warp" gives one warp per token
--- (threads/32 tokens per block, no barriers); "block" gives the whole block
--- to one token. Within a token the G threads are split into H groups of
--- S = G/H, one per head, so each thread's dot product belongs to one head.
--- A thread owns `chunks` vectors of `vec` elements, strided by S*vec: loads
--- are coalesced, the slice is a compile-time size (registers), and d is a
--- run-time value up to dmax = chunks*G*vec (in the variant id as d<dmax>).
---
--- Numerics: fp32 everywhere after loading; the running max starts at -1e30f
--- (never -inf); token offsets are 64-bit; a NaN in one token's source row
--- reaches only that token's output. 1/rms uses rsqrtf and 1/l __fdividef
--- (both within 2 ulp): the IEEE forms call a slow-path subroutine that
--- makes ptxas report spills.
+-- Mapping: `map` = "warp" gives one warp per token (threads/32 tokens per
+-- block, no barriers); "block" gives the whole block to one token. Within a
+-- token the G threads are split into H groups of S = G/H, one per head, so
+-- each thread's dot product belongs to one head. A thread owns `chunks`
+-- vectors of `vec` elements, strided by S*vec: loads are coalesced, the
+-- slice is a compile-time size (registers), and d is a run-time value up to
+-- dmax = chunks*G*vec (in the variant id as d<dmax>).
 
-local storage = require("lib/cuda_storage")
-local space = require("lib/cuda_space")
+local mix = require("lib/cuda_mix")
 
 local T = {
   backend = "cuda",
   op = "mix",
   params = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "sched", values = { "reg", "pipe", "reread", "twopass" } },
+    { name = "sched", values = { "reg", "pipe", "reread" } },
     { name = "map", values = { "warp", "block" } },
     -- threads per block
     { name = "threads", values = { 128, 256, 512, 1024 } },
-    -- elements per load (loads are 2..16 bytes)
+    -- elements per load: always a 16-byte load (the constraint)
     { name = "vec", values = { 1, 2, 4, 8 } },
-    -- online: vectors per thread per row, so d <= dmax = chunks*G*vec is a
-    -- compile-time bound (d itself stays a run-time value); twopass: 0
-    { name = "chunks", values = { 0, 1, 2, 4, 8 } },
-    -- online: sources reduced per batch; twopass: sources per unrolled step
+    -- vectors per thread per row, so d <= dmax = chunks*G*vec is a
+    -- compile-time bound (d itself stays a run-time value)
+    { name = "chunks", values = { 1, 2, 4, 8 } },
+    -- sources reduced per batch
     { name = "batch", values = { 1, 2, 4 } },
   },
-  -- The runtime's built-in fallback: scalar loads (any alignment, any head
-  -- width), any d, any H, N <= 64.
-  generic = { sched = "twopass", map = "block", threads = 256, vec = 1, chunks = 0, batch = 4 },
 }
 
-local ABI = 1
-local MAX_SOURCES = 64
-local esize = storage.esize
+local esize = mix.esize
 
 local function group_threads(p)
   return p.map == "warp" and 32 or p.threads
@@ -92,14 +71,7 @@ local function register_estimate(p)
 end
 
 function T.constraint(p)
-  local vb = p.vec * esize[p.dtype]
-  if vb > 16 then return false end
-  if p.sched == "twopass" then
-    -- scalar loads (any alignment) or 16-byte loads, 8-byte for f32 too
-    return p.map == "block" and p.chunks == 0 and p.batch >= 2 and p.threads >= 256
-      and p.threads <= 512 and (p.vec == 1 or vb == 16 or (vb == 8 and p.threads == 256 and p.batch == 4))
-  end
-  if vb ~= 16 or p.chunks == 0 then return false end
+  if p.vec * esize[p.dtype] ~= 16 then return false end
   if p.map == "warp" and (p.threads ~= 128 or p.chunks == 1) then return false end
   local dm = dmax(p)
   if dm < 512 or dm > 16384 then return false end
@@ -118,9 +90,7 @@ end
 -- Variants the template proposes as starting points (the tuner's seeds);
 -- they must compile without spills on every supported architecture.
 local function is_default(p)
-  local vb = p.vec * esize[p.dtype]
   local dm = dmax(p)
-  if p.sched == "twopass" then return p.threads == 256 and vb == 16 and p.batch == 4 end
   if p.sched == "reg" and p.batch == 2 then
     if p.map == "block" and p.threads == 256 and (dm == 4096 or dm == 8192) then return true end
     if p.map == "warp" and dm == 1024 then return true end
@@ -129,25 +99,13 @@ local function is_default(p)
 end
 
 function T.launch(p)
-  local vb = p.vec * esize[p.dtype]
-  return {
-    abi = ABI,
-    block = p.threads,
-    tokens_per_block = p.map == "warp" and p.threads // 32 or 1,
-    smem = 0, -- dynamic shared memory; the static part is in the binary
-    align = vb, -- bytes: source/partial/out/normed pointers and strides*size
-    qalign = math.min(p.vec * 4, 16), -- bytes: query and out_gain pointers
-    max_sources = MAX_SOURCES,
-    dmax = dmax(p), -- 0: any d
-    default = is_default(p) and 1 or 0,
-  }
+  return mix.launch(p, p.threads, p.map == "warp" and p.threads // 32 or 1, dmax(p), is_default(p))
 end
 
 function T.applies(p, problem, device)
-  local ok, why = space.applies(T, p, problem, device, { max_sources = MAX_SOURCES })
+  local ok, why = mix.applies(T, p, problem, device)
   if not ok then return false, why end
   local d, H = problem.d, problem.heads
-  if p.sched == "twopass" then return true end
   local G = group_threads(p)
   if H > G or G % H ~= 0 then
     return false, string.format("%d heads do not divide the %d threads of a token", H, G)
@@ -161,32 +119,6 @@ function T.applies(p, problem, device)
 end
 
 -- ---- emitted code -------------------------------------------------------
-
--- The argument struct, after the storage helpers (which define ar_i64).
-local PRELUDE = [[
-/* Kernel arguments, ABI ${ABI}: must match runtime/src/cuda_kernel_abi.h.
- * Passed by value. Strides count elements. */
-struct attnres_cuda_mix_args {
-    const void *src[${MAXS}];
-    ar_i64 src_stride[${MAXS}];
-    ar_i64 d;
-    int n, heads;
-    ar_i64 T;
-    const float *query;
-    float scale, eps;
-    const void *partial;
-    ar_i64 partial_stride;
-    float alpha;
-    void *out;
-    ar_i64 out_stride;
-    const float *out_gain;
-    float out_eps;
-    void *normed;
-    ar_i64 normed_stride;
-};
-static_assert(sizeof(attnres_cuda_mix_args) == 1136, "attnres_cuda_mix_args differs from the runtime's");
-
-]]
 
 local ONLINE = [[
 constexpr int THREADS = ${THREADS};
@@ -431,196 +363,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
 }
 ]]
 
-local TWOPASS = [[
-constexpr int THREADS = ${THREADS};
-constexpr int WARPS = THREADS / 32;
-constexpr int U = ${B};            /* sources loaded together in the sweep */
-constexpr int HT = 16;             /* heads per tile of the score table */
-constexpr int NMAX = ${MAXS};
-#define DOT_UNROLL ${DOT_UNROLL} /* row loops: loads in flight per lane */
-
-__device__ __forceinline__ const st_t *source_row(const attnres_cuda_mix_args &a, int i, ar_i64 tok)
-{
-    return (const st_t *)a.src[i] + tok * a.src_stride[i];
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_cuda_mix_args a)
-{
-    __shared__ float s_r[NMAX];         /* 1/rms of each source row */
-    __shared__ float s_w[NMAX * HT];    /* scores, then softmax weights [source][head] */
-    __shared__ float s_q[NMAX * HT];    /* per head sums of squares [source][head] */
-    __shared__ float s_red[32];
-    const ar_i64 tok = blockIdx.x;
-    if (tok >= a.T)
-        return;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int n = a.n, heads = a.heads;
-    const int d = (int)a.d;
-    const int hd = d / heads, hv = hd / VEC, dv = d / VEC;
-    const float inv_d = __fdividef(1.0f, (float)d);
-    const bool fused = heads <= HT; /* one tile covers every head: r from its sums */
-
-    if (!fused) {
-        for (int i = warp; i < n; i += WARPS) {
-            const st_t *row = source_row(a, i, tok);
-            float ss = 0.0f;
-#pragma unroll DOT_UNROLL
-            for (int j = lane; j < dv; j += 32) {
-                float f[VEC];
-                widen(ld_ro(row + (ar_i64)j * VEC), f);
-#pragma unroll
-                for (int v = 0; v < VEC; v++)
-                    ss = fmaf(f[v], f[v], ss);
-            }
-            ss = lane_sum(ss, 32);
-            if (lane == 0)
-                s_r[i] = rsqrtf(ss * inv_d + a.eps);
-        }
-    }
-
-    float sq = 0.0f; /* this thread's share of sum(out^2), for the epilogue */
-    for (int h0 = 0; h0 < heads; h0 += HT) {
-        const int nh = heads - h0 < HT ? heads - h0 : HT;
-        /* One warp per (source, head): the head's dot with the query. */
-        for (int p = warp; p < n * nh; p += WARPS) {
-            const int i = p / nh, hh = p - i * nh;
-            const ar_i64 kb = (ar_i64)(h0 + hh) * hd;
-            const st_t *row = source_row(a, i, tok) + kb;
-            const float *qrow = a.query + kb;
-            float dot = 0.0f, ss = 0.0f;
-#pragma unroll DOT_UNROLL
-            for (int j = lane; j < hv; j += 32) {
-                float f[VEC], qv[VEC];
-                widen(ld_ro(row + j * VEC), f);
-                ld_f32(qrow + j * VEC, qv);
-#pragma unroll
-                for (int v = 0; v < VEC; v++) {
-                    dot = fmaf(f[v], qv[v], dot);
-                    ss = fmaf(f[v], f[v], ss);
-                }
-            }
-            dot = lane_sum(dot, 32);
-            ss = lane_sum(ss, 32);
-            if (lane == 0) {
-                s_w[i * HT + hh] = dot;
-                s_q[i * HT + hh] = ss;
-            }
-        }
-        __syncthreads();
-        if (fused) {
-            for (int i = tid; i < n; i += THREADS) {
-                float ss = 0.0f;
-                for (int hh = 0; hh < nh; hh++)
-                    ss += s_q[i * HT + hh];
-                s_r[i] = rsqrtf(ss * inv_d + a.eps);
-            }
-            __syncthreads();
-        }
-        /* Depth softmax, one per head. */
-        for (int hh = tid; hh < nh; hh += THREADS) {
-            float m = -1e30f; /* never -inf */
-            for (int i = 0; i < n; i++) {
-                const float s = a.scale * s_r[i] * s_w[i * HT + hh];
-                s_w[i * HT + hh] = s;
-                m = fmaxf(m, s);
-            }
-            float l = 0.0f;
-            for (int i = 0; i < n; i++) {
-                const float e = expf(s_w[i * HT + hh] - m);
-                s_w[i * HT + hh] = e;
-                l += e;
-            }
-            const float inv = __fdividef(1.0f, l); /* l is in [1, N] */
-            for (int i = 0; i < n; i++)
-                s_w[i * HT + hh] *= inv;
-        }
-        __syncthreads();
-        /* The sweep: every element of the tile's heads, all sources. */
-        const ar_i64 kbase = (ar_i64)h0 * hd;
-        const st_t *prow = a.partial ? (const st_t *)a.partial + tok * a.partial_stride + kbase : nullptr;
-        st_t *orow = (st_t *)a.out + tok * a.out_stride + kbase;
-        for (int j = tid; j < nh * hv; j += THREADS) {
-            const int hh = j / hv;
-            const int k = j * VEC;
-            float o[VEC];
-#pragma unroll
-            for (int v = 0; v < VEC; v++)
-                o[v] = 0.0f;
-            for (int i0 = 0; i0 < n; i0 += U) {
-                raw_t x[U];
-#pragma unroll
-                for (int u = 0; u < U; u++)
-                    x[u] = i0 + u < n ? ld_ro(source_row(a, i0 + u, tok) + kbase + k) : raw_zero();
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    if (i0 + u < n) {
-                        const float w = s_w[(i0 + u) * HT + hh];
-                        float f[VEC];
-                        widen(x[u], f);
-#pragma unroll
-                        for (int v = 0; v < VEC; v++)
-                            o[v] = fmaf(w, f[v], o[v]);
-                    }
-                }
-            }
-            if (prow) {
-                float pv[VEC];
-                widen(ld_rw(prow + k), pv);
-#pragma unroll
-                for (int v = 0; v < VEC; v++)
-                    o[v] = fmaf(a.alpha, o[v], pv[v]);
-            }
-            store_row(orow + k, o);
-#pragma unroll
-            for (int v = 0; v < VEC; v++)
-                sq = fmaf(o[v], o[v], sq);
-        }
-        __syncthreads(); /* before the next tile reuses the tables */
-    }
-
-    /* Epilogue: normed = out * rsqrt(mean(out^2) + out_eps) * out_gain,
-     * reading back the rows this block has just written. */
-    if (a.normed) {
-        sq = lane_sum(sq, 32);
-        if (lane == 0)
-            s_red[warp] = sq;
-        __syncthreads();
-        sq = lane_sum(s_red[lane % WARPS], WARPS);
-        const float rs = rsqrtf(sq * inv_d + a.out_eps);
-        const st_t *orow = (const st_t *)a.out + tok * a.out_stride;
-        st_t *nrow = (st_t *)a.normed + tok * a.normed_stride;
-        for (int j = tid; j < dv; j += THREADS) {
-            float o[VEC], g[VEC];
-            widen(ld_rw(orow + (ar_i64)j * VEC), o);
-            ld_f32(a.out_gain + (ar_i64)j * VEC, g);
-#pragma unroll
-            for (int v = 0; v < VEC; v++)
-                o[v] = o[v] * rs * g[v];
-            store_row(nrow + (ar_i64)j * VEC, o);
-        }
-    }
-}
-]]
-
 function T.emit(p)
   local name = "attnres_" .. T.id(p)
-  local vars = {
-    ABI = ABI, MAXS = MAX_SOURCES, NAME = name, THREADS = p.threads, B = p.batch,
-  }
-  local body
-  if p.sched == "twopass" then
-    vars.DOT_UNROLL = p.vec >= 4 and 2 or 4
-    body = gen.subst(TWOPASS, vars)
-  else
-    vars.G = group_threads(p)
-    vars.C = p.chunks
-    vars.STAGE = ({ reg = 0, pipe = 1, reread = 2 })[p.sched]
-    vars.QREG = query_in_registers(p) and "true" or "false"
-    body = gen.subst(ONLINE, vars)
-  end
-  local src = "/* ---- storage helpers ---- */\n" .. storage.code(p.dtype, p.vec) ..
-    "\n/* ---- kernel ---- */\n" .. gen.subst(PRELUDE, vars) .. body
-  return src, name
+  return mix.source(p, name, ONLINE, {
+    THREADS = p.threads,
+    G = group_threads(p),
+    C = p.chunks,
+    B = p.batch,
+    STAGE = ({ reg = 0, pipe = 1, reread = 2 })[p.sched],
+    QREG = query_in_registers(p) and "true" or "false",
+  }), name
 end
 
 return T
