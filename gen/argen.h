@@ -72,7 +72,7 @@ int argen_emit(argen *g, const char *id, char **source, char **kernel_name,
  * storage dtype, in *id. */
 int argen_generic(argen *g, const char *dtype, char **id);
 
-/* Lists template names under template_dir ("cpu/mix", "cuda/mix", ...). */
+/* Lists template names under template_dir ("cpu/mix", "cuda/mix_online", ...). */
 int argen_list_templates(const char *template_dir, char ***names,
                          size_t *count);
 void argen_names_free(char **names, size_t count);

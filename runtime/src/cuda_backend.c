@@ -31,7 +31,7 @@
 #include "nvrtc.h"
 #include "sha256.h"
 
-/* Generated at build time from templates/cuda/mix.lua (see cuda.cmake) ... */
+/* Generated at build time from templates/cuda/mix_twopass.lua (see cuda.cmake) ... */
 extern const char ar_cuda_generic_mix_f32[], ar_cuda_generic_mix_f32_kernel[], ar_cuda_generic_mix_f32_params[],
     ar_cuda_generic_mix_f32_variant[];
 extern const char ar_cuda_generic_mix_bf16[], ar_cuda_generic_mix_bf16_kernel[], ar_cuda_generic_mix_bf16_params[],

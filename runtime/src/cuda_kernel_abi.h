@@ -1,7 +1,8 @@
 /*
  * cuda_kernel_abi.h - the calling convention of generated CUDA mix kernels.
  *
- * templates/cuda/mix.lua emits the same struct into every kernel:
+ * templates/lib/cuda_mix.lua emits the same struct into every kernel of
+ * templates/cuda/mix_online.lua and cuda/mix_twopass.lua:
  *   extern "C" __global__ void attnres_<id>(const attnres_cuda_mix_args a)
  * The struct is passed by value, so a launch needs no device allocation and
  * can be captured in a CUDA graph. Each variant's params_json carries

@@ -17,6 +17,7 @@ local storage = require("lib/c_storage")
 local mix_abi = require("lib/c_mix_abi")
 local rowops = require("lib/c_rowops")
 local space = require("lib/cpu_space")
+local kernel = require("lib/c_kernel")
 
 local T = {
   backend = "cpu",
@@ -214,26 +215,26 @@ local bodies = { online = body_online, twopass = body_twopass, pipelined = body_
 function T.emit(p)
   local name = "attnres_" .. T.id(p)
   local body = bodies[p.schedule](p)
-  local src = gen.subst([[
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-typedef ${CTYPE} storage_t;
-
+  local src = kernel.source {
+    ctype = storage.ctype[p.dtype],
+    decls = gen.subst([[
 ${abi}
 ${helpers}
 ${row_stats}
 ${softmax}
-const int ${NAME}_abi = 1;
-const int ${NAME}_threads = ${THREADS};
-
-void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1);
-
+]], {
+      abi = mix_abi,
+      helpers = storage.helpers(p.dtype, p.vec),
+      row_stats = rowops.row_stats(p),
+      softmax = rowops.depth_softmax,
+    }),
+    name = name,
+    threads = p.threads,
+    args = "attnres_cpu_mix_args",
+    doc = [[
 /* Mixes tokens [t0, t1): depth softmax of the folded query against the
- * RMS-normalised sources, applied to the raw rows. */
-void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1)
-{
+ * RMS-normalised sources, applied to the raw rows. */]],
+    body = gen.subst([[
     const int64_t d = a->d;
     const int n = a->n, heads = a->heads;
     const int64_t hd = d / heads;
@@ -247,18 +248,11 @@ ${prologue}    for (int64_t t = t0; t < t1; t++) {
         storage_t *normed = a->normed ? (storage_t *)a->normed + t * a->normed_stride : NULL;
 ${body}
     }
-}
 ]], {
-    CTYPE = storage.ctype[p.dtype],
-    abi = mix_abi,
-    helpers = storage.helpers(p.dtype, p.vec),
-    row_stats = rowops.row_stats(p),
-    softmax = rowops.depth_softmax,
-    prologue = p.schedule == "pipelined" and prologue_pipelined() or "",
-    NAME = name,
-    THREADS = p.threads,
-    body = body,
-  })
+      prologue = p.schedule == "pipelined" and prologue_pipelined() or "",
+      body = body,
+    }),
+  }
   return src, name
 end
 

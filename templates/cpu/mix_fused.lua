@@ -32,6 +32,7 @@ local mix_abi = require("lib/c_mix_abi")
 local rowops = require("lib/c_rowops")
 local space = require("lib/cpu_space")
 local prefetch_lib = require("lib/c_prefetch")
+local kernel = require("lib/c_kernel")
 
 local T = {
   backend = "cpu",
@@ -169,13 +170,9 @@ end
 
 function T.emit(p)
   local name = "attnres_" .. T.id(p)
-  local src = gen.subst([[
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-typedef ${CTYPE} storage_t;
-
+  local src = kernel.source {
+    ctype = storage.ctype[p.dtype],
+    decls = gen.subst([[
 ${abi}
 ${helpers}${pairs}
 ${softmax}
@@ -209,15 +206,22 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const float *qp,
     }
 }
 
-const int ${NAME}_abi = 1;
-const int ${NAME}_threads = ${THREADS};
-
-void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1);
-
+]], {
+      abi = mix_abi,
+      helpers = storage.helpers(p.dtype, p.vec),
+      pairs = storage.pair_helpers(p.dtype, p.vec),
+      softmax = rowops.depth_softmax,
+      sweep = sweep(p),
+      dispatch = dispatch(p),
+      G = p.group,
+    }),
+    name = name,
+    threads = p.threads,
+    args = "attnres_cpu_mix_args",
+    doc = [[
 /* Mixes tokens [t0, t1): depth softmax of the folded query against the
- * RMS-normalised sources, applied to the raw rows. */
-void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1)
-{
+ * RMS-normalised sources, applied to the raw rows. */]],
+    body = gen.subst([[
     const int64_t d = a->d;
     const int n = a->n, heads = a->heads;
     float qp[d], keep[d], gp[d], score[n * heads], weight[n * heads];
@@ -250,20 +254,8 @@ void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1)
                            load_f32(keep + k + ${VEC}) * rs * load_f32(gp + k + ${VEC}));
         }
     }
-}
-]], {
-    CTYPE = storage.ctype[p.dtype],
-    abi = mix_abi,
-    helpers = storage.helpers(p.dtype, p.vec),
-    pairs = storage.pair_helpers(p.dtype, p.vec),
-    softmax = rowops.depth_softmax,
-    sweep = sweep(p),
-    dispatch = dispatch(p),
-    G = p.group,
-    VEC = p.vec,
-    NAME = name,
-    THREADS = p.threads,
-  })
+]], { VEC = p.vec }),
+  }
   return src, name
 end
 

@@ -39,6 +39,7 @@
 
 local storage = require("lib/c_storage")
 local space = require("lib/cpu_space")
+local kernel = require("lib/c_kernel")
 local rowops = require("lib/c_rowops")
 
 local T = {
@@ -331,13 +332,24 @@ function T.emit(p)
   local name = "attnres_" .. T.id(p)
   local sweep = ({ siteouter = mix_siteouter, sourceouter = mix_sourceouter,
                    tiled = mix_tiled })[p.schedule](p)
-  local src = gen.subst([[
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
+  local vars = {
+    helpers = storage.helpers(p.dtype, p.vec),
+    row_stats = rowops.row_stats(p),
+    head_dot = p.scores == "persite" and rowops.head_dot(p) or "",
+    tiled = p.scores == "tiled" and tiled_dots(p) or "",
+    scores = scores(p),
+    stream = p.stream == 0 and "" or stream_helper(p),
+    fence = p.stream == 0 and "" or [[
 
-typedef ${CTYPE} storage_t;
-
+    /* Streaming stores are weakly ordered: make them visible before the
+     * launch reports completion. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);]],
+    SUMS = p.schedule == "sourceouter" and ("sites * " .. p.unroll) or "1",
+    sweep = sweep,
+  }
+  local src = kernel.source {
+    ctype = storage.ctype[p.dtype],
+    decls = gen.subst([[
 /* Kernel arguments, ABI version 1: must match runtime/src/cpu_phase_abi.h.
  * Strides count elements. */
 struct attnres_cpu_phase1_args {
@@ -356,16 +368,15 @@ struct attnres_cpu_phase1_args {
 ${helpers}
 ${row_stats}
 ${head_dot}
-${tiled}${stream}const int ${NAME}_abi = 1;
-const int ${NAME}_threads = ${THREADS};
-
-void ${NAME}(const struct attnres_cpu_phase1_args *a, int64_t t0, int64_t t1);
-
+${tiled}${stream}]], vars),
+    name = name,
+    threads = p.threads,
+    args = "attnres_cpu_phase1_args",
+    doc = [[
 /* Phase 1 of tokens [t0, t1): for every site j, the depth softmax of query j
  * against the RMS-normalised sources applied to the raw rows (o1_j), and the
- * log-sum-exp of its scores per head (lse_j). */
-void ${NAME}(const struct attnres_cpu_phase1_args *a, int64_t t0, int64_t t1)
-{
+ * log-sum-exp of its scores per head (lse_j). */]],
+    body = gen.subst([[
     const int64_t d = a->d;
     const int n = a->n, heads = a->heads, sites = a->s;
     const int64_t hd = d / heads;
@@ -399,25 +410,8 @@ ${scores}
         }
 ${sweep}
     }${fence}
-}
-]], {
-    CTYPE = storage.ctype[p.dtype],
-    helpers = storage.helpers(p.dtype, p.vec),
-    row_stats = rowops.row_stats(p),
-    head_dot = p.scores == "persite" and rowops.head_dot(p) or "",
-    tiled = p.scores == "tiled" and tiled_dots(p) or "",
-    scores = scores(p),
-    stream = p.stream == 0 and "" or stream_helper(p),
-    fence = p.stream == 0 and "" or [[
-
-    /* Streaming stores are weakly ordered: make them visible before the
-     * launch reports completion. */
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);]],
-    NAME = name,
-    THREADS = p.threads,
-    SUMS = p.schedule == "sourceouter" and ("sites * " .. p.unroll) or "1",
-    sweep = sweep,
-  })
+]], vars),
+  }
   return src, name
 end
 

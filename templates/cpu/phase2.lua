@@ -25,6 +25,7 @@
 
 local storage = require("lib/c_storage")
 local space = require("lib/cpu_space")
+local kernel = require("lib/c_kernel")
 local rowops = require("lib/c_rowops")
 local prefetch = require("lib/c_prefetch")
 
@@ -63,89 +64,10 @@ end
 function T.emit(p)
   local name = "attnres_" .. T.id(p)
   local u = p.unroll
-  local src = gen.subst([[
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-typedef ${CTYPE} storage_t;
-
-/* Kernel arguments, ABI version 1: must match runtime/src/cpu_phase_abi.h.
- * Strides count elements. */
-struct attnres_cpu_phase2_args {
-    int64_t d;
-    int32_t heads;
-    const void *o1;
-    int64_t o1_stride;
-    const float *lse;
-    int64_t lse_stride;
-    void *partial;
-    int64_t partial_stride;
-    const void *sublayer;
-    int64_t sublayer_stride;
-    const float *query;
-    float scale, eps;
-    void *out;
-    int64_t out_stride;
-    const float *out_gain;
-    float out_eps;
-    void *normed;
-    int64_t normed_stride;
-};
-
-${helpers}
-${row_stats}
-${sigmoid}
-const int ${NAME}_abi = 1;
-const int ${NAME}_threads = ${THREADS};
-
-void ${NAME}(const struct attnres_cpu_phase2_args *a, int64_t t0, int64_t t1);
-
-/* Phase 2 of tokens [t0, t1): merges o1/lse with the partial sum b. */
-void ${NAME}(const struct attnres_cpu_phase2_args *a, int64_t t0, int64_t t1)
-{
-    const int64_t d = a->d;
-    const int heads = a->heads;
-    const int64_t hd = d / heads;
-    const float inv_d = 1.0f / (float)d, eps = a->eps, scale = a->scale;
-    float dot[heads], keep[a->normed ? d : 1];
-    for (int64_t t = t0; t < t1; t++) {
-        storage_t *b = (storage_t *)a->partial + t * a->partial_stride;
-        const storage_t *o = (const storage_t *)a->o1 + t * a->o1_stride;
-        const float *lse = a->lse + t * a->lse_stride;
-        storage_t *out = (storage_t *)a->out + t * a->out_stride;
-        storage_t *normed = a->normed ? (storage_t *)a->normed + t * a->normed_stride : NULL;
-${next_rows}        if (a->sublayer) {
-            /* The fused residual add: b += f, stored at once. */
-            const storage_t *f = (const storage_t *)a->sublayer + t * a->sublayer_stride;
-            for (int64_t kb = 0; kb < d; kb += ${STEP}) {
-${prefetch_add}${add}
-            }
-        }
-        const float r = 1.0f / sqrtf(row_stats(b, a->query, hd, heads, dot) * inv_d + eps);
-        vf sq = {0};
-        for (int h = 0; h < heads; h++) {
-            /* sigmoid(s2 - lse): the weight of b against the n sources of o1. */
-            const float p2 = sigmoid(scale * r * dot[h] - lse[h]);
-            const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
-            for (int64_t kb = k0; kb < k1; kb += ${STEP}) {
-${prefetch_merge}${merge}
-            }
-        }
-        if (normed) {
-            const float rs = 1.0f / sqrtf(hsum(sq) * inv_d + a->out_eps);
-            for (int64_t k = 0; k < d; k += ${VEC})
-                store_row(normed + k, load_f32(keep + k) * rs * load_f32(a->out_gain + k));
-        }
-    }
-}
-]], {
-    CTYPE = storage.ctype[p.dtype],
+  local vars = {
     helpers = storage.helpers(p.dtype, p.vec),
     row_stats = rowops.row_stats(p),
     sigmoid = rowops.sigmoid,
-    NAME = name,
-    THREADS = p.threads,
     STEP = p.vec * u,
     VEC = p.vec,
     next_rows = p.prefetch == 0 and "" or [[
@@ -181,7 +103,79 @@ ${prefetch_merge}${merge}
         "                    }\n" ..
         "                }", off)
     end, "\n"),
-  })
+  }
+  local src = kernel.source {
+    ctype = storage.ctype[p.dtype],
+    decls = gen.subst([[
+/* Kernel arguments, ABI version 1: must match runtime/src/cpu_phase_abi.h.
+ * Strides count elements. */
+struct attnres_cpu_phase2_args {
+    int64_t d;
+    int32_t heads;
+    const void *o1;
+    int64_t o1_stride;
+    const float *lse;
+    int64_t lse_stride;
+    void *partial;
+    int64_t partial_stride;
+    const void *sublayer;
+    int64_t sublayer_stride;
+    const float *query;
+    float scale, eps;
+    void *out;
+    int64_t out_stride;
+    const float *out_gain;
+    float out_eps;
+    void *normed;
+    int64_t normed_stride;
+};
+
+${helpers}
+${row_stats}
+${sigmoid}
+]], vars),
+    name = name,
+    threads = p.threads,
+    args = "attnres_cpu_phase2_args",
+    doc = [[
+/* Phase 2 of tokens [t0, t1): merges o1/lse with the partial sum b. */]],
+    body = gen.subst([[
+    const int64_t d = a->d;
+    const int heads = a->heads;
+    const int64_t hd = d / heads;
+    const float inv_d = 1.0f / (float)d, eps = a->eps, scale = a->scale;
+    float dot[heads], keep[a->normed ? d : 1];
+    for (int64_t t = t0; t < t1; t++) {
+        storage_t *b = (storage_t *)a->partial + t * a->partial_stride;
+        const storage_t *o = (const storage_t *)a->o1 + t * a->o1_stride;
+        const float *lse = a->lse + t * a->lse_stride;
+        storage_t *out = (storage_t *)a->out + t * a->out_stride;
+        storage_t *normed = a->normed ? (storage_t *)a->normed + t * a->normed_stride : NULL;
+${next_rows}        if (a->sublayer) {
+            /* The fused residual add: b += f, stored at once. */
+            const storage_t *f = (const storage_t *)a->sublayer + t * a->sublayer_stride;
+            for (int64_t kb = 0; kb < d; kb += ${STEP}) {
+${prefetch_add}${add}
+            }
+        }
+        const float r = 1.0f / sqrtf(row_stats(b, a->query, hd, heads, dot) * inv_d + eps);
+        vf sq = {0};
+        for (int h = 0; h < heads; h++) {
+            /* sigmoid(s2 - lse): the weight of b against the n sources of o1. */
+            const float p2 = sigmoid(scale * r * dot[h] - lse[h]);
+            const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
+            for (int64_t kb = k0; kb < k1; kb += ${STEP}) {
+${prefetch_merge}${merge}
+            }
+        }
+        if (normed) {
+            const float rs = 1.0f / sqrtf(hsum(sq) * inv_d + a->out_eps);
+            for (int64_t k = 0; k < d; k += ${VEC})
+                store_row(normed + k, load_f32(keep + k) * rs * load_f32(a->out_gain + k));
+        }
+    }
+]], vars),
+  }
   return src, name
 end
 

@@ -25,6 +25,7 @@
 -- rsqrtf for 1/rms; NaN in one token's rows reaches only that token.
 
 local storage = require("lib/cuda_storage")
+local space = require("lib/cuda_space")
 
 local T = {
   backend = "cuda",
@@ -75,23 +76,10 @@ function T.launch(p)
 end
 
 function T.applies(p, problem, device)
-  if problem.op ~= "phase1" then return false, "not a phase1 problem" end
-  if problem.dtype ~= p.dtype then return false, "dtype differs" end
-  if device and device.backend ~= "" and device.backend ~= "cuda" then
-    return false, "not a CUDA device"
-  end
-  local d, H, n, s = problem.d, problem.heads, problem.n, problem.s or 0
-  if n < 1 or n > MAX_SOURCES then
-    return false, string.format("n = %d is outside 1..%d", n, MAX_SOURCES)
-  end
-  if s < 1 or s > MAX_SITES then
-    return false, string.format("S = %d is outside 1..%d", s, MAX_SITES)
-  end
-  if d < 1 or d > (1 << 30) then return false, "d is outside 1..2^30" end
-  if H < 1 or d % H ~= 0 then return false, string.format("%d heads do not divide d = %d", H, d) end
-  if (d // H) % p.vec ~= 0 then
-    return false, string.format("head width %d is not a multiple of vec = %d", d // H, p.vec)
-  end
+  local ok, why = space.applies(T, p, problem, device,
+                                { max_sources = MAX_SOURCES, max_sites = MAX_SITES })
+  if not ok then return false, why end
+  local H, n, s = problem.heads, problem.n, problem.s
   local f = smem_floats(n, s, H)
   if f > MAX_SMEM_FLOATS then
     return false, string.format("n*S*H + n*H + n = %d floats exceed the %d of 48 KiB shared memory",

@@ -20,6 +20,7 @@
 -- the fused add the scores use b as stored; NaN stays in its token.
 
 local storage = require("lib/cuda_storage")
+local space = require("lib/cuda_space")
 
 local T = {
   backend = "cuda",
@@ -60,19 +61,7 @@ function T.launch(p)
 end
 
 function T.applies(p, problem, device)
-  if problem.op ~= "phase2" then return false, "not a phase2 problem" end
-  if problem.dtype ~= p.dtype then return false, "dtype differs" end
-  if device and device.backend ~= "" and device.backend ~= "cuda" then
-    return false, "not a CUDA device"
-  end
-  local d, H = problem.d, problem.heads
-  if d < 1 or d > (1 << 30) then return false, "d is outside 1..2^30" end
-  if H < 1 or H > MAX_HEADS then return false, string.format("H = %d is outside 1..%d", H, MAX_HEADS) end
-  if d % H ~= 0 then return false, string.format("%d heads do not divide d = %d", H, d) end
-  if (d // H) % p.vec ~= 0 then
-    return false, string.format("head width %d is not a multiple of vec = %d", d // H, p.vec)
-  end
-  return true
+  return space.applies(T, p, problem, device, { max_heads = MAX_HEADS })
 end
 
 local KERNEL = [[

@@ -1,68 +1,87 @@
--- lib/cuda_storage.lua: CUDA C++ storage helpers shared by the Block AttnRes
--- phase templates (cuda/phase1.lua, cuda/phase2.lua). No headers needed.
+-- lib/cuda_storage.lua: the CUDA C++ storage helpers every CUDA template
+-- uses (cuda/mix_online.lua, cuda/mix_twopass.lua, cuda/phase1.lua,
+-- cuda/phase2.lua). No headers needed.
 --
--- A `raw_t` holds VEC storage elements as loaded (2..16 bytes):
---   ld_ro(p)     read-only path (__ldg): inputs this kernel never writes
---   ld_rw(p)     coherent load: data this kernel also writes (the partial sum)
---   st_raw(p, r) store
---   widen(r, f)  storage -> fp32; narrow(f) fp32 -> storage (round to nearest
---                even, NaN stays NaN)
---   ld_f32(p, f) VEC fp32 lanes of a query or gain vector (read-only)
+-- A `raw_t` holds VEC storage elements as loaded (2, 4, 8 or 16 bytes):
+--   raw_zero()      a raw_t of zeros (what a guarded-off load yields)
+--   ld_ro(p)        read-only path (ld.global.nc): data no thread of this
+--                   kernel writes (sources, o1)
+--   ld_rw(p)        coherent load (ld.global): data this kernel also writes
+--                   (the partial sum, which may alias out; rows this block
+--                   has just stored and reads back after a barrier)
+--   st_raw(p, r)    store
+--   widen(r, f)     storage -> fp32
+--   narrow(f)       fp32 -> storage, round to nearest even, NaN stays NaN
+--   store_row(p, f) st_raw(p, narrow(f))
+--   ld_f32(p, f)    VEC fp32 lanes of a query or gain vector (read-only)
+--   lane_sum(v, lim), warp_sum(v)  sums over lanes by shuffles
+--
+-- Every load is an `asm volatile` instruction. NVRTC treats a plain load
+-- (or non-volatile asm) as free of side effects, so it may hoist it above
+-- the guard that keeps it inside the row (the simulator caught a lane
+-- reading 16 bytes past d that way; docs/cudasim.md) or merge it with an
+-- earlier load of the same address, which the re-reading schedules must
+-- not have. Coherent loads and stores also clobber "memory", so the
+-- compiler keeps them in program order with the stores around them.
 
 local M = {}
 
 M.esize = { f32 = 4, bf16 = 2, f16 = 2 }
 
-function M.code(dtype, vec)
-  local es = M.esize[dtype]
-  local bytes = vec * es
-  local L = {}
-  local function add(s) L[#L + 1] = s end
-  add([[
-typedef unsigned short ar_u16;
-typedef unsigned int ar_u32;
-typedef long long ar_i64;]])
-  add(string.format("typedef %s st_t;", dtype == "f32" and "float" or "ar_u16"))
-  add(string.format("constexpr int VEC = %d;", vec))
+-- Loads, the store and raw_zero for a raw_t of `bytes` bytes.
+local function raw_code(bytes)
   if bytes == 2 then
-    add([[
+    return [[
 struct raw_t { ar_u16 h; };
-__device__ __forceinline__ raw_t ld_ro(const st_t *p) { raw_t r; r.h = __ldg((const ar_u16 *)p); return r; }
-__device__ __forceinline__ raw_t ld_rw(const st_t *p) { raw_t r; r.h = *(const ar_u16 *)p; return r; }
-__device__ __forceinline__ void st_raw(st_t *p, raw_t r) { *(ar_u16 *)p = r.h; }]])
-  elseif bytes == 4 then
-    add([[
-struct raw_t { ar_u32 w[1]; };
-__device__ __forceinline__ raw_t ld_ro(const st_t *p) { raw_t r; r.w[0] = __ldg((const ar_u32 *)p); return r; }
-__device__ __forceinline__ raw_t ld_rw(const st_t *p) { raw_t r; r.w[0] = *(const ar_u32 *)p; return r; }
-__device__ __forceinline__ void st_raw(st_t *p, raw_t r) { *(ar_u32 *)p = r.w[0]; }]])
-  elseif bytes == 16 then
-    add([[
-struct raw_t { ar_u32 w[4]; };
+__device__ __forceinline__ raw_t raw_zero() { raw_t r; r.h = 0; return r; }
 __device__ __forceinline__ raw_t ld_ro(const st_t *p)
-{
-    const uint4 u = __ldg((const uint4 *)p);
-    raw_t r;
-    r.w[0] = u.x, r.w[1] = u.y, r.w[2] = u.z, r.w[3] = u.w;
-    return r;
-}
+{ raw_t r; asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(r.h) : "l"(p)); return r; }
 __device__ __forceinline__ raw_t ld_rw(const st_t *p)
-{
-    const uint4 u = *(const uint4 *)p;
-    raw_t r;
-    r.w[0] = u.x, r.w[1] = u.y, r.w[2] = u.z, r.w[3] = u.w;
-    return r;
-}
+{ raw_t r; asm volatile("ld.global.u16 %0, [%1];" : "=h"(r.h) : "l"(p) : "memory"); return r; }
 __device__ __forceinline__ void st_raw(st_t *p, raw_t r)
-{
-    *(uint4 *)p = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
-}]])
-  else
+{ asm volatile("st.global.u16 [%0], %1;" :: "l"(p), "h"(r.h) : "memory"); }]]
+  end
+  if bytes ~= 4 and bytes ~= 8 and bytes ~= 16 then
     error("cuda_storage: unsupported load width " .. bytes)
   end
+  local nw = bytes // 4
+  local regs, outs, ins, st_list = {}, {}, {}, {}
+  for i = 0, nw - 1 do
+    regs[#regs + 1] = "%" .. i
+    outs[#outs + 1] = string.format('"=r"(r.w[%d])', i)
+    ins[#ins + 1] = string.format('"r"(r.w[%d])', i)
+    st_list[#st_list + 1] = "%" .. (i + 1)
+  end
+  return gen.subst([[
+struct alignas(${BYTES}) raw_t { ar_u32 w[${NW}]; };
+__device__ __forceinline__ raw_t raw_zero()
+{
+    raw_t r;
+#pragma unroll
+    for (int i = 0; i < ${NW}; i++)
+        r.w[i] = 0u;
+    return r;
+}
+__device__ __forceinline__ raw_t ld_ro(const st_t *p)
+{ raw_t r; asm volatile("ld.global.nc.${SUF} ${REGS}, [${P}];" : ${OUTS} : "l"(p)); return r; }
+__device__ __forceinline__ raw_t ld_rw(const st_t *p)
+{ raw_t r; asm volatile("ld.global.${SUF} ${REGS}, [${P}];" : ${OUTS} : "l"(p) : "memory"); return r; }
+__device__ __forceinline__ void st_raw(st_t *p, raw_t r)
+{ asm volatile("st.global.${SUF} [%0], ${SREGS};" :: "l"(p), ${INS} : "memory"); }]], {
+    NW = nw, BYTES = bytes,
+    SUF = nw == 1 and "u32" or string.format("v%d.u32", nw),
+    REGS = nw == 1 and "%0" or "{" .. table.concat(regs, ", ") .. "}",
+    OUTS = table.concat(outs, ", "),
+    P = "%" .. nw,
+    INS = table.concat(ins, ", "),
+    SREGS = nw == 1 and "%1" or "{" .. table.concat(st_list, ", ") .. "}",
+  })
+end
 
+-- widen() and narrow() for the dtype.
+local function convert_code(dtype, vec)
   if dtype == "f32" then
-    add([[
+    return [[
 __device__ __forceinline__ void widen(raw_t r, float (&f)[VEC])
 {
 #pragma unroll
@@ -76,12 +95,14 @@ __device__ __forceinline__ raw_t narrow(const float (&f)[VEC])
     for (int i = 0; i < VEC; i++)
         r.w[i] = __float_as_uint(f[i]);
     return r;
-}]])
-  else
-    if dtype == "bf16" then
-      add([[
-__device__ __forceinline__ float h_float(ar_u16 h) { return __uint_as_float((ar_u32)h << 16); }
-__device__ __forceinline__ ar_u16 h_bits(float x)
+}]]
+  end
+  local L = {}
+  if dtype == "bf16" then
+    -- bf16 -> fp32 is a shift, so widen() works on the packed words.
+    L[#L + 1] = [[
+/* fp32 -> bf16 rounds to nearest even, NaN stays NaN. */
+__device__ __forceinline__ ar_u32 bf16_bits(float x)
 {
 #if __CUDA_ARCH__ >= 800
     ar_u16 h;
@@ -90,37 +111,34 @@ __device__ __forceinline__ ar_u16 h_bits(float x)
 #else
     const ar_u32 u = __float_as_uint(x);
     if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (ar_u16)((u >> 16) | 0x40u);
-    return (ar_u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        return (u >> 16) | 0x40u;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 #endif
-}]])
-    else
-      add([[
-__device__ __forceinline__ float h_float(ar_u16 h)
-{
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
 }
-__device__ __forceinline__ ar_u16 h_bits(float x)
+__device__ __forceinline__ ar_u32 bf16x2_bits(float lo, float hi)
 {
-    ar_u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-    return h;
-}]])
-    end
+#if __CUDA_ARCH__ >= 800
+    ar_u32 w;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    return w;
+#else
+    return bf16_bits(lo) | (bf16_bits(hi) << 16);
+#endif
+}]]
     if vec == 1 then
-      add([[
-__device__ __forceinline__ void widen(raw_t r, float (&f)[VEC]) { f[0] = h_float(r.h); }
-__device__ __forceinline__ raw_t narrow(const float (&f)[VEC]) { raw_t r; r.h = h_bits(f[0]); return r; }]])
+      L[#L + 1] = [[
+__device__ __forceinline__ void widen(raw_t r, float (&f)[VEC])
+{ f[0] = __uint_as_float((ar_u32)r.h << 16); }
+__device__ __forceinline__ raw_t narrow(const float (&f)[VEC])
+{ raw_t r; r.h = (ar_u16)bf16_bits(f[0]); return r; }]]
     else
-      add([[
+      L[#L + 1] = [[
 __device__ __forceinline__ void widen(raw_t r, float (&f)[VEC])
 {
 #pragma unroll
     for (int i = 0; i < VEC / 2; i++) {
-        f[2 * i] = h_float((ar_u16)(r.w[i] & 0xffffu));
-        f[2 * i + 1] = h_float((ar_u16)(r.w[i] >> 16));
+        f[2 * i] = __uint_as_float(r.w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(r.w[i] & 0xffff0000u);
     }
 }
 __device__ __forceinline__ raw_t narrow(const float (&f)[VEC])
@@ -128,42 +146,104 @@ __device__ __forceinline__ raw_t narrow(const float (&f)[VEC])
     raw_t r;
 #pragma unroll
     for (int i = 0; i < VEC / 2; i++)
-        r.w[i] = (ar_u32)h_bits(f[2 * i]) | ((ar_u32)h_bits(f[2 * i + 1]) << 16);
+        r.w[i] = bf16x2_bits(f[2 * i], f[2 * i + 1]);
     return r;
-}]])
+}]]
+    end
+  else -- f16
+    L[#L + 1] = [[
+__device__ __forceinline__ float f16_float(ar_u16 h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ ar_u16 f16_bits(float x)
+{
+    ar_u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    return h;
+}]]
+    if vec == 1 then
+      L[#L + 1] = [[
+__device__ __forceinline__ void widen(raw_t r, float (&f)[VEC]) { f[0] = f16_float(r.h); }
+__device__ __forceinline__ raw_t narrow(const float (&f)[VEC]) { raw_t r; r.h = f16_bits(f[0]); return r; }]]
+    else
+      L[#L + 1] = [[
+__device__ __forceinline__ void widen(raw_t r, float (&f)[VEC])
+{
+#pragma unroll
+    for (int i = 0; i < VEC / 2; i++) {
+        f[2 * i] = f16_float((ar_u16)(r.w[i] & 0xffffu));
+        f[2 * i + 1] = f16_float((ar_u16)(r.w[i] >> 16));
+    }
+}
+__device__ __forceinline__ raw_t narrow(const float (&f)[VEC])
+{
+    raw_t r;
+#pragma unroll
+    for (int i = 0; i < VEC / 2; i++)
+        r.w[i] = (ar_u32)f16_bits(f[2 * i]) | ((ar_u32)f16_bits(f[2 * i + 1]) << 16);
+    return r;
+}]]
     end
   end
-
-  -- fp32 lanes: float4 loads when VEC is a multiple of 4, else scalars.
-  if vec % 4 == 0 then
-    add([[
-__device__ __forceinline__ void ld_f32(const float *p, float (&f)[VEC])
-{
-#pragma unroll
-    for (int i = 0; i < VEC / 4; i++) {
-        const float4 v = __ldg((const float4 *)p + i);
-        f[4 * i] = v.x, f[4 * i + 1] = v.y, f[4 * i + 2] = v.z, f[4 * i + 3] = v.w;
-    }
-}]])
-  else
-    add([[
-__device__ __forceinline__ void ld_f32(const float *p, float (&f)[VEC])
-{
-#pragma unroll
-    for (int i = 0; i < VEC; i++)
-        f[i] = __ldg(p + i);
-}]])
-  end
-  add([[
-/* Sum over the whole warp; every lane takes part. */
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}]])
   return table.concat(L, "\n")
+end
+
+-- ld_f32: VEC fp32 lanes in loads of at most 16 bytes (the launch data's
+-- qalign, min(4 * VEC, 16), is what makes the vector loads legal).
+local function f32_code(vec)
+  local fl = {}
+  local step = math.min(vec, 4)
+  for base = 0, vec - 1, step do
+    if step == 1 then
+      fl[#fl + 1] = string.format('    asm volatile("ld.global.nc.f32 %%0, [%%1];" : "=f"(f[%d]) : "l"(p + %d));', base, base)
+    else
+      local regs, outs = {}, {}
+      for i = 0, step - 1 do
+        regs[#regs + 1] = "%" .. i
+        outs[#outs + 1] = string.format('"=f"(f[%d])', base + i)
+      end
+      fl[#fl + 1] = string.format('    asm volatile("ld.global.nc.v%d.f32 {%s}, [%%%d];" : %s : "l"(p + %d));',
+                                  step, table.concat(regs, ", "), step, table.concat(outs, ", "), base)
+    end
+  end
+  return "/* fp32 lanes of a query or gain vector (read-only) */\n" ..
+    "__device__ __forceinline__ void ld_f32(const float *p, float (&f)[VEC])\n{\n" ..
+    table.concat(fl, "\n") .. "\n}"
+end
+
+function M.code(dtype, vec)
+  local bytes = vec * M.esize[dtype]
+  return table.concat({
+    [[
+typedef unsigned short ar_u16;
+typedef unsigned int ar_u32;
+typedef long long ar_i64;]],
+    string.format("typedef %s st_t;", dtype == "f32" and "float" or "ar_u16"),
+    string.format("constexpr int VEC = %d;", vec),
+    raw_code(bytes),
+    convert_code(dtype, vec),
+    [[
+__device__ __forceinline__ void store_row(st_t *p, const float (&f)[VEC]) { st_raw(p, narrow(f)); }]],
+    f32_code(vec),
+    [[
+/* Sum over the lanes whose xor distance is below lim (lim a power of two;
+ * 32 or more: the whole warp). Every lane takes part in every shuffle. */
+__device__ __forceinline__ float lane_sum(float v, int lim)
+{
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float o = __shfl_xor_sync(0xffffffffu, v, off);
+        if (off < lim)
+            v += o;
+    }
+    return v;
+}
+/* Sum over the whole warp. */
+__device__ __forceinline__ float warp_sum(float v) { return lane_sum(v, 32); }]],
+  }, "\n")
 end
 
 return M

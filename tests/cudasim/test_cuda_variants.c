@@ -1,8 +1,8 @@
 /*
  * test_cuda_variants.c - every CUDA variant runs and matches the reference.
  *
- * For every template under cuda/ (those `attnres gen --list` lists: mix,
- * phase1, phase2) and every variant it enumerates, this test picks at least
+ * For every template under cuda/ (those `attnres gen --list` lists:
+ * mix_online, mix_twopass, phase1, phase2) and every variant it enumerates, this test picks at least
  * two problems the variant's applies() accepts - N = 1, a d below the
  * variant's bound, T not a multiple of its tokens per block, H > 1 where the
  * variant allows it, the additive form, the fused add and the epilogue -
@@ -693,7 +693,8 @@ static int choose_problems(variant *v, char *err, size_t err_len)
     const int vec = (int)ar_json_int(j, "vec", 1);
     const int tpb = (int)ar_json_int(j, "tokens_per_block", 1);
     const int64_t dmax = ar_json_int(j, "dmax", 0);
-    const int batch = (int)ar_json_int(j, "batch", 1);
+    /* Sources per step: an online variant's batch, a two-pass one's unroll. */
+    const int batch = (int)ar_json_int(j, "batch", ar_json_int(j, "unroll", 1));
     const int sj = (int)ar_json_int(j, "sj", 1);
     const int warps = threads / 32 > 0 ? threads / 32 : 1;
     char map[16], why[256] = "";

@@ -1,5 +1,5 @@
-# NVRTC compiles every variant of templates/cuda/mix.lua, phase1.lua and
-# phase2.lua for sm_80 and sm_90
+# NVRTC compiles every variant of templates/cuda/mix_online.lua,
+# mix_twopass.lua, phase1.lua and phase2.lua for sm_80 and sm_90
 # with no warning, and the generic/default variants do not spill. Needs no
 # GPU; skips (exit 77) when NVRTC cannot be loaded. Included from
 # tests/CMakeLists.txt.

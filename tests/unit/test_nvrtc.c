@@ -1,6 +1,7 @@
 /*
- * test_nvrtc.c - every variant of templates/cuda/mix.lua, cuda/phase1.lua and
- * cuda/phase2.lua compiles with NVRTC.
+ * test_nvrtc.c - every variant of templates/cuda/mix_online.lua,
+ * cuda/mix_twopass.lua, cuda/phase1.lua and cuda/phase2.lua compiles with
+ * NVRTC.
  *
  * For sm_80 and sm_90, each variant the template enumerates must compile
  * with no error and no warning in the log; the generic (fallback) variants
@@ -71,80 +72,109 @@ static void test_abi_header(void)
     CHECK(AR_CUDA_MAX_SOURCES == 64);
 }
 
-/* ---- the template: launch data and applicability --------------------- */
+/* ---- the mix templates: launch data and applicability ----------------- */
 
-static argen *gen;
-static argen_variant *variants;
-static size_t nvariants;
+/* The mix has one template per schedule family; the generic kernel is one
+ * of cuda/mix_twopass's variants. */
+#define NMIX 2
+static const char *const mix_templates[NMIX] = {"cuda/mix_online", "cuda/mix_twopass"};
+static argen *gens[NMIX];
+static argen_variant *variants[NMIX];
+static size_t nvariants[NMIX];
+
+static void free_mix_templates(void)
+{
+    for (int t = 0; t < NMIX; t++) {
+        argen_variants_free(variants[t], nvariants[t]);
+        argen_close(gens[t]);
+        variants[t] = NULL;
+        gens[t] = NULL;
+    }
+}
 
 static void test_enumerate(void)
 {
-    char msg[2048];
-    REQUIRE(argen_open(template_dir(), "cuda/mix", &gen, msg, sizeof msg) == 0);
-    CHECK(strcmp(argen_backend(gen), "cuda") == 0);
-    CHECK(strcmp(argen_op(gen), "mix") == 0);
-    REQUIRE(argen_enumerate(gen, &variants, &nvariants) == 0);
-    REQUIRE(nvariants > 0);
-    size_t per[3] = {0, 0, 0};
+    size_t per[3] = {0, 0, 0}, total = 0;
     static const char *const dtypes[] = {"f32", "bf16", "f16"};
-    for (size_t i = 0; i < nvariants; i++) {
-        const char *j = variants[i].params_json;
-        int64_t block = ar_json_int(j, "block", -1), tpb = ar_json_int(j, "tokens_per_block", -1);
-        CHECK(block >= 64 && block <= 1024 && block % 32 == 0);
-        CHECK(tpb >= 1 && block % tpb == 0 && (tpb == 1 || block / tpb == 32));
-        CHECK(ar_json_int(j, "smem", -1) == 0);
-        CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_KERNEL_ABI);
-        CHECK(ar_json_int(j, "max_sources", -1) == AR_CUDA_MAX_SOURCES);
-        int64_t align = ar_json_int(j, "align", -1);
-        CHECK(align >= 2 && align <= 16);
-        CHECK(strncmp(variants[i].id, "mix_cu_", 7) == 0);
-        for (int d = 0; d < 3; d++) {
-            char key[32];
-            snprintf(key, sizeof key, "mix_cu_%s_", dtypes[d]);
-            if (strncmp(variants[i].id, key, strlen(key)) == 0)
-                per[d]++;
+    for (int t = 0; t < NMIX; t++) {
+        char msg[2048];
+        REQUIRE(argen_open(template_dir(), mix_templates[t], &gens[t], msg, sizeof msg) == 0);
+        CHECK(strcmp(argen_backend(gens[t]), "cuda") == 0);
+        CHECK(strcmp(argen_op(gens[t]), "mix") == 0);
+        REQUIRE(argen_enumerate(gens[t], &variants[t], &nvariants[t]) == 0);
+        REQUIRE(nvariants[t] > 0);
+        total += nvariants[t];
+        for (size_t i = 0; i < nvariants[t]; i++) {
+            const char *j = variants[t][i].params_json;
+            int64_t block = ar_json_int(j, "block", -1), tpb = ar_json_int(j, "tokens_per_block", -1);
+            CHECK(block >= 64 && block <= 1024 && block % 32 == 0);
+            CHECK(tpb >= 1 && block % tpb == 0 && (tpb == 1 || block / tpb == 32));
+            CHECK(ar_json_int(j, "smem", -1) == 0);
+            CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_KERNEL_ABI);
+            CHECK(ar_json_int(j, "max_sources", -1) == AR_CUDA_MAX_SOURCES);
+            int64_t align = ar_json_int(j, "align", -1);
+            CHECK(align >= 2 && align <= 16);
+            CHECK(strncmp(variants[t][i].id, "mix_cu_", 7) == 0);
+            /* The two-pass kernels take any d; the online ones have a bound. */
+            CHECK((ar_json_int(j, "dmax", -1) == 0) == (t == 1));
+            for (int d = 0; d < 3; d++) {
+                char key[32];
+                snprintf(key, sizeof key, "mix_cu_%s_", dtypes[d]);
+                if (strncmp(variants[t][i].id, key, strlen(key)) == 0)
+                    per[d]++;
+            }
         }
+        printf("%s variants: %zu\n", mix_templates[t], nvariants[t]);
     }
-    printf("variants: %zu (f32 %zu, bf16 %zu, f16 %zu)\n", nvariants, per[0], per[1], per[2]);
-    CHECK(per[0] + per[1] + per[2] == nvariants);
+    printf("mix variants: %zu (f32 %zu, bf16 %zu, f16 %zu)\n", total, per[0], per[1], per[2]);
+    CHECK(per[0] + per[1] + per[2] == total);
     for (int d = 0; d < 3; d++)
         CHECK(per[d] > 0 && per[d] <= 400);
 }
 
+/* The variants of both mix templates, other than the generic kernel, that
+ * accept the problem; *generic_ok says whether the generic one does. */
 static int count_applicable(const char *dtype, int64_t d, int n, int heads, int *generic_ok)
 {
     argen_problem p = {.op = "mix", .dtype = dtype, .form = "replace", .d = d, .t = 1, .n = n, .heads = heads};
     argen_device dev = {.backend = "cuda", .arch = "sm_90", .units = 132};
-    char *gid = NULL, why[256];
-    if (argen_generic(gen, dtype, &gid) != 0)
-        return -1;
-    int count = 0;
+    char why[256];
+    int count = 0, generics = 0;
     *generic_ok = 0;
     char prefix[32];
     snprintf(prefix, sizeof prefix, "mix_cu_%s_", dtype);
-    for (size_t i = 0; i < nvariants; i++) {
-        if (strncmp(variants[i].id, prefix, strlen(prefix)) != 0)
-            continue; /* other dtypes: refused (checked once below) */
-        int ok = argen_applies(gen, variants[i].id, &p, &dev, why, sizeof why);
-        if (ok < 0) {
-            fprintf(stderr, "applies(%s): %s\n", variants[i].id, why);
-            count = -1;
-            break;
+    for (int t = 0; t < NMIX && count >= 0; t++) {
+        char *gid = NULL;
+        if (argen_generic(gens[t], dtype, &gid) != 0)
+            gid = NULL; /* cuda/mix_online has no generic variant */
+        else
+            generics++;
+        for (size_t i = 0; i < nvariants[t]; i++) {
+            const char *id = variants[t][i].id;
+            if (strncmp(id, prefix, strlen(prefix)) != 0)
+                continue; /* other dtypes: refused (checked once below) */
+            int ok = argen_applies(gens[t], id, &p, &dev, why, sizeof why);
+            if (ok < 0) {
+                fprintf(stderr, "applies(%s): %s\n", id, why);
+                count = -1;
+                break;
+            }
+            if (ok && gid && strcmp(id, gid) == 0)
+                *generic_ok = 1;
+            else if (ok)
+                count++;
+            if (!ok)
+                CHECK(why[0] != 0); /* a refusal always says why */
         }
-        if (ok && strcmp(variants[i].id, gid) == 0)
-            *generic_ok = 1;
-        else if (ok)
-            count++;
-        if (!ok)
-            CHECK(why[0] != 0); /* a refusal always says why */
+        free(gid);
     }
-    free(gid);
+    CHECK(generics == 1); /* exactly one generic mix kernel per dtype */
     return count;
 }
 
 static void test_applies(void)
 {
-    REQUIRE(gen && nvariants);
+    REQUIRE(gens[0] && gens[1] && nvariants[0] && nvariants[1]);
     int g;
     /* K3 and MHAR-8B have tuned candidates besides the generic kernel. */
     CHECK(count_applicable("bf16", 7168, 9, 1, &g) > 10 && g);
@@ -156,10 +186,10 @@ static void test_applies(void)
     CHECK(count_applicable("f32", 3, 1, 3, &g) >= 0 && g);
     CHECK(count_applicable("f16", 16384, 64, 128, &g) >= 0 && g);
     /* Another dtype's variant is refused, with the reason. */
-    {
+    for (int t = 0; t < NMIX; t++) {
         argen_problem p = {.op = "mix", .dtype = "f16", .form = "replace", .d = 1024, .t = 1, .n = 3, .heads = 1};
         char why[256];
-        CHECK(argen_applies(gen, variants[0].id, &p, NULL, why, sizeof why) == 0 && why[0]);
+        CHECK(argen_applies(gens[t], variants[t][0].id, &p, NULL, why, sizeof why) == 0 && why[0]);
     }
     /* Over 64 sources or heads not dividing d: nothing applies. */
     CHECK(count_applicable("bf16", 4096, 65, 1, &g) == 0 && !g);
@@ -210,8 +240,10 @@ static void compile_template(argen *gen, argen_variant *variants, size_t nvarian
     REQUIRE(nvariants <= 1024);
     static const char *const dtypes[] = {"f32", "bf16", "f16"};
     char *generic[3] = {0};
+    /* A template may have no generic variant (cuda/mix_online). */
     for (int d = 0; d < 3; d++)
-        CHECK(argen_generic(gen, dtypes[d], &generic[d]) == 0);
+        if (argen_generic(gen, dtypes[d], &generic[d]) != 0)
+            generic[d] = NULL;
     for (size_t i = 0; i < nvariants; i++) {
         char *json = NULL;
         if (argen_emit(gen, variants[i].id, &sources[i], &kernels[i], &json) != 0) {
@@ -310,8 +342,10 @@ static void compile_template(argen *gen, argen_variant *variants, size_t nvarian
 
 static void test_compile_all(void)
 {
-    REQUIRE(gen && nvariants);
-    compile_template(gen, variants, nvariants);
+    for (int t = 0; t < NMIX; t++) {
+        REQUIRE(gens[t] && nvariants[t]);
+        compile_template(gens[t], variants[t], nvariants[t]);
+    }
 }
 
 /* ---- the Block AttnRes phase templates (cuda/phase1, cuda/phase2) ------ */
@@ -589,8 +623,7 @@ int main(void)
     RUN_CASE(test_cuda_device);
     char why[512];
     if (ar_nvrtc_available(why, sizeof why) != 0) {
-        argen_variants_free(variants, nvariants);
-        argen_close(gen);
+        free_mix_templates();
         if (check_failures)
             CHECK_EXIT();
         printf("SKIP: %s\n", why);
@@ -599,7 +632,6 @@ int main(void)
     RUN_CASE(test_diagnostics);
     RUN_CASE(test_compile_all);
     RUN_CASE(test_phase_templates);
-    argen_variants_free(variants, nvariants);
-    argen_close(gen);
+    free_mix_templates();
     CHECK_EXIT();
 }

@@ -12,8 +12,9 @@ static const char gen_usage[] =
     "\n"
     "  --list prints every variant id of the templates (one a line);\n"
     "  ID prints that variant's generated source. NAME is e.g. cpu/mix or\n"
-    "  cuda/mix; without it every template is searched. Templates are read\n"
-    "  from $ATTNRES_TEMPLATE_DIR or the installed/source templates folder.\n";
+    "  cuda/mix_online; without it every template is searched. Templates are\n"
+    "  read from $ATTNRES_TEMPLATE_DIR or the installed/source templates\n"
+    "  folder.\n";
 
 /* Runs fn over each template (or just `only`); stops at a non-zero result. */
 static int for_each_template(const char *only, int (*fn)(argen *g, void *ctx), void *ctx)
