@@ -88,9 +88,12 @@ def test_bad_scalars(plan, args):
 
 def test_arguments_of_another_form(dev, plan, args):
     refused(plan, r"partial= needs a plan made with form='additive'", *args, partial=args[0][0])
-    refused(plan, r"out_gain= and normed= need a plan made with epilogue=True", *args, out_gain=args[1])
+    refused(plan, r"out_gain= needs a plan made with epilogue=True", *args, out_gain=args[1])
+    refused(plan, r"normed= needs a plan made with epilogue=True", *args, normed=np.zeros((T, D), np.float32))
+    epilogue = attnres.Plan(dev, None, dtype="f32", d=D, n=N, epilogue=True)
+    refused(epilogue, r"this plan has the output-norm epilogue: out_gain= is required", *args)
     additive = attnres.Plan(dev, None, dtype="f32", d=D, n=N, form="additive")
-    refused(additive, r"partial= is required", *args)
+    refused(additive, r"this plan has the additive form: partial= is required", *args)
     with pytest.raises(ValueError, match="mix\\(\\) called on a plan for op phase2"):
         attnres.Plan(dev, None, op="phase2", d=D).mix(*args)
 
@@ -177,3 +180,18 @@ def test_phase_arguments(dev, rng):
         p2.phase2(a, np.zeros((T, 1), np.float32), a.copy(), np.ones(D, np.float32))
     with pytest.raises(ValueError, match="sublayer= needs a plan made with fuse_add=True"):
         p2.phase2(a, np.zeros((T, 2), np.float32), a.copy(), np.ones(D, np.float32), sublayer=a)
+    fused = attnres.Plan(dev, None, op="phase2", d=D, heads=2, fuse_add=True)
+    with pytest.raises(ValueError, match="this plan fuses the add: sublayer= is required"):
+        fused.phase2(a, np.zeros((T, 2), np.float32), a.copy(), np.ones(D, np.float32))
+    with pytest.raises(ValueError, match="phase1\\(\\) called on a plan for op phase2"):
+        p2.phase1(src, np.ones((2, D), np.float32))
+
+
+def test_time_c_runs_each_op(dev, rng):
+    # The benchmark's C-side timer takes the arguments of the plan's own op.
+    p2 = attnres.Plan(dev, None, op="phase2", d=D)
+    a = rng.standard_normal((T, D)).astype(np.float32)
+    ns = p2._time_c(3, a, np.zeros((T, 1), np.float32), a.copy(), np.ones(D, np.float32))
+    assert isinstance(ns, float) and ns > 0
+    with pytest.raises(ValueError, match="repeat must be 1 to 1e8"):
+        p2._time_c(0, a, np.zeros((T, 1), np.float32), a.copy(), np.ones(D, np.float32))
