@@ -32,10 +32,14 @@
 
 #include "attnres.h"
 
-/* ---- DLPack (the legacy, unversioned ABI of dlpack.h v0.8) ------------
- * Written here from the specification so that the package needs no
- * header of another project. Only the fields read below matter; the
- * layout must match the specification exactly. */
+/* ---- DLPack ----------------------------------------------------------------
+ * Both ABIs of the specification: DLPack 1.0's versioned managed tensor
+ * (capsule "dltensor_versioned", with a version and flags such as
+ * read-only), asked for with __dlpack__(max_version=(1, 0)), and the legacy
+ * unversioned one of dlpack.h v0.8 (capsule "dltensor") that producers from
+ * before 1.0 return. Written here from the specification so that the
+ * package needs no header of another project. Only the fields read below
+ * matter; the layouts must match the specification exactly. */
 
 enum {
     DL_CPU = 1,
@@ -73,6 +77,26 @@ typedef struct dl_managed {
     void (*deleter)(struct dl_managed *self);
 } dl_managed;
 
+typedef struct {
+    uint32_t major;
+    uint32_t minor;
+} dl_version;
+
+typedef struct dl_managed_versioned {
+    dl_version version;
+    void *manager_ctx;
+    void (*deleter)(struct dl_managed_versioned *self);
+    uint64_t flags;
+    dl_tensor dl_tensor;
+} dl_managed_versioned;
+
+/* The flags of a versioned tensor that matter here. */
+#define DL_FLAG_READ_ONLY ((uint64_t)1 << 0)
+#define DL_FLAG_IS_COPIED ((uint64_t)1 << 1)
+
+/* The DLPack major version this module reads. */
+#define DL_MAJOR 1
+
 /* ---- module globals ----------------------------------------------------
  * The module supports one interpreter (single-phase init), so its state can
  * live in statics. */
@@ -82,6 +106,8 @@ static PyObject *ArgumentError; /* attnres.ArgumentError(Error, ValueError) */
 static PyObject *helper_empty;  /* attnres._empty(like, shape, dtype, device) */
 static PyObject *helper_stream; /* attnres._stream(stream, like, device) */
 static PyObject *str_dlpack;
+static PyObject *empty_tuple;
+static PyObject *kw_max_version; /* {"max_version": (1, 0)}, the CPU plans' DLPack request */
 static PyTypeObject *DeviceType, *DbType, *PlanType;
 
 /* The runtime's largest problem sizes, checked here so that every integer a
@@ -710,19 +736,23 @@ static void list_free(ptr_list *l)
 
 typedef struct {
     PlanObject *plan;
-    ptr_list tensors; /* dl_managed * to give back through their deleters */
+    ptr_list tensors;  /* dl_managed * to give back through their deleters */
+    ptr_list vtensors; /* dl_managed_versioned *, likewise */
     ptr_list objects; /* PyObject * references to drop */
     ptr_list buffers; /* malloc'd scratch */
-    PyObject *dlpack_kwargs; /* {"stream": s} for CUDA plans, else NULL */
+    PyObject *kw_versioned; /* the keywords of __dlpack__: max_version, and the stream on CUDA */
+    PyObject *kw_legacy;    /* the keywords for a producer without max_version: NULL, or the stream */
 } call_ctx;
 
 static void ctx_init(call_ctx *c, PlanObject *plan)
 {
     c->plan = plan;
     list_init(&c->tensors);
+    list_init(&c->vtensors);
     list_init(&c->objects);
     list_init(&c->buffers);
-    c->dlpack_kwargs = NULL;
+    c->kw_versioned = Py_NewRef(kw_max_version);
+    c->kw_legacy = NULL;
 }
 
 /* Gives everything back. Deleters may touch Python objects (NumPy's does),
@@ -734,14 +764,21 @@ static void ctx_free(call_ctx *c)
         if (m->deleter)
             m->deleter(m);
     }
+    for (Py_ssize_t i = 0; i < c->vtensors.count; i++) {
+        dl_managed_versioned *m = c->vtensors.items[i];
+        if (m->deleter)
+            m->deleter(m);
+    }
     for (Py_ssize_t i = 0; i < c->objects.count; i++)
         Py_DECREF((PyObject *)c->objects.items[i]);
     for (Py_ssize_t i = 0; i < c->buffers.count; i++)
         free(c->buffers.items[i]);
     list_free(&c->tensors);
+    list_free(&c->vtensors);
     list_free(&c->objects);
     list_free(&c->buffers);
-    Py_CLEAR(c->dlpack_kwargs);
+    Py_CLEAR(c->kw_versioned);
+    Py_CLEAR(c->kw_legacy);
 }
 
 static void *ctx_alloc(call_ctx *c, size_t bytes)
@@ -781,10 +818,25 @@ static const char *dtype_text(dl_dtype t, char *buf, size_t len)
     return buf;
 }
 
-/* Consumes obj's DLPack capsule: the capsule is renamed "used_dltensor" as
- * the protocol requires, and the tensor is given back through its deleter
- * when the call ends. ndim is the rank the argument must have. */
-static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, view *v)
+/* Calls obj.__dlpack__: first as DLPack 1.0 asks, with max_version, then,
+ * for a producer from before 1.0 that refuses the keyword with a
+ * TypeError, without it. */
+static PyObject *call_dlpack(call_ctx *c, PyObject *method)
+{
+    PyObject *capsule = PyObject_Call(method, empty_tuple, c->kw_versioned);
+    if (!capsule && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        capsule = c->kw_legacy ? PyObject_Call(method, empty_tuple, c->kw_legacy) : PyObject_CallNoArgs(method);
+    }
+    return capsule;
+}
+
+/* Consumes obj's DLPack capsule, versioned or legacy: the capsule is
+ * renamed "used_dltensor_versioned" or "used_dltensor" as the protocol
+ * requires, and the tensor is given back through its deleter when the call
+ * ends. ndim is the rank the argument must have; a writable argument (an
+ * output) must not be flagged read-only, nor be a copy the producer made. */
+static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, int writable, view *v)
 {
     PyObject *method = PyObject_GetAttr(obj, str_dlpack);
     if (!method) {
@@ -793,13 +845,11 @@ static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, view *
                      name, (PyObject *)Py_TYPE(obj));
         return -1;
     }
-    PyObject *empty = c->dlpack_kwargs ? PyTuple_New(0) : NULL;
-    PyObject *capsule = c->dlpack_kwargs ? (empty ? PyObject_Call(method, empty, c->dlpack_kwargs) : NULL)
-                                         : PyObject_CallNoArgs(method);
-    Py_XDECREF(empty);
+    PyObject *capsule = call_dlpack(c, method);
     Py_DECREF(method);
     if (!capsule) {
-        /* NumPy refuses read-only arrays, for example; say which argument. */
+        /* NumPy refuses read-only arrays through the legacy ABI, for
+         * example; say which argument. */
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
         PyErr_Format(PyExc_ValueError, "%s cannot be exported through DLPack: %S", name, value ? value : Py_None);
@@ -808,19 +858,46 @@ static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, view *
         Py_XDECREF(tb);
         return -1;
     }
-    dl_managed *m = PyCapsule_GetPointer(capsule, "dltensor");
-    if (!m) {
+    const dl_tensor *t;
+    uint64_t flags = 0;
+    if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+        dl_managed_versioned *m = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+        if (PyCapsule_SetName(capsule, "used_dltensor_versioned") || list_push(&c->vtensors, m)) {
+            Py_DECREF(capsule);
+            return -1;
+        }
+        Py_DECREF(capsule);
+        if (m->version.major != DL_MAJOR) {
+            PyErr_Format(PyExc_ValueError, "%s was exported as DLPack %u.%u, which this package cannot read (it reads %d.x)",
+                         name, (unsigned)m->version.major, (unsigned)m->version.minor, DL_MAJOR);
+            return -1;
+        }
+        t = &m->dl_tensor;
+        flags = m->flags;
+    } else if (PyCapsule_IsValid(capsule, "dltensor")) {
+        dl_managed *m = PyCapsule_GetPointer(capsule, "dltensor");
+        if (PyCapsule_SetName(capsule, "used_dltensor") || list_push(&c->tensors, m)) {
+            Py_DECREF(capsule);
+            return -1;
+        }
+        Py_DECREF(capsule);
+        t = &m->dl_tensor;
+    } else {
         Py_DECREF(capsule);
         PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s.__dlpack__() did not return a 'dltensor' capsule", name);
+        PyErr_Format(PyExc_ValueError, "%s.__dlpack__() did not return an unused 'dltensor_versioned' or 'dltensor' capsule",
+                     name);
         return -1;
     }
-    if (PyCapsule_SetName(capsule, "used_dltensor") || list_push(&c->tensors, m)) {
-        Py_DECREF(capsule);
+    if (writable && (flags & DL_FLAG_READ_ONLY)) {
+        PyErr_Format(PyExc_ValueError, "%s is read-only (its DLPack export says so); it is written, so it must be writable",
+                     name);
         return -1;
     }
-    Py_DECREF(capsule);
-    const dl_tensor *t = &m->dl_tensor;
+    if (writable && (flags & DL_FLAG_IS_COPIED)) {
+        PyErr_Format(PyExc_ValueError, "%s was exported as a copy; it is written, and the writes would be lost", name);
+        return -1;
+    }
     if (t->ndim != ndim) {
         PyErr_Format(PyExc_ValueError, "%s must have %d dimension%s, got %d", name, ndim, ndim == 1 ? "" : "s",
                      (int)t->ndim);
@@ -918,7 +995,7 @@ static int check_shape2(const view *v, const char *name, int64_t a, int64_t b, c
 static int borrow_f32_dense(call_ctx *c, PyObject *obj, const char *name, int ndim, int64_t rows, int64_t d,
                             view *v)
 {
-    if (borrow(c, obj, name, ndim, v))
+    if (borrow(c, obj, name, ndim, 0, v))
         return -1;
     dl_dtype f32 = {DL_FLOAT, 32, 1};
     if (check_kind(c, v, name, f32))
@@ -946,7 +1023,7 @@ static int borrow_f32_dense(call_ctx *c, PyObject *obj, const char *name, int nd
  * strides (count entries each, allocated in c). first_obj receives the
  * object the bank's library is taken from when outputs are allocated. */
 static int borrow_bank(call_ctx *c, PyObject *obj, const char *name, int64_t count, int64_t width, dl_dtype dtype,
-                       int64_t *t, void ***ptrs, int64_t **strides, PyObject **first_obj)
+                       int writable, int64_t *t, void ***ptrs, int64_t **strides, PyObject **first_obj)
 {
     void **p = ctx_alloc(c, sizeof(void *) * (size_t)count);
     int64_t *s = ctx_alloc(c, sizeof(int64_t) * (size_t)count);
@@ -956,7 +1033,7 @@ static int borrow_bank(call_ctx *c, PyObject *obj, const char *name, int64_t cou
     if (method) {
         Py_DECREF(method);
         view v;
-        if (borrow(c, obj, name, 3, &v) || check_kind(c, &v, name, dtype))
+        if (borrow(c, obj, name, 3, writable, &v) || check_kind(c, &v, name, dtype))
             return -1;
         if (v.shape[0] != count || v.shape[2] != width || (*t >= 0 && v.shape[1] != *t)) {
             PyErr_Format(PyExc_ValueError, "%s must have shape (%lld, %s, %lld), got (%lld, %lld, %lld)", name,
@@ -997,7 +1074,7 @@ static int borrow_bank(call_ctx *c, PyObject *obj, const char *name, int64_t cou
             snprintf(item_name, sizeof item_name, "%s[%zd]", name, i);
             PyObject *item = PyTuple_GetItem(seq, i);
             view v;
-            if (!item || borrow(c, item, item_name, 2, &v) || check_kind(c, &v, item_name, dtype))
+            if (!item || borrow(c, item, item_name, 2, writable, &v) || check_kind(c, &v, item_name, dtype))
                 return -1;
             if (v.shape[1] != width || (*t >= 0 && v.shape[0] != *t)) {
                 PyErr_Format(PyExc_ValueError, "%s must have shape (%s, %lld), got (%lld, %lld)", item_name,
@@ -1077,10 +1154,17 @@ static int resolve_stream(call_ctx *c, PyObject *stream, PyObject *like, void **
         return -1;
     *out = s;
     /* DLPack reserves 0 as ambiguous; 1 names the legacy default stream. */
-    PyObject *kw = Py_BuildValue("{sn}", "stream", (Py_ssize_t)(s ? (intptr_t)s : 1));
-    if (!kw)
+    const Py_ssize_t dl_stream = (Py_ssize_t)(s ? (intptr_t)s : 1);
+    PyObject *versioned = Py_BuildValue("{sns(ii)}", "stream", dl_stream, "max_version", DL_MAJOR, 0);
+    PyObject *legacy = Py_BuildValue("{sn}", "stream", dl_stream);
+    if (!versioned || !legacy) {
+        Py_XDECREF(versioned);
+        Py_XDECREF(legacy);
         return -1;
-    c->dlpack_kwargs = kw;
+    }
+    Py_DECREF(c->kw_versioned);
+    c->kw_versioned = versioned;
+    c->kw_legacy = legacy;
     return 0;
 }
 
@@ -1365,6 +1449,7 @@ static PyObject *call_op(const op_spec *spec, PlanObject *self, PyObject *const 
             const int64_t count = s->flags & F_SITES ? p->s : p->n;
             const dl_dtype dtype = s->flags & F_F32 ? f32 : storage;
             const char *dname = s->flags & F_F32 ? "f32" : attnres_dtype_name(p->dtype);
+            const int writable = is_out || ((s->flags & F_FUSED_OUT) && p->fuse_add);
             PyObject *obj = opt(a[i]);
             if (is_out && obj == Py_None && (s->kind == K_BANK || s->kind == K_ROWS)) {
                 obj = s->kind == K_BANK ? allocate(&c, like, dname, 3, count, t, width)
@@ -1377,7 +1462,7 @@ static PyObject *call_op(const op_spec *spec, PlanObject *self, PyObject *const 
                 void **ptrs;
                 int64_t *strides;
                 PyObject *first = NULL;
-                if (borrow_bank(&c, obj, s->name, count, width, dtype, &t, &ptrs, &strides, &first))
+                if (borrow_bank(&c, obj, s->name, count, width, dtype, writable, &t, &ptrs, &strides, &first))
                     goto done;
                 if (s->flags & F_COMMON) {
                     if (common_stride(strides, count, s->name, (int64_t *)((char *)&r + s->aux)))
@@ -1392,7 +1477,7 @@ static PyObject *call_op(const op_spec *spec, PlanObject *self, PyObject *const 
             }
             case K_ROWS: {
                 view v;
-                if (borrow(&c, obj, s->name, 2, &v) || check_kind(&c, &v, s->name, dtype))
+                if (borrow(&c, obj, s->name, 2, writable, &v) || check_kind(&c, &v, s->name, dtype))
                     goto done;
                 if (t < 0)
                     t = v.shape[0];
@@ -1739,7 +1824,8 @@ PyMODINIT_FUNC PyInit__core(void)
         return NULL;
     if (intern_names(&mix_spec) || intern_names(&p1_spec) || intern_names(&p2_spec))
         goto fail;
-    if (!(str_dlpack = PyUnicode_InternFromString("__dlpack__")))
+    if (!(str_dlpack = PyUnicode_InternFromString("__dlpack__")) || !(empty_tuple = PyTuple_New(0)) ||
+        !(kw_max_version = Py_BuildValue("{s(ii)}", "max_version", DL_MAJOR, 0)))
         goto fail;
     Error = PyErr_NewExceptionWithDoc("attnres.Error",
                                       "A failure reported by libattnres; .status, .status_name and .message say which.",

@@ -68,17 +68,6 @@ def test_not_an_array(plan, args):
     refused(plan, r"query must be an array with __dlpack__", args[0], [1.0] * D)
 
 
-def test_readonly_numpy_array_is_named(plan, args):
-    src = args[0].copy()
-    src.setflags(write=False)
-    try:
-        src.__dlpack__()
-    except BufferError:
-        refused(plan, r"sources cannot be exported through DLPack", src, args[1])
-    else:  # NumPy >= 2 exports read-only arrays; then it simply works.
-        plan.mix(src, args[1])
-
-
 def test_bad_scalars(plan, args):
     refused(plan, r"eps must be a positive finite number", *args, eps=0.0)
     refused(plan, r"eps must be a positive finite number", *args, eps=float("nan"))
