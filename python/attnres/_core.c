@@ -818,6 +818,33 @@ static const char *dtype_text(dl_dtype t, char *buf, size_t len)
     return buf;
 }
 
+/* After a CUDA plan's __dlpack__(stream=...) failed: when obj's
+ * __dlpack_device__ says it is not on the plan's device (host arrays refuse
+ * a stream), that is the error to report. Returns 1 with that error set,
+ * else 0 with the original error kept. */
+static int wrong_device(call_ctx *c, PyObject *obj, const char *name)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    int devtype = -1, devid = -1;
+    PyObject *where = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+    if (!where || !PyArg_ParseTuple(where, "ii", &devtype, &devid))
+        devtype = -1;
+    Py_XDECREF(where);
+    PyErr_Clear();
+    const DeviceObject *dev = c->plan->device;
+    if (devtype == -1 || ((devtype == DL_CUDA || devtype == DL_CUDA_MANAGED) && devid == dev->ordinal)) {
+        PyErr_Restore(type, value, tb);
+        return 0;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    PyErr_Format(PyExc_ValueError, "%s is on %s:%d but the plan runs on %U", name,
+                 devtype == DL_CPU ? "cpu" : devtype == DL_CUDA ? "cuda" : "device type", devid, dev->spec);
+    return 1;
+}
+
 /* Calls obj.__dlpack__: first as DLPack 1.0 asks, with max_version, then,
  * for a producer from before 1.0 that refuses the keyword with a
  * TypeError, without it. */
@@ -847,6 +874,8 @@ static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, int wr
     }
     PyObject *capsule = call_dlpack(c, method);
     Py_DECREF(method);
+    if (!capsule && c->plan->device->is_cuda && wrong_device(c, obj, name))
+        return -1;
     if (!capsule) {
         /* NumPy refuses read-only arrays through the legacy ABI, for
          * example; say which argument. */
@@ -1145,7 +1174,7 @@ static int resolve_stream(call_ctx *c, PyObject *stream, PyObject *like, void **
         }
         return 0;
     }
-    PyObject *ptr = PyObject_CallFunctionObjArgs(helper_stream, stream, like, NULL);
+    PyObject *ptr = PyObject_CallFunctionObjArgs(helper_stream, stream, like, (PyObject *)c->plan->device, NULL);
     if (!ptr)
         return -1;
     void *s = PyLong_AsVoidPtr(ptr);

@@ -3,12 +3,11 @@ __dlpack__(max_version=(1, 0)), whose read-only and is-copied flags are
 honoured for the arrays a call writes, and the legacy capsules of producers
 that do not take max_version."""
 
-import ctypes
-
 import numpy as np
 import pytest
 
 import attnres
+import handmade_dlpack
 
 D, N, T = 16, 3, 4
 
@@ -16,12 +15,7 @@ NUMPY_VERSIONED = tuple(int(x) for x in np.__version__.split(".")[:2]) >= (2, 1)
 needs_versioned_numpy = pytest.mark.skipif(
     not NUMPY_VERSIONED, reason=f"NumPy {np.__version__} has no DLPack 1.0 export (max_version needs NumPy >= 2.1)")
 
-_get_name = ctypes.pythonapi.PyCapsule_GetName
-_get_name.restype = ctypes.c_char_p
-_get_name.argtypes = [ctypes.py_object]
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_get_name = handmade_dlpack.capsule_name
 
 
 class Keeping:
@@ -135,32 +129,8 @@ def test_phase2_partial_must_be_writable_only_when_the_add_is_fused(dev, rng):
 # ---- capsules made by hand, as a C library would export them ----------------
 
 
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
-                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
-
-
-class HandMade:
-    """A float32 (T, D) NumPy buffer exported as a DLPack 1.x capsule built
-    field by field, with the version and flags given (no deleter: the
-    buffer and the struct live as long as this object)."""
-
-    def __init__(self, array, major=1, minor=0, flags=0):
-        self.array = array
-        self.shape = (ctypes.c_int64 * 2)(*array.shape)
-        self.tensor = DLManagedTensorVersioned(major, minor, None, None, flags, DLTensor(
-            array.ctypes.data, 1, 0, 2, 2, 32, 1, self.shape, None, 0))
-
-    def __dlpack__(self, max_version=None, stream=None):
-        assert max_version == (1, 0)
-        return _capsule_new(ctypes.addressof(self.tensor), b"dltensor_versioned", None)
+def HandMade(array, major=1, minor=0, flags=0):
+    return handmade_dlpack.from_numpy(array, major=major, minor=minor, flags=flags)
 
 
 def test_hand_made_versioned_capsule_is_read(dev, rng):
