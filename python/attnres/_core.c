@@ -861,19 +861,29 @@ static PyObject *call_dlpack(call_ctx *c, PyObject *method)
 /* Consumes obj's DLPack capsule, versioned or legacy: the capsule is
  * renamed "used_dltensor_versioned" or "used_dltensor" as the protocol
  * requires, and the tensor is given back through its deleter when the call
- * ends. ndim is the rank the argument must have; a writable argument (an
- * output) must not be flagged read-only, nor be a copy the producer made. */
+ * ends. obj is an array with __dlpack__, or an unused capsule itself (what
+ * torch.utils.dlpack.to_dlpack returns, many times cheaper than torch's
+ * __dlpack__; attnres.torch passes those). ndim is the rank the argument
+ * must have; a writable argument (an output) must not be flagged read-only,
+ * nor be a copy the producer made. */
 static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, int writable, view *v)
 {
-    PyObject *method = PyObject_GetAttr(obj, str_dlpack);
-    if (!method) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s must be an array with __dlpack__ (NumPy >= 1.22, torch, CuPy, JAX), got %S",
-                     name, (PyObject *)Py_TYPE(obj));
-        return -1;
+    const int given_capsule = PyCapsule_CheckExact(obj);
+    PyObject *capsule;
+    if (given_capsule) {
+        capsule = Py_NewRef(obj);
+    } else {
+        PyObject *method = PyObject_GetAttr(obj, str_dlpack);
+        if (!method) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "%s must be an array with __dlpack__ (NumPy >= 1.22, torch, CuPy, JAX) or a DLPack capsule, got %S",
+                         name, (PyObject *)Py_TYPE(obj));
+            return -1;
+        }
+        capsule = call_dlpack(c, method);
+        Py_DECREF(method);
     }
-    PyObject *capsule = call_dlpack(c, method);
-    Py_DECREF(method);
     if (!capsule && c->plan->device->is_cuda && wrong_device(c, obj, name))
         return -1;
     if (!capsule) {
@@ -914,7 +924,9 @@ static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, int wr
     } else {
         Py_DECREF(capsule);
         PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s.__dlpack__() did not return an unused 'dltensor_versioned' or 'dltensor' capsule",
+        PyErr_Format(PyExc_ValueError,
+                     given_capsule ? "%s is a capsule but not an unused 'dltensor_versioned' or 'dltensor' one"
+                                   : "%s.__dlpack__() did not return an unused 'dltensor_versioned' or 'dltensor' capsule",
                      name);
         return -1;
     }
@@ -1058,7 +1070,7 @@ static int borrow_bank(call_ctx *c, PyObject *obj, const char *name, int64_t cou
     int64_t *s = ctx_alloc(c, sizeof(int64_t) * (size_t)count);
     if (!p || !s)
         return -1;
-    PyObject *method = PyObject_GetAttr(obj, str_dlpack);
+    PyObject *method = PyCapsule_CheckExact(obj) ? Py_NewRef(obj) : PyObject_GetAttr(obj, str_dlpack);
     if (method) {
         Py_DECREF(method);
         view v;

@@ -20,6 +20,7 @@ import threading
 from typing import List, Optional, Tuple
 
 import torch
+import torch.utils.dlpack
 
 import attnres
 
@@ -87,8 +88,19 @@ def plan_for(like: torch.Tensor, **problem) -> attnres.Plan:
     return plan
 
 
-def _empty_like_rows(t: torch.Tensor) -> torch.Tensor:
-    return t.new_empty((0,))
+def _stream(t: torch.Tensor):
+    """The stream a call on t runs on: torch's current stream for CUDA
+    tensors (so launches are ordered with torch's own work and recorded by
+    CUDA graph capture), None (nothing) on the CPU."""
+    return attnres._torch_current_stream(t) if t.device.type == "cuda" else None
+
+
+# Tensors go to the plan as DLPack capsules made by torch.utils.dlpack's C
+# to_dlpack: Tensor.__dlpack__ is Python code that costs several
+# microseconds a tensor, to_dlpack well under one. The capsules keep their
+# tensors alive until the call gives them back. They carry no stream
+# handshake, and need none: the call runs on torch's current stream.
+_capsule = torch.utils.dlpack.to_dlpack
 
 
 # ---- the ops ----------------------------------------------------------------
@@ -103,14 +115,15 @@ def mix(sources: List[torch.Tensor], query: torch.Tensor, partial: Optional[torc
     s0 = sources[0]
     plan = plan_for(s0, op="mix", dtype=_storage(s0), d=s0.shape[-1], n=len(sources), heads=heads,
                     form="replace" if partial is None else "additive", epilogue=out_gain is not None)
-    kw = dict(eps=eps, scale=scale)
+    out = s0.new_empty(s0.shape)
+    normed = s0.new_empty(s0.shape if out_gain is not None else (0,))
+    kw = dict(eps=eps, scale=scale, out=_capsule(out), stream=_stream(s0))
     if partial is not None:
-        kw.update(partial=partial.detach(), alpha=alpha)
+        kw.update(partial=_capsule(partial), alpha=alpha)
     if out_gain is not None:
-        out, normed = plan.mix([s.detach() for s in sources], query.detach(), out_gain=out_gain.detach(),
-                               out_eps=out_eps, **kw)
-        return out, normed
-    return plan.mix([s.detach() for s in sources], query.detach(), **kw), _empty_like_rows(s0)
+        kw.update(out_gain=_capsule(out_gain), normed=_capsule(normed), out_eps=out_eps)
+    plan.mix([_capsule(s) for s in sources], _capsule(query), **kw)
+    return out, normed
 
 
 @mix.register_fake
@@ -126,9 +139,13 @@ def phase1(sources: List[torch.Tensor], queries: torch.Tensor, heads: int, eps: 
     """Block AttnRes phase 1: the S folded queries (S, d) of a block against
     its n (T, d) sources. Returns o1 (S, T, d) and lse (S, T, H) float32."""
     s0 = sources[0]
-    plan = plan_for(s0, op="phase1", dtype=_storage(s0), d=s0.shape[-1], n=len(sources), heads=heads,
-                    sites=queries.shape[0])
-    return plan.phase1([s.detach() for s in sources], queries.detach(), eps=eps, scale=scale)
+    sites, (t, d) = queries.shape[0], s0.shape
+    plan = plan_for(s0, op="phase1", dtype=_storage(s0), d=d, n=len(sources), heads=heads, sites=sites)
+    o1 = s0.new_empty((sites, t, d))
+    lse = s0.new_empty((sites, t, heads), dtype=torch.float32)
+    plan.phase1([_capsule(s) for s in sources], _capsule(queries), eps=eps, scale=scale, out=_capsule(o1),
+                lse=_capsule(lse), stream=_stream(s0))
+    return o1, lse
 
 
 @phase1.register_fake
@@ -147,14 +164,15 @@ def phase2(o1: torch.Tensor, lse: torch.Tensor, partial: torch.Tensor, query: to
     empty unless out_gain is given."""
     plan = plan_for(o1, op="phase2", dtype=_storage(o1), d=o1.shape[-1], heads=lse.shape[-1],
                     fuse_add=sublayer is not None, epilogue=out_gain is not None)
-    kw = dict(eps=eps, scale=scale)
+    out = o1.new_empty(o1.shape)
+    normed = o1.new_empty(o1.shape if out_gain is not None else (0,))
+    kw = dict(eps=eps, scale=scale, out=_capsule(out), stream=_stream(o1))
     if sublayer is not None:
-        kw["sublayer"] = sublayer.detach()
+        kw["sublayer"] = _capsule(sublayer)
     if out_gain is not None:
-        out, normed = plan.phase2(o1.detach(), lse.detach(), partial.detach(), query.detach(),
-                                  out_gain=out_gain.detach(), out_eps=out_eps, **kw)
-        return out, normed
-    return plan.phase2(o1.detach(), lse.detach(), partial.detach(), query.detach(), **kw), _empty_like_rows(o1)
+        kw.update(out_gain=_capsule(out_gain), normed=_capsule(normed), out_eps=out_eps)
+    plan.phase2(_capsule(o1), _capsule(lse), _capsule(partial), _capsule(query), **kw)
+    return out, normed
 
 
 @phase2.register_fake

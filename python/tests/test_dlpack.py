@@ -169,3 +169,18 @@ def test_something_that_is_not_a_capsule_is_named(plan, arrays):
 
     with pytest.raises(ValueError, match="query.__dlpack__\\(\\) did not return an unused"):
         plan.mix(arrays[0], NotACapsule())
+
+
+def test_capsules_themselves_are_taken_once(plan, arrays):
+    # What torch.utils.dlpack.to_dlpack returns (attnres.torch passes those):
+    # a capsule is consumed like the one __dlpack__ returns, and only once.
+    src, q = arrays
+    out = np.full((T, D), np.nan, np.float32)
+    caps = [src.__dlpack__(), q.__dlpack__(), out.__dlpack__()]
+    plan.mix(caps[0], caps[1], out=caps[2])
+    np.testing.assert_array_equal(out, plan.mix(src, q))
+    assert [_get_name(c) for c in caps] == [b"used_dltensor"] * 3
+    with pytest.raises(ValueError, match="query is a capsule but not an unused 'dltensor_versioned' or 'dltensor' one"):
+        plan.mix(src, caps[1])
+    bank = [a.__dlpack__() for a in src]
+    np.testing.assert_array_equal(plan.mix(bank, q), plan.mix(src, q))

@@ -64,7 +64,7 @@ def plain_phase2(o1, lse, b, u, heads=1, eps=1e-6, scale=1.0, sublayer=None, out
 
 
 def rel_err(got, want):
-    got, want = got.double(), want.double()
+    got, want = got.detach().double(), want.detach().double()
     return float((got - want).norm() / (want.norm() or 1.0))
 
 
@@ -237,3 +237,19 @@ def test_torch_compile_fullgraph_has_no_graph_break(gen, backend):
     for g, w in zip(got, want):
         assert rel_err(g, w) <= 1e-5
     assert torch.equal(b, b_eager), "the fused add must update partial in place under compile too"
+
+
+def test_ops_on_strided_views_and_tensors_that_require_grad(gen):
+    # Sources as the engine's bank holds them: row blocks of one buffer,
+    # each a (T, d) view with token stride N * d; and a pseudo-query that
+    # is a product of parameters (it requires grad).
+    bank = randn(gen, T, N, D, dtype=torch.bfloat16)
+    sources = list(bank.unbind(1))
+    assert sources[0].stride() == (N * D, 1)
+    w = torch.nn.Parameter(randn(gen, D))
+    g = torch.nn.Parameter(1 + 0.1 * randn(gen, D))
+    u = w * g
+    assert u.requires_grad
+    out, _ = torch.ops.attnres.mix(sources, u, None, None, 2, 1e-6, 1.0, 1.0, 1e-6)
+    want, _ = plain_mix(sources, u.detach(), 2)
+    assert rel_err(out, want) <= TOL["bf16"]
