@@ -1,10 +1,12 @@
-"""attnres for PyTorch: the runtime's operations as torch.library custom ops.
+"""attnres for PyTorch: the runtime's operations as torch.library ops.
 
 Importing this module registers ``torch.ops.attnres.mix``, ``.phase1`` and
 ``.phase2`` with fake (meta) implementations, so ``torch.compile`` traces
-through them without a graph break (``fullgraph=True`` works) and CUDA graph
-capture records their launches: a launch never allocates, synchronises or
-compiles, and runs on the current stream. Plans are made on first use for each
+through them without a graph break (``fullgraph=True`` works). On CUDA each
+call runs on torch's current stream (``torch.cuda.current_stream()``), so it
+is ordered with torch's own work and CUDA graph capture records the launch;
+a launch never synchronises or compiles, and the only allocations are the
+outputs, from torch's allocator. Plans are made on first use for each
 (device, problem) and kept; call :func:`set_database` before the first call to
 plan from a tuning database (otherwise the built-in kernels serve).
 
@@ -104,9 +106,21 @@ _capsule = torch.utils.dlpack.to_dlpack
 
 
 # ---- the ops ----------------------------------------------------------------
+# Defined by schema through torch.library.Library, with one implementation
+# for every backend (CompositeExplicitAutograd) and a fake kernel for
+# tracing. torch.library.custom_op would wrap each call in autograd and
+# tracing guards that cost about as much again as the call itself at
+# T = 1; these are inference ops with no backward, so they do without.
+
+_lib = torch.library.Library("attnres", "DEF")
+_lib.define("mix(Tensor[] sources, Tensor query, Tensor? partial, Tensor? out_gain, int heads, float eps, "
+            "float scale, float alpha, float out_eps) -> (Tensor, Tensor)")
+_lib.define("phase1(Tensor[] sources, Tensor queries, int heads, float eps, float scale) -> (Tensor, Tensor)")
+# partial is written in place when sublayer is given (the fused add).
+_lib.define("phase2(Tensor o1, Tensor lse, Tensor(a!) partial, Tensor query, Tensor? sublayer, Tensor? out_gain, "
+            "float eps, float scale, float out_eps) -> (Tensor, Tensor)")
 
 
-@torch.library.custom_op("attnres::mix", mutates_args=())
 def mix(sources: List[torch.Tensor], query: torch.Tensor, partial: Optional[torch.Tensor],
         out_gain: Optional[torch.Tensor], heads: int, eps: float, scale: float, alpha: float,
         out_eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -126,14 +140,12 @@ def mix(sources: List[torch.Tensor], query: torch.Tensor, partial: Optional[torc
     return out, normed
 
 
-@mix.register_fake
 def _mix_fake(sources, query, partial, out_gain, heads, eps, scale, alpha, out_eps):
     s0 = sources[0]
     out = s0.new_empty(s0.shape)
     return out, (s0.new_empty(s0.shape) if out_gain is not None else s0.new_empty((0,)))
 
 
-@torch.library.custom_op("attnres::phase1", mutates_args=())
 def phase1(sources: List[torch.Tensor], queries: torch.Tensor, heads: int, eps: float,
            scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
     """Block AttnRes phase 1: the S folded queries (S, d) of a block against
@@ -148,14 +160,12 @@ def phase1(sources: List[torch.Tensor], queries: torch.Tensor, heads: int, eps: 
     return o1, lse
 
 
-@phase1.register_fake
 def _phase1_fake(sources, queries, heads, eps, scale):
     s0 = sources[0]
     sites, t, d = queries.shape[0], s0.shape[0], s0.shape[1]
     return s0.new_empty((sites, t, d)), s0.new_empty((sites, t, heads), dtype=torch.float32)
 
 
-@torch.library.custom_op("attnres::phase2", mutates_args=("partial",))
 def phase2(o1: torch.Tensor, lse: torch.Tensor, partial: torch.Tensor, query: torch.Tensor,
            sublayer: Optional[torch.Tensor], out_gain: Optional[torch.Tensor], eps: float, scale: float,
            out_eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -175,9 +185,14 @@ def phase2(o1: torch.Tensor, lse: torch.Tensor, partial: torch.Tensor, query: to
     return out, normed
 
 
-@phase2.register_fake
 def _phase2_fake(o1, lse, partial, query, sublayer, out_gain, eps, scale, out_eps):
     return o1.new_empty(o1.shape), (o1.new_empty(o1.shape) if out_gain is not None else o1.new_empty((0,)))
+
+
+for _name, _impl, _fake in (("mix", mix, _mix_fake), ("phase1", phase1, _phase1_fake),
+                            ("phase2", phase2, _phase2_fake)):
+    _lib.impl(_name, _impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"attnres::{_name}", _fake, lib=_lib)
 
 
 # ---- one routing site as a module ---------------------------------------------
