@@ -1070,9 +1070,14 @@ static int borrow_bank(call_ctx *c, PyObject *obj, const char *name, int64_t cou
     int64_t *s = ctx_alloc(c, sizeof(int64_t) * (size_t)count);
     if (!p || !s)
         return -1;
-    PyObject *method = PyCapsule_CheckExact(obj) ? Py_NewRef(obj) : PyObject_GetAttr(obj, str_dlpack);
-    if (method) {
-        Py_DECREF(method);
+    /* One array (with __dlpack__, or its capsule), else a sequence of views. */
+    int one_array = PyCapsule_CheckExact(obj);
+    if (!one_array) {
+        PyObject *method = PyObject_GetAttr(obj, str_dlpack);
+        one_array = method != NULL;
+        Py_XDECREF(method);
+    }
+    if (one_array) {
         view v;
         if (borrow(c, obj, name, 3, writable, &v) || check_kind(c, &v, name, dtype))
             return -1;
