@@ -13,8 +13,10 @@ interleaved round by round, so that every row sees the same machine:
                           as attnres.torch passes them                  (torch only)
   torch.ops.attnres.mix   the torch op, outputs allocated by torch      (torch only)
 Reported: the median ns per call over the rounds, and the median over the
-rounds of (row - C call) in the same round. Goal: plan.mix(out=) at most
-3 us above the C call.
+rounds of (row - C call) in the same round, by the wall clock and by the
+thread's CPU clock (on a loaded machine the wall clock also counts the time
+the thread waited for a core; the CPU clock does not). Goal: plan.mix(out=)
+at most 3 us above the C call.
 
 Part 2, end to end (torch only): the K3 shape (bf16, d = 7168, N = 9, H = 1,
 eps = 1e-5) and the MHAR-8B shape (bf16, d = 4096, N = 9, H = 8) at
@@ -61,19 +63,26 @@ def cpu_model():
 
 
 def timed(fn, calls):
-    t0 = time.perf_counter_ns()
+    """Mean ns per call of fn by the wall clock and by this thread's CPU
+    clock (which leaves out the time the thread waited for a core)."""
+    w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
     for _ in range(calls):
         fn()
-    return (time.perf_counter_ns() - t0) / calls
+    c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+    return (w1 - w0) / calls, (c1 - c0) / calls
 
 
 def report(title, rows, base):
-    """rows: name -> per-round ns; base: the name the differences are taken against."""
+    """rows: name -> per-round (wall, cpu) ns; base: the row the differences
+    are taken against, round by round."""
     print(title)
-    print(f"  {'call':<26}{'median ns':>12}{'above C ns':>12}")
+    print(f"  {'call':<26}{'wall ns':>10}{'above C':>10}{'CPU ns':>10}{'above C':>10}")
     for name, v in rows.items():
-        above = statistics.median(x - b for x, b in zip(v, rows[base]))
-        print(f"  {name:<26}{statistics.median(v):>12.1f}{above:>12.1f}")
+        cols = []
+        for k in (0, 1):
+            cols.append(statistics.median(x[k] for x in v))
+            cols.append(statistics.median(x[k] - b[k] for x, b in zip(v, rows[base])))
+        print(f"  {name:<26}" + "".join(f"{c:>10.1f}" for c in cols))
 
 
 def overhead(args, db):
@@ -140,9 +149,11 @@ def end_to_end(args):
     op = torch.ops.attnres.mix
     print()
     print(f"End to end on the CPU (torch {torch.__version__}, {torch.get_num_threads()} threads): bf16, "
-          f"median ms per call over {args.e2e_rounds} interleaved rounds; ratio = PyTorch / attnres")
+          f"median ms per call (wall clock) over {args.e2e_rounds} interleaved rounds; ratios PyTorch / attnres "
+          f"by the wall clock and by the process's CPU time")
+    print(f"  {'':<24}{'wall ms':^34}{'wall ratio':^21}{'CPU ratio':^21}")
     print(f"  {'shape':<9}{'T':>6}{'level':>9}{'attnres op':>12}{'eager':>11}{'compile':>11}"
-          f"{'eager/ar':>10}{'compile/ar':>11}")
+          f"{'eager/ar':>10}{'compile/ar':>11}{'eager/ar':>10}{'compile/ar':>11}")
     gen = torch.Generator().manual_seed(0)
     for name, d, n, heads, eps in SHAPES:
         for t in args.t:
@@ -169,10 +180,16 @@ def end_to_end(args):
             res = {k: [] for k in cases}
             for _ in range(args.e2e_rounds):
                 for k, fn in cases.items():
-                    res[k].append(timed(fn, calls) / 1e6)
-            m = {k: statistics.median(v) for k, v in res.items()}
+                    w0, c0 = time.perf_counter_ns(), time.process_time_ns()
+                    for _ in range(calls):
+                        fn()
+                    c1, w1 = time.process_time_ns(), time.perf_counter_ns()
+                    res[k].append(((w1 - w0) / calls / 1e6, (c1 - c0) / calls / 1e6))
+            m = {k: statistics.median(x[0] for x in v) for k, v in res.items()}
+            c = {k: statistics.median(x[1] for x in v) for k, v in res.items()}
             print(f"  {name:<9}{t:>6}{level:>9}{m['attnres']:>12.4f}{m['eager']:>11.4f}{m['compile']:>11.4f}"
-                  f"{m['eager'] / m['attnres']:>10.2f}{m['compile'] / m['attnres']:>11.2f}")
+                  f"{m['eager'] / m['attnres']:>10.2f}{m['compile'] / m['attnres']:>11.2f}"
+                  f"{c['eager'] / c['attnres']:>10.2f}{c['compile'] / c['attnres']:>11.2f}")
 
 
 def main():

@@ -1407,10 +1407,10 @@ static void plan_end(PlanObject *self)
     Py_DECREF(self);
 }
 
-static double now_ns(void)
+static double clock_ns(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
@@ -1440,8 +1440,10 @@ static const char *const op_names[] = {"mix", "phase1", "phase2"};
 
 /* The body of Plan.mix, Plan.phase1 and Plan.phase2. With repeat > 0 (the
  * benchmark's _time_c) the same prepared arguments are run repeat times and
- * the mean ns per C call is returned instead of the outputs: the C call's
- * own cost, measured in the same process on the same memory. */
+ * the mean ns per C call is returned instead of the outputs, by the wall
+ * clock and by this thread's CPU clock (which leaves out the time the
+ * thread was descheduled on a loaded machine): the C call's own cost,
+ * measured in the same process on the same memory. */
 static PyObject *call_op(const op_spec *spec, PlanObject *self, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames, long repeat)
 {
@@ -1559,14 +1561,15 @@ static PyObject *call_op(const op_spec *spec, PlanObject *self, PyObject *const 
     int rc = ATTNRES_OK;
     char msg[512];
     attnres_plan *plan = self->plan;
-    double elapsed = 0;
+    double wall = 0, cpu = 0;
     plan_begin(self);
     Py_BEGIN_ALLOW_THREADS
     if (repeat > 0) {
-        double start = now_ns();
+        const double wall0 = clock_ns(CLOCK_MONOTONIC), cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         for (long i = 0; i < repeat && rc == ATTNRES_OK; i++)
             rc = spec->run(plan, t, &r, stream);
-        elapsed = now_ns() - start;
+        cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+        wall = clock_ns(CLOCK_MONOTONIC) - wall0;
     } else {
         rc = spec->run(plan, t, &r, stream);
     }
@@ -1579,7 +1582,7 @@ static PyObject *call_op(const op_spec *spec, PlanObject *self, PyObject *const 
         goto done;
     }
     if (repeat > 0) {
-        result = PyFloat_FromDouble(elapsed / (double)repeat);
+        result = Py_BuildValue("(dd)", wall / (double)repeat, cpu / (double)repeat);
         goto done;
     }
     PyObject *second = spec->result[1] >= 0 && applies(p, spec->args[spec->result[1]].when) ? objs[spec->result[1]]
@@ -1707,8 +1710,9 @@ static PyObject *plan_phase2(PyObject *op, PyObject *const *args, Py_ssize_t nar
     return call_op(&p2_spec, (PlanObject *)op, args, nargs, kwnames, 0);
 }
 
-/* Plan._time_c(repeat, *args, **keywords) -> mean ns per attnres_run_*
- * call of the plan's op on those arguments, for bench/python_overhead.py. */
+/* Plan._time_c(repeat, *args, **keywords) -> (wall, thread CPU) mean ns per
+ * attnres_run_* call of the plan's op on those arguments, for
+ * bench/python_overhead.py. */
 static PyObject *plan_time_c(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     PlanObject *self = (PlanObject *)op;
