@@ -253,3 +253,34 @@ def test_ops_on_strided_views_and_tensors_that_require_grad(gen):
     out, _ = torch.ops.attnres.mix(sources, u, None, None, 2, 1e-6, 1.0, 1.0, 1e-6)
     want, _ = plain_mix(sources, u.detach(), 2)
     assert rel_err(out, want) <= TOL["bf16"]
+
+
+# ---- the stream a CUDA call runs on ---------------------------------------------
+
+
+def asks_torch_for_its_current_stream(fn):
+    """fn() must return torch's current CUDA stream; without a GPU, torch
+    saying it has no driver shows that the call got as far as asking it."""
+    if torch.cuda.is_available():
+        assert fn() == torch.cuda.current_stream().cuda_stream
+    else:
+        with pytest.raises((RuntimeError, AssertionError), match="NVIDIA|CUDA|cuda"):
+            fn()
+
+
+def test_the_stream_of_cpu_tensors_is_none_and_of_cuda_tensors_torchs_current_one():
+    import attnres
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    cpu = torch.ones(2, 4)
+    assert art._stream(cpu) is None
+    # A CUDA tensor: a fake one, so that no GPU is needed to make it.
+    with FakeTensorMode():
+        on_cuda = torch.empty(2, 4, device="cuda")
+    asks_torch_for_its_current_stream(lambda: art._stream(on_cuda))
+    with attnres.open_device("cpu") as dev:
+        assert attnres._stream(None, [cpu, cpu], dev) == 0
+        # Alone, or first of a sequence of sources.
+        asks_torch_for_its_current_stream(lambda: attnres._stream(None, on_cuda, dev))
+        asks_torch_for_its_current_stream(lambda: attnres._stream(None, [on_cuda, on_cuda], dev))
