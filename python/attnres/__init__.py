@@ -52,19 +52,33 @@ def _empty(like, shape, dtype, device):
     return numpy.empty(shape, dtype=_NUMPY_DTYPES[dtype])
 
 
+def _torch_current_stream(tensor):
+    """The CUstream of torch's current stream on a CUDA tensor's device: the
+    stream torch itself would launch on now, which during CUDA graph
+    capture is the capturing stream."""
+    import torch
+
+    return torch.cuda.current_stream(tensor.device).cuda_stream
+
+
 def _stream(stream, like, device):
     """The CUstream (an int) a CUDA call runs on: stream= as an int, a torch
-    or CuPy stream object, or else the inputs' library's current stream."""
+    or CuPy stream object, or else the current stream of the inputs'
+    library (torch, for CUDA tensors; CuPy), or else 0, the default stream.
+    Inputs on another device get 0 here and are refused by the device check
+    with a message that names them."""
+    if isinstance(like, (list, tuple)) and like:
+        like = like[0]  # sources given as a sequence of views
     if stream is None:
         if _is_torch(like):
-            import torch
-
-            return torch.cuda.current_stream(like.device).cuda_stream
+            return _torch_current_stream(like) if like.device.type == "cuda" else 0
         if type(like).__module__.split(".", 1)[0] == "cupy":
             import cupy
 
             return cupy.cuda.get_current_stream().ptr
         return 0
+    if isinstance(stream, bool):
+        raise ValueError("stream= must be a CUstream as an int, or a torch or CuPy stream")
     if isinstance(stream, int):
         return stream
     for attr in ("cuda_stream", "ptr"):

@@ -32,10 +32,14 @@
 
 #include "attnres.h"
 
-/* ---- DLPack (the legacy, unversioned ABI of dlpack.h v0.8) ------------
- * Written here from the specification so that the package needs no
- * header of another project. Only the fields read below matter; the
- * layout must match the specification exactly. */
+/* ---- DLPack ----------------------------------------------------------------
+ * Both ABIs of the specification: DLPack 1.0's versioned managed tensor
+ * (capsule "dltensor_versioned", with a version and flags such as
+ * read-only), asked for with __dlpack__(max_version=(1, 0)), and the legacy
+ * unversioned one of dlpack.h v0.8 (capsule "dltensor") that producers from
+ * before 1.0 return. Written here from the specification so that the
+ * package needs no header of another project. Only the fields read below
+ * matter; the layouts must match the specification exactly. */
 
 enum {
     DL_CPU = 1,
@@ -73,6 +77,26 @@ typedef struct dl_managed {
     void (*deleter)(struct dl_managed *self);
 } dl_managed;
 
+typedef struct {
+    uint32_t major;
+    uint32_t minor;
+} dl_version;
+
+typedef struct dl_managed_versioned {
+    dl_version version;
+    void *manager_ctx;
+    void (*deleter)(struct dl_managed_versioned *self);
+    uint64_t flags;
+    dl_tensor dl_tensor;
+} dl_managed_versioned;
+
+/* The flags of a versioned tensor that matter here. */
+#define DL_FLAG_READ_ONLY ((uint64_t)1 << 0)
+#define DL_FLAG_IS_COPIED ((uint64_t)1 << 1)
+
+/* The DLPack major version this module reads. */
+#define DL_MAJOR 1
+
 /* ---- module globals ----------------------------------------------------
  * The module supports one interpreter (single-phase init), so its state can
  * live in statics. */
@@ -82,6 +106,8 @@ static PyObject *ArgumentError; /* attnres.ArgumentError(Error, ValueError) */
 static PyObject *helper_empty;  /* attnres._empty(like, shape, dtype, device) */
 static PyObject *helper_stream; /* attnres._stream(stream, like, device) */
 static PyObject *str_dlpack;
+static PyObject *empty_tuple;
+static PyObject *kw_max_version; /* {"max_version": (1, 0)}, the CPU plans' DLPack request */
 static PyTypeObject *DeviceType, *DbType, *PlanType;
 
 /* The runtime's largest problem sizes, checked here so that every integer a
@@ -710,19 +736,23 @@ static void list_free(ptr_list *l)
 
 typedef struct {
     PlanObject *plan;
-    ptr_list tensors; /* dl_managed * to give back through their deleters */
+    ptr_list tensors;  /* dl_managed * to give back through their deleters */
+    ptr_list vtensors; /* dl_managed_versioned *, likewise */
     ptr_list objects; /* PyObject * references to drop */
     ptr_list buffers; /* malloc'd scratch */
-    PyObject *dlpack_kwargs; /* {"stream": s} for CUDA plans, else NULL */
+    PyObject *kw_versioned; /* the keywords of __dlpack__: max_version, and the stream on CUDA */
+    PyObject *kw_legacy;    /* the keywords for a producer without max_version: NULL, or the stream */
 } call_ctx;
 
 static void ctx_init(call_ctx *c, PlanObject *plan)
 {
     c->plan = plan;
     list_init(&c->tensors);
+    list_init(&c->vtensors);
     list_init(&c->objects);
     list_init(&c->buffers);
-    c->dlpack_kwargs = NULL;
+    c->kw_versioned = Py_NewRef(kw_max_version);
+    c->kw_legacy = NULL;
 }
 
 /* Gives everything back. Deleters may touch Python objects (NumPy's does),
@@ -734,14 +764,21 @@ static void ctx_free(call_ctx *c)
         if (m->deleter)
             m->deleter(m);
     }
+    for (Py_ssize_t i = 0; i < c->vtensors.count; i++) {
+        dl_managed_versioned *m = c->vtensors.items[i];
+        if (m->deleter)
+            m->deleter(m);
+    }
     for (Py_ssize_t i = 0; i < c->objects.count; i++)
         Py_DECREF((PyObject *)c->objects.items[i]);
     for (Py_ssize_t i = 0; i < c->buffers.count; i++)
         free(c->buffers.items[i]);
     list_free(&c->tensors);
+    list_free(&c->vtensors);
     list_free(&c->objects);
     list_free(&c->buffers);
-    Py_CLEAR(c->dlpack_kwargs);
+    Py_CLEAR(c->kw_versioned);
+    Py_CLEAR(c->kw_legacy);
 }
 
 static void *ctx_alloc(call_ctx *c, size_t bytes)
@@ -781,25 +818,77 @@ static const char *dtype_text(dl_dtype t, char *buf, size_t len)
     return buf;
 }
 
-/* Consumes obj's DLPack capsule: the capsule is renamed "used_dltensor" as
- * the protocol requires, and the tensor is given back through its deleter
- * when the call ends. ndim is the rank the argument must have. */
-static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, view *v)
+/* After a CUDA plan's __dlpack__(stream=...) failed: when obj's
+ * __dlpack_device__ says it is not on the plan's device (host arrays refuse
+ * a stream), that is the error to report. Returns 1 with that error set,
+ * else 0 with the original error kept. */
+static int wrong_device(call_ctx *c, PyObject *obj, const char *name)
 {
-    PyObject *method = PyObject_GetAttr(obj, str_dlpack);
-    if (!method) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s must be an array with __dlpack__ (NumPy >= 1.22, torch, CuPy, JAX), got %S",
-                     name, (PyObject *)Py_TYPE(obj));
-        return -1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    int devtype = -1, devid = -1;
+    PyObject *where = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+    if (!where || !PyArg_ParseTuple(where, "ii", &devtype, &devid))
+        devtype = -1;
+    Py_XDECREF(where);
+    PyErr_Clear();
+    const DeviceObject *dev = c->plan->device;
+    if (devtype == -1 || ((devtype == DL_CUDA || devtype == DL_CUDA_MANAGED) && devid == dev->ordinal)) {
+        PyErr_Restore(type, value, tb);
+        return 0;
     }
-    PyObject *empty = c->dlpack_kwargs ? PyTuple_New(0) : NULL;
-    PyObject *capsule = c->dlpack_kwargs ? (empty ? PyObject_Call(method, empty, c->dlpack_kwargs) : NULL)
-                                         : PyObject_CallNoArgs(method);
-    Py_XDECREF(empty);
-    Py_DECREF(method);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    PyErr_Format(PyExc_ValueError, "%s is on %s:%d but the plan runs on %U", name,
+                 devtype == DL_CPU ? "cpu" : devtype == DL_CUDA ? "cuda" : "device type", devid, dev->spec);
+    return 1;
+}
+
+/* Calls obj.__dlpack__: first as DLPack 1.0 asks, with max_version, then,
+ * for a producer from before 1.0 that refuses the keyword with a
+ * TypeError, without it. */
+static PyObject *call_dlpack(call_ctx *c, PyObject *method)
+{
+    PyObject *capsule = PyObject_Call(method, empty_tuple, c->kw_versioned);
+    if (!capsule && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        capsule = c->kw_legacy ? PyObject_Call(method, empty_tuple, c->kw_legacy) : PyObject_CallNoArgs(method);
+    }
+    return capsule;
+}
+
+/* Consumes obj's DLPack capsule, versioned or legacy: the capsule is
+ * renamed "used_dltensor_versioned" or "used_dltensor" as the protocol
+ * requires, and the tensor is given back through its deleter when the call
+ * ends. obj is an array with __dlpack__, or an unused capsule itself (what
+ * torch.utils.dlpack.to_dlpack returns, many times cheaper than torch's
+ * __dlpack__; attnres.torch passes those). ndim is the rank the argument
+ * must have; a writable argument (an output) must not be flagged read-only,
+ * nor be a copy the producer made. */
+static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, int writable, view *v)
+{
+    const int given_capsule = PyCapsule_CheckExact(obj);
+    PyObject *capsule;
+    if (given_capsule) {
+        capsule = Py_NewRef(obj);
+    } else {
+        PyObject *method = PyObject_GetAttr(obj, str_dlpack);
+        if (!method) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "%s must be an array with __dlpack__ (NumPy >= 1.22, torch, CuPy, JAX) or a DLPack capsule, got %S",
+                         name, (PyObject *)Py_TYPE(obj));
+            return -1;
+        }
+        capsule = call_dlpack(c, method);
+        Py_DECREF(method);
+    }
+    if (!capsule && c->plan->device->is_cuda && wrong_device(c, obj, name))
+        return -1;
     if (!capsule) {
-        /* NumPy refuses read-only arrays, for example; say which argument. */
+        /* NumPy refuses read-only arrays through the legacy ABI, for
+         * example; say which argument. */
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
         PyErr_Format(PyExc_ValueError, "%s cannot be exported through DLPack: %S", name, value ? value : Py_None);
@@ -808,19 +897,48 @@ static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, view *
         Py_XDECREF(tb);
         return -1;
     }
-    dl_managed *m = PyCapsule_GetPointer(capsule, "dltensor");
-    if (!m) {
+    const dl_tensor *t;
+    uint64_t flags = 0;
+    if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+        dl_managed_versioned *m = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+        if (PyCapsule_SetName(capsule, "used_dltensor_versioned") || list_push(&c->vtensors, m)) {
+            Py_DECREF(capsule);
+            return -1;
+        }
+        Py_DECREF(capsule);
+        if (m->version.major != DL_MAJOR) {
+            PyErr_Format(PyExc_ValueError, "%s was exported as DLPack %u.%u, which this package cannot read (it reads %d.x)",
+                         name, (unsigned)m->version.major, (unsigned)m->version.minor, DL_MAJOR);
+            return -1;
+        }
+        t = &m->dl_tensor;
+        flags = m->flags;
+    } else if (PyCapsule_IsValid(capsule, "dltensor")) {
+        dl_managed *m = PyCapsule_GetPointer(capsule, "dltensor");
+        if (PyCapsule_SetName(capsule, "used_dltensor") || list_push(&c->tensors, m)) {
+            Py_DECREF(capsule);
+            return -1;
+        }
+        Py_DECREF(capsule);
+        t = &m->dl_tensor;
+    } else {
         Py_DECREF(capsule);
         PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s.__dlpack__() did not return a 'dltensor' capsule", name);
+        PyErr_Format(PyExc_ValueError,
+                     given_capsule ? "%s is a capsule but not an unused 'dltensor_versioned' or 'dltensor' one"
+                                   : "%s.__dlpack__() did not return an unused 'dltensor_versioned' or 'dltensor' capsule",
+                     name);
         return -1;
     }
-    if (PyCapsule_SetName(capsule, "used_dltensor") || list_push(&c->tensors, m)) {
-        Py_DECREF(capsule);
+    if (writable && (flags & DL_FLAG_READ_ONLY)) {
+        PyErr_Format(PyExc_ValueError, "%s is read-only (its DLPack export says so); it is written, so it must be writable",
+                     name);
         return -1;
     }
-    Py_DECREF(capsule);
-    const dl_tensor *t = &m->dl_tensor;
+    if (writable && (flags & DL_FLAG_IS_COPIED)) {
+        PyErr_Format(PyExc_ValueError, "%s was exported as a copy; it is written, and the writes would be lost", name);
+        return -1;
+    }
     if (t->ndim != ndim) {
         PyErr_Format(PyExc_ValueError, "%s must have %d dimension%s, got %d", name, ndim, ndim == 1 ? "" : "s",
                      (int)t->ndim);
@@ -918,7 +1036,7 @@ static int check_shape2(const view *v, const char *name, int64_t a, int64_t b, c
 static int borrow_f32_dense(call_ctx *c, PyObject *obj, const char *name, int ndim, int64_t rows, int64_t d,
                             view *v)
 {
-    if (borrow(c, obj, name, ndim, v))
+    if (borrow(c, obj, name, ndim, 0, v))
         return -1;
     dl_dtype f32 = {DL_FLOAT, 32, 1};
     if (check_kind(c, v, name, f32))
@@ -946,17 +1064,22 @@ static int borrow_f32_dense(call_ctx *c, PyObject *obj, const char *name, int nd
  * strides (count entries each, allocated in c). first_obj receives the
  * object the bank's library is taken from when outputs are allocated. */
 static int borrow_bank(call_ctx *c, PyObject *obj, const char *name, int64_t count, int64_t width, dl_dtype dtype,
-                       int64_t *t, void ***ptrs, int64_t **strides, PyObject **first_obj)
+                       int writable, int64_t *t, void ***ptrs, int64_t **strides, PyObject **first_obj)
 {
     void **p = ctx_alloc(c, sizeof(void *) * (size_t)count);
     int64_t *s = ctx_alloc(c, sizeof(int64_t) * (size_t)count);
     if (!p || !s)
         return -1;
-    PyObject *method = PyObject_GetAttr(obj, str_dlpack);
-    if (method) {
-        Py_DECREF(method);
+    /* One array (with __dlpack__, or its capsule), else a sequence of views. */
+    int one_array = PyCapsule_CheckExact(obj);
+    if (!one_array) {
+        PyObject *method = PyObject_GetAttr(obj, str_dlpack);
+        one_array = method != NULL;
+        Py_XDECREF(method);
+    }
+    if (one_array) {
         view v;
-        if (borrow(c, obj, name, 3, &v) || check_kind(c, &v, name, dtype))
+        if (borrow(c, obj, name, 3, writable, &v) || check_kind(c, &v, name, dtype))
             return -1;
         if (v.shape[0] != count || v.shape[2] != width || (*t >= 0 && v.shape[1] != *t)) {
             PyErr_Format(PyExc_ValueError, "%s must have shape (%lld, %s, %lld), got (%lld, %lld, %lld)", name,
@@ -997,7 +1120,7 @@ static int borrow_bank(call_ctx *c, PyObject *obj, const char *name, int64_t cou
             snprintf(item_name, sizeof item_name, "%s[%zd]", name, i);
             PyObject *item = PyTuple_GetItem(seq, i);
             view v;
-            if (!item || borrow(c, item, item_name, 2, &v) || check_kind(c, &v, item_name, dtype))
+            if (!item || borrow(c, item, item_name, 2, writable, &v) || check_kind(c, &v, item_name, dtype))
                 return -1;
             if (v.shape[1] != width || (*t >= 0 && v.shape[0] != *t)) {
                 PyErr_Format(PyExc_ValueError, "%s must have shape (%s, %lld), got (%lld, %lld)", item_name,
@@ -1028,17 +1151,6 @@ static int common_stride(const int64_t *s, int64_t count, const char *name, int6
             return -1;
         }
     *out = count ? s[0] : 0;
-    return 0;
-}
-
-/* A [T, d] input or output of the plan's storage type; *stride gets its
- * token stride. */
-static int borrow_rows(call_ctx *c, PyObject *obj, const char *name, int64_t t, int64_t width, dl_dtype dtype,
-                       view *v, int64_t *stride)
-{
-    if (borrow(c, obj, name, 2, v) || check_kind(c, v, name, dtype) ||
-        check_shape2(v, name, t, width, "to match (T, d)") || row_stride(v, 0, name, stride))
-        return -1;
     return 0;
 }
 
@@ -1079,7 +1191,7 @@ static int resolve_stream(call_ctx *c, PyObject *stream, PyObject *like, void **
         }
         return 0;
     }
-    PyObject *ptr = PyObject_CallFunctionObjArgs(helper_stream, stream, like, NULL);
+    PyObject *ptr = PyObject_CallFunctionObjArgs(helper_stream, stream, like, (PyObject *)c->plan->device, NULL);
     if (!ptr)
         return -1;
     void *s = PyLong_AsVoidPtr(ptr);
@@ -1088,10 +1200,17 @@ static int resolve_stream(call_ctx *c, PyObject *stream, PyObject *like, void **
         return -1;
     *out = s;
     /* DLPack reserves 0 as ambiguous; 1 names the legacy default stream. */
-    PyObject *kw = Py_BuildValue("{sn}", "stream", (Py_ssize_t)(s ? (intptr_t)s : 1));
-    if (!kw)
+    const Py_ssize_t dl_stream = (Py_ssize_t)(s ? (intptr_t)s : 1);
+    PyObject *versioned = Py_BuildValue("{sns(ii)}", "stream", dl_stream, "max_version", DL_MAJOR, 0);
+    PyObject *legacy = Py_BuildValue("{sn}", "stream", dl_stream);
+    if (!versioned || !legacy) {
+        Py_XDECREF(versioned);
+        Py_XDECREF(legacy);
         return -1;
-    c->dlpack_kwargs = kw;
+    }
+    Py_DECREF(c->kw_versioned);
+    c->kw_versioned = versioned;
+    c->kw_legacy = legacy;
     return 0;
 }
 
@@ -1136,23 +1255,88 @@ static int fold(call_ctx *c, PyObject *query, PyObject *gain, const char *qname,
     return 0;
 }
 
-/* ---- argument parsing for the vectorcall methods ---- */
+/* ---- the hot-path methods, described by tables ---------------------------
+ * Plan.mix, Plan.phase1 and Plan.phase2 differ only in which arguments they
+ * take and where each one goes in the runtime's argument struct. Each is a
+ * table of argument descriptions (op_spec below), and one function,
+ * call_op, does for all three what a call needs: keyword matching, scalar
+ * checks, refusing the arguments that the plan's form, epilogue or fused
+ * add forbid and asking for those they require, borrowing every array with
+ * its shape, dtype, device and stride checked, allocating the outputs that
+ * were not given, the run with the GIL released, and the result. */
+
+/* What an argument is. */
+enum {
+    K_FLOAT,  /* a float scalar, stored at off */
+    K_STREAM, /* the CUDA stream; resolved before any array is borrowed */
+    K_BANK,   /* count [T, width] views, one (count, T, width) array or a sequence:
+               * the pointer array at off, the token strides at aux */
+    K_ROWS,   /* one [T, width] view: the pointer at off, its token stride at aux */
+    K_QUERY,  /* a dense fp32 [d] (or [S, d] with F_SITES), folded with the gain
+               * in slot `partner`; the folded pointer at off */
+    K_GAIN,   /* the gain of a K_QUERY, read there */
+    K_VEC,    /* a dense fp32 [d] vector (out_gain) at off */
+};
+
+/* When an argument applies. Outside its condition it is refused if given. */
+enum { W_ALWAYS, W_ADDITIVE, W_EPILOGUE, W_FUSE_ADD };
+
+static const char *const when_needs[] = {"", "form='additive'", "epilogue=True", "fuse_add=True"};
+static const char *const when_has[] = {"", "has the additive form", "has the output-norm epilogue",
+                                       "fuses the add"};
+
+enum {
+    F_REQUIRED = 1 << 0,  /* must be given where it applies */
+    F_OUT = 1 << 1,       /* an output: allocated when omitted, borrowed after every input */
+    F_F32 = 1 << 2,       /* fp32 rather than the plan's storage type */
+    F_HEADS = 1 << 3,     /* width H rather than d */
+    F_SITES = 1 << 4,     /* count (or rows) S rather than n (or 1) */
+    F_COMMON = 1 << 5,    /* a bank whose views share one token stride, one int64_t at aux */
+    F_POSITIVE = 1 << 6,  /* a float that must be > 0 */
+    F_FUSED_OUT = 1 << 7, /* an input that the fused add writes in place */
+};
 
 typedef struct {
     const char *name;
     PyObject *interned;
-} kwname;
+    unsigned char kind, when;
+    unsigned short flags;
+    double dflt;   /* K_FLOAT: the default */
+    int partner;   /* K_QUERY: the slot of its gain */
+    size_t off;    /* byte offset of the member the value goes to */
+    size_t aux;    /* byte offset of the stride member(s) */
+} arg_spec;
+
+#define MAX_ARGS 16
+
+typedef union {
+    attnres_mix_args mix;
+    attnres_phase1_args p1;
+    attnres_phase2_args p2;
+} run_args;
+
+typedef struct {
+    const char *fn;
+    attnres_op op;
+    int npos;      /* the leading arguments that may be positional; all are required */
+    int nargs;
+    arg_spec *args;
+    void (*init)(run_args *);
+    int (*run)(attnres_plan *, int64_t, const run_args *, void *);
+    int result[2]; /* the slots returned: one object, or a pair when the second applies */
+} op_spec;
 
 /* Matches positional and keyword arguments to slots: the first npos names
- * may be given by position, nreq of them must be given. Slots left unset
- * hold NULL. */
-static int parse_args(const char *fn, kwname *names, int nnames, int npos, int nreq, PyObject *const *args,
-                      Py_ssize_t nargs, PyObject *kwnames, PyObject **slots)
+ * may be given by position, and must be given. Slots left unset hold NULL. */
+static int parse_args(const op_spec *spec, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                      PyObject **slots)
 {
-    for (int i = 0; i < nnames; i++)
+    const arg_spec *names = spec->args;
+    for (int i = 0; i < spec->nargs; i++)
         slots[i] = NULL;
-    if (nargs > npos) {
-        PyErr_Format(PyExc_TypeError, "%s() takes %d positional arguments but %zd were given", fn, npos, nargs);
+    if (nargs > spec->npos) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %d positional arguments but %zd were given", spec->fn, spec->npos,
+                     nargs);
         return -1;
     }
     for (Py_ssize_t i = 0; i < nargs; i++)
@@ -1161,25 +1345,25 @@ static int parse_args(const char *fn, kwname *names, int nnames, int npos, int n
     for (Py_ssize_t k = 0; k < nkw; k++) {
         PyObject *key = PyTuple_GetItem(kwnames, k);
         int found = -1;
-        for (int i = 0; i < nnames && found < 0; i++)
+        for (int i = 0; i < spec->nargs && found < 0; i++)
             if (key == names[i].interned)
                 found = i;
-        for (int i = 0; i < nnames && found < 0; i++)
+        for (int i = 0; i < spec->nargs && found < 0; i++)
             if (PyUnicode_Compare(key, names[i].interned) == 0)
                 found = i;
         if (found < 0) {
-            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fn, key);
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", spec->fn, key);
             return -1;
         }
         if (slots[found]) {
-            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", fn, names[found].name);
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", spec->fn, names[found].name);
             return -1;
         }
         slots[found] = args[nargs + k];
     }
-    for (int i = 0; i < nreq; i++)
+    for (int i = 0; i < spec->npos; i++)
         if (!slots[i]) {
-            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fn, names[i].name);
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", spec->fn, names[i].name);
             return -1;
         }
     return 0;
@@ -1223,140 +1407,317 @@ static void plan_end(PlanObject *self)
     Py_DECREF(self);
 }
 
-/* ---- Plan.mix ---- */
-
-enum { MIX_SOURCES, MIX_QUERY, MIX_GAIN, MIX_EPS, MIX_SCALE, MIX_PARTIAL, MIX_ALPHA, MIX_OUT_GAIN, MIX_OUT_EPS,
-       MIX_NORMED, MIX_OUT, MIX_STREAM, MIX_NARGS };
-static kwname mix_names[MIX_NARGS] = {{"sources", NULL}, {"query", NULL}, {"gain", NULL},     {"eps", NULL},
-                                      {"scale", NULL},   {"partial", NULL}, {"alpha", NULL},  {"out_gain", NULL},
-                                      {"out_eps", NULL}, {"normed", NULL},  {"out", NULL},    {"stream", NULL}};
-
-static double now_ns(void)
+static double clock_ns(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* The body of Plan.mix. With repeat > 0 (the benchmark's _time_c) the same
- * prepared arguments are run repeat times and the mean ns per C call is
- * returned instead of the output: the C call's own cost, measured in the
- * same process on the same memory. */
-static PyObject *mix_impl(PlanObject *self, PyObject **a, long repeat)
+static int applies(const attnres_problem *p, int when)
 {
-    if (!plan_usable(self))
+    switch (when) {
+    case W_ADDITIVE:
+        return p->form == ATTNRES_FORM_ADDITIVE;
+    case W_EPILOGUE:
+        return p->epilogue != 0;
+    case W_FUSE_ADD:
+        return p->fuse_add != 0;
+    default:
+        return 1;
+    }
+}
+
+/* The members of the runtime's argument structs are pointers of several
+ * types; they are stored through memcpy so that no lvalue of another type
+ * touches them. */
+static void put_ptr(run_args *r, size_t off, const void *value)
+{
+    memcpy((char *)r + off, &value, sizeof value);
+}
+
+static const char *const op_names[] = {"mix", "phase1", "phase2"};
+
+/* The body of Plan.mix, Plan.phase1 and Plan.phase2. With repeat > 0 (the
+ * benchmark's _time_c) the same prepared arguments are run repeat times and
+ * the mean ns per C call is returned instead of the outputs, by the wall
+ * clock and by this thread's CPU clock (which leaves out the time the
+ * thread was descheduled on a loaded machine): the C call's own cost,
+ * measured in the same process on the same memory. */
+static PyObject *call_op(const op_spec *spec, PlanObject *self, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames, long repeat)
+{
+    PyObject *a[MAX_ARGS];
+    if (parse_args(spec, args, nargs, kwnames, a) || !plan_usable(self))
         return NULL;
     const attnres_problem *p = &self->problem;
-    if (p->op != ATTNRES_OP_MIX) {
-        PyErr_Format(PyExc_ValueError, "mix() called on a plan for op %s", p->op == ATTNRES_OP_PHASE1 ? "phase1" : "phase2");
+    if (p->op != spec->op) {
+        PyErr_Format(PyExc_ValueError, "%s() called on a plan for op %s", spec->fn, op_names[p->op]);
         return NULL;
     }
-    attnres_mix_args m;
-    attnres_mix_args_init(&m);
-    if (get_float(a[MIX_EPS], "eps", 1e-6, 1, &m.eps) || get_float(a[MIX_SCALE], "scale", 1.0, 0, &m.scale) ||
-        get_float(a[MIX_ALPHA], "alpha", 1.0, 0, &m.alpha) || get_float(a[MIX_OUT_EPS], "out_eps", 1e-6, 1, &m.out_eps))
-        return NULL;
-    const int additive = p->form == ATTNRES_FORM_ADDITIVE;
-    if (additive != (opt(a[MIX_PARTIAL]) != Py_None)) {
-        PyErr_SetString(PyExc_ValueError, additive ? "this plan has the additive form: partial= is required"
-                                                   : "partial= needs a plan made with form='additive'");
-        return NULL;
-    }
-    if (!p->epilogue && (opt(a[MIX_OUT_GAIN]) != Py_None || opt(a[MIX_NORMED]) != Py_None)) {
-        PyErr_SetString(PyExc_ValueError, "out_gain= and normed= need a plan made with epilogue=True");
-        return NULL;
-    }
-    if (p->epilogue && opt(a[MIX_OUT_GAIN]) == Py_None) {
-        PyErr_SetString(PyExc_ValueError, "this plan has the output-norm epilogue: out_gain= is required");
-        return NULL;
+    run_args r;
+    spec->init(&r);
+    /* Scalars, and which arguments the plan takes, before anything is borrowed. */
+    int stream_slot = -1;
+    for (int i = 0; i < spec->nargs; i++) {
+        const arg_spec *s = &spec->args[i];
+        const int given = opt(a[i]) != Py_None;
+        if (!applies(p, s->when)) {
+            if (given) {
+                PyErr_Format(PyExc_ValueError, "%s= needs a plan made with %s", s->name, when_needs[s->when]);
+                return NULL;
+            }
+            continue;
+        }
+        if ((s->flags & F_REQUIRED) && !given) {
+            PyErr_Format(PyExc_ValueError, "this plan %s: %s= is required", when_has[s->when], s->name);
+            return NULL;
+        }
+        if (s->kind == K_FLOAT && get_float(a[i], s->name, s->dflt, s->flags & F_POSITIVE, (float *)((char *)&r + s->off)))
+            return NULL;
+        if (s->kind == K_STREAM)
+            stream_slot = i;
     }
     call_ctx c;
     ctx_init(&c, self);
-    PyObject *result = NULL, *like = NULL, *out = opt(a[MIX_OUT]), *normed = opt(a[MIX_NORMED]);
-    const dl_dtype st = storage_dl(p->dtype);
-    const char *dname = attnres_dtype_name(p->dtype);
+    PyObject *result = NULL, *like = NULL, *objs[MAX_ARGS] = {NULL};
+    const dl_dtype storage = storage_dl(p->dtype), f32 = {DL_FLOAT, 32, 1};
     int64_t t = -1;
-    void **srcs;
-    int64_t *sst;
-    void *stream;
-    view v;
-    if (resolve_stream(&c, opt(a[MIX_STREAM]), a[MIX_SOURCES], &stream) ||
-        borrow_bank(&c, a[MIX_SOURCES], "sources", p->n, p->d, st, &t, &srcs, &sst, &like) ||
-        fold(&c, a[MIX_QUERY], opt(a[MIX_GAIN]), "query", "gain", 1, 1, p->d, &m.query))
+    void *stream = NULL;
+    if (stream_slot >= 0 && resolve_stream(&c, opt(a[stream_slot]), a[0], &stream))
         goto done;
-    m.sources = (const void *const *)srcs;
-    m.source_strides = sst;
-    if (additive) {
-        if (borrow_rows(&c, a[MIX_PARTIAL], "partial", t, p->d, st, &v, &m.partial_stride))
-            goto done;
-        m.partial = v.data;
-    }
-    if (p->epilogue) {
-        view g;
-        if (borrow_f32_dense(&c, a[MIX_OUT_GAIN], "out_gain", 1, 1, p->d, &g))
-            goto done;
-        m.out_gain = (const float *)g.data;
-    }
-    /* Outputs last, once every input is known to be good. */
-    if (out == Py_None && !(out = allocate(&c, like, dname, 2, t, p->d, 0)))
-        goto done;
-    if (borrow_rows(&c, out, "out", t, p->d, st, &v, &m.out_stride))
-        goto done;
-    m.out = v.data;
-    if (p->epilogue) {
-        if (normed == Py_None && !(normed = allocate(&c, like, dname, 2, t, p->d, 0)))
-            goto done;
-        if (borrow_rows(&c, normed, "normed", t, p->d, st, &v, &m.normed_stride))
-            goto done;
-        m.normed = v.data;
-    }
-    int rc;
+    /* Inputs first, then the outputs, once every input is known to be good. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < spec->nargs; i++) {
+            const arg_spec *s = &spec->args[i];
+            const int is_out = (s->flags & F_OUT) != 0;
+            if (is_out != pass || !applies(p, s->when))
+                continue;
+            const int64_t width = s->flags & F_HEADS ? p->heads : p->d;
+            const int64_t count = s->flags & F_SITES ? p->s : p->n;
+            const dl_dtype dtype = s->flags & F_F32 ? f32 : storage;
+            const char *dname = s->flags & F_F32 ? "f32" : attnres_dtype_name(p->dtype);
+            const int writable = is_out || ((s->flags & F_FUSED_OUT) && p->fuse_add);
+            PyObject *obj = opt(a[i]);
+            if (is_out && obj == Py_None && (s->kind == K_BANK || s->kind == K_ROWS)) {
+                obj = s->kind == K_BANK ? allocate(&c, like, dname, 3, count, t, width)
+                                        : allocate(&c, like, dname, 2, t, width, 0);
+                if (!obj)
+                    goto done;
+            }
+            switch (s->kind) {
+            case K_BANK: {
+                void **ptrs;
+                int64_t *strides;
+                PyObject *first = NULL;
+                if (borrow_bank(&c, obj, s->name, count, width, dtype, writable, &t, &ptrs, &strides, &first))
+                    goto done;
+                if (s->flags & F_COMMON) {
+                    if (common_stride(strides, count, s->name, (int64_t *)((char *)&r + s->aux)))
+                        goto done;
+                } else {
+                    put_ptr(&r, s->aux, strides);
+                }
+                put_ptr(&r, s->off, ptrs);
+                if (!like)
+                    like = first;
+                break;
+            }
+            case K_ROWS: {
+                view v;
+                if (borrow(&c, obj, s->name, 2, writable, &v) || check_kind(&c, &v, s->name, dtype))
+                    goto done;
+                if (t < 0)
+                    t = v.shape[0];
+                if (check_shape2(&v, s->name, t, width, s->flags & F_HEADS ? "to match (T, H)" : "to match (T, d)") ||
+                    row_stride(&v, 0, s->name, (int64_t *)((char *)&r + s->aux)))
+                    goto done;
+                put_ptr(&r, s->off, v.data);
+                if (!like)
+                    like = obj;
+                break;
+            }
+            case K_QUERY: {
+                const int sites = (s->flags & F_SITES) != 0;
+                const float *u;
+                if (fold(&c, obj, opt(a[s->partner]), s->name, spec->args[s->partner].name, sites ? 2 : 1,
+                         sites ? p->s : 1, p->d, &u))
+                    goto done;
+                put_ptr(&r, s->off, u);
+                break;
+            }
+            case K_VEC: {
+                view v;
+                if (borrow_f32_dense(&c, obj, s->name, 1, 1, p->d, &v))
+                    goto done;
+                put_ptr(&r, s->off, v.data);
+                break;
+            }
+            default:
+                break;
+            }
+            objs[i] = obj;
+        }
+    int rc = ATTNRES_OK;
     char msg[512];
     attnres_plan *plan = self->plan;
-    double elapsed = 0;
+    double wall = 0, cpu = 0;
     plan_begin(self);
     Py_BEGIN_ALLOW_THREADS
     if (repeat > 0) {
-        double start = now_ns();
-        rc = ATTNRES_OK;
+        const double wall0 = clock_ns(CLOCK_MONOTONIC), cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         for (long i = 0; i < repeat && rc == ATTNRES_OK; i++)
-            rc = attnres_run_mix(plan, t, &m, stream);
-        elapsed = now_ns() - start;
+            rc = spec->run(plan, t, &r, stream);
+        cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+        wall = clock_ns(CLOCK_MONOTONIC) - wall0;
     } else {
-        rc = attnres_run_mix(plan, t, &m, stream);
+        rc = spec->run(plan, t, &r, stream);
     }
     if (rc != ATTNRES_OK)
         snprintf(msg, sizeof msg, "%s", attnres_plan_errmsg(plan));
     Py_END_ALLOW_THREADS
     plan_end(self);
     if (rc != ATTNRES_OK) {
-        raise_status(rc, "mix", msg);
+        raise_status(rc, spec->fn, msg);
         goto done;
     }
     if (repeat > 0) {
-        result = PyFloat_FromDouble(elapsed / (double)repeat);
+        result = Py_BuildValue("(dd)", wall / (double)repeat, cpu / (double)repeat);
         goto done;
     }
-    result = p->epilogue ? PyTuple_Pack(2, out, normed) : (Py_INCREF(out), out);
+    PyObject *second = spec->result[1] >= 0 && applies(p, spec->args[spec->result[1]].when) ? objs[spec->result[1]]
+                                                                                             : NULL;
+    result = second ? PyTuple_Pack(2, objs[spec->result[0]], second) : Py_NewRef(objs[spec->result[0]]);
 done:
     ctx_free(&c);
     return result;
 }
 
-static PyObject *plan_mix(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+/* ---- the three ops' tables ---- */
+
+#define FLOAT_ARG(nm, st, member, dflt, fl) {nm, NULL, K_FLOAT, W_ALWAYS, fl, dflt, -1, offsetof(st, member), 0}
+
+static void init_mix(run_args *r)
 {
-    PyObject *a[MIX_NARGS];
-    if (parse_args("mix", mix_names, MIX_NARGS, 2, 2, args, nargs, kwnames, a))
-        return NULL;
-    return mix_impl((PlanObject *)op, a, 0);
+    attnres_mix_args_init(&r->mix);
 }
 
-/* Plan._time_c(repeat, sources, query, **mix keywords) -> mean ns per
- * attnres_run_mix call, for bench/python_overhead.py. */
+static int run_mix(attnres_plan *plan, int64_t t, const run_args *r, void *stream)
+{
+    return attnres_run_mix(plan, t, &r->mix, stream);
+}
+
+enum { MIX_SOURCES, MIX_QUERY, MIX_GAIN, MIX_EPS, MIX_SCALE, MIX_PARTIAL, MIX_ALPHA, MIX_OUT_GAIN, MIX_OUT_EPS,
+       MIX_NORMED, MIX_OUT, MIX_STREAM, MIX_NARGS };
+static arg_spec mix_args[MIX_NARGS] = {
+    [MIX_SOURCES] = {"sources", NULL, K_BANK, W_ALWAYS, 0, 0, -1, offsetof(attnres_mix_args, sources),
+                     offsetof(attnres_mix_args, source_strides)},
+    [MIX_QUERY] = {"query", NULL, K_QUERY, W_ALWAYS, 0, 0, MIX_GAIN, offsetof(attnres_mix_args, query), 0},
+    [MIX_GAIN] = {"gain", NULL, K_GAIN, W_ALWAYS, 0, 0, -1, 0, 0},
+    [MIX_EPS] = FLOAT_ARG("eps", attnres_mix_args, eps, 1e-6, F_POSITIVE),
+    [MIX_SCALE] = FLOAT_ARG("scale", attnres_mix_args, scale, 1.0, 0),
+    [MIX_PARTIAL] = {"partial", NULL, K_ROWS, W_ADDITIVE, F_REQUIRED, 0, -1, offsetof(attnres_mix_args, partial),
+                     offsetof(attnres_mix_args, partial_stride)},
+    [MIX_ALPHA] = FLOAT_ARG("alpha", attnres_mix_args, alpha, 1.0, 0),
+    [MIX_OUT_GAIN] = {"out_gain", NULL, K_VEC, W_EPILOGUE, F_REQUIRED, 0, -1, offsetof(attnres_mix_args, out_gain), 0},
+    [MIX_OUT_EPS] = FLOAT_ARG("out_eps", attnres_mix_args, out_eps, 1e-6, F_POSITIVE),
+    [MIX_NORMED] = {"normed", NULL, K_ROWS, W_EPILOGUE, F_OUT, 0, -1, offsetof(attnres_mix_args, normed),
+                    offsetof(attnres_mix_args, normed_stride)},
+    [MIX_OUT] = {"out", NULL, K_ROWS, W_ALWAYS, F_OUT, 0, -1, offsetof(attnres_mix_args, out),
+                 offsetof(attnres_mix_args, out_stride)},
+    [MIX_STREAM] = {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0},
+};
+static const op_spec mix_spec = {"mix", ATTNRES_OP_MIX, 2, MIX_NARGS, mix_args, init_mix, run_mix,
+                                 {MIX_OUT, MIX_NORMED}};
+
+static void init_phase1(run_args *r)
+{
+    attnres_phase1_args_init(&r->p1);
+}
+
+static int run_phase1(attnres_plan *plan, int64_t t, const run_args *r, void *stream)
+{
+    return attnres_run_phase1(plan, t, &r->p1, stream);
+}
+
+enum { P1_SOURCES, P1_QUERIES, P1_GAINS, P1_EPS, P1_SCALE, P1_OUT, P1_LSE, P1_STREAM, P1_NARGS };
+static arg_spec p1_args[P1_NARGS] = {
+    [P1_SOURCES] = {"sources", NULL, K_BANK, W_ALWAYS, 0, 0, -1, offsetof(attnres_phase1_args, sources),
+                    offsetof(attnres_phase1_args, source_strides)},
+    [P1_QUERIES] = {"queries", NULL, K_QUERY, W_ALWAYS, F_SITES, 0, P1_GAINS, offsetof(attnres_phase1_args, queries), 0},
+    [P1_GAINS] = {"gains", NULL, K_GAIN, W_ALWAYS, 0, 0, -1, 0, 0},
+    [P1_EPS] = FLOAT_ARG("eps", attnres_phase1_args, eps, 1e-6, F_POSITIVE),
+    [P1_SCALE] = FLOAT_ARG("scale", attnres_phase1_args, scale, 1.0, 0),
+    [P1_OUT] = {"out", NULL, K_BANK, W_ALWAYS, F_OUT | F_SITES | F_COMMON, 0, -1, offsetof(attnres_phase1_args, o1),
+                offsetof(attnres_phase1_args, o1_stride)},
+    [P1_LSE] = {"lse", NULL, K_BANK, W_ALWAYS, F_OUT | F_SITES | F_COMMON | F_F32 | F_HEADS, 0, -1,
+                offsetof(attnres_phase1_args, lse), offsetof(attnres_phase1_args, lse_stride)},
+    [P1_STREAM] = {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0},
+};
+static const op_spec p1_spec = {"phase1", ATTNRES_OP_PHASE1, 2, P1_NARGS, p1_args, init_phase1, run_phase1,
+                                {P1_OUT, P1_LSE}};
+
+static void init_phase2(run_args *r)
+{
+    attnres_phase2_args_init(&r->p2);
+}
+
+static int run_phase2(attnres_plan *plan, int64_t t, const run_args *r, void *stream)
+{
+    return attnres_run_phase2(plan, t, &r->p2, stream);
+}
+
+enum { P2_O1, P2_LSE, P2_PARTIAL, P2_QUERY, P2_GAIN, P2_SUBLAYER, P2_EPS, P2_SCALE, P2_OUT_GAIN, P2_OUT_EPS,
+       P2_NORMED, P2_OUT, P2_STREAM, P2_NARGS };
+static arg_spec p2_args[P2_NARGS] = {
+    [P2_O1] = {"o1", NULL, K_ROWS, W_ALWAYS, 0, 0, -1, offsetof(attnres_phase2_args, o1),
+               offsetof(attnres_phase2_args, o1_stride)},
+    [P2_LSE] = {"lse", NULL, K_ROWS, W_ALWAYS, F_F32 | F_HEADS, 0, -1, offsetof(attnres_phase2_args, lse),
+                offsetof(attnres_phase2_args, lse_stride)},
+    [P2_PARTIAL] = {"partial", NULL, K_ROWS, W_ALWAYS, F_FUSED_OUT, 0, -1, offsetof(attnres_phase2_args, partial),
+                    offsetof(attnres_phase2_args, partial_stride)},
+    [P2_QUERY] = {"query", NULL, K_QUERY, W_ALWAYS, 0, 0, P2_GAIN, offsetof(attnres_phase2_args, query), 0},
+    [P2_GAIN] = {"gain", NULL, K_GAIN, W_ALWAYS, 0, 0, -1, 0, 0},
+    [P2_SUBLAYER] = {"sublayer", NULL, K_ROWS, W_FUSE_ADD, F_REQUIRED, 0, -1, offsetof(attnres_phase2_args, sublayer),
+                     offsetof(attnres_phase2_args, sublayer_stride)},
+    [P2_EPS] = FLOAT_ARG("eps", attnres_phase2_args, eps, 1e-6, F_POSITIVE),
+    [P2_SCALE] = FLOAT_ARG("scale", attnres_phase2_args, scale, 1.0, 0),
+    [P2_OUT_GAIN] = {"out_gain", NULL, K_VEC, W_EPILOGUE, F_REQUIRED, 0, -1, offsetof(attnres_phase2_args, out_gain), 0},
+    [P2_OUT_EPS] = FLOAT_ARG("out_eps", attnres_phase2_args, out_eps, 1e-6, F_POSITIVE),
+    [P2_NORMED] = {"normed", NULL, K_ROWS, W_EPILOGUE, F_OUT, 0, -1, offsetof(attnres_phase2_args, normed),
+                   offsetof(attnres_phase2_args, normed_stride)},
+    [P2_OUT] = {"out", NULL, K_ROWS, W_ALWAYS, F_OUT, 0, -1, offsetof(attnres_phase2_args, out),
+                offsetof(attnres_phase2_args, out_stride)},
+    [P2_STREAM] = {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0},
+};
+static const op_spec p2_spec = {"phase2", ATTNRES_OP_PHASE2, 4, P2_NARGS, p2_args, init_phase2, run_phase2,
+                                {P2_OUT, P2_NORMED}};
+
+static const op_spec *const op_specs[] = {&mix_spec, &p1_spec, &p2_spec};
+
+static PyObject *plan_mix(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return call_op(&mix_spec, (PlanObject *)op, args, nargs, kwnames, 0);
+}
+
+static PyObject *plan_phase1(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return call_op(&p1_spec, (PlanObject *)op, args, nargs, kwnames, 0);
+}
+
+static PyObject *plan_phase2(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return call_op(&p2_spec, (PlanObject *)op, args, nargs, kwnames, 0);
+}
+
+/* Plan._time_c(repeat, *args, **keywords) -> (wall, thread CPU) mean ns per
+ * attnres_run_* call of the plan's op on those arguments, for
+ * bench/python_overhead.py. */
 static PyObject *plan_time_c(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
+    PlanObject *self = (PlanObject *)op;
     if (nargs < 1) {
-        PyErr_SetString(PyExc_TypeError, "_time_c(repeat, sources, query, ...)");
+        PyErr_SetString(PyExc_TypeError, "_time_c(repeat, *args, **keywords) of the plan's op");
         return NULL;
     }
     long repeat = PyLong_AsLong(args[0]);
@@ -1366,179 +1727,9 @@ static PyObject *plan_time_c(PyObject *op, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_ValueError, "repeat must be 1 to 1e8");
         return NULL;
     }
-    PyObject *a[MIX_NARGS];
-    if (parse_args("_time_c", mix_names, MIX_NARGS, 2, 2, args + 1, nargs - 1, kwnames, a))
+    if (!plan_usable(self))
         return NULL;
-    return mix_impl((PlanObject *)op, a, repeat);
-}
-
-/* ---- Plan.phase1 ---- */
-
-enum { P1_SOURCES, P1_QUERIES, P1_GAINS, P1_EPS, P1_SCALE, P1_OUT, P1_LSE, P1_STREAM, P1_NARGS };
-static kwname p1_names[P1_NARGS] = {{"sources", NULL}, {"queries", NULL}, {"gains", NULL}, {"eps", NULL},
-                                    {"scale", NULL},   {"out", NULL},     {"lse", NULL},   {"stream", NULL}};
-
-static PyObject *plan_phase1(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    PlanObject *self = (PlanObject *)op;
-    PyObject *a[P1_NARGS];
-    if (parse_args("phase1", p1_names, P1_NARGS, 2, 2, args, nargs, kwnames, a) || !plan_usable(self))
-        return NULL;
-    const attnres_problem *p = &self->problem;
-    if (p->op != ATTNRES_OP_PHASE1) {
-        PyErr_Format(PyExc_ValueError, "phase1() called on a plan for op %s", p->op == ATTNRES_OP_MIX ? "mix" : "phase2");
-        return NULL;
-    }
-    attnres_phase1_args m;
-    attnres_phase1_args_init(&m);
-    if (get_float(a[P1_EPS], "eps", 1e-6, 1, &m.eps) || get_float(a[P1_SCALE], "scale", 1.0, 0, &m.scale))
-        return NULL;
-    call_ctx c;
-    ctx_init(&c, self);
-    PyObject *result = NULL, *like = NULL, *out = opt(a[P1_OUT]), *lse = opt(a[P1_LSE]), *unused = NULL;
-    const dl_dtype st = storage_dl(p->dtype), f32 = {DL_FLOAT, 32, 1};
-    int64_t t = -1, *sst, *ost, *lst;
-    void **srcs, **o1s, **lses;
-    void *stream;
-    if (resolve_stream(&c, opt(a[P1_STREAM]), a[P1_SOURCES], &stream) ||
-        borrow_bank(&c, a[P1_SOURCES], "sources", p->n, p->d, st, &t, &srcs, &sst, &like) ||
-        fold(&c, a[P1_QUERIES], opt(a[P1_GAINS]), "queries", "gains", 2, p->s, p->d, &m.queries))
-        goto done;
-    m.sources = (const void *const *)srcs;
-    m.source_strides = sst;
-    if (out == Py_None && !(out = allocate(&c, like, attnres_dtype_name(p->dtype), 3, p->s, t, p->d)))
-        goto done;
-    if (lse == Py_None && !(lse = allocate(&c, like, "f32", 3, p->s, t, p->heads)))
-        goto done;
-    if (borrow_bank(&c, out, "out", p->s, p->d, st, &t, &o1s, &ost, &unused) ||
-        common_stride(ost, p->s, "out", &m.o1_stride) ||
-        borrow_bank(&c, lse, "lse", p->s, p->heads, f32, &t, &lses, &lst, &unused) ||
-        common_stride(lst, p->s, "lse", &m.lse_stride))
-        goto done;
-    m.o1 = o1s;
-    m.lse = (float *const *)lses;
-    int rc;
-    char msg[512];
-    attnres_plan *plan = self->plan;
-    plan_begin(self);
-    Py_BEGIN_ALLOW_THREADS
-    rc = attnres_run_phase1(plan, t, &m, stream);
-    if (rc != ATTNRES_OK)
-        snprintf(msg, sizeof msg, "%s", attnres_plan_errmsg(plan));
-    Py_END_ALLOW_THREADS
-    plan_end(self);
-    if (rc != ATTNRES_OK) {
-        raise_status(rc, "phase1", msg);
-        goto done;
-    }
-    result = PyTuple_Pack(2, out, lse);
-done:
-    ctx_free(&c);
-    return result;
-}
-
-/* ---- Plan.phase2 ---- */
-
-enum { P2_O1, P2_LSE, P2_PARTIAL, P2_QUERY, P2_GAIN, P2_SUBLAYER, P2_EPS, P2_SCALE, P2_OUT_GAIN, P2_OUT_EPS,
-       P2_NORMED, P2_OUT, P2_STREAM, P2_NARGS };
-static kwname p2_names[P2_NARGS] = {{"o1", NULL},      {"lse", NULL},      {"partial", NULL}, {"query", NULL},
-                                    {"gain", NULL},    {"sublayer", NULL}, {"eps", NULL},     {"scale", NULL},
-                                    {"out_gain", NULL}, {"out_eps", NULL}, {"normed", NULL},  {"out", NULL},
-                                    {"stream", NULL}};
-
-static PyObject *plan_phase2(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    PlanObject *self = (PlanObject *)op;
-    PyObject *a[P2_NARGS];
-    if (parse_args("phase2", p2_names, P2_NARGS, 4, 4, args, nargs, kwnames, a) || !plan_usable(self))
-        return NULL;
-    const attnres_problem *p = &self->problem;
-    if (p->op != ATTNRES_OP_PHASE2) {
-        PyErr_Format(PyExc_ValueError, "phase2() called on a plan for op %s", p->op == ATTNRES_OP_MIX ? "mix" : "phase1");
-        return NULL;
-    }
-    attnres_phase2_args m;
-    attnres_phase2_args_init(&m);
-    if (get_float(a[P2_EPS], "eps", 1e-6, 1, &m.eps) || get_float(a[P2_SCALE], "scale", 1.0, 0, &m.scale) ||
-        get_float(a[P2_OUT_EPS], "out_eps", 1e-6, 1, &m.out_eps))
-        return NULL;
-    if (p->fuse_add != (opt(a[P2_SUBLAYER]) != Py_None)) {
-        PyErr_SetString(PyExc_ValueError, p->fuse_add ? "this plan fuses the add: sublayer= is required"
-                                                      : "sublayer= needs a plan made with fuse_add=True");
-        return NULL;
-    }
-    if (!p->epilogue && (opt(a[P2_OUT_GAIN]) != Py_None || opt(a[P2_NORMED]) != Py_None)) {
-        PyErr_SetString(PyExc_ValueError, "out_gain= and normed= need a plan made with epilogue=True");
-        return NULL;
-    }
-    if (p->epilogue && opt(a[P2_OUT_GAIN]) == Py_None) {
-        PyErr_SetString(PyExc_ValueError, "this plan has the output-norm epilogue: out_gain= is required");
-        return NULL;
-    }
-    call_ctx c;
-    ctx_init(&c, self);
-    PyObject *result = NULL, *out = opt(a[P2_OUT]), *normed = opt(a[P2_NORMED]);
-    const dl_dtype st = storage_dl(p->dtype), f32 = {DL_FLOAT, 32, 1};
-    const char *dname = attnres_dtype_name(p->dtype);
-    void *stream;
-    view v;
-    if (resolve_stream(&c, opt(a[P2_STREAM]), a[P2_O1], &stream) || borrow(&c, a[P2_O1], "o1", 2, &v) ||
-        check_kind(&c, &v, "o1", st))
-        goto done;
-    const int64_t t = v.shape[0];
-    if (check_shape2(&v, "o1", t, p->d, "to match (T, d)") || row_stride(&v, 0, "o1", &m.o1_stride))
-        goto done;
-    m.o1 = v.data;
-    if (borrow(&c, a[P2_LSE], "lse", 2, &v) || check_kind(&c, &v, "lse", f32) ||
-        check_shape2(&v, "lse", t, p->heads, "to match (T, H)") || row_stride(&v, 0, "lse", &m.lse_stride))
-        goto done;
-    m.lse = (const float *)v.data;
-    if (borrow_rows(&c, a[P2_PARTIAL], "partial", t, p->d, st, &v, &m.partial_stride))
-        goto done;
-    m.partial = v.data;
-    if (p->fuse_add) {
-        if (borrow_rows(&c, a[P2_SUBLAYER], "sublayer", t, p->d, st, &v, &m.sublayer_stride))
-            goto done;
-        m.sublayer = v.data;
-    }
-    if (fold(&c, a[P2_QUERY], opt(a[P2_GAIN]), "query", "gain", 1, 1, p->d, &m.query))
-        goto done;
-    if (p->epilogue) {
-        view g;
-        if (borrow_f32_dense(&c, a[P2_OUT_GAIN], "out_gain", 1, 1, p->d, &g))
-            goto done;
-        m.out_gain = (const float *)g.data;
-    }
-    if (out == Py_None && !(out = allocate(&c, a[P2_O1], dname, 2, t, p->d, 0)))
-        goto done;
-    if (borrow_rows(&c, out, "out", t, p->d, st, &v, &m.out_stride))
-        goto done;
-    m.out = v.data;
-    if (p->epilogue) {
-        if (normed == Py_None && !(normed = allocate(&c, a[P2_O1], dname, 2, t, p->d, 0)))
-            goto done;
-        if (borrow_rows(&c, normed, "normed", t, p->d, st, &v, &m.normed_stride))
-            goto done;
-        m.normed = v.data;
-    }
-    int rc;
-    char msg[512];
-    attnres_plan *plan = self->plan;
-    plan_begin(self);
-    Py_BEGIN_ALLOW_THREADS
-    rc = attnres_run_phase2(plan, t, &m, stream);
-    if (rc != ATTNRES_OK)
-        snprintf(msg, sizeof msg, "%s", attnres_plan_errmsg(plan));
-    Py_END_ALLOW_THREADS
-    plan_end(self);
-    if (rc != ATTNRES_OK) {
-        raise_status(rc, "phase2", msg);
-        goto done;
-    }
-    result = p->epilogue ? PyTuple_Pack(2, out, normed) : (Py_INCREF(out), out);
-done:
-    ctx_free(&c);
-    return result;
+    return call_op(op_specs[self->problem.op], self, args + 1, nargs - 1, kwnames, repeat);
 }
 
 static PyObject *plan_repr(PyObject *op)
@@ -1654,10 +1845,10 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "attnres._core",
                                         "The C core of the attnres package (see attnres).", -1, module_methods,
                                         NULL, NULL, NULL, NULL};
 
-static int intern_names(kwname *names, int count)
+static int intern_names(const op_spec *spec)
 {
-    for (int i = 0; i < count; i++)
-        if (!(names[i].interned = PyUnicode_InternFromString(names[i].name)))
+    for (int i = 0; i < spec->nargs; i++)
+        if (!(spec->args[i].interned = PyUnicode_InternFromString(spec->args[i].name)))
             return -1;
     return 0;
 }
@@ -1681,9 +1872,10 @@ PyMODINIT_FUNC PyInit__core(void)
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
         return NULL;
-    if (intern_names(mix_names, MIX_NARGS) || intern_names(p1_names, P1_NARGS) || intern_names(p2_names, P2_NARGS))
+    if (intern_names(&mix_spec) || intern_names(&p1_spec) || intern_names(&p2_spec))
         goto fail;
-    if (!(str_dlpack = PyUnicode_InternFromString("__dlpack__")))
+    if (!(str_dlpack = PyUnicode_InternFromString("__dlpack__")) || !(empty_tuple = PyTuple_New(0)) ||
+        !(kw_max_version = Py_BuildValue("{s(ii)}", "max_version", DL_MAJOR, 0)))
         goto fail;
     Error = PyErr_NewExceptionWithDoc("attnres.Error",
                                       "A failure reported by libattnres; .status, .status_name and .message say which.",

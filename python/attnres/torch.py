@@ -1,10 +1,12 @@
-"""attnres for PyTorch: the runtime's operations as torch.library custom ops.
+"""attnres for PyTorch: the runtime's operations as torch.library ops.
 
 Importing this module registers ``torch.ops.attnres.mix``, ``.phase1`` and
 ``.phase2`` with fake (meta) implementations, so ``torch.compile`` traces
-through them without a graph break (``fullgraph=True`` works) and CUDA graph
-capture records their launches: a launch never allocates, synchronises or
-compiles, and runs on the current stream. Plans are made on first use for each
+through them without a graph break (``fullgraph=True`` works). On CUDA each
+call runs on torch's current stream (``torch.cuda.current_stream()``), so it
+is ordered with torch's own work and CUDA graph capture records the launch;
+a launch never synchronises or compiles, and the only allocations are the
+outputs, from torch's allocator. Plans are made on first use for each
 (device, problem) and kept; call :func:`set_database` before the first call to
 plan from a tuning database (otherwise the built-in kernels serve).
 
@@ -20,6 +22,7 @@ import threading
 from typing import List, Optional, Tuple
 
 import torch
+import torch.utils.dlpack
 
 import attnres
 
@@ -87,14 +90,37 @@ def plan_for(like: torch.Tensor, **problem) -> attnres.Plan:
     return plan
 
 
-def _empty_like_rows(t: torch.Tensor) -> torch.Tensor:
-    return t.new_empty((0,))
+def _stream(t: torch.Tensor):
+    """The stream a call on t runs on: torch's current stream for CUDA
+    tensors (so launches are ordered with torch's own work and recorded by
+    CUDA graph capture), None (nothing) on the CPU."""
+    return attnres._torch_current_stream(t) if t.device.type == "cuda" else None
+
+
+# Tensors go to the plan as DLPack capsules made by torch.utils.dlpack's C
+# to_dlpack: Tensor.__dlpack__ is Python code that costs several
+# microseconds a tensor, to_dlpack well under one. The capsules keep their
+# tensors alive until the call gives them back. They carry no stream
+# handshake, and need none: the call runs on torch's current stream.
+_capsule = torch.utils.dlpack.to_dlpack
 
 
 # ---- the ops ----------------------------------------------------------------
+# Defined by schema through torch.library.Library, with one implementation
+# for every backend (CompositeExplicitAutograd) and a fake kernel for
+# tracing. torch.library.custom_op would wrap each call in autograd and
+# tracing guards that cost about as much again as the call itself at
+# T = 1; these are inference ops with no backward, so they do without.
+
+_lib = torch.library.Library("attnres", "DEF")
+_lib.define("mix(Tensor[] sources, Tensor query, Tensor? partial, Tensor? out_gain, int heads, float eps, "
+            "float scale, float alpha, float out_eps) -> (Tensor, Tensor)")
+_lib.define("phase1(Tensor[] sources, Tensor queries, int heads, float eps, float scale) -> (Tensor, Tensor)")
+# partial is written in place when sublayer is given (the fused add).
+_lib.define("phase2(Tensor o1, Tensor lse, Tensor(a!) partial, Tensor query, Tensor? sublayer, Tensor? out_gain, "
+            "float eps, float scale, float out_eps) -> (Tensor, Tensor)")
 
 
-@torch.library.custom_op("attnres::mix", mutates_args=())
 def mix(sources: List[torch.Tensor], query: torch.Tensor, partial: Optional[torch.Tensor],
         out_gain: Optional[torch.Tensor], heads: int, eps: float, scale: float, alpha: float,
         out_eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -103,42 +129,43 @@ def mix(sources: List[torch.Tensor], query: torch.Tensor, partial: Optional[torc
     s0 = sources[0]
     plan = plan_for(s0, op="mix", dtype=_storage(s0), d=s0.shape[-1], n=len(sources), heads=heads,
                     form="replace" if partial is None else "additive", epilogue=out_gain is not None)
-    kw = dict(eps=eps, scale=scale)
+    out = s0.new_empty(s0.shape)
+    normed = s0.new_empty(s0.shape if out_gain is not None else (0,))
+    kw = dict(eps=eps, scale=scale, out=_capsule(out), stream=_stream(s0))
     if partial is not None:
-        kw.update(partial=partial.detach(), alpha=alpha)
+        kw.update(partial=_capsule(partial), alpha=alpha)
     if out_gain is not None:
-        out, normed = plan.mix([s.detach() for s in sources], query.detach(), out_gain=out_gain.detach(),
-                               out_eps=out_eps, **kw)
-        return out, normed
-    return plan.mix([s.detach() for s in sources], query.detach(), **kw), _empty_like_rows(s0)
+        kw.update(out_gain=_capsule(out_gain), normed=_capsule(normed), out_eps=out_eps)
+    plan.mix([_capsule(s) for s in sources], _capsule(query), **kw)
+    return out, normed
 
 
-@mix.register_fake
 def _mix_fake(sources, query, partial, out_gain, heads, eps, scale, alpha, out_eps):
     s0 = sources[0]
     out = s0.new_empty(s0.shape)
     return out, (s0.new_empty(s0.shape) if out_gain is not None else s0.new_empty((0,)))
 
 
-@torch.library.custom_op("attnres::phase1", mutates_args=())
 def phase1(sources: List[torch.Tensor], queries: torch.Tensor, heads: int, eps: float,
            scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
     """Block AttnRes phase 1: the S folded queries (S, d) of a block against
     its n (T, d) sources. Returns o1 (S, T, d) and lse (S, T, H) float32."""
     s0 = sources[0]
-    plan = plan_for(s0, op="phase1", dtype=_storage(s0), d=s0.shape[-1], n=len(sources), heads=heads,
-                    sites=queries.shape[0])
-    return plan.phase1([s.detach() for s in sources], queries.detach(), eps=eps, scale=scale)
+    sites, (t, d) = queries.shape[0], s0.shape
+    plan = plan_for(s0, op="phase1", dtype=_storage(s0), d=d, n=len(sources), heads=heads, sites=sites)
+    o1 = s0.new_empty((sites, t, d))
+    lse = s0.new_empty((sites, t, heads), dtype=torch.float32)
+    plan.phase1([_capsule(s) for s in sources], _capsule(queries), eps=eps, scale=scale, out=_capsule(o1),
+                lse=_capsule(lse), stream=_stream(s0))
+    return o1, lse
 
 
-@phase1.register_fake
 def _phase1_fake(sources, queries, heads, eps, scale):
     s0 = sources[0]
     sites, t, d = queries.shape[0], s0.shape[0], s0.shape[1]
     return s0.new_empty((sites, t, d)), s0.new_empty((sites, t, heads), dtype=torch.float32)
 
 
-@torch.library.custom_op("attnres::phase2", mutates_args=("partial",))
 def phase2(o1: torch.Tensor, lse: torch.Tensor, partial: torch.Tensor, query: torch.Tensor,
            sublayer: Optional[torch.Tensor], out_gain: Optional[torch.Tensor], eps: float, scale: float,
            out_eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -147,19 +174,25 @@ def phase2(o1: torch.Tensor, lse: torch.Tensor, partial: torch.Tensor, query: to
     empty unless out_gain is given."""
     plan = plan_for(o1, op="phase2", dtype=_storage(o1), d=o1.shape[-1], heads=lse.shape[-1],
                     fuse_add=sublayer is not None, epilogue=out_gain is not None)
-    kw = dict(eps=eps, scale=scale)
+    out = o1.new_empty(o1.shape)
+    normed = o1.new_empty(o1.shape if out_gain is not None else (0,))
+    kw = dict(eps=eps, scale=scale, out=_capsule(out), stream=_stream(o1))
     if sublayer is not None:
-        kw["sublayer"] = sublayer.detach()
+        kw["sublayer"] = _capsule(sublayer)
     if out_gain is not None:
-        out, normed = plan.phase2(o1.detach(), lse.detach(), partial.detach(), query.detach(),
-                                  out_gain=out_gain.detach(), out_eps=out_eps, **kw)
-        return out, normed
-    return plan.phase2(o1.detach(), lse.detach(), partial.detach(), query.detach(), **kw), _empty_like_rows(o1)
+        kw.update(out_gain=_capsule(out_gain), normed=_capsule(normed), out_eps=out_eps)
+    plan.phase2(_capsule(o1), _capsule(lse), _capsule(partial), _capsule(query), **kw)
+    return out, normed
 
 
-@phase2.register_fake
 def _phase2_fake(o1, lse, partial, query, sublayer, out_gain, eps, scale, out_eps):
     return o1.new_empty(o1.shape), (o1.new_empty(o1.shape) if out_gain is not None else o1.new_empty((0,)))
+
+
+for _name, _impl, _fake in (("mix", mix, _mix_fake), ("phase1", phase1, _phase1_fake),
+                            ("phase2", phase2, _phase2_fake)):
+    _lib.impl(_name, _impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"attnres::{_name}", _fake, lib=_lib)
 
 
 # ---- one routing site as a module ---------------------------------------------
