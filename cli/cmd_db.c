@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "cli.h"
 #include "cmd_db.h"
 #include "revalidate.h"

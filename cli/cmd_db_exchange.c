@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "cli.h"
 #include "cmd_db.h"
 

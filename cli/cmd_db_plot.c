@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "cli.h"
 #include "cmd_db.h"
 #include "svg_plot.h"

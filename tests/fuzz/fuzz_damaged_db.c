@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "attnres.h"
 #include "fuzz.h"
 #include "svg_plot.h"

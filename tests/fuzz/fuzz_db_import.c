@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "fuzz.h"
 #include "json.h"
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "check.h"
 
 static char tmpdir[512];

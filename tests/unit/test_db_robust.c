@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "check.h"
 #include "svg_plot.h"
 

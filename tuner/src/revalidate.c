@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "cli.h"
 #include "device.h"
 #include "measure.h"

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ardb_tools.h"
 #include "sha256.h"
 #include "tune_session.h"
 #include "isolate.h"
