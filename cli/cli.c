@@ -3,23 +3,9 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#include "attnres.h"
-
-void cli_error(const char *cmd, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "attnres %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
 
 int cli_parse_double(const char *cmd, const char *flag, const char *text, double *out)
 {
@@ -90,26 +76,4 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i)
     }
     (*i)++;
     return argv[*i];
-}
-
-const char *cli_best_device(void)
-{
-    return attnres_device_count("cuda") > 0 ? "cuda:0" : "cpu";
-}
-
-#ifndef ATTNRES_SOURCE_TEMPLATE_DIR
-#define ATTNRES_SOURCE_TEMPLATE_DIR "templates"
-#endif
-#ifndef ATTNRES_INSTALLED_TEMPLATE_DIR
-#define ATTNRES_INSTALLED_TEMPLATE_DIR "/usr/local/share/attnres/templates"
-#endif
-
-const char *cli_template_dir(void)
-{
-    const char *env = getenv("ATTNRES_TEMPLATE_DIR");
-    if (env && *env)
-        return env;
-    if (access(ATTNRES_SOURCE_TEMPLATE_DIR "/cpu/mix.lua", R_OK) == 0)
-        return ATTNRES_SOURCE_TEMPLATE_DIR;
-    return ATTNRES_INSTALLED_TEMPLATE_DIR;
 }

@@ -1,6 +1,6 @@
 /*
- * cli.h - what the `attnres` subcommands share: strict number parsing,
- * error reporting, and the list of commands.
+ * cli.h - what the `attnres` subcommands share: strict number parsing and
+ * the list of commands (error reports are tuner_base.h's).
  *
  * Exit codes: 0 success, 1 failure (bad data, device or database), 2 usage
  * error (unknown flag, missing or malformed argument).
@@ -10,12 +10,7 @@
 
 #include <stdint.h>
 
-#define CLI_EXIT_OK 0
-#define CLI_EXIT_FAIL 1
-#define CLI_EXIT_USAGE 2
-
-/* Prints "attnres <cmd>: message" to stderr. */
-void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include "tuner_base.h" /* exit codes, cli_error, cli_best_device, cli_template_dir */
 
 /* Whole-string parses; 0 on success, -1 (with a message printed) if not. */
 int cli_parse_double(const char *cmd, const char *flag, const char *text, double *out);
@@ -34,19 +29,11 @@ int cli_parse_positive(const char *cmd, const char *flag, const char *text, doub
 /* Returns argv[*i + 1] and advances, or prints "FLAG needs a value". */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
-/* The device a command uses when --device is not given: the first CUDA
- * device when there is one, else the CPU. */
-const char *cli_best_device(void);
-
 int cmd_devices(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_db(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
-
-/* Directory of the templates: $ATTNRES_TEMPLATE_DIR, else the source tree's
- * or the installed copy. */
-const char *cli_template_dir(void);
 
 #endif

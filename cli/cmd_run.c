@@ -17,7 +17,7 @@
 #include "attnres.h"
 #include "cli.h"
 #include "convert.h"
-#include "device.h"
+#include "attnres-impl.h"
 #include "npy.h"
 #include "problems.h"
 

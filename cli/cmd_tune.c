@@ -44,24 +44,6 @@ static const char tune_usage[] =
     "  attnres.db, created if missing). A second run over the same problems reuses\n"
     "  every measurement whose candidate source, compiler and device are unchanged.\n";
 
-double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void log_line(const tuner *t, const char *fmt, ...)
-{
-    if (t->opt.quiet)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
 
 static int parse(int argc, char **argv, tune_opts *o)
 {

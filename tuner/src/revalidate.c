@@ -20,12 +20,11 @@
 
 #include "ardb.h"
 #include "ardb_tools.h"
-#include "cli.h"
-#include "device.h"
+#include "tuner_base.h"
+#include "attnres-impl.h"
 #include "measure.h"
 #include "problems.h"
 #include "rooflines.h"
-#include "sha256.h"
 
 typedef struct revalidation {
     attnres_device *dev;
