@@ -28,3 +28,12 @@ file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/problems)
 add_test(NAME tuner_problems_file COMMAND test_problems ${CMAKE_SOURCE_DIR}/docs/problems.md
   ${CMAKE_BINARY_DIR}/test-data/problems)
 set_tests_properties(tuner_problems_file PROPERTIES TIMEOUT 60 LABELS "unit;tuner")
+
+# The tuner library's decisions on given timings (no kernel is run): timing
+# statistics, the halving keep count, the finalists, resources and the
+# choice among equivalent candidates with its tie-breaks.
+add_executable(test_tuner ${CMAKE_CURRENT_LIST_DIR}/../unit/test_tuner.c)
+target_include_directories(test_tuner PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit)
+target_link_libraries(test_tuner PRIVATE artuner)
+add_test(NAME tuner_unit COMMAND test_tuner)
+set_tests_properties(tuner_unit PROPERTIES TIMEOUT 60 LABELS "unit;tuner")
