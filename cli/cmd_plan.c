@@ -13,54 +13,39 @@ static const char plan_usage[] =
 
 int cmd_plan(int argc, char **argv)
 {
-    const char *device = NULL, *dbpath = NULL, *v;
+    const char *device = NULL, *dbpath = NULL;
     attnres_problem p;
     attnres_problem_init(&p, ATTNRES_DTYPE_F32, 0, 0);
     unsigned flags = 0;
-    int64_t x;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(plan_usage, stdout);
-            return CLI_EXIT_OK;
-        } else if (strcmp(a, "--device") == 0) {
-            if (!(device = cli_value("plan", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(a, "--db") == 0) {
-            if (!(dbpath = cli_value("plan", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(a, "--dtype") == 0) {
-            if (!(v = cli_value("plan", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-            if (attnres_dtype_parse(v, &p.dtype)) {
-                cli_error("plan", "--dtype must be f32, bf16 or f16 (got '%s')", v);
-                return CLI_EXIT_USAGE;
-            }
-        } else if (strcmp(a, "--d") == 0 || strcmp(a, "--n") == 0 || strcmp(a, "--heads") == 0) {
-            /* Each value is checked against its own range before it is
-             * stored, so a 64-bit value never lands truncated in the 32-bit
-             * fields of the problem. */
-            int64_t max = strcmp(a, "--d") == 0 ? PROBLEM_MAX_D : strcmp(a, "--n") == 0 ? PROBLEM_MAX_N
-                                                                                          : PROBLEM_MAX_HEADS;
-            if (!(v = cli_value("plan", argc, argv, &i)) || cli_parse_int_range("plan", a, v, 1, max, &x))
-                return CLI_EXIT_USAGE;
-            if (strcmp(a, "--d") == 0)
-                p.d = x;
-            else if (strcmp(a, "--n") == 0)
-                p.n = (int32_t)x;
-            else
-                p.heads = (int32_t)x;
-        } else if (strcmp(a, "--additive") == 0) {
-            p.form = ATTNRES_FORM_ADDITIVE;
-        } else if (strcmp(a, "--epilogue") == 0) {
-            p.epilogue = 1;
-        } else if (strcmp(a, "--require-exact") == 0) {
-            flags |= ATTNRES_PLAN_REQUIRE_EXACT;
-        } else if (strcmp(a, "--explain") != 0) {
-            cli_error("plan", "unknown option '%s' (see attnres plan --help)", a);
-            return CLI_EXIT_USAGE;
-        }
-    }
+    /* Each of d, N and H is checked against its own range before it is
+     * stored, so a 64-bit value never lands truncated in the 32-bit fields
+     * of the problem. */
+    int64_t d = p.d, n = p.n, heads = p.heads;
+    int additive = 0, epilogue = 0, require_exact = 0, explain = 0;
+    const cli_opt opts[] = {CLI_OPT_STRING("--device", &device),
+                            CLI_OPT_STRING("--db", &dbpath),
+                            CLI_OPT_CUSTOM("--dtype", &p.dtype, cli_parse_dtype),
+                            CLI_OPT_INT64("--d", &d, 1, PROBLEM_MAX_D),
+                            CLI_OPT_INT64("--n", &n, 1, PROBLEM_MAX_N),
+                            CLI_OPT_INT64("--heads", &heads, 1, PROBLEM_MAX_HEADS),
+                            CLI_OPT_FLAG("--additive", &additive),
+                            CLI_OPT_FLAG("--epilogue", &epilogue),
+                            CLI_OPT_FLAG("--require-exact", &require_exact),
+                            CLI_OPT_FLAG("--explain", &explain), /* what plan always does */
+                            CLI_OPT_END};
+    const cli_spec args = {.cmd = "plan", .usage = plan_usage, .opts = opts};
+    int rc = cli_parse(&args, argc, argv);
+    if (rc != CLI_PARSED)
+        return rc == CLI_HELP ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    p.d = d;
+    p.n = (int32_t)n;
+    p.heads = (int32_t)heads;
+    if (additive)
+        p.form = ATTNRES_FORM_ADDITIVE;
+    if (epilogue)
+        p.epilogue = 1;
+    if (require_exact)
+        flags |= ATTNRES_PLAN_REQUIRE_EXACT;
     char msg[1024];
     if (attnres_problem_check(&p, msg, sizeof msg)) {
         cli_error("plan", "%s", msg);

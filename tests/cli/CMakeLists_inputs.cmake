@@ -37,3 +37,13 @@ target_include_directories(test_tuner PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit)
 target_link_libraries(test_tuner PRIVATE artuner)
 add_test(NAME tuner_unit COMMAND test_tuner)
 set_tests_properties(tuner_unit PROPERTIES TIMEOUT 60 LABELS "unit;tuner")
+
+# The command line's option parser alone (cli/cli.c): every kind of value,
+# positional arguments, "--", and refusals that name the flag and the value.
+add_executable(test_cli_options ${CMAKE_CURRENT_LIST_DIR}/../unit/test_cli_options.c
+  ${CMAKE_SOURCE_DIR}/cli/cli.c)
+target_include_directories(test_cli_options PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit ${CMAKE_SOURCE_DIR}/cli)
+target_link_libraries(test_cli_options PRIVATE artuner)
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/cli-options)
+add_test(NAME cli_options_unit COMMAND test_cli_options ${CMAKE_BINARY_DIR}/test-data/cli-options)
+set_tests_properties(cli_options_unit PROPERTIES TIMEOUT 60 LABELS "unit;cli")
