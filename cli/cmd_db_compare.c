@@ -1,7 +1,7 @@
 /*
  * cmd_db_compare.c - `attnres db diff` and `attnres db regress`: two runs
  * compared problem by problem, with the noise rule and classification of
- * db/history.c.
+ * db/tools/history.c.
  */
 #include <inttypes.h>
 #include <math.h>

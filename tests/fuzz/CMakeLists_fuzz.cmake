@@ -8,8 +8,9 @@
 set(ATTNRES_FUZZ_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 # fuzz_add(TARGET SOURCES... LIBS...): SOURCES are the project files the
-# target reads that no library holds (the tuner's loaders live in the
-# attnres_cli executable only, so they are compiled in again here).
+# target compiles in itself: the command line's loaders (cli/npy.c,
+# cli/svg_plot.c), which no library holds, and the problems-file parser,
+# taken alone rather than with the whole tuner library.
 # RUNTIME marks a target that links the runtime, whose generated kernels
 # use _Float16: clang before 15 does not have it on x86-64, so with such a
 # clang only the replayer of that target is built (by the normal compiler
