@@ -1,15 +1,14 @@
 /*
  * cmd_tune.c - `attnres tune`: options, the run record, the problem loop
- * and the winners table. Each problem's search is in search.c, candidates
- * and compilation in candidates.c; docs/tuning.md describes the whole.
+ * and the winners table. Each problem's search is the tuner library's
+ * (tuner/src/search.c), candidates and compilation too (candidates.c);
+ * docs/tuning.md describes the whole.
  */
 #include <inttypes.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
