@@ -13,8 +13,8 @@ add_test(NAME cli_integer_ranges
 set_tests_properties(cli_integer_ranges PROPERTIES TIMEOUT 300 LABELS cli)
 
 # The .npy reader alone, on files each case writes into a scratch directory.
-add_executable(test_npy ${CMAKE_CURRENT_LIST_DIR}/../unit/test_npy.c ${CMAKE_SOURCE_DIR}/tuner/src/npy.c)
-target_include_directories(test_npy PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit ${CMAKE_SOURCE_DIR}/tuner/src)
+add_executable(test_npy ${CMAKE_CURRENT_LIST_DIR}/../unit/test_npy.c ${CMAKE_SOURCE_DIR}/cli/npy.c)
+target_include_directories(test_npy PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit ${CMAKE_SOURCE_DIR}/cli)
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/npy)
 add_test(NAME tuner_npy_reader COMMAND test_npy ${CMAKE_BINARY_DIR}/test-data/npy)
 set_tests_properties(tuner_npy_reader PROPERTIES TIMEOUT 60 LABELS "unit;tuner")
@@ -22,9 +22,28 @@ set_tests_properties(tuner_npy_reader PROPERTIES TIMEOUT 60 LABELS "unit;tuner")
 # The problems-file parser alone, and the example of docs/problems.md.
 add_executable(test_problems ${CMAKE_CURRENT_LIST_DIR}/../unit/test_problems.c
   ${CMAKE_SOURCE_DIR}/tuner/src/problems.c)
-target_include_directories(test_problems PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit ${CMAKE_SOURCE_DIR}/tuner/src)
+target_include_directories(test_problems PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit ${CMAKE_SOURCE_DIR}/tuner/include)
 target_link_libraries(test_problems PRIVATE attnres_static Threads::Threads m)
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/problems)
 add_test(NAME tuner_problems_file COMMAND test_problems ${CMAKE_SOURCE_DIR}/docs/problems.md
   ${CMAKE_BINARY_DIR}/test-data/problems)
 set_tests_properties(tuner_problems_file PROPERTIES TIMEOUT 60 LABELS "unit;tuner")
+
+# The tuner library's decisions on given timings (no kernel is run): timing
+# statistics, the halving keep count, the finalists, resources and the
+# choice among equivalent candidates with its tie-breaks.
+add_executable(test_tuner ${CMAKE_CURRENT_LIST_DIR}/../unit/test_tuner.c)
+target_include_directories(test_tuner PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit)
+target_link_libraries(test_tuner PRIVATE artuner)
+add_test(NAME tuner_unit COMMAND test_tuner)
+set_tests_properties(tuner_unit PROPERTIES TIMEOUT 60 LABELS "unit;tuner")
+
+# The command line's option parser alone (cli/cli.c): every kind of value,
+# positional arguments, "--", and refusals that name the flag and the value.
+add_executable(test_cli_options ${CMAKE_CURRENT_LIST_DIR}/../unit/test_cli_options.c
+  ${CMAKE_SOURCE_DIR}/cli/cli.c)
+target_include_directories(test_cli_options PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit ${CMAKE_SOURCE_DIR}/cli)
+target_link_libraries(test_cli_options PRIVATE artuner)
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/cli-options)
+add_test(NAME cli_options_unit COMMAND test_cli_options ${CMAKE_BINARY_DIR}/test-data/cli-options)
+set_tests_properties(cli_options_unit PROPERTIES TIMEOUT 60 LABELS "unit;cli")

@@ -1,6 +1,7 @@
 # History, comparison and exchange of tuning databases: the unit tests of
-# db/history.c, db/exchange.c and db/migrate.c, and the end-to-end test of
-# `attnres db regress` on a real slowdown. Included from tests/CMakeLists.txt.
+# db/tools/history.c, db/tools/exchange.c and db/core/migrate.c, and the
+# end-to-end test of `attnres db regress` on a real slowdown. Included from
+# tests/CMakeLists.txt.
 set(ATTNRES_DB_V1_FIXTURE ${CMAKE_CURRENT_SOURCE_DIR}/unit/fixtures/db_v1.sql)
 
 add_executable(test_db_history ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_db_history.c)

@@ -8,8 +8,9 @@
 set(ATTNRES_FUZZ_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 # fuzz_add(TARGET SOURCES... LIBS...): SOURCES are the project files the
-# target reads that no library holds (the tuner's loaders live in the
-# attnres_cli executable only, so they are compiled in again here).
+# target compiles in itself: the command line's loaders (cli/npy.c,
+# cli/svg_plot.c), which no library holds, and the problems-file parser,
+# taken alone rather than with the whole tuner library.
 # RUNTIME marks a target that links the runtime, whose generated kernels
 # use _Float16: clang before 15 does not have it on x86-64, so with such a
 # clang only the replayer of that target is built (by the normal compiler
@@ -31,8 +32,8 @@ function(fuzz_add name)
     list(APPEND targets fuzz_${name})
   endif()
   foreach(t ${targets})
-    target_include_directories(${t} PRIVATE ${ATTNRES_FUZZ_DIR} ${PROJECT_SOURCE_DIR}/tuner/src
-                               ${PROJECT_SOURCE_DIR}/db)
+    target_include_directories(${t} PRIVATE ${ATTNRES_FUZZ_DIR} ${PROJECT_SOURCE_DIR}/cli
+                               ${PROJECT_SOURCE_DIR}/tuner/include ${PROJECT_SOURCE_DIR}/db/core ${PROJECT_SOURCE_DIR}/db/tools)
     target_link_libraries(${t} PRIVATE ${F_LIBS} m)
   endforeach()
   add_test(NAME fuzz_corpus_${name} COMMAND fuzz_replay_${name} ${ATTNRES_FUZZ_DIR}/corpus/${name})
@@ -40,7 +41,7 @@ function(fuzz_add name)
     ENVIRONMENT "ATTNRES_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache/fuzz;ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR}")
 endfunction()
 
-fuzz_add(npy SOURCES ${PROJECT_SOURCE_DIR}/tuner/src/npy.c)
+fuzz_add(npy SOURCES ${PROJECT_SOURCE_DIR}/cli/npy.c)
 fuzz_add(problems RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/tuner/src/problems.c LIBS attnres_static)
 fuzz_add(db_import LIBS ardb)
-fuzz_add(damaged_db RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/tuner/src/svg_plot.c LIBS attnres_static Threads::Threads)
+fuzz_add(damaged_db RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/cli/svg_plot.c LIBS attnres_static ardb Threads::Threads)

@@ -8,7 +8,7 @@
  *     `db runs` (ardb_list_runs, ardb_run_list), `db diff` and `db regress`
  *     (ardb_run_resolve, ardb_diff_runs and its classification,
  *     ardb_run_latest_on_device), `db plot` (ardb_winner_history drawn with
- *     tuner/src/svg_plot.c), `db export` (JSON and CSV) and
+ *     cli/svg_plot.c), `db export` (JSON and CSV) and
  *     `tune --revalidate` / `plan` (ardb_stored_winners).
  *
  * Invariants: every failure is a status with a non-empty message; a plan
@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "attnres.h"
 #include "fuzz.h"
 #include "svg_plot.h"

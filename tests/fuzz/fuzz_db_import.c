@@ -1,6 +1,6 @@
 /*
- * fuzz_db_import.c - `attnres db import FILE`: the JSON reader (db/json.c)
- * and the import (db/exchange.c) on any bytes, into a fresh database.
+ * fuzz_db_import.c - `attnres db import FILE`: the JSON reader (db/tools/json.c)
+ * and the import (db/tools/exchange.c) on any bytes, into a fresh database.
  *
  * Invariants: a refusal is ARDB_EINVAL (or another ardb code) with a
  * message; an accepted file leaves a database whose export is valid UTF-8
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "fuzz.h"
 #include "json.h"
 

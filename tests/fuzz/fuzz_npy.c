@@ -1,5 +1,5 @@
 /*
- * fuzz_npy.c - the .npy reader of `attnres run` (tuner/src/npy.c) on any
+ * fuzz_npy.c - the .npy reader of `attnres run` (cli/npy.c) on any
  * bytes a user can pass as --sources, --query, --gain and the rest.
  *
  * Invariants: a refusal leaves a zeroed array and a message naming the

@@ -21,12 +21,14 @@ set(CMAKE_REQUIRED_LINK_OPTIONS ${ardb_robust_sanitize})
 check_c_source_compiles("int main(void) { return 0; }" ATTNRES_HAVE_ASAN_UBSAN)
 unset(CMAKE_REQUIRED_FLAGS)
 unset(CMAKE_REQUIRED_LINK_OPTIONS)
-get_target_property(ardb_robust_sources ardb SOURCES)
+get_target_property(ardb_robust_sources ardb_core SOURCES)
+get_target_property(ardb_robust_tool_sources ardb SOURCES)
+list(APPEND ardb_robust_sources ${ardb_robust_tool_sources})
 list(TRANSFORM ardb_robust_sources PREPEND ${CMAKE_SOURCE_DIR}/db/)
 add_executable(test_db_robust ${CMAKE_CURRENT_LIST_DIR}/test_db_robust.c ${ardb_robust_sources}
-               ${CMAKE_SOURCE_DIR}/tuner/src/svg_plot.c)
-target_include_directories(test_db_robust PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${CMAKE_SOURCE_DIR}/db
-                           ${CMAKE_SOURCE_DIR}/tuner/src)
+               ${CMAKE_SOURCE_DIR}/cli/svg_plot.c)
+target_include_directories(test_db_robust PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${CMAKE_SOURCE_DIR}/db/core
+                           ${CMAKE_SOURCE_DIR}/db/tools ${CMAKE_SOURCE_DIR}/cli)
 target_link_libraries(test_db_robust PRIVATE SQLite::SQLite3 m)
 if(ATTNRES_HAVE_ASAN_UBSAN)
   target_compile_options(test_db_robust PRIVATE ${ardb_robust_sanitize})

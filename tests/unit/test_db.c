@@ -1,5 +1,5 @@
 /*
- * test_db.c - unit tests of the tuning database access layer (db/ardb.h).
+ * test_db.c - unit tests of the tuning database access layer (db/core/ardb.h, db/tools/ardb_tools.h).
  *
  * Every database lives in a fresh mkdtemp directory under $TMPDIR (or /tmp),
  * removed at the end.
@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "check.h"
 
 static char tmpdir[512];

@@ -1,5 +1,5 @@
 /*
- * test_npy.c - the .npy reader (tuner/src/npy.c) reads the header as the
+ * test_npy.c - the .npy reader (cli/npy.c) reads the header as the
  * Python dict literal it is, as NumPy does, and refuses everything NumPy
  * refuses or that is not plain float32: each case writes its file here, with
  * the header text given byte for byte.

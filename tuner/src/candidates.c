@@ -13,11 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "sha256.h"
-#ifdef ATTNRES_HAVE_CUDA
-#include "nvrtc.h" /* the CUDA compiler's resource report */
-#endif
+#include "tuner_base.h"
+#include "attnres-impl.h" /* sha256; NVRTC's resource report where CUDA is built */
 #include "tune_session.h"
 
 /* ---- templates and candidates ---------------------------------------- */

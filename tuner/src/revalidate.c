@@ -19,12 +19,12 @@
 #include <unistd.h>
 
 #include "ardb.h"
-#include "cli.h"
-#include "device.h"
+#include "ardb_tools.h"
+#include "tuner_base.h"
+#include "attnres-impl.h"
 #include "measure.h"
 #include "problems.h"
 #include "rooflines.h"
-#include "sha256.h"
 
 typedef struct revalidation {
     attnres_device *dev;

@@ -13,8 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "sha256.h"
+#include "attnres-impl.h"
+#include "tuner_base.h"
+#include "ardb_tools.h"
 #include "tune_session.h"
 #include "isolate.h"
 
@@ -32,15 +33,6 @@ static void progress(const tuner *t, const char *desc, size_t done, size_t total
 }
 
 /* ---- one problem ------------------------------------------------------ */
-
-typedef struct candidate_ref {
-    source_entry *e;
-    int reused;            /* measured by an earlier run */
-    int64_t measurement_id;
-    ardb_status status;
-    double median_us, spread_us;
-    int final_round;       /* took part in the interleaved round */
-} candidate_ref;
 
 const char *strategy_name(strategy s)
 {
@@ -187,7 +179,7 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
     return 0;
 }
 
-static int by_median(const void *a, const void *b)
+int search_by_median(const void *a, const void *b)
 {
     const candidate_ref *x = *(candidate_ref *const *)a, *y = *(candidate_ref *const *)b;
     return (x->median_us > y->median_us) - (x->median_us < y->median_us);
@@ -202,10 +194,31 @@ static int by_median(const void *a, const void *b)
 #define FINALIST_MARGIN 0.10 /* within 10% of the best full timing */
 #define EQUIVALENT_FRACTION 0.05
 
+size_t search_halving_keep(size_t nok, int64_t budget_candidates)
+{
+    size_t keep = (nok + 3) / 4;
+    if (keep < 3)
+        keep = 3;
+    if (budget_candidates > 0 && keep > (size_t)budget_candidates)
+        keep = (size_t)budget_candidates;
+    if (keep > nok)
+        keep = nok;
+    return keep;
+}
+
+size_t search_finalists(candidate_ref *const *ok, size_t nok)
+{
+    size_t k = 0;
+    while (k < nok && k < FINALISTS_MAX &&
+           (k < 2 || ok[k]->median_us <= ok[0]->median_us * (1.0 + FINALIST_MARGIN)))
+        k++;
+    return k;
+}
+
 /* Resources a variant holds, for breaking ties between equivalent
  * candidates: threads (CPU) or threads per block (GPU) first, then the
  * registers its vectors and accumulators take (vec x unroll). */
-static int64_t resources(const source_entry *e)
+int64_t search_resources(const source_entry *e)
 {
     int64_t threads = ar_json_int(e->json, "threads", 0);
     int64_t block = ar_json_int(e->json, "block", 0);
@@ -215,7 +228,7 @@ static int64_t resources(const source_entry *e)
 
 /* The winner among the final round: the candidates within the noise of the
  * fastest are equivalent; of those, the fewest resources, then the id. */
-static candidate_ref *choose(candidate_ref **fin, size_t k, char *equivalent, size_t len)
+candidate_ref *search_choose(candidate_ref *const *fin, size_t k, char *equivalent, size_t len)
 {
     candidate_ref *fastest = NULL;
     for (size_t i = 0; i < k; i++)
@@ -236,8 +249,8 @@ static candidate_ref *choose(candidate_ref **fin, size_t k, char *equivalent, si
             continue;
         size_t used = strlen(equivalent);
         snprintf(equivalent + used, len - used, "%s%s", used ? ", " : "", c->e->id);
-        if (!best || resources(c->e) < resources(best->e) ||
-            (resources(c->e) == resources(best->e) && strcmp(c->e->id, best->e->id) < 0))
+        if (!best || search_resources(c->e) < search_resources(best->e) ||
+            (search_resources(c->e) == search_resources(best->e) && strcmp(c->e->id, best->e->id) < 0))
             best = c;
     }
     return best;
@@ -341,7 +354,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
             }
         }
         if (nf)
-            best = choose(fin, nf, equivalent, sizeof equivalent);
+            best = search_choose(fin, nf, equivalent, sizeof equivalent);
         free(fin);
     }
     if (!best && n > 0) {
@@ -387,30 +400,21 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
             if (cands[i].status == ARDB_STATUS_OK && (cands[i].reused || cands[i].measurement_id))
                 ok[nok++] = &cands[i];
         if (ok)
-            qsort(ok, nok, sizeof *ok, by_median);
+            qsort(ok, nok, sizeof *ok, search_by_median);
         /* Round 2 (halving): the best quarter, fully timed. */
         if (halving && ok) {
-            size_t keep = (nok + 3) / 4;
-            if (keep < 3)
-                keep = 3;
-            if (t->opt.budget_candidates && keep > (size_t)t->opt.budget_candidates)
-                keep = (size_t)t->opt.budget_candidates;
-            if (keep > nok)
-                keep = nok;
+            size_t keep = search_halving_keep(nok, t->opt.budget_candidates);
             for (size_t i = 0; i < keep; i++)
                 if (!ok[i]->reused)
                     measure_one(t, bc, problem_id, ok[i], &t->policy, 0, "full");
             nok = keep;
-            qsort(ok, nok, sizeof *ok, by_median);
+            qsort(ok, nok, sizeof *ok, search_by_median);
         }
         /* Round 3: the best three, interleaved, decide. */
-        size_t k = 0;
-        while (k < nok && k < FINALISTS_MAX &&
-               (k < 2 || ok[k]->median_us <= ok[0]->median_us * (1.0 + FINALIST_MARGIN)))
-            k++;
-        if (ok && k > 0) {
+        size_t k = ok ? search_finalists(ok, nok) : 0;
+        if (k > 0) {
             final_round(t, bc, problem_id, ok, k);
-            best = choose(ok, k, equivalent, sizeof equivalent);
+            best = search_choose(ok, k, equivalent, sizeof equivalent);
         }
         free(ok);
         bench_case_free(bc);

@@ -100,25 +100,12 @@ int cmd_gen(int argc, char **argv)
 {
     const char *only = NULL, *id = NULL;
     int list = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs(gen_usage, stdout);
-            return CLI_EXIT_OK;
-        } else if (strcmp(argv[i], "--list") == 0) {
-            list = 1;
-        } else if (strcmp(argv[i], "--template") == 0) {
-            if (!(only = cli_value("gen", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (argv[i][0] == '-') {
-            cli_error("gen", "unknown option '%s'", argv[i]);
-            return CLI_EXIT_USAGE;
-        } else if (!id) {
-            id = argv[i];
-        } else {
-            cli_error("gen", "one variant id at a time ('%s' is extra)", argv[i]);
-            return CLI_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {CLI_OPT_FLAG("--list", &list), CLI_OPT_STRING("--template", &only), CLI_OPT_END};
+    const cli_spec spec = {.cmd = "gen", .usage = gen_usage, .opts = opts, .pos = &id, .max_pos = 1,
+                           .extra = "one variant id at a time"};
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED)
+        return rc == CLI_HELP ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     if (list == !!id) {
         cli_error("gen", "give either --list or a variant id (see attnres gen --help)");
         return CLI_EXIT_USAGE;

@@ -2,6 +2,7 @@
  * resume.c - what the tuner asks the database when it resumes work.
  */
 #include "ardb_internal.h"
+#include "ardb_tools.h"
 
 
 int ardb_measurement_find_final(ardb *db, int64_t candidate_id, int64_t problem_id, int64_t device_id,

@@ -1,15 +1,14 @@
 /*
  * cmd_tune.c - `attnres tune`: options, the run record, the problem loop
- * and the winners table. Each problem's search is in search.c, candidates
- * and compilation in candidates.c; docs/tuning.md describes the whole.
+ * and the winners table. Each problem's search is the tuner library's
+ * (tuner/src/search.c), candidates and compilation too (candidates.c);
+ * docs/tuning.md describes the whole.
  */
 #include <inttypes.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -44,24 +43,43 @@ static const char tune_usage[] =
     "  attnres.db, created if missing). A second run over the same problems reuses\n"
     "  every measurement whose candidate source, compiler and device are unchanged.\n";
 
-double now_s(void)
+/* --budget N (candidates) or --budget SECONDSs (seconds a problem). */
+static int parse_budget(const char *cmd, const char *flag, const char *v, void *dst)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    (void)flag;
+    tune_opts *o = dst;
+    size_t len = strlen(v);
+    if (len > 1 && v[len - 1] == 's') {
+        char num[64];
+        snprintf(num, sizeof num, "%.*s", (int)(len - 1), v);
+        return cli_parse_positive(cmd, "--budget (seconds)", num, &o->budget_seconds);
+    }
+    /* A count of candidates; a million is more than any template space
+     * holds. */
+    return cli_parse_int_range(cmd, "--budget (candidates)", v, 1, 1000000, &o->budget_candidates);
 }
 
-void log_line(const tuner *t, const char *fmt, ...)
+/* --shard I/N. sscanf's %d has undefined behaviour on overflow: each half
+ * is parsed and range-checked on its own, the count first so that the
+ * index's range can name it. */
+static int parse_shard(const char *cmd, const char *flag, const char *v, void *dst)
 {
-    if (t->opt.quiet)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
+    tune_opts *o = dst;
+    const char *slash = strchr(v, '/');
+    char index[32];
+    int64_t si, sn;
+    if (!slash || (size_t)(slash - v) >= sizeof index) {
+        cli_error(cmd, "%s expects I/N with 0 <= I < N (got '%s')", flag, v);
+        return -1;
+    }
+    snprintf(index, sizeof index, "%.*s", (int)(slash - v), v);
+    if (cli_parse_int_range(cmd, "--shard count N", slash + 1, 1, 4096, &sn) ||
+        cli_parse_int_range(cmd, "--shard index I", index, 0, sn - 1, &si))
+        return -1;
+    o->shard_index = (int)si;
+    o->shard_count = (int)sn;
+    return 0;
 }
-
 
 static int parse(int argc, char **argv, tune_opts *o)
 {
@@ -72,99 +90,34 @@ static int parse(int argc, char **argv, tune_opts *o)
     o->isolate = 1;
     o->time_limit_s = 60;
     o->shard_count = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int64_t n;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(tune_usage, stdout);
-            return 1;
-        } else if (strcmp(a, "--device") == 0) {
-            if (!(o->device = cli_value("tune", argc, argv, &i)))
-                return -1;
-        } else if (strcmp(a, "--db") == 0) {
-            if (!(o->db = cli_value("tune", argc, argv, &i)))
-                return -1;
-        } else if (strcmp(a, "--preset") == 0) {
-            if (!(o->preset = cli_value("tune", argc, argv, &i)))
-                return -1;
-        } else if (strcmp(a, "--problems") == 0) {
-            if (!(o->problems = cli_value("tune", argc, argv, &i)))
-                return -1;
-        } else if (strcmp(a, "--jobs") == 0) {
-            if (!(v = cli_value("tune", argc, argv, &i)) || cli_parse_int_range("tune", a, v, 1, 256, &n))
-                return -1;
-            o->jobs = (int)n;
-        } else if (strcmp(a, "--quiet") == 0) {
-            o->quiet = 1;
-        } else if (strcmp(a, "--no-isolate") == 0) {
-            o->isolate = 0;
-        } else if (strcmp(a, "--revalidate") == 0) {
-            o->revalidate = 1;
-        } else if (strcmp(a, "--strategy") == 0) {
-            if (!(v = cli_value("tune", argc, argv, &i)))
-                return -1;
-            if (strcmp(v, "halving") == 0)
-                o->strategy = STRATEGY_HALVING;
-            else if (strcmp(v, "exhaustive") == 0)
-                o->strategy = STRATEGY_EXHAUSTIVE;
-            else if (strcmp(v, "random") == 0)
-                o->strategy = STRATEGY_RANDOM;
-            else {
-                cli_error("tune", "--strategy must be halving, exhaustive or random (got '%s')", v);
-                return -1;
-            }
-        } else if (strcmp(a, "--budget") == 0) {
-            if (!(v = cli_value("tune", argc, argv, &i)))
-                return -1;
-            size_t len = strlen(v);
-            if (len > 1 && v[len - 1] == 's') {
-                char num[64];
-                snprintf(num, sizeof num, "%.*s", (int)(len - 1), v);
-                double sec;
-                if (cli_parse_positive("tune", "--budget (seconds)", num, &sec))
-                    return -1;
-                o->budget_seconds = sec;
-            } else {
-                /* A count of candidates; a million is more than any
-                 * template space holds. */
-                if (cli_parse_int_range("tune", "--budget (candidates)", v, 1, 1000000, &n))
-                    return -1;
-                o->budget_candidates = n;
-            }
-        } else if (strcmp(a, "--seed") == 0) {
-            /* Negative seeds used to wrap to huge unsigned ones silently. */
-            if (!(v = cli_value("tune", argc, argv, &i)) || cli_parse_int_range("tune", a, v, 0, INT64_MAX, &n))
-                return -1;
-            o->seed = (uint64_t)n;
-        } else if (strcmp(a, "--time-limit") == 0) {
-            double sec;
-            if (!(v = cli_value("tune", argc, argv, &i)) || cli_parse_positive("tune", a, v, &sec))
-                return -1;
-            o->time_limit_s = sec;
-        } else if (strcmp(a, "--shard") == 0) {
-            if (!(v = cli_value("tune", argc, argv, &i)))
-                return -1;
-            /* sscanf's %d has undefined behaviour on overflow: each half is
-             * parsed and range-checked on its own, the count first so that
-             * the index's range can name it. */
-            const char *slash = strchr(v, '/');
-            char index[32];
-            int64_t si, sn;
-            if (!slash || (size_t)(slash - v) >= sizeof index) {
-                cli_error("tune", "--shard expects I/N with 0 <= I < N (got '%s')", v);
-                return -1;
-            }
-            snprintf(index, sizeof index, "%.*s", (int)(slash - v), v);
-            if (cli_parse_int_range("tune", "--shard count N", slash + 1, 1, 4096, &sn) ||
-                cli_parse_int_range("tune", "--shard index I", index, 0, sn - 1, &si))
-                return -1;
-            o->shard_index = (int)si;
-            o->shard_count = (int)sn;
-        } else {
-            cli_error("tune", "unknown option '%s' (see attnres tune --help)", a);
-            return -1;
-        }
-    }
+    /* The order of strategy's names is the order of the enum. */
+    static const char *const strategies[] = {"halving", "exhaustive", "random", NULL};
+    int strat = STRATEGY_HALVING, no_isolate = 0;
+    /* Negative seeds used to wrap to huge unsigned ones silently. */
+    int64_t seed = 0;
+    const cli_opt opts[] = {
+        CLI_OPT_STRING("--device", &o->device),
+        CLI_OPT_STRING("--db", &o->db),
+        CLI_OPT_STRING("--preset", &o->preset),
+        CLI_OPT_STRING("--problems", &o->problems),
+        CLI_OPT_INT("--jobs", &o->jobs, 1, 256),
+        CLI_OPT_FLAG("--quiet", &o->quiet),
+        CLI_OPT_FLAG("--no-isolate", &no_isolate),
+        CLI_OPT_FLAG("--revalidate", &o->revalidate),
+        CLI_OPT_CHOICE("--strategy", &strat, strategies),
+        CLI_OPT_CUSTOM("--budget", o, parse_budget),
+        CLI_OPT_INT64("--seed", &seed, 0, INT64_MAX),
+        CLI_OPT_POSITIVE("--time-limit", &o->time_limit_s),
+        CLI_OPT_CUSTOM("--shard", o, parse_shard),
+        CLI_OPT_END};
+    const cli_spec spec = {.cmd = "tune", .usage = tune_usage, .opts = opts};
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED)
+        return rc;
+    o->strategy = (strategy)strat;
+    o->seed = (uint64_t)seed;
+    if (no_isolate)
+        o->isolate = 0;
     if (o->preset && o->problems) {
         cli_error("tune", "give --preset or --problems, not both");
         return -1;

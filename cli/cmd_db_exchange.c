@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "cli.h"
 #include "cmd_db.h"
 
@@ -29,27 +30,16 @@ int db_cmd_export(int argc, char **argv)
     const char *path = "attnres.db", *out_path = NULL, *table = NULL;
     int json = 0, csv = 0;
     unsigned flags = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--db") == 0) {
-            if (!(path = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(argv[i], "--out") == 0) {
-            if (!(out_path = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(argv[i], "--table") == 0) {
-            if (!(table = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else if (strcmp(argv[i], "--csv") == 0) {
-            csv = 1;
-        } else if (strcmp(argv[i], "--no-source") == 0) {
-            flags |= ARDB_EXPORT_NO_SOURCE;
-        } else {
-            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
-            return CLI_EXIT_USAGE;
-        }
-    }
+    int no_source = 0;
+    const cli_opt opts[] = {CLI_OPT_STRING("--db", &path),    CLI_OPT_STRING("--out", &out_path),
+                            CLI_OPT_STRING("--table", &table), CLI_OPT_FLAG("--json", &json),
+                            CLI_OPT_FLAG("--csv", &csv),       CLI_OPT_FLAG("--no-source", &no_source),
+                            CLI_OPT_END};
+    const cli_spec spec = {.cmd = "db", .opts = opts};
+    if (cli_parse(&spec, argc, argv) != CLI_PARSED)
+        return CLI_EXIT_USAGE;
+    if (no_source)
+        flags |= ARDB_EXPORT_NO_SOURCE;
     if (json == csv) {
         cli_error("db", "export needs one of --json or --csv");
         return CLI_EXIT_USAGE;
@@ -152,20 +142,11 @@ static char *read_all(const char *path, size_t *len)
 int db_cmd_import(int argc, char **argv)
 {
     const char *path = "attnres.db", *in = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--db") == 0) {
-            if (!(path = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
-            return CLI_EXIT_USAGE;
-        } else if (!in) {
-            in = argv[i];
-        } else {
-            cli_error("db", "import takes one file");
-            return CLI_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {CLI_OPT_STRING("--db", &path), CLI_OPT_END};
+    const cli_spec spec = {.cmd = "db", .opts = opts, .pos = &in, .max_pos = 1,
+                           .extra = "import takes one file", .dash_positional = 1};
+    if (cli_parse(&spec, argc, argv) != CLI_PARSED)
+        return CLI_EXIT_USAGE;
     if (!in) {
         cli_error("db", "usage: attnres db import FILE.json [--db FILE]");
         return CLI_EXIT_USAGE;
@@ -193,20 +174,12 @@ int db_cmd_import(int argc, char **argv)
 int db_cmd_merge(int argc, char **argv)
 {
     const char *path = "attnres.db", *src = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--db") == 0) {
-            if (!(path = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
-            return CLI_EXIT_USAGE;
-        } else if (!src) {
-            src = argv[i];
-        } else {
-            cli_error("db", "merge takes one source database (run it once per file)");
-            return CLI_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {CLI_OPT_STRING("--db", &path), CLI_OPT_END};
+    const cli_spec spec = {.cmd = "db", .opts = opts, .pos = &src, .max_pos = 1,
+                           .extra = "merge takes one source database (run it once per file)",
+                           .dash_positional = 1};
+    if (cli_parse(&spec, argc, argv) != CLI_PARSED)
+        return CLI_EXIT_USAGE;
     if (!src) {
         cli_error("db", "usage: attnres db merge SRC.db [--db FILE]");
         return CLI_EXIT_USAGE;

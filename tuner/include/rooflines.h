@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "device.h"
+#include "attnres-impl.h"
 
 typedef struct rooflines {
     double copy_gbps; /* bytes read + written per second by a device copy */

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "device.h"
+#include "attnres-impl.h"
 #include "problems.h"
 
 /* How timings are taken; recorded with every run (as JSON). */

@@ -22,18 +22,18 @@ static void show(const char *spec)
     attnres_device_close(dev);
 }
 
+static const char devices_usage[] =
+    "usage: attnres devices\n\n  Lists the CPU and every CUDA device, with the fingerprint\n"
+    "  (backend|name|arch|units|memory|driver, then |simulated for a device of\n"
+    "  the simulated CUDA driver) that keys tuning results.\n";
+
 int cmd_devices(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: attnres devices\n\n  Lists the CPU and every CUDA device, with the fingerprint\n"
-                   "  (backend|name|arch|units|memory|driver, then |simulated for a device of\n"
-                   "  the simulated CUDA driver) that keys tuning results.\n");
-            return CLI_EXIT_OK;
-        }
-        cli_error("devices", "unknown option '%s'", argv[i]);
-        return CLI_EXIT_USAGE;
-    }
+    const cli_opt opts[] = {CLI_OPT_END};
+    const cli_spec spec = {.cmd = "devices", .usage = devices_usage, .opts = opts};
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED)
+        return rc == CLI_HELP ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     show("cpu");
     int n = attnres_device_count("cuda");
     if (n == 0)

@@ -1,7 +1,7 @@
 /*
  * cmd_db_compare.c - `attnres db diff` and `attnres db regress`: two runs
  * compared problem by problem, with the noise rule and classification of
- * db/history.c.
+ * db/tools/history.c.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "cli.h"
 #include "cmd_db.h"
 
@@ -17,12 +18,13 @@
 #define REGRESS_FOUND 1
 #define REGRESS_USAGE 2
 
-static int parse_threshold(const char *v, double *pct)
+static int parse_threshold(const char *cmd, const char *flag, const char *v, void *dst)
 {
-    if (cli_parse_double("db", "--threshold", v, pct))
+    double *pct = dst;
+    if (cli_parse_double(cmd, flag, v, pct))
         return -1;
     if (!(*pct >= 0) || *pct > 1e6) {
-        cli_error("db", "--threshold is a percentage >= 0 (got '%s')", v);
+        cli_error(cmd, "%s is a percentage >= 0 (got '%s')", flag, v);
         return -1;
     }
     return 0;
@@ -88,26 +90,14 @@ int db_cmd_diff(int argc, char **argv)
     const char *path = "attnres.db", *pos[2] = {NULL, NULL};
     int npos = 0, json = 0;
     double pct = ARDB_DEFAULT_THRESHOLD_PCT;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        if (strcmp(argv[i], "--db") == 0) {
-            if (!(path = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(argv[i], "--threshold") == 0) {
-            if (!(v = cli_value("db", argc, argv, &i)) || parse_threshold(v, &pct))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
-            return CLI_EXIT_USAGE;
-        } else if (npos < 2) {
-            pos[npos++] = argv[i];
-        } else {
-            cli_error("db", "diff compares two runs: RUN_A RUN_B");
-            return CLI_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {CLI_OPT_STRING("--db", &path),
+                            CLI_OPT_CUSTOM("--threshold", &pct, parse_threshold),
+                            CLI_OPT_FLAG("--json", &json),
+                            CLI_OPT_END};
+    const cli_spec spec = {.cmd = "db", .opts = opts, .pos = pos, .max_pos = 2, .npos = &npos,
+                           .extra = "diff compares two runs: RUN_A RUN_B", .dash_positional = 1};
+    if (cli_parse(&spec, argc, argv) != CLI_PARSED)
+        return CLI_EXIT_USAGE;
     if (npos != 2) {
         cli_error("db", "usage: attnres db diff RUN_A RUN_B [--db FILE] [--threshold PCT] [--json]");
         return CLI_EXIT_USAGE;
@@ -211,27 +201,15 @@ int db_cmd_regress(int argc, char **argv)
     const char *path = "attnres.db", *base_text = NULL, *cand_text = NULL;
     int json = 0;
     double pct = ARDB_DEFAULT_THRESHOLD_PCT;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        if (strcmp(argv[i], "--db") == 0) {
-            if (!(path = cli_value("db", argc, argv, &i)))
-                return REGRESS_USAGE;
-        } else if (strcmp(argv[i], "--baseline") == 0) {
-            if (!(base_text = cli_value("db", argc, argv, &i)))
-                return REGRESS_USAGE;
-        } else if (strcmp(argv[i], "--candidate") == 0) {
-            if (!(cand_text = cli_value("db", argc, argv, &i)))
-                return REGRESS_USAGE;
-        } else if (strcmp(argv[i], "--threshold") == 0) {
-            if (!(v = cli_value("db", argc, argv, &i)) || parse_threshold(v, &pct))
-                return REGRESS_USAGE;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else {
-            cli_error("db", "unknown argument '%s' (see attnres db --help)", argv[i]);
-            return REGRESS_USAGE;
-        }
-    }
+    const cli_opt opts[] = {CLI_OPT_STRING("--db", &path),
+                            CLI_OPT_STRING("--baseline", &base_text),
+                            CLI_OPT_STRING("--candidate", &cand_text),
+                            CLI_OPT_CUSTOM("--threshold", &pct, parse_threshold),
+                            CLI_OPT_FLAG("--json", &json),
+                            CLI_OPT_END};
+    const cli_spec spec = {.cmd = "db", .opts = opts};
+    if (cli_parse(&spec, argc, argv) != CLI_PARSED)
+        return REGRESS_USAGE;
     if (!base_text) {
         cli_error("db", "regress needs --baseline RUN (see attnres db --help)");
         return REGRESS_USAGE;

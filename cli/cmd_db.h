@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ardb.h"
+#include "ardb_tools.h"
 
 /* Opens the database for a subcommand, printing the reason on failure. */
 int db_open(const char *path, unsigned flags, ardb **db);

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "cli.h"
 #include "cmd_db.h"
 #include "svg_plot.h"
@@ -226,26 +227,11 @@ int db_cmd_plot(int argc, char **argv)
 {
     const char *path = "attnres.db", *dir = NULL;
     int64_t last = DEFAULT_RUNS;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        if (strcmp(argv[i], "--db") == 0) {
-            if (!(path = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(argv[i], "--out") == 0) {
-            if (!(dir = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(argv[i], "--runs") == 0) {
-            if (!(v = cli_value("db", argc, argv, &i)) || cli_parse_int("db", "--runs", v, &last))
-                return CLI_EXIT_USAGE;
-            if (last < 1 || last > 64) {
-                cli_error("db", "--runs must be between 1 and 64");
-                return CLI_EXIT_USAGE;
-            }
-        } else {
-            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
-            return CLI_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT_STRING("--db", &path), CLI_OPT_STRING("--out", &dir), CLI_OPT_INT64("--runs", &last, 1, 64), CLI_OPT_END};
+    const cli_spec spec = {.cmd = "db", .opts = opts};
+    if (cli_parse(&spec, argc, argv) != CLI_PARSED)
+        return CLI_EXIT_USAGE;
     if (!dir) {
         cli_error("db", "plot needs --out DIR");
         return CLI_EXIT_USAGE;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ardb.h"
+#include "ardb_tools.h"
 #include "cli.h"
 #include "cmd_db.h"
 #include "revalidate.h"
@@ -236,18 +237,10 @@ static int print_row(void *ctxp, int ncol, const char *const *names, const char 
 static int cmd_show(int argc, char **argv)
 {
     const char *path = "attnres.db", *run_text = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--db") == 0) {
-            if (!(path = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(argv[i], "--run") == 0) {
-            if (!(run_text = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else {
-            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
-            return CLI_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {CLI_OPT_STRING("--db", &path), CLI_OPT_STRING("--run", &run_text), CLI_OPT_END};
+    const cli_spec spec = {.cmd = "db", .opts = opts};
+    if (cli_parse(&spec, argc, argv) != CLI_PARSED)
+        return CLI_EXIT_USAGE;
     ardb *db;
     int64_t run = 0;
     if (db_open(path, ARDB_READONLY, &db))
@@ -359,19 +352,11 @@ static int cmd_runs(int argc, char **argv)
 {
     const char *path = "attnres.db";
     int json = 0, lng = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--db") == 0) {
-            if (!(path = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else if (strcmp(argv[i], "--long") == 0) {
-            lng = 1;
-        } else {
-            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
-            return CLI_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT_STRING("--db", &path), CLI_OPT_FLAG("--json", &json), CLI_OPT_FLAG("--long", &lng), CLI_OPT_END};
+    const cli_spec spec = {.cmd = "db", .opts = opts};
+    if (cli_parse(&spec, argc, argv) != CLI_PARSED)
+        return CLI_EXIT_USAGE;
     ardb *db;
     ardb_run_info *runs = NULL;
     size_t n = 0;
@@ -407,20 +392,11 @@ static int cmd_note(int argc, char **argv)
 {
     const char *path = "attnres.db", *pos[2] = {NULL, NULL};
     int npos = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--db") == 0) {
-            if (!(path = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
-            return CLI_EXIT_USAGE;
-        } else if (npos < 2) {
-            pos[npos++] = argv[i];
-        } else {
-            cli_error("db", "note takes RUN and one TEXT (quote it)");
-            return CLI_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {CLI_OPT_STRING("--db", &path), CLI_OPT_END};
+    const cli_spec spec = {.cmd = "db", .opts = opts, .pos = pos, .max_pos = 2, .npos = &npos,
+                           .extra = "note takes RUN and one TEXT (quote it)", .dash_positional = 1};
+    if (cli_parse(&spec, argc, argv) != CLI_PARSED)
+        return CLI_EXIT_USAGE;
     if (npos != 2) {
         cli_error("db", "usage: attnres db note RUN TEXT [--db FILE]");
         return CLI_EXIT_USAGE;
@@ -446,20 +422,11 @@ static int cmd_revalidate(int argc, char **argv)
 {
     const char *path = "attnres.db", *device = NULL;
     int quiet = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--db") == 0) {
-            if (!(path = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(argv[i], "--device") == 0) {
-            if (!(device = cli_value("db", argc, argv, &i)))
-                return CLI_EXIT_USAGE;
-        } else if (strcmp(argv[i], "--quiet") == 0) {
-            quiet = 1;
-        } else {
-            cli_error("db", "unknown option '%s' (see attnres db --help)", argv[i]);
-            return CLI_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT_STRING("--db", &path), CLI_OPT_STRING("--device", &device), CLI_OPT_FLAG("--quiet", &quiet), CLI_OPT_END};
+    const cli_spec spec = {.cmd = "db", .opts = opts};
+    if (cli_parse(&spec, argc, argv) != CLI_PARSED)
+        return CLI_EXIT_USAGE;
     return tune_revalidate(device, path, quiet);
 }
 

@@ -12,7 +12,7 @@
 
 #include "argen.h"
 #include "ardb.h"
-#include "device.h"
+#include "attnres-impl.h"
 #include "measure.h"
 #include "problems.h"
 #include "rooflines.h"
@@ -84,5 +84,37 @@ void compile_missing(tuner *t, source_entry **todo, size_t count);
 
 /* search.c: measures one problem and records its winner in w. */
 int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t total, winner_row *w);
+
+/* One candidate of a problem, as the search sees it. */
+typedef struct candidate_ref {
+    source_entry *e;
+    int reused;            /* measured by an earlier run */
+    int64_t measurement_id;
+    ardb_status status;
+    double median_us, spread_us;
+    int final_round;       /* took part in the interleaved round */
+} candidate_ref;
+
+/* The search's decisions, apart from any measurement so that they can be
+ * checked on given timings (search.c, docs/tuning.md). */
+
+/* qsort order of candidate_ref pointers: by median, fastest first. */
+int search_by_median(const void *a, const void *b);
+/* How many of nok screened candidates the second halving round times
+ * fully: a quarter, at least three, at most budget_candidates (when > 0)
+ * and at most nok. */
+size_t search_halving_keep(size_t nok, int64_t budget_candidates);
+/* How many of the sorted candidates ok[0..nok) go to the interleaved final
+ * round: every one within 10% of the fastest, at least two, at most six. */
+size_t search_finalists(candidate_ref *const *ok, size_t nok);
+/* The resources a variant holds, for tie-breaks: threads, then threads per
+ * block, then vec x unroll, from its parameters. */
+int64_t search_resources(const source_entry *e);
+/* The winner of a final round: of the ok candidates within the noise of the
+ * fastest (twice the sum of their spreads, at least 5% of the fastest
+ * median), the one with the fewest resources, then the smallest id.
+ * equivalent receives those candidates' ids, comma-separated. NULL when no
+ * candidate is ok. */
+candidate_ref *search_choose(candidate_ref *const *fin, size_t k, char *equivalent, size_t len);
 
 #endif

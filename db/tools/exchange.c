@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ardb_tools.h"
 #include "json.h"
 #include "migrate.h"
 #include "query.h"

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ardb_tools.h"
 #include "migrate.h"
 #include "query.h"
 

@@ -14,7 +14,7 @@
 #include <stddef.h>
 
 #include "ardb.h"
-#include "device.h"
+#include "attnres-impl.h"
 #include "measure.h"
 
 /* What a candidate is, for loading it anywhere. */

@@ -17,7 +17,7 @@
 #include "attnres.h"
 #include "cli.h"
 #include "convert.h"
-#include "device.h"
+#include "attnres-impl.h"
 #include "npy.h"
 #include "problems.h"
 
@@ -69,8 +69,9 @@ static int op_bit(attnres_op op)
     return op == ATTNRES_OP_MIX ? USE_MIX : op == ATTNRES_OP_PHASE1 ? USE_PHASE1 : USE_PHASE2;
 }
 
-static int parse_op(const char *v, run_opts *o)
+static int parse_op(const char *cmd, const char *flag, const char *v, void *dst)
 {
+    run_opts *o = dst;
     static const struct { const char *name; attnres_op op; } ops[] = {
         {"mix", ATTNRES_OP_MIX}, {"phase1", ATTNRES_OP_PHASE1}, {"phase2", ATTNRES_OP_PHASE2}};
     for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
@@ -79,7 +80,7 @@ static int parse_op(const char *v, run_opts *o)
             o->op_name = ops[k].name;
             return 0;
         }
-    cli_error("run", "--op must be mix, phase1 or phase2 (got '%s')", v);
+    cli_error(cmd, "%s must be mix, phase1 or phase2 (got '%s')", flag, v);
     return -1;
 }
 
@@ -103,54 +104,24 @@ static int parse(int argc, char **argv, run_opts *o)
         {"--lse", &o->lse, USE_PHASE1 | USE_PHASE2}, {"--o1", &o->o1, USE_PHASE2},
         {"--sublayer", &o->sublayer, USE_PHASE2}, {"--partial-out", &o->partial_out, USE_PHASE2}};
     enum { NPATHS = sizeof paths / sizeof paths[0] };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(run_usage, stdout);
-            return 1;
-        }
-        int matched = 0;
-        for (size_t k = 0; k < NPATHS; k++)
-            if (strcmp(a, paths[k].flag) == 0) {
-                if (!(*paths[k].dst = cli_value("run", argc, argv, &i)))
-                    return -1;
-                matched = 1;
-            }
-        if (matched)
-            continue;
-        const char *v;
-        if (strcmp(a, "--require-exact") == 0) {
-            o->require_exact = 1;
-        } else if (strcmp(a, "--op") == 0) {
-            if (!(v = cli_value("run", argc, argv, &i)) || parse_op(v, o))
-                return -1;
-        } else if (strcmp(a, "--heads") == 0) {
-            if (!(v = cli_value("run", argc, argv, &i)) ||
-                cli_parse_int_range("run", a, v, 1, PROBLEM_MAX_HEADS, &o->heads))
-                return -1;
-            o->have_heads = 1;
-        } else if (strcmp(a, "--eps") == 0 || strcmp(a, "--scale") == 0 || strcmp(a, "--alpha") == 0 ||
-                   strcmp(a, "--out-eps") == 0) {
-            double *dst = strcmp(a, "--eps") == 0     ? &o->eps
-                          : strcmp(a, "--scale") == 0 ? &o->scale
-                          : strcmp(a, "--alpha") == 0 ? &o->alpha
-                                                      : &o->out_eps;
-            if (!(v = cli_value("run", argc, argv, &i)) || cli_parse_double("run", a, v, dst))
-                return -1;
-            o->have_alpha |= dst == &o->alpha;
-            o->have_out_eps |= dst == &o->out_eps;
-        } else if (strcmp(a, "--dtype") == 0) {
-            if (!(v = cli_value("run", argc, argv, &i)))
-                return -1;
-            if (attnres_dtype_parse(v, &o->dtype) != ATTNRES_OK) {
-                cli_error("run", "--dtype must be f32, bf16 or f16 (got '%s')", v);
-                return -1;
-            }
-        } else {
-            cli_error("run", "unknown option '%s' (see attnres run --help)", a);
-            return -1;
-        }
-    }
+    /* The file flags above, then the others. */
+    cli_opt opts[NPATHS + 9] = {CLI_OPT_END};
+    for (size_t k = 0; k < NPATHS; k++)
+        opts[k] = (cli_opt)CLI_OPT_STRING(paths[k].flag, paths[k].dst);
+    const cli_opt more[] = {CLI_OPT_FLAG("--require-exact", &o->require_exact),
+                            CLI_OPT_CUSTOM("--op", o, parse_op),
+                            CLI_OPT_INT64("--heads", &o->heads, 1, PROBLEM_MAX_HEADS, .seen = &o->have_heads),
+                            CLI_OPT_DOUBLE("--eps", &o->eps),
+                            CLI_OPT_DOUBLE("--scale", &o->scale),
+                            CLI_OPT_DOUBLE("--alpha", &o->alpha, .seen = &o->have_alpha),
+                            CLI_OPT_DOUBLE("--out-eps", &o->out_eps, .seen = &o->have_out_eps),
+                            CLI_OPT_CUSTOM("--dtype", &o->dtype, cli_parse_dtype)};
+    _Static_assert(sizeof more / sizeof more[0] + 1 == 9, "opts holds the paths, more and the end");
+    memcpy(opts + NPATHS, more, sizeof more);
+    const cli_spec spec = {.cmd = "run", .usage = run_usage, .opts = opts};
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED)
+        return rc == CLI_HELP ? 1 : -1;
     /* Flags of another op are refused rather than silently ignored. */
     for (size_t k = 0; k < NPATHS; k++)
         if (*paths[k].dst && !(paths[k].use & op_bit(o->op))) {

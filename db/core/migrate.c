@@ -70,7 +70,7 @@ static const char delta_v4[] =
     "UPDATE attnres_meta SET value = '4' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 4;\n";
 
-/* v4 -> v5: runs.owner, the process that records a run (db/liveness.c:
+/* v4 -> v5: runs.owner, the process that records a run (db/core/liveness.c:
  * machine, boot, pid namespace, pid and the process's start time), so that
  * a run whose process was killed can be told from one still going and
  * marked 'interrupted' instead of staying 'running' forever. Runs recorded

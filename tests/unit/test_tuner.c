@@ -1,0 +1,305 @@
+/*
+ * test_tuner.c - the tuner library's decisions on given timings, with no
+ * kernel run and no clock read: the timing statistics (timing_summarize),
+ * the halving keep count, who reaches the interleaved final round, the
+ * resources a variant holds and the choice of the winner among candidates
+ * whose timings are equivalent (tuner/src/search.c, docs/tuning.md).
+ *
+ * Every expected value is worked out by hand in the comment of its case,
+ * from the rule tune_session.h states, so that a change of a rule fails
+ * here and not only as a different winner in a tuning run.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "measure.h"
+#include "tune_session.h"
+
+static int near(double a, double b) { return fabs(a - b) <= 1e-12 * (fabs(a) + fabs(b) + 1); }
+
+/* ---- timing statistics ------------------------------------------------ */
+
+static void timing_odd_count(void)
+{
+    /* Sorted: 1 2 3 4 100; median 3. Deviations |t - 3|: 2 1 0 1 97,
+     * sorted 0 1 1 2 97; their median (the spread) is 1. The outlier moves
+     * neither. */
+    double t[] = {4, 100, 1, 3, 2};
+    timing tm;
+    timing_summarize(t, 5, &tm);
+    CHECK(tm.reps == 5);
+    CHECK(near(tm.median_us, 3));
+    CHECK(near(tm.min_us, 1));
+    CHECK(near(tm.max_us, 100));
+    CHECK(near(tm.spread_us, 1));
+}
+
+static void timing_even_count(void)
+{
+    /* Sorted: 10 12 14 20; median (12 + 14) / 2 = 13. Deviations 3 1 1 7,
+     * sorted 1 1 3 7; spread (1 + 3) / 2 = 2. */
+    double t[] = {20, 10, 14, 12};
+    timing tm;
+    timing_summarize(t, 4, &tm);
+    CHECK(tm.reps == 4);
+    CHECK(near(tm.median_us, 13));
+    CHECK(near(tm.min_us, 10));
+    CHECK(near(tm.max_us, 20));
+    CHECK(near(tm.spread_us, 2));
+}
+
+static void timing_one_sample(void)
+{
+    /* One sample is its own median and extremes, with no spread. */
+    double t[] = {7.5};
+    timing tm;
+    timing_summarize(t, 1, &tm);
+    CHECK(tm.reps == 1);
+    CHECK(near(tm.median_us, 7.5) && near(tm.min_us, 7.5) && near(tm.max_us, 7.5));
+    CHECK(tm.spread_us == 0);
+}
+
+static void timing_constant_samples(void)
+{
+    /* Identical samples: no spread, whatever their number. */
+    double t[8];
+    for (int i = 0; i < 8; i++)
+        t[i] = 2.25;
+    timing tm;
+    timing_summarize(t, 8, &tm);
+    CHECK(near(tm.median_us, 2.25));
+    CHECK(tm.spread_us == 0);
+}
+
+/* ---- candidates on given timings -------------------------------------- */
+
+#define MAXC 16
+static source_entry entries[MAXC];
+static candidate_ref refs[MAXC];
+static candidate_ref *ptrs[MAXC];
+static char ids[MAXC][32], params[MAXC][128];
+
+/* Candidate i: variant id, its parameters as JSON, status, median and
+ * spread. */
+static void set_candidate(int i, const char *id, const char *json, ardb_status status, double median,
+                          double spread)
+{
+    memset(&entries[i], 0, sizeof entries[i]);
+    memset(&refs[i], 0, sizeof refs[i]);
+    snprintf(ids[i], sizeof ids[i], "%s", id);
+    snprintf(params[i], sizeof params[i], "%s", json);
+    entries[i].id = ids[i];
+    entries[i].json = params[i];
+    refs[i].e = &entries[i];
+    refs[i].status = status;
+    refs[i].median_us = median;
+    refs[i].spread_us = spread;
+    ptrs[i] = &refs[i];
+}
+
+static void sort_by_median(void)
+{
+    set_candidate(0, "c", "{}", ARDB_STATUS_OK, 30, 0);
+    set_candidate(1, "a", "{}", ARDB_STATUS_OK, 10, 0);
+    set_candidate(2, "d", "{}", ARDB_STATUS_OK, 40, 0);
+    set_candidate(3, "b", "{}", ARDB_STATUS_OK, 20, 0);
+    qsort(ptrs, 4, sizeof ptrs[0], search_by_median);
+    CHECK(strcmp(ptrs[0]->e->id, "a") == 0);
+    CHECK(strcmp(ptrs[1]->e->id, "b") == 0);
+    CHECK(strcmp(ptrs[2]->e->id, "c") == 0);
+    CHECK(strcmp(ptrs[3]->e->id, "d") == 0);
+    /* Equal medians compare equal, in either order. */
+    CHECK(search_by_median(&ptrs[0], &ptrs[0]) == 0);
+    CHECK(search_by_median(&ptrs[0], &ptrs[1]) < 0);
+    CHECK(search_by_median(&ptrs[1], &ptrs[0]) > 0);
+}
+
+static void halving_keep_count(void)
+{
+    /* A quarter, rounded up, at least three, never more than there are. */
+    CHECK(search_halving_keep(0, 0) == 0);
+    CHECK(search_halving_keep(1, 0) == 1);
+    CHECK(search_halving_keep(2, 0) == 2);
+    CHECK(search_halving_keep(3, 0) == 3);
+    CHECK(search_halving_keep(10, 0) == 3);  /* (10 + 3) / 4 = 3 */
+    CHECK(search_halving_keep(13, 0) == 4);  /* (13 + 3) / 4 = 4 */
+    CHECK(search_halving_keep(40, 0) == 10);
+    CHECK(search_halving_keep(41, 0) == 11);
+    /* A candidate budget caps it, below the floor of three too; 0 is no
+     * budget. */
+    CHECK(search_halving_keep(40, 5) == 5);
+    CHECK(search_halving_keep(40, 2) == 2);
+    CHECK(search_halving_keep(40, 100) == 10);
+    CHECK(search_halving_keep(2, 5) == 2);
+}
+
+static void finalists_within_margin(void)
+{
+    /* Sorted medians 100 105 109 110 111 200: 100, 105, 109 and 110 are
+     * within 10% of 100 (110 <= 100 * 1.1); 111 is not, and the loop stops
+     * there. */
+    double med[] = {100, 105, 109, 110, 111, 200};
+    for (int i = 0; i < 6; i++)
+        set_candidate(i, "v", "{}", ARDB_STATUS_OK, med[i], 1);
+    CHECK(search_finalists(ptrs, 6) == 4);
+    CHECK(search_finalists(ptrs, 3) == 3);
+    CHECK(search_finalists(ptrs, 0) == 0);
+    CHECK(search_finalists(ptrs, 1) == 1);
+}
+
+static void finalists_at_least_two_at_most_six(void)
+{
+    /* Far apart, two still go (the fastest needs a rival to be timed
+     * interleaved with). */
+    set_candidate(0, "a", "{}", ARDB_STATUS_OK, 10, 0);
+    set_candidate(1, "b", "{}", ARDB_STATUS_OK, 50, 0);
+    set_candidate(2, "c", "{}", ARDB_STATUS_OK, 90, 0);
+    CHECK(search_finalists(ptrs, 3) == 2);
+    /* Ten all within the margin: six at most. */
+    for (int i = 0; i < 10; i++)
+        set_candidate(i, "v", "{}", ARDB_STATUS_OK, 100 + i * 0.1, 0);
+    CHECK(search_finalists(ptrs, 10) == 6);
+}
+
+static void resources_from_parameters(void)
+{
+    source_entry e = {0};
+    /* threads count before everything, block before the vector lanes. */
+    e.json = "{\"threads\":2,\"vec\":4,\"unroll\":2}";
+    CHECK(search_resources(&e) == 2 * 1000000000LL + 8);
+    e.json = "{\"block\":256,\"vec\":2}";
+    CHECK(search_resources(&e) == 256 * 1000LL + 2);
+    e.json = "{}";
+    CHECK(search_resources(&e) == 1); /* vec and unroll default to 1 */
+    source_entry one_thread = {.json = "{\"threads\":1,\"vec\":16,\"unroll\":8}"};
+    source_entry two_threads = {.json = "{\"threads\":2,\"vec\":1,\"unroll\":1}"};
+    CHECK(search_resources(&one_thread) < search_resources(&two_threads));
+}
+
+static void choose_fewest_resources_among_equivalent(void)
+{
+    /* Fastest 100 us, spreads 1: noise 2 * (1 + 1) = 4, below the floor of
+     * 5% of 100 = 5, so the window is 5 us. b (103) and c (104.9) are
+     * equivalent to a; d (106) is not. Of a, b, c, b holds the fewest
+     * resources. */
+    char eq[256];
+    set_candidate(0, "a", "{\"threads\":4}", ARDB_STATUS_OK, 100, 1);
+    set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 103, 1);
+    set_candidate(2, "c", "{\"threads\":2}", ARDB_STATUS_OK, 104.9, 1);
+    set_candidate(3, "d", "{}", ARDB_STATUS_OK, 106, 1); /* fewest resources, too slow */
+    candidate_ref *w = search_choose(ptrs, 4, eq, sizeof eq);
+    REQUIRE(w);
+    CHECK(strcmp(w->e->id, "b") == 0);
+    CHECK(strcmp(eq, "a, b, c") == 0);
+}
+
+static void choose_tie_break_by_id(void)
+{
+    /* Equal resources and equivalent timings: the smallest id wins, in
+     * whatever order the candidates come, so two runs that time them
+     * differently within the noise still agree. */
+    char eq[256];
+    const char *order[][3] = {{"v2", "v1", "v3"}, {"v3", "v2", "v1"}, {"v1", "v3", "v2"}};
+    const double med[] = {50, 51, 52};
+    for (int o = 0; o < 3; o++) {
+        for (int i = 0; i < 3; i++)
+            set_candidate(i, order[o][i], "{\"threads\":1}", ARDB_STATUS_OK, med[i], 0.1);
+        candidate_ref *w = search_choose(ptrs, 3, eq, sizeof eq);
+        REQUIRE(w);
+        CHECK(strcmp(w->e->id, "v1") == 0);
+    }
+}
+
+static void choose_wide_spread_widens_equivalence(void)
+{
+    /* Spreads 10 and 5: noise 2 * (10 + 5) = 30 us, above the 5 us floor,
+     * so b at 125 is equivalent to a at 100 and, holding fewer resources,
+     * wins. With small spreads it is not equivalent and a wins. */
+    char eq[256];
+    set_candidate(0, "a", "{\"threads\":8}", ARDB_STATUS_OK, 100, 5);
+    set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 125, 10);
+    candidate_ref *w = search_choose(ptrs, 2, eq, sizeof eq);
+    REQUIRE(w);
+    CHECK(strcmp(w->e->id, "b") == 0);
+    CHECK(strcmp(eq, "a, b") == 0);
+    refs[0].spread_us = refs[1].spread_us = 0.5;
+    w = search_choose(ptrs, 2, eq, sizeof eq);
+    REQUIRE(w);
+    CHECK(strcmp(w->e->id, "a") == 0);
+    CHECK(strcmp(eq, "a") == 0);
+}
+
+static void choose_unknown_spread_uses_the_floor(void)
+{
+    /* A spread that is not known (NaN, as for an imported timing) gives
+     * the 5% floor, never an infinite or empty window: 104 is within 5 us
+     * of 100, 106 is not. */
+    char eq[256];
+    set_candidate(0, "a", "{\"threads\":4}", ARDB_STATUS_OK, 100, NAN);
+    set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 104, NAN);
+    set_candidate(2, "c", "{}", ARDB_STATUS_OK, 106, NAN);
+    candidate_ref *w = search_choose(ptrs, 3, eq, sizeof eq);
+    REQUIRE(w);
+    CHECK(strcmp(w->e->id, "b") == 0);
+    CHECK(strcmp(eq, "a, b") == 0);
+}
+
+static void choose_ignores_candidates_not_ok(void)
+{
+    /* A faster candidate that failed verification or timed out is neither
+     * the fastest nor equivalent; with none ok there is no winner. */
+    char eq[256];
+    set_candidate(0, "fast_wrong", "{}", ARDB_STATUS_WRONG_RESULT, 1, 0);
+    set_candidate(1, "ok_slow", "{\"threads\":4}", ARDB_STATUS_OK, 100, 0);
+    set_candidate(2, "hung", "{}", ARDB_STATUS_TIMEOUT, 0, 0);
+    candidate_ref *w = search_choose(ptrs, 3, eq, sizeof eq);
+    REQUIRE(w);
+    CHECK(strcmp(w->e->id, "ok_slow") == 0);
+    CHECK(strcmp(eq, "ok_slow") == 0);
+    refs[1].status = ARDB_STATUS_LAUNCH_FAILED;
+    CHECK(search_choose(ptrs, 3, eq, sizeof eq) == NULL);
+    CHECK(search_choose(ptrs, 0, eq, sizeof eq) == NULL);
+}
+
+static void choose_equivalent_list_is_bounded(void)
+{
+    /* The list of equivalent ids is cut to the buffer, never overrun; the
+     * winner is the same as with room for all. */
+    char small[8], big[256];
+    for (int i = 0; i < 6; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "variant%d", 5 - i);
+        set_candidate(i, id, "{}", ARDB_STATUS_OK, 10, 0);
+    }
+    memset(small, 'x', sizeof small);
+    candidate_ref *a = search_choose(ptrs, 6, small, sizeof small);
+    candidate_ref *b = search_choose(ptrs, 6, big, sizeof big);
+    REQUIRE(a && b);
+    CHECK(a == b);
+    CHECK(strcmp(a->e->id, "variant0") == 0);
+    CHECK(memchr(small, 0, sizeof small) != NULL);
+    CHECK(strncmp(big, small, strlen(small)) == 0);
+}
+
+int main(void)
+{
+    RUN_CASE(timing_odd_count);
+    RUN_CASE(timing_even_count);
+    RUN_CASE(timing_one_sample);
+    RUN_CASE(timing_constant_samples);
+    RUN_CASE(sort_by_median);
+    RUN_CASE(halving_keep_count);
+    RUN_CASE(finalists_within_margin);
+    RUN_CASE(finalists_at_least_two_at_most_six);
+    RUN_CASE(resources_from_parameters);
+    RUN_CASE(choose_fewest_resources_among_equivalent);
+    RUN_CASE(choose_tie_break_by_id);
+    RUN_CASE(choose_wide_spread_widens_equivalence);
+    RUN_CASE(choose_unknown_spread_uses_the_floor);
+    RUN_CASE(choose_ignores_candidates_not_ok);
+    RUN_CASE(choose_equivalent_list_is_bounded);
+    CHECK_EXIT();
+}

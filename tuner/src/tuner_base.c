@@ -1,0 +1,62 @@
+/* tuner_base.c - see tuner_base.h. */
+#include "tuner_base.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attnres.h"
+#include "tune_session.h"
+
+void cli_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "attnres %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+const char *cli_best_device(void)
+{
+    return attnres_device_count("cuda") > 0 ? "cuda:0" : "cpu";
+}
+
+double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Declared in tune_session.h: a line of a tuning run's log, unless quiet. */
+void log_line(const tuner *t, const char *fmt, ...)
+{
+    if (t->opt.quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+#ifndef ATTNRES_SOURCE_TEMPLATE_DIR
+#define ATTNRES_SOURCE_TEMPLATE_DIR "templates"
+#endif
+#ifndef ATTNRES_INSTALLED_TEMPLATE_DIR
+#define ATTNRES_INSTALLED_TEMPLATE_DIR "/usr/local/share/attnres/templates"
+#endif
+
+const char *cli_template_dir(void)
+{
+    const char *env = getenv("ATTNRES_TEMPLATE_DIR");
+    if (env && *env)
+        return env;
+    if (access(ATTNRES_SOURCE_TEMPLATE_DIR "/cpu/mix.lua", R_OK) == 0)
+        return ATTNRES_SOURCE_TEMPLATE_DIR;
+    return ATTNRES_INSTALLED_TEMPLATE_DIR;
+}
