@@ -18,11 +18,12 @@
 #include <stdint.h>
 
 /* Version 2 added runs.uid and runs.note, version 3 runs.read_gbps,
- * version 4 devices.simulated, version 5 runs.owner (db/migrate.c). A
+ * version 4 devices.simulated, version 5 runs.owner, version 6
+ * runs.ceilings (db/migrate.c). A
  * read-write open migrates an older file in place, keeping a copy as
  * PATH.v<N>.bak; a read-only open reads it as it is (every device of a file
  * older than v4 is real). */
-#define ARDB_SCHEMA_VERSION 5
+#define ARDB_SCHEMA_VERSION 6
 
 /* Return codes of every ardb_ function. */
 enum {
@@ -116,6 +117,10 @@ int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id);
  * process marked 'interrupted' while its own process still ran (only where
  * that process could not be seen) takes the status it finishes with. */
 int ardb_run_finish(ardb *db, int64_t run_id, const char *status);
+/* Records the run's ceilings (schema v6): a JSON object, replacing what was
+ * recorded before (a run records them when it starts and again with the
+ * check of its winners). EINVAL unless json starts with '{'. */
+int ardb_run_set_ceilings(ardb *db, int64_t run_id, const char *json);
 
 /* ---- problems --------------------------------------------------------- */
 typedef struct ardb_problem {
@@ -271,6 +276,8 @@ typedef struct ardb_run_info {
     double copy_gbps, launch_us;   /* NaN where not recorded */
     double read_gbps;              /* read-only bandwidth (v3); NaN where
                                       not recorded */
+    char *ceilings;                /* the ceilings JSON (v6); NULL where not
+                                      recorded */
     int64_t measurements;          /* recorded in this run */
     int64_t winners;               /* problems this run chose a winner for */
     int device_simulated;          /* 1: the run's device is simulated (v4);
