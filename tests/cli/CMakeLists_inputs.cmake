@@ -28,3 +28,12 @@ file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/problems)
 add_test(NAME tuner_problems_file COMMAND test_problems ${CMAKE_SOURCE_DIR}/docs/problems.md
   ${CMAKE_BINARY_DIR}/test-data/problems)
 set_tests_properties(tuner_problems_file PROPERTIES TIMEOUT 60 LABELS "unit;tuner")
+
+# The ceilings a timing is held to: the blend and the out-of-cache check on
+# synthetic figures, and the CPU device's streaming kernels (docs/design.md §2).
+add_executable(test_ceilings ${CMAKE_CURRENT_LIST_DIR}/../unit/test_ceilings.c
+  ${CMAKE_SOURCE_DIR}/tuner/src/rooflines.c ${CMAKE_SOURCE_DIR}/tuner/src/problems.c)
+target_include_directories(test_ceilings PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit ${CMAKE_SOURCE_DIR}/tuner/src)
+target_link_libraries(test_ceilings PRIVATE attnres_static Threads::Threads m)
+add_test(NAME tuner_ceilings COMMAND test_ceilings)
+set_tests_properties(tuner_ceilings PROPERTIES TIMEOUT 120 LABELS "unit;tuner")

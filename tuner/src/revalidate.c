@@ -80,6 +80,10 @@ static int begin_run(revalidation *r, const char *spec, const char *db_path, con
         cli_error("tune", "recording the run: %s", ardb_errmsg(r->db));
         return -1;
     }
+    char ceilings[4096];
+    rooflines_json(&r->roof, ceilings, sizeof ceilings);
+    if (ardb_run_set_ceilings(r->db, r->run_id, ceilings) != ARDB_DONE)
+        cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
     /* Which runs' winners this run re-measured, as its note. */
     size_t len = (size_t)snprintf(note_text, sizeof note_text, "re-validates the winners of run");
     int64_t seen[32];
@@ -138,16 +142,21 @@ static int tune_problem_of(const ardb_stored_winner *w, tune_problem *tp, char *
     return 0;
 }
 
+/* bc: the problem timed, NULL where nothing was timed. */
 static void record(revalidation *r, const ardb_stored_winner *w, const char *build_key, ardb_status status,
-                   const timing *tm, double bytes, double rel_err, const char *message, outcome *o)
+                   const timing *tm, const bench_case *bc, double rel_err, const char *message, outcome *o)
 {
-    double gbps = tm && tm->median_us > 0 ? bytes / (tm->median_us * 1e3) : 0;
+    double rd = 0, wr = 0;
+    if (bc)
+        bench_case_traffic(bc, &rd, &wr);
+    double gbps = tm && tm->median_us > 0 ? (rd + wr) / (tm->median_us * 1e3) : 0;
+    double ceiling = rooflines_ceiling(&r->roof, rd, wr); /* the one matching the traffic */
     ardb_measurement m = {.run_id = r->run_id, .candidate_id = w->candidate_id, .problem_id = w->problem_id,
                           .device_id = r->device_id, .build_key = build_key, .status = status,
                           .median_us = tm ? tm->median_us : 0, .min_us = tm ? tm->min_us : 0,
                           .max_us = tm ? tm->max_us : 0, .spread_us = tm ? tm->spread_us : 0,
                           .reps = tm ? tm->reps : 0, .gbps = gbps,
-                          .roofline = r->roof.copy_gbps > 0 ? gbps / r->roof.copy_gbps : 0, .rel_err = rel_err,
+                          .roofline = ceiling > 0 ? gbps / ceiling : 0, .rel_err = rel_err,
                           .message = message};
     int64_t mid = 0;
     o->status = status;
@@ -199,14 +208,14 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
     ar_sha256_string(w->source ? w->source : "", hash);
     ar_build_key(r->dev, hash, build_key);
     if (!w->source || !w->source_hash || strcmp(hash, w->source_hash) != 0) {
-        record(r, w, NULL, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN,
+        record(r, w, NULL, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN,
                w->source ? "the stored source does not match its hash" : "the database holds no source for it", o);
         return;
     }
     void *blob = NULL;
     size_t size = 0;
     if (binary_for(r, w, build_key, &blob, &size, why, sizeof why)) {
-        record(r, w, NULL, ARDB_STATUS_COMPILE_FAILED, NULL, 0, NAN, why, o);
+        record(r, w, NULL, ARDB_STATUS_COMPILE_FAILED, NULL, NULL, NAN, why, o);
         return;
     }
     ar_kernel k;
@@ -216,26 +225,26 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
     int st = r->dev->ops->load(r->dev, blob, size, w->source, w->kernel_name, w->params_json, &k);
     free(blob);
     if (st != ATTNRES_OK) {
-        record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, r->dev->errmsg, o);
+        record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, r->dev->errmsg, o);
         return;
     }
     char err[512];
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(index + 1) * 0x9e3779b97f4a7c15ull;
     bench_case *bc = bench_case_create(r->dev, &tp, &r->policy, seed, err, sizeof err);
     if (!bc) {
-        record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, err, o);
+        record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, err, o);
     } else {
         double rel_err = NAN;
         timing tm;
         if (bench_case_verify(bc, &k, &rel_err) != ATTNRES_OK) {
-            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, r->dev->errmsg, o);
+            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, r->dev->errmsg, o);
         } else if (!(rel_err <= bench_case_tolerance(bc))) {
             snprintf(why, sizeof why, "relative error %.3g exceeds %.0e", rel_err, bench_case_tolerance(bc));
-            record(r, w, build_key, ARDB_STATUS_WRONG_RESULT, NULL, 0, rel_err, why, o);
+            record(r, w, build_key, ARDB_STATUS_WRONG_RESULT, NULL, NULL, rel_err, why, o);
         } else if (bench_case_time(bc, &k, &r->policy, &tm) != ATTNRES_OK) {
-            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, rel_err, r->dev->errmsg, o);
+            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, rel_err, r->dev->errmsg, o);
         } else {
-            record(r, w, build_key, ARDB_STATUS_OK, &tm, bench_case_bytes(bc), rel_err, NULL, o);
+            record(r, w, build_key, ARDB_STATUS_OK, &tm, bc, rel_err, NULL, o);
         }
         bench_case_free(bc);
     }
@@ -245,7 +254,7 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
 
 static void print_table(const revalidation *r, const ardb_stored_winner *w, const outcome *o, size_t n)
 {
-    char roof[160];
+    char roof[200];
     rooflines_format(&r->roof, roof, sizeof roof);
     printf("\nre-validated winners on %s (%s)\n%s\n\n", r->dev->name, r->dev->backend, roof);
     printf("%-44s %-34s %6s %12s %12s %7s  %s\n", "problem", "variant", "from", "stored (us)", "now (us)", "ratio",
