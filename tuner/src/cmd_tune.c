@@ -242,7 +242,7 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n)
     double max_fraction;
     char report[4096];
     ceiling_check(t, rows, n, &checked, &over, &max_fraction, report, sizeof report);
-    fputs(report, stdout);
+    printf("\n%s", report);
     if (checked)
         printf("ceiling check: %d out-of-cache winner(s), %d above its ceiling beyond the noise, highest %.0f%%\n",
                checked, over, 100.0 * max_fraction);
