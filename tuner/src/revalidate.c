@@ -40,6 +40,8 @@ typedef struct outcome {
     ardb_status status;
     double median_us;
     int measured; /* a measurement was recorded */
+    double fraction, noise; /* of the matching ceiling; the check's noise */
+    int out_of_cache;
     char message[512];
 } outcome;
 
@@ -161,6 +163,9 @@ static void record(revalidation *r, const ardb_stored_winner *w, const char *bui
     int64_t mid = 0;
     o->status = status;
     o->median_us = m.median_us;
+    o->fraction = m.roofline;
+    o->noise = rooflines_noise(m.median_us, m.spread_us);
+    o->out_of_cache = status == ARDB_STATUS_OK && rooflines_out_of_cache(&r->roof, rd + wr);
     snprintf(o->message, sizeof o->message, "%s", message ? message : "");
     if (ardb_measurement_add(r->db, &m, &mid) != ARDB_DONE) {
         cli_error("tune", "recording a measurement: %s", ardb_errmsg(r->db));
@@ -257,19 +262,56 @@ static void print_table(const revalidation *r, const ardb_stored_winner *w, cons
     char roof[200];
     rooflines_format(&r->roof, roof, sizeof roof);
     printf("\nre-validated winners on %s (%s)\n%s\n\n", r->dev->name, r->dev->backend, roof);
-    printf("%-44s %-34s %6s %12s %12s %7s  %s\n", "problem", "variant", "from", "stored (us)", "now (us)", "ratio",
-           "status");
+    printf("%-44s %-34s %6s %12s %12s %7s %9s  %s\n", "problem", "variant", "from", "stored (us)", "now (us)",
+           "ratio", "% ceiling", "status");
     for (size_t i = 0; i < n; i++) {
-        char now[32] = "-", ratio[32] = "-";
+        char now[32] = "-", ratio[32] = "-", frac[32] = "-";
         if (o[i].status == ARDB_STATUS_OK) {
             snprintf(now, sizeof now, "%.2f", o[i].median_us);
             if (w[i].median_us > 0)
                 snprintf(ratio, sizeof ratio, "%.3f", o[i].median_us / w[i].median_us);
+            snprintf(frac, sizeof frac, "%.1f%%", 100.0 * o[i].fraction);
         }
-        printf("%-44s %-34s %6" PRId64 " %12.2f %12s %7s  %s%s%s\n", w[i].problem_key, w[i].variant, w[i].run_id,
-               w[i].median_us, now, ratio, ardb_status_name(o[i].status), o[i].message[0] ? ": " : "",
-               o[i].message);
+        printf("%-44s %-34s %6" PRId64 " %12.2f %12s %7s %9s  %s%s%s\n", w[i].problem_key, w[i].variant,
+               w[i].run_id, w[i].median_us, now, ratio, frac, ardb_status_name(o[i].status),
+               o[i].message[0] ? ": " : "", o[i].message);
     }
+}
+
+/* The out-of-cache check of tune's winners table (docs/design.md §2), over
+ * the re-measured winners: a warning for each one above its ceiling beyond
+ * its noise, a summary line, and the outcome recorded with the run. */
+static void check_ceilings(revalidation *r, const ardb_stored_winner *w, const outcome *o, size_t n)
+{
+    int checked = 0, over = 0;
+    double highest = 0;
+    printf("\n");
+    for (size_t i = 0; i < n; i++) {
+        if (!o[i].out_of_cache || !(o[i].fraction > 0))
+            continue;
+        checked++;
+        highest = o[i].fraction > highest ? o[i].fraction : highest;
+        if (rooflines_above(o[i].fraction, o[i].noise)) {
+            over++;
+            printf("warning: %s ran at %.0f%% of its ceiling out of cache (noise %.0f%%): "
+                   "the ceiling is not a ceiling on this device\n",
+                   w[i].problem_key, 100.0 * o[i].fraction, 100.0 * o[i].noise);
+        }
+    }
+    if (checked)
+        printf("ceiling check: %d out-of-cache winner(s), %d above its ceiling beyond the noise, highest %.0f%%\n",
+               checked, over, 100.0 * highest);
+    else
+        printf("ceiling check: no out-of-cache winner\n");
+    char json[4096 + 128];
+    rooflines_json(&r->roof, json, sizeof json - 128);
+    size_t len = strlen(json);
+    if (len > 0 && json[len - 1] == '}')
+        snprintf(json + len - 1, sizeof json - len + 1,
+                 ", \"check\": {\"out_of_cache\": %d, \"over\": %d, \"max_fraction\": %.4f}}", checked, over,
+                 highest);
+    if (ardb_run_set_ceilings(r->db, r->run_id, json) != ARDB_DONE)
+        cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
 }
 
 int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
@@ -327,6 +369,7 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
     }
     ardb_run_finish(r.db, r.run_id, "complete");
     print_table(&r, w, o, n);
+    check_ceilings(&r, w, o, n);
     printf("\nrun %" PRId64 ": %zu winner(s) re-validated, %zu not ok; database %s\n", r.run_id, n - bad, bad,
            db_path);
     exit_code = bad ? CLI_EXIT_FAIL : CLI_EXIT_OK;
