@@ -129,24 +129,93 @@ static int parse(int argc, char **argv, tune_opts *o)
 
 /* ---- the command ------------------------------------------------------ */
 
+/* The out-of-cache check of the ceilings (rooflines_out_of_cache): a
+ * winner above the ceiling that matches its traffic by more than the noise
+ * says that the ceiling is not a ceiling. Counts the winners checked and
+ * those above, the highest fraction, and writes a warning line for each
+ * one above into report. */
+static void ceiling_check(const tuner *t, const winner_row *rows, size_t n, int *checked, int *over,
+                          double *max_fraction, char *report, size_t size)
+{
+    size_t len = 0;
+    *checked = *over = 0;
+    *max_fraction = 0;
+    report[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const winner_row *w = &rows[i];
+        if (!w->found || !(w->roofline > 0) || !rooflines_out_of_cache(&t->roof, w->read_bytes + w->write_bytes))
+            continue;
+        ++*checked;
+        if (w->roofline > *max_fraction)
+            *max_fraction = w->roofline;
+        double noise = rooflines_noise(w->median_us, w->spread_us);
+        if (rooflines_above(w->roofline, noise) && len < size) {
+            ++*over;
+            int k = snprintf(report + len, size - len,
+                             "warning: %s ran at %.0f%% of its ceiling out of cache (noise %.0f%%): "
+                             "the ceiling is not a ceiling on this device\n",
+                             w->problem, 100.0 * w->roofline, 100.0 * noise);
+            if (k > 0)
+                len = len + (size_t)k < size ? len + (size_t)k : size - 1;
+        }
+    }
+}
+
 static void print_table(const tuner *t, const winner_row *rows, size_t n)
 {
-    char roof[160];
+    char roof[200];
     rooflines_format(&t->roof, roof, sizeof roof);
-    printf("\nwinners on %s (%s)\n%s\n\n", t->dev->name, t->dev->backend, roof);
-    /* "% roofline" is of the copy bandwidth (DESIGN §2); "% read" of the
-     * read-only rate, the ceiling of a kernel that mostly reads. */
-    printf("%-44s %-34s %12s %9s %10s %7s\n", "problem", "variant", "time (us)", "GB/s", "% roofline", "% read");
+    printf("\nwinners on %s (%s)\n%s\n", t->dev->name, t->dev->backend, roof);
+    if (t->roof.ceil.n > 0) {
+        char detail[2048];
+        rooflines_detail(&t->roof, detail, sizeof detail);
+        printf("ceilings (best of each streaming kernel by threads):\n%s\n", detail);
+    }
+    /* "% ceiling" is of the ceiling that matches the kernel's traffic, the
+     * time-based blend of the read and copy ceilings (docs/design.md §2);
+     * "% copy" and "% read" of those two alone. Phase 1 is bound by
+     * arithmetic: "% FMA" is its flop rate over the measured FMA peak. */
+    printf("\n%-44s %-34s %12s %9s %9s %7s %7s %7s\n", "problem", "variant", "time (us)", "GB/s", "% ceiling",
+           "% copy", "% read", "% FMA");
     for (size_t i = 0; i < n; i++) {
         if (!rows[i].found) {
-            printf("%-44s %-34s %12s %9s %10s %7s\n", rows[i].problem, "(none verified)", "-", "-", "-", "-");
+            printf("%-44s %-34s %12s %9s %9s %7s %7s %7s\n", rows[i].problem, "(none verified)", "-", "-", "-", "-",
+                   "-", "-");
             continue;
         }
-        char read[16];
+        char copy[16], read[16], fma[16] = "-";
+        rooflines_percent(rows[i].gbps, t->roof.copy_gbps, copy, sizeof copy);
         rooflines_percent(rows[i].gbps, t->roof.read_gbps, read, sizeof read);
-        printf("%-44s %-34s %12.2f %9.2f %9.1f%% %7s\n", rows[i].problem, rows[i].variant, rows[i].median_us,
-               rows[i].gbps, 100.0 * rows[i].roofline, read);
+        if (rows[i].flops > 0 && rows[i].median_us > 0)
+            rooflines_percent(rows[i].flops / (rows[i].median_us * 1e3), t->roof.ceil.fma_gflops, fma, sizeof fma);
+        printf("%-44s %-34s %12.2f %9.2f %8.1f%% %7s %7s %7s\n", rows[i].problem, rows[i].variant,
+               rows[i].median_us, rows[i].gbps, 100.0 * rows[i].roofline, copy, read, fma);
     }
+    int checked, over;
+    double max_fraction;
+    char report[4096];
+    ceiling_check(t, rows, n, &checked, &over, &max_fraction, report, sizeof report);
+    printf("\n%s", report);
+    if (checked)
+        printf("ceiling check: %d out-of-cache winner(s), %d above its ceiling beyond the noise, highest %.0f%%\n",
+               checked, over, 100.0 * max_fraction);
+    else
+        printf("ceiling check: no out-of-cache winner\n");
+}
+
+/* Records the ceilings with the run, and the check's outcome once the
+ * winners are known (checked < 0: not yet). */
+static void record_ceilings(tuner *t, int checked, int over, double max_fraction)
+{
+    char json[4096 + 128];
+    rooflines_json(&t->roof, json, sizeof json - 128);
+    size_t len = strlen(json);
+    if (checked >= 0 && len > 0 && json[len - 1] == '}')
+        snprintf(json + len - 1, sizeof json - len + 1,
+                 ", \"check\": {\"out_of_cache\": %d, \"over\": %d, \"max_fraction\": %.4f}}", checked, over,
+                 max_fraction);
+    if (ardb_run_set_ceilings(t->db, t->run_id, json) != ARDB_DONE)
+        cli_error("tune", "recording the ceilings: %s", ardb_errmsg(t->db));
 }
 
 static int begin_run(tuner *t, int argc, char **argv)
@@ -238,17 +307,23 @@ int cmd_tune(int argc, char **argv)
         cli_error("tune", "measuring the device: %s", t.dev->errmsg);
         goto done;
     }
-    char roof[160];
+    char roof[200];
     rooflines_format(&t.roof, roof, sizeof roof);
     log_line(&t, "device %s: %s, %s", spec, t.dev->name, roof);
     if (begin_run(&t, argc, argv))
         goto done;
+    record_ceilings(&t, -1, 0, 0);
     rows = calloc(set.count, sizeof *rows);
     if (!rows)
         goto done;
     int ok = 1;
     for (size_t i = 0; i < set.count && ok; i++)
         ok = tune_problem_one(&t, &set.items[i], i, set.count, &rows[i]) == 0;
+    int checked, over;
+    double max_fraction;
+    char report[4096];
+    ceiling_check(&t, rows, set.count, &checked, &over, &max_fraction, report, sizeof report);
+    record_ceilings(&t, checked, over, max_fraction);
     ardb_run_finish(t.db, t.run_id, ok ? "complete" : "failed");
     print_table(&t, rows, set.count);
     printf("\nrun %" PRId64 ": %zu measured, %zu reused, %zu not ok, %.1f s; database %s\n", t.run_id, t.measured,

@@ -647,6 +647,34 @@ int ardb_run_finish(ardb *db, int64_t run_id, const char *status)
     return ARDB_DONE;
 }
 
+int ardb_run_set_ceilings(ardb *db, int64_t run_id, const char *json)
+{
+    static const char sql[] = "UPDATE runs SET ceilings = ? WHERE id = ?";
+    sqlite3_stmt *st;
+    ardb_binder b;
+    int code;
+
+    if (!db)
+        return ARDB_EINVAL;
+    if (!json || json[0] != '{')
+        return ardb__fail(db, ARDB_EINVAL,
+                          "ardb_run_set_ceilings: the ceilings must be a JSON object");
+    if ((code = ardb__check_writable(db)) ||
+        (code = ardb__stmt(db, ST_RUN_CEILINGS, sql, &st)))
+        return code;
+    b = (ardb_binder){st, SQLITE_OK, 0};
+    ardb__bind_text(&b, json);
+    ardb__bind_int64(&b, run_id);
+    if (b.rc != SQLITE_OK)
+        return bind_fail(db, st, b.rc, "run ceilings");
+    if ((code = step_done(db, st, "run ceilings")))
+        return code;
+    if (sqlite3_changes(db->h) == 0)
+        return ardb__fail(db, ARDB_ENOTFOUND, "no run with id %" PRId64,
+                          run_id);
+    return ARDB_DONE;
+}
+
 /* ---- problems --------------------------------------------------------------- */
 
 void ardb_problem_key(const ardb_problem *p, char *buf, size_t len)

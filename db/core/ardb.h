@@ -21,11 +21,12 @@
 #include <stdint.h>
 
 /* Version 2 added runs.uid and runs.note, version 3 runs.read_gbps,
- * version 4 devices.simulated, version 5 runs.owner (db/core/migrate.c). A
+ * version 4 devices.simulated, version 5 runs.owner, version 6
+ * runs.ceilings (db/core/migrate.c). A
  * read-write open migrates an older file in place, keeping a copy as
  * PATH.v<N>.bak; a read-only open reads it as it is (every device of a file
  * older than v4 is real). */
-#define ARDB_SCHEMA_VERSION 5
+#define ARDB_SCHEMA_VERSION 6
 
 /* Return codes of every ardb_ function. */
 enum {
@@ -119,6 +120,10 @@ int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id);
  * process marked 'interrupted' while its own process still ran (only where
  * that process could not be seen) takes the status it finishes with. */
 int ardb_run_finish(ardb *db, int64_t run_id, const char *status);
+/* Records the run's ceilings (schema v6): a JSON object, replacing what was
+ * recorded before (a run records them when it starts and again with the
+ * check of its winners). EINVAL unless json starts with '{'. */
+int ardb_run_set_ceilings(ardb *db, int64_t run_id, const char *json);
 
 /* ---- problems --------------------------------------------------------- */
 typedef struct ardb_problem {
@@ -177,7 +182,9 @@ typedef struct ardb_measurement {
     double median_us, min_us, max_us, spread_us; /* spread: median abs deviation */
     int32_t reps;
     double gbps;               /* achieved bandwidth at the median */
-    double roofline;           /* gbps / run's copy_gbps */
+    double roofline;           /* gbps over the ceiling matching its traffic
+                                  (runs that record ceilings, v6); over
+                                  the run's copy_gbps before */
     double rel_err;            /* ||out-ref|| / ||ref|| */
     const char *message;       /* why it failed, may be NULL */
 } ardb_measurement;

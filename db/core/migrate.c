@@ -81,13 +81,23 @@ static const char delta_v5[] =
     "UPDATE attnres_meta SET value = '5' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 5;\n";
 
+/* v5 -> v6: runs.ceilings, the device's ceilings as the run measured them
+ * (JSON: every streaming kernel at every thread count, the FMA peak, the
+ * largest cache, the write rate of the blend, and the out-of-cache check of
+ * the run's winners; docs/design.md §2). copy_gbps and read_gbps stay the
+ * best copy and read figures. Runs recorded before v6 hold NULL. */
+static const char delta_v6[] =
+    "ALTER TABLE runs ADD COLUMN ceilings TEXT;\n"
+    "UPDATE attnres_meta SET value = '6' WHERE key = 'schema_version';\n"
+    "PRAGMA user_version = 6;\n";
+
 typedef struct delta {
     int64_t to;
     const char *sql;
 } delta;
 
 static const delta deltas[] = {
-    {2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}};
+    {2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}, {6, delta_v6}};
 
 int ardb__user_version(ardb *db, const char *schema, int64_t *version)
 {

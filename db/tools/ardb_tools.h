@@ -44,6 +44,8 @@ typedef struct ardb_run_info {
     double copy_gbps, launch_us;   /* NaN where not recorded */
     double read_gbps;              /* read-only bandwidth (v3); NaN where
                                       not recorded */
+    char *ceilings;                /* the ceilings JSON (v6); NULL where not
+                                      recorded */
     int64_t measurements;          /* recorded in this run */
     int64_t winners;               /* problems this run chose a winner for */
     int device_simulated;          /* 1: the run's device is simulated (v4);

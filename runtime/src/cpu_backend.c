@@ -27,6 +27,7 @@
 #include "binary_cache.h"
 #include "cpu_kernel_abi.h"
 #include "cpu_phase_abi.h"
+#include "cpu_ceilings.h"
 #include "cpu_pool.h"
 #include "device.h"
 
@@ -769,6 +770,14 @@ static int cpu_read_bandwidth(attnres_device *dev, double *gbps)
     return ATTNRES_OK;
 }
 
+/* Every streaming kernel on every thread count, and the FMA peak
+ * (cpu_ceilings.c). */
+static int cpu_ceilings(attnres_device *dev, ar_ceilings *out)
+{
+    cpu_state *st = dev->state;
+    return cpu_ceilings_measure(dev, st->pool, out);
+}
+
 static void empty_chunk(void *ctx, int64_t t0, int64_t t1)
 {
     (void)ctx;
@@ -818,4 +827,5 @@ const ar_backend ar_cpu_backend = {
     .copy_bandwidth = cpu_copy_bandwidth,
     .read_bandwidth = cpu_read_bandwidth,
     .empty_launch = cpu_empty_launch,
+    .ceilings = cpu_ceilings,
 };

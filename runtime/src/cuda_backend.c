@@ -18,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1147,6 +1148,139 @@ done:
     return rc;
 }
 
+/* The streaming kernels of the ceilings (docs/design.md §2), compiled by
+ * NVRTC like every kernel: a grid-stride read-only sum with 16-byte loads,
+ * two loads in flight per thread and step, and a grid-stride copy. The sum
+ * is stored only when it equals a value that a buffer of 0x01 bytes never
+ * sums to, so every load must happen and nothing is written. */
+static const char ceiling_source[] =
+    "extern \"C\" __global__ void attnres_ceiling_read(const float4 *__restrict__ x, unsigned long long n,\n"
+    "                                                  float *out)\n"
+    "{\n"
+    "    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;\n"
+    "    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    float4 s = make_float4(0.f, 0.f, 0.f, 0.f), t = s;\n"
+    "    for (; i + stride < n; i += 2 * stride) {\n"
+    "        float4 a = x[i], b = x[i + stride];\n"
+    "        s.x += a.x; s.y += a.y; s.z += a.z; s.w += a.w;\n"
+    "        t.x += b.x; t.y += b.y; t.z += b.z; t.w += b.w;\n"
+    "    }\n"
+    "    if (i < n) {\n"
+    "        float4 a = x[i];\n"
+    "        s.x += a.x; s.y += a.y; s.z += a.z; s.w += a.w;\n"
+    "    }\n"
+    "    float v = s.x + s.y + s.z + s.w + t.x + t.y + t.z + t.w;\n"
+    "    if (v == -1234.5f)\n"
+    "        out[0] = v;\n"
+    "}\n"
+    "extern \"C\" __global__ void attnres_ceiling_copy(const float4 *__restrict__ x, float4 *__restrict__ y,\n"
+    "                                                  unsigned long long n)\n"
+    "{\n"
+    "    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;\n"
+    "    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)\n"
+    "        y[i] = x[i];\n"
+    "}\n";
+
+/* The best of reps timed launches of f (grid blocks of 256 threads). */
+static CUresult time_grid(cuda_state *st, CUfunction f, unsigned grid, void **args, int reps, float *best_ms)
+{
+    CUresult r = cu.LaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, st->stream, args, NULL); /* warm-up */
+    *best_ms = 0.0f;
+    for (int i = 0; r == CU_OK && i < reps; i++) {
+        float ms = 0.0f;
+        if ((r = cu.EventRecord(st->start, st->stream)) != CU_OK ||
+            (r = cu.LaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, st->stream, args, NULL)) != CU_OK ||
+            (r = cu.EventRecord(st->stop, st->stream)) != CU_OK || (r = elapsed_ms(st, &ms)) != CU_OK)
+            break;
+        if (ms > 0 && (*best_ms == 0.0f || ms < *best_ms))
+            *best_ms = ms;
+    }
+    return r;
+}
+
+/* The driver's copy (copy_bandwidth), and the grid-stride read and copy
+ * kernels at 2, 4 and 8 blocks of 256 threads per SM ("threads" of a point
+ * is blocks per SM). On the simulated driver, whose times are a model, over
+ * 256 KiB at 4 blocks per SM only: it proves the kernels run and are
+ * recorded, not how fast. */
+static int cuda_ceilings(attnres_device *dev, ar_ceilings *out)
+{
+    cuda_state *st = dev->state;
+    int rc;
+    memset(out, 0, sizeof *out);
+    out->fma_gflops = NAN;
+    out->cache_bytes = (double)st->l2;
+    double copy = 0.0;
+    if ((rc = cuda_copy_bandwidth(dev, &copy)) != ATTNRES_OK)
+        return rc;
+    out->pt[out->n++] = (ar_ceiling_point){"memcpy-dtod", AR_CEILING_COPY, 0, copy};
+
+    void *image = NULL;
+    size_t image_size = 0;
+    char arch[32], err[768];
+    snprintf(arch, sizeof arch, "sm_%d", st->compile_cc);
+    if ((rc = ar_nvrtc_compile(ceiling_source, "attnres_ceilings.cu", arch, st->cubin, &image, &image_size, NULL,
+                               NULL, err, sizeof err)) != ATTNRES_OK)
+        return ar_device_fail(dev, rc, "NVRTC could not compile the ceiling kernels: %s", err);
+    size_t bytes = dev->simulated ? (size_t)256 << 10 : (size_t)256 << 20;
+    if (!dev->simulated && dev->memory > 0 && (int64_t)bytes * 8 > dev->memory)
+        bytes = (size_t)(dev->memory / 8) & ~(size_t)4095;
+    const int per_sm[] = {2, 4, 8}, reps = dev->simulated ? 1 : 7;
+    int pushed;
+    if ((rc = timing_enter(dev, &pushed)) != ATTNRES_OK) {
+        free(image);
+        return rc;
+    }
+    CUmodule module = NULL;
+    CUfunction fread_k, fcopy_k;
+    CUdeviceptr a = 0, b = 0;
+    CUresult r;
+    if ((r = cu.ModuleLoadData(&module, image)) != CU_OK ||
+        (r = cu.ModuleGetFunction(&fread_k, module, "attnres_ceiling_read")) != CU_OK ||
+        (r = cu.ModuleGetFunction(&fcopy_k, module, "attnres_ceiling_copy")) != CU_OK) {
+        rc = cuda_fail(dev, ATTNRES_ELOAD, r, "loading the ceiling kernels");
+        goto done;
+    }
+    if ((r = cu.MemAlloc(&a, bytes)) != CU_OK || (r = cu.MemAlloc(&b, bytes)) != CU_OK) {
+        rc = cuda_fail(dev, ATTNRES_ENOMEM, r, "allocating the ceiling buffers");
+        goto done;
+    }
+    if ((r = cu.MemsetD8Async(a, 1, bytes, st->stream)) != CU_OK ||
+        (r = cu.StreamSynchronize(st->stream)) != CU_OK) {
+        rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "filling the ceiling buffers");
+        goto done;
+    }
+    unsigned long long n = bytes / 16;
+    for (size_t k = 0; k < sizeof per_sm / sizeof per_sm[0]; k++) {
+        if (dev->simulated && per_sm[k] != 4)
+            continue;
+        unsigned grid = (unsigned)(per_sm[k] * (dev->units > 0 ? dev->units : 1));
+        void *read_args[] = {&a, &n, &b}, *copy_args[] = {&a, &b, &n};
+        float ms_read = 0.0f, ms_copy = 0.0f;
+        if ((r = time_grid(st, fread_k, grid, read_args, reps, &ms_read)) != CU_OK ||
+            (r = time_grid(st, fcopy_k, grid, copy_args, reps, &ms_copy)) != CU_OK) {
+            rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "timing the ceiling kernels");
+            goto done;
+        }
+        if (out->n + 2 > AR_CEILING_POINTS)
+            break;
+        out->pt[out->n++] = (ar_ceiling_point){"read", AR_CEILING_READ, per_sm[k],
+                                               ms_read > 0 ? (double)bytes / (ms_read * 1e-3) / 1e9 : 0.0};
+        out->pt[out->n++] = (ar_ceiling_point){"copy", AR_CEILING_COPY, per_sm[k],
+                                               ms_copy > 0 ? 2.0 * (double)bytes / (ms_copy * 1e-3) / 1e9 : 0.0};
+    }
+done:
+    if (a)
+        cu.MemFree(a);
+    if (b)
+        cu.MemFree(b);
+    if (module)
+        cu.ModuleUnload(module);
+    timing_leave(dev, pushed);
+    free(image);
+    return rc;
+}
+
 /* An empty kernel in PTX, so that it needs no compiler: the driver JITs it. */
 static const char empty_ptx[] = ".version 7.0\n"
                                 ".target sm_70\n"
@@ -1216,4 +1350,5 @@ const ar_backend ar_cuda_backend = {
     .time = cuda_time,
     .copy_bandwidth = cuda_copy_bandwidth,
     .empty_launch = cuda_empty_launch,
+    .ceilings = cuda_ceilings,
 };

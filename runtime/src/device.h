@@ -71,6 +71,26 @@ struct attnres_device {
     void *state;          /* backend-private */
 };
 
+/* The ceilings of a device (docs/design.md §2): what streaming kernels
+ * achieve, each measured as the best of repeated runs. A copy point counts
+ * bytes read + written, a read point bytes read. */
+enum { AR_CEILING_COPY = 0, AR_CEILING_READ = 1 };
+enum { AR_CEILING_POINTS = 64 };
+typedef struct ar_ceiling_point {
+    const char *kernel; /* static name: "memcpy", "copy-nt", "read", ... */
+    int kind;           /* AR_CEILING_COPY or AR_CEILING_READ */
+    int threads;        /* CPU threads; on CUDA the blocks per SM */
+    double gbps;
+} ar_ceiling_point;
+typedef struct ar_ceilings {
+    int n;
+    ar_ceiling_point pt[AR_CEILING_POINTS];
+    double fma_gflops;  /* fp32 FMA peak, 2 flop per lane (NaN: not measured) */
+    int fma_threads;    /* threads that reached it */
+    double cache_bytes; /* the largest cache a kernel's data can sit in (0: unknown) */
+} ar_ceilings;
+
+
 struct ar_backend {
     const char *name;
     int (*count)(void); /* devices present; 0 when the driver is missing */
@@ -118,6 +138,11 @@ struct ar_backend {
      * cost a core no load concurrency). NULL where not measured. */
     int (*read_bandwidth)(attnres_device *dev, double *gbps);
     int (*empty_launch)(attnres_device *dev, double *us);
+    /* Every streaming kernel the backend has, each at each thread count
+     * (or launch shape) it tries, and the arithmetic peak: the ceilings a
+     * kernel's timing is compared with (docs/design.md §2). NULL where the
+     * backend has none; then copy_bandwidth and read_bandwidth stand in. */
+    int (*ceilings)(attnres_device *dev, ar_ceilings *out);
 };
 
 extern const ar_backend ar_cpu_backend;

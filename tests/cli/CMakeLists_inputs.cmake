@@ -47,3 +47,11 @@ target_link_libraries(test_cli_options PRIVATE artuner)
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/cli-options)
 add_test(NAME cli_options_unit COMMAND test_cli_options ${CMAKE_BINARY_DIR}/test-data/cli-options)
 set_tests_properties(cli_options_unit PROPERTIES TIMEOUT 60 LABELS "unit;cli")
+
+# The ceilings a timing is held to: the blend and the out-of-cache check on
+# synthetic figures, and the CPU device's streaming kernels (docs/design.md §2).
+add_executable(test_ceilings ${CMAKE_CURRENT_LIST_DIR}/../unit/test_ceilings.c)
+target_include_directories(test_ceilings PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit)
+target_link_libraries(test_ceilings PRIVATE artuner)
+add_test(NAME tuner_ceilings COMMAND test_ceilings)
+set_tests_properties(tuner_ceilings PROPERTIES TIMEOUT 120 LABELS "unit;tuner")

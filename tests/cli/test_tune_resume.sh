@@ -46,7 +46,7 @@ read_runs=$(sqlite3 "$dir/t.db" "select count(*) from runs where read_gbps > 0")
 echo "runs with a read roofline: $read_runs"
 if [ "$read_runs" != 2 ]; then echo "FAIL: a run recorded no read bandwidth"; fail=1; fi
 if ! grep -Eq '^copy bandwidth [0-9.]+ GB/s, read [0-9.]+ GB/s' "$dir/first.txt" ||
-   [ "$(sed -n '/^problem/,/^$/p' "$dir/first.txt" | grep -Ec '[0-9]% +[0-9.]+%$')" -lt 2 ]; then
+   [ "$(sed -n '/^problem/,/^$/p' "$dir/first.txt" | grep -Ec '[0-9]% +[0-9.]+% +[0-9.]+% +(-|[0-9.]+%)$')" -lt 2 ]; then
   echo "FAIL: the winners table lacks the read roofline"; fail=1
 fi
 rows=$(sqlite3 "$dir/t.db" "select count(*) from winners" 2>/dev/null || echo "?")

@@ -47,6 +47,18 @@ else
     bad "winners on the simulated device: $winners (want 5), wrong or failed: $notok"
 fi
 
+# The run measured the CUDA ceilings: the driver's copy and the grid-stride
+# read and copy kernels (real PTX from NVRTC, interpreted), and recorded them.
+ceil=$(sqlite3 "$DB" "SELECT ceilings FROM runs ORDER BY id LIMIT 1")
+read_gbps=$(sqlite3 "$DB" "SELECT read_gbps > 0 FROM runs ORDER BY id LIMIT 1")
+if grep -q '"kernel": "read", "kind": "read", "threads": 4' <<<"$ceil" &&
+   grep -q '"kernel": "copy", "kind": "copy"' <<<"$ceil" && grep -q '"kernel": "memcpy-dtod"' <<<"$ceil" &&
+   [ "$read_gbps" = 1 ] && grep -q '^ceiling check: ' "$WORK/tune.log"; then
+    ok "the run recorded the CUDA ceilings (copy, grid-stride read and copy) and checked its winners"
+else
+    bad "CUDA ceilings: read_gbps>0=$read_gbps, ceilings $ceil"
+fi
+
 for script in test_run_matches_reference.py test_run_phase_ops.py; do
     if ATTNRES_TEST_DEVICE=cuda:0 "$PY" "$HERE/../cli/$script" "$CLI" "$DB" >"$WORK/$script.log" 2>&1; then
         ok "$script on cuda:0 ($(tail -1 "$WORK/$script.log"))"

@@ -188,10 +188,10 @@ static void test_create_reopen(void)
     REQUIRE(db != NULL);
     CHECK(strcmp(ardb_errmsg(db), "") == 0);
     ardb_close(db);
-    CHECK(ARDB_SCHEMA_VERSION == 5);
-    CHECK(raw_int(path, "PRAGMA user_version") == 5);
+    CHECK(ARDB_SCHEMA_VERSION == 6);
+    CHECK(raw_int(path, "PRAGMA user_version") == 6);
     CHECK(raw_int(path, "SELECT count(*) FROM attnres_meta WHERE key = "
-                        "'schema_version' AND value = '5'") == 1);
+                        "'schema_version' AND value = '6'") == 1);
     /* A new file has the shape of a migrated one: v1 plus every delta. */
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') "
                         "WHERE name IN ('uid', 'note', 'read_gbps')") == 3);
@@ -374,7 +374,7 @@ static void test_open_errors(void)
     ardb_close(db);
     CHECK(raw_exec(path, "PRAGMA user_version = 7") == SQLITE_OK);
     EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENEWER,
-                "database schema version 7 is newer than this build (5)");
+                "database schema version 7 is newer than this build (6)");
     EXPECT_OPEN(path, 0, ARDB_ENEWER, "is newer than this build");
     EXPECT_OPEN(path, ARDB_CREATE, ARDB_ENEWER, "is newer than this build");
     CHECK(raw_int(path, "PRAGMA user_version") == 7);

@@ -474,7 +474,8 @@ static void test_v4_file_migrated_to_v5(void)
     REQUIRE(db != NULL);
     CHECK(ardb_run_begin(db, &r, &id) == ARDB_DONE);
     ardb_close(db);
-    REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN owner; PRAGMA user_version = 4;"
+    REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN owner; ALTER TABLE runs DROP COLUMN ceilings;"
+                           " PRAGMA user_version = 4;"
                            " UPDATE attnres_meta SET value = '4' WHERE key = 'schema_version'") == SQLITE_OK);
     db = open_db(path, ARDB_READONLY);
     REQUIRE(db != NULL);
@@ -487,11 +488,89 @@ static void test_v4_file_migrated_to_v5(void)
     CHECK(stat(bak, &sb) == 0);
     char *v = raw_text(path, "PRAGMA user_version"), *bv = raw_text(bak, "PRAGMA user_version");
     char *col = raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'owner'");
-    CHECK(v && strcmp(v, "5") == 0 && bv && strcmp(bv, "4") == 0 && col && strcmp(col, "1") == 0);
+    CHECK(v && strcmp(v, "6") == 0 && bv && strcmp(bv, "4") == 0 && col && strcmp(col, "1") == 0);
     free(v);
     free(bv);
     free(col);
     CHECK(status_is(path, id, "running"));
+}
+
+/* A v5 file gains runs.ceilings through a migration with a backup: its
+ * runs hold none, a read-only open reads it as it is, and ceilings set
+ * after it survive a merge and an export and import. */
+static void test_v5_file_migrated_to_v6(void)
+{
+    char path[600], bak[700], shard[600], copy[600];
+    ardb_run r = {.host = "old", .copy_gbps = 40.0, .read_gbps = 50.0};
+    ardb_run_info info;
+    int64_t old_id, new_id;
+    struct stat sb;
+    path_in_tmp(path, sizeof path, "v5.db");
+    ardb *db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_run_begin(db, &r, &old_id) == ARDB_DONE);
+    CHECK(ardb_run_finish(db, old_id, "complete") == ARDB_DONE);
+    ardb_close(db);
+    REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN ceilings; PRAGMA user_version = 5;"
+                           " UPDATE attnres_meta SET value = '5' WHERE key = 'schema_version'") == SQLITE_OK);
+    db = open_db(path, ARDB_READONLY);
+    REQUIRE(db != NULL);
+    CHECK(ardb_run_get(db, old_id, &info) == ARDB_DONE && info.ceilings == NULL && info.copy_gbps == 40.0);
+    ardb_run_info_clear(&info);
+    CHECK(ardb_run_set_ceilings(db, old_id, "{}") != ARDB_DONE); /* read-only */
+    ardb_close(db);
+    snprintf(bak, sizeof bak, "%s.v5.bak", path);
+    CHECK(stat(bak, &sb) != 0);
+    db = open_db(path, 0);
+    REQUIRE(db != NULL);
+    CHECK(stat(bak, &sb) == 0);
+    char *v = raw_text(path, "PRAGMA user_version"), *bv = raw_text(bak, "PRAGMA user_version");
+    CHECK(v && strcmp(v, "6") == 0 && bv && strcmp(bv, "5") == 0);
+    free(v);
+    free(bv);
+    CHECK(ardb_run_get(db, old_id, &info) == ARDB_DONE && info.ceilings == NULL);
+    ardb_run_info_clear(&info);
+
+    /* Set, replaced, refused when not an object or for no run. */
+    static const char json[] = "{\"copy_gbps\": 46.5, \"read_gbps\": 53.7, \"kernels\": []}";
+    CHECK(ardb_run_begin(db, &r, &new_id) == ARDB_DONE);
+    CHECK(ardb_run_set_ceilings(db, new_id, "{\"first\": 1}") == ARDB_DONE);
+    CHECK(ardb_run_set_ceilings(db, new_id, json) == ARDB_DONE);
+    CHECK(ardb_run_set_ceilings(db, new_id, "[1]") == ARDB_EINVAL && strstr(ardb_errmsg(db), "JSON object"));
+    CHECK(ardb_run_set_ceilings(db, new_id, NULL) == ARDB_EINVAL);
+    CHECK(ardb_run_set_ceilings(db, new_id + 100, json) == ARDB_ENOTFOUND);
+    CHECK(ardb_run_finish(db, new_id, "complete") == ARDB_DONE);
+    CHECK(ardb_run_get(db, new_id, &info) == ARDB_DONE && info.ceilings && strcmp(info.ceilings, json) == 0);
+    ardb_run_info_clear(&info);
+
+    /* A merge into an empty file keeps them, and the old run's NULL. */
+    path_in_tmp(shard, sizeof shard, "v6-merged.db");
+    ardb *dst = open_db(shard, ARDB_CREATE);
+    ardb_merge_stats ms;
+    REQUIRE(dst != NULL);
+    CHECK(ardb_merge(dst, path, &ms) == ARDB_DONE && ms.runs == 2);
+    ardb_close(dst);
+    char *got = raw_text(shard, "SELECT ceilings FROM runs WHERE ceilings IS NOT NULL");
+    CHECK(got && strcmp(got, json) == 0);
+    free(got);
+    got = raw_text(shard, "SELECT count(*) FROM runs WHERE ceilings IS NULL");
+    CHECK(got && strcmp(got, "1") == 0);
+    free(got);
+
+    /* So do an export and an import. */
+    buffer e = {0};
+    CHECK(ardb_export_json(db, 0, buffer_write, &e) == ARDB_DONE && e.data && strstr(e.data, "\"ceilings\": null"));
+    path_in_tmp(copy, sizeof copy, "v6-imported.db");
+    dst = open_db(copy, ARDB_CREATE);
+    ardb_merge_stats is;
+    REQUIRE(dst != NULL);
+    CHECK(e.data && ardb_import_json(dst, e.data, e.len, &is) == ARDB_DONE && is.runs == 2);
+    ardb_close(dst);
+    got = raw_text(copy, "SELECT ceilings FROM runs WHERE ceilings IS NOT NULL");
+    CHECK(got && strcmp(got, json) == 0);
+    free(got);
+    free(e.data);
+    ardb_close(db);
 }
 
 int main(void)
@@ -510,6 +589,7 @@ int main(void)
     RUN_CASE(test_charts_of_huge_timings);
     RUN_CASE(test_killed_runs_become_interrupted);
     RUN_CASE(test_v4_file_migrated_to_v5);
+    RUN_CASE(test_v5_file_migrated_to_v6);
     nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     CHECK_EXIT();
 }

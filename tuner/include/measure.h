@@ -37,6 +37,8 @@ void bench_case_free(bench_case *bc);
 
 /* Bytes one launch must move at the problem's T (DESIGN §2). */
 double bench_case_bytes(const bench_case *bc);
+/* Its bytes split into read and written (problem_traffic). */
+void bench_case_traffic(const bench_case *bc, double *read_bytes, double *write_bytes);
 
 /* Runs the kernel on poisoned outputs and compares with the reference:
  * writes ||out - ref|| / ||ref|| (NaN when anything is NaN) to rel_err.

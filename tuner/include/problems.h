@@ -66,6 +66,15 @@ void problem_describe(const tune_problem *tp, char *buf, size_t len);
 /* Bytes one launch must move (DESIGN §2): what roofline fractions use. */
 double problem_bytes(const tune_problem *tp);
 
+/* The same bytes split into those read and those written: which ceiling a
+ * kernel is held to depends on the mix (docs/design.md §2). */
+void problem_traffic(const tune_problem *tp, double *read_bytes, double *write_bytes);
+
+/* The arithmetic of one launch in flop, where it rather than memory bounds
+ * the op: phase 1 (S dot products and S mixes per element read, and the
+ * sum of squares), 0 for the others. */
+double problem_flops(const tune_problem *tp);
+
 /* The operation's name: "mix", "phase1", "phase2". */
 const char *problem_op_name(attnres_op op);
 

@@ -1,6 +1,6 @@
 /*
  * rooflines.h - what a tuning run measures of its device before any kernel:
- * the limits every timing is compared with (DESIGN §2).
+ * the ceilings every timing is compared with (docs/design.md §2).
  */
 #ifndef ATTNRES_ROOFLINES_H
 #define ATTNRES_ROOFLINES_H
@@ -10,19 +10,53 @@
 #include "attnres-impl.h"
 
 typedef struct rooflines {
-    double copy_gbps; /* bytes read + written per second by a device copy */
-    double read_gbps; /* bytes read per second alone; NaN where not measured */
+    double copy_gbps; /* best copy kernel: bytes read + written per second */
+    double read_gbps; /* best read-only kernel; NaN where not measured */
     double launch_us; /* an empty launch */
+    ar_ceilings ceil; /* every streaming kernel at every thread count (n = 0:
+                         the backend has only the two figures above) */
 } rooflines;
 
-/* Measures all three, copy and read in alternating rounds, each keeping its
- * best; ATTNRES_OK, or the failing status with the reason in dev->errmsg. A
- * backend without a read measurement leaves read_gbps NaN. */
+/* Measures all of them; ATTNRES_OK, or the failing status with the reason
+ * in dev->errmsg. A backend without a read measurement leaves read_gbps
+ * NaN. */
 int rooflines_measure(attnres_device *dev, rooflines *out);
 
 /* "copy bandwidth 41.3 GB/s, read 28.1 GB/s, empty launch 0.11 us" into
- * buf (read "not measured" where NaN). */
+ * buf (read "not measured" where NaN), then ", FMA 512 GFLOP/s" where
+ * measured. */
 void rooflines_format(const rooflines *r, char *buf, size_t size);
+
+/* The ceiling of a kernel that reads `read_bytes` and writes `write_bytes`,
+ * in GB/s of their sum: the time-based blend of docs/design.md §2,
+ *   (R + W) / (R / read + W / write),
+ * where the effective write rate follows from the copy and read ceilings
+ * (a copy reads and writes B bytes in 2B / copy seconds). Pure reads get the
+ * read ceiling, equal reads and writes the copy ceiling. Without a read
+ * ceiling it is the copy ceiling. */
+double rooflines_ceiling(const rooflines *r, double read_bytes, double write_bytes);
+
+/* The out-of-cache check (docs/design.md §2): a kernel moving `bytes` runs
+ * out of cache when they are at least four times the device's largest cache
+ * (64 MiB where the device does not say); there no timing may exceed the
+ * ceiling that matches its traffic by more than the noise, twice its
+ * relative spread and at least 5%. rooflines_above: 1 when a fraction of
+ * the ceiling is above it beyond that noise. */
+int rooflines_out_of_cache(const rooflines *r, double bytes);
+double rooflines_noise(double median_us, double spread_us);
+int rooflines_above(double fraction, double noise);
+
+/* The effective write rate of the blend, GB/s; INFINITY where the copy's
+ * writes cost nothing beyond its reads, NaN without a read ceiling. */
+double rooflines_write_gbps(const rooflines *r);
+
+/* The ceilings as one JSON object: every point, the FMA peak, the cache
+ * size and the blend's write rate, for the run's record. */
+void rooflines_json(const rooflines *r, char *buf, size_t size);
+
+/* One line per kernel: "memcpy  1 thread 12.3 GB/s, 2 threads 20.1 GB/s";
+ * written to buf, lines separated by '\n'. */
+void rooflines_detail(const rooflines *r, char *buf, size_t size);
 
 /* 100 * gbps / limit into buf as "52.1%", or "-" without a limit. */
 void rooflines_percent(double gbps, double limit, char *buf, size_t size);

@@ -65,7 +65,9 @@ typedef struct tuner {
 /* One row of the winners table. */
 typedef struct winner_row {
     char problem[160], variant[128];
-    double median_us, gbps, roofline;
+    double median_us, spread_us, gbps;
+    double roofline;                       /* gbps over the matching ceiling */
+    double read_bytes, write_bytes, flops; /* the problem's traffic and arithmetic */
     int found;
 } winner_row;
 

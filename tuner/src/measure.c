@@ -231,6 +231,12 @@ double bench_case_bytes(const bench_case *bc)
     return problem_bytes(&tp);
 }
 
+void bench_case_traffic(const bench_case *bc, double *read_bytes, double *write_bytes)
+{
+    tune_problem tp = {bc->p, bc->t};
+    problem_traffic(&tp, read_bytes, write_bytes);
+}
+
 double bench_case_tolerance(const bench_case *bc) { return bc->p.dtype == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
 
 int compare_n(bench_case *bc, const void *dev_buf, const double *ref, size_t n, int f32, double *err)

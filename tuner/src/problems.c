@@ -335,3 +335,34 @@ double problem_bytes(const tune_problem *tp)
     }
     return (p->n + 1.0 + (p->form == ATTNRES_FORM_ADDITIVE) + (p->epilogue ? 1.0 : 0.0)) * td * es;
 }
+
+void problem_traffic(const tune_problem *tp, double *read_bytes, double *write_bytes)
+{
+    const attnres_problem *p = &tp->p;
+    const double td = (double)tp->t * (double)p->d, es = (double)attnres_dtype_size(p->dtype);
+    const double lse = 4.0 * (double)tp->t * p->heads;
+    switch (p->op) {
+    case ATTNRES_OP_PHASE1:
+        *read_bytes = p->n * td * es;
+        *write_bytes = p->s * (td * es + lse);
+        break;
+    case ATTNRES_OP_PHASE2: /* o1, lse, b (and f) in; out (normed, and b) out */
+        *read_bytes = (2.0 + (p->fuse_add ? 1.0 : 0.0)) * td * es + lse;
+        *write_bytes = (1.0 + (p->epilogue ? 1.0 : 0.0) + (p->fuse_add ? 1.0 : 0.0)) * td * es;
+        break;
+    default:
+        *read_bytes = (p->n + (p->form == ATTNRES_FORM_ADDITIVE)) * td * es;
+        *write_bytes = (1.0 + (p->epilogue ? 1.0 : 0.0)) * td * es;
+        break;
+    }
+}
+
+double problem_flops(const tune_problem *tp)
+{
+    const attnres_problem *p = &tp->p;
+    if (p->op != ATTNRES_OP_PHASE1)
+        return 0.0;
+    /* per element of the n source rows: one FMA for its square, one for each
+     * site's dot product and one for each site's mix, 2 flop each */
+    return (double)p->n * (double)tp->t * (double)p->d * (2.0 + 4.0 * p->s);
+}

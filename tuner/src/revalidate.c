@@ -40,6 +40,8 @@ typedef struct outcome {
     ardb_status status;
     double median_us;
     int measured; /* a measurement was recorded */
+    double fraction, noise; /* of the matching ceiling; the check's noise */
+    int out_of_cache;
     char message[512];
 } outcome;
 
@@ -80,6 +82,10 @@ static int begin_run(revalidation *r, const char *spec, const char *db_path, con
         cli_error("tune", "recording the run: %s", ardb_errmsg(r->db));
         return -1;
     }
+    char ceilings[4096];
+    rooflines_json(&r->roof, ceilings, sizeof ceilings);
+    if (ardb_run_set_ceilings(r->db, r->run_id, ceilings) != ARDB_DONE)
+        cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
     /* Which runs' winners this run re-measured, as its note. */
     size_t len = (size_t)snprintf(note_text, sizeof note_text, "re-validates the winners of run");
     int64_t seen[32];
@@ -138,20 +144,28 @@ static int tune_problem_of(const ardb_stored_winner *w, tune_problem *tp, char *
     return 0;
 }
 
+/* bc: the problem timed, NULL where nothing was timed. */
 static void record(revalidation *r, const ardb_stored_winner *w, const char *build_key, ardb_status status,
-                   const timing *tm, double bytes, double rel_err, const char *message, outcome *o)
+                   const timing *tm, const bench_case *bc, double rel_err, const char *message, outcome *o)
 {
-    double gbps = tm && tm->median_us > 0 ? bytes / (tm->median_us * 1e3) : 0;
+    double rd = 0, wr = 0;
+    if (bc)
+        bench_case_traffic(bc, &rd, &wr);
+    double gbps = tm && tm->median_us > 0 ? (rd + wr) / (tm->median_us * 1e3) : 0;
+    double ceiling = rooflines_ceiling(&r->roof, rd, wr); /* the one matching the traffic */
     ardb_measurement m = {.run_id = r->run_id, .candidate_id = w->candidate_id, .problem_id = w->problem_id,
                           .device_id = r->device_id, .build_key = build_key, .status = status,
                           .median_us = tm ? tm->median_us : 0, .min_us = tm ? tm->min_us : 0,
                           .max_us = tm ? tm->max_us : 0, .spread_us = tm ? tm->spread_us : 0,
                           .reps = tm ? tm->reps : 0, .gbps = gbps,
-                          .roofline = r->roof.copy_gbps > 0 ? gbps / r->roof.copy_gbps : 0, .rel_err = rel_err,
+                          .roofline = ceiling > 0 ? gbps / ceiling : 0, .rel_err = rel_err,
                           .message = message};
     int64_t mid = 0;
     o->status = status;
     o->median_us = m.median_us;
+    o->fraction = m.roofline;
+    o->noise = rooflines_noise(m.median_us, m.spread_us);
+    o->out_of_cache = status == ARDB_STATUS_OK && rooflines_out_of_cache(&r->roof, rd + wr);
     snprintf(o->message, sizeof o->message, "%s", message ? message : "");
     if (ardb_measurement_add(r->db, &m, &mid) != ARDB_DONE) {
         cli_error("tune", "recording a measurement: %s", ardb_errmsg(r->db));
@@ -199,14 +213,14 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
     ar_sha256_string(w->source ? w->source : "", hash);
     ar_build_key(r->dev, hash, build_key);
     if (!w->source || !w->source_hash || strcmp(hash, w->source_hash) != 0) {
-        record(r, w, NULL, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN,
+        record(r, w, NULL, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN,
                w->source ? "the stored source does not match its hash" : "the database holds no source for it", o);
         return;
     }
     void *blob = NULL;
     size_t size = 0;
     if (binary_for(r, w, build_key, &blob, &size, why, sizeof why)) {
-        record(r, w, NULL, ARDB_STATUS_COMPILE_FAILED, NULL, 0, NAN, why, o);
+        record(r, w, NULL, ARDB_STATUS_COMPILE_FAILED, NULL, NULL, NAN, why, o);
         return;
     }
     ar_kernel k;
@@ -216,26 +230,26 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
     int st = r->dev->ops->load(r->dev, blob, size, w->source, w->kernel_name, w->params_json, &k);
     free(blob);
     if (st != ATTNRES_OK) {
-        record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, r->dev->errmsg, o);
+        record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, r->dev->errmsg, o);
         return;
     }
     char err[512];
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(index + 1) * 0x9e3779b97f4a7c15ull;
     bench_case *bc = bench_case_create(r->dev, &tp, &r->policy, seed, err, sizeof err);
     if (!bc) {
-        record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, err, o);
+        record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, err, o);
     } else {
         double rel_err = NAN;
         timing tm;
         if (bench_case_verify(bc, &k, &rel_err) != ATTNRES_OK) {
-            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, NAN, r->dev->errmsg, o);
+            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, r->dev->errmsg, o);
         } else if (!(rel_err <= bench_case_tolerance(bc))) {
             snprintf(why, sizeof why, "relative error %.3g exceeds %.0e", rel_err, bench_case_tolerance(bc));
-            record(r, w, build_key, ARDB_STATUS_WRONG_RESULT, NULL, 0, rel_err, why, o);
+            record(r, w, build_key, ARDB_STATUS_WRONG_RESULT, NULL, NULL, rel_err, why, o);
         } else if (bench_case_time(bc, &k, &r->policy, &tm) != ATTNRES_OK) {
-            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, 0, rel_err, r->dev->errmsg, o);
+            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, rel_err, r->dev->errmsg, o);
         } else {
-            record(r, w, build_key, ARDB_STATUS_OK, &tm, bench_case_bytes(bc), rel_err, NULL, o);
+            record(r, w, build_key, ARDB_STATUS_OK, &tm, bc, rel_err, NULL, o);
         }
         bench_case_free(bc);
     }
@@ -245,22 +259,59 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
 
 static void print_table(const revalidation *r, const ardb_stored_winner *w, const outcome *o, size_t n)
 {
-    char roof[160];
+    char roof[200];
     rooflines_format(&r->roof, roof, sizeof roof);
     printf("\nre-validated winners on %s (%s)\n%s\n\n", r->dev->name, r->dev->backend, roof);
-    printf("%-44s %-34s %6s %12s %12s %7s  %s\n", "problem", "variant", "from", "stored (us)", "now (us)", "ratio",
-           "status");
+    printf("%-44s %-34s %6s %12s %12s %7s %9s  %s\n", "problem", "variant", "from", "stored (us)", "now (us)",
+           "ratio", "% ceiling", "status");
     for (size_t i = 0; i < n; i++) {
-        char now[32] = "-", ratio[32] = "-";
+        char now[32] = "-", ratio[32] = "-", frac[32] = "-";
         if (o[i].status == ARDB_STATUS_OK) {
             snprintf(now, sizeof now, "%.2f", o[i].median_us);
             if (w[i].median_us > 0)
                 snprintf(ratio, sizeof ratio, "%.3f", o[i].median_us / w[i].median_us);
+            snprintf(frac, sizeof frac, "%.1f%%", 100.0 * o[i].fraction);
         }
-        printf("%-44s %-34s %6" PRId64 " %12.2f %12s %7s  %s%s%s\n", w[i].problem_key, w[i].variant, w[i].run_id,
-               w[i].median_us, now, ratio, ardb_status_name(o[i].status), o[i].message[0] ? ": " : "",
-               o[i].message);
+        printf("%-44s %-34s %6" PRId64 " %12.2f %12s %7s %9s  %s%s%s\n", w[i].problem_key, w[i].variant,
+               w[i].run_id, w[i].median_us, now, ratio, frac, ardb_status_name(o[i].status),
+               o[i].message[0] ? ": " : "", o[i].message);
     }
+}
+
+/* The out-of-cache check of tune's winners table (docs/design.md §2), over
+ * the re-measured winners: a warning for each one above its ceiling beyond
+ * its noise, a summary line, and the outcome recorded with the run. */
+static void check_ceilings(revalidation *r, const ardb_stored_winner *w, const outcome *o, size_t n)
+{
+    int checked = 0, over = 0;
+    double highest = 0;
+    printf("\n");
+    for (size_t i = 0; i < n; i++) {
+        if (!o[i].out_of_cache || !(o[i].fraction > 0))
+            continue;
+        checked++;
+        highest = o[i].fraction > highest ? o[i].fraction : highest;
+        if (rooflines_above(o[i].fraction, o[i].noise)) {
+            over++;
+            printf("warning: %s ran at %.0f%% of its ceiling out of cache (noise %.0f%%): "
+                   "the ceiling is not a ceiling on this device\n",
+                   w[i].problem_key, 100.0 * o[i].fraction, 100.0 * o[i].noise);
+        }
+    }
+    if (checked)
+        printf("ceiling check: %d out-of-cache winner(s), %d above its ceiling beyond the noise, highest %.0f%%\n",
+               checked, over, 100.0 * highest);
+    else
+        printf("ceiling check: no out-of-cache winner\n");
+    char json[4096 + 128];
+    rooflines_json(&r->roof, json, sizeof json - 128);
+    size_t len = strlen(json);
+    if (len > 0 && json[len - 1] == '}')
+        snprintf(json + len - 1, sizeof json - len + 1,
+                 ", \"check\": {\"out_of_cache\": %d, \"over\": %d, \"max_fraction\": %.4f}}", checked, over,
+                 highest);
+    if (ardb_run_set_ceilings(r->db, r->run_id, json) != ARDB_DONE)
+        cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
 }
 
 int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
@@ -318,6 +369,7 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
     }
     ardb_run_finish(r.db, r.run_id, "complete");
     print_table(&r, w, o, n);
+    check_ceilings(&r, w, o, n);
     printf("\nrun %" PRId64 ": %zu winner(s) re-validated, %zu not ok; database %s\n", r.run_id, n - bad, bad,
            db_path);
     exit_code = bad ? CLI_EXIT_FAIL : CLI_EXIT_OK;

@@ -39,11 +39,17 @@ const char *strategy_name(strategy s)
     return s == STRATEGY_EXHAUSTIVE ? "exhaustive" : s == STRATEGY_RANDOM ? "random" : "halving";
 }
 
-static void record(tuner *t, int64_t problem_id, candidate_ref *c, const job_result *r, double bytes,
+/* bc: the problem timed, NULL where nothing was timed. */
+static void record(tuner *t, int64_t problem_id, candidate_ref *c, const job_result *r, const bench_case *bc,
                    const char *stage)
 {
     const timing *tm = r->status == ARDB_STATUS_OK ? &r->tm : NULL;
-    double gbps = tm && tm->median_us > 0 ? bytes / (tm->median_us * 1e3) : 0;
+    double rd = 0, wr = 0;
+    if (bc)
+        bench_case_traffic(bc, &rd, &wr);
+    double gbps = tm && tm->median_us > 0 ? (rd + wr) / (tm->median_us * 1e3) : 0;
+    /* The fraction of the ceiling that matches the traffic (design §2). */
+    double ceiling = rooflines_ceiling(&t->roof, rd, wr);
     char message[700];
     snprintf(message, sizeof message, "%s%s%s", stage, r->message[0] ? ": " : "", r->message);
     ardb_measurement m = {.run_id = t->run_id, .candidate_id = c->e->candidate_id, .problem_id = problem_id,
@@ -51,7 +57,7 @@ static void record(tuner *t, int64_t problem_id, candidate_ref *c, const job_res
                           .median_us = tm ? tm->median_us : 0, .min_us = tm ? tm->min_us : 0,
                           .max_us = tm ? tm->max_us : 0, .spread_us = tm ? tm->spread_us : 0,
                           .reps = tm ? tm->reps : 0, .gbps = gbps,
-                          .roofline = t->roof.copy_gbps > 0 ? gbps / t->roof.copy_gbps : 0, .rel_err = r->rel_err,
+                          .roofline = ceiling > 0 ? gbps / ceiling : 0, .rel_err = r->rel_err,
                           .message = message};
     if (ardb_measurement_add(t->db, &m, &c->measurement_id) != ARDB_DONE)
         cli_error("tune", "recording a measurement: %s", ardb_errmsg(t->db));
@@ -82,13 +88,13 @@ static void measure_one(tuner *t, bench_case *bc, int64_t problem_id, candidate_
     if (c->e->compile_failed) {
         r.status = ARDB_STATUS_COMPILE_FAILED;
         snprintf(r.message, sizeof r.message, "%.480s", c->e->compile_log ? c->e->compile_log : "compilation failed");
-        record(t, problem_id, c, &r, 0, "compile");
+        record(t, problem_id, c, &r, NULL, "compile");
         return;
     }
     if (c->e->pruned) {
         r.status = ARDB_STATUS_SKIPPED;
         snprintf(r.message, sizeof r.message, "pruned by its resource report: %s", c->e->resources);
-        record(t, problem_id, c, &r, 0, "compile");
+        record(t, problem_id, c, &r, NULL, "compile");
         return;
     }
     job_kernel k;
@@ -96,14 +102,14 @@ static void measure_one(tuner *t, bench_case *bc, int64_t problem_id, candidate_
     if (job_kernel_for(t, c->e, &k, &blob)) {
         r.status = ARDB_STATUS_LAUNCH_FAILED;
         snprintf(r.message, sizeof r.message, "binary %s is missing from the database", c->e->build_key);
-        record(t, problem_id, c, &r, 0, stage);
+        record(t, problem_id, c, &r, NULL, stage);
         return;
     }
     job_options opt = {.verify = verify, .policy = *pol, .time_limit_s = t->opt.time_limit_s,
                        .isolate = t->opt.isolate};
     job_measure(t->dev, bc, &k, &opt, &r);
     free(blob);
-    record(t, problem_id, c, &r, bench_case_bytes(bc), stage);
+    record(t, problem_id, c, &r, bc, stage);
 }
 
 static void to_ardb_problem(const tune_problem *tp, ardb_problem *q)
@@ -278,7 +284,7 @@ static void final_round(tuner *t, bench_case *bc, int64_t problem_id, candidate_
         snprintf(stage, sizeof stage, "final (interleaved with %zu, %d rounds)", nk, rounds);
         for (size_t i = 0; i < nk; i++) {
             loaded[i]->final_round = 1;
-            record(t, problem_id, loaded[i], &res[i], bench_case_bytes(bc), stage);
+            record(t, problem_id, loaded[i], &res[i], bc, stage);
         }
     }
     for (size_t i = 0; blobs && i < nk; i++)
@@ -424,12 +430,18 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
         if (ardb_winner_set(t->db, t->run_id, problem_id, t->device_id, best->e->candidate_id,
                             best->measurement_id) != ARDB_DONE)
             cli_error("tune", "recording the winner: %s", ardb_errmsg(t->db));
-        double bytes = problem_bytes(tp);
+        double rd, wr;
+        problem_traffic(tp, &rd, &wr);
         w->found = 1;
         snprintf(w->variant, sizeof w->variant, "%s", best->e->id);
         w->median_us = best->median_us;
-        w->gbps = bytes / (best->median_us * 1e3);
-        w->roofline = t->roof.copy_gbps > 0 ? w->gbps / t->roof.copy_gbps : 0;
+        w->spread_us = best->spread_us;
+        w->gbps = (rd + wr) / (best->median_us * 1e3);
+        w->read_bytes = rd;
+        w->write_bytes = wr;
+        w->flops = problem_flops(tp);
+        double ceiling = rooflines_ceiling(&t->roof, rd, wr);
+        w->roofline = ceiling > 0 ? w->gbps / ceiling : 0;
     }
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)

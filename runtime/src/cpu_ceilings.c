@@ -1,0 +1,375 @@
+/*
+ * cpu_ceilings.c - what this CPU's memory and arithmetic allow: streaming
+ * kernels that do nothing but move bytes, each on 1, 2, 4, ... and all
+ * threads, and a loop of independent FMAs. The tuner compares every kernel
+ * with the best of them that matches its traffic (docs/design.md §2); the
+ * reasons the figures differ between CPUs are in docs/cpu_kernels.md.
+ */
+#include "cpu_ceilings.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define CEIL_X86 1
+#endif
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* ---- the streaming kernels ------------------------------------------ */
+
+typedef float cvec __attribute__((vector_size(64)));
+
+/* Sums n bytes (a multiple of 512) from `streams` equal parts of x read
+ * side by side, eight accumulators in all, so that only memory bounds the
+ * loop. The mix kernels read N rows side by side; a core's prefetchers
+ * follow each stream on its own, so one stream and eight can differ. */
+static inline __attribute__((always_inline)) float sum_streams(const char *x, size_t n, int streams)
+{
+    cvec s[8] = {{0}};
+    if (streams == 1) {
+        for (size_t i = 0; i < n; i += 512)
+            for (int k = 0; k < 8; k++) {
+                cvec v;
+                memcpy(&v, x + i + 64 * k, sizeof v);
+                s[k] += v;
+            }
+    } else {
+        const size_t part = n / 8;
+        for (size_t i = 0; i < part; i += 64)
+            for (int k = 0; k < 8; k++) {
+                cvec v;
+                memcpy(&v, x + (size_t)k * part + i, sizeof v);
+                s[k] += v;
+            }
+    }
+    for (int k = 1; k < 8; k++)
+        s[0] += s[k];
+    float total = 0.0f;
+    for (int i = 0; i < 16; i++)
+        total += s[0][i];
+    return total;
+}
+
+static float sum_plain(const char *x, size_t n, int streams) { return sum_streams(x, n, streams); }
+
+#ifdef CEIL_X86
+/* The library is built for the baseline ISA; the kernels it is compared
+ * with use the machine's widest loads, so the ceiling must too. */
+__attribute__((target("avx512f"))) static float sum_avx512(const char *x, size_t n, int streams)
+{
+    return sum_streams(x, n, streams);
+}
+__attribute__((target("avx2"))) static float sum_avx2(const char *x, size_t n, int streams)
+{
+    return sum_streams(x, n, streams);
+}
+
+/* Copies with non-temporal stores (the lines written bypass the caches
+ * and take none of the core's load concurrency); n a multiple of 256. */
+__attribute__((target("avx512f"))) static void copy_nt_avx512(char *dst, const char *src, size_t n)
+{
+    for (size_t i = 0; i < n; i += 256) {
+        __m512 a = _mm512_load_ps((const float *)(src + i)), b = _mm512_load_ps((const float *)(src + i + 64));
+        __m512 c = _mm512_load_ps((const float *)(src + i + 128)), d = _mm512_load_ps((const float *)(src + i + 192));
+        _mm512_stream_ps((float *)(dst + i), a);
+        _mm512_stream_ps((float *)(dst + i + 64), b);
+        _mm512_stream_ps((float *)(dst + i + 128), c);
+        _mm512_stream_ps((float *)(dst + i + 192), d);
+    }
+    _mm_sfence();
+}
+__attribute__((target("avx"))) static void copy_nt_avx(char *dst, const char *src, size_t n)
+{
+    for (size_t i = 0; i < n; i += 128) {
+        __m256 a = _mm256_load_ps((const float *)(src + i)), b = _mm256_load_ps((const float *)(src + i + 32));
+        __m256 c = _mm256_load_ps((const float *)(src + i + 64)), d = _mm256_load_ps((const float *)(src + i + 96));
+        _mm256_stream_ps((float *)(dst + i), a);
+        _mm256_stream_ps((float *)(dst + i + 32), b);
+        _mm256_stream_ps((float *)(dst + i + 64), c);
+        _mm256_stream_ps((float *)(dst + i + 96), d);
+    }
+    _mm_sfence();
+}
+static void copy_nt_sse2(char *dst, const char *src, size_t n)
+{
+    for (size_t i = 0; i < n; i += 64) {
+        __m128 a = _mm_load_ps((const float *)(src + i)), b = _mm_load_ps((const float *)(src + i + 16));
+        __m128 c = _mm_load_ps((const float *)(src + i + 32)), d = _mm_load_ps((const float *)(src + i + 48));
+        _mm_stream_ps((float *)(dst + i), a);
+        _mm_stream_ps((float *)(dst + i + 16), b);
+        _mm_stream_ps((float *)(dst + i + 32), c);
+        _mm_stream_ps((float *)(dst + i + 48), d);
+    }
+    _mm_sfence();
+}
+#endif
+
+static float sum_best(const char *x, size_t n, int streams)
+{
+#ifdef CEIL_X86
+    if (__builtin_cpu_supports("avx512f"))
+        return sum_avx512(x, n, streams);
+    if (__builtin_cpu_supports("avx2"))
+        return sum_avx2(x, n, streams);
+#endif
+    return sum_plain(x, n, streams);
+}
+
+enum { K_MEMCPY, K_COPY_NT, K_READ, K_READ8, K_COUNT };
+static const char *const kernel_names[K_COUNT] = {"memcpy", "copy-nt", "read", "read-8streams"};
+
+typedef struct stream_job {
+    int kernel, threads;
+    char *buf;    /* 2 * half bytes: a copy goes from the first half to the second */
+    size_t half;  /* a multiple of 4096 * threads */
+} stream_job;
+
+static void stream_chunk(void *ctx, int64_t i0, int64_t i1)
+{
+    const stream_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        int read = j->kernel == K_READ || j->kernel == K_READ8;
+        size_t total = read ? 2 * j->half : j->half, part = total / (size_t)j->threads;
+        size_t off = part * (size_t)i;
+        switch (j->kernel) {
+        case K_MEMCPY: memcpy(j->buf + j->half + off, j->buf + off, part); break;
+        case K_COPY_NT:
+#ifdef CEIL_X86
+            if (__builtin_cpu_supports("avx512f"))
+                copy_nt_avx512(j->buf + j->half + off, j->buf + off, part);
+            else if (__builtin_cpu_supports("avx"))
+                copy_nt_avx(j->buf + j->half + off, j->buf + off, part);
+            else
+                copy_nt_sse2(j->buf + j->half + off, j->buf + off, part);
+#endif
+            break;
+        default: {
+            volatile float keep = sum_best(j->buf + off, part, j->kernel == K_READ8 ? 8 : 1);
+            (void)keep; /* the sum must be computed, so every load happens */
+        }
+        }
+    }
+}
+
+/* The fastest of runs spanning span_us (at least five after one that
+ * faults pages in and warms up), in bytes per second / 1e9. */
+static double time_stream(cpu_pool *pool, stream_job *j, double span_us)
+{
+    double best = 1e30, start = now_us();
+    for (int r = 0; r < 200 && (r < 6 || now_us() - start < span_us); r++) {
+        double t0 = now_us();
+        cpu_pool_run(pool, stream_chunk, j, j->threads, j->threads);
+        double t = now_us() - t0;
+        if (r > 0 && t < best)
+            best = t;
+    }
+    return 2.0 * (double)j->half / (best * 1e3);
+}
+
+/* ---- the FMA peak --------------------------------------------------- */
+
+enum { FMA_ITERS = 1 << 22 };
+
+/* Twelve independent chains, named so that each stays in a register:
+ * enough to cover the latency of two FMA units. */
+#define FMA_CHAINS(T, SET, FMA, ADD)                                                                          \
+    T a0 = SET(0.f), a1 = SET(1.f), a2 = SET(2.f), a3 = SET(3.f), a4 = SET(4.f), a5 = SET(5.f);              \
+    T a6 = SET(6.f), a7 = SET(7.f), a8 = SET(8.f), a9 = SET(9.f), a10 = SET(10.f), a11 = SET(11.f);          \
+    const T m = SET(0.999999f), c = SET(1e-7f);                                                               \
+    for (int i = 0; i < FMA_ITERS; i++) {                                                                     \
+        a0 = FMA(a0, m, c), a1 = FMA(a1, m, c), a2 = FMA(a2, m, c), a3 = FMA(a3, m, c);                       \
+        a4 = FMA(a4, m, c), a5 = FMA(a5, m, c), a6 = FMA(a6, m, c), a7 = FMA(a7, m, c);                       \
+        a8 = FMA(a8, m, c), a9 = FMA(a9, m, c), a10 = FMA(a10, m, c), a11 = FMA(a11, m, c);                   \
+    }                                                                                                         \
+    a0 = ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7)));                                   \
+    a0 = ADD(a0, ADD(ADD(a8, a9), ADD(a10, a11)))
+
+#ifdef CEIL_X86
+__attribute__((target("avx512f"))) static double fma_avx512(void)
+{
+    FMA_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps);
+    volatile float keep = _mm512_reduce_add_ps(a0);
+    (void)keep;
+    return 12.0 * 16 * 2 * FMA_ITERS;
+}
+__attribute__((target("avx2,fma"))) static double fma_avx2(void)
+{
+    FMA_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps);
+    float out[8];
+    _mm256_storeu_ps(out, a0);
+    volatile float keep = out[0];
+    (void)keep;
+    return 12.0 * 8 * 2 * FMA_ITERS;
+}
+#endif
+
+static inline float set_scalar(float x) { return x; }
+static inline float add_scalar(float x, float y) { return x + y; }
+
+static double fma_plain(void)
+{
+    FMA_CHAINS(float, set_scalar, fmaf, add_scalar);
+    volatile float keep = a0;
+    (void)keep;
+    return 12.0 * 2 * FMA_ITERS;
+}
+
+typedef struct fma_job {
+    double flop[256];
+} fma_job;
+
+static void fma_chunk(void *ctx, int64_t i0, int64_t i1)
+{
+    fma_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        double f;
+#ifdef CEIL_X86
+        if (__builtin_cpu_supports("avx512f"))
+            f = fma_avx512();
+        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+            f = fma_avx2();
+        else
+#endif
+            f = fma_plain();
+        j->flop[i % 256] = f;
+    }
+}
+
+static double time_fma(cpu_pool *pool, int threads)
+{
+    fma_job j;
+    double best = 0.0;
+    for (int r = 0; r < 6; r++) {
+        double t0 = now_us();
+        cpu_pool_run(pool, fma_chunk, &j, threads, threads);
+        double t = now_us() - t0, flop = 0.0;
+        for (int i = 0; i < threads && i < 256; i++)
+            flop += j.flop[i];
+        if (r > 0 && flop / (t * 1e3) > best)
+            best = flop / (t * 1e3);
+    }
+    return best;
+}
+
+/* ---- the largest cache ---------------------------------------------- */
+
+/* The size of the highest-level cache that cpu0 sees, from sysfs ("32768K"),
+ * else glibc's figure (which on some AMD guests is the whole socket's L3,
+ * ten times what lscpu and sysfs report), else 0. */
+static double largest_cache(void)
+{
+    int best_level = 0;
+    double best = 0.0;
+    for (int i = 0; i < 16; i++) {
+        char path[96], text[64];
+        int level = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fscanf(f, "%d", &level) != 1)
+            level = 0;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (!(f = fopen(path, "r")))
+            continue;
+        double size = 0.0;
+        if (fgets(text, sizeof text, f)) {
+            char *end;
+            size = strtod(text, &end);
+            size *= *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1.0;
+        }
+        fclose(f);
+        if (level > best_level && size > 0) {
+            best_level = level;
+            best = size;
+        }
+    }
+    if (best > 0)
+        return best;
+    long cache = -1;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    cache = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (cache <= 0)
+        cache = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return cache > 0 ? (double)cache : 0.0;
+}
+
+/* ---- all of them ----------------------------------------------------- */
+
+/* 1, 2, 4, ... below all, and all: the thread counts each kernel runs on. */
+static int thread_counts(int all, int *out, int max)
+{
+    int n = 0;
+    for (int t = 1; t < all && n < max - 1; t *= 2)
+        out[n++] = t;
+    out[n++] = all;
+    return n;
+}
+
+enum { CEIL_ROUNDS = 2 };
+
+int cpu_ceilings_measure(attnres_device *dev, cpu_pool *pool, ar_ceilings *out)
+{
+    memset(out, 0, sizeof *out);
+    out->fma_gflops = NAN;
+    int all = cpu_pool_workers(pool) + 1, counts[16];
+    int nc = thread_counts(all, counts, 16);
+    /* 256 MiB each way (512 MiB read), far beyond any cache, in parts of
+     * whole pages per thread. */
+    const size_t half = ((size_t)256 << 20) / ((size_t)4096 * (size_t)all) * (size_t)4096 * (size_t)all;
+    char *buf = NULL;
+    if (posix_memalign((void **)&buf, 4096, 2 * half))
+        return ar_device_fail(dev, ATTNRES_ENOMEM, "cannot allocate the %zu MiB ceiling buffer", (2 * half) >> 20);
+    memset(buf, 1, 2 * half);
+    int kernels[K_COUNT], nk = 0;
+    kernels[nk++] = K_MEMCPY;
+#ifdef CEIL_X86
+    kernels[nk++] = K_COPY_NT;
+#endif
+    kernels[nk++] = K_READ;
+    kernels[nk++] = K_READ8;
+    for (int k = 0; k < nk; k++)
+        for (int c = 0; c < nc && out->n < AR_CEILING_POINTS; c++) {
+            ar_ceiling_point *p = &out->pt[out->n++];
+            p->kernel = kernel_names[kernels[k]];
+            p->kind = kernels[k] == K_READ || kernels[k] == K_READ8 ? AR_CEILING_READ : AR_CEILING_COPY;
+            p->threads = counts[c];
+            p->gbps = 0.0;
+        }
+    /* Rounds over every kernel in turn, each keeping its best: a stall of
+     * a shared host then spoils one round of a figure, not the figure. */
+    for (int round = 0; round < CEIL_ROUNDS; round++)
+        for (int i = 0; i < out->n; i++) {
+            ar_ceiling_point *p = &out->pt[i];
+            int kernel = 0;
+            while (strcmp(kernel_names[kernel], p->kernel) != 0)
+                kernel++;
+            stream_job j = {.kernel = kernel, .threads = p->threads, .buf = buf, .half = half};
+            double g = time_stream(pool, &j, 0.2e6);
+            if (g > p->gbps)
+                p->gbps = g;
+        }
+    free(buf);
+    for (int c = 0; c < nc; c++) {
+        double g = time_fma(pool, counts[c]);
+        if (isnan(out->fma_gflops) || g > out->fma_gflops) {
+            out->fma_gflops = g;
+            out->fma_threads = counts[c];
+        }
+    }
+    out->cache_bytes = largest_cache();
+    return ATTNRES_OK;
+}

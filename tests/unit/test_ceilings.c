@@ -1,0 +1,160 @@
+/*
+ * test_ceilings.c - the ceilings a timing is held to (tuner/src/rooflines.c,
+ * docs/design.md §2), on synthetic figures: the time-based blend puts pure
+ * reads at the read ceiling and equal reads and writes at the copy ceiling,
+ * the out-of-cache check flags a winner above its ceiling beyond the noise
+ * and no other, a problem's traffic splits its bytes exactly; and on the CPU
+ * device itself, that every streaming kernel was measured on 1 and on all
+ * threads (the figures themselves are timed in bench/ceilings.c, not here).
+ */
+#include <math.h>
+#include <stdio.h>
+
+#include "attnres.h"
+#include "check.h"
+#include "problems.h"
+#include "rooflines.h"
+
+static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b); }
+
+static rooflines figures(double copy, double read)
+{
+    rooflines r = {.copy_gbps = copy, .read_gbps = read};
+    r.ceil.fma_gflops = NAN;
+    return r;
+}
+
+/* The AMD host of the report: reads alone faster than a copy. */
+static void test_blend_read_above_copy(void)
+{
+    rooflines r = figures(46.5, 53.7);
+    CHECK(near(rooflines_ceiling(&r, 1.0, 0.0), 53.7));
+    CHECK(near(rooflines_ceiling(&r, 1.0, 1.0), 46.5));
+    CHECK(near(rooflines_ceiling(&r, 5e8, 5e8), 46.5));
+    /* 1 / w = 2 / copy - 1 / read */
+    CHECK(near(rooflines_write_gbps(&r), 1.0 / (2.0 / 46.5 - 1.0 / 53.7)));
+    /* Nine rows in, one out: between the two, nearer the read ceiling. */
+    double mix = rooflines_ceiling(&r, 9.0, 1.0);
+    CHECK(mix > 46.5 && mix < 53.7);
+    CHECK(near(mix, 10.0 / (9.0 / 53.7 + 1.0 / rooflines_write_gbps(&r))));
+    /* More reads, higher ceiling: the blend is monotonic in the mix. */
+    CHECK(rooflines_ceiling(&r, 25.0, 1.0) > mix && rooflines_ceiling(&r, 2.0, 1.0) < mix);
+}
+
+/* An Intel host: reads at 60% of the copy (its stores cost no load
+ * concurrency), so writes are cheap and a mostly-reading kernel is held to
+ * about the read figure. */
+static void test_blend_read_below_copy(void)
+{
+    rooflines r = figures(43.2, 26.1);
+    CHECK(near(rooflines_ceiling(&r, 1.0, 0.0), 26.1));
+    CHECK(near(rooflines_ceiling(&r, 1.0, 1.0), 43.2));
+    double mix = rooflines_ceiling(&r, 9.0, 1.0);
+    CHECK(mix > 26.1 && mix < 43.2);
+}
+
+/* A read figure below half the copy left bandwidth unused (a copy reads half
+ * its bytes): the blend reads at copy / 2 and writes for free, so the copy
+ * stays at its own ceiling. Without a read figure everything is held to the
+ * copy; without a copy there is no ceiling. */
+static void test_blend_edges(void)
+{
+    rooflines r = figures(40.0, 10.0);
+    CHECK(isinf(rooflines_write_gbps(&r)));
+    CHECK(near(rooflines_ceiling(&r, 1.0, 1.0), 40.0));
+    CHECK(near(rooflines_ceiling(&r, 1.0, 0.0), 20.0));
+    r = figures(40.0, NAN);
+    CHECK(isnan(rooflines_write_gbps(&r)));
+    CHECK(near(rooflines_ceiling(&r, 9.0, 1.0), 40.0) && near(rooflines_ceiling(&r, 1.0, 0.0), 40.0));
+    r = figures(0.0, 20.0);
+    CHECK(isnan(rooflines_ceiling(&r, 1.0, 1.0)));
+}
+
+/* Out of cache: four times the device's largest cache, 64 MiB by default.
+ * Noise: twice the relative spread, at least 5%. */
+static void test_out_of_cache_check(void)
+{
+    rooflines r = figures(46.5, 53.7);
+    r.ceil.cache_bytes = 32.0 * 1048576;
+    CHECK(!rooflines_out_of_cache(&r, 127.0 * 1048576));
+    CHECK(rooflines_out_of_cache(&r, 128.0 * 1048576));
+    r.ceil.cache_bytes = 0;
+    CHECK(!rooflines_out_of_cache(&r, 255.0 * 1048576) && rooflines_out_of_cache(&r, 256.0 * 1048576));
+    CHECK(near(rooflines_noise(100.0, 1.0), 0.05));
+    CHECK(near(rooflines_noise(100.0, 10.0), 0.20));
+    CHECK(near(rooflines_noise(0.0, 0.0), 0.05));
+    /* The report's K3 f32 winner: 68.7 GB/s against the read ceiling. */
+    CHECK(rooflines_above(68.7 / 53.7, rooflines_noise(17000.0, 300.0)));
+    CHECK(!rooflines_above(1.04, 0.05) && rooflines_above(1.06, 0.05));
+    CHECK(!rooflines_above(1.15, rooflines_noise(100.0, 10.0)));
+}
+
+static void test_traffic_splits_the_bytes(void)
+{
+    tune_problem tp = {.t = 4096};
+    tp.p.op = ATTNRES_OP_MIX;
+    tp.p.dtype = ATTNRES_DTYPE_F32;
+    tp.p.d = 7168;
+    tp.p.n = 9;
+    tp.p.heads = 1;
+    double rd, wr, td = 4096.0 * 7168;
+    problem_traffic(&tp, &rd, &wr);
+    CHECK(near(rd, 9 * td * 4) && near(wr, td * 4) && near(rd + wr, problem_bytes(&tp)));
+    CHECK(problem_flops(&tp) == 0);
+    tp.p.form = ATTNRES_FORM_ADDITIVE;
+    tp.p.epilogue = 1;
+    problem_traffic(&tp, &rd, &wr);
+    CHECK(near(rd, 10 * td * 4) && near(wr, 2 * td * 4) && near(rd + wr, problem_bytes(&tp)));
+    tp.p.op = ATTNRES_OP_PHASE2;
+    tp.p.dtype = ATTNRES_DTYPE_BF16;
+    tp.p.form = ATTNRES_FORM_REPLACE;
+    tp.p.fuse_add = 1;
+    problem_traffic(&tp, &rd, &wr);
+    CHECK(near(rd + wr, problem_bytes(&tp)) && near(wr, 3 * td * 2));
+    tp.p.op = ATTNRES_OP_PHASE1;
+    tp.p.epilogue = 0;
+    tp.p.fuse_add = 0;
+    tp.p.n = 8;
+    tp.p.s = 24;
+    tp.t = 64;
+    problem_traffic(&tp, &rd, &wr);
+    CHECK(near(rd + wr, problem_bytes(&tp)) && near(rd, 8 * 64.0 * 7168 * 2));
+    CHECK(near(problem_flops(&tp), 8 * 64.0 * 7168 * (2 + 4 * 24)));
+}
+
+/* The CPU device measures every kernel on one thread and on all of them,
+ * and its ceilings are the best of each kind. */
+static void test_cpu_device_measures_every_kernel(void)
+{
+    attnres_device *dev = NULL;
+    char msg[256];
+    REQUIRE(attnres_device_open("cpu", &dev, msg, sizeof msg) == ATTNRES_OK);
+    rooflines r;
+    CHECK(rooflines_measure(dev, &r) == ATTNRES_OK);
+    int read1 = 0, memcpy1 = 0, best_copy = 0, best_read = 0;
+    for (int i = 0; i < r.ceil.n; i++) {
+        const ar_ceiling_point *p = &r.ceil.pt[i];
+        CHECK(p->gbps > 0 && p->threads >= 1 && p->threads <= dev->units);
+        read1 += p->kind == AR_CEILING_READ && p->threads == 1;
+        memcpy1 += strcmp(p->kernel, "memcpy") == 0 && p->threads == 1;
+        best_copy += p->kind == AR_CEILING_COPY && p->gbps == r.copy_gbps;
+        best_read += p->kind == AR_CEILING_READ && p->gbps == r.read_gbps;
+    }
+    CHECK(read1 == 2 && memcpy1 == 1 && best_copy >= 1 && best_read >= 1);
+    CHECK(r.ceil.fma_gflops > 0 && r.ceil.fma_threads >= 1);
+    char json[4096];
+    rooflines_json(&r, json, sizeof json);
+    CHECK(json[0] == '{' && json[strlen(json) - 1] == '}' && strstr(json, "\"kernel\": \"read-8streams\""));
+    attnres_device_close(dev);
+}
+
+int main(void)
+{
+    RUN_CASE(test_blend_read_above_copy);
+    RUN_CASE(test_blend_read_below_copy);
+    RUN_CASE(test_blend_edges);
+    RUN_CASE(test_out_of_cache_check);
+    RUN_CASE(test_traffic_splits_the_bytes);
+    RUN_CASE(test_cpu_device_measures_every_kernel);
+    CHECK_EXIT();
+}
