@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "binary_cache.h"
+#include "cpu_builtin.h"
 #include "cpu_kernel_abi.h"
 #include "cpu_phase_abi.h"
 #include "cpu_pool.h"
@@ -55,6 +56,7 @@ extern const char ar_generic_phase2_f32_variant[], ar_generic_phase2_bf16_varian
 typedef struct cpu_state {
     cpu_pool *pool;
     char cc[256];
+    int builtin_level; /* cpu_builtin.h: the widest ISA level of the built-in kernels, -1 scalar */
 } cpu_state;
 
 static double now_us(void)
@@ -155,6 +157,13 @@ static int cpu_open(attnres_device *dev, int index)
         cores = CPU_COUNT(&set);
     if (cores < 1)
         cores = 1;
+    char why[256];
+    int level = ar_cpu_builtin_level(why, sizeof why);
+    if (level == -2) {
+        free(st);
+        return ar_device_fail(dev, ATTNRES_EINVAL, "%s", why);
+    }
+    st->builtin_level = level;
     if (cpu_pool_create((int)cores - 1, &st->pool) != 0) {
         free(st);
         return ar_device_fail(dev, ATTNRES_ENOMEM, "cannot start %ld worker threads", cores - 1);
@@ -435,6 +444,17 @@ static int cpu_load_generic(attnres_device *dev, const attnres_problem *p, ar_ke
     };
     memset(k, 0, sizeof *k);
     const int dt = (int)p->dtype;
+    const cpu_state *st = dev->state;
+    void *entry = NULL;
+    const char *variant = NULL, *level = NULL;
+    if (p->heads > 0 &&
+        ar_cpu_builtin_find(st->builtin_level, (int)p->op, dt, p->d / p->heads, &entry, &variant, &level) == 0) {
+        k->entry = entry;
+        k->threads = 1 << 20; /* all workers */
+        snprintf(k->variant, sizeof k->variant, "%s", variant);
+        snprintf(k->kernel_name, sizeof k->kernel_name, "attnres_%s_%s (built in, %s)", variant, level, level);
+        return ATTNRES_OK;
+    }
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (table[i].op != p->op)
             continue;
@@ -443,7 +463,7 @@ static int cpu_load_generic(attnres_device *dev, const attnres_problem *p, ar_ke
         k->entry = table[i].entry[dt];
         k->threads = 1 << 20; /* all workers */
         snprintf(k->variant, sizeof k->variant, "%s", table[i].variant[dt]);
-        snprintf(k->kernel_name, sizeof k->kernel_name, "attnres_%s (built in)", table[i].variant[dt]);
+        snprintf(k->kernel_name, sizeof k->kernel_name, "attnres_%s (built in, scalar)", table[i].variant[dt]);
         return ATTNRES_OK;
     }
     return ar_device_fail(dev, ATTNRES_EINVAL, "no generic kernel for op %d, dtype %d", (int)p->op, dt);

@@ -249,7 +249,7 @@ static int load_generic(attnres_plan *plan)
     b->t_max = INT64_MAX;
     plan->nbuckets = 1;
     plan->level = ATTNRES_LEVEL_GENERIC;
-    explain(plan, "using the built-in generic kernel %s for every T\n", b->kernel.variant);
+    explain(plan, "using the built-in generic kernel %s for every T: %s\n", b->kernel.variant, b->kernel.kernel_name);
     return ATTNRES_OK;
 }
 
