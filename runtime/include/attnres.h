@@ -268,6 +268,25 @@ ATTNRES_API size_t attnres_plan_explain(const attnres_plan *plan, char *buf,
 /* The message of the last failure on this plan (never NULL). */
 ATTNRES_API const char *attnres_plan_errmsg(const attnres_plan *plan);
 
+/* Records the problems that plans fall back on (level
+ * ATTNRES_LEVEL_GENERIC: nothing tuned for them in the database) in a
+ * small append-only text file, for `attnres tune --from-misses PATH` to
+ * tune later. Off unless this call names a file or the environment
+ * variable ATTNRES_MISS_FILE=PATH does (read once, at the first fallen-back
+ * run; this call overrides it, and NULL or "" turns recording off).
+ *
+ * The first run of each T bucket (T rounded up to a power of two) on a
+ * fallen-back plan appends one line: op, dtype, d, N, H, S, form, epilogue,
+ * fused add, the bucket and the device fingerprint, with a checksum
+ * (runtime/src/miss_file.h has the format). Each line is one write(2) on a
+ * descriptor opened with O_APPEND, so several processes may share the
+ * file. A line already in the file is not written again, and nothing is
+ * appended once the file holds 1 MiB. Recording never fails a plan or a
+ * run: a file that cannot be written loses the line, silently. Later runs
+ * of a bucket already recorded cost one atomic load. Process-wide and
+ * thread-safe. Returns EINVAL for a path of 4096 bytes or more. */
+ATTNRES_API int attnres_miss_file_set(const char *path);
+
 /* Arguments of one mix launch. Pointers are device pointers for the plan's
  * device (host pointers on the CPU). Strides count elements, not bytes. */
 typedef struct attnres_mix_args {
