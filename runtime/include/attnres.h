@@ -146,7 +146,15 @@ typedef struct attnres_device attnres_device;
  *                             binaries of the two never mix.
  *   ATTNRES_CUDA_PTX=0        cubins are offered first even to the
  *                             simulator, which refuses them, so the
- *                             recompile-as-PTX path runs (for tests). */
+ *                             recompile-as-PTX path runs (for tests).
+ *
+ * The CPU device's built-in kernels (the last fallback level) are compiled
+ * into the library once per ISA level (x86-64: avx512, avx2, sse2;
+ * AArch64: neon); the device takes the widest its CPU supports when it
+ * opens, and a plan the widest whose loop step divides the head width (the
+ * scalar generic kernel fits any). ATTNRES_CPU_BUILTIN_ISA=avx512, avx2,
+ * sse2, neon or scalar caps that level (scalar: the scalar generic kernels
+ * only); another value makes the open fail with EINVAL. */
 ATTNRES_API int attnres_device_open(const char *spec, attnres_device **out,
                                     char *msg, size_t msg_len);
 
