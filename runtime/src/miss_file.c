@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #define MISS_MAGIC "attnres-miss 1 sum="
+#define MISS_CUT "attnres-miss cut" /* follows a line that was cut short */
 #define MISS_PATH_MAX 4096
 #define MISS_SEEN_MAX 8192 /* distinct lines one process remembers (a full file holds fewer) */
 
@@ -219,15 +220,28 @@ static void append_line(const ar_miss_site *site, int64_t t)
     load_seen(path);
     if (seen_insert(fnv1a64(content, (size_t)clen)) != 0)
         goto out; /* written before, or too many to remember */
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         goto out;
     struct stat sb;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size + len <= AR_MISS_FILE_MAX) {
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size + len + (int)sizeof MISS_CUT <= AR_MISS_FILE_MAX) {
+        /* A last line cut short (a writer died, a disk filled) is closed
+         * and marked, so that this line stays whole and readers skip it. */
+        char last = '\n';
+        const char *text = line;
+        size_t tlen = (size_t)len;
+        char marked[sizeof MISS_CUT + 1 + sizeof line];
+        if (sb.st_size > 0 && pread(fd, &last, 1, sb.st_size - 1) == 1 && last != '\n') {
+            int m = snprintf(marked, sizeof marked, "\n" MISS_CUT "\n%s", line);
+            if (m > 0 && (size_t)m < sizeof marked) {
+                text = marked;
+                tlen = (size_t)m;
+            }
+        }
         /* One write: O_APPEND puts it at the end whatever others append. */
         ssize_t w;
         do
-            w = write(fd, line, (size_t)len);
+            w = write(fd, text, tlen);
         while (w < 0 && errno == EINTR);
     }
     close(fd);
@@ -487,18 +501,27 @@ int ar_miss_read_file(const char *path, ar_miss **out, size_t *count, int *torn,
         lineno++;
         const char *nl = memchr(text + pos, '\n', size - pos);
         if (!nl) {
-            *torn = 1; /* a write cut short: never a whole line */
+            (*torn)++; /* a write cut short: never a whole line */
             break;
         }
         size_t len = (size_t)(nl - (text + pos));
+        const char *at = text + pos;
+        pos += len + 1;
+        const size_t cut_len = sizeof MISS_CUT - 1;
+        if (len == cut_len && memcmp(at, MISS_CUT, cut_len) == 0)
+            continue; /* the writer's mark: the line before it was cut short */
         ar_miss m;
         char why[256];
-        if (ar_miss_parse_line(text + pos, len, &m, why, sizeof why) != 0) {
+        if (ar_miss_parse_line(at, len, &m, why, sizeof why) != 0) {
+            const char *next = text + pos;
+            if (size - pos >= cut_len + 1 && memcmp(next, MISS_CUT "\n", cut_len + 1) == 0) {
+                (*torn)++; /* cut short, and marked so by the next writer */
+                continue;
+            }
             snprintf(err, err_len, "%s:%zu: %s", path, lineno, why);
             rc = -1;
             break;
         }
-        pos += len + 1;
         int dup = 0;
         for (size_t i = 0; i < n && !dup; i++)
             dup = same_miss(&items[i], &m);

@@ -13,7 +13,9 @@
  * of the line (without its newline). The fields come in this order, each
  * once; t is the run's T rounded up to a power of two; device is the
  * device fingerprint (printable ASCII, to the end of the line). A last
- * line without its newline is a write cut short: readers skip it.
+ * line without its newline is a write cut short: readers skip it. A writer
+ * that finds one closes it and marks it with the line "attnres-miss cut"
+ * before its own, and readers skip a line so marked (and the mark).
  */
 #ifndef ATTNRES_MISS_FILE_H
 #define ATTNRES_MISS_FILE_H
@@ -64,8 +66,9 @@ int ar_miss_format_line(const ar_miss *m, char *buf, size_t len);
 
 /* Reads a miss file: every complete line must parse (else -1 and
  * "PATH:LINE: what is wrong" in err, *out NULL); equal lines are kept once,
- * in order of first appearance. *torn is 1 when a last line without its
- * newline was skipped. *out is malloc'ed (free it); 0 on success. */
+ * in order of first appearance. *torn counts the lines skipped as cut
+ * short (a last line without its newline, or a line marked cut). *out is
+ * malloc'ed (free it); 0 on success. */
 int ar_miss_read_file(const char *path, ar_miss **out, size_t *count, int *torn, char *err, size_t err_len);
 
 #endif

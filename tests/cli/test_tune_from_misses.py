@@ -109,7 +109,7 @@ with tempfile.TemporaryDirectory() as tmp:
     db = p("t.db")
     res = cli(["tune", "--device", "cpu", "--from-misses", miss, "--db", db, "--strategy", "random", "--budget", "2"],
               env)
-    if "1 problem(s) to tune; skipped a last line cut short" in res.stderr and "T=8" in res.stdout:
+    if "1 problem(s) to tune; skipped line(s) cut short" in res.stderr and "T=8" in res.stdout:
         ok("tune --from-misses tuned the recorded bucket, skipping the torn line")
     else:
         fail("tune --from-misses output:\n%s\n%s" % (res.stdout, res.stderr))

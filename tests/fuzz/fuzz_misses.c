@@ -38,8 +38,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_verdict = FUZZ_ACCEPTED;
     if (n && !m)
         fuzz_fail("accepted misses without items", NULL);
-    if (torn && size && data[size - 1] == '\n')
-        fuzz_fail("a file ending in a newline has a torn last line", NULL);
+    if (!torn && size && data[size - 1] != '\n')
+        fuzz_fail("a last line without its newline was not counted as cut short", NULL);
     for (size_t i = 0; i < n; i++) {
         char msg[256], line[AR_MISS_LINE_MAX + 1];
         if (attnres_problem_check(&m[i].p, msg, sizeof msg) != ATTNRES_OK)

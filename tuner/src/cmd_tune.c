@@ -286,7 +286,7 @@ int cmd_tune(int argc, char **argv)
     }
     if (t.opt.misses) {
         log_line(&t, "%s: %zu problem(s) to tune%s", t.opt.misses, set.count,
-                 torn ? "; skipped a last line cut short" : "");
+                 torn ? "; skipped line(s) cut short" : "");
         if (other)
             log_line(&t, "%s: %zu line(s) were recorded on other devices; tuned here for this one", t.opt.misses,
                      other);

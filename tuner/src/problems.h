@@ -61,7 +61,7 @@ int problems_read_file(const char *path, problem_set *out, char *err, size_t err
 /* Reads a miss file the runtime wrote (attnres_miss_file_set,
  * ATTNRES_MISS_FILE; format in runtime/src/miss_file.h): one tuning problem
  * per distinct recorded problem and T bucket, whatever device recorded it.
- * *torn is 1 when a last line cut short was skipped; *other counts the
+ * *torn counts the lines skipped as cut short; *other counts the
  * lines recorded on a device whose fingerprint is not `fingerprint`.
  * Errors as problems_read_file ("PATH:LINE: ..."); an empty file is one. */
 int problems_read_misses(const char *path, const char *fingerprint, problem_set *out, int *torn, size_t *other,
