@@ -280,8 +280,9 @@ ATTNRES_API const char *attnres_plan_errmsg(const attnres_plan *plan);
  * ATTNRES_LEVEL_GENERIC: nothing tuned for them in the database) in a
  * small append-only text file, for `attnres tune --from-misses PATH` to
  * tune later. Off unless this call names a file or the environment
- * variable ATTNRES_MISS_FILE=PATH does (read once, at the first fallen-back
- * run; this call overrides it, and NULL or "" turns recording off).
+ * variable ATTNRES_MISS_FILE=PATH does (read once, when the first plan
+ * falls back; this call overrides it, and NULL or "" turns recording off).
+ * The explanation of a plan that falls back names the file in force.
  *
  * The first run of each T bucket (T rounded up to a power of two) on a
  * fallen-back plan appends one line: op, dtype, d, N, H, S, form, epilogue,

@@ -252,9 +252,9 @@ static int load_generic(attnres_plan *plan)
     plan->nbuckets = 1;
     plan->level = ATTNRES_LEVEL_GENERIC;
     explain(plan, "using the built-in generic kernel %s for every T: %s\n", b->kernel.variant, b->kernel.kernel_name);
-    explain(plan, "fallback: nothing is tuned for this problem on this device; the built-in kernel can be far "
-                  "slower than a tuned one (tune it: attnres tune, or record misses with ATTNRES_MISS_FILE and "
-                  "run attnres tune --from-misses)\n");
+    explain(plan, "fallback: no tuned kernel serves this problem on this device (see above); the built-in "
+                  "kernel can be far slower than a tuned one (tune it: attnres tune, or record misses with "
+                  "ATTNRES_MISS_FILE and run attnres tune --from-misses)\n");
     ar_miss_site_arm(&plan->miss, &plan->problem, plan->dev->fingerprint);
     char miss_path[512];
     if (ar_miss_file_path(miss_path, sizeof miss_path) == 0)

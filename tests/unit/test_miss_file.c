@@ -199,7 +199,7 @@ static void test_off_records_nothing_and_long_path_is_refused(void)
     CHECK(run_mix(plan, 56, 2, 1) == ATTNRES_OK);
     char text[4096];
     attnres_plan_explain(plan, text, sizeof text);
-    CHECK(strstr(text, "fallback: nothing is tuned") != NULL);
+    CHECK(strstr(text, "fallback: no tuned kernel") != NULL);
     CHECK(strstr(text, "recorded in the miss file") == NULL);
     attnres_plan_destroy(plan);
     struct stat sb;
