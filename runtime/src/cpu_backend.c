@@ -491,6 +491,17 @@ static void mix_chunk(void *ctx, int64_t t0, int64_t t1)
     l->fn(&l->args, t0, t1);
 }
 
+/* The parts a launch is split into: a tuned kernel's measured thread
+ * count; a built-in kernel (no module) spreads only launches that move
+ * enough data to pay for waking the workers (cpu_builtin.h). */
+static int launch_parts(const ar_kernel *k, const attnres_problem *p, int64_t T, int64_t rows)
+{
+    int parts = k->threads < 1 ? 1 : k->threads;
+    if (!k->module)
+        parts = ar_cpu_builtin_parts(T * p->d * (int64_t)attnres_dtype_size(p->dtype) * rows, parts);
+    return parts;
+}
+
 /* Most sources on the stack of a launch; larger N would need the heap,
  * which the hot path must not touch. */
 #define CPU_MAX_SOURCES 256
@@ -521,7 +532,7 @@ static int cpu_launch_mix(attnres_device *dev, const ar_kernel *k,
         .normed = p->epilogue ? a->normed : NULL,
         .normed_stride = a->normed_stride ? a->normed_stride : p->d,
     };
-    int parts = k->threads < 1 ? 1 : k->threads;
+    int parts = launch_parts(k, p, T, p->n + 1 + (p->form == ATTNRES_FORM_ADDITIVE) + p->epilogue);
     cpu_pool_run(st->pool, mix_chunk, &l, T, parts);
     return ATTNRES_OK;
 }
@@ -562,7 +573,7 @@ static int cpu_launch_phase1(attnres_device *dev, const ar_kernel *k,
         .o1 = a->o1, .o1_stride = a->o1_stride ? a->o1_stride : p->d,
         .lse = a->lse, .lse_stride = a->lse_stride ? a->lse_stride : p->heads,
     };
-    int parts = k->threads < 1 ? 1 : k->threads;
+    int parts = launch_parts(k, p, T, p->n + p->s);
     cpu_pool_run(st->pool, phase1_chunk, &l, T, parts);
     return ATTNRES_OK;
 }
@@ -599,7 +610,7 @@ static int cpu_launch_phase2(attnres_device *dev, const ar_kernel *k,
         .normed = p->epilogue ? a->normed : NULL,
         .normed_stride = a->normed_stride ? a->normed_stride : p->d,
     };
-    int parts = k->threads < 1 ? 1 : k->threads;
+    int parts = launch_parts(k, p, T, 3 + 2 * p->fuse_add + p->epilogue);
     cpu_pool_run(st->pool, phase2_chunk, &l, T, parts);
     return ATTNRES_OK;
 }

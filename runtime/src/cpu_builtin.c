@@ -140,3 +140,11 @@ int ar_cpu_builtin_find(int level, int op, int dtype, int64_t hd, void **entry, 
     }
     return -1;
 }
+
+int ar_cpu_builtin_parts(int64_t bytes, int max)
+{
+    int64_t parts = bytes / AR_CPU_BUILTIN_PART_BYTES;
+    if (parts > max)
+        parts = max;
+    return parts < 1 ? 1 : (int)parts;
+}

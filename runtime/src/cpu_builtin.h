@@ -32,4 +32,13 @@ const char *ar_cpu_builtin_level_name(int level);
 int ar_cpu_builtin_find(int level, int op, int dtype, int64_t hd, void **entry, const char **variant,
                         const char **level_name);
 
+/* How many parts a built-in kernel's launch of `bytes` (read + written)
+ * takes, at most max: one per AR_CPU_BUILTIN_PART_BYTES, at least one.
+ * Waking a worker costs tens of microseconds on an idle machine and whole
+ * scheduler time slices on a loaded one, where a launch that waits for a
+ * descheduled worker was 30x slower than one thread at K3's T = 64 (8 MB);
+ * a tuned kernel's thread count is measured, a built-in's is this guess. */
+#define AR_CPU_BUILTIN_PART_BYTES ((int64_t)16 << 20)
+int ar_cpu_builtin_parts(int64_t bytes, int max);
+
 #endif

@@ -9,8 +9,8 @@
  * width fits every level's step (a multiple of 32), or the scalar generic
  * kernel when it fits none (an odd head width); (2) match the fp64
  * reference within DESIGN §1's tolerance, for every op, dtype, form,
- * epilogue, fused add and a few head counts, T = 1 and T = 7 (split over
- * the workers). A level the host lacks is reported as skipped. An unknown
+ * epilogue, fused add and a few head counts, at T = 1 and 7, and at sizes
+ * that a launch splits over the workers. A level the host lacks is reported as skipped. An unknown
  * level name must make the device open fail with a message naming it.
  */
 #define _GNU_SOURCE /* setenv */
@@ -301,6 +301,14 @@ static void test_mix_every_dtype_form_and_epilogue(void)
                                      seed++);
 }
 
+/* Launches large enough to be split over the workers (cpu_builtin.h:
+ * AR_CPU_BUILTIN_PART_BYTES per part): 42 MB and 50 MB. */
+static void test_launches_split_over_workers(void)
+{
+    run_mix_case(ATTNRES_DTYPE_F32, 4096, 9, 1, 0, 0, 256, 3000);
+    run_phase2_case(ATTNRES_DTYPE_F32, 4096, 1, 0, 0, 1024, 3001);
+}
+
 static void test_phase1_every_dtype(void)
 {
     static const struct { int64_t d; int32_t h, n, s; } shapes[] = {{256, 1, 8, 7}, {256, 2, 1, 1}, {96, 2, 3, 5},
@@ -379,6 +387,7 @@ int main(void)
         RUN_CASE(test_mix_every_dtype_form_and_epilogue);
         RUN_CASE(test_phase1_every_dtype);
         RUN_CASE(test_phase2_every_dtype_fuse_and_epilogue);
+        RUN_CASE(test_launches_split_over_workers);
         attnres_device_close(cpu);
     }
     RUN_CASE(test_unknown_level_fails_the_open_with_its_name);
