@@ -2,7 +2,7 @@
  * fallback.c - the built-in CPU kernels (the last fallback level) against
  * the tuned winners, at the shapes of the `default` preset.
  *
- *   build/bin/fallback --db DB [--rounds R] [--scalar] [--only SUBSTRING]
+ *   build/bin/fallback --db DB [--rounds R] [--gap BYTES] [--scalar] [--only SUBSTRING]
  *
  * DB must hold winners tuned on this machine for the `default` preset
  * (attnres tune --preset default --db DB). For each problem and T bucket
@@ -13,7 +13,9 @@
  * interleave the configurations; each times a batch of launches of at
  * least 5 ms (one launch when a launch is longer); the medians over the
  * rounds are printed as a markdown table with each built-in's ratio to the
- * tuned median of the same run.
+ * tuned median of the same run. The N sources of a launch lie back to
+ * back in one buffer, as in an engine's bank of block representations, or
+ * --gap BYTES (a multiple of 64) apart.
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -82,6 +84,11 @@ static void fill(void *buf, attnres_dtype dt, size_t count, uint64_t *s)
     }
 }
 
+/* Bytes between one source's [T, d] rows and the next one's (--gap): 0
+ * puts the sources back to back, as a bank [N, T, d] holds them. */
+static size_t source_gap;
+#define SOURCE_GAP source_gap
+
 /* Everything one launch of a problem at T reads and writes. */
 typedef struct buffers {
     void *src, *o1, *b, *f, *out, *normed, *partial;
@@ -101,7 +108,7 @@ static int setup(buffers *bf, const attnres_problem *p, int64_t T)
     const int rows = p->op == ATTNRES_OP_PHASE2 ? 1 : p->n;
     const int sites = p->op == ATTNRES_OP_PHASE1 ? p->s : 1;
     uint64_t seed = 42;
-    bf->src = malloc(es * td * (size_t)rows);
+    bf->src = malloc((es * td + SOURCE_GAP) * (size_t)rows);
     bf->o1 = malloc(es * td * (size_t)sites);
     bf->b = malloc(es * td);
     bf->f = malloc(es * td);
@@ -114,17 +121,22 @@ static int setup(buffers *bf, const attnres_problem *p, int64_t T)
     if (!bf->src || !bf->o1 || !bf->b || !bf->f || !bf->out || !bf->normed || !bf->partial || !bf->query ||
         !bf->gain || !bf->lse || rows > 64 || sites > 64)
         return -1;
-    fill(bf->src, p->dtype, td * (size_t)rows, &seed);
+    fill(bf->src, p->dtype, (td + SOURCE_GAP / es) * (size_t)rows, &seed);
     fill(bf->o1, p->dtype, td * (size_t)sites, &seed);
     fill(bf->b, p->dtype, td, &seed);
     fill(bf->f, p->dtype, td, &seed);
     fill(bf->partial, p->dtype, td, &seed);
     fill(bf->query, ATTNRES_DTYPE_F32, (size_t)(p->d * sites), &seed);
     fill(bf->lse, ATTNRES_DTYPE_F32, (size_t)(T * p->heads * sites), &seed);
+    /* Queries of unit norm, as a trained pseudo-query folded with its gain
+     * is: scores of order one, so the softmax weights stay far from the
+     * denormal range. */
+    for (int64_t k = 0; k < p->d * sites; k++)
+        bf->query[k] /= sqrtf((float)p->d);
     for (int64_t k = 0; k < p->d; k++)
         bf->gain[k] = 1.0f;
     for (int i = 0; i < rows; i++)
-        bf->views[i] = (const char *)bf->src + es * td * (size_t)i;
+        bf->views[i] = (const char *)bf->src + (es * td + SOURCE_GAP) * (size_t)i;
     for (int j = 0; j < sites; j++) {
         bf->o1_views[j] = (char *)bf->o1 + es * td * (size_t)j;
         bf->lse_views[j] = bf->lse + (size_t)(T * p->heads * j);
@@ -183,10 +195,12 @@ int main(int argc, char **argv)
             rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
             only = argv[++i];
+        else if (strcmp(argv[i], "--gap") == 0 && i + 1 < argc)
+            source_gap = (size_t)strtoul(argv[++i], NULL, 10) / 64 * 64;
         else if (strcmp(argv[i], "--scalar") == 0)
             scalar = 1;
         else {
-            fprintf(stderr, "usage: fallback --db DB [--rounds R] [--scalar] [--only SUBSTRING]\n");
+            fprintf(stderr, "usage: fallback --db DB [--rounds R] [--gap BYTES] [--scalar] [--only SUBSTRING]\n");
             return 2;
         }
     }
