@@ -16,7 +16,8 @@
 #include "tune_session.h"
 
 static const char tune_usage[] =
-    "usage: attnres tune [--device cpu|cuda:N] [--db FILE] [--preset NAME | --problems FILE]\n"
+    "usage: attnres tune [--device cpu|cuda:N] [--db FILE]\n"
+    "                    [--preset NAME | --problems FILE | --from-misses FILE]\n"
     "                    [--strategy halving|exhaustive|random] [--budget N | --budget SECONDSs]\n"
     "                    [--seed S] [--shard I/N] [--jobs N] [--time-limit SECONDS]\n"
     "                    [--no-isolate] [--quiet]\n"
@@ -41,7 +42,10 @@ static const char tune_usage[] =
     "  default) or a problems file (see docs/problems.md) on the device (default: the\n"
     "  best present), recording every candidate and the winners in FILE (default\n"
     "  attnres.db, created if missing). A second run over the same problems reuses\n"
-    "  every measurement whose candidate source, compiler and device are unchanged.\n";
+    "  every measurement whose candidate source, compiler and device are unchanged.\n"
+    "  --from-misses FILE tunes the problems and T buckets that plans fell back on,\n"
+    "  as the runtime recorded them in FILE (ATTNRES_MISS_FILE=FILE or\n"
+    "  attnres_miss_file_set; see attnres.h).\n";
 
 /* --budget N (candidates) or --budget SECONDSs (seconds a problem). */
 static int parse_budget(const char *cmd, const char *flag, const char *v, void *dst)
@@ -100,6 +104,7 @@ static int parse(int argc, char **argv, tune_opts *o)
         CLI_OPT_STRING("--db", &o->db),
         CLI_OPT_STRING("--preset", &o->preset),
         CLI_OPT_STRING("--problems", &o->problems),
+        CLI_OPT_STRING("--from-misses", &o->misses),
         CLI_OPT_INT("--jobs", &o->jobs, 1, 256),
         CLI_OPT_FLAG("--quiet", &o->quiet),
         CLI_OPT_FLAG("--no-isolate", &no_isolate),
@@ -118,11 +123,11 @@ static int parse(int argc, char **argv, tune_opts *o)
     o->seed = (uint64_t)seed;
     if (no_isolate)
         o->isolate = 0;
-    if (o->preset && o->problems) {
-        cli_error("tune", "give --preset or --problems, not both");
+    if (!!o->preset + !!o->problems + !!o->misses > 1) {
+        cli_error("tune", "give one of --preset, --problems and --from-misses");
         return -1;
     }
-    if (!o->preset && !o->problems)
+    if (!o->preset && !o->problems && !o->misses)
         o->preset = "default";
     return 0;
 }
@@ -290,11 +295,21 @@ int cmd_tune(int argc, char **argv)
         cli_error("tune", "cannot open device %s: %s", spec, msg);
         return CLI_EXIT_FAIL;
     }
-    if (t.opt.problems ? problems_read_file(t.opt.problems, &set, msg, sizeof msg)
-                       : problems_preset(t.opt.preset, t.dev->backend, &set, msg, sizeof msg)) {
+    int torn = 0;
+    size_t other = 0;
+    if (t.opt.misses ? problems_read_misses(t.opt.misses, t.dev->fingerprint, &set, &torn, &other, msg, sizeof msg)
+        : t.opt.problems ? problems_read_file(t.opt.problems, &set, msg, sizeof msg)
+                         : problems_preset(t.opt.preset, t.dev->backend, &set, msg, sizeof msg)) {
         cli_error("tune", "%s", msg);
         exit_code = CLI_EXIT_USAGE;
         goto done;
+    }
+    if (t.opt.misses) {
+        log_line(&t, "%s: %zu problem(s) to tune%s", t.opt.misses, set.count,
+                 torn ? "; skipped line(s) cut short" : "");
+        if (other)
+            log_line(&t, "%s: %zu line(s) were recorded on other devices; tuned here for this one", t.opt.misses,
+                     other);
     }
     if (ardb_open(t.opt.db, ARDB_CREATE, &t.db, msg, sizeof msg) != ARDB_DONE) {
         cli_error("tune", "%s", msg);

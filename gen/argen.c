@@ -272,6 +272,33 @@ int argen_generic(argen *g, const char *dtype, char **id)
     return 0;
 }
 
+int argen_builtin(argen *g, const char *dtype, const char *level, char **id, int *step)
+{
+    *id = NULL;
+    *step = 0;
+    lua_State *L = sandbox_state(g->sb);
+    push_call(g, "builtin");
+    lua_pushstring(L, g->file);
+    lua_pushstring(L, dtype);
+    lua_pushstring(L, level);
+    if (sandbox_call(g->sb, 4, 2, g->msg, sizeof g->msg))
+        return 1;
+    int ok = 0;
+    if (lua_isnil(L, -2)) {
+        ok = 1;
+    } else if (lua_isinteger(L, -1) && lua_tointeger(L, -1) > 0 && lua_tointeger(L, -1) < (1 << 20)) {
+        *step = (int)lua_tointeger(L, -1);
+        *id = dup_str(lua_tostring(L, -2));
+        ok = *id != NULL;
+        if (!ok)
+            snprintf(g->msg, sizeof g->msg, "out of memory");
+    } else {
+        snprintf(g->msg, sizeof g->msg, "%s: the built-in variant's loop step is not a positive integer", g->file);
+    }
+    lua_pop(L, 2);
+    return ok ? 0 : 1;
+}
+
 /* Collects "<dialect>/<op>" for each templates/<dialect>/<op>.lua. */
 int argen_list_templates(const char *template_dir, char ***names,
                          size_t *count)

@@ -72,6 +72,12 @@ int argen_emit(argen *g, const char *id, char **source, char **kernel_name,
  * storage dtype, in *id. */
 int argen_generic(argen *g, const char *dtype, char **id);
 
+/* The id (*id) and loop step (*step: the head width must be a multiple of
+ * it) of the template's built-in kernel for an ISA level ("avx512", "avx2",
+ * "sse2", "neon") and dtype. *id is NULL (and 0 returned) when the
+ * template names none for that level. */
+int argen_builtin(argen *g, const char *dtype, const char *level, char **id, int *step);
+
 /* Lists template names under template_dir ("cpu/mix", "cuda/mix_online", ...). */
 int argen_list_templates(const char *template_dir, char ***names,
                          size_t *count);

@@ -186,4 +186,24 @@ function prelude.generic(T, file, dtype)
   error(file .. ": the generic variant for " .. dtype .. " is not in the space", 0)
 end
 
+-- The id and loop step of the template's built-in kernel for one ISA level
+-- ("avx512", "avx2", "sse2", "neon") and dtype: the variant T.builtin names
+-- for that level, compiled into the runtime with that level's compiler
+-- flags. nil when the template has none for the level.
+function prelude.builtin(T, file, dtype, level)
+  if type(T.builtin) ~= "table" or type(T.builtin[level]) ~= "table" then return nil end
+  local want = {}
+  for k, v in pairs(T.builtin[level]) do want[k] = v end
+  want.dtype = dtype
+  for _, p in ipairs(prelude.enumerate(T)) do
+    local same = true
+    for k, v in pairs(want) do if p[k] ~= v then same = false end end
+    if same then
+      local step = T.step and T.step(p) or p.vec * (p.unroll or 1)
+      return T.id(p), step
+    end
+  end
+  error(file .. ": the built-in variant for " .. level .. " and " .. dtype .. " is not in the space", 0)
+end
+
 return prelude

@@ -146,7 +146,15 @@ typedef struct attnres_device attnres_device;
  *                             binaries of the two never mix.
  *   ATTNRES_CUDA_PTX=0        cubins are offered first even to the
  *                             simulator, which refuses them, so the
- *                             recompile-as-PTX path runs (for tests). */
+ *                             recompile-as-PTX path runs (for tests).
+ *
+ * The CPU device's built-in kernels (the last fallback level) are compiled
+ * into the library once per ISA level (x86-64: avx512, avx2, sse2;
+ * AArch64: neon); the device takes the widest its CPU supports when it
+ * opens, and a plan the widest whose loop step divides the head width (the
+ * scalar generic kernel fits any). ATTNRES_CPU_BUILTIN_ISA=avx512, avx2,
+ * sse2, neon or scalar caps that level (scalar: the scalar generic kernels
+ * only); another value makes the open fail with EINVAL. */
 ATTNRES_API int attnres_device_open(const char *spec, attnres_device **out,
                                     char *msg, size_t msg_len);
 
@@ -267,6 +275,26 @@ ATTNRES_API size_t attnres_plan_explain(const attnres_plan *plan, char *buf,
 
 /* The message of the last failure on this plan (never NULL). */
 ATTNRES_API const char *attnres_plan_errmsg(const attnres_plan *plan);
+
+/* Records the problems that plans fall back on (level
+ * ATTNRES_LEVEL_GENERIC: nothing tuned for them in the database) in a
+ * small append-only text file, for `attnres tune --from-misses PATH` to
+ * tune later. Off unless this call names a file or the environment
+ * variable ATTNRES_MISS_FILE=PATH does (read once, when the first plan
+ * falls back; this call overrides it, and NULL or "" turns recording off).
+ * The explanation of a plan that falls back names the file in force.
+ *
+ * The first run of each T bucket (T rounded up to a power of two) on a
+ * fallen-back plan appends one line: op, dtype, d, N, H, S, form, epilogue,
+ * fused add, the bucket and the device fingerprint, with a checksum
+ * (runtime/src/miss_file.h has the format). Each line is one write(2) on a
+ * descriptor opened with O_APPEND, so several processes may share the
+ * file. A line already in the file is not written again, and nothing is
+ * appended once the file holds 1 MiB. Recording never fails a plan or a
+ * run: a file that cannot be written loses the line, silently. Later runs
+ * of a bucket already recorded cost one atomic load. Process-wide and
+ * thread-safe. Returns EINVAL for a path of 4096 bytes or more. */
+ATTNRES_API int attnres_miss_file_set(const char *path);
 
 /* Arguments of one mix launch. Pointers are device pointers for the plan's
  * device (host pointers on the CPU). Strides count elements, not bytes. */

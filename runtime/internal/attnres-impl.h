@@ -12,6 +12,8 @@
  *   device.h  the device handle, its backend vtable, loaded kernels
  *             (ar_kernel) and launches of a kernel that is not in a plan;
  *   sha256.h  the hash of sources and build keys;
+ *   miss_file.h  the record of untuned problems the runtime writes, which
+ *             `attnres tune --from-misses` reads back;
  *   nvrtc.h   NVRTC and the compiler's resource report. Its functions
  *             exist only where the CUDA backend is built, which
  *             ATTNRES_HAVE_CUDA says.
@@ -20,6 +22,7 @@
 #define ATTNRES_IMPL_H
 
 #include "../src/device.h"
+#include "../src/miss_file.h"
 #include "../src/sha256.h"
 #ifdef ATTNRES_HAVE_CUDA
 #include "../src/nvrtc.h"

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "binary_cache.h"
+#include "cpu_builtin.h"
 #include "cpu_kernel_abi.h"
 #include "cpu_phase_abi.h"
 #include "cpu_ceilings.h"
@@ -56,6 +57,7 @@ extern const char ar_generic_phase2_f32_variant[], ar_generic_phase2_bf16_varian
 typedef struct cpu_state {
     cpu_pool *pool;
     char cc[256];
+    int builtin_level; /* cpu_builtin.h: the widest ISA level of the built-in kernels, -1 scalar */
 } cpu_state;
 
 static double now_us(void)
@@ -156,6 +158,13 @@ static int cpu_open(attnres_device *dev, int index)
         cores = CPU_COUNT(&set);
     if (cores < 1)
         cores = 1;
+    char why[256];
+    int level = ar_cpu_builtin_level(why, sizeof why);
+    if (level == -2) {
+        free(st);
+        return ar_device_fail(dev, ATTNRES_EINVAL, "%s", why);
+    }
+    st->builtin_level = level;
     if (cpu_pool_create((int)cores - 1, &st->pool) != 0) {
         free(st);
         return ar_device_fail(dev, ATTNRES_ENOMEM, "cannot start %ld worker threads", cores - 1);
@@ -436,6 +445,17 @@ static int cpu_load_generic(attnres_device *dev, const attnres_problem *p, ar_ke
     };
     memset(k, 0, sizeof *k);
     const int dt = (int)p->dtype;
+    const cpu_state *st = dev->state;
+    void *entry = NULL;
+    const char *variant = NULL, *level = NULL;
+    if (p->heads > 0 &&
+        ar_cpu_builtin_find(st->builtin_level, (int)p->op, dt, p->d / p->heads, &entry, &variant, &level) == 0) {
+        k->entry = entry;
+        k->threads = 1 << 20; /* all workers */
+        snprintf(k->variant, sizeof k->variant, "%s", variant);
+        snprintf(k->kernel_name, sizeof k->kernel_name, "attnres_%s_%s (built in, %s)", variant, level, level);
+        return ATTNRES_OK;
+    }
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (table[i].op != p->op)
             continue;
@@ -444,7 +464,7 @@ static int cpu_load_generic(attnres_device *dev, const attnres_problem *p, ar_ke
         k->entry = table[i].entry[dt];
         k->threads = 1 << 20; /* all workers */
         snprintf(k->variant, sizeof k->variant, "%s", table[i].variant[dt]);
-        snprintf(k->kernel_name, sizeof k->kernel_name, "attnres_%s (built in)", table[i].variant[dt]);
+        snprintf(k->kernel_name, sizeof k->kernel_name, "attnres_%s (built in, scalar)", table[i].variant[dt]);
         return ATTNRES_OK;
     }
     return ar_device_fail(dev, ATTNRES_EINVAL, "no generic kernel for op %d, dtype %d", (int)p->op, dt);
@@ -470,6 +490,17 @@ static void mix_chunk(void *ctx, int64_t t0, int64_t t1)
 {
     mix_launch *l = ctx;
     l->fn(&l->args, t0, t1);
+}
+
+/* The parts a launch is split into: a tuned kernel's measured thread
+ * count; a built-in kernel (no module) spreads only launches that move
+ * enough data to pay for waking the workers (cpu_builtin.h). */
+static int launch_parts(const ar_kernel *k, const attnres_problem *p, int64_t T, int64_t rows)
+{
+    int parts = k->threads < 1 ? 1 : k->threads;
+    if (!k->module)
+        parts = ar_cpu_builtin_parts(T * p->d * (int64_t)attnres_dtype_size(p->dtype) * rows, parts);
+    return parts;
 }
 
 /* Most sources on the stack of a launch; larger N would need the heap,
@@ -502,7 +533,7 @@ static int cpu_launch_mix(attnres_device *dev, const ar_kernel *k,
         .normed = p->epilogue ? a->normed : NULL,
         .normed_stride = a->normed_stride ? a->normed_stride : p->d,
     };
-    int parts = k->threads < 1 ? 1 : k->threads;
+    int parts = launch_parts(k, p, T, p->n + 1 + (p->form == ATTNRES_FORM_ADDITIVE) + p->epilogue);
     cpu_pool_run(st->pool, mix_chunk, &l, T, parts);
     return ATTNRES_OK;
 }
@@ -543,7 +574,7 @@ static int cpu_launch_phase1(attnres_device *dev, const ar_kernel *k,
         .o1 = a->o1, .o1_stride = a->o1_stride ? a->o1_stride : p->d,
         .lse = a->lse, .lse_stride = a->lse_stride ? a->lse_stride : p->heads,
     };
-    int parts = k->threads < 1 ? 1 : k->threads;
+    int parts = launch_parts(k, p, T, p->n + p->s);
     cpu_pool_run(st->pool, phase1_chunk, &l, T, parts);
     return ATTNRES_OK;
 }
@@ -580,7 +611,7 @@ static int cpu_launch_phase2(attnres_device *dev, const ar_kernel *k,
         .normed = p->epilogue ? a->normed : NULL,
         .normed_stride = a->normed_stride ? a->normed_stride : p->d,
     };
-    int parts = k->threads < 1 ? 1 : k->threads;
+    int parts = launch_parts(k, p, T, 3 + 2 * p->fuse_add + p->epilogue);
     cpu_pool_run(st->pool, phase2_chunk, &l, T, parts);
     return ATTNRES_OK;
 }

@@ -17,6 +17,7 @@
 #include "binary_cache.h"
 #include "db_handle.h"
 #include "device.h"
+#include "miss_file.h"
 #include "sha256.h"
 
 #define AR_MAX_BUCKETS 32
@@ -37,6 +38,7 @@ struct attnres_plan {
     size_t explain_len;
     char errmsg[512];
     int db_failed; /* a lookup failed: the database is damaged, not silent */
+    ar_miss_site miss; /* armed when the plan fell back (miss_file.h) */
 };
 
 static const char *level_name(attnres_plan_level level)
@@ -249,7 +251,14 @@ static int load_generic(attnres_plan *plan)
     b->t_max = INT64_MAX;
     plan->nbuckets = 1;
     plan->level = ATTNRES_LEVEL_GENERIC;
-    explain(plan, "using the built-in generic kernel %s for every T\n", b->kernel.variant);
+    explain(plan, "using the built-in generic kernel %s for every T: %s\n", b->kernel.variant, b->kernel.kernel_name);
+    explain(plan, "fallback: no tuned kernel serves this problem on this device (see above); the built-in "
+                  "kernel can be far slower than a tuned one (tune it: attnres tune, or record misses with "
+                  "ATTNRES_MISS_FILE and run attnres tune --from-misses)\n");
+    ar_miss_site_arm(&plan->miss, &plan->problem, plan->dev->fingerprint);
+    char miss_path[512];
+    if (ar_miss_file_path(miss_path, sizeof miss_path) == 0)
+        explain(plan, "untuned runs are recorded in the miss file %s\n", miss_path);
     return ATTNRES_OK;
 }
 
@@ -365,8 +374,10 @@ static int run_fail(attnres_plan *plan, int status, const char *fmt, ...)
 static int misaligned(const void *p, size_t align) { return ((uintptr_t)p % align) != 0; }
 
 /* The bucket that serves T tokens. */
-static const plan_bucket *pick_bucket(const attnres_plan *plan, int64_t T)
+static const plan_bucket *pick_bucket(attnres_plan *plan, int64_t T)
 {
+    if (plan->miss.armed)
+        ar_miss_site_note(&plan->miss, T); /* one atomic load once recorded */
     const plan_bucket *b = &plan->buckets[0];
     for (int i = 0; i < plan->nbuckets; i++) {
         b = &plan->buckets[i];

@@ -44,6 +44,19 @@ local T = {
     { name = "ahead", values = { 0, 2048 } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
   },
+  -- The runtime's built-in kernels per ISA level (compiled into the library
+  -- with that level's flags, chosen at device open), spread over all cores;
+  -- head widths that are not a multiple of the step take cpu/mix.lua's
+  -- scalar generic kernel. No software prefetch: with the N sources back to
+  -- back in one bank (rows 64 KiB-multiples apart, the same L1 sets), the
+  -- prefetching form ran K3's T = 64 at 2.5-3.8x the plain one's time
+  -- (bench/results/fallback-2026-12-01.md).
+  builtin = {
+    avx512 = { vec = 16, group = 8, ahead = 0, threads = 64 },
+    avx2 = { vec = 8, group = 8, ahead = 0, threads = 64 },
+    sse2 = { vec = 8, group = 4, ahead = 0, threads = 64 },
+    neon = { vec = 8, group = 4, ahead = 0, threads = 64 },
+  },
 }
 
 function T.id(p)

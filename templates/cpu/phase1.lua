@@ -57,6 +57,13 @@ local T = {
   -- The runtime's built-in fallback: scalar code that fits every d, H and S,
   -- spread over all cores.
   generic = { schedule = "siteouter", scores = "persite", stream = 0, vec = 1, unroll = 1, threads = 64 },
+  -- The built-in kernels per ISA level (see cpu/mix_fused.lua).
+  builtin = {
+    avx512 = { schedule = "tiled", scores = "tiled", stream = 0, vec = 16, unroll = 1, threads = 64 },
+    avx2 = { schedule = "tiled", scores = "tiled", stream = 0, vec = 8, unroll = 1, threads = 64 },
+    sse2 = { schedule = "tiled", scores = "tiled", stream = 0, vec = 8, unroll = 1, threads = 64 },
+    neon = { schedule = "tiled", scores = "tiled", stream = 0, vec = 8, unroll = 1, threads = 64 },
+  },
 }
 
 -- Per-token scratch the kernel keeps on the stack (softmax weights); must

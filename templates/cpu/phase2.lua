@@ -42,6 +42,13 @@ local T = {
   -- The runtime's built-in fallback: scalar code that fits every d and H,
   -- spread over all cores.
   generic = { vec = 1, unroll = 1, prefetch = 0, threads = 64 },
+  -- The built-in kernels per ISA level (see cpu/mix_fused.lua).
+  builtin = {
+    avx512 = { vec = 16, unroll = 1, prefetch = 1, threads = 64 },
+    avx2 = { vec = 8, unroll = 1, prefetch = 1, threads = 64 },
+    sse2 = { vec = 8, unroll = 1, prefetch = 1, threads = 64 },
+    neon = { vec = 8, unroll = 1, prefetch = 1, threads = 64 },
+  },
 }
 
 -- Scalar code is bound by its arithmetic, not by memory.

@@ -23,7 +23,7 @@ set_tests_properties(tuner_npy_reader PROPERTIES TIMEOUT 60 LABELS "unit;tuner")
 add_executable(test_problems ${CMAKE_CURRENT_LIST_DIR}/../unit/test_problems.c
   ${CMAKE_SOURCE_DIR}/tuner/src/problems.c)
 target_include_directories(test_problems PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../unit ${CMAKE_SOURCE_DIR}/tuner/include)
-target_link_libraries(test_problems PRIVATE attnres_static Threads::Threads m)
+target_link_libraries(test_problems PRIVATE attnres_impl Threads::Threads m)
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/problems)
 add_test(NAME tuner_problems_file COMMAND test_problems ${CMAKE_SOURCE_DIR}/docs/problems.md
   ${CMAKE_BINARY_DIR}/test-data/problems)

@@ -58,6 +58,15 @@ int problems_preset(const char *name, const char *backend, problem_set *out, cha
  * message "PATH:LINE: what is wrong" in err and an empty set. Never prints. */
 int problems_read_file(const char *path, problem_set *out, char *err, size_t err_len);
 
+/* Reads a miss file the runtime wrote (attnres_miss_file_set,
+ * ATTNRES_MISS_FILE; format in runtime/src/miss_file.h): one tuning problem
+ * per distinct recorded problem and T bucket, whatever device recorded it.
+ * *torn counts the lines skipped as cut short; *other counts the
+ * lines recorded on a device whose fingerprint is not `fingerprint`.
+ * Errors as problems_read_file ("PATH:LINE: ..."); an empty file is one. */
+int problems_read_misses(const char *path, const char *fingerprint, problem_set *out, int *torn, size_t *other,
+                         char *err, size_t err_len);
+
 void problems_free(problem_set *s);
 
 /* "mix bf16 d=7168 N=9 H=1 replace T=4096" */

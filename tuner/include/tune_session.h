@@ -24,7 +24,7 @@ typedef enum strategy {
 } strategy;
 
 typedef struct tune_opts {
-    const char *device, *db, *preset, *problems;
+    const char *device, *db, *preset, *problems, *misses;
     int jobs, quiet, isolate, revalidate;
     strategy strategy;
     int64_t budget_candidates; /* 0: no limit */

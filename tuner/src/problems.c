@@ -1,6 +1,8 @@
 /* problems.c - presets and problems files; see problems.h. */
 #include "problems.h"
 
+#include "attnres-impl.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,6 +287,37 @@ int problems_read_file(const char *path, problem_set *out, char *err, size_t err
     if (rc != 0)
         problems_free(out);
     return rc;
+}
+
+int problems_read_misses(const char *path, const char *fingerprint, problem_set *out, int *torn, size_t *other,
+                         char *err, size_t err_len)
+{
+    memset(out, 0, sizeof *out);
+    *other = 0;
+    ar_miss *m = NULL;
+    size_t n = 0;
+    if (ar_miss_read_file(path, &m, &n, torn, err, err_len) != 0)
+        return -1;
+    /* The same problem and bucket from several devices is tuned once. */
+    for (size_t i = 0; i < n; i++) {
+        if (!fingerprint || strcmp(m[i].device, fingerprint) != 0)
+            (*other)++;
+        int dup = 0;
+        for (size_t j = 0; j < out->count && !dup; j++)
+            dup = out->items[j].t == m[i].t && memcmp(&out->items[j].p, &m[i].p, sizeof m[i].p) == 0;
+        if (!dup && push(out, &m[i].p, m[i].t) != 0) {
+            snprintf(err, err_len, "%s: out of memory", path);
+            problems_free(out);
+            free(m);
+            return -1;
+        }
+    }
+    free(m);
+    if (out->count == 0) {
+        snprintf(err, err_len, "%s: no misses recorded%s", path, *torn ? " (only a line cut short)" : "");
+        return -1;
+    }
+    return 0;
 }
 
 void problems_free(problem_set *s)
