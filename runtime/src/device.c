@@ -122,6 +122,28 @@ int attnres_device_info_get(attnres_device *dev, attnres_device_info *info)
     return ATTNRES_OK;
 }
 
+int ar_kernel_abi_ok(const int versions[3], int64_t abi, int64_t op, char *why, size_t why_len)
+{
+    static const char *const names[3] = {"mix", "phase1", "phase2"};
+    if (op == -1) {
+        if (abi == 1 && versions[0] == 1 && versions[1] == 1 && versions[2] == 1)
+            return 1;
+        snprintf(why, why_len,
+                 "it has ABI %lld and no op tag (built before per-op ABI versions); this library speaks mix %d, "
+                 "phase1 %d, phase2 %d",
+                 (long long)abi, versions[0], versions[1], versions[2]);
+        return 0;
+    }
+    if (op < 0 || op > 2) {
+        snprintf(why, why_len, "its ABI op tag %lld names no op", (long long)op);
+        return 0;
+    }
+    if (abi == versions[op])
+        return 1;
+    snprintf(why, why_len, "it has %s ABI %lld, this library speaks %d", names[op], (long long)abi, versions[op]);
+    return 0;
+}
+
 int64_t ar_json_int(const char *json, const char *key, int64_t fallback)
 {
     if (!json)

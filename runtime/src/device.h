@@ -127,6 +127,14 @@ extern const ar_backend ar_cuda_backend;
 int ar_device_fail(attnres_device *dev, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Whether a kernel that declares ABI version `abi` for op `op` (an
+ * attnres_op; -1 when it declares none) suits this library, whose versions
+ * by op are versions[3] (AR_CPU_ABI_VERSIONS, AR_CUDA_ABI_VERSIONS). A
+ * kernel without an op tag predates per-op versions, when version 1 named
+ * every struct: it suits only while every op is still at 1. On refusal,
+ * why says so. */
+int ar_kernel_abi_ok(const int versions[3], int64_t abi, int64_t op, char *why, size_t why_len);
+
 /* Reads "key":integer from a flat JSON object; returns fallback if absent. */
 int64_t ar_json_int(const char *json, const char *key, int64_t fallback);
 

@@ -14,7 +14,7 @@
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
 local storage = require("lib/c_storage")
-local mix_abi = require("lib/c_mix_abi")
+local kabi = require("lib/kernel_abi")
 local rowops = require("lib/c_rowops")
 local space = require("lib/cpu_space")
 
@@ -44,7 +44,7 @@ function T.id(p)
 end
 
 function T.launch(p)
-  return { abi = 1 }
+  return { abi = kabi.version("cpu_mix") }
 end
 
 function T.applies(p, problem, device)
@@ -225,8 +225,7 @@ ${abi}
 ${helpers}
 ${row_stats}
 ${softmax}
-const int ${NAME}_abi = 1;
-const int ${NAME}_threads = ${THREADS};
+${abi_symbols}const int ${NAME}_threads = ${THREADS};
 
 void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1);
 
@@ -250,7 +249,8 @@ ${body}
 }
 ]], {
     CTYPE = storage.ctype[p.dtype],
-    abi = mix_abi,
+    abi = kabi.struct("cpu_mix"),
+    abi_symbols = kabi.cpu_symbols("cpu_mix", name),
     helpers = storage.helpers(p.dtype, p.vec),
     row_stats = rowops.row_stats(p),
     softmax = rowops.depth_softmax,

@@ -28,7 +28,7 @@
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
 local storage = require("lib/c_storage")
-local mix_abi = require("lib/c_mix_abi")
+local kabi = require("lib/kernel_abi")
 local rowops = require("lib/c_rowops")
 local space = require("lib/cpu_space")
 local prefetch_lib = require("lib/c_prefetch")
@@ -51,7 +51,7 @@ function T.id(p)
 end
 
 function T.launch(p)
-  return { abi = 1 }
+  return { abi = kabi.version("cpu_mix") }
 end
 
 -- One sweep step covers a pair of vectors.
@@ -209,8 +209,7 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const float *qp,
     }
 }
 
-const int ${NAME}_abi = 1;
-const int ${NAME}_threads = ${THREADS};
+${abi_symbols}const int ${NAME}_threads = ${THREADS};
 
 void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1);
 
@@ -253,7 +252,8 @@ void ${NAME}(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1)
 }
 ]], {
     CTYPE = storage.ctype[p.dtype],
-    abi = mix_abi,
+    abi = kabi.struct("cpu_mix"),
+    abi_symbols = kabi.cpu_symbols("cpu_mix", name),
     helpers = storage.helpers(p.dtype, p.vec),
     pairs = storage.pair_helpers(p.dtype, p.vec),
     softmax = rowops.depth_softmax,

@@ -40,6 +40,7 @@
 local storage = require("lib/c_storage")
 local space = require("lib/cpu_space")
 local rowops = require("lib/c_rowops")
+local kabi = require("lib/kernel_abi")
 
 local T = {
   backend = "cpu",
@@ -82,7 +83,7 @@ function T.step(p)
 end
 
 function T.launch(p)
-  return { abi = 1 }
+  return { abi = kabi.version("cpu_phase1") }
 end
 
 function T.applies(p, problem, device)
@@ -338,26 +339,11 @@ function T.emit(p)
 
 typedef ${CTYPE} storage_t;
 
-/* Kernel arguments, ABI version 1: must match runtime/src/cpu_phase_abi.h.
- * Strides count elements. */
-struct attnres_cpu_phase1_args {
-    int64_t d;
-    int32_t n, heads, s;
-    const void *const *src;
-    const int64_t *src_stride;
-    const float *queries;
-    float scale, eps;
-    void *const *o1;
-    int64_t o1_stride;
-    float *const *lse;
-    int64_t lse_stride;
-};
-
+${abi}
 ${helpers}
 ${row_stats}
 ${head_dot}
-${tiled}${stream}const int ${NAME}_abi = 1;
-const int ${NAME}_threads = ${THREADS};
+${tiled}${stream}${abi_symbols}const int ${NAME}_threads = ${THREADS};
 
 void ${NAME}(const struct attnres_cpu_phase1_args *a, int64_t t0, int64_t t1);
 
@@ -414,6 +400,8 @@ ${sweep}
      * launch reports completion. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);]],
     NAME = name,
+    abi = kabi.struct("cpu_phase1"),
+    abi_symbols = kabi.cpu_symbols("cpu_phase1", name),
     THREADS = p.threads,
     SUMS = p.schedule == "sourceouter" and ("sites * " .. p.unroll) or "1",
     sweep = sweep,

@@ -27,6 +27,7 @@ local storage = require("lib/c_storage")
 local space = require("lib/cpu_space")
 local rowops = require("lib/c_rowops")
 local prefetch = require("lib/c_prefetch")
+local kabi = require("lib/kernel_abi")
 
 local T = {
   backend = "cpu",
@@ -53,7 +54,7 @@ function T.id(p)
 end
 
 function T.launch(p)
-  return { abi = 1 }
+  return { abi = kabi.version("cpu_phase2") }
 end
 
 function T.applies(p, problem, device)
@@ -70,34 +71,11 @@ function T.emit(p)
 
 typedef ${CTYPE} storage_t;
 
-/* Kernel arguments, ABI version 1: must match runtime/src/cpu_phase_abi.h.
- * Strides count elements. */
-struct attnres_cpu_phase2_args {
-    int64_t d;
-    int32_t heads;
-    const void *o1;
-    int64_t o1_stride;
-    const float *lse;
-    int64_t lse_stride;
-    void *partial;
-    int64_t partial_stride;
-    const void *sublayer;
-    int64_t sublayer_stride;
-    const float *query;
-    float scale, eps;
-    void *out;
-    int64_t out_stride;
-    const float *out_gain;
-    float out_eps;
-    void *normed;
-    int64_t normed_stride;
-};
-
+${abi}
 ${helpers}
 ${row_stats}
 ${sigmoid}
-const int ${NAME}_abi = 1;
-const int ${NAME}_threads = ${THREADS};
+${abi_symbols}const int ${NAME}_threads = ${THREADS};
 
 void ${NAME}(const struct attnres_cpu_phase2_args *a, int64_t t0, int64_t t1);
 
@@ -145,6 +123,8 @@ ${prefetch_merge}${merge}
     row_stats = rowops.row_stats(p),
     sigmoid = rowops.sigmoid,
     NAME = name,
+    abi = kabi.struct("cpu_phase2"),
+    abi_symbols = kabi.cpu_symbols("cpu_phase2", name),
     THREADS = p.threads,
     STEP = p.vec * u,
     VEC = p.vec,

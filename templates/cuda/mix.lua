@@ -4,7 +4,7 @@
 --   extern "C" __global__ void attnres_<id>(const attnres_cuda_mix_args a)
 -- The argument struct is passed by value (no device allocation per launch,
 -- so launches can be captured in CUDA graphs); it must match
--- runtime/src/cuda_kernel_abi.h (ABI 1). The source needs no headers.
+-- templates/lib/kernel_abi.lua (cuda_mix). The source needs no headers.
 --
 -- Schedules (parameter `sched`):
 --   reg      online softmax over sources; each thread keeps its slice of the
@@ -58,8 +58,9 @@ local T = {
   generic = { sched = "twopass", map = "block", threads = 256, vec = 1, chunks = 0, batch = 4 },
 }
 
-local ABI = 1
-local MAX_SOURCES = 64
+local kabi = require("lib/kernel_abi")
+local ABI = kabi.version("cuda_mix")
+local MAX_SOURCES = kabi.const.AR_CUDA_MAX_SOURCES
 local esize = { f32 = 4, bf16 = 2, f16 = 2 }
 
 local function group_threads(p)
@@ -129,6 +130,7 @@ function T.launch(p)
   local vb = p.vec * esize[p.dtype]
   return {
     abi = ABI,
+    abi_op = kabi.op("cuda_mix"),
     block = p.threads,
     tokens_per_block = p.map == "warp" and p.threads // 32 or 1,
     smem = 0, -- dynamic shared memory; the static part is in the binary
@@ -176,28 +178,7 @@ typedef unsigned short ar_u16;
 typedef unsigned int ar_u32;
 typedef long long ar_i64;
 
-/* Kernel arguments, ABI ${ABI}: must match runtime/src/cuda_kernel_abi.h.
- * Passed by value. Strides count elements. */
-struct attnres_cuda_mix_args {
-    const void *src[${MAXS}];
-    ar_i64 src_stride[${MAXS}];
-    ar_i64 d;
-    int n, heads;
-    ar_i64 T;
-    const float *query;
-    float scale, eps;
-    const void *partial;
-    ar_i64 partial_stride;
-    float alpha;
-    void *out;
-    ar_i64 out_stride;
-    const float *out_gain;
-    float out_eps;
-    void *normed;
-    ar_i64 normed_stride;
-};
-static_assert(sizeof(attnres_cuda_mix_args) == 1136, "attnres_cuda_mix_args differs from the runtime's");
-
+${ARGS}
 /* Sum over the lanes whose xor distance is below lim (lim a power of two;
  * 32 or more: the whole warp). Every lane takes part in every shuffle. */
 __device__ __forceinline__ float lane_sum(float v, int lim)
@@ -831,7 +812,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
 function T.emit(p)
   local name = "attnres_" .. T.id(p)
   local vars = {
-    ABI = ABI, MAXS = MAX_SOURCES, NAME = name, THREADS = p.threads, B = p.batch,
+    ABI = ABI, ARGS = kabi.struct("cuda_mix"), MAXS = MAX_SOURCES, NAME = name, THREADS = p.threads, B = p.batch,
   }
   local body
   if p.sched == "twopass" then

@@ -93,7 +93,8 @@ static void test_enumerate(void)
         CHECK(block >= 64 && block <= 1024 && block % 32 == 0);
         CHECK(tpb >= 1 && block % tpb == 0 && (tpb == 1 || block / tpb == 32));
         CHECK(ar_json_int(j, "smem", -1) == 0);
-        CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_KERNEL_ABI);
+        CHECK(ar_json_int(j, "abi", -1) == AR_KERNEL_ABI_CUDA_MIX);
+        CHECK(ar_json_int(j, "abi_op", -1) == ATTNRES_OP_MIX);
         CHECK(ar_json_int(j, "max_sources", -1) == AR_CUDA_MAX_SOURCES);
         int64_t align = ar_json_int(j, "align", -1);
         CHECK(align >= 2 && align <= 16);
@@ -362,7 +363,8 @@ static void test_phase_templates(void)
         printf("%s variants: %zu\n", names[t], nv);
         for (size_t i = 0; i < nv; i++) {
             const char *j = v[i].params_json;
-            CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_KERNEL_ABI);
+            CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_ABI_VERSIONS[t + 1]);
+            CHECK(ar_json_int(j, "abi_op", -1) == t + 1);
             CHECK(ar_json_int(j, "tokens_per_block", -1) == 1);
             int64_t block = ar_json_int(j, "block", -1), align = ar_json_int(j, "align", -1);
             CHECK(block >= 128 && block <= 512 && block % 32 == 0);
