@@ -582,7 +582,7 @@ static int cuda_load(attnres_device *dev, const void *blob, size_t size, const c
     if (rc == ATTNRES_OK || !no_binary)
         return rc;
     char first[512];
-    snprintf(first, sizeof first, "%.500s", dev->errmsg);
+    snprintf(first, sizeof first, "%.500s", attnres_device_errmsg(dev));
     switch_to_ptx(dev);
     if (!source)
         return ar_device_fail(dev, ATTNRES_ELOAD,

@@ -5,20 +5,21 @@
 #include <string.h>
 
 #include "device.h"
+#include "errmsg.h"
 #include "sha256.h"
 
 int ar_device_fail(attnres_device *dev, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(dev->errmsg, sizeof dev->errmsg, fmt, ap);
+    ar_errmsg_vset(dev->err_id, fmt, ap);
     va_end(ap);
     return status;
 }
 
 const char *attnres_device_errmsg(attnres_device *dev)
 {
-    return dev ? dev->errmsg : "no device";
+    return dev ? ar_errmsg_get(dev->err_id) : "no device";
 }
 
 /* Parses "cpu", "cpu:0", "cuda", "cuda:N". */
@@ -71,10 +72,12 @@ int attnres_device_open(const char *spec, attnres_device **out, char *msg,
     }
     dev->ops = ops;
     dev->index = index;
+    dev->err_id = ar_errmsg_new_id();
     pthread_mutex_init(&dev->lock, NULL);
     int rc = ops->open(dev, index);
     if (rc != ATTNRES_OK) {
-        snprintf(msg, msg_len, "%s", dev->errmsg);
+        snprintf(msg, msg_len, "%s", ar_errmsg_get(dev->err_id));
+        ar_errmsg_forget(dev->err_id);
         pthread_mutex_destroy(&dev->lock);
         free(dev);
         return rc;
@@ -92,6 +95,7 @@ void attnres_device_close(attnres_device *dev)
     if (!dev)
         return;
     dev->ops->close(dev);
+    ar_errmsg_forget(dev->err_id);
     pthread_mutex_destroy(&dev->lock);
     free(dev);
 }

@@ -66,8 +66,11 @@ struct attnres_device {
     int simulated;
     /* Parts of the build key (DESIGN §4): who compiles, how, for what. */
     char compiler[256], options[256], target[256];
-    char errmsg[1024];
-    pthread_mutex_t lock; /* guards errmsg and backend launch state */
+    /* Failure messages are kept per thread under this id (errmsg.h), so
+     * threads sharing the device never see each other's. Read them with
+     * attnres_device_errmsg(dev). */
+    uint64_t err_id;
+    pthread_mutex_t lock; /* guards the backend's mutable state (CUDA: the binary form) */
     void *state;          /* backend-private */
 };
 
@@ -123,7 +126,8 @@ struct ar_backend {
 extern const ar_backend ar_cpu_backend;
 extern const ar_backend ar_cuda_backend;
 
-/* Records a formatted message on the device and returns status. */
+/* Records a formatted message for the calling thread on the device and
+ * returns status. The arguments may include attnres_device_errmsg(dev). */
 int ar_device_fail(attnres_device *dev, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -520,7 +520,7 @@ static void check_generic_run(attnres_device *dev, attnres_dtype dt, int64_t d, 
     int rc = ops->launch(dev, &k, &p, T, &args, NULL);
     CHECK(rc == ATTNRES_OK);
     if (rc)
-        fprintf(stderr, "launch: %s\n", dev->errmsg);
+        fprintf(stderr, "launch: %s\n", attnres_device_errmsg(dev));
     CHECK(attnres_reference_mix(&p, T, (const double *const *)hd, hq, 0.5, 1e-5, additive ? hp : NULL, 0.75, hg, 1e-6,
                                 ref, refn) == 0);
     const double tol = dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2;

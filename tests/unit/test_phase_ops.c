@@ -462,7 +462,7 @@ static int compile_variant(argen *g, const char *id, ar_kernel *k)
     if (rc == 0)
         rc = cpu->ops->load(cpu, blob, size, src, name, json, k);
     if (rc)
-        fprintf(stderr, "  %s: %s\n", id, cpu->errmsg);
+        fprintf(stderr, "  %s: %s\n", id, attnres_device_errmsg(cpu));
     free(src);
     free(name);
     free(json);
@@ -535,7 +535,7 @@ static void test_kernel_abi_is_checked_per_op(void)
     snprintf(to, sizeof to, "const int %s_abi = %d;", name, AR_KERNEL_ABI_CPU_PHASE1 + 1);
     replace_once(&src, from, to);
     CHECK(compile_and_load(src, name, json, &k) == ATTNRES_ELOAD);
-    CHECK(strstr(cpu->errmsg, "phase1 ABI") != NULL);
+    CHECK(strstr(attnres_device_errmsg(cpu), "phase1 ABI") != NULL);
     /* Back to the right version, without the op tag: an older kernel. */
     replace_once(&src, to, from);
     snprintf(from, sizeof from, "const int %s_abi_op = ", name);
@@ -630,7 +630,7 @@ static void test_time_slot_runs_phase_ops(void)
     CHECK(e1 <= tolerance(p1.dtype));
     CHECK(e2 <= tolerance(p2.dtype));
     if (!(e1 <= tolerance(p1.dtype)) || !(e2 <= tolerance(p2.dtype)))
-        fprintf(stderr, "  timed phase1 rel err %g, phase2 %g (%s)\n", e1, e2, cpu->errmsg);
+        fprintf(stderr, "  timed phase1 rel err %g, phase2 %g (%s)\n", e1, e2, attnres_device_errmsg(cpu));
     /* Three repetitions on T = 0 time empty launches: three times, each >= 0. */
     attnres_phase1_args a1;
     attnres_phase1_args_init(&a1);
@@ -643,7 +643,7 @@ static void test_time_slot_runs_phase_ops(void)
     attnres_phase2_args_init(&a2);
     const ar_op_args wrong = ar_op_phase2(&a2);
     CHECK(cpu->ops->time(cpu, &k1, &p1, 4, &wrong, 1, 0, us) == ATTNRES_EINVAL);
-    CHECK(strstr(cpu->errmsg, "op") != NULL);
+    CHECK(strstr(attnres_device_errmsg(cpu), "op") != NULL);
     CHECK(cpu->ops->launch(cpu, &k1, &p1, 4, &wrong, NULL) == ATTNRES_EINVAL);
     cpu->ops->unload(cpu, &k1);
     cpu->ops->unload(cpu, &k2);

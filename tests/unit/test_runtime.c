@@ -977,6 +977,106 @@ static void test_plans_are_safe_from_four_threads(void)
     attnres_plan_destroy(plan_b);
 }
 
+/* ---- failure messages under concurrency ------------------------------ */
+
+#define MSG_THREADS 6
+#define MSG_ITERS 400
+
+typedef struct msg_job {
+    int index;
+    attnres_plan *plan; /* shared by every thread */
+    pthread_barrier_t *start;
+    int wrong;          /* messages that were not this thread's */
+    char example[600];  /* the first wrong one */
+} msg_job;
+
+static void msg_wrong(msg_job *j, const char *what, const char *got)
+{
+    if (!j->wrong++)
+        snprintf(j->example, sizeof j->example, "%s: \"%.500s\"", what, got);
+}
+
+/* Each thread fails on the shared device and plan with numbers only it
+ * uses, in between successful runs, and checks that every message it reads
+ * back names its own numbers: another thread's failure must not replace
+ * it, and a success must not clear it. */
+static void *msg_thread(void *arg)
+{
+    msg_job *j = arg;
+    float src[2][64], query[64], out[64];
+    for (int k = 0; k < 64; k++) {
+        src[0][k] = (float)k;
+        src[1][k] = 1.0f;
+        query[k] = 0.01f;
+    }
+    const void *sources[2] = {src[0], src[1]};
+    attnres_mix_args a;
+    attnres_mix_args_init(&a);
+    a.sources = sources;
+    a.query = query;
+    a.out = out;
+    pthread_barrier_wait(j->start);
+    for (int i = 0; i < MSG_ITERS; i++) {
+        const int tag = 1000000 + j->index * 10000 + i;
+        char want[64], msg[512];
+        /* A plan that cannot be made: the device's message and msg. */
+        attnres_problem p;
+        attnres_problem_init(&p, ATTNRES_DTYPE_F32, 64, -tag);
+        attnres_plan *bad = NULL;
+        snprintf(want, sizeof want, "(got %d)", -tag);
+        if (attnres_plan_create(cpu, NULL, &p, 0, &bad, msg, sizeof msg) != ATTNRES_EINVAL || bad)
+            msg_wrong(j, "plan_create did not fail", msg);
+        if (!strstr(msg, want))
+            msg_wrong(j, "plan_create's msg", msg);
+        if (!strstr(attnres_device_errmsg(cpu), want))
+            msg_wrong(j, "attnres_device_errmsg", attnres_device_errmsg(cpu));
+        /* A run that fails, then one that succeeds: the plan's message. */
+        snprintf(want, sizeof want, "(got %d)", -tag);
+        if (attnres_run_mix(j->plan, -tag, &a, NULL) != ATTNRES_EINVAL)
+            msg_wrong(j, "run with T < 0 did not fail", attnres_plan_errmsg(j->plan));
+        if (attnres_run_mix(j->plan, 1, &a, NULL) != ATTNRES_OK)
+            msg_wrong(j, "run failed", attnres_plan_errmsg(j->plan));
+        if (!strstr(attnres_plan_errmsg(j->plan), want))
+            msg_wrong(j, "attnres_plan_errmsg", attnres_plan_errmsg(j->plan));
+        /* The device's message is still this thread's own. */
+        snprintf(want, sizeof want, "(got %d)", -tag);
+        if (!strstr(attnres_device_errmsg(cpu), want))
+            msg_wrong(j, "attnres_device_errmsg after the runs", attnres_device_errmsg(cpu));
+    }
+    return NULL;
+}
+
+static void test_failure_messages_are_each_threads_own(void)
+{
+    attnres_problem p;
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, 64, 2);
+    attnres_plan *plan = plan_for(&p, NULL, 0);
+    REQUIRE(plan != NULL);
+    /* A thread that never failed on a handle reads an empty message. */
+    CHECK(strcmp(attnres_plan_errmsg(plan), "") == 0);
+    msg_job jobs[MSG_THREADS];
+    pthread_t tids[MSG_THREADS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, MSG_THREADS);
+    int started = 0;
+    for (int i = 0; i < MSG_THREADS; i++) {
+        jobs[i] = (msg_job){.index = i, .plan = plan, .start = &start};
+        started += pthread_create(&tids[i], NULL, msg_thread, &jobs[i]) == 0;
+    }
+    REQUIRE(started == MSG_THREADS); /* a partial start would deadlock the barrier */
+    for (int i = 0; i < MSG_THREADS; i++)
+        pthread_join(tids[i], NULL);
+    for (int i = 0; i < MSG_THREADS; i++) {
+        CHECK(jobs[i].wrong == 0);
+        if (jobs[i].wrong)
+            fprintf(stderr, "  thread %d: %d wrong messages, first %s\n", i, jobs[i].wrong, jobs[i].example);
+    }
+    /* The other threads' failures left this thread's view alone. */
+    CHECK(strcmp(attnres_plan_errmsg(plan), "") == 0);
+    pthread_barrier_destroy(&start);
+    attnres_plan_destroy(plan);
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR");
@@ -1013,6 +1113,7 @@ int main(void)
     RUN_CASE(test_run_rejects_bad_arguments_and_leaves_out_untouched);
     RUN_CASE(test_db_open_refuses_missing_and_foreign_files);
     RUN_CASE(test_plans_are_safe_from_four_threads);
+    RUN_CASE(test_failure_messages_are_each_threads_own);
     RUN_CASE(test_tuned_db_gives_exact_plans_that_match_reference);
 
     attnres_device_close(cpu);

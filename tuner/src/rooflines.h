@@ -16,7 +16,7 @@ typedef struct rooflines {
 } rooflines;
 
 /* Measures all three, copy and read in alternating rounds, each keeping its
- * best; ATTNRES_OK, or the failing status with the reason in dev->errmsg. A
+ * best; ATTNRES_OK, or the failing status with the reason in attnres_device_errmsg(dev). A
  * backend without a read measurement leaves read_gbps NaN. */
 int rooflines_measure(attnres_device *dev, rooflines *out);
 
