@@ -115,6 +115,10 @@ int attnres_device_info_get(attnres_device *dev, attnres_device_info *info)
 {
     if (!dev || !info)
         return ATTNRES_EINVAL;
+    char msg[300];
+    if (ar_struct_size_check(info->struct_size, sizeof *info, "attnres_device_info",
+                             "{.struct_size = sizeof(attnres_device_info)}", msg, sizeof msg))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "%s", msg);
     info->backend = dev->backend;
     info->name = dev->name;
     info->arch = dev->arch;

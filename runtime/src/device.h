@@ -139,6 +139,11 @@ int ar_device_fail(attnres_device *dev, int status, const char *fmt, ...)
  * why says so. */
 int ar_kernel_abi_ok(const int versions[3], int64_t abi, int64_t op, char *why, size_t why_len);
 
+/* 0 when a caller-allocated struct's struct_size is the size this library
+ * knows; else 1 with a message naming the type, both sizes and the function
+ * (init) that fills the struct. */
+int ar_struct_size_check(size_t got, size_t want, const char *type, const char *init, char *msg, size_t msg_len);
+
 /* Reads "key":integer from a flat JSON object; returns fallback if absent. */
 int64_t ar_json_int(const char *json, const char *key, int64_t fallback);
 

@@ -365,6 +365,16 @@ static int run_fail(attnres_plan *plan, int status, const char *fmt, ...)
 
 static int misaligned(const void *p, size_t align) { return ((uintptr_t)p % align) != 0; }
 
+/* A run's argument struct must be the one this library was built with:
+ * its struct_size is read before anything else in it. */
+static int check_args_size(attnres_plan *plan, size_t got, size_t want, const char *type, const char *init)
+{
+    char msg[300];
+    if (ar_struct_size_check(got, want, type, init, msg, sizeof msg))
+        return run_fail(plan, ATTNRES_EINVAL, "%s", msg);
+    return ATTNRES_OK;
+}
+
 /* The bucket that serves T tokens. */
 static const plan_bucket *pick_bucket(const attnres_plan *plan, int64_t T)
 {
@@ -416,6 +426,8 @@ int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, vo
         return st;
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
+    if (a && (st = check_args_size(plan, a->struct_size, sizeof *a, "attnres_mix_args", "attnres_mix_args_init")))
+        return st;
     if (!a || !a->sources || !a->query || !a->out)
         return run_fail(plan, ATTNRES_EINVAL, "args, sources, query and out must not be NULL");
     if ((st = check_sources(plan, a->sources, a->source_strides)) != ATTNRES_OK)
@@ -460,6 +472,9 @@ int attnres_run_phase1(attnres_plan *plan, int64_t T, const attnres_phase1_args 
         return st;
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
+    if (a && (st = check_args_size(plan, a->struct_size, sizeof *a, "attnres_phase1_args",
+                                   "attnres_phase1_args_init")))
+        return st;
     if (!a || !a->sources || !a->queries || !a->o1 || !a->lse)
         return run_fail(plan, ATTNRES_EINVAL, "args, sources, queries, o1 and lse must not be NULL");
     if ((st = check_sources(plan, a->sources, a->source_strides)) != ATTNRES_OK)
@@ -495,6 +510,9 @@ int attnres_run_phase2(attnres_plan *plan, int64_t T, const attnres_phase2_args 
         return st;
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
+    if (a && (st = check_args_size(plan, a->struct_size, sizeof *a, "attnres_phase2_args",
+                                   "attnres_phase2_args_init")))
+        return st;
     if (!a || !a->o1 || !a->lse || !a->partial || !a->query || !a->out)
         return run_fail(plan, ATTNRES_EINVAL, "args, o1, lse, partial, query and out must not be NULL");
     if (misaligned(a->o1, es) || misaligned(a->partial, es) || misaligned(a->out, es) || misaligned(a->lse, 4) ||

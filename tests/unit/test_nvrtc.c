@@ -566,7 +566,7 @@ static void test_cuda_device(void)
         return;
     }
     REQUIRE(rc == ATTNRES_OK && dev);
-    attnres_device_info info;
+    attnres_device_info info = {.struct_size = sizeof info};
     CHECK(attnres_device_info_get(dev, &info) == 0);
     printf("  cuda:0 %s %s, %d SMs, driver %s, %s, target %s\n", info.name, info.arch, info.units, info.driver,
            dev->compiler, dev->target);
