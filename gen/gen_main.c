@@ -48,12 +48,13 @@ static int write_file(const char *path, const char *text)
     return 0;
 }
 
-/* Appends path to b escaped for a Makefile rule: spaces and '#' take a
- * backslash, '$' doubles. */
+/* The text buffer below, declared early for the depfile writer. */
 typedef struct strbuf strbuf;
 static void sb_str(strbuf *b, const char *s);
 static void sb_put(strbuf *b, const char *s, size_t n);
 
+/* Appends path to b escaped for a Makefile rule: spaces and '#' take a
+ * backslash, '$' doubles. */
 static void sb_make_path(strbuf *b, const char *path)
 {
     for (const char *c = path; *c; c++) {

@@ -172,9 +172,14 @@ void ar_build_key(const attnres_device *dev, const char *source_hash, char key[6
     ar_sha256 s;
     ar_sha256_init(&s);
     const char *parts[] = {source_hash, dev->compiler, dev->options, dev->target};
+    /* The target changes (CUDA: to PTX) under the device lock while other
+     * threads may be planning on the device. */
+    pthread_mutex_t *lock = (pthread_mutex_t *)&dev->lock;
+    pthread_mutex_lock(lock);
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         ar_sha256_update(&s, parts[i], strlen(parts[i]));
         ar_sha256_update(&s, "\n", 1);
     }
+    pthread_mutex_unlock(lock);
     ar_sha256_hex(&s, key);
 }

@@ -70,7 +70,10 @@ struct attnres_device {
      * threads sharing the device never see each other's. Read them with
      * attnres_device_errmsg(dev). */
     uint64_t err_id;
-    pthread_mutex_t lock; /* guards the backend's mutable state (CUDA: the binary form) */
+    /* Guards what a device changes after it is open: the CUDA backend's
+     * binary form and `target` (switch_to_ptx), read under it by
+     * ar_build_key. */
+    pthread_mutex_t lock;
     void *state;          /* backend-private */
 };
 
