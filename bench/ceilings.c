@@ -64,7 +64,7 @@ int main(int argc, char **argv)
         return 1;
     for (int r = 0; r < repeat; r++)
         if (dev->ops->ceilings(dev, &runs[r]) != ATTNRES_OK) {
-            fprintf(stderr, "ceilings: %s\n", dev->errmsg);
+            fprintf(stderr, "ceilings: %s\n", attnres_device_errmsg(dev));
             return 1;
         }
     printf("device %s (%s), %d unit(s); %d repetition(s)\n", dev->name, dev->backend, dev->units, repeat);

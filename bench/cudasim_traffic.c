@@ -122,7 +122,7 @@ static void *dbuf(size_t bytes, enum fill f, float lo, float hi)
             ((float *)host)[i] = uniform(lo, hi);
     if (dev->ops->mem_alloc(dev, bytes, &p) != ATTNRES_OK ||
         dev->ops->copy_to_device(dev, p, host, bytes) != ATTNRES_OK) {
-        fprintf(stderr, "device buffer of %zu bytes: %s\n", bytes, dev->errmsg);
+        fprintf(stderr, "device buffer of %zu bytes: %s\n", bytes, attnres_device_errmsg(dev));
         if (p)
             dev->ops->mem_free(dev, p);
         p = NULL;
@@ -243,7 +243,7 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
 #undef NEED
 #undef OUT
     if (rc != ATTNRES_OK) {
-        fprintf(stderr, "  launch: %s\n", dev->errmsg);
+        fprintf(stderr, "  launch: %s\n", attnres_device_errmsg(dev));
         free_all();
         return -1;
     }
@@ -251,7 +251,7 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
         int64_t nan = nan_count(outs[i], out_bytes[i], outs_f32[i]);
         if (nan != 0) {
             if (nan < 0)
-                fprintf(stderr, "  copying an output back: %s\n", dev->errmsg);
+                fprintf(stderr, "  copying an output back: %s\n", attnres_device_errmsg(dev));
             else
                 fprintf(stderr, "  output %d: %lld element(s) left unwritten (NaN)\n", i, (long long)nan);
             free_all();
@@ -420,7 +420,7 @@ int main(int argc, char **argv)
                     ar_nvrtc_compile(source, name, arch, 0, &blob, &size, &log, NULL, err, sizeof err) != ATTNRES_OK ||
                     dev->ops->load(dev, blob, size, NULL, kernel, json, &k) != ATTNRES_OK) {
                     fprintf(stderr, "  %s: emit, compile or load failed: %s %s %s\n", v->id, argen_errmsg(g), err,
-                            dev->errmsg);
+                            attnres_device_errmsg(dev));
                     failures++;
                 } else {
                     const int64_t align = ar_json_int(json, "align", 0);

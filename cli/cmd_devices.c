@@ -14,7 +14,7 @@ static void show(const char *spec)
         printf("%-8s unavailable: %s\n", spec, msg);
         return;
     }
-    attnres_device_info info;
+    attnres_device_info info = {.struct_size = sizeof info};
     attnres_device_info_get(dev, &info);
     printf("%-8s %s%s\n         arch %s, %d %s, %.1f GiB, driver %s\n         fingerprint %s\n", spec, info.name,
            info.simulated ? " (simulated)" : "", info.arch, info.units, strcmp(info.backend, "cuda") == 0 ? "SMs" : "cores",

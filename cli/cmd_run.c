@@ -576,7 +576,7 @@ static int run_mix(const run_opts *o)
     void *d_out = stage(&st, NULL, row * es);
     void *d_normed = p.epilogue ? stage(&st, NULL, row * es) : NULL;
     if (!dsrcs || st.failed) {
-        cli_error("run", "device buffers: %s", st.failed ? dev->errmsg : "out of memory");
+        cli_error("run", "device buffers: %s", st.failed ? attnres_device_errmsg(dev) : "out of memory");
         free(dsrcs);
         unstage(&st);
         goto done;
@@ -702,7 +702,7 @@ static int run_phase1(const run_opts *o)
     void *d_o1 = stage(&st, NULL, row * (size_t)s * es);
     float *d_lse = stage(&st, NULL, lse_bytes);
     if (st.failed) {
-        cli_error("run", "device buffers: %s", dev->errmsg);
+        cli_error("run", "device buffers: %s", attnres_device_errmsg(dev));
         unstage(&st);
         goto done;
     }
@@ -725,7 +725,7 @@ static int run_phase1(const run_opts *o)
         cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
     if (!rc && (dev->ops->copy_to_host(dev, o1_store, d_o1, row * (size_t)s * es) != ATTNRES_OK ||
                 dev->ops->copy_to_host(dev, lse, d_lse, lse_bytes) != ATTNRES_OK)) {
-        cli_error("run", "copying the outputs back: %s", dev->errmsg);
+        cli_error("run", "copying the outputs back: %s", attnres_device_errmsg(dev));
         rc = -1;
     }
     unstage(&st);
@@ -860,7 +860,7 @@ static int run_phase2(const run_opts *o)
     void *d_out = stage(&st, NULL, row * es);
     void *d_normed = p.epilogue ? stage(&st, NULL, row * es) : NULL;
     if (st.failed) {
-        cli_error("run", "device buffers: %s", dev->errmsg);
+        cli_error("run", "device buffers: %s", attnres_device_errmsg(dev));
         unstage(&st);
         goto done;
     }
@@ -883,7 +883,7 @@ static int run_phase2(const run_opts *o)
     if (!rc && (dev->ops->copy_to_host(dev, out_store, d_out, row * es) != ATTNRES_OK ||
                 (p.epilogue && dev->ops->copy_to_host(dev, normed_store, d_normed, row * es) != ATTNRES_OK) ||
                 (p.fuse_add && dev->ops->copy_to_host(dev, b_store, d_b, row * es) != ATTNRES_OK))) {
-        cli_error("run", "copying the outputs back: %s", dev->errmsg);
+        cli_error("run", "copying the outputs back: %s", attnres_device_errmsg(dev));
         rc = -1;
     }
     unstage(&st);

@@ -319,7 +319,7 @@ int cmd_tune(int argc, char **argv)
     if (load_templates(&t))
         goto done;
     if (rooflines_measure(t.dev, &t.roof) != ATTNRES_OK) {
-        cli_error("tune", "measuring the device: %s", t.dev->errmsg);
+        cli_error("tune", "measuring the device: %s", attnres_device_errmsg(t.dev));
         goto done;
     }
     char roof[200];

@@ -112,6 +112,59 @@ fail:
     return 1;
 }
 
+int argen_open_module(const char *template_dir, const char *name, argen **out,
+                      char *msg, size_t msg_len)
+{
+    *out = NULL;
+    argen *g = calloc(1, sizeof *g);
+    if (!g || !(g->sb = sandbox_new(template_dir))) {
+        free(g);
+        snprintf(msg, msg_len, "out of memory creating the Lua state");
+        return 1;
+    }
+    snprintf(g->name, sizeof g->name, "%s", name);
+    snprintf(g->file, sizeof g->file, "templates/%s.lua", name);
+    if (load_prelude(g) || sandbox_run_file(g->sb, name, g->msg, sizeof g->msg)) {
+        snprintf(msg, msg_len, "%s", g->msg);
+        argen_close(g);
+        return 1;
+    }
+    g->template_ref = luaL_ref(sandbox_state(g->sb), LUA_REGISTRYINDEX);
+    *out = g;
+    return 0;
+}
+
+int argen_module_text(argen *g, const char *fn, char **text)
+{
+    *text = NULL;
+    lua_State *L = sandbox_state(g->sb);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, g->template_ref);
+    if (!lua_istable(L, -1) || lua_getfield(L, -1, fn) != LUA_TFUNCTION) {
+        lua_pop(L, lua_istable(L, -1) ? 2 : 1);
+        snprintf(g->msg, sizeof g->msg, "%s: no function '%s'", g->file, fn);
+        return 1;
+    }
+    lua_remove(L, -2);
+    if (sandbox_call(g->sb, 0, 1, g->msg, sizeof g->msg))
+        return 1;
+    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    if (!s) {
+        lua_pop(L, 1);
+        snprintf(g->msg, sizeof g->msg, "%s: %s() must return a string", g->file, fn);
+        return 1;
+    }
+    *text = dup_str(s);
+    lua_pop(L, 1);
+    if (!*text) {
+        snprintf(g->msg, sizeof g->msg, "out of memory");
+        return 1;
+    }
+    return 0;
+}
+
+size_t argen_file_count(const argen *g) { return sandbox_file_count(g->sb); }
+const char *argen_file(const argen *g, size_t i) { return sandbox_file(g->sb, i); }
+
 void argen_close(argen *g)
 {
     if (!g)

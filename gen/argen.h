@@ -78,6 +78,21 @@ int argen_generic(argen *g, const char *dtype, char **id);
  * template names none for that level. */
 int argen_builtin(argen *g, const char *dtype, const char *level, char **id, int *step);
 
+/* Loads a helper module ("lib/kernel_abi") that is not a kernel family:
+ * only argen_module_text, argen_file_count/argen_file, argen_errmsg and
+ * argen_close apply to the result. */
+int argen_open_module(const char *template_dir, const char *name, argen **out,
+                      char *msg, size_t msg_len);
+
+/* Calls the module's function fn() and returns the string it returns in
+ * *text (malloc'ed). Non-zero with argen_errmsg set on failure. */
+int argen_module_text(argen *g, const char *fn, char **text);
+
+/* The paths of every template file g has read so far (the template and all
+ * it required), for a build's dependency file. Owned by g. */
+size_t argen_file_count(const argen *g);
+const char *argen_file(const argen *g, size_t i);
+
 /* Lists template names under template_dir ("cpu/mix", "cuda/mix_online", ...). */
 int argen_list_templates(const char *template_dir, char ***names,
                          size_t *count);

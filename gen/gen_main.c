@@ -3,9 +3,10 @@
  *
  *   attnres-gen TEMPLATE_DIR list TEMPLATE
  *   attnres-gen TEMPLATE_DIR emit TEMPLATE ID [OUT.c]
- *   attnres-gen TEMPLATE_DIR generic TEMPLATE DTYPE OUT.c
- *   attnres-gen TEMPLATE_DIR generic-source TEMPLATE DTYPE OUT.c SYMBOL
- *   attnres-gen TEMPLATE_DIR builtin TEMPLATE DTYPE LEVEL OUT.c
+ *   attnres-gen TEMPLATE_DIR generic TEMPLATE DTYPE OUT.c [DEPFILE]
+ *   attnres-gen TEMPLATE_DIR generic-source TEMPLATE DTYPE OUT.c SYMBOL [DEPFILE]
+ *   attnres-gen TEMPLATE_DIR builtin TEMPLATE DTYPE LEVEL OUT.c [DEPFILE]
+ *   attnres-gen TEMPLATE_DIR header MODULE OUT.h [DEPFILE]
  *
  * `builtin` emits the variant the template's T.builtin names for an ISA
  * level (avx512, avx2, sse2, neon), its symbols suffixed with _LEVEL so
@@ -21,6 +22,12 @@
  * and SYMBOL_variant[] (the variant id).
  * The build uses `generic` to compile the runtime's fallback kernels from the
  * same templates the tuner uses, so the library needs no Lua at run time.
+ * `header` writes what MODULE's header() returns: the build makes the
+ * runtime's kernel_abi.h from lib/kernel_abi this way, so the runtime and
+ * the kernels share one definition of each argument struct.
+ * DEPFILE, when given, receives a Makefile rule naming every template file
+ * the output came from (the template and each file it required), so that a
+ * build regenerates the output when any of them changes.
  * Output files are written whole or not at all (temporary file + rename).
  */
 #include <stdio.h>
@@ -48,6 +55,27 @@ static int write_file(const char *path, const char *text)
     }
     return 0;
 }
+
+/* The text buffer below, declared early for the depfile writer. */
+typedef struct strbuf strbuf;
+static void sb_str(strbuf *b, const char *s);
+static void sb_put(strbuf *b, const char *s, size_t n);
+
+/* Appends path to b escaped for a Makefile rule: spaces and '#' take a
+ * backslash, '$' doubles. */
+static void sb_make_path(strbuf *b, const char *path)
+{
+    for (const char *c = path; *c; c++) {
+        if (*c == ' ' || *c == '#')
+            sb_put(b, "\\", 1);
+        else if (*c == '$')
+            sb_put(b, "$", 1);
+        sb_put(b, c, 1);
+    }
+}
+
+/* Writes "target: file..." for every template file g read. */
+static int write_depfile(const argen *g, const char *depfile, const char *target);
 
 /* Appends the names under which the runtime's table finds a generic
  * kernel: ar_generic_<op>_<dtype> and its variant id. */
@@ -95,11 +123,11 @@ static int emit(argen *g, const char *id, const char *path, const char *generic_
 }
 
 /* Appends text to a malloc'ed buffer, growing it; NULL on failure. */
-typedef struct strbuf {
+struct strbuf {
     char *p;
     size_t len, cap;
     int bad;
-} strbuf;
+};
 
 static void sb_put(strbuf *b, const char *s, size_t n)
 {
@@ -153,6 +181,50 @@ static void sb_c_string(strbuf *b, const char *symbol, const char *suffix, const
         }
     }
     sb_str(b, "\";\n");
+}
+
+static int write_depfile(const argen *g, const char *depfile, const char *target)
+{
+    if (!depfile)
+        return 0;
+    strbuf b = {0};
+    sb_make_path(&b, target);
+    sb_str(&b, ":");
+    for (size_t i = 0; i < argen_file_count(g); i++) {
+        sb_str(&b, " \\\n  ");
+        sb_make_path(&b, argen_file(g, i));
+    }
+    sb_str(&b, "\n");
+    int rc = 1;
+    if (b.bad)
+        fprintf(stderr, "attnres-gen: out of memory\n");
+    else
+        rc = write_file(depfile, b.p);
+    free(b.p);
+    return rc;
+}
+
+/* The text a helper module's header() returns, e.g. kernel_abi.h. */
+static int module_header(const char *template_dir, const char *module, const char *path, const char *depfile)
+{
+    char msg[2048];
+    argen *g;
+    if (argen_open_module(template_dir, module, &g, msg, sizeof msg)) {
+        fprintf(stderr, "attnres-gen: %s\n", msg);
+        return 1;
+    }
+    char *text;
+    int rc = argen_module_text(g, "header", &text);
+    if (rc)
+        fprintf(stderr, "attnres-gen: %s\n", argen_errmsg(g));
+    else {
+        rc = write_file(path, text);
+        free(text);
+    }
+    if (!rc)
+        rc = write_depfile(g, depfile, path);
+    argen_close(g);
+    return rc;
 }
 
 /* The generic variant of a template as embedded source text. */
@@ -280,8 +352,15 @@ done:
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: attnres-gen TEMPLATE_DIR list|emit|generic|generic-source|builtin TEMPLATE ...\n");
+        fprintf(stderr, "usage: attnres-gen TEMPLATE_DIR list|emit|generic|generic-source|builtin|header TEMPLATE ...\n");
         return 2;
+    }
+    if (strcmp(argv[2], "header") == 0) {
+        if (argc < 5) {
+            fprintf(stderr, "usage: attnres-gen TEMPLATE_DIR header MODULE OUT.h [DEPFILE]\n");
+            return 2;
+        }
+        return module_header(argv[1], argv[3], argv[4], argc >= 6 ? argv[5] : NULL);
     }
     char msg[2048];
     argen *g;
@@ -310,11 +389,17 @@ int main(int argc, char **argv)
         } else {
             rc = emit(g, id, argv[5], argv[4]);
             free(id);
+            if (!rc)
+                rc = write_depfile(g, argc >= 7 ? argv[6] : NULL, argv[5]);
         }
     } else if (strcmp(argv[2], "generic-source") == 0 && argc >= 7) {
         rc = generic_source(g, argv[4], argv[5], argv[6]);
+        if (!rc)
+            rc = write_depfile(g, argc >= 8 ? argv[7] : NULL, argv[5]);
     } else if (strcmp(argv[2], "builtin") == 0 && argc >= 7) {
         rc = builtin(g, argv[4], argv[5], argv[6]);
+        if (!rc)
+            rc = write_depfile(g, argc >= 8 ? argv[7] : NULL, argv[6]);
     } else {
         fprintf(stderr, "attnres-gen: unknown or incomplete command '%s'\n", argv[2]);
     }

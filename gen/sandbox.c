@@ -20,6 +20,10 @@ struct sandbox {
     char template_dir[4096];
     int env_ref;
     int loaded_ref; /* name -> result of require() */
+    /* Every file read so far, in order, so that a build can depend on each
+     * one (attnres-gen's depfile). */
+    char **files;
+    size_t nfiles;
 };
 
 static void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
@@ -98,6 +102,23 @@ static int name_is_safe(const char *name)
     return 1;
 }
 
+/* Adds path to the files read; non-zero when out of memory. */
+static int note_file(sandbox *sb, const char *path)
+{
+    for (size_t i = 0; i < sb->nfiles; i++)
+        if (strcmp(sb->files[i], path) == 0)
+            return 0;
+    char **grown = realloc(sb->files, (sb->nfiles + 1) * sizeof *grown);
+    if (!grown)
+        return 1;
+    sb->files = grown;
+    size_t n = strlen(path) + 1;
+    if (!(sb->files[sb->nfiles] = malloc(n)))
+        return 1;
+    memcpy(sb->files[sb->nfiles++], path, n);
+    return 0;
+}
+
 /* Loads the chunk of template `name` with the template environment as its
  * _ENV and pushes it (or an error message, returning non-zero). */
 static int load_template_chunk(sandbox *sb, const char *name)
@@ -118,6 +139,11 @@ static int load_template_chunk(sandbox *sb, const char *name)
     }
     int rc = luaL_loadbufferx(L, text, len, chunk, "t");
     free(text);
+    if (rc == LUA_OK && note_file(sb, path)) {
+        lua_pop(L, 1);
+        lua_pushliteral(L, "out of memory recording the template files read");
+        return 1;
+    }
     if (rc != LUA_OK)
         return 1;
     lua_rawgeti(L, LUA_REGISTRYINDEX, sb->env_ref);
@@ -283,8 +309,14 @@ void sandbox_free(sandbox *sb)
     if (!sb)
         return;
     lua_close(sb->L);
+    for (size_t i = 0; i < sb->nfiles; i++)
+        free(sb->files[i]);
+    free(sb->files);
     free(sb);
 }
+
+size_t sandbox_file_count(const sandbox *sb) { return sb->nfiles; }
+const char *sandbox_file(const sandbox *sb, size_t i) { return i < sb->nfiles ? sb->files[i] : NULL; }
 
 lua_State *sandbox_state(sandbox *sb) { return sb->L; }
 

@@ -33,4 +33,9 @@ int sandbox_run_file(sandbox *sb, const char *name, char *msg, size_t len);
  * error and writes it to msg. */
 int sandbox_call(sandbox *sb, int nargs, int nresults, char *msg, size_t len);
 
+/* The paths of the template files read so far (each once, in the order
+ * first read): the dependencies of whatever the state generated. */
+size_t sandbox_file_count(const sandbox *sb);
+const char *sandbox_file(const sandbox *sb, size_t i);
+
 #endif

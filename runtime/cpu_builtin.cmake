@@ -28,10 +28,9 @@ foreach(level ${ATTNRES_BUILTIN_LEVELS})
       set(out ${CMAKE_CURRENT_BINARY_DIR}/builtin_${op}_${dtype}_${level}.c)
       add_custom_command(
         OUTPUT ${out}
-        COMMAND attnres-gen ${ATTNRES_TEMPLATE_DIR} builtin ${tmpl} ${dtype} ${level} ${out}
-        DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/${tmpl}.lua ${ATTNRES_TEMPLATE_DIR}/lib/c_storage.lua
-                ${ATTNRES_TEMPLATE_DIR}/lib/c_rowops.lua ${ATTNRES_TEMPLATE_DIR}/lib/c_prefetch.lua
-                ${ATTNRES_TEMPLATE_DIR}/lib/c_mix_abi.lua ${ATTNRES_TEMPLATE_DIR}/lib/cpu_space.lua
+        COMMAND attnres-gen ${ATTNRES_TEMPLATE_DIR} builtin ${tmpl} ${dtype} ${level} ${out} ${out}.d
+        DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/${tmpl}.lua
+        DEPFILE ${out}.d
         COMMENT "Generating the built-in CPU ${op} kernel (${dtype}, ${level})")
       # -O3 as the tuner compiles; -Wno-psabi: wide vectors by value.
       set_source_files_properties(${out} PROPERTIES

@@ -15,8 +15,9 @@ foreach(dtype f32 bf16 f16)
   add_custom_command(
     OUTPUT ${out}
     COMMAND attnres-gen ${ATTNRES_TEMPLATE_DIR} generic-source cuda/mix_twopass ${dtype} ${out}
-            ar_cuda_generic_mix_${dtype}
-    DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/cuda/mix_twopass.lua ${ATTNRES_TEMPLATE_LIBS}
+            ar_cuda_generic_mix_${dtype} ${out}.d
+    DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/cuda/mix_twopass.lua
+    DEPFILE ${out}.d
     COMMENT "Embedding the built-in CUDA mix kernel source (${dtype})")
   list(APPEND ATTNRES_CUDA_SOURCES ${out})
 endforeach()
@@ -28,8 +29,9 @@ foreach(op phase1 phase2)
     add_custom_command(
       OUTPUT ${out}
       COMMAND attnres-gen ${ATTNRES_TEMPLATE_DIR} generic-source cuda/${op} ${dtype} ${out}
-              ar_cuda_generic_${op}_${dtype}
-      DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/cuda/${op}.lua ${ATTNRES_TEMPLATE_LIBS}
+              ar_cuda_generic_${op}_${dtype} ${out}.d
+      DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/cuda/${op}.lua
+      DEPFILE ${out}.d
       COMMENT "Embedding the built-in CUDA ${op} kernel source (${dtype})")
     list(APPEND ATTNRES_CUDA_SOURCES ${out})
   endforeach()

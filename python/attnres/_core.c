@@ -308,7 +308,7 @@ static PyObject *device_info(PyObject *op, void *closure)
     DeviceObject *self = (DeviceObject *)op;
     if (!device_usable(self))
         return NULL;
-    attnres_device_info info;
+    attnres_device_info info = {.struct_size = sizeof info};
     int rc = attnres_device_info_get(self->dev, &info);
     if (rc != ATTNRES_OK)
         return raise_status(rc, "device info", attnres_device_errmsg(self->dev));

@@ -101,4 +101,4 @@ def test_mix_with_one_source_returns_it(dev, rng):
 
 
 def test_version_matches_the_library():
-    assert attnres.__version__ == attnres._core.version() == "0.1.0"
+    assert attnres.__version__ == attnres._core.version() == "0.2.0"

@@ -11,14 +11,72 @@
  *     one of the attnres_status codes below. Codes are never renumbered.
  *   - Handles are opaque. Each *_open/_create has a *_close/_destroy; passing
  *     NULL to a destructor is a harmless no-op.
- *   - Each handle keeps the message of its last failure (attnres_*_errmsg).
- *     Functions that create a handle take a caller buffer for the message,
- *     because on failure there is no handle to hold it.
+ *   - Failure messages are kept per handle AND per thread, like errno:
+ *     attnres_device_errmsg(dev) and attnres_plan_errmsg(plan) return the
+ *     message of the calling thread's last failed call on that handle ("" if
+ *     it has none), whatever other threads do on the same handle meanwhile.
+ *     The string stays valid until the same thread's next failure. A
+ *     successful call leaves the message as it was; so read it right after
+ *     the failure, in the thread that failed. Each thread remembers its last
+ *     few (4) handles. Functions that create a handle take a caller buffer
+ *     for the message, because on failure there is no handle to hold it.
  *   - The library never aborts, exits or prints.
  *   - Buffers (sources, queries, outputs) are owned by the caller and are
  *     only borrowed for the duration of a call.
- *   - Handles are safe to use from several threads once created, except that
- *     a handle must not be destroyed while another thread uses it.
+ *   - Handles are safe to use from several threads once created: any number
+ *     of threads may plan on one device and run one plan at the same time
+ *     (each with its own buffers). A handle must not be destroyed while
+ *     another thread uses it, and a device must outlive its plans.
+ *   - Structs the caller allocates and the library reads or fills
+ *     (attnres_problem, attnres_mix_args, attnres_phase1_args,
+ *     attnres_phase2_args, attnres_device_info) start with `struct_size`,
+ *     which must be sizeof the struct as the caller compiled it. The *_init
+ *     functions set it; attnres_device_info needs it set by hand
+ *     (`attnres_device_info info = {.struct_size = sizeof info};`). A size
+ *     this library does not know is refused with ATTNRES_EINVAL and a
+ *     message naming both sizes, so that a program built against another
+ *     attnres.h fails clearly instead of reading past its struct.
+ *
+ * Environment, files and processes
+ *   The library reads these environment variables (each when first needed,
+ *   named again where it matters below):
+ *     ATTNRES_CACHE_DIR  directory of the binary cache (default below);
+ *     XDG_CACHE_HOME, HOME  the default cache directory:
+ *                        $XDG_CACHE_HOME/attnres, else $HOME/.cache/attnres,
+ *                        else (or if that cannot be created)
+ *                        /tmp/attnres-cache-UID;
+ *     ATTNRES_CC         the C compiler for CPU kernels (default "cc", found
+ *                        on PATH);
+ *     TMPDIR             where the C compiler works (default /tmp);
+ *     PATH               where ATTNRES_CC is looked up;
+ *     ATTNRES_CUDA_DRIVER, ATTNRES_CUDA_PTX  the CUDA driver library and
+ *                        the binary form (attnres_device_open);
+ *     CUDA_HOME, CUDA_PATH  where libnvrtc is looked for after the loader's
+ *                        path (then /usr/local/cuda);
+ *     ATTNRES_CPU_BUILTIN_ISA  caps the ISA level of the CPU built-in
+ *                        kernels (attnres_device_open);
+ *     ATTNRES_MISS_FILE  the miss file (attnres_miss_file_set), read once.
+ *   Files it writes (never the database, which it only reads):
+ *     the binary cache: one file per compiled kernel, named by its build
+ *     key, written whole (temporary file + rename) by attnres_plan_create,
+ *     and removed there when found damaged; a CPU kernel that cannot be
+ *     cached is loaded from an anonymous memory file instead;
+ *     $TMPDIR/attnres-cc-PID-XXXXXX: the C compiler's working directory
+ *     during a CPU compile, removed when it ends; attnres_device_open("cpu")
+ *     removes those left by killed processes;
+ *     the miss file, only when one is set (ATTNRES_MISS_FILE or
+ *     attnres_miss_file_set): one appended line per untuned problem and T
+ *     bucket, written by the first run of a fallen-back plan in that bucket.
+ *   Processes and threads it starts:
+ *     attnres_device_open("cpu") starts one worker thread per further CPU
+ *     core, kept until attnres_device_close;
+ *     attnres_plan_create on a CPU device may run the C compiler
+ *     (posix_spawnp of ATTNRES_CC, its output captured, never printed) when
+ *     a tuned kernel's binary is neither cached nor in the database;
+ *     attnres_plan_create on a CUDA device may compile with NVRTC (in
+ *     process, no child).
+ *   The hot path (attnres_run_*) reads no variable and starts nothing; it
+ *     writes no file but the miss file's lines described above.
  */
 #ifndef ATTNRES_H
 #define ATTNRES_H
@@ -31,9 +89,11 @@ extern "C" {
 #endif
 
 #define ATTNRES_VERSION_MAJOR 0
-#define ATTNRES_VERSION_MINOR 1
+/* 0.2 added struct_size to every caller-allocated struct: not binary
+ * compatible with 0.1 (the shared library's soname is libattnres.so.0.2). */
+#define ATTNRES_VERSION_MINOR 2
 #define ATTNRES_VERSION_PATCH 0
-#define ATTNRES_VERSION_STRING "0.1.0"
+#define ATTNRES_VERSION_STRING "0.2.0"
 
 #if defined(__GNUC__)
 #define ATTNRES_API __attribute__((visibility("default")))
@@ -87,6 +147,7 @@ typedef enum attnres_form {
 
 /* The shape of one routing site. T is not part of it: a plan covers all T. */
 typedef struct attnres_problem {
+    size_t struct_size;    /* sizeof(attnres_problem); attnres_problem_init sets it */
     attnres_op op;
     attnres_dtype dtype;   /* storage type of sources, partial, out and normed */
     int64_t d;             /* row width */
@@ -102,11 +163,13 @@ typedef struct attnres_problem {
                             * partial sum (b += f, written back); else 0 */
 } attnres_problem;
 
-/* Fills p with a replace-form, single-head, no-epilogue mix problem. */
+/* Fills p with a replace-form, single-head, no-epilogue mix problem, and
+ * its struct_size. */
 ATTNRES_API void attnres_problem_init(attnres_problem *p, attnres_dtype dtype,
                                       int64_t d, int32_t n);
 
-/* Checks a problem; on failure writes a message naming the problem to msg. */
+/* Checks a problem (struct_size included); on failure writes a message
+ * naming the problem to msg. */
 ATTNRES_API int attnres_problem_check(const attnres_problem *p, char *msg,
                                       size_t msg_len);
 
@@ -154,7 +217,13 @@ typedef struct attnres_device attnres_device;
  * opens, and a plan the widest whose loop step divides the head width (the
  * scalar generic kernel fits any). ATTNRES_CPU_BUILTIN_ISA=avx512, avx2,
  * sse2, neon or scalar caps that level (scalar: the scalar generic kernels
- * only); another value makes the open fail with EINVAL. */
+ * only); another value makes the open fail with EINVAL.
+ *
+ * NVRTC (libnvrtc.so.13, .12 or libnvrtc.so) is loaded from the loader's
+ * path, else from $CUDA_HOME/lib64, $CUDA_PATH/lib64, /usr/local/cuda/lib64.
+ * "cpu" starts the worker threads and sweeps $TMPDIR as described at the
+ * top, and reads ATTNRES_CC (the compiler whose identity enters the build
+ * key). */
 ATTNRES_API int attnres_device_open(const char *spec, attnres_device **out,
                                     char *msg, size_t msg_len);
 
@@ -168,6 +237,7 @@ ATTNRES_API int attnres_device_count(const char *backend);
 /* The device fingerprint fields (DESIGN §4). Strings are owned by the
  * device handle and live as long as it does. */
 typedef struct attnres_device_info {
+    size_t struct_size;   /* set by the caller: sizeof(attnres_device_info) */
     const char *backend;  /* "cpu" or "cuda" */
     const char *name;     /* marketing name, e.g. "NVIDIA H200" */
     const char *arch;     /* "sm_90", or the CPU ISA such as "x86_64-avx512" */
@@ -183,10 +253,12 @@ typedef struct attnres_device_info {
                            * serve a real device. 0 for real hardware. */
 } attnres_device_info;
 
+/* Fills *info, whose struct_size the caller has set (EINVAL otherwise). */
 ATTNRES_API int attnres_device_info_get(attnres_device *dev,
                                         attnres_device_info *info);
 
-/* The message of the last failure on this device (never NULL). */
+/* The message of the calling thread's last failure on this device, "" if
+ * none (never NULL); see Conventions. */
 ATTNRES_API const char *attnres_device_errmsg(attnres_device *dev);
 
 /* ------------------------------------------------------------------------
@@ -256,7 +328,14 @@ typedef enum attnres_plan_level {
  *                neither load nor compile (EIO: no temporary files for the
  *                compiler), or their source does not match its hash.
  * None of this touches plans made before: they stay valid whatever happens
- * to the database file afterwards. */
+ * to the database file afterwards.
+ *
+ * Side effects (see "Environment, files and processes" at the top): reads
+ * and writes the binary cache under $ATTNRES_CACHE_DIR (else
+ * $XDG_CACHE_HOME/attnres, $HOME/.cache/attnres or /tmp/attnres-cache-UID);
+ * on a CPU device may run the C compiler ($ATTNRES_CC, default cc) in a
+ * directory under $TMPDIR; on a CUDA device may compile with NVRTC. Several
+ * threads may plan on one device at once; each sees its own message. */
 ATTNRES_API int attnres_plan_create(attnres_device *dev, attnres_db *db,
                                     const attnres_problem *problem,
                                     unsigned flags, attnres_plan **out,
@@ -273,7 +352,8 @@ ATTNRES_API attnres_plan_level attnres_plan_level_get(const attnres_plan *plan);
 ATTNRES_API size_t attnres_plan_explain(const attnres_plan *plan, char *buf,
                                         size_t buf_len);
 
-/* The message of the last failure on this plan (never NULL). */
+/* The message of the calling thread's last failure on this plan (a run),
+ * "" if none (never NULL); see Conventions. */
 ATTNRES_API const char *attnres_plan_errmsg(const attnres_plan *plan);
 
 /* Records the problems that plans fall back on (level
@@ -299,6 +379,7 @@ ATTNRES_API int attnres_miss_file_set(const char *path);
 /* Arguments of one mix launch. Pointers are device pointers for the plan's
  * device (host pointers on the CPU). Strides count elements, not bytes. */
 typedef struct attnres_mix_args {
+    size_t struct_size;           /* sizeof(attnres_mix_args); _init sets it */
     const void *const *sources;   /* n pointers, each a [T, d] view */
     const int64_t *source_strides;/* n token strides; NULL means all d */
     const float *query;           /* [d] fp32 u = gain * w (see fold_query) */
@@ -315,8 +396,8 @@ typedef struct attnres_mix_args {
     int64_t normed_stride;        /* 0 means d */
 } attnres_mix_args;
 
-/* Fills args with defaults: scale 1, eps 1e-6, alpha 1, out_eps 1e-6, all
- * pointers NULL and strides 0. */
+/* Fills args with defaults: struct_size, scale 1, eps 1e-6, alpha 1,
+ * out_eps 1e-6, all pointers NULL and strides 0. */
 ATTNRES_API void attnres_mix_args_init(attnres_mix_args *args);
 
 /* Folds the RMSNorm gain into the pseudo-query: u[k] = gain[k] * w[k].
@@ -361,6 +442,7 @@ ATTNRES_API int attnres_run_mix(attnres_plan *plan, int64_t T,
  * plan's device (host pointers on the CPU), borrowed for the call. Strides
  * count elements, not bytes. No output may overlap an input. */
 typedef struct attnres_phase1_args {
+    size_t struct_size;            /* sizeof(attnres_phase1_args); _init sets it */
     const void *const *sources;    /* n pointers, each a [T, d] view */
     const int64_t *source_strides; /* n token strides; NULL means all d */
     const float *queries;          /* [S, d] fp32, row j = site j's folded u */
@@ -372,13 +454,14 @@ typedef struct attnres_phase1_args {
     int64_t lse_stride;            /* token stride of every lse view; 0 means H */
 } attnres_phase1_args;
 
-/* Fills args with defaults: scale 1, eps 1e-6, pointers NULL, strides 0.
- * args must not be NULL. */
+/* Fills args with defaults: struct_size, scale 1, eps 1e-6, pointers NULL,
+ * strides 0. args must not be NULL. */
 ATTNRES_API void attnres_phase1_args_init(attnres_phase1_args *args);
 
 /* Arguments of one phase-2 launch (one site), with the same conventions.
  * out and normed must not overlap any input. */
 typedef struct attnres_phase2_args {
+    size_t struct_size;        /* sizeof(attnres_phase2_args); _init sets it */
     const void *o1;            /* [T, d] this site's phase-1 output */
     int64_t o1_stride;         /* 0 means d */
     const float *lse;          /* [T, H] fp32, this site's phase-1 lse */
@@ -398,8 +481,8 @@ typedef struct attnres_phase2_args {
     int64_t normed_stride;     /* 0 means d */
 } attnres_phase2_args;
 
-/* Fills args with defaults: scale 1, eps 1e-6, out_eps 1e-6, pointers NULL,
- * strides 0. args must not be NULL. */
+/* Fills args with defaults: struct_size, scale 1, eps 1e-6, out_eps 1e-6,
+ * pointers NULL, strides 0. args must not be NULL. */
 ATTNRES_API void attnres_phase2_args_init(attnres_phase2_args *args);
 
 /* Runs phase 1 of a plan made for an ATTNRES_OP_PHASE1 problem on T tokens:

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "attnres.h"
+#include "device.h"
 
 const char *attnres_errstr(int status)
 {
@@ -63,6 +64,7 @@ void attnres_problem_init(attnres_problem *p, attnres_dtype dtype, int64_t d,
                           int32_t n)
 {
     memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
     p->op = ATTNRES_OP_MIX;
     p->dtype = dtype;
     p->d = d;
@@ -120,6 +122,8 @@ int attnres_problem_check(const attnres_problem *p, char *msg, size_t msg_len)
         snprintf(msg, msg_len, "problem is NULL");
         return ATTNRES_EINVAL;
     }
+    if (ar_struct_size_check(p->struct_size, sizeof *p, "attnres_problem", "attnres_problem_init", msg, msg_len))
+        return ATTNRES_EINVAL;
     if (p->op != ATTNRES_OP_MIX && p->op != ATTNRES_OP_PHASE1 && p->op != ATTNRES_OP_PHASE2) {
         snprintf(msg, msg_len, "unknown op %d (mix, phase1 or phase2)", (int)p->op);
         return ATTNRES_EINVAL;
@@ -152,9 +156,21 @@ int attnres_problem_check(const attnres_problem *p, char *msg, size_t msg_len)
     return check_phase_fields(p, msg, msg_len);
 }
 
+int ar_struct_size_check(size_t got, size_t want, const char *type, const char *init, char *msg, size_t msg_len)
+{
+    if (got == want)
+        return 0;
+    snprintf(msg, msg_len,
+             "%s.struct_size is %zu, but this library (attnres %s) knows only %zu: fill it with %s, or build "
+             "against this library's attnres.h",
+             type, got, ATTNRES_VERSION_STRING, want, init);
+    return 1;
+}
+
 void attnres_mix_args_init(attnres_mix_args *a)
 {
     memset(a, 0, sizeof *a);
+    a->struct_size = sizeof *a;
     a->scale = 1.0f;
     a->eps = 1e-6f;
     a->alpha = 1.0f;
@@ -170,6 +186,7 @@ void attnres_fold_query(const float *w, const float *gain, float *u, int64_t d)
 void attnres_phase1_args_init(attnres_phase1_args *a)
 {
     memset(a, 0, sizeof *a);
+    a->struct_size = sizeof *a;
     a->scale = 1.0f;
     a->eps = 1e-6f;
 }
@@ -177,6 +194,7 @@ void attnres_phase1_args_init(attnres_phase1_args *a)
 void attnres_phase2_args_init(attnres_phase2_args *a)
 {
     memset(a, 0, sizeof *a);
+    a->struct_size = sizeof *a;
     a->scale = 1.0f;
     a->eps = 1e-6f;
     a->out_eps = 1e-6f;

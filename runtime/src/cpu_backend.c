@@ -410,11 +410,12 @@ static int cpu_load(attnres_device *dev, const void *blob, size_t size, const ch
         dlclose(h);
         return ar_device_fail(dev, ATTNRES_ELOAD, "binary does not define kernel %s and its metadata", kernel_name);
     }
-    if (*abi != AR_CPU_KERNEL_ABI) {
-        int v = *abi;
+    snprintf(sym, sizeof sym, "%s_abi_op", kernel_name);
+    const int *abi_op = dlsym(h, sym);
+    char why[200];
+    if (!ar_kernel_abi_ok(AR_CPU_ABI_VERSIONS, *abi, abi_op ? *abi_op : -1, why, sizeof why)) {
         dlclose(h);
-        return ar_device_fail(dev, ATTNRES_ELOAD, "kernel %s has ABI %d, this library speaks %d", kernel_name, v,
-                              AR_CPU_KERNEL_ABI);
+        return ar_device_fail(dev, ATTNRES_ELOAD, "kernel %s: %s", kernel_name, why);
     }
     k->module = h;
     k->entry = entry;

@@ -1,34 +1,23 @@
 /*
  * cpu_kernel_abi.h - the calling convention of generated CPU mix kernels.
  *
- * templates/cpu/mix.lua emits the same struct into every kernel it
- * generates, together with `<kernel>_abi` (this version) and
- * `<kernel>_threads`. The runtime refuses a kernel whose ABI differs.
+ * The argument struct, its ABI version (AR_KERNEL_ABI_CPU_MIX) and its
+ * compile-time layout checks come from kernel_abi.h, which the build
+ * writes from templates/lib/kernel_abi.lua, the file every template pastes
+ * the same struct from. Each kernel also exports `<kernel>_abi` (the
+ * version), `<kernel>_abi_op` (the op) and `<kernel>_threads`; the runtime
+ * refuses a kernel whose version differs from its own for that op.
  */
 #ifndef AR_CPU_KERNEL_ABI_H
 #define AR_CPU_KERNEL_ABI_H
 
 #include <stdint.h>
 
-#define AR_CPU_KERNEL_ABI 1
+#include "kernel_abi.h"
 
-struct attnres_cpu_mix_args {
-    int64_t d;
-    int32_t n, heads;
-    const void *const *src;
-    const int64_t *src_stride;
-    const float *query;
-    float scale, eps;
-    const void *partial;
-    int64_t partial_stride;
-    float alpha;
-    void *out;
-    int64_t out_stride;
-    const float *out_gain;
-    float out_eps;
-    void *normed;
-    int64_t normed_stride;
-};
+/* The version this library speaks for each attnres_op. */
+#define AR_CPU_ABI_VERSIONS \
+    ((const int[3]){AR_KERNEL_ABI_CPU_MIX, AR_KERNEL_ABI_CPU_PHASE1, AR_KERNEL_ABI_CPU_PHASE2})
 
 /* Processes tokens [t0, t1). */
 typedef void (*ar_cpu_mix_fn)(const struct attnres_cpu_mix_args *a, int64_t t0,

@@ -498,10 +498,10 @@ static int load_image(attnres_device *dev, const void *blob, size_t size, const 
     cuda_state *st = dev->state;
     if (!blob || !size || !kernel_name)
         return ar_device_fail(dev, ATTNRES_EINVAL, "no binary or kernel name to load");
-    int64_t abi = ar_json_int(params_json, "abi", -1);
-    if (abi != AR_CUDA_KERNEL_ABI)
-        return ar_device_fail(dev, ATTNRES_ELOAD, "kernel %s has ABI %lld, this library speaks %d", kernel_name,
-                              (long long)abi, AR_CUDA_KERNEL_ABI);
+    char why[200];
+    if (!ar_kernel_abi_ok(AR_CUDA_ABI_VERSIONS, ar_json_int(params_json, "abi", -1),
+                          ar_json_int(params_json, "abi_op", -1), why, sizeof why))
+        return ar_device_fail(dev, ATTNRES_ELOAD, "kernel %s: %s", kernel_name, why);
     int64_t block = ar_json_int(params_json, "block", -1);
     int64_t tpb = ar_json_int(params_json, "tokens_per_block", 1);
     int64_t smem = ar_json_int(params_json, "smem", 0);
@@ -583,7 +583,7 @@ static int cuda_load(attnres_device *dev, const void *blob, size_t size, const c
     if (rc == ATTNRES_OK || !no_binary)
         return rc;
     char first[512];
-    snprintf(first, sizeof first, "%.500s", dev->errmsg);
+    snprintf(first, sizeof first, "%.500s", attnres_device_errmsg(dev));
     switch_to_ptx(dev);
     if (!source)
         return ar_device_fail(dev, ATTNRES_ELOAD,

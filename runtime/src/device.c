@@ -5,20 +5,21 @@
 #include <string.h>
 
 #include "device.h"
+#include "errmsg.h"
 #include "sha256.h"
 
 int ar_device_fail(attnres_device *dev, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(dev->errmsg, sizeof dev->errmsg, fmt, ap);
+    ar_errmsg_vset(dev->err_id, fmt, ap);
     va_end(ap);
     return status;
 }
 
 const char *attnres_device_errmsg(attnres_device *dev)
 {
-    return dev ? dev->errmsg : "no device";
+    return dev ? ar_errmsg_get(dev->err_id) : "no device";
 }
 
 /* Parses "cpu", "cpu:0", "cuda", "cuda:N". */
@@ -71,10 +72,12 @@ int attnres_device_open(const char *spec, attnres_device **out, char *msg,
     }
     dev->ops = ops;
     dev->index = index;
+    dev->err_id = ar_errmsg_new_id();
     pthread_mutex_init(&dev->lock, NULL);
     int rc = ops->open(dev, index);
     if (rc != ATTNRES_OK) {
-        snprintf(msg, msg_len, "%s", dev->errmsg);
+        snprintf(msg, msg_len, "%s", ar_errmsg_get(dev->err_id));
+        ar_errmsg_forget(dev->err_id);
         pthread_mutex_destroy(&dev->lock);
         free(dev);
         return rc;
@@ -92,6 +95,7 @@ void attnres_device_close(attnres_device *dev)
     if (!dev)
         return;
     dev->ops->close(dev);
+    ar_errmsg_forget(dev->err_id);
     pthread_mutex_destroy(&dev->lock);
     free(dev);
 }
@@ -111,6 +115,10 @@ int attnres_device_info_get(attnres_device *dev, attnres_device_info *info)
 {
     if (!dev || !info)
         return ATTNRES_EINVAL;
+    char msg[300];
+    if (ar_struct_size_check(info->struct_size, sizeof *info, "attnres_device_info",
+                             "{.struct_size = sizeof(attnres_device_info)}", msg, sizeof msg))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "%s", msg);
     info->backend = dev->backend;
     info->name = dev->name;
     info->arch = dev->arch;
@@ -120,6 +128,28 @@ int attnres_device_info_get(attnres_device *dev, attnres_device_info *info)
     info->fingerprint = dev->fingerprint;
     info->simulated = dev->simulated;
     return ATTNRES_OK;
+}
+
+int ar_kernel_abi_ok(const int versions[3], int64_t abi, int64_t op, char *why, size_t why_len)
+{
+    static const char *const names[3] = {"mix", "phase1", "phase2"};
+    if (op == -1) {
+        if (abi == 1 && versions[0] == 1 && versions[1] == 1 && versions[2] == 1)
+            return 1;
+        snprintf(why, why_len,
+                 "it has ABI %lld and no op tag (built before per-op ABI versions); this library speaks mix %d, "
+                 "phase1 %d, phase2 %d",
+                 (long long)abi, versions[0], versions[1], versions[2]);
+        return 0;
+    }
+    if (op < 0 || op > 2) {
+        snprintf(why, why_len, "its ABI op tag %lld names no op", (long long)op);
+        return 0;
+    }
+    if (abi == versions[op])
+        return 1;
+    snprintf(why, why_len, "it has %s ABI %lld, this library speaks %d", names[op], (long long)abi, versions[op]);
+    return 0;
 }
 
 int64_t ar_json_int(const char *json, const char *key, int64_t fallback)
@@ -142,9 +172,14 @@ void ar_build_key(const attnres_device *dev, const char *source_hash, char key[6
     ar_sha256 s;
     ar_sha256_init(&s);
     const char *parts[] = {source_hash, dev->compiler, dev->options, dev->target};
+    /* The target changes (CUDA: to PTX) under the device lock while other
+     * threads may be planning on the device. */
+    pthread_mutex_t *lock = (pthread_mutex_t *)&dev->lock;
+    pthread_mutex_lock(lock);
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         ar_sha256_update(&s, parts[i], strlen(parts[i]));
         ar_sha256_update(&s, "\n", 1);
     }
+    pthread_mutex_unlock(lock);
     ar_sha256_hex(&s, key);
 }

@@ -66,8 +66,14 @@ struct attnres_device {
     int simulated;
     /* Parts of the build key (DESIGN §4): who compiles, how, for what. */
     char compiler[256], options[256], target[256];
-    char errmsg[1024];
-    pthread_mutex_t lock; /* guards errmsg and backend launch state */
+    /* Failure messages are kept per thread under this id (errmsg.h), so
+     * threads sharing the device never see each other's. Read them with
+     * attnres_device_errmsg(dev). */
+    uint64_t err_id;
+    /* Guards what a device changes after it is open: the CUDA backend's
+     * binary form and `target` (switch_to_ptx), read under it by
+     * ar_build_key. */
+    pthread_mutex_t lock;
     void *state;          /* backend-private */
 };
 
@@ -148,9 +154,23 @@ struct ar_backend {
 extern const ar_backend ar_cpu_backend;
 extern const ar_backend ar_cuda_backend;
 
-/* Records a formatted message on the device and returns status. */
+/* Records a formatted message for the calling thread on the device and
+ * returns status. The arguments may include attnres_device_errmsg(dev). */
 int ar_device_fail(attnres_device *dev, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Whether a kernel that declares ABI version `abi` for op `op` (an
+ * attnres_op; -1 when it declares none) suits this library, whose versions
+ * by op are versions[3] (AR_CPU_ABI_VERSIONS, AR_CUDA_ABI_VERSIONS). A
+ * kernel without an op tag predates per-op versions, when version 1 named
+ * every struct: it suits only while every op is still at 1. On refusal,
+ * why says so. */
+int ar_kernel_abi_ok(const int versions[3], int64_t abi, int64_t op, char *why, size_t why_len);
+
+/* 0 when a caller-allocated struct's struct_size is the size this library
+ * knows; else 1 with a message naming the type, both sizes and the function
+ * (init) that fills the struct. */
+int ar_struct_size_check(size_t got, size_t want, const char *type, const char *init, char *msg, size_t msg_len);
 
 /* Reads "key":integer from a flat JSON object; returns fallback if absent. */
 int64_t ar_json_int(const char *json, const char *key, int64_t fallback);

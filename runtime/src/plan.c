@@ -17,6 +17,7 @@
 #include "binary_cache.h"
 #include "db_handle.h"
 #include "device.h"
+#include "errmsg.h"
 #include "miss_file.h"
 #include "sha256.h"
 
@@ -36,7 +37,7 @@ struct attnres_plan {
     plan_bucket buckets[AR_MAX_BUCKETS];
     char explain[8192];
     size_t explain_len;
-    char errmsg[512];
+    uint64_t err_id; /* run failures, per thread (errmsg.h) */
     int db_failed; /* a lookup failed: the database is damaged, not silent */
     ar_miss_site miss; /* armed when the plan fell back (miss_file.h) */
 };
@@ -138,7 +139,7 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
         if (st == ATTNRES_OK)
             origin = "binary cache";
         else {
-            snprintf(why, sizeof why, "; the cached copy did not load (%.300s)", dev->errmsg);
+            snprintf(why, sizeof why, "; the cached copy did not load (%.300s)", attnres_device_errmsg(dev));
             ar_cache_drop(path);
         }
     }
@@ -150,7 +151,7 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
                 ar_cache_store(path, blob, size); /* best effort: a miss only costs time */
         } else {
             size_t used = strlen(why);
-            snprintf(why + used, sizeof why - used, "; the stored copy did not load (%.300s)", dev->errmsg);
+            snprintf(why + used, sizeof why - used, "; the stored copy did not load (%.300s)", attnres_device_errmsg(dev));
         }
         free(blob);
     }
@@ -172,9 +173,7 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
             free(blob);
         }
         if (st != ATTNRES_OK && why[0]) {
-            char last[sizeof dev->errmsg];
-            snprintf(last, sizeof last, "%s", dev->errmsg);
-            ar_device_fail(dev, st, "%.500s%.500s", last, why);
+            ar_device_fail(dev, st, "%.500s%.500s", attnres_device_errmsg(dev), why);
         }
     }
     if (st == ATTNRES_OK)
@@ -221,7 +220,7 @@ static int try_level(attnres_plan *plan, attnres_db *db, attnres_plan_level leve
     pthread_mutex_unlock(&db->lock);
     ardb_winners_free(w, count);
     if (st != ATTNRES_OK) {
-        explain(plan, "  level '%s' unusable: %s\n", level_name(level), plan->dev->errmsg);
+        explain(plan, "  level '%s' unusable: %s\n", level_name(level), attnres_device_errmsg(plan->dev));
         unload_all(plan);
         return st;
     }
@@ -287,8 +286,9 @@ int attnres_plan_create(attnres_device *dev, attnres_db *db, const attnres_probl
     attnres_plan *plan = calloc(1, sizeof *plan);
     if (!plan) {
         snprintf(msg, msg_len, "out of memory");
-        return ATTNRES_ENOMEM;
+        return ar_device_fail(dev, ATTNRES_ENOMEM, "out of memory");
     }
+    plan->err_id = ar_errmsg_new_id();
     plan->dev = dev;
     plan->problem = *problem;
     char sites[32] = "";
@@ -313,14 +313,14 @@ int attnres_plan_create(attnres_device *dev, attnres_db *db, const attnres_probl
         if (st == ATTNRES_ENOTFOUND)
             ar_device_fail(dev, st, "no kernel tuned on this exact device (%s) for this problem, and an exact match "
                                     "was required", dev->fingerprint);
-        snprintf(msg, msg_len, "%s", dev->errmsg);
+        snprintf(msg, msg_len, "%s", attnres_device_errmsg(dev));
         free(plan);
         return st;
     }
     if (st != ATTNRES_OK)
         st = load_generic(plan);
     if (st != ATTNRES_OK) {
-        snprintf(msg, msg_len, "%s", dev->errmsg);
+        snprintf(msg, msg_len, "%s", attnres_device_errmsg(dev));
         free(plan);
         return st;
     }
@@ -334,6 +334,7 @@ void attnres_plan_destroy(attnres_plan *plan)
     if (!plan)
         return;
     unload_all(plan);
+    ar_errmsg_forget(plan->err_id);
     free(plan);
 }
 
@@ -356,7 +357,7 @@ size_t attnres_plan_explain(const attnres_plan *plan, char *buf, size_t buf_len)
 
 const char *attnres_plan_errmsg(const attnres_plan *plan)
 {
-    return plan ? plan->errmsg : "no plan";
+    return plan ? ar_errmsg_get(plan->err_id) : "no plan";
 }
 
 /* Records a run failure on the plan. The hot path formats nothing unless
@@ -366,12 +367,22 @@ static int run_fail(attnres_plan *plan, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(plan->errmsg, sizeof plan->errmsg, fmt, ap);
+    ar_errmsg_vset(plan->err_id, fmt, ap);
     va_end(ap);
     return status;
 }
 
 static int misaligned(const void *p, size_t align) { return ((uintptr_t)p % align) != 0; }
+
+/* A run's argument struct must be the one this library was built with:
+ * its struct_size is read before anything else in it. */
+static int check_args_size(attnres_plan *plan, size_t got, size_t want, const char *type, const char *init)
+{
+    char msg[300];
+    if (ar_struct_size_check(got, want, type, init, msg, sizeof msg))
+        return run_fail(plan, ATTNRES_EINVAL, "%s", msg);
+    return ATTNRES_OK;
+}
 
 /* The bucket that serves T tokens. */
 static const plan_bucket *pick_bucket(attnres_plan *plan, int64_t T)
@@ -426,6 +437,8 @@ int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, vo
         return st;
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
+    if (a && (st = check_args_size(plan, a->struct_size, sizeof *a, "attnres_mix_args", "attnres_mix_args_init")))
+        return st;
     if (!a || !a->sources || !a->query || !a->out)
         return run_fail(plan, ATTNRES_EINVAL, "args, sources, query and out must not be NULL");
     if ((st = check_sources(plan, a->sources, a->source_strides)) != ATTNRES_OK)
@@ -450,7 +463,7 @@ int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, vo
     const ar_op_args args = ar_op_mix(a);
     st = plan->dev->ops->launch(plan->dev, &b->kernel, p, T, &args, stream);
     if (st != ATTNRES_OK)
-        return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
+        return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, attnres_device_errmsg(plan->dev));
     return ATTNRES_OK;
 }
 
@@ -470,6 +483,9 @@ int attnres_run_phase1(attnres_plan *plan, int64_t T, const attnres_phase1_args 
         return st;
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
+    if (a && (st = check_args_size(plan, a->struct_size, sizeof *a, "attnres_phase1_args",
+                                   "attnres_phase1_args_init")))
+        return st;
     if (!a || !a->sources || !a->queries || !a->o1 || !a->lse)
         return run_fail(plan, ATTNRES_EINVAL, "args, sources, queries, o1 and lse must not be NULL");
     if ((st = check_sources(plan, a->sources, a->source_strides)) != ATTNRES_OK)
@@ -494,7 +510,7 @@ int attnres_run_phase1(attnres_plan *plan, int64_t T, const attnres_phase1_args 
     const ar_op_args args = ar_op_phase1(a);
     st = plan->dev->ops->launch(plan->dev, &b->kernel, p, T, &args, stream);
     if (st != ATTNRES_OK)
-        return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
+        return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, attnres_device_errmsg(plan->dev));
     return ATTNRES_OK;
 }
 
@@ -505,6 +521,9 @@ int attnres_run_phase2(attnres_plan *plan, int64_t T, const attnres_phase2_args 
         return st;
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
+    if (a && (st = check_args_size(plan, a->struct_size, sizeof *a, "attnres_phase2_args",
+                                   "attnres_phase2_args_init")))
+        return st;
     if (!a || !a->o1 || !a->lse || !a->partial || !a->query || !a->out)
         return run_fail(plan, ATTNRES_EINVAL, "args, o1, lse, partial, query and out must not be NULL");
     if (misaligned(a->o1, es) || misaligned(a->partial, es) || misaligned(a->out, es) || misaligned(a->lse, 4) ||
@@ -531,6 +550,6 @@ int attnres_run_phase2(attnres_plan *plan, int64_t T, const attnres_phase2_args 
     const ar_op_args args = ar_op_phase2(a);
     st = plan->dev->ops->launch(plan->dev, &b->kernel, p, T, &args, stream);
     if (st != ATTNRES_OK)
-        return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, plan->dev->errmsg);
+        return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, attnres_device_errmsg(plan->dev));
     return ATTNRES_OK;
 }

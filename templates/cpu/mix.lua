@@ -14,7 +14,7 @@
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
 local storage = require("lib/c_storage")
-local mix_abi = require("lib/c_mix_abi")
+local kabi = require("lib/kernel_abi")
 local rowops = require("lib/c_rowops")
 local space = require("lib/cpu_space")
 local kernel = require("lib/c_kernel")
@@ -45,7 +45,7 @@ function T.id(p)
 end
 
 function T.launch(p)
-  return { abi = 1 }
+  return { abi = kabi.version("cpu_mix") }
 end
 
 function T.applies(p, problem, device)
@@ -218,19 +218,17 @@ function T.emit(p)
   local src = kernel.source {
     ctype = storage.ctype[p.dtype],
     decls = gen.subst([[
-${abi}
 ${helpers}
 ${row_stats}
 ${softmax}
 ]], {
-      abi = mix_abi,
       helpers = storage.helpers(p.dtype, p.vec),
       row_stats = rowops.row_stats(p),
       softmax = rowops.depth_softmax,
     }),
     name = name,
     threads = p.threads,
-    args = "attnres_cpu_mix_args",
+    abi = "cpu_mix",
     doc = [[
 /* Mixes tokens [t0, t1): depth softmax of the folded query against the
  * RMS-normalised sources, applied to the raw rows. */]],

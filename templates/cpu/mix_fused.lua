@@ -28,7 +28,7 @@
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
 local storage = require("lib/c_storage")
-local mix_abi = require("lib/c_mix_abi")
+local kabi = require("lib/kernel_abi")
 local rowops = require("lib/c_rowops")
 local space = require("lib/cpu_space")
 local prefetch_lib = require("lib/c_prefetch")
@@ -65,7 +65,7 @@ function T.id(p)
 end
 
 function T.launch(p)
-  return { abi = 1 }
+  return { abi = kabi.version("cpu_mix") }
 end
 
 -- One sweep step covers a pair of vectors.
@@ -186,7 +186,6 @@ function T.emit(p)
   local src = kernel.source {
     ctype = storage.ctype[p.dtype],
     decls = gen.subst([[
-${abi}
 ${helpers}${pairs}
 ${softmax}
 ${sweep}
@@ -220,7 +219,6 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const float *qp,
 }
 
 ]], {
-      abi = mix_abi,
       helpers = storage.helpers(p.dtype, p.vec),
       pairs = storage.pair_helpers(p.dtype, p.vec),
       softmax = rowops.depth_softmax,
@@ -230,7 +228,7 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const float *qp,
     }),
     name = name,
     threads = p.threads,
-    args = "attnres_cpu_mix_args",
+    abi = "cpu_mix",
     doc = [[
 /* Mixes tokens [t0, t1): depth softmax of the folded query against the
  * RMS-normalised sources, applied to the raw rows. */]],

@@ -41,6 +41,7 @@ local storage = require("lib/c_storage")
 local space = require("lib/cpu_space")
 local kernel = require("lib/c_kernel")
 local rowops = require("lib/c_rowops")
+local kabi = require("lib/kernel_abi")
 
 local T = {
   backend = "cpu",
@@ -90,7 +91,7 @@ function T.step(p)
 end
 
 function T.launch(p)
-  return { abi = 1 }
+  return { abi = kabi.version("cpu_phase1") }
 end
 
 function T.applies(p, problem, device)
@@ -357,28 +358,13 @@ function T.emit(p)
   local src = kernel.source {
     ctype = storage.ctype[p.dtype],
     decls = gen.subst([[
-/* Kernel arguments, ABI version 1: must match runtime/src/cpu_phase_abi.h.
- * Strides count elements. */
-struct attnres_cpu_phase1_args {
-    int64_t d;
-    int32_t n, heads, s;
-    const void *const *src;
-    const int64_t *src_stride;
-    const float *queries;
-    float scale, eps;
-    void *const *o1;
-    int64_t o1_stride;
-    float *const *lse;
-    int64_t lse_stride;
-};
-
 ${helpers}
 ${row_stats}
 ${head_dot}
 ${tiled}${stream}]], vars),
     name = name,
     threads = p.threads,
-    args = "attnres_cpu_phase1_args",
+    abi = "cpu_phase1",
     doc = [[
 /* Phase 1 of tokens [t0, t1): for every site j, the depth softmax of query j
  * against the RMS-normalised sources applied to the raw rows (o1_j), and the

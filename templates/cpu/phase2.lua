@@ -28,6 +28,7 @@ local space = require("lib/cpu_space")
 local kernel = require("lib/c_kernel")
 local rowops = require("lib/c_rowops")
 local prefetch = require("lib/c_prefetch")
+local kabi = require("lib/kernel_abi")
 
 local T = {
   backend = "cpu",
@@ -61,7 +62,7 @@ function T.id(p)
 end
 
 function T.launch(p)
-  return { abi = 1 }
+  return { abi = kabi.version("cpu_phase2") }
 end
 
 function T.applies(p, problem, device)
@@ -114,36 +115,13 @@ function T.emit(p)
   local src = kernel.source {
     ctype = storage.ctype[p.dtype],
     decls = gen.subst([[
-/* Kernel arguments, ABI version 1: must match runtime/src/cpu_phase_abi.h.
- * Strides count elements. */
-struct attnres_cpu_phase2_args {
-    int64_t d;
-    int32_t heads;
-    const void *o1;
-    int64_t o1_stride;
-    const float *lse;
-    int64_t lse_stride;
-    void *partial;
-    int64_t partial_stride;
-    const void *sublayer;
-    int64_t sublayer_stride;
-    const float *query;
-    float scale, eps;
-    void *out;
-    int64_t out_stride;
-    const float *out_gain;
-    float out_eps;
-    void *normed;
-    int64_t normed_stride;
-};
-
 ${helpers}
 ${row_stats}
 ${sigmoid}
 ]], vars),
     name = name,
     threads = p.threads,
-    args = "attnres_cpu_phase2_args",
+    abi = "cpu_phase2",
     doc = [[
 /* Phase 2 of tokens [t0, t1): merges o1/lse with the partial sum b. */]],
     body = gen.subst([[

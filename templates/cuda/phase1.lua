@@ -4,8 +4,8 @@
 --
 -- One kernel entry per variant:
 --   extern "C" __global__ void attnres_<id>(const attnres_cuda_phase1_args a)
--- The struct is passed by value and must match runtime/src/cuda_phase_abi.h
--- (versioned by AR_CUDA_KERNEL_ABI). One block per token. The launch gives
+-- The struct is passed by value; it is defined, and versioned, in
+-- templates/lib/kernel_abi.lua (cuda_phase1). One block per token. The launch gives
 -- (n*S*H + n*H + n) * 4 bytes of dynamic shared memory: the score table
 -- w[i][j][h], the per-head sums of squares of each row, and each row's r.
 --
@@ -41,9 +41,10 @@ local T = {
   generic = { threads = 256, vec = 1, sj = 4 },
 }
 
-local ABI = 1
-local MAX_SOURCES = 64
-local MAX_SITES = 64
+local kabi = require("lib/kernel_abi")
+local ABI = kabi.version("cuda_phase1")
+local MAX_SOURCES = kabi.const.AR_CUDA_PHASE1_MAX_SOURCES
+local MAX_SITES = kabi.const.AR_CUDA_PHASE1_MAX_SITES
 -- Dynamic shared memory a launch may use without an opt-in: 48 KiB.
 local MAX_SMEM_FLOATS = 12288
 
@@ -63,6 +64,7 @@ function T.launch(p)
   local vb = p.vec * storage.esize[p.dtype]
   return {
     abi = ABI,
+    abi_op = kabi.op("cuda_phase1"),
     block = p.threads,
     tokens_per_block = 1,
     smem = 0, -- the runtime adds (n*S*H + n*H + n) * 4 bytes per launch
@@ -89,23 +91,7 @@ function T.applies(p, problem, device)
 end
 
 local KERNEL = [[
-/* Kernel arguments, ABI ${ABI}: must match runtime/src/cuda_phase_abi.h.
- * Passed by value. Strides count elements. */
-struct attnres_cuda_phase1_args {
-    const void *src[${MAXN}];
-    ar_i64 src_stride[${MAXN}];
-    void *o1[${MAXS}];
-    float *lse[${MAXS}];
-    ar_i64 d;
-    int n, heads, s, pad_;
-    ar_i64 T;
-    const float *queries;
-    float scale, eps;
-    ar_i64 o1_stride;
-    ar_i64 lse_stride;
-};
-static_assert(sizeof(attnres_cuda_phase1_args) == 2112, "attnres_cuda_phase1_args differs from the runtime's");
-
+${ARGS}
 constexpr int THREADS = ${THREADS};
 constexpr int WARPS = THREADS / 32;
 constexpr int SJ = ${SJ};
@@ -233,7 +219,7 @@ function T.emit(p)
   local name = "attnres_" .. T.id(p)
   local src = "/* ---- storage helpers ---- */\n" .. storage.code(p.dtype, p.vec) ..
     "\n/* ---- kernel ---- */\n" ..
-    gen.subst(KERNEL, { ABI = ABI, MAXN = MAX_SOURCES, MAXS = MAX_SITES, NAME = name,
+    gen.subst(KERNEL, { ABI = ABI, ARGS = kabi.struct("cuda_phase1"), MAXN = MAX_SOURCES, MAXS = MAX_SITES, NAME = name,
                         THREADS = p.threads, SJ = p.sj })
   return src, name
 end

@@ -4,8 +4,8 @@
 --
 -- One kernel entry per variant:
 --   extern "C" __global__ void attnres_<id>(const attnres_cuda_phase2_args a)
--- The struct is passed by value and must match runtime/src/cuda_phase_abi.h
--- (versioned by AR_CUDA_KERNEL_ABI). One block per token; each head gets
+-- The struct is passed by value; it is defined, and versioned, in
+-- templates/lib/kernel_abi.lua (cuda_phase2). One block per token; each head gets
 -- max(1, warps/H) warps (heads beyond the warps are taken in turns), and a
 -- thread keeps the same elements in every pass:
 --   A  (b += f, stored rounded, when the add is fused) the head's dot of b
@@ -34,7 +34,8 @@ local T = {
   generic = { threads = 256, vec = 1 },
 }
 
-local ABI = 1
+local kabi = require("lib/kernel_abi")
+local ABI = kabi.version("cuda_phase2")
 local MAX_HEADS = 1024
 
 function T.constraint(p)
@@ -49,6 +50,7 @@ function T.launch(p)
   local vb = p.vec * storage.esize[p.dtype]
   return {
     abi = ABI,
+    abi_op = kabi.op("cuda_phase2"),
     block = p.threads,
     tokens_per_block = 1,
     smem = 0,
@@ -65,32 +67,7 @@ function T.applies(p, problem, device)
 end
 
 local KERNEL = [[
-/* Kernel arguments, ABI ${ABI}: must match runtime/src/cuda_phase_abi.h.
- * Passed by value. Strides count elements; sublayer is NULL unless the add
- * is fused, normed is NULL unless the epilogue runs. */
-struct attnres_cuda_phase2_args {
-    ar_i64 d;
-    int heads, pad0_;
-    ar_i64 T;
-    const void *o1;
-    ar_i64 o1_stride;
-    const float *lse;
-    ar_i64 lse_stride;
-    void *partial;
-    ar_i64 partial_stride;
-    const void *sublayer;
-    ar_i64 sublayer_stride;
-    const float *query;
-    float scale, eps;
-    void *out;
-    ar_i64 out_stride;
-    const float *out_gain;
-    float out_eps, pad1_;
-    void *normed;
-    ar_i64 normed_stride;
-};
-static_assert(sizeof(attnres_cuda_phase2_args) == 152, "attnres_cuda_phase2_args differs from the runtime's");
-
+${ARGS}
 constexpr int THREADS = ${THREADS};
 constexpr int WARPS = THREADS / 32;
 constexpr int MAXH = ${MAXH};
@@ -239,7 +216,7 @@ function T.emit(p)
   local name = "attnres_" .. T.id(p)
   local src = "/* ---- storage helpers ---- */\n" .. storage.code(p.dtype, p.vec) ..
     "\n/* ---- kernel ---- */\n" ..
-    gen.subst(KERNEL, { ABI = ABI, MAXH = MAX_HEADS, NAME = name, THREADS = p.threads })
+    gen.subst(KERNEL, { ABI = ABI, ARGS = kabi.struct("cuda_phase2"), MAXH = MAX_HEADS, NAME = name, THREADS = p.threads })
   return src, name
 end
 

@@ -2,22 +2,28 @@
 -- cpu/mix_fused.lua, cpu/phase1.lua, cpu/phase2.lua).
 --
 -- The CPU backend loads each kernel from a shared object by name and finds
--- beside it two constants, <name>_abi and <name>_threads, and calls
+-- beside it three constants, <name>_abi and <name>_abi_op (the version of
+-- its argument struct and the op it serves, lib/kernel_abi.lua) and
+-- <name>_threads, and calls
 --   void <name>(const struct <args> *a, int64_t t0, int64_t t1)
 -- for a range of tokens it chose. That contract is the same for every
--- operation, so it is written here once; a template supplies only what
--- differs: the declarations before the entry (argument struct and helpers),
--- the comment that says what the entry does, and the entry's statements.
+-- operation, so it is written here once, with the argument struct from its
+-- one definition; a template supplies only what differs: the declarations
+-- before the entry (helpers), the comment that says what the entry does, and
+-- the entry's statements.
+
+local kabi = require("lib/kernel_abi")
 
 local M = {}
 
 -- Returns the source text of one kernel. spec holds:
 --   ctype    the C type of one storage element (storage_t)
---   decls    text between the storage typedef and the entry's constants;
+--   abi      the argument struct's key in lib/kernel_abi.lua ("cpu_mix",
+--            "cpu_phase1", "cpu_phase2")
+--   decls    text between the argument struct and the entry's constants;
 --            it ends with its own line break
 --   name     the entry symbol
 --   threads  the most worker threads the runtime should spread tokens over
---   args     the argument struct's tag (e.g. "attnres_cpu_mix_args")
 --   doc      the comment above the entry's definition
 --   body     the entry's statements, each line indented and ended
 function M.source(spec)
@@ -28,8 +34,8 @@ function M.source(spec)
 
 typedef ${CTYPE} storage_t;
 
-${decls}const int ${NAME}_abi = 1;
-const int ${NAME}_threads = ${THREADS};
+${struct}
+${decls}${abi_symbols}const int ${NAME}_threads = ${THREADS};
 
 void ${NAME}(const struct ${ARGS} *a, int64_t t0, int64_t t1);
 
@@ -39,10 +45,12 @@ void ${NAME}(const struct ${ARGS} *a, int64_t t0, int64_t t1)
 ${body}}
 ]], {
     CTYPE = spec.ctype,
+    struct = kabi.struct(spec.abi),
     decls = spec.decls,
+    abi_symbols = kabi.cpu_symbols(spec.abi, spec.name),
     NAME = spec.name,
     THREADS = spec.threads,
-    ARGS = spec.args,
+    ARGS = kabi.structs[spec.abi].name,
     doc = spec.doc,
     body = spec.body,
   })

@@ -5,8 +5,9 @@
 -- One kernel entry per variant:
 --   extern "C" __global__ void attnres_<id>(const attnres_cuda_mix_args a)
 -- The argument struct is passed by value (no device allocation per launch,
--- so launches can be captured in CUDA graphs); it must match
--- runtime/src/cuda_kernel_abi.h (ABI 1). The source needs no headers.
+-- so launches can be captured in CUDA graphs); its one definition is
+-- templates/lib/kernel_abi.lua (cuda_mix), which the runtime's
+-- kernel_abi.h is generated from too. The source needs no headers.
 --
 -- Numerics: fp32 everywhere after loading; the running max starts at -1e30f
 -- (never -inf); token offsets are 64-bit; a NaN in one token's source row
@@ -16,44 +17,21 @@
 
 local storage = require("lib/cuda_storage")
 local space = require("lib/cuda_space")
+local kabi = require("lib/kernel_abi")
 
 local M = {}
 
-M.ABI = 1
-M.MAX_SOURCES = 64
+M.ABI = kabi.version("cuda_mix")
+M.MAX_SOURCES = kabi.const.AR_CUDA_MAX_SOURCES
 M.esize = storage.esize
 
--- The argument struct, after the storage helpers (which define ar_i64).
-local PRELUDE = [[
-/* Kernel arguments, ABI ${ABI}: must match runtime/src/cuda_kernel_abi.h.
- * Passed by value. Strides count elements. */
-struct attnres_cuda_mix_args {
-    const void *src[${MAXS}];
-    ar_i64 src_stride[${MAXS}];
-    ar_i64 d;
-    int n, heads;
-    ar_i64 T;
-    const float *query;
-    float scale, eps;
-    const void *partial;
-    ar_i64 partial_stride;
-    float alpha;
-    void *out;
-    ar_i64 out_stride;
-    const float *out_gain;
-    float out_eps;
-    void *normed;
-    ar_i64 normed_stride;
-};
-static_assert(sizeof(attnres_cuda_mix_args) == 1136, "attnres_cuda_mix_args differs from the runtime's");
-
-]]
 
 -- The launch data of a variant: its block size, tokens per block and dmax
 -- (0: any d) come from the template, the rest follows from dtype and vec.
 function M.launch(p, block, tokens_per_block, dmax, default)
   return {
     abi = M.ABI,
+    abi_op = kabi.op("cuda_mix"),
     block = block,
     tokens_per_block = tokens_per_block,
     smem = 0, -- dynamic shared memory; the static part is in the binary
@@ -70,14 +48,15 @@ function M.applies(T, p, problem, device)
   return space.applies(T, p, problem, device, { max_sources = M.MAX_SOURCES })
 end
 
--- The source of a variant: storage helpers, the argument struct, then the
--- schedule's kernel text with vars substituted (ABI, MAXS and NAME added).
+-- The source of a variant: storage helpers, the argument struct (from
+-- lib/kernel_abi.lua), then the schedule's kernel text with vars
+-- substituted (ABI, MAXS and NAME added).
 function M.source(p, name, kernel, vars)
   vars.ABI = M.ABI
   vars.MAXS = M.MAX_SOURCES
   vars.NAME = name
   return "/* ---- storage helpers ---- */\n" .. storage.code(p.dtype, p.vec) ..
-    "\n/* ---- kernel ---- */\n" .. gen.subst(PRELUDE, vars) .. gen.subst(kernel, vars)
+    "\n/* ---- kernel ---- */\n" .. kabi.struct("cuda_mix") .. "\n" .. gen.subst(kernel, vars)
 end
 
 return M

@@ -173,7 +173,7 @@ static void fail_run(run_ctx *c, int device_error, const char *fmt, ...)
     if (device_error) {
         c->faulted = 1;
         size_t used = strlen(c->why);
-        snprintf(c->why + used, sizeof c->why - used, ": %s", dev ? dev->errmsg : "(no device)");
+        snprintf(c->why + used, sizeof c->why - used, ": %s", dev ? attnres_device_errmsg(dev) : "(no device)");
         char ft[1024];
         fault_text(ft, sizeof ft);
         used = strlen(c->why);
@@ -988,7 +988,7 @@ static void test_every_variant(void)
         double t0 = now_s();
         ar_kernel k;
         if (be_load(jb->blob, jb->size, v->kernel, v->json, &k) != ATTNRES_OK) {
-            fprintf(stderr, "FAIL %s [%s]: the backend's load: %s\n", v->id, jb->arch, dev->errmsg);
+            fprintf(stderr, "FAIL %s [%s]: the backend's load: %s\n", v->id, jb->arch, attnres_device_errmsg(dev));
             char ft[1024];
             fault_text(ft, sizeof ft);
             if (ft[0])
@@ -1027,7 +1027,7 @@ static void test_every_variant(void)
                     if (!dev)
                         goto next;
                     if (be_load(jb->blob, jb->size, v->kernel, v->json, &k) != ATTNRES_OK) {
-                        fprintf(stderr, "FAIL %s [%s]: reload after the fault: %s\n", v->id, jb->arch, dev->errmsg);
+                        fprintf(stderr, "FAIL %s [%s]: reload after the fault: %s\n", v->id, jb->arch, attnres_device_errmsg(dev));
                         goto next;
                     }
                 }

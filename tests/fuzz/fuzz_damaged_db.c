@@ -42,7 +42,7 @@ static void open_cpu(void)
     char msg[256];
     if (attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK)
         fuzz_fail("cannot open the CPU device", msg);
-    attnres_device_info info;
+    attnres_device_info info = {.struct_size = sizeof info};
     if (attnres_device_info_get(cpu, &info) != ATTNRES_OK)
         fuzz_fail("no CPU device info", NULL);
     cpu_info.backend = info.backend;

@@ -519,6 +519,48 @@ static void test_real_cpu_mix_enumerates_and_every_f32_variant_emits(void)
     argen_names_free(names, nn);
 }
 
+/* Whether path is among the files g read. */
+static int read_file_named(const argen *g, const char *tail)
+{
+    for (size_t i = 0; i < argen_file_count(g); i++) {
+        const char *f = argen_file(g, i);
+        size_t n = strlen(f), t = strlen(tail);
+        if (n >= t && strcmp(f + n - t, tail) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The build's depfiles list what argen_file reports, so every file a
+ * template requires, directly or not, must be there, and nothing twice. */
+static void test_files_read_name_every_required_template_once(void)
+{
+    char msg[2048];
+    argen *g;
+    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/phase2", &g, msg, sizeof msg) == 0);
+    CHECK(read_file_named(g, "/cpu/phase2.lua"));
+    CHECK(read_file_named(g, "/lib/c_prefetch.lua"));
+    CHECK(read_file_named(g, "/lib/kernel_abi.lua"));
+    CHECK(read_file_named(g, "/lib/c_storage.lua"));
+    CHECK(!read_file_named(g, "/cpu/mix.lua"));
+    for (size_t i = 0; i < argen_file_count(g); i++)
+        for (size_t j = i + 1; j < argen_file_count(g); j++)
+            CHECK(strcmp(argen_file(g, i), argen_file(g, j)) != 0);
+    CHECK(argen_file(g, argen_file_count(g)) == NULL);
+    argen_close(g);
+
+    /* The ABI module renders the runtime's header from the same table. */
+    REQUIRE(argen_open_module(TEMPLATE_DIR, "lib/kernel_abi", &g, msg, sizeof msg) == 0);
+    char *text = NULL;
+    REQUIRE(argen_module_text(g, "header", &text) == 0);
+    CHECK(strstr(text, "#define AR_KERNEL_ABI_CPU_MIX ") != NULL);
+    CHECK(strstr(text, "_Static_assert(sizeof(attnres_cuda_phase2_args) == 152") != NULL);
+    free(text);
+    CHECK(argen_module_text(g, "no_such_function", &text) != 0 && text == NULL);
+    CHECK(strstr(argen_errmsg(g), "no_such_function") != NULL);
+    argen_close(g);
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR");
@@ -551,6 +593,7 @@ int main(void)
     RUN_CASE(test_memory_bomb_stops_with_not_enough_memory);
     RUN_CASE(test_non_string_error_is_reported_not_crashed);
     RUN_CASE(test_real_cpu_mix_enumerates_and_every_f32_variant_emits);
+    RUN_CASE(test_files_read_name_every_required_template_once);
 
     nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     CHECK_EXIT();

@@ -110,7 +110,8 @@ static void test_enumerate(void)
             CHECK(block >= 64 && block <= 1024 && block % 32 == 0);
             CHECK(tpb >= 1 && block % tpb == 0 && (tpb == 1 || block / tpb == 32));
             CHECK(ar_json_int(j, "smem", -1) == 0);
-            CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_KERNEL_ABI);
+            CHECK(ar_json_int(j, "abi", -1) == AR_KERNEL_ABI_CUDA_MIX);
+            CHECK(ar_json_int(j, "abi_op", -1) == ATTNRES_OP_MIX);
             CHECK(ar_json_int(j, "max_sources", -1) == AR_CUDA_MAX_SOURCES);
             int64_t align = ar_json_int(j, "align", -1);
             CHECK(align >= 2 && align <= 16);
@@ -396,7 +397,8 @@ static void test_phase_templates(void)
         printf("%s variants: %zu\n", names[t], nv);
         for (size_t i = 0; i < nv; i++) {
             const char *j = v[i].params_json;
-            CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_KERNEL_ABI);
+            CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_ABI_VERSIONS[t + 1]);
+            CHECK(ar_json_int(j, "abi_op", -1) == t + 1);
             CHECK(ar_json_int(j, "tokens_per_block", -1) == 1);
             int64_t block = ar_json_int(j, "block", -1), align = ar_json_int(j, "align", -1);
             CHECK(block >= 128 && block <= 512 && block % 32 == 0);
@@ -552,7 +554,7 @@ static void check_generic_run(attnres_device *dev, attnres_dtype dt, int64_t d, 
     int rc = ops->launch(dev, &k, &p, T, &args, NULL);
     CHECK(rc == ATTNRES_OK);
     if (rc)
-        fprintf(stderr, "launch: %s\n", dev->errmsg);
+        fprintf(stderr, "launch: %s\n", attnres_device_errmsg(dev));
     CHECK(attnres_reference_mix(&p, T, (const double *const *)hd, hq, 0.5, 1e-5, additive ? hp : NULL, 0.75, hg, 1e-6,
                                 ref, refn) == 0);
     const double tol = dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2;
@@ -598,7 +600,7 @@ static void test_cuda_device(void)
         return;
     }
     REQUIRE(rc == ATTNRES_OK && dev);
-    attnres_device_info info;
+    attnres_device_info info = {.struct_size = sizeof info};
     CHECK(attnres_device_info_get(dev, &info) == 0);
     printf("  cuda:0 %s %s, %d SMs, driver %s, %s, target %s\n", info.name, info.arch, info.units, info.driver,
            dev->compiler, dev->target);

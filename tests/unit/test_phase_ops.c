@@ -24,6 +24,7 @@
 #include "attnres.h"
 #include "check.h"
 #include "device.h"
+#include "kernel_abi.h"
 #include "test_data.h"
 
 #ifndef TEMPLATE_DIR
@@ -461,13 +462,92 @@ static int compile_variant(argen *g, const char *id, ar_kernel *k)
     if (rc == 0)
         rc = cpu->ops->load(cpu, blob, size, src, name, json, k);
     if (rc)
-        fprintf(stderr, "  %s: %s\n", id, cpu->errmsg);
+        fprintf(stderr, "  %s: %s\n", id, attnres_device_errmsg(cpu));
     free(src);
     free(name);
     free(json);
     free(log);
     free(blob);
     return rc;
+}
+
+/* Compiles source as the tuner would and loads it; the load's status. */
+static int compile_and_load(const char *src, const char *name, const char *json, ar_kernel *k)
+{
+    void *blob = NULL;
+    size_t size = 0;
+    char *log = NULL;
+    memset(k, 0, sizeof *k);
+    int rc = cpu->ops->compile(cpu, src, name, &blob, &size, &log);
+    free(log);
+    if (rc == 0)
+        rc = cpu->ops->load(cpu, blob, size, src, name, json, k);
+    free(blob);
+    return rc;
+}
+
+/* Replaces the first "from" in *src (malloc'ed) by "to". */
+static void replace_once(char **src, const char *from, const char *to)
+{
+    char *at = strstr(*src, from);
+    REQUIRE(at != NULL);
+    size_t head = (size_t)(at - *src), flen = strlen(from), tlen = strlen(to), rest = strlen(at + flen);
+    char *out = malloc(head + tlen + rest + 1);
+    REQUIRE(out != NULL);
+    memcpy(out, *src, head);
+    memcpy(out + head, to, tlen);
+    memcpy(out + head + tlen, at + flen, rest + 1);
+    free(*src);
+    *src = out;
+}
+
+/* A kernel carries its struct's version and its op; the loader compares the
+ * version with its own for that op only, so a bump of one op's struct
+ * refuses that op's kernels and no other's. */
+static void test_kernel_abi_is_checked_per_op(void)
+{
+    static const int current[3] = {1, 1, 1}, mix_bumped[3] = {2, 1, 1};
+    char why[200];
+    CHECK(ar_kernel_abi_ok(current, 1, ATTNRES_OP_PHASE1, why, sizeof why));
+    CHECK(ar_kernel_abi_ok(mix_bumped, 1, ATTNRES_OP_PHASE1, why, sizeof why));
+    CHECK(ar_kernel_abi_ok(mix_bumped, 1, ATTNRES_OP_PHASE2, why, sizeof why));
+    CHECK(!ar_kernel_abi_ok(mix_bumped, 1, ATTNRES_OP_MIX, why, sizeof why) && strstr(why, "mix ABI 1"));
+    CHECK(ar_kernel_abi_ok(mix_bumped, 2, ATTNRES_OP_MIX, why, sizeof why));
+    /* Untagged kernels predate per-op versions: version 1 of every op. */
+    CHECK(ar_kernel_abi_ok(current, 1, -1, why, sizeof why));
+    CHECK(!ar_kernel_abi_ok(mix_bumped, 1, -1, why, sizeof why) && strstr(why, "no op tag"));
+    CHECK(!ar_kernel_abi_ok(current, 1, 7, why, sizeof why) && strstr(why, "names no op"));
+
+    /* The same through the loader, on a real phase-1 kernel. */
+    char msg[2048], *id = NULL, *src = NULL, *name = NULL, *json = NULL;
+    argen *g;
+    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/phase1", &g, msg, sizeof msg) == 0);
+    REQUIRE(argen_generic(g, "f32", &id) == 0);
+    REQUIRE(argen_emit(g, id, &src, &name, &json) == 0);
+    /* The struct comes from the one definition, layout checks included. */
+    CHECK(strstr(src, "templates/lib/kernel_abi.lua") != NULL);
+    CHECK(strstr(src, "_Static_assert(sizeof(attnres_cpu_phase1_args) == ") != NULL);
+    ar_kernel k;
+    CHECK(compile_and_load(src, name, json, &k) == ATTNRES_OK);
+    cpu->ops->unload(cpu, &k);
+    char from[300], to[300];
+    snprintf(from, sizeof from, "const int %s_abi = %d;", name, AR_KERNEL_ABI_CPU_PHASE1);
+    snprintf(to, sizeof to, "const int %s_abi = %d;", name, AR_KERNEL_ABI_CPU_PHASE1 + 1);
+    replace_once(&src, from, to);
+    CHECK(compile_and_load(src, name, json, &k) == ATTNRES_ELOAD);
+    CHECK(strstr(attnres_device_errmsg(cpu), "phase1 ABI") != NULL);
+    /* Back to the right version, without the op tag: an older kernel. */
+    replace_once(&src, to, from);
+    snprintf(from, sizeof from, "const int %s_abi_op = ", name);
+    snprintf(to, sizeof to, "const int %s_abi_op_untagged = ", name);
+    replace_once(&src, from, to);
+    CHECK(compile_and_load(src, name, json, &k) == ATTNRES_OK);
+    cpu->ops->unload(cpu, &k);
+    free(id);
+    free(src);
+    free(name);
+    free(json);
+    argen_close(g);
 }
 
 /* Which variants to try: all f32 schedules, widths and unrolls with two
@@ -550,7 +630,7 @@ static void test_time_slot_runs_phase_ops(void)
     CHECK(e1 <= tolerance(p1.dtype));
     CHECK(e2 <= tolerance(p2.dtype));
     if (!(e1 <= tolerance(p1.dtype)) || !(e2 <= tolerance(p2.dtype)))
-        fprintf(stderr, "  timed phase1 rel err %g, phase2 %g (%s)\n", e1, e2, cpu->errmsg);
+        fprintf(stderr, "  timed phase1 rel err %g, phase2 %g (%s)\n", e1, e2, attnres_device_errmsg(cpu));
     /* Three repetitions on T = 0 time empty launches: three times, each >= 0. */
     attnres_phase1_args a1;
     attnres_phase1_args_init(&a1);
@@ -563,7 +643,7 @@ static void test_time_slot_runs_phase_ops(void)
     attnres_phase2_args_init(&a2);
     const ar_op_args wrong = ar_op_phase2(&a2);
     CHECK(cpu->ops->time(cpu, &k1, &p1, 4, &wrong, 1, 0, us) == ATTNRES_EINVAL);
-    CHECK(strstr(cpu->errmsg, "op") != NULL);
+    CHECK(strstr(attnres_device_errmsg(cpu), "op") != NULL);
     CHECK(cpu->ops->launch(cpu, &k1, &p1, 4, &wrong, NULL) == ATTNRES_EINVAL);
     cpu->ops->unload(cpu, &k1);
     cpu->ops->unload(cpu, &k2);
@@ -849,6 +929,7 @@ int main(void)
     RUN_CASE(test_phase1_too_many_weights_is_unsupported_with_message);
     RUN_CASE(test_phase1_applies_refuses_other_ops_and_widths);
     RUN_CASE(test_time_slot_runs_phase_ops);
+    RUN_CASE(test_kernel_abi_is_checked_per_op);
     RUN_CASE(test_phase1_template_variants_match_reference);
     RUN_CASE(test_phase2_template_variants_match_reference);
     attnres_device_close(cpu);

@@ -398,6 +398,7 @@ static void test_device_open_cpu_fills_info(void)
 {
     attnres_device_info info;
     memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
     REQUIRE(attnres_device_info_get(cpu, &info) == ATTNRES_OK);
     CHECK(info.backend && strcmp(info.backend, "cpu") == 0);
     CHECK(info.name && info.name[0]);
@@ -977,6 +978,170 @@ static void test_plans_are_safe_from_four_threads(void)
     attnres_plan_destroy(plan_b);
 }
 
+/* ---- struct_size of caller-allocated structs -------------------------- */
+
+/* A struct from another attnres.h (another size) is refused before any of
+ * it is read, with a message naming the struct, both sizes and the fix. */
+static void test_struct_size_is_checked_with_a_clear_message(void)
+{
+    char msg[512] = "";
+    attnres_problem p;
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, 64, 2);
+    CHECK(p.struct_size == sizeof p);
+    CHECK(attnres_problem_check(&p, msg, sizeof msg) == ATTNRES_OK);
+    p.struct_size = sizeof p - 8; /* as if built against an older header */
+    CHECK(attnres_problem_check(&p, msg, sizeof msg) == ATTNRES_EINVAL);
+    CHECK(strstr(msg, "attnres_problem.struct_size") && strstr(msg, "attnres_problem_init"));
+    attnres_plan *plan = (attnres_plan *)&p; /* must be overwritten with NULL */
+    CHECK(attnres_plan_create(cpu, NULL, &p, 0, &plan, msg, sizeof msg) == ATTNRES_EINVAL && !plan);
+    CHECK(strstr(msg, "struct_size") != NULL);
+    p.struct_size = 0;
+    CHECK(attnres_reference_mix(&p, 1, NULL, NULL, 1, 1e-6, NULL, 1, NULL, 1e-6, NULL, NULL) == ATTNRES_EINVAL);
+
+    attnres_device_info info = {.struct_size = sizeof info - 1};
+    CHECK(attnres_device_info_get(cpu, &info) == ATTNRES_EINVAL && info.backend == NULL);
+    CHECK(strstr(attnres_device_errmsg(cpu), "attnres_device_info.struct_size") != NULL);
+    info.struct_size = sizeof info;
+    CHECK(attnres_device_info_get(cpu, &info) == ATTNRES_OK && strcmp(info.backend, "cpu") == 0);
+
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, 64, 2);
+    plan = plan_for(&p, NULL, 0);
+    REQUIRE(plan != NULL);
+    float src[2][64] = {{0}}, query[64] = {0}, out[64];
+    const void *sources[2] = {src[0], src[1]};
+    attnres_mix_args a;
+    attnres_mix_args_init(&a);
+    CHECK(a.struct_size == sizeof a);
+    a.sources = sources;
+    a.query = query;
+    a.out = out;
+    CHECK(attnres_run_mix(plan, 1, &a, NULL) == ATTNRES_OK);
+    a.struct_size = sizeof a + 8;
+    CHECK(attnres_run_mix(plan, 1, &a, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "attnres_mix_args.struct_size") &&
+          strstr(attnres_plan_errmsg(plan), "attnres_mix_args_init"));
+    attnres_plan_destroy(plan);
+
+    /* The phase entries check theirs too. */
+    attnres_phase1_args a1;
+    attnres_phase1_args_init(&a1);
+    attnres_phase2_args a2;
+    attnres_phase2_args_init(&a2);
+    CHECK(a1.struct_size == sizeof a1 && a2.struct_size == sizeof a2);
+    attnres_problem p2;
+    attnres_problem_init(&p2, ATTNRES_DTYPE_F32, 64, 1);
+    p2.op = ATTNRES_OP_PHASE2;
+    plan = plan_for(&p2, NULL, 0);
+    REQUIRE(plan != NULL);
+    a2.o1 = a2.partial = out;
+    a2.lse = a2.query = query;
+    a2.out = src[0];
+    a2.struct_size = 0;
+    CHECK(attnres_run_phase2(plan, 1, &a2, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "attnres_phase2_args.struct_size") != NULL);
+    attnres_plan_destroy(plan);
+}
+
+/* ---- failure messages under concurrency ------------------------------ */
+
+#define MSG_THREADS 6
+#define MSG_ITERS 400
+
+typedef struct msg_job {
+    int index;
+    attnres_plan *plan; /* shared by every thread */
+    pthread_barrier_t *start;
+    int wrong;          /* messages that were not this thread's */
+    char example[600];  /* the first wrong one */
+} msg_job;
+
+static void msg_wrong(msg_job *j, const char *what, const char *got)
+{
+    if (!j->wrong++)
+        snprintf(j->example, sizeof j->example, "%s: \"%.500s\"", what, got);
+}
+
+/* Each thread fails on the shared device and plan with numbers only it
+ * uses, in between successful runs, and checks that every message it reads
+ * back names its own numbers: another thread's failure must not replace
+ * it, and a success must not clear it. */
+static void *msg_thread(void *arg)
+{
+    msg_job *j = arg;
+    float src[2][64], query[64], out[64];
+    for (int k = 0; k < 64; k++) {
+        src[0][k] = (float)k;
+        src[1][k] = 1.0f;
+        query[k] = 0.01f;
+    }
+    const void *sources[2] = {src[0], src[1]};
+    attnres_mix_args a;
+    attnres_mix_args_init(&a);
+    a.sources = sources;
+    a.query = query;
+    a.out = out;
+    pthread_barrier_wait(j->start);
+    for (int i = 0; i < MSG_ITERS; i++) {
+        const int tag = 1000000 + j->index * 10000 + i;
+        char want[64], msg[512];
+        /* A plan that cannot be made: the device's message and msg. */
+        attnres_problem p;
+        attnres_problem_init(&p, ATTNRES_DTYPE_F32, 64, -tag);
+        attnres_plan *bad = NULL;
+        snprintf(want, sizeof want, "(got %d)", -tag);
+        if (attnres_plan_create(cpu, NULL, &p, 0, &bad, msg, sizeof msg) != ATTNRES_EINVAL || bad)
+            msg_wrong(j, "plan_create did not fail", msg);
+        if (!strstr(msg, want))
+            msg_wrong(j, "plan_create's msg", msg);
+        if (!strstr(attnres_device_errmsg(cpu), want))
+            msg_wrong(j, "attnres_device_errmsg", attnres_device_errmsg(cpu));
+        /* A run that fails, then one that succeeds: the plan's message. */
+        snprintf(want, sizeof want, "(got %d)", -tag);
+        if (attnres_run_mix(j->plan, -tag, &a, NULL) != ATTNRES_EINVAL)
+            msg_wrong(j, "run with T < 0 did not fail", attnres_plan_errmsg(j->plan));
+        if (attnres_run_mix(j->plan, 1, &a, NULL) != ATTNRES_OK)
+            msg_wrong(j, "run failed", attnres_plan_errmsg(j->plan));
+        if (!strstr(attnres_plan_errmsg(j->plan), want))
+            msg_wrong(j, "attnres_plan_errmsg", attnres_plan_errmsg(j->plan));
+        /* The device's message is still this thread's own. */
+        snprintf(want, sizeof want, "(got %d)", -tag);
+        if (!strstr(attnres_device_errmsg(cpu), want))
+            msg_wrong(j, "attnres_device_errmsg after the runs", attnres_device_errmsg(cpu));
+    }
+    return NULL;
+}
+
+static void test_failure_messages_are_each_threads_own(void)
+{
+    attnres_problem p;
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, 64, 2);
+    attnres_plan *plan = plan_for(&p, NULL, 0);
+    REQUIRE(plan != NULL);
+    /* A thread that never failed on a handle reads an empty message. */
+    CHECK(strcmp(attnres_plan_errmsg(plan), "") == 0);
+    msg_job jobs[MSG_THREADS];
+    pthread_t tids[MSG_THREADS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, MSG_THREADS);
+    int started = 0;
+    for (int i = 0; i < MSG_THREADS; i++) {
+        jobs[i] = (msg_job){.index = i, .plan = plan, .start = &start};
+        started += pthread_create(&tids[i], NULL, msg_thread, &jobs[i]) == 0;
+    }
+    REQUIRE(started == MSG_THREADS); /* a partial start would deadlock the barrier */
+    for (int i = 0; i < MSG_THREADS; i++)
+        pthread_join(tids[i], NULL);
+    for (int i = 0; i < MSG_THREADS; i++) {
+        CHECK(jobs[i].wrong == 0);
+        if (jobs[i].wrong)
+            fprintf(stderr, "  thread %d: %d wrong messages, first %s\n", i, jobs[i].wrong, jobs[i].example);
+    }
+    /* The other threads' failures left this thread's view alone. */
+    CHECK(strcmp(attnres_plan_errmsg(plan), "") == 0);
+    pthread_barrier_destroy(&start);
+    attnres_plan_destroy(plan);
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR");
@@ -1013,6 +1178,8 @@ int main(void)
     RUN_CASE(test_run_rejects_bad_arguments_and_leaves_out_untouched);
     RUN_CASE(test_db_open_refuses_missing_and_foreign_files);
     RUN_CASE(test_plans_are_safe_from_four_threads);
+    RUN_CASE(test_failure_messages_are_each_threads_own);
+    RUN_CASE(test_struct_size_is_checked_with_a_clear_message);
     RUN_CASE(test_tuned_db_gives_exact_plans_that_match_reference);
 
     attnres_device_close(cpu);

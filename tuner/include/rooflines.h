@@ -18,7 +18,7 @@ typedef struct rooflines {
 } rooflines;
 
 /* Measures all of them; ATTNRES_OK, or the failing status with the reason
- * in dev->errmsg. A backend without a read measurement leaves read_gbps
+ * in attnres_device_errmsg(dev). A backend without a read measurement leaves read_gbps
  * NaN. */
 int rooflines_measure(attnres_device *dev, rooflines *out);
 

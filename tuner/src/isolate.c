@@ -31,7 +31,7 @@ static int load(attnres_device *dev, const job_kernel *k, ar_kernel *out, job_re
     int rc = dev->ops->load(dev, k->blob, k->blob_size, k->source, k->kernel_name, k->params_json, out);
     if (rc != ATTNRES_OK) {
         r->status = ARDB_STATUS_LAUNCH_FAILED;
-        set_message(r, "load failed: %s", dev->errmsg);
+        set_message(r, "load failed: %s", attnres_device_errmsg(dev));
     }
     return rc;
 }
@@ -48,7 +48,7 @@ static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *
         int rc = bench_case_verify(bc, &kern, &r->rel_err);
         if (rc != ATTNRES_OK) {
             r->status = ARDB_STATUS_LAUNCH_FAILED;
-            set_message(r, "launch failed: %s", dev->errmsg);
+            set_message(r, "launch failed: %s", attnres_device_errmsg(dev));
             goto done;
         }
         double tol = bench_case_tolerance(bc);
@@ -64,7 +64,7 @@ static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *
         int rc = bench_case_time(bc, &kern, &opt->policy, &r->tm);
         if (rc != ATTNRES_OK) {
             r->status = ARDB_STATUS_LAUNCH_FAILED;
-            set_message(r, "timed launch failed: %s", dev->errmsg);
+            set_message(r, "timed launch failed: %s", attnres_device_errmsg(dev));
             goto done;
         }
     }
@@ -99,7 +99,7 @@ static void interleave_here(attnres_device *dev, bench_case *bc, const job_kerne
                 if (bench_case_time_once(bc, &kern[i], opt->policy.flush, &us) != ATTNRES_OK) {
                     ok[i] = 0;
                     out[i].status = ARDB_STATUS_LAUNCH_FAILED;
-                    set_message(&out[i], "launch failed: %s", dev->errmsg);
+                    set_message(&out[i], "launch failed: %s", attnres_device_errmsg(dev));
                     continue;
                 }
                 if (r >= 0)

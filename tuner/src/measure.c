@@ -178,7 +178,7 @@ bench_case *bench_case_create(attnres_device *dev, const tune_problem *tp, const
     rc = rc ? rc : upload(bc, NULL, trow * bc->es, &bc->t_out);
     rc = rc ? rc : upload(bc, NULL, trow * bc->es, &bc->t_normed);
     if (rc != ATTNRES_OK) {
-        snprintf(err, err_len, "device buffers: %s", dev->errmsg);
+        snprintf(err, err_len, "device buffers: %s", attnres_device_errmsg(dev));
         goto fail;
     }
     int add = bc->p.form == ATTNRES_FORM_ADDITIVE, epi = bc->p.epilogue;

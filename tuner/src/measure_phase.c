@@ -83,7 +83,7 @@ static bench_case *create_phase1(bench_case *bc, uint64_t s, char *err, size_t l
             a[w]->lse = w ? bc->t_lse : bc->v_lse;
         }
     } else {
-        snprintf(err, len, "phase 1 buffers: %s", rc == ATTNRES_ENOMEM ? "out of memory" : bc->dev->errmsg);
+        snprintf(err, len, "phase 1 buffers: %s", rc == ATTNRES_ENOMEM ? "out of memory" : attnres_device_errmsg(bc->dev));
     }
     free(hsrc);
     free(hq);
@@ -161,7 +161,7 @@ static bench_case *create_phase2(bench_case *bc, uint64_t s, char *err, size_t l
             a[w]->normed = bc->p.epilogue ? (w ? bc->t_normed : bc->v_normed) : NULL;
         }
     } else {
-        snprintf(err, len, "phase 2 buffers: %s", rc == ATTNRES_ENOMEM ? "out of memory" : bc->dev->errmsg);
+        snprintf(err, len, "phase 2 buffers: %s", rc == ATTNRES_ENOMEM ? "out of memory" : attnres_device_errmsg(bc->dev));
     }
     free(ho1);
     free(hb);

@@ -230,7 +230,7 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
     int st = r->dev->ops->load(r->dev, blob, size, w->source, w->kernel_name, w->params_json, &k);
     free(blob);
     if (st != ATTNRES_OK) {
-        record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, r->dev->errmsg, o);
+        record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, attnres_device_errmsg(r->dev), o);
         return;
     }
     char err[512];
@@ -242,12 +242,12 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
         double rel_err = NAN;
         timing tm;
         if (bench_case_verify(bc, &k, &rel_err) != ATTNRES_OK) {
-            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, r->dev->errmsg, o);
+            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, attnres_device_errmsg(r->dev), o);
         } else if (!(rel_err <= bench_case_tolerance(bc))) {
             snprintf(why, sizeof why, "relative error %.3g exceeds %.0e", rel_err, bench_case_tolerance(bc));
             record(r, w, build_key, ARDB_STATUS_WRONG_RESULT, NULL, NULL, rel_err, why, o);
         } else if (bench_case_time(bc, &k, &r->policy, &tm) != ATTNRES_OK) {
-            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, rel_err, r->dev->errmsg, o);
+            record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, rel_err, attnres_device_errmsg(r->dev), o);
         } else {
             record(r, w, build_key, ARDB_STATUS_OK, &tm, bc, rel_err, NULL, o);
         }
@@ -352,7 +352,7 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
         goto done;
     measure_policy_default(&r.policy, r.dev);
     if (rooflines_measure(r.dev, &r.roof) != ATTNRES_OK) {
-        cli_error("tune", "measuring the device: %s", r.dev->errmsg);
+        cli_error("tune", "measuring the device: %s", attnres_device_errmsg(r.dev));
         goto done;
     }
     if (ardb_device_upsert(r.db, &d, &r.device_id) != ARDB_DONE) {
