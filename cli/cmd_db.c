@@ -45,7 +45,7 @@ static const char db_usage[] =
     "  import      a JSON export, without duplicates (FILE - reads standard input)\n"
     "  merge       another database file, without duplicates (e.g. tuning shards)\n"
     "  plot        SVG charts into DIR: each problem's winner latency across runs, and\n"
-    "              % of roofline by problem for the last N runs (default 8)\n"
+    "              % of ceiling by problem for the last N runs (default 8)\n"
     "  note        label a run (e.g. \"driver 560.35\"); shown by runs, diff and regress\n"
     "  revalidate  the same as `attnres tune --revalidate`: re-measure the stored\n"
     "              winners only, as a new run that regress can compare\n"

@@ -103,7 +103,7 @@ static int latency_chart(plot_ctx *c, const ardb_winner_point *p, size_t lo, siz
             db_run_label(r, run_label, sizeof run_label);
         else
             snprintf(run_label, sizeof run_label, "run %" PRId64, q->run_id);
-        snprintf(label, sizeof label, "%s: %.3f us +- %.3f, %s, %.1f%% of roofline%s%s", run_label, q->median_us,
+        snprintf(label, sizeof label, "%s: %.3f us +- %.3f, %s, %.1f%% of its ceiling%s%s", run_label, q->median_us,
                  q->spread_us, q->variant ? q->variant : "?", 100.0 * q->roofline, r && r->note ? "; " : "",
                  r && r->note ? r->note : "");
         x[i] = (double)q->run_id;
@@ -203,14 +203,15 @@ static int roofline_chart(plot_ctx *c, const ardb_winner_point *p, size_t n, int
     }
     char subtitle[300];
     snprintf(subtitle, sizeof subtitle,
-             "winner's bandwidth / the run's measured copy bandwidth; the last %zu run(s) with winners, one bar each",
+             "winner's bandwidth / the run's ceiling for its traffic (copy bandwidth in runs that measured no "
+             "ceilings); the last %zu run(s) with winners, one bar each",
              ns);
-    FILE *f = open_output(c, "roofline.svg", "Achieved % of roofline by problem, per run");
+    FILE *f = open_output(c, "roofline.svg", "Achieved % of ceiling by problem, per run");
     if (!f)
         goto done;
-    svg_bar_opts o = {.title = "Achieved % of roofline by problem, per run", .subtitle = subtitle,
-                      .y_label = "% of roofline", .reference = 100.0,
-                      .reference_name = "measured copy bandwidth (100%)"};
+    svg_bar_opts o = {.title = "Achieved % of ceiling by problem, per run", .subtitle = subtitle,
+                      .y_label = "% of ceiling", .reference = 100.0,
+                      .reference_name = "measured ceiling (100%)"};
     rc = svg_bar_chart(f, &o, groups, ng, series, ns, values);
     if (close_output(c) != 0)
         rc = -1;

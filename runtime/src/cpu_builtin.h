@@ -34,11 +34,15 @@ int ar_cpu_builtin_find(int level, int op, int dtype, int64_t hd, void **entry, 
 
 /* How many parts a built-in kernel's launch of `bytes` (read + written)
  * takes, at most max: one per AR_CPU_BUILTIN_PART_BYTES, at least one.
- * Waking a worker costs tens of microseconds on an idle machine and whole
- * scheduler time slices on a loaded one, where a launch that waits for a
- * descheduled worker was 30x slower than one thread at K3's T = 64 (8 MB);
- * a tuned kernel's thread count is measured, a built-in's is this guess. */
-#define AR_CPU_BUILTIN_PART_BYTES ((int64_t)16 << 20)
+ * A tuned kernel's thread count is measured; a built-in's is this guess.
+ * Waking a worker costs microseconds on an idle machine, and 2 MiB a part
+ * keeps every built-in within 1.25x of the tuned winner at the preset
+ * shapes there (bench/results/fallback-2026-12-01.md: at 16 MiB, launches
+ * of 4-8 MB stayed on one thread and ran 1.9-2.3x the tuned time). On an
+ * oversubscribed machine a launch that waits for a descheduled worker can
+ * be far slower than one thread; that machine's remedy is tuning, which
+ * measures the thread count. */
+#define AR_CPU_BUILTIN_PART_BYTES ((int64_t)2 << 20)
 int ar_cpu_builtin_parts(int64_t bytes, int max);
 
 #endif
