@@ -28,30 +28,8 @@
 #include <unistd.h>
 
 #include "attnres.h"
+#include "problems.h"
 
-typedef struct shape {
-    attnres_op op;
-    attnres_dtype dtype;
-    int64_t d;
-    int32_t n, heads, s, fuse;
-    attnres_form form;
-    int32_t epilogue;
-    int64_t t[3];
-} shape;
-
-/* tuner/src/problems.c, preset `default`, CPU T buckets. */
-#define R ATTNRES_FORM_REPLACE
-#define A ATTNRES_FORM_ADDITIVE
-static const shape shapes[] = {
-    {ATTNRES_OP_MIX, ATTNRES_DTYPE_BF16, 7168, 9, 1, 0, 0, R, 0, {1, 64, 4096}},
-    {ATTNRES_OP_MIX, ATTNRES_DTYPE_BF16, 4096, 9, 8, 0, 0, R, 0, {1, 4096, 0}},
-    {ATTNRES_OP_MIX, ATTNRES_DTYPE_F32, 1024, 25, 1, 0, 0, A, 0, {64, 4096, 0}},
-    {ATTNRES_OP_MIX, ATTNRES_DTYPE_F16, 2048, 9, 1, 0, 0, R, 1, {4096, 0, 0}},
-    {ATTNRES_OP_PHASE1, ATTNRES_DTYPE_BF16, 7168, 8, 1, 24, 0, R, 0, {1, 64, 0}},
-    {ATTNRES_OP_PHASE2, ATTNRES_DTYPE_BF16, 7168, 1, 1, 0, 1, R, 0, {1, 64, 4096}},
-};
-#undef R
-#undef A
 
 static double now_us(void)
 {
@@ -232,20 +210,23 @@ int main(int argc, char **argv)
     printf("| problem | T | tuned winner | tuned µs | built-in (level) | built-in µs | ratio | avx2 µs | ratio avx2 |%s\n",
            scalar ? " scalar µs | ratio scalar |" : "");
     printf("|---|---|---|---|---|---|---|---|---|%s\n", scalar ? "---|---|" : "");
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const shape *sh = &shapes[si];
-        attnres_problem p;
-        attnres_problem_init(&p, sh->dtype, sh->d, sh->n);
-        p.op = sh->op;
-        p.heads = sh->heads;
-        p.s = sh->s;
-        p.fuse_add = sh->fuse;
-        p.form = sh->form;
-        p.epilogue = sh->epilogue;
+    /* The default preset's problems with their CPU T buckets, as the tuner
+     * expands them (tuner/src/problems.c): one row per problem and bucket. */
+    problem_set set;
+    if (problems_preset("default", "cpu", &set, msg, sizeof msg) != 0) {
+        fprintf(stderr, "fallback: %s\n", msg);
+        return 1;
+    }
+    for (size_t pi = 0; pi < set.count; pi++) {
+        const attnres_problem p = set.items[pi].p;
+        const int64_t T = set.items[pi].t;
         char name[160];
+        char sites[32] = "";
+        if (p.op == ATTNRES_OP_PHASE1)
+            snprintf(sites, sizeof sites, " S=%d", p.s);
         snprintf(name, sizeof name, "%s %s d=%" PRId64 " N=%d%s H=%d %s%s%s",
                  p.op == ATTNRES_OP_MIX ? "mix" : p.op == ATTNRES_OP_PHASE1 ? "phase1" : "phase2",
-                 attnres_dtype_name(p.dtype), p.d, p.n, p.op == ATTNRES_OP_PHASE1 ? " S=24" : "", p.heads,
+                 attnres_dtype_name(p.dtype), p.d, p.n, sites, p.heads,
                  p.form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace", p.epilogue ? "+norm" : "",
                  p.fuse_add ? " fused" : "");
         if (only && !strstr(name, only))
@@ -261,14 +242,13 @@ int main(int argc, char **argv)
                 ok = 0;
             }
         }
-        for (int ti = 0; ok && ti < 3 && sh->t[ti]; ti++) {
-            const int64_t T = sh->t[ti];
-            buffers bf;
-            if (setup(&bf, &p, T) != 0) {
-                printf("| %s | %" PRId64 " | out of memory |\n", name, T);
-                teardown(&bf);
-                continue;
-            }
+        buffers bf;
+        if (ok && setup(&bf, &p, T) != 0) {
+            printf("| %s | %" PRId64 " | out of memory |\n", name, T);
+            teardown(&bf);
+            ok = 0;
+        }
+        if (ok) {
             double times[CONFIGS][MAX_ROUNDS];
             int batch[CONFIGS] = {0}, done[CONFIGS] = {0};
             for (int c = 0; c < CONFIGS; c++) { /* warm-up; a batch of >= 5 ms */
@@ -322,6 +302,7 @@ int main(int argc, char **argv)
         for (int c = 0; c < CONFIGS; c++)
             attnres_plan_destroy(plan[c]);
     }
+    problems_free(&set);
     attnres_db_close(db);
     attnres_device_close(dev[0]);
     attnres_device_close(dev[2]);
