@@ -16,7 +16,8 @@ cc=${CC:-cc}
 
 "$cc" -O3 -march=native -pthread "$root/bench/mix_kernel.c" -o "$work/read_only"
 bins=("$work/read_only")
-for id in mix_c_bf16_pipelined_v16_u1_t2 mix_c_bf16_fused_v16_g8_a0_t2 mix_c_bf16_fused_v16_g8_a2048_t2; do
+for id in mix_c_bf16_pipelined_v16_u1_t2 mix_c_bf16_fused_v16_g8_pn_dfma_t2 mix_c_bf16_fused_v16_g8_pr_dfma_t2 \
+  mix_c_bf16_fused_v16_g8_pt_dfma_t2 mix_c_bf16_fused_v16_g8_pn_dbf16_t2 mix_c_bf16_fused_v16_g8_pt_dbf16_t2; do
   "$build/bin/attnres" gen "$id" >"$work/$id.c"
   "$cc" -O3 -march=native -pthread -DKERNEL_SOURCE="\"$work/$id.c\"" -DKERNEL="attnres_$id" \
     "$root/bench/mix_kernel.c" -o "$work/$id" -lm

@@ -18,12 +18,25 @@
 --   group   the most next-token rows whose statistics one sweep gathers:
 --           2 * group vector accumulators must fit in the registers. More
 --           sources than that take further sweeps over the extra rows.
---   ahead   how many bytes ahead of the sweep, in every next-token row
---           (and the partial row), software prefetches ask for; 0 leaves
---           it to the hardware prefetchers. The sweep spends a dozen
---           instructions on each 64-byte line it reads from memory, so
---           the out-of-order window alone keeps too few lines in flight
---           to stream at the rate a read-only loop reaches.
+--   prefetch  what software prefetches ask for while a sweep streams the
+--           next token's rows: "none" leaves it to the hardware
+--           prefetchers; "row" asks for the same rows (and the partial
+--           row) 2048 bytes ahead of the sweep; "token" asks for the rows
+--           of the token after next (and the next partial row) at the
+--           sweep's offset, a whole token ahead, into L2. The sweep spends
+--           several instructions on each 64-byte line it reads from
+--           memory, so the out-of-order window alone keeps too few lines
+--           in flight to stream at the rate a read-only loop reaches; a
+--           token ahead, the lines have a token's compute time to arrive.
+--   dot     how the statistics are summed: "fma" widens each bf16 pair to
+--           fp32 and multiplies-adds (4 vector FMAs per 64-byte line);
+--           "bf16" (bf16 rows, 16 lanes) uses AVX512-BF16's pair dot
+--           products: x.x in one, and x.q in two against the query split
+--           into high and low bf16 halves (q - hi is exact in bf16 to 2^-16
+--           of q), so the products are the fp32 ones. On Zen 4, which runs
+--           512-bit operations as two halves, that is 3 operations per line
+--           instead of 4 FMAs and 2 widenings. A compiler without
+--           __AVX512BF16__ (the CPU lacks it) builds the "fma" sums.
 --   threads the most worker threads the launch spreads tokens over.
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
@@ -41,7 +54,8 @@ local T = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
     { name = "vec", values = { 8, 16 } },
     { name = "group", values = { 4, 8 } },
-    { name = "ahead", values = { 0, 2048 } },
+    { name = "prefetch", values = { "none", "row", "token" } },
+    { name = "dot", values = { "fma", "bf16" } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
   },
   -- The runtime's built-in kernels per ISA level (compiled into the library
@@ -52,16 +66,23 @@ local T = {
   -- prefetching form ran K3's T = 64 at 2.5-3.8x the plain one's time
   -- (bench/results/fallback-2026-12-01.md).
   builtin = {
-    avx512 = { vec = 16, group = 8, ahead = 0, threads = 64 },
-    avx2 = { vec = 8, group = 8, ahead = 0, threads = 64 },
-    sse2 = { vec = 8, group = 4, ahead = 0, threads = 64 },
-    neon = { vec = 8, group = 4, ahead = 0, threads = 64 },
+    avx512 = { vec = 16, group = 8, prefetch = "none", dot = "fma", threads = 64 },
+    avx2 = { vec = 8, group = 8, prefetch = "none", dot = "fma", threads = 64 },
+    sse2 = { vec = 8, group = 4, prefetch = "none", dot = "fma", threads = 64 },
+    neon = { vec = 8, group = 4, prefetch = "none", dot = "fma", threads = 64 },
   },
 }
 
+local prefetch_letter = { none = "n", row = "r", token = "t" }
+
 function T.id(p)
-  return string.format("mix_c_%s_fused_v%d_g%d_a%d_t%d", p.dtype, p.vec, p.group, p.ahead,
-                       p.threads)
+  return string.format("mix_c_%s_fused_v%d_g%d_p%s_d%s_t%d", p.dtype, p.vec, p.group,
+                       prefetch_letter[p.prefetch], p.dot, p.threads)
+end
+
+-- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only.
+function T.constraint(p)
+  return p.dot == "fma" or (p.dtype == "bf16" and p.vec == 16)
 end
 
 function T.launch(p)
@@ -74,32 +95,111 @@ function T.step(p)
 end
 
 function T.applies(p, problem, device)
+  if p.dot == "bf16" and device.arch ~= "x86_64-avx512" then
+    return false, "the bf16 dot products need AVX-512"
+  end
   return space.applies(T, p, problem, device)
 end
 
--- Prefetches of every line of a sweep step, p.ahead bytes ahead of `ptr`;
--- "" when p.ahead is 0.
-local function prefetch(p, ptr, indent)
-  if p.ahead == 0 then return "" end
-  return prefetch_lib.lines(ptr, 2 * p.vec * storage.size[p.dtype], p.ahead, indent)
+-- Prefetches of every line of a sweep step: for "row", 2048 bytes ahead of
+-- `ptr`; for "token", at `ptr` plus `next` elements (the next token's row),
+-- when `next` is given (`cond` is true). "" when nothing is prefetched.
+local function prefetch(p, ptr, next, cond, indent)
+  local step = 2 * p.vec * storage.size[p.dtype]
+  if p.prefetch == "row" then
+    return prefetch_lib.lines(ptr, step, 2048, indent)
+  elseif p.prefetch == "token" then
+    return indent .. "if (" .. cond .. ") {\n" ..
+        prefetch_lib.lines(ptr .. " + " .. next, step, 0, indent .. "    ", false, 2) ..
+        indent .. "}\n"
+  end
+  return ""
+end
+
+-- The statistics of one row step, `x` at `src`: its sum of squares into
+-- `ss` and its dot product with the query into `dp`.
+local function stats_step(p, src, ss, dp, indent)
+  if p.dot == "bf16" then
+    return gen.subst([[
+${I}#if defined(__AVX512BF16__)
+${I}dot_stats(${SRC}, qh, ql, &${SS}, &${DP});
+${I}#else
+${I}load_pair(${SRC}, &xl, &xh);
+${I}${SS} += xl * xl;
+${I}${SS} += xh * xh;
+${I}${DP} += xl * qpl;
+${I}${DP} += xh * qph;
+${I}#endif
+]], { I = indent, SRC = src, SS = ss, DP = dp })
+  end
+  return gen.subst([[
+${I}load_pair(${SRC}, &xl, &xh);
+${I}${SS} += xl * xl;
+${I}${SS} += xh * xh;
+${I}${DP} += xl * qpl;
+${I}${DP} += xh * qph;
+]], { I = indent, SRC = src, SS = ss, DP = dp })
+end
+
+-- The query forms the statistics read: the pair-ordered fp32 query (qp)
+-- for "fma", and for "bf16" also its high and low bf16 halves in row order.
+local function dot_helpers(p)
+  if p.dot ~= "bf16" then return "" end
+  return [[
+#if defined(__AVX512BF16__)
+/* ss += x.x and dp += x.(qh + ql) over 32 bf16 as 16 pair sums: each pair
+ * product is exact in fp32 and each sum rounds once, as an FMA's would. */
+static inline void dot_stats(const uint16_t *p, __m512bh qh, __m512bh ql, vf *ss, vf *dp)
+{
+    __m512bh x;
+    memcpy(&x, p, sizeof x);
+    *ss = (vf)_mm512_dpbf16_ps((__m512)*ss, x, x);
+    *dp = (vf)_mm512_dpbf16_ps(_mm512_dpbf16_ps((__m512)*dp, x, qh), x, ql);
+}
+#endif
+
+/* The bf16 bits of x rounded to nearest even (x is finite). */
+static inline uint16_t bf16_round(float x)
+{
+    uint32_t w;
+    memcpy(&w, &x, sizeof w);
+    return (uint16_t)((w + 0x7fffu + ((w >> 16) & 1u)) >> 16);
+}
+
+/* Splits the query into bf16 halves, q ~ hi + lo to 2^-16 of q. */
+static void split_query(const float *q, uint16_t *hi, uint16_t *lo, int64_t d)
+{
+    for (int64_t k = 0; k < d; k++) {
+        hi[k] = bf16_round(q[k]);
+        const uint32_t w = (uint32_t)hi[k] << 16;
+        float h;
+        memcpy(&h, &w, sizeof h);
+        lo[k] = bf16_round(q[k] - h);
+    }
+}
+]]
 end
 
 -- The sweep, inlined once per group size so that its accumulators become
 -- registers: `g` is a constant in every call the dispatcher makes.
 local function sweep(p)
+  local qsplit = p.dot == "bf16"
   return gen.subst([[
 /* One pass over the row. With `cur`, mixes the current token's n rows
  * (weights known) into `out`; for the g rows in `rows`, gathers the sum of
- * squares (ss_out[j]) and, per head, the dot product with the pair-ordered
- * query (dp_out[j * heads + h]). */
+ * squares (ss_out[j]) and, per head, the dot product with the query
+ * (dp_out[j * heads + h]). `next` holds each row's offset to the next
+ * token's row, to prefetch, or is NULL. */
 static inline __attribute__((always_inline)) void sweep(
-    const struct attnres_cpu_mix_args *a, const float *qp,
+    const struct attnres_cpu_mix_args *a, const struct query_forms *q,
     const storage_t *const *cur, const float *weight, const storage_t *partial,
-    storage_t *out, float *keep, vf *sq,
-    int g, const storage_t *const *rows, float *ss_out, float *dp_out)
+    int64_t partial_next, storage_t *out, float *keep, vf *sq,
+    int g, const storage_t *const *rows, const int64_t *next, float *ss_out, float *dp_out)
 {
     const int64_t d = a->d, hd = d / a->heads;
     const int n = a->n, heads = a->heads;
+    (void)partial_next; /* read by the "token" prefetches only */
+    (void)next;
     vf ss[${G}], dp[${G}];
 #pragma GCC unroll ${G}
     for (int j = 0; j < g; j++)
@@ -109,14 +209,29 @@ static inline __attribute__((always_inline)) void sweep(
         for (int j = 0; j < g; j++)
             dp[j] = (vf){0};
         for (int64_t k = (int64_t)h * hd; k < (int64_t)(h + 1) * hd; k += 2 * ${VEC}) {
+            vf xl, xh;
             if (cur) {
-                vf lo = {0}, hi = {0}, xl, xh;
-                for (int i = 0; i < n; i++) {
+                /* Two sums over alternate sources: one would be a chain of
+                 * n dependent FMAs per step. */
+                vf lo = {0}, hi = {0}, lo2 = {0}, hi2 = {0}, yl, yh;
+                int i = 0;
+                for (; i + 1 < n; i += 2) {
+                    const float w = weight[i * heads + h], w2 = weight[(i + 1) * heads + h];
+                    load_pair(cur[i] + k, &xl, &xh);
+                    load_pair(cur[i + 1] + k, &yl, &yh);
+                    lo += w * xl;
+                    hi += w * xh;
+                    lo2 += w2 * yl;
+                    hi2 += w2 * yh;
+                }
+                if (i < n) {
                     const float w = weight[i * heads + h];
                     load_pair(cur[i] + k, &xl, &xh);
                     lo += w * xl;
                     hi += w * xh;
                 }
+                lo += lo2;
+                hi += hi2;
                 if (partial) {
 ${prefetch_partial}                    load_pair(partial + k, &xl, &xh);
                     lo = xl + a->alpha * lo;
@@ -129,16 +244,9 @@ ${prefetch_partial}                    load_pair(partial + k, &xl, &xh);
                     store_f32(keep + k + ${VEC}, hi);
                 }
             }
-            const vf ql = load_f32(qp + k), qh = load_f32(qp + k + ${VEC});
-#pragma GCC unroll ${G}
+${load_query}#pragma GCC unroll ${G}
             for (int j = 0; j < g; j++) {
-                vf xl, xh;
-${prefetch_rows}                load_pair(rows[j] + k, &xl, &xh);
-                ss[j] += xl * xl;
-                ss[j] += xh * xh;
-                dp[j] += xl * ql;
-                dp[j] += xh * qh;
-            }
+${prefetch_rows}${stats}            }
         }
         for (int j = 0; j < g; j++)
             dp_out[j * heads + h] = hsum(dp[j]);
@@ -147,8 +255,21 @@ ${prefetch_rows}                load_pair(rows[j] + k, &xl, &xh);
         ss_out[j] = hsum(ss[j]);
 }
 ]], { G = p.group, VEC = p.vec,
-        prefetch_partial = prefetch(p, "partial + k", "                    "),
-        prefetch_rows = prefetch(p, "rows[j] + k", "                ") })
+        prefetch_partial = prefetch(p, "partial + k", "partial_next", "partial_next",
+                                    "                    "),
+        prefetch_rows = prefetch(p, "rows[j] + k", "next[j]", "next", "                "),
+        stats = stats_step(p, "rows[j] + k", "ss[j]", "dp[j]", "                "),
+        load_query = gen.subst(qsplit and [[
+#if defined(__AVX512BF16__)
+            __m512bh qh, ql;
+            memcpy(&qh, q->hi + k, sizeof qh);
+            memcpy(&ql, q->lo + k, sizeof ql);
+#else
+            const vf qpl = load_f32(q->pair + k), qph = load_f32(q->pair + k + ${VEC});
+#endif
+]] or [[
+            const vf qpl = load_f32(q->pair + k), qph = load_f32(q->pair + k + ${VEC});
+]], { VEC = p.vec }) })
 end
 
 -- A switch that calls sweep() with a constant group size, with and
@@ -159,16 +280,18 @@ local function dispatch(p)
       local g = i - 1
       if g == 0 and not mix then return "" end
       return string.format(
-        "        case %d: sweep(a, qp, %s, g, rows, ss_out, dp_out); break;\n", g,
-        mix and "cur, weight, partial, out, keep, sq" or "NULL, NULL, NULL, NULL, NULL, NULL")
+        "        case %d: sweep(a, q, %s, g, rows, next, ss_out, dp_out); break;\n", g,
+        mix and "cur, weight, partial, partial_next, out, keep, sq"
+            or "NULL, NULL, NULL, 0, NULL, NULL, NULL")
     end)
   end
   return gen.subst([[
 /* sweep() for a group of g <= ${G} rows; cur == NULL skips the mix. */
-static void sweep_group(const struct attnres_cpu_mix_args *a, const float *qp,
+static void sweep_group(const struct attnres_cpu_mix_args *a, const struct query_forms *q,
                         const storage_t *const *cur, const float *weight,
-                        const storage_t *partial, storage_t *out, float *keep, vf *sq,
-                        int g, const storage_t *const *rows, float *ss_out, float *dp_out)
+                        const storage_t *partial, int64_t partial_next, storage_t *out,
+                        float *keep, vf *sq, int g, const storage_t *const *rows,
+                        const int64_t *next, float *ss_out, float *dp_out)
 {
     if (cur) {
         switch (g) {
@@ -188,26 +311,39 @@ function T.emit(p)
     decls = gen.subst([[
 ${helpers}${pairs}
 ${softmax}
+${dot_helpers}
+/* The query as the statistics read it: in pair order (fp32), and for the
+ * bf16 dot products as high and low bf16 halves in row order. */
+struct query_forms {
+    const float *pair;
+    const uint16_t *hi, *lo;
+};
+
 ${sweep}
 ${dispatch}
 /* The statistics of token t's n rows, in sweeps of at most ${G} rows sized
- * evenly (9 rows: 5 + 4), the first of which also mixes `cur` when given.
- * Leaves each row's score scale * dot / rms in score[i * heads + h]. */
-static void stats_and_mix(const struct attnres_cpu_mix_args *a, const float *qp, int64_t t,
-                          const storage_t *const *cur, const float *weight,
-                          const storage_t *partial, storage_t *out, float *keep, vf *sq,
-                          float *score)
+ * evenly (9 rows: 5 + 4), the first of which also mixes `cur` (token t - 1)
+ * when given. Leaves each row's score scale * dot / rms in
+ * score[i * heads + h]. `more` says token t + 1 is in the launch's range,
+ * for the prefetches that reach a token ahead. */
+static void stats_and_mix(const struct attnres_cpu_mix_args *a, const struct query_forms *q,
+                          int64_t t, int more, const storage_t *const *cur,
+                          const float *weight, const storage_t *partial, storage_t *out,
+                          float *keep, vf *sq, float *score)
 {
     const int n = a->n, heads = a->heads;
     const storage_t *rows[n];
+    int64_t next[n];
     float ss[n];
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         rows[i] = (const storage_t *)a->src[i] + t * a->src_stride[i];
+        next[i] = a->src_stride[i];
+    }
     const int sweeps = (n + ${G} - 1) / ${G};
     for (int s = 0, i0 = 0; s < sweeps; s++) {
         const int g = n / sweeps + (s < n % sweeps);
-        sweep_group(a, qp, s == 0 ? cur : NULL, weight, partial, out, keep, sq,
-                    g, rows + i0, ss + i0, score + i0 * heads);
+        sweep_group(a, q, s == 0 ? cur : NULL, weight, partial, a->partial_stride, out, keep,
+                    sq, g, rows + i0, more ? next + i0 : NULL, ss + i0, score + i0 * heads);
         i0 += g;
     }
     const float inv_d = 1.0f / (float)a->d;
@@ -224,6 +360,7 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const float *qp,
       softmax = rowops.depth_softmax,
       sweep = sweep(p),
       dispatch = dispatch(p),
+      dot_helpers = dot_helpers(p),
       G = p.group,
     }),
     name = name,
@@ -236,14 +373,14 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const float *qp,
     const int64_t d = a->d;
     const int n = a->n, heads = a->heads;
     float qp[d], keep[d], gp[d], score[n * heads], weight[n * heads];
-    const storage_t *cur[n];
+${split_decl}    const storage_t *cur[n];
     if (t0 >= t1)
         return; /* the first sweep below would read token t0 */
     pair_order(a->query, qp, d);
-    if (a->normed)
+${split_call}    if (a->normed)
         pair_order(a->out_gain, gp, d);
     /* Token t0's scores; then each sweep mixes t and scores t + 1. */
-    stats_and_mix(a, qp, t0, NULL, NULL, NULL, NULL, NULL, NULL, score);
+    stats_and_mix(a, &q, t0, t0 + 1 < t1, NULL, NULL, NULL, NULL, NULL, NULL, score);
     for (int64_t t = t0; t < t1; t++) {
         const storage_t *partial = a->partial ? (const storage_t *)a->partial + t * a->partial_stride : NULL;
         storage_t *out = (storage_t *)a->out + t * a->out_stride;
@@ -254,9 +391,9 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const float *qp,
         vf sq = {0};
         float *kept = normed ? keep : NULL;
         if (t + 1 < t1)
-            stats_and_mix(a, qp, t + 1, cur, weight, partial, out, kept, &sq, score);
+            stats_and_mix(a, &q, t + 1, t + 2 < t1, cur, weight, partial, out, kept, &sq, score);
         else
-            sweep_group(a, qp, cur, weight, partial, out, kept, &sq, 0, NULL, NULL, NULL);
+            sweep_group(a, &q, cur, weight, partial, 0, out, kept, &sq, 0, NULL, NULL, NULL, NULL);
         if (normed) {
             /* keep holds the output in pair order; so does gp. */
             const float rs = 1.0f / sqrtf(hsum(sq) / (float)d + a->out_eps);
@@ -265,7 +402,11 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const float *qp,
                            load_f32(keep + k + ${VEC}) * rs * load_f32(gp + k + ${VEC}));
         }
     }
-]], { VEC = p.vec }),
+]], { VEC = p.vec,
+         split_decl = p.dot == "bf16"
+             and "    uint16_t qhi[d], qlo[d];\n    const struct query_forms q = {qp, qhi, qlo};\n"
+             or "    const struct query_forms q = {qp, NULL, NULL};\n",
+         split_call = p.dot == "bf16" and "    split_query(a->query, qhi, qlo, d);\n" or "" }),
   }
   return src, name
 end

@@ -23,6 +23,7 @@
 #include "attnres.h"
 #include "check.h"
 #include "test_data.h"
+#include "test_mix_case.h"
 
 static attnres_device *cpu;
 static const char *level; /* the level the device was opened with */
@@ -30,44 +31,7 @@ static int level_present; /* the host has it */
 
 static const attnres_dtype dtypes[] = {ATTNRES_DTYPE_F32, ATTNRES_DTYPE_BF16, ATTNRES_DTYPE_F16};
 
-static double tolerance(attnres_dtype dt) { return dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
-
-static double rel_err(const double *got, const double *want, int64_t count)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < count; i++) {
-        num += (got[i] - want[i]) * (got[i] - want[i]);
-        den += want[i] * want[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
-/* rows x d random values stored in buf (dtype dt); the rounded values go to
- * exact. Rows differ in magnitude by up to 100x. */
-static void fill(uint64_t *s, attnres_dtype dt, void *buf, int64_t rows, int64_t d, double *exact)
-{
-    for (int64_t r = 0; r < rows; r++) {
-        double mag = pow(10.0, 2.0 * rng_uniform(s) - 1.0);
-        for (int64_t k = 0; k < d; k++) {
-            elem_store(dt, buf, r * d + k, mag * rng_normal(s));
-            exact[r * d + k] = elem_load(dt, buf, r * d + k);
-        }
-    }
-}
-
-static void fill_f32(uint64_t *s, float *f, double *exact, int64_t count, double mag)
-{
-    for (int64_t i = 0; i < count; i++) {
-        f[i] = (float)(mag * rng_normal(s));
-        exact[i] = f[i];
-    }
-}
-
-static void widen(attnres_dtype dt, const void *buf, double *out, int64_t count)
-{
-    for (int64_t i = 0; i < count; i++)
-        out[i] = elem_load(dt, buf, i);
-}
+static double tolerance(attnres_dtype dt) { return case_tolerance(dt); }
 
 /* Plans p without a database; checks the level and which kernel. */
 static attnres_plan *plan_builtin(const attnres_problem *p)
@@ -110,6 +74,12 @@ static void report(const char *what, const attnres_problem *p, int64_t T, double
     }
 }
 
+static int launch_plan(void *plan, const attnres_problem *p, int64_t T, const attnres_mix_args *a)
+{
+    (void)p;
+    return attnres_run_mix(plan, T, a, NULL);
+}
+
 static void run_mix_case(attnres_dtype dt, int64_t d, int32_t n, int32_t heads, int additive, int epi,
                          int64_t T, uint64_t seed)
 {
@@ -120,52 +90,10 @@ static void run_mix_case(attnres_dtype dt, int64_t d, int32_t n, int32_t heads, 
     p.epilogue = epi;
     attnres_plan *plan = plan_builtin(&p);
     REQUIRE(plan);
-    uint64_t s = seed;
-    const size_t es = attnres_dtype_size(dt);
-    const int64_t td = T * d;
-    char *src = malloc(es * (size_t)(n * td));
-    double *src_x = malloc(sizeof(double) * (size_t)(n * td));
-    char *partial = malloc(es * (size_t)td), *out = malloc(es * (size_t)td), *normed = malloc(es * (size_t)td);
-    double *partial_x = malloc(sizeof(double) * (size_t)td), *q_x = malloc(sizeof(double) * (size_t)d);
-    double *go_x = malloc(sizeof(double) * (size_t)d);
-    double *ref = malloc(sizeof(double) * (size_t)td), *ref_n = malloc(sizeof(double) * (size_t)td);
-    double *got = malloc(sizeof(double) * (size_t)td);
-    float *q = malloc(sizeof(float) * (size_t)d), *go = malloc(sizeof(float) * (size_t)d);
-    fill(&s, dt, src, n * T, d, src_x);
-    fill(&s, dt, partial, T, d, partial_x);
-    fill_f32(&s, q, q_x, d, 1.0 / sqrt((double)d));
-    fill_f32(&s, go, go_x, d, 1.0);
-    const void *views[16];
-    const double *views_x[16];
-    for (int i = 0; i < n; i++) {
-        views[i] = src + es * (size_t)(i * td);
-        views_x[i] = src_x + i * td;
-    }
-    attnres_mix_args a;
-    attnres_mix_args_init(&a);
-    a.sources = views;
-    a.query = q;
-    a.eps = 1e-5f;
-    a.partial = additive ? partial : NULL;
-    a.alpha = 0.75f;
-    a.out = out;
-    a.out_gain = epi ? go : NULL;
-    a.out_eps = 1e-6f;
-    a.normed = epi ? normed : NULL;
-    memset(out, 0xff, es * (size_t)td); /* NaN in every dtype: unwritten output shows */
-    memset(normed, 0xff, es * (size_t)td);
-    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_OK);
-    CHECK(attnres_reference_mix(&p, T, views_x, q_x, 1.0, 1e-5, additive ? partial_x : NULL, 0.75,
-                                epi ? go_x : NULL, 1e-6, ref, epi ? ref_n : NULL) == ATTNRES_OK);
-    widen(dt, out, got, td);
-    report("mix out", &p, T, rel_err(got, ref, td));
-    if (epi) {
-        widen(dt, normed, got, td);
-        report("mix normed", &p, T, rel_err(got, ref_n, td));
-    }
+    const mix_case_errors e = mix_case_run(&p, T, seed, 1.0, launch_plan, plan, NULL);
+    report("mix out", &p, T, e.out);
+    report("mix normed", &p, T, e.normed);
     attnres_plan_destroy(plan);
-    free(src), free(src_x), free(partial), free(out), free(normed), free(partial_x), free(q_x), free(go_x);
-    free(ref), free(ref_n), free(got), free(q), free(go);
 }
 
 static void run_phase1_case(attnres_dtype dt, int64_t d, int32_t n, int32_t sites, int32_t heads, int64_t T,
@@ -187,8 +115,8 @@ static void run_phase1_case(attnres_dtype dt, int64_t d, int32_t n, int32_t site
     double *q_x = malloc(sizeof(double) * (size_t)(sites * d));
     double *ref_o1 = malloc(sizeof(double) * (size_t)(sites * td)), *ref_lse = malloc(sizeof(double) * (size_t)(sites * th));
     double *got = malloc(sizeof(double) * (size_t)(sites * td));
-    fill(&s, dt, src, n * T, d, src_x);
-    fill_f32(&s, q, q_x, sites * d, 1.0 / sqrt((double)d));
+    case_fill(&s, dt, src, n * T, d, src_x);
+    case_fill_f32(&s, q, q_x, sites * d, 1.0 / sqrt((double)d));
     const void *views[16];
     const double *views_x[16];
     void *o1_views[16];
@@ -212,11 +140,11 @@ static void run_phase1_case(attnres_dtype dt, int64_t d, int32_t n, int32_t site
     a.lse = lse_views;
     CHECK(attnres_run_phase1(plan, T, &a, NULL) == ATTNRES_OK);
     CHECK(attnres_reference_phase1(&p, T, views_x, q_x, 1.0, 1e-5, ref_o1, ref_lse) == ATTNRES_OK);
-    widen(dt, o1, got, sites * td);
-    report("phase1 o1", &p, T, rel_err(got, ref_o1, sites * td));
+    case_widen(dt, o1, got, sites * td);
+    report("phase1 o1", &p, T, case_rel_err(got, ref_o1, sites * td));
     for (int64_t i = 0; i < sites * th; i++)
         got[i] = lse[i];
-    double lse_err = rel_err(got, ref_lse, sites * th);
+    double lse_err = case_rel_err(got, ref_lse, sites * th);
     if (!(lse_err <= 1e-5)) {
         fprintf(stderr, "  %s phase1 lse %s d=%lld: rel err %g\n", level, attnres_dtype_name(dt), (long long)d,
                 lse_err);
@@ -248,12 +176,12 @@ static void run_phase2_case(attnres_dtype dt, int64_t d, int32_t heads, int fuse
     double *got = malloc(sizeof(double) * (size_t)td);
     float *lse = malloc(sizeof(float) * (size_t)th), *q = malloc(sizeof(float) * (size_t)d);
     float *go = malloc(sizeof(float) * (size_t)d);
-    fill(&s, dt, o1, T, d, o1_x);
-    fill(&s, dt, b, T, d, b_x);
-    fill(&s, dt, f, T, d, f_x);
-    fill_f32(&s, lse, lse_x, th, 1.0);
-    fill_f32(&s, q, q_x, d, 1.0 / sqrt((double)d));
-    fill_f32(&s, go, go_x, d, 1.0);
+    case_fill(&s, dt, o1, T, d, o1_x);
+    case_fill(&s, dt, b, T, d, b_x);
+    case_fill(&s, dt, f, T, d, f_x);
+    case_fill_f32(&s, lse, lse_x, th, 1.0);
+    case_fill_f32(&s, q, q_x, d, 1.0 / sqrt((double)d));
+    case_fill_f32(&s, go, go_x, d, 1.0);
     memset(out, 0xff, es * (size_t)td);
     memset(normed, 0xff, es * (size_t)td);
     attnres_phase2_args a;
@@ -270,15 +198,15 @@ static void run_phase2_case(attnres_dtype dt, int64_t d, int32_t heads, int fuse
     CHECK(attnres_run_phase2(plan, T, &a, NULL) == ATTNRES_OK);
     CHECK(attnres_reference_phase2(&p, T, o1_x, lse_x, b_x, fuse ? f_x : NULL, q_x, 1.0, 1e-5, epi ? go_x : NULL,
                                    1e-6, ref, epi ? ref_n : NULL) == ATTNRES_OK);
-    widen(dt, out, got, td);
-    report("phase2 out", &p, T, rel_err(got, ref, td));
+    case_widen(dt, out, got, td);
+    report("phase2 out", &p, T, case_rel_err(got, ref, td));
     if (epi) {
-        widen(dt, normed, got, td);
-        report("phase2 normed", &p, T, rel_err(got, ref_n, td));
+        case_widen(dt, normed, got, td);
+        report("phase2 normed", &p, T, case_rel_err(got, ref_n, td));
     }
     if (fuse) {
-        widen(dt, b, got, td);
-        report("phase2 b + f", &p, T, rel_err(got, b_x, td));
+        case_widen(dt, b, got, td);
+        report("phase2 b + f", &p, T, case_rel_err(got, b_x, td));
     }
     attnres_plan_destroy(plan);
     free(o1), free(b), free(f), free(out), free(normed), free(o1_x), free(b_x), free(f_x), free(lse_x);

@@ -26,6 +26,7 @@
 #include "device.h"
 #include "kernel_abi.h"
 #include "test_data.h"
+#include "test_variant.h"
 
 #ifndef TEMPLATE_DIR
 #error "TEMPLATE_DIR must name the templates/ folder"
@@ -447,29 +448,7 @@ static void test_generic_phase2_matches_reference_every_dtype(void)
  * ---------------------------------------------------------------------- */
 
 /* Compiles and loads variant id of template g; 0 on success. */
-static int compile_variant(argen *g, const char *id, ar_kernel *k)
-{
-    char *src = NULL, *name = NULL, *json = NULL, *log = NULL;
-    void *blob = NULL;
-    size_t size = 0;
-    memset(k, 0, sizeof *k);
-    int rc = argen_emit(g, id, &src, &name, &json);
-    if (rc) {
-        fprintf(stderr, "  %s: %s\n", id, argen_errmsg(g));
-        return rc;
-    }
-    rc = cpu->ops->compile(cpu, src, name, &blob, &size, &log);
-    if (rc == 0)
-        rc = cpu->ops->load(cpu, blob, size, src, name, json, k);
-    if (rc)
-        fprintf(stderr, "  %s: %s\n", id, attnres_device_errmsg(cpu));
-    free(src);
-    free(name);
-    free(json);
-    free(log);
-    free(blob);
-    return rc;
-}
+static int compile_variant(argen *g, const char *id, ar_kernel *k) { return compile_variant_on(cpu, g, id, k); }
 
 /* Compiles source as the tuner would and loads it; the load's status. */
 static int compile_and_load(const char *src, const char *name, const char *json, ar_kernel *k)

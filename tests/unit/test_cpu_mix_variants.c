@@ -1,0 +1,182 @@
+/*
+ * test_cpu_mix_variants.c - every tuned variant of the fused CPU mix
+ * template (templates/cpu/mix_fused.lua) at two threads, compiled and
+ * loaded as the tuner does, against the fp64 reference.
+ *
+ * The shapes reach every path of the template: an odd and an even number
+ * of sources (the two alternating mix sums), more sources than one sweep's
+ * group (two and three sweeps), two heads, the additive form and the norm
+ * epilogue, one token (no next token to score or prefetch) and token
+ * counts that the launch splits over both threads, so a range ends inside
+ * the tensor. Variants that only differ in their thread count share every
+ * other line of source.
+ *
+ * A bf16 output hides score errors below its rounding, so the variants
+ * whose statistics use the bf16 dot products are also run against their
+ * FMA twin on the same data: both sum the same fp32 products, so at most
+ * 1% of the outputs may round differently. Leaving out the query's low
+ * half, an error of 2^-9 in the scores, changes about a quarter of them.
+ */
+#define _GNU_SOURCE /* setenv, mkdtemp */
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "argen.h"
+#include "attnres.h"
+#include "check.h"
+#include "device.h"
+#include "test_mix_case.h"
+#include "test_variant.h"
+
+static attnres_device *cpu;
+
+static int launch_kernel(void *kernel, const attnres_problem *p, int64_t T, const attnres_mix_args *a)
+{
+    const ar_op_args args = ar_op_mix(a);
+    return cpu->ops->launch(cpu, kernel, p, T, &args, NULL);
+}
+
+typedef struct shape {
+    int64_t d;
+    int32_t n, heads;
+    int additive, epilogue;
+    int64_t T;
+    double sharp;
+} shape;
+
+static const shape shapes[] = {
+    {128, 9, 1, 0, 0, 7, 1.0},  /* odd n: 2 sweeps of 5 + 4 (group 8), 3 of 3 (group 4) */
+    {128, 4, 2, 1, 1, 5, 1.0},  /* even n, two heads of 64, additive with the epilogue */
+    {64, 1, 1, 0, 0, 1, 1.0},   /* one source, one token */
+    {256, 17, 1, 1, 0, 3, 1.0}, /* three sweeps at group 8, five at group 4 */
+    {256, 9, 1, 0, 1, 6, 4.0},  /* a sharper softmax */
+};
+
+static int wanted(const char *id) { return strstr(id, "_t2") != NULL && strlen(strstr(id, "_t2")) == 3; }
+
+static attnres_dtype dtype_of(const char *id)
+{
+    return strstr(id, "_bf16_") ? ATTNRES_DTYPE_BF16 : strstr(id, "_f16_") ? ATTNRES_DTYPE_F16 : ATTNRES_DTYPE_F32;
+}
+
+/* Runs bf16-dot variant `id` (loaded as k) and its FMA twin on the same
+ * data; at most 1% of the outputs may differ. */
+static void check_against_fma_twin(argen *g, const char *id, ar_kernel *k, const attnres_problem *p, int64_t T,
+                                   uint64_t seed, double sharp)
+{
+    char twin_id[256];
+    const char *at = strstr(id, "_dbf16_");
+    snprintf(twin_id, sizeof twin_id, "%.*s_dfma_%s", (int)(at - id), id, at + strlen("_dbf16_"));
+    ar_kernel twin;
+    REQUIRE(compile_variant_on(cpu, g, twin_id, &twin) == 0);
+    const int64_t count = T * p->d;
+    double *a = malloc(sizeof(double) * (size_t)count), *b = malloc(sizeof(double) * (size_t)count);
+    REQUIRE(a && b);
+    mix_case_run(p, T, seed, sharp, launch_kernel, k, a);
+    mix_case_run(p, T, seed, sharp, launch_kernel, &twin, b);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < count; i++)
+        differ += a[i] != b[i];
+    CHECK(differ * 100 <= count);
+    if (differ * 100 > count)
+        fprintf(stderr, "  %s: %lld of %lld outputs differ from %s\n", id, (long long)differ, (long long)count,
+                twin_id);
+    cpu->ops->unload(cpu, &twin);
+    free(a);
+    free(b);
+}
+
+static void test_every_fused_variant_matches_reference(void)
+{
+    char msg[1024];
+    argen *g = NULL;
+    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/mix_fused", &g, msg, sizeof msg) == 0);
+    argen_variant *v = NULL;
+    size_t nv = 0;
+    REQUIRE(argen_enumerate(g, &v, &nv) == 0);
+    argen_device ad = {.backend = "cpu", .arch = cpu->arch, .units = 2};
+    int tried = 0, cases = 0;
+    for (size_t i = 0; i < nv; i++) {
+        if (!wanted(v[i].id))
+            continue;
+        const attnres_dtype dt = dtype_of(v[i].id);
+        ar_kernel k;
+        int compiled = 0;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const shape *sh = &shapes[si];
+            attnres_problem p;
+            attnres_problem_init(&p, dt, sh->d, sh->n);
+            p.heads = sh->heads;
+            p.form = sh->additive ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
+            p.epilogue = sh->epilogue;
+            argen_problem ap = {.op = "mix", .dtype = attnres_dtype_name(dt),
+                                .form = sh->additive ? "additive" : "replace", .d = p.d, .t = sh->T,
+                                .n = p.n, .heads = p.heads, .epilogue = p.epilogue};
+            char why[256];
+            const int applies = argen_applies(g, v[i].id, &ap, &ad, why, sizeof why);
+            CHECK(applies >= 0);
+            if (applies <= 0)
+                continue;
+            if (!compiled) {
+                const int rc = compile_variant_on(cpu, g, v[i].id, &k);
+                CHECK(rc == 0);
+                if (rc)
+                    break;
+                compiled = 1;
+                tried++;
+            }
+            const uint64_t seed = 7000 + 31 * i + si;
+            const mix_case_errors e = mix_case_run(&p, sh->T, seed, sh->sharp, launch_kernel, &k, NULL);
+            cases++;
+            const double tol = case_tolerance(dt);
+            CHECK(e.out <= tol && e.normed <= tol);
+            if (strstr(v[i].id, "_dbf16_"))
+                check_against_fma_twin(g, v[i].id, &k, &p, sh->T, seed, sh->sharp);
+            if (!(e.out <= tol && e.normed <= tol))
+                fprintf(stderr, "  %s d=%lld N=%d H=%d %s epi=%d T=%lld sharp=%g: rel err %g (normed %g)\n",
+                        v[i].id, (long long)sh->d, sh->n, sh->heads, sh->additive ? "additive" : "replace",
+                        sh->epilogue, (long long)sh->T, sh->sharp, e.out, e.normed);
+        }
+        if (compiled)
+            cpu->ops->unload(cpu, &k);
+    }
+    /* 12 f32, 12 f16 and 18 bf16 variants at two threads. */
+    CHECK(tried == 42);
+    printf("     cpu/mix_fused: %d variant(s) compiled, %d case(s) checked\n", tried, cases);
+    argen_variants_free(v, nv);
+    argen_close(g);
+}
+
+static char tmpdir[512];
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+int main(void)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/attnres-test-mixvar-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char cache[600];
+    snprintf(cache, sizeof cache, "%s/cache", tmpdir);
+    setenv("ATTNRES_CACHE_DIR", cache, 1);
+    char msg[512];
+    if (attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
+        fprintf(stderr, "cannot open the CPU device: %s\n", msg);
+        return 1;
+    }
+    RUN_CASE(test_every_fused_variant_matches_reference);
+    attnres_device_close(cpu);
+    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    CHECK_EXIT();
+}

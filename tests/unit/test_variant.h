@@ -1,0 +1,43 @@
+/*
+ * test_variant.h - compiling and loading one template variant on a device
+ * as the tuner does (emit, compile, load), for the tests that run tuned
+ * variants against the reference (test_phase_ops, test_cpu_mix_variants).
+ * Header-only.
+ */
+#ifndef ATTNRES_TEST_VARIANT_H
+#define ATTNRES_TEST_VARIANT_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "argen.h"
+#include "device.h"
+
+/* Compiles and loads variant id of template g on dev; 0 on success, else
+ * the failure is printed with the variant's id. */
+static inline int compile_variant_on(attnres_device *dev, argen *g, const char *id, ar_kernel *k)
+{
+    char *src = NULL, *name = NULL, *json = NULL, *log = NULL;
+    void *blob = NULL;
+    size_t size = 0;
+    memset(k, 0, sizeof *k);
+    int rc = argen_emit(g, id, &src, &name, &json);
+    if (rc) {
+        fprintf(stderr, "  %s: %s\n", id, argen_errmsg(g));
+        return rc;
+    }
+    rc = dev->ops->compile(dev, src, name, &blob, &size, &log);
+    if (rc == 0)
+        rc = dev->ops->load(dev, blob, size, src, name, json, k);
+    if (rc)
+        fprintf(stderr, "  %s: %s\n", id, attnres_device_errmsg(dev));
+    free(src);
+    free(name);
+    free(json);
+    free(log);
+    free(blob);
+    return rc;
+}
+
+#endif
