@@ -37,6 +37,13 @@
 --           512-bit operations as two halves, that is 3 operations per line
 --           instead of 4 FMAs and 2 widenings. A compiler without
 --           __AVX512BF16__ (the CPU lacks it) builds the "fma" sums.
+--   store   how the output rows (out, and normed with the epilogue) are
+--           written: "cached" with plain stores, which first read each
+--           fresh line into the cache (a tenth more traffic for K3's nine
+--           rows read and one written); "stream" with non-temporal stores
+--           where the row is aligned to them, which skip that read and
+--           leave the rows out of the cache (a reader soon after, at small
+--           T, then misses; the tuner times both per T bucket).
 --   threads the most worker threads the launch spreads tokens over.
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
@@ -56,6 +63,7 @@ local T = {
     { name = "group", values = { 4, 8 } },
     { name = "prefetch", values = { "none", "row", "token" } },
     { name = "dot", values = { "fma", "bf16" } },
+    { name = "store", values = { "cached", "stream" } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
   },
   -- The runtime's built-in kernels per ISA level (compiled into the library
@@ -66,18 +74,18 @@ local T = {
   -- prefetching form ran K3's T = 64 at 2.5-3.8x the plain one's time
   -- (bench/results/fallback-2026-12-01.md).
   builtin = {
-    avx512 = { vec = 16, group = 8, prefetch = "none", dot = "fma", threads = 64 },
-    avx2 = { vec = 8, group = 8, prefetch = "none", dot = "fma", threads = 64 },
-    sse2 = { vec = 8, group = 4, prefetch = "none", dot = "fma", threads = 64 },
-    neon = { vec = 8, group = 4, prefetch = "none", dot = "fma", threads = 64 },
+    avx512 = { vec = 16, group = 8, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    avx2 = { vec = 8, group = 8, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    sse2 = { vec = 8, group = 4, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    neon = { vec = 8, group = 4, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
   },
 }
 
 local prefetch_letter = { none = "n", row = "r", token = "t" }
 
 function T.id(p)
-  return string.format("mix_c_%s_fused_v%d_g%d_p%s_d%s_t%d", p.dtype, p.vec, p.group,
-                       prefetch_letter[p.prefetch], p.dot, p.threads)
+  return string.format("mix_c_%s_fused_v%d_g%d_p%s_d%s_s%s_t%d", p.dtype, p.vec, p.group,
+                       prefetch_letter[p.prefetch], p.dot, p.store:sub(1, 1), p.threads)
 end
 
 -- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only.
@@ -180,6 +188,26 @@ static void split_query(const float *q, uint16_t *hi, uint16_t *lo, int64_t d)
 ]]
 end
 
+-- Stores a pair of vectors at `dst`: with p.store == "stream", through
+-- non-temporal stores when the row (`row`, a storage_t pointer) is aligned
+-- to them.
+local function store_pair_text(p, dst, lo, hi, indent, row)
+  if p.store ~= "stream" then
+    return string.format("%sstore_pair(%s, %s, %s);\n", indent, dst, lo, hi)
+  end
+  local bytes = 2 * p.vec * storage.size[p.dtype]
+  return gen.subst([[
+${I}if (((uintptr_t)(${ROW}) & ${MASK}) == 0) {
+${I}    storage_t line[2 * ${VEC}] __attribute__((aligned(64)));
+${I}    store_pair(line, ${LO}, ${HI});
+${I}    stream_copy(${DST}, line, sizeof line);
+${I}} else {
+${I}    store_pair(${DST}, ${LO}, ${HI});
+${I}}
+]], { I = indent, DST = dst, LO = lo, HI = hi, VEC = p.vec, ROW = row or "out",
+      MASK = storage.stream_align(bytes) - 1 })
+end
+
 -- The sweep, inlined once per group size so that its accumulators become
 -- registers: `g` is a constant in every call the dispatcher makes.
 local function sweep(p)
@@ -237,8 +265,7 @@ ${prefetch_partial}                    load_pair(partial + k, &xl, &xh);
                     lo = xl + a->alpha * lo;
                     hi = xh + a->alpha * hi;
                 }
-                store_pair(out + k, lo, hi);
-                if (keep) {
+${store_out}                if (keep) {
                     *sq += lo * lo + hi * hi;
                     store_f32(keep + k, lo);
                     store_f32(keep + k + ${VEC}, hi);
@@ -259,6 +286,7 @@ ${prefetch_rows}${stats}            }
                                     "                    "),
         prefetch_rows = prefetch(p, "rows[j] + k", "next[j]", "next", "                "),
         stats = stats_step(p, "rows[j] + k", "ss[j]", "dp[j]", "                "),
+        store_out = store_pair_text(p, "out + k", "lo", "hi", "                "),
         load_query = gen.subst(qsplit and [[
 #if defined(__AVX512BF16__)
             __m512bh qh, ql;
@@ -311,7 +339,7 @@ function T.emit(p)
     decls = gen.subst([[
 ${helpers}${pairs}
 ${softmax}
-${dot_helpers}
+${dot_helpers}${stream}
 /* The query as the statistics read it: in pair order (fp32), and for the
  * bf16 dot products as high and low bf16 halves in row order. */
 struct query_forms {
@@ -361,6 +389,7 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const struct que
       sweep = sweep(p),
       dispatch = dispatch(p),
       dot_helpers = dot_helpers(p),
+      stream = p.store == "stream" and storage.stream_helpers() or "",
       G = p.group,
     }),
     name = name,
@@ -397,12 +426,15 @@ ${split_call}    if (a->normed)
         if (normed) {
             /* keep holds the output in pair order; so does gp. */
             const float rs = 1.0f / sqrtf(hsum(sq) / (float)d + a->out_eps);
-            for (int64_t k = 0; k < d; k += 2 * ${VEC})
-                store_pair(normed + k, load_f32(keep + k) * rs * load_f32(gp + k),
-                           load_f32(keep + k + ${VEC}) * rs * load_f32(gp + k + ${VEC}));
+            for (int64_t k = 0; k < d; k += 2 * ${VEC}) {
+                const vf lo = load_f32(keep + k) * rs * load_f32(gp + k);
+                const vf hi = load_f32(keep + k + ${VEC}) * rs * load_f32(gp + k + ${VEC});
+${store_normed}            }
         }
     }
-]], { VEC = p.vec,
+${fence}]], { VEC = p.vec,
+         store_normed = store_pair_text(p, "normed + k", "lo", "hi", "                ", "normed"),
+         fence = p.store == "stream" and "    stream_fence();\n" or "",
          split_decl = p.dot == "bf16"
              and "    uint16_t qhi[d], qlo[d];\n    const struct query_forms q = {qp, qhi, qlo};\n"
              or "    const struct query_forms q = {qp, NULL, NULL};\n",

@@ -16,6 +16,13 @@
 --             row and the merge pass for the next token's b and f rows, so
 --             each arrives while a pass over cached data runs (into L2, so
 --             that the rows in use stay in L1). 0 leaves it to the hardware.
+--   store     how out and normed are written: "cached" with plain stores,
+--             which first read each fresh line into the cache; "stream"
+--             with non-temporal stores where the row is aligned to them,
+--             which skip that read (out is a fifth of the bytes the
+--             kernel moves with the fused add, and its read-for-ownership
+--             a sixth more) and leave the row out of the cache. b, read
+--             again at once, always takes plain stores.
 --   threads   the most worker threads the launch spreads tokens over.
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 --
@@ -38,27 +45,52 @@ local T = {
     { name = "vec", values = { 1, 8, 16 } },
     { name = "unroll", values = { 1, 2, 4 } },
     { name = "prefetch", values = { 0, 1 } },
+    { name = "store", values = { "cached", "stream" } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
   },
   -- The runtime's built-in fallback: scalar code that fits every d and H,
   -- spread over all cores.
-  generic = { vec = 1, unroll = 1, prefetch = 0, threads = 64 },
+  generic = { vec = 1, unroll = 1, prefetch = 0, store = "cached", threads = 64 },
   -- The built-in kernels per ISA level (see cpu/mix_fused.lua).
   builtin = {
-    avx512 = { vec = 16, unroll = 1, prefetch = 1, threads = 64 },
-    avx2 = { vec = 8, unroll = 1, prefetch = 1, threads = 64 },
-    sse2 = { vec = 8, unroll = 1, prefetch = 1, threads = 64 },
-    neon = { vec = 8, unroll = 1, prefetch = 1, threads = 64 },
+    avx512 = { vec = 16, unroll = 1, prefetch = 1, store = "cached", threads = 64 },
+    avx2 = { vec = 8, unroll = 1, prefetch = 1, store = "cached", threads = 64 },
+    sse2 = { vec = 8, unroll = 1, prefetch = 1, store = "cached", threads = 64 },
+    neon = { vec = 8, unroll = 1, prefetch = 1, store = "cached", threads = 64 },
   },
 }
 
--- Scalar code is bound by its arithmetic, not by memory.
+-- Scalar code is bound by its arithmetic, not by memory (and its stores
+-- are narrower than a non-temporal store).
 function T.constraint(p)
-  return space.constraint(p) and not (p.vec == 1 and p.prefetch == 1)
+  return space.constraint(p) and not (p.vec == 1 and (p.prefetch == 1 or p.store == "stream"))
 end
 
 function T.id(p)
-  return string.format("phase2_c_%s_v%d_u%d_p%d_t%d", p.dtype, p.vec, p.unroll, p.prefetch, p.threads)
+  local id = string.format("phase2_c_%s_v%d_u%d_p%d_t%d", p.dtype, p.vec, p.unroll, p.prefetch, p.threads)
+  -- Cached stores keep the ids that databases already hold.
+  if p.store == "stream" then
+    id = id:gsub("_t(%d+)$", "_ss_t%1")
+  end
+  return id
+end
+
+-- Stores vector `x` at `dst` in row `row`: with p.store == "stream",
+-- through non-temporal stores when the row is aligned to them.
+local function store_row_text(p, dst, x, row, indent)
+  if p.store ~= "stream" then
+    return string.format("%sstore_row(%s, %s);\n", indent, dst, x)
+  end
+  local bytes = p.vec * storage.size[p.dtype]
+  return gen.subst([[
+${I}if (((uintptr_t)(${ROW}) & ${MASK}) == 0) {
+${I}    storage_t line[${VEC}] __attribute__((aligned(64)));
+${I}    store_row(line, ${X});
+${I}    stream_copy(${DST}, line, sizeof line);
+${I}} else {
+${I}    store_row(${DST}, ${X});
+${I}}
+]], { I = indent, DST = dst, X = x, ROW = row, VEC = p.vec, MASK = storage.stream_align(bytes) - 1 })
 end
 
 function T.launch(p)
@@ -78,6 +110,9 @@ function T.emit(p)
     sigmoid = rowops.sigmoid,
     STEP = p.vec * u,
     VEC = p.vec,
+    store_normed = store_row_text(p, "normed + k", "y", "normed", "                "),
+    fence = p.store == "stream" and "    stream_fence();\n" or "",
+    stream = p.store == "stream" and storage.stream_helpers() or "",
     next_rows = p.prefetch == 0 and "" or [[
         /* The rows the merge pass prefetches: token t + 1's b and f, or,
          * without a fused add (no pass to prefetch o1 in), its o1 row. The
@@ -104,7 +139,7 @@ function T.emit(p)
         "                    const int64_t k = kb + %d;\n" ..
         "                    const vf ov = load_row(o + k);\n" ..
         "                    const vf y = ov + p2 * (load_row(b + k) - ov);\n" ..
-        "                    store_row(out + k, y);\n" ..
+        store_row_text(p, "out + k", "y", "out", "                    ") ..
         "                    if (normed) {\n" ..
         "                        sq += y * y;\n" ..
         "                        store_f32(keep + k, y);\n" ..
@@ -115,7 +150,7 @@ function T.emit(p)
   local src = kernel.source {
     ctype = storage.ctype[p.dtype],
     decls = gen.subst([[
-${helpers}
+${helpers}${stream}
 ${row_stats}
 ${sigmoid}
 ]], vars),
@@ -155,11 +190,12 @@ ${prefetch_merge}${merge}
         }
         if (normed) {
             const float rs = 1.0f / sqrtf(hsum(sq) * inv_d + a->out_eps);
-            for (int64_t k = 0; k < d; k += ${VEC})
-                store_row(normed + k, load_f32(keep + k) * rs * load_f32(a->out_gain + k));
+            for (int64_t k = 0; k < d; k += ${VEC}) {
+                const vf y = load_f32(keep + k) * rs * load_f32(a->out_gain + k);
+${store_normed}            }
         }
     }
-]], vars),
+${fence}]], vars),
   }
   return src, name
 end

@@ -265,4 +265,53 @@ static void pair_order(const float *x, float *xp, int64_t d)
 ]], v)
 end
 
+-- Non-temporal stores of `bytes` bytes (a multiple of 16, at most 128) from
+-- a temporary: an output row that nothing reads soon goes to memory through
+-- the write-combining buffers, without first being read into the cache
+-- (the read-for-ownership that makes a plain store of a fresh line cost a
+-- read and a write). `dst` must be aligned to M.stream_align(bytes). Where
+-- the ISA has no such store (not x86-64), a plain copy.
+function M.stream_align(bytes)
+  return math.min(bytes, 64)
+end
+
+function M.stream_helpers()
+  return [[
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+/* Copies n bytes (a multiple of 16) from src to dst with non-temporal
+ * stores of the widest vector that fits: dst aligned to min(n, 64). */
+static inline void stream_copy(void *dst, const void *src, size_t n)
+{
+#if defined(__SSE2__)
+    char *d = dst;
+    const char *s = src;
+#if defined(__AVX512F__)
+    for (; n >= 64; n -= 64, d += 64, s += 64)
+        _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
+#endif
+#if defined(__AVX__)
+    for (; n >= 32; n -= 32, d += 32, s += 32)
+        _mm256_stream_si256((__m256i *)(void *)d, _mm256_loadu_si256((const __m256i *)(const void *)s));
+#endif
+    for (; n >= 16; n -= 16, d += 16, s += 16)
+        _mm_stream_si128((__m128i *)(void *)d, _mm_loadu_si128((const __m128i *)(const void *)s));
+#else
+    memcpy(dst, src, n);
+#endif
+}
+
+/* Orders the non-temporal stores before whatever the caller does next
+ * (they are weakly ordered, unlike plain stores). */
+static inline void stream_fence(void)
+{
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
+]]
+end
+
 return M

@@ -90,7 +90,7 @@ static void run_mix_case(attnres_dtype dt, int64_t d, int32_t n, int32_t heads, 
     p.epilogue = epi;
     attnres_plan *plan = plan_builtin(&p);
     REQUIRE(plan);
-    const mix_case_errors e = mix_case_run(&p, T, seed, 1.0, launch_plan, plan, NULL);
+    const mix_case_errors e = mix_case_run(&p, T, seed, 1.0, 0, launch_plan, plan, NULL);
     report("mix out", &p, T, e.out);
     report("mix normed", &p, T, e.normed);
     attnres_plan_destroy(plan);

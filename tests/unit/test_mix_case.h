@@ -68,11 +68,13 @@ typedef struct mix_case_errors {
 /* Runs p (form, epilogue, heads as set; at most 64 sources) on T tokens of
  * random data from seed, with alpha 0.75 and eps 1e-5. The scores spread
  * about as N(0, sharp^2): a sharper softmax passes score errors on to the
- * output. Every output starts as all-ones bytes (NaN in every dtype), so an
- * unwritten element shows. With `kept` (T * d values), the output is also
- * left there, widened to double. */
+ * output. The output rows (out, normed) start out_shift bytes past a
+ * 64-byte boundary (a multiple of the element size). Every output starts
+ * as all-ones bytes (NaN in every dtype), so an unwritten element shows.
+ * With `kept` (T * d values), the output is also left there, widened to
+ * double. */
 static inline mix_case_errors mix_case_run(const attnres_problem *p, int64_t T, uint64_t seed, double sharp,
-                                           mix_case_launch launch, void *ctx, double *kept)
+                                           size_t out_shift, mix_case_launch launch, void *ctx, double *kept)
 {
     mix_case_errors e = {INFINITY, INFINITY};
     const attnres_dtype dt = p->dtype;
@@ -84,7 +86,10 @@ static inline mix_case_errors mix_case_run(const attnres_problem *p, int64_t T, 
     uint64_t s = seed;
     char *src = malloc(es * (size_t)(n * td));
     double *src_x = malloc(sizeof(double) * (size_t)(n * td));
-    char *partial = malloc(es * (size_t)td), *out = malloc(es * (size_t)td), *normed = malloc(es * (size_t)td);
+    const size_t out_bytes = (es * (size_t)td + out_shift + 63) / 64 * 64;
+    char *partial = malloc(es * (size_t)td), *out_base = aligned_alloc(64, out_bytes);
+    char *normed_base = aligned_alloc(64, out_bytes);
+    char *out = out_base ? out_base + out_shift : NULL, *normed = normed_base ? normed_base + out_shift : NULL;
     double *partial_x = malloc(sizeof(double) * (size_t)td), *q_x = malloc(sizeof(double) * (size_t)d);
     double *go_x = malloc(sizeof(double) * (size_t)d);
     double *ref = malloc(sizeof(double) * (size_t)td), *ref_n = malloc(sizeof(double) * (size_t)td);
@@ -128,7 +133,7 @@ static inline mix_case_errors mix_case_run(const attnres_problem *p, int64_t T, 
             }
         }
     }
-    free(src), free(src_x), free(partial), free(out), free(normed), free(partial_x), free(q_x), free(go_x);
+    free(src), free(src_x), free(partial), free(out_base), free(normed_base), free(partial_x), free(q_x), free(go_x);
     free(ref), free(ref_n), free(got), free(q), free(go);
     return e;
 }
