@@ -41,9 +41,10 @@
 --           written: "cached" with plain stores, which first read each
 --           fresh line into the cache (a tenth more traffic for K3's nine
 --           rows read and one written); "stream" with non-temporal stores
---           where the row is aligned to them, which skip that read and
---           leave the rows out of the cache (a reader soon after, at small
---           T, then misses; the tuner times both per T bucket).
+--           where the row is aligned to them (lib/c_storage.lua), which
+--           skip that read and leave the rows out of the cache (a reader
+--           soon after, at small T, then misses; the tuner times both per
+--           T bucket).
 --   threads the most worker threads the launch spreads tokens over.
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
@@ -188,24 +189,10 @@ static void split_query(const float *q, uint16_t *hi, uint16_t *lo, int64_t d)
 ]]
 end
 
--- Stores a pair of vectors at `dst`: with p.store == "stream", through
--- non-temporal stores when the row (`row`, a storage_t pointer) is aligned
--- to them.
-local function store_pair_text(p, dst, lo, hi, indent, row)
-  if p.store ~= "stream" then
-    return string.format("%sstore_pair(%s, %s, %s);\n", indent, dst, lo, hi)
-  end
-  local bytes = 2 * p.vec * storage.size[p.dtype]
-  return gen.subst([[
-${I}if (((uintptr_t)(${ROW}) & ${MASK}) == 0) {
-${I}    storage_t line[2 * ${VEC}] __attribute__((aligned(64)));
-${I}    store_pair(line, ${LO}, ${HI});
-${I}    stream_copy(${DST}, line, sizeof line);
-${I}} else {
-${I}    store_pair(${DST}, ${LO}, ${HI});
-${I}}
-]], { I = indent, DST = dst, LO = lo, HI = hi, VEC = p.vec, ROW = row or "out",
-      MASK = storage.stream_align(bytes) - 1 })
+-- Stores a pair of vectors at `dst`: past the caches for p.store == "stream".
+local function store_pair_text(p, dst, lo, hi, indent)
+  return string.format("%s%s(%s, %s, %s);\n", indent,
+                       p.store == "stream" and "stream_pair" or "store_pair", dst, lo, hi)
 end
 
 -- The sweep, inlined once per group size so that its accumulators become
@@ -389,7 +376,7 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const struct que
       sweep = sweep(p),
       dispatch = dispatch(p),
       dot_helpers = dot_helpers(p),
-      stream = p.store == "stream" and storage.stream_helpers() or "",
+      stream = p.store == "stream" and storage.stream_helpers(p.dtype, p.vec, true) or "",
       G = p.group,
     }),
     name = name,
@@ -433,7 +420,7 @@ ${store_normed}            }
         }
     }
 ${fence}]], { VEC = p.vec,
-         store_normed = store_pair_text(p, "normed + k", "lo", "hi", "                ", "normed"),
+         store_normed = store_pair_text(p, "normed + k", "lo", "hi", "                "),
          fence = p.store == "stream" and "    stream_fence();\n" or "",
          split_decl = p.dot == "bf16"
              and "    uint16_t qhi[d], qlo[d];\n    const struct query_forms q = {qp, qhi, qlo};\n"

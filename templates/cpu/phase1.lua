@@ -302,40 +302,6 @@ local function mix_tiled(p)
                   STORE = p.stream == 1 and "stream_row" or "store_row" })
 end
 
--- stream_row(p, x), for schedule = "tiled" with stream = 1: a non-temporal
--- store of one vector of the storage type, with the x86 intrinsic of its
--- width where the ISA has it, an ordinary store otherwise.
-local function stream_helper(p)
-  local bytes = p.vec * storage.size[p.dtype]
-  local isa = ({ [16] = "__SSE2__", [32] = "__AVX__", [64] = "__AVX512F__" })[bytes]
-  local itype = ({ [16] = "__m128i", [32] = "__m256i", [64] = "__m512i" })[bytes]
-  local call = ({ [16] = "_mm_stream_si128((__m128i *)p, v)", [32] = "_mm256_stream_si256((__m256i *)p, v)",
-                  [64] = "_mm512_stream_si512((void *)p, v)" })[bytes]
-  return gen.subst([[
-#if defined(${ISA})
-#include <immintrin.h>
-
-/* Stores x at p past the caches where p is aligned to the ${BYTES}-byte
- * vector, with an ordinary store otherwise. */
-static inline void stream_row(storage_t *p, vf x)
-{
-    if ((uintptr_t)p % ${BYTES}) {
-        store_row(p, x);
-        return;
-    }
-    storage_t tmp[${VEC}];
-    store_row(tmp, x);
-    ${ITYPE} v;
-    memcpy(&v, tmp, sizeof v);
-    ${CALL};
-}
-#else
-static inline void stream_row(storage_t *p, vf x) { store_row(p, x); }
-#endif
-
-]], { ISA = isa, BYTES = bytes, VEC = p.vec, ITYPE = itype, CALL = call })
-end
-
 function T.emit(p)
   local name = "attnres_" .. T.id(p)
   local sweep = ({ siteouter = mix_siteouter, sourceouter = mix_sourceouter,
@@ -346,7 +312,7 @@ function T.emit(p)
     head_dot = p.scores == "persite" and rowops.head_dot(p) or "",
     tiled = p.scores == "tiled" and tiled_dots(p) or "",
     scores = scores(p),
-    stream = p.stream == 0 and "" or stream_helper(p),
+    stream = p.stream == 0 and "" or storage.stream_helpers(p.dtype, p.vec),
     fence = p.stream == 0 and "" or [[
 
     /* Streaming stores are weakly ordered: make them visible before the

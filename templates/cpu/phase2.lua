@@ -75,22 +75,9 @@ function T.id(p)
   return id
 end
 
--- Stores vector `x` at `dst` in row `row`: with p.store == "stream",
--- through non-temporal stores when the row is aligned to them.
-local function store_row_text(p, dst, x, row, indent)
-  if p.store ~= "stream" then
-    return string.format("%sstore_row(%s, %s);\n", indent, dst, x)
-  end
-  local bytes = p.vec * storage.size[p.dtype]
-  return gen.subst([[
-${I}if (((uintptr_t)(${ROW}) & ${MASK}) == 0) {
-${I}    storage_t line[${VEC}] __attribute__((aligned(64)));
-${I}    store_row(line, ${X});
-${I}    stream_copy(${DST}, line, sizeof line);
-${I}} else {
-${I}    store_row(${DST}, ${X});
-${I}}
-]], { I = indent, DST = dst, X = x, ROW = row, VEC = p.vec, MASK = storage.stream_align(bytes) - 1 })
+-- Stores vector `x` at `dst`: past the caches for p.store == "stream".
+local function store_row_text(p, dst, x, indent)
+  return string.format("%s%s(%s, %s);\n", indent, p.store == "stream" and "stream_row" or "store_row", dst, x)
 end
 
 function T.launch(p)
@@ -110,9 +97,9 @@ function T.emit(p)
     sigmoid = rowops.sigmoid,
     STEP = p.vec * u,
     VEC = p.vec,
-    store_normed = store_row_text(p, "normed + k", "y", "normed", "                "),
+    store_normed = store_row_text(p, "normed + k", "y", "                "),
     fence = p.store == "stream" and "    stream_fence();\n" or "",
-    stream = p.store == "stream" and storage.stream_helpers() or "",
+    stream = p.store == "stream" and storage.stream_helpers(p.dtype, p.vec) or "",
     next_rows = p.prefetch == 0 and "" or [[
         /* The rows the merge pass prefetches: token t + 1's b and f, or,
          * without a fused add (no pass to prefetch o1 in), its o1 row. The
@@ -139,7 +126,7 @@ function T.emit(p)
         "                    const int64_t k = kb + %d;\n" ..
         "                    const vf ov = load_row(o + k);\n" ..
         "                    const vf y = ov + p2 * (load_row(b + k) - ov);\n" ..
-        store_row_text(p, "out + k", "y", "out", "                    ") ..
+        store_row_text(p, "out + k", "y", "                    ") ..
         "                    if (normed) {\n" ..
         "                        sq += y * y;\n" ..
         "                        store_f32(keep + k, y);\n" ..

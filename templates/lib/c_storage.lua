@@ -265,24 +265,39 @@ static void pair_order(const float *x, float *xp, int64_t d)
 ]], v)
 end
 
--- Non-temporal stores of `bytes` bytes (a multiple of 16, at most 128) from
--- a temporary: an output row that nothing reads soon goes to memory through
--- the write-combining buffers, without first being read into the cache
--- (the read-for-ownership that makes a plain store of a fresh line cost a
--- read and a write). `dst` must be aligned to M.stream_align(bytes). Where
--- the ISA has no such store (not x86-64), a plain copy.
-function M.stream_align(bytes)
-  return math.min(bytes, 64)
-end
+-- Non-temporal stores (cpu/phase1.lua, cpu/phase2.lua, cpu/mix_fused.lua):
+-- an output row that nothing reads soon goes to memory through the
+-- write-combining buffers, without first being read into the cache (the
+-- read-for-ownership that makes a plain store of a fresh line cost a read
+-- and a write). stream_row(p, x) stores one vector as store_row does and
+-- stream_pair(p, lo, hi) two as store_pair does, each past the caches where
+-- p is aligned to the bytes it stores (at most 64 per instruction), and
+-- with a plain store otherwise; without x86's non-temporal stores (not
+-- x86-64), plain stores. stream_fence() orders them before what follows:
+-- they are weakly ordered, unlike plain stores. stream_pair comes with
+-- `pairs` (after pair_helpers).
+function M.stream_helpers(dtype, vec, pairs)
+  local pair = pairs and [[
 
-function M.stream_helpers()
-  return [[
+static inline void stream_pair(storage_t *p, vf lo, vf hi)
+{
+    storage_t line[2 * ${VEC}] __attribute__((aligned(64)));
+    if (!streamable(p, sizeof line)) {
+        store_pair(p, lo, hi);
+        return;
+    }
+    store_pair(line, lo, hi);
+    stream_copy(p, line, sizeof line);
+}
+]] or ""
+  return gen.subst([[
+
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
 /* Copies n bytes (a multiple of 16) from src to dst with non-temporal
- * stores of the widest vector that fits: dst aligned to min(n, 64). */
+ * stores of the widest vector that fits; dst aligned to min(n, 64). */
 static inline void stream_copy(void *dst, const void *src, size_t n)
 {
 #if defined(__SSE2__)
@@ -303,15 +318,36 @@ static inline void stream_copy(void *dst, const void *src, size_t n)
 #endif
 }
 
-/* Orders the non-temporal stores before whatever the caller does next
- * (they are weakly ordered, unlike plain stores). */
+/* True when p is aligned for stream_copy of n bytes (and n can be). */
+static inline int streamable(const void *p, size_t n)
+{
+#if defined(__SSE2__)
+    const size_t align = n < 64 ? n : 64;
+    return n % 16 == 0 && (uintptr_t)p % align == 0;
+#else
+    (void)p, (void)n;
+    return 0;
+#endif
+}
+
+static inline void stream_row(storage_t *p, vf x)
+{
+    storage_t line[${VEC}] __attribute__((aligned(64)));
+    if (!streamable(p, sizeof line)) {
+        store_row(p, x);
+        return;
+    }
+    store_row(line, x);
+    stream_copy(p, line, sizeof line);
+}
+${pair}
 static inline void stream_fence(void)
 {
 #if defined(__SSE2__)
     _mm_sfence();
 #endif
 }
-]]
+]], { VEC = vec, pair = gen.subst(pair, { VEC = vec }) })
 end
 
 return M
