@@ -14,11 +14,11 @@ torch is only imported by ``attnres.torch``.
 """
 
 from . import _core
-from ._core import ArgumentError, Db, Device, Error, Plan, device_count, open_db, open_device
+from ._core import ArgumentError, Db, Device, Error, Plan, device_count, miss_file_set, open_db, open_device
 
 __version__ = _core.version()
-__all__ = ["ArgumentError", "Db", "Device", "Error", "Plan", "device_count", "open_db", "open_device",
-           "__version__"]
+__all__ = ["ArgumentError", "Db", "Device", "Error", "Plan", "device_count", "miss_file_set", "open_db",
+           "open_device", "__version__"]
 
 # Storage names of the runtime and the NumPy / torch element types they are.
 _NUMPY_DTYPES = {"f32": "float32", "f16": "float16"}

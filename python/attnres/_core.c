@@ -1815,6 +1815,30 @@ static PyObject *device_count(PyObject *module, PyObject *arg)
     return PyLong_FromLong(n);
 }
 
+/* miss_file_set(path | None): attnres_miss_file_set. A str or os.PathLike
+ * names the file (encoded as the file system encodes names); None or ""
+ * turns recording off. */
+static PyObject *miss_file_set(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    PyObject *bytes = NULL;
+    const char *path = NULL;
+    if (arg != Py_None) {
+        if (!PyUnicode_FSConverter(arg, &bytes))
+            return NULL;
+        path = PyBytes_AsString(bytes); /* the converter refuses embedded NULs */
+        if (!path) {
+            Py_DECREF(bytes);
+            return NULL;
+        }
+    }
+    const int status = attnres_miss_file_set(path);
+    Py_XDECREF(bytes);
+    if (status != ATTNRES_OK)
+        return raise_status(status, "miss_file_set", "the path must be shorter than 4096 bytes");
+    Py_RETURN_NONE;
+}
+
 /* attnres/__init__.py hands over the Python helpers that allocate outputs in
  * the inputs' library and find a library's current CUDA stream. */
 static PyObject *set_helpers(PyObject *module, PyObject *args)
@@ -1837,6 +1861,9 @@ static PyMethodDef module_methods[] = {
     {"open_device", open_device, METH_O, "open_device('cpu' | 'cuda' | 'cuda:N') -> Device"},
     {"open_db", open_db, METH_O, "open_db(path) -> Db, opened read-only"},
     {"device_count", device_count, METH_O, "device_count('cpu' | 'cuda') -> int"},
+    {"miss_file_set", miss_file_set, METH_O,
+     "miss_file_set(path | None): record the problems that plans fall back on in path, for\n"
+     "`attnres tune --from-misses path` (attnres_miss_file_set; None or '' turns it off)."},
     {"_set_helpers", set_helpers, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
