@@ -78,8 +78,10 @@ struct attnres_device {
 };
 
 /* The ceilings of a device (docs/design.md §2): what streaming kernels
- * achieve, each measured as the best of repeated runs. A copy point counts
- * bytes read + written, a read point bytes read. */
+ * achieve, each measured as the median of repeated runs (the statistic
+ * kernel times are quoted in) and as its fastest run (what the out-of-cache
+ * check holds a kernel's median to). A copy point counts bytes read +
+ * written, a read point bytes read. */
 enum { AR_CEILING_COPY = 0, AR_CEILING_READ = 1 };
 enum { AR_CEILING_POINTS = 64 };
 typedef struct ar_ceiling_point {
@@ -87,6 +89,7 @@ typedef struct ar_ceiling_point {
     int kind;           /* AR_CEILING_COPY or AR_CEILING_READ */
     int threads;        /* CPU threads; on CUDA the blocks per SM */
     double gbps;
+    double best_gbps;   /* the fastest run; 0 where only gbps was measured */
 } ar_ceiling_point;
 typedef struct ar_ceilings {
     int n;

@@ -3,7 +3,7 @@
  * docs/design.md §2), on synthetic figures: the time-based blend puts pure
  * reads at the read ceiling and equal reads and writes at the copy ceiling,
  * the out-of-cache check flags a winner above its ceiling beyond the noise
- * and no other, a problem's traffic splits its bytes exactly; and on the CPU
+ * and no other, holding medians to the fastest streaming runs, a problem's traffic splits its bytes exactly; and on the CPU
  * device itself, that every streaming kernel was measured on 1 and on all
  * threads (the figures themselves are timed in bench/ceilings.c, not here).
  */
@@ -89,6 +89,30 @@ static void test_out_of_cache_check(void)
     CHECK(!rooflines_above(1.15, rooflines_noise(100.0, 10.0)));
 }
 
+/* The check holds a kernel's median to the fastest streaming runs, the
+ * table to their medians: a kernel 10% above the median read ceiling (the
+ * ceilings measured in a slow moment) is not flagged while it stays below
+ * the fastest run, and is flagged above it. Without fastest runs (a backend
+ * with two figures only) both are the same ceiling. */
+static void test_check_uses_the_fastest_runs(void)
+{
+    rooflines r = figures(40.0, 30.0);
+    CHECK(near(rooflines_fastest_ceiling(&r, 1.0, 0.0), 30.0));
+    CHECK(near(rooflines_fastest_ceiling(&r, 9.0, 1.0), rooflines_ceiling(&r, 9.0, 1.0)));
+    r.copy_best_gbps = 50.0;
+    r.read_best_gbps = 40.0;
+    CHECK(near(rooflines_ceiling(&r, 1.0, 0.0), 30.0));
+    CHECK(near(rooflines_fastest_ceiling(&r, 1.0, 0.0), 40.0));
+    CHECK(near(rooflines_fastest_ceiling(&r, 1.0, 1.0), 50.0));
+    const double noise = rooflines_noise(100.0, 1.0);
+    CHECK(rooflines_above(33.0 / rooflines_ceiling(&r, 1.0, 0.0), noise));
+    CHECK(!rooflines_above(33.0 / rooflines_fastest_ceiling(&r, 1.0, 0.0), noise));
+    CHECK(rooflines_above(43.0 / rooflines_fastest_ceiling(&r, 1.0, 0.0), noise));
+    /* A fastest figure below the median one (not measured so) is ignored. */
+    r.read_best_gbps = 20.0;
+    CHECK(near(rooflines_fastest_ceiling(&r, 1.0, 0.0), 30.0));
+}
+
 static void test_traffic_splits_the_bytes(void)
 {
     tune_problem tp = {.t = 4096};
@@ -135,16 +159,19 @@ static void test_cpu_device_measures_every_kernel(void)
     for (int i = 0; i < r.ceil.n; i++) {
         const ar_ceiling_point *p = &r.ceil.pt[i];
         CHECK(p->gbps > 0 && p->threads >= 1 && p->threads <= dev->units);
+        CHECK(p->best_gbps >= p->gbps); /* the fastest run is at least the median */
         read1 += p->kind == AR_CEILING_READ && p->threads == 1;
         memcpy1 += strcmp(p->kernel, "memcpy") == 0 && p->threads == 1;
         best_copy += p->kind == AR_CEILING_COPY && p->gbps == r.copy_gbps;
         best_read += p->kind == AR_CEILING_READ && p->gbps == r.read_gbps;
     }
     CHECK(read1 == 2 && memcpy1 == 1 && best_copy >= 1 && best_read >= 1);
+    CHECK(r.copy_best_gbps >= r.copy_gbps && r.read_best_gbps >= r.read_gbps);
     CHECK(r.ceil.fma_gflops > 0 && r.ceil.fma_threads >= 1);
     char json[4096];
     rooflines_json(&r, json, sizeof json);
     CHECK(json[0] == '{' && json[strlen(json) - 1] == '}' && strstr(json, "\"kernel\": \"read-8streams\""));
+    CHECK(strstr(json, "\"read_best_gbps\": ") && strstr(json, "\"best_gbps\": "));
     attnres_device_close(dev);
 }
 
@@ -154,6 +181,7 @@ int main(void)
     RUN_CASE(test_blend_read_below_copy);
     RUN_CASE(test_blend_edges);
     RUN_CASE(test_out_of_cache_check);
+    RUN_CASE(test_check_uses_the_fastest_runs);
     RUN_CASE(test_traffic_splits_the_bytes);
     RUN_CASE(test_cpu_device_measures_every_kernel);
     CHECK_EXIT();

@@ -12,6 +12,8 @@
 typedef struct rooflines {
     double copy_gbps; /* best copy kernel: bytes read + written per second */
     double read_gbps; /* best read-only kernel; NaN where not measured */
+    double copy_best_gbps, read_best_gbps; /* the same over each kernel's
+                         fastest run (0: not measured, use the above) */
     double launch_us; /* an empty launch */
     ar_ceilings ceil; /* every streaming kernel at every thread count (n = 0:
                          the backend has only the two figures above) */
@@ -43,6 +45,13 @@ double rooflines_ceiling(const rooflines *r, double read_bytes, double write_byt
  * relative spread and at least 5%. rooflines_above: 1 when a fraction of
  * the ceiling is above it beyond that noise. */
 int rooflines_out_of_cache(const rooflines *r, double bytes);
+
+/* The ceiling of rooflines_ceiling taken from the streaming kernels'
+ * fastest runs instead of their medians: what the check holds a kernel's
+ * median to. A kernel's median can beat the median ceiling when the
+ * ceilings were measured in a slow moment of a shared host; beating the
+ * fastest streaming run says the ceiling is not one. */
+double rooflines_fastest_ceiling(const rooflines *r, double read_bytes, double write_bytes);
 double rooflines_noise(double median_us, double spread_us);
 int rooflines_above(double fraction, double noise);
 
