@@ -23,11 +23,14 @@
 --           prefetchers; "row" asks for the same rows (and the partial
 --           row) 2048 bytes ahead of the sweep; "token" asks for the rows
 --           of the token after next (and the next partial row) at the
---           sweep's offset, a whole token ahead, into L2. The sweep spends
---           several instructions on each 64-byte line it reads from
---           memory, so the out-of-order window alone keeps too few lines
---           in flight to stream at the rate a read-only loop reaches; a
---           token ahead, the lines have a token's compute time to arrive.
+--           sweep's offset, a whole token ahead, into L2; "both" does what
+--           "token" does and also asks for the next token's rows 1024
+--           bytes ahead of the sweep into L1 (they are in L2 by then). The
+--           sweep spends several instructions on each 64-byte line it
+--           reads from memory, so the out-of-order window alone keeps too
+--           few lines in flight to stream at the rate a read-only loop
+--           reaches; a token ahead, the lines have a token's compute time
+--           to arrive.
 --   dot     how the statistics are summed: "fma" widens each bf16 pair to
 --           fp32 and multiplies-adds (4 vector FMAs per 64-byte line);
 --           "bf16" (bf16 rows, 16 lanes) uses AVX512-BF16's pair dot
@@ -62,7 +65,7 @@ local T = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
     { name = "vec", values = { 8, 16 } },
     { name = "group", values = { 4, 8 } },
-    { name = "prefetch", values = { "none", "row", "token" } },
+    { name = "prefetch", values = { "none", "row", "token", "both" } },
     { name = "dot", values = { "fma", "bf16" } },
     { name = "store", values = { "cached", "stream" } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
@@ -82,7 +85,7 @@ local T = {
   },
 }
 
-local prefetch_letter = { none = "n", row = "r", token = "t" }
+local prefetch_letter = { none = "n", row = "r", token = "t", both = "b" }
 
 function T.id(p)
   return string.format("mix_c_%s_fused_v%d_g%d_p%s_d%s_s%s_t%d", p.dtype, p.vec, p.group,
@@ -111,16 +114,19 @@ function T.applies(p, problem, device)
 end
 
 -- Prefetches of every line of a sweep step: for "row", 2048 bytes ahead of
--- `ptr`; for "token", at `ptr` plus `next` elements (the next token's row),
--- when `next` is given (`cond` is true). "" when nothing is prefetched.
-local function prefetch(p, ptr, next, cond, indent)
+-- `ptr`; for "token" and "both", at `ptr` plus `next` elements (the next
+-- token's row) into L2, when `next` is given (`cond` is true), and for
+-- "both" also 1024 bytes ahead of `ptr` into L1 where `l1` is set. ""
+-- when nothing is prefetched.
+local function prefetch(p, ptr, next, cond, indent, l1)
   local step = 2 * p.vec * storage.size[p.dtype]
   if p.prefetch == "row" then
     return prefetch_lib.lines(ptr, step, 2048, indent)
-  elseif p.prefetch == "token" then
+  elseif p.prefetch == "token" or p.prefetch == "both" then
+    local near = (p.prefetch == "both" and l1) and prefetch_lib.lines(ptr, step, 1024, indent) or ""
     return indent .. "if (" .. cond .. ") {\n" ..
         prefetch_lib.lines(ptr .. " + " .. next, step, 0, indent .. "    ", false, 2) ..
-        indent .. "}\n"
+        indent .. "}\n" .. near
   end
   return ""
 end
@@ -271,7 +277,7 @@ ${prefetch_rows}${stats}            }
 ]], { G = p.group, VEC = p.vec,
         prefetch_partial = prefetch(p, "partial + k", "partial_next", "partial_next",
                                     "                    "),
-        prefetch_rows = prefetch(p, "rows[j] + k", "next[j]", "next", "                "),
+        prefetch_rows = prefetch(p, "rows[j] + k", "next[j]", "next", "                ", true),
         stats = stats_step(p, "rows[j] + k", "ss[j]", "dp[j]", "                "),
         store_out = store_pair_text(p, "out + k", "lo", "hi", "                "),
         load_query = gen.subst(qsplit and [[
