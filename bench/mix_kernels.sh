@@ -4,8 +4,10 @@
 #   - from memory: K3 shape (d = 7168, N = 9, T = 4096) on 1 and 2 threads;
 #   - from L2: d = 2048, N = 9, T = 32, one thread, 200 launches in a row;
 # for the read-only kernel, the pipelined schedule of cpu/mix.lua and the
-# fused template without and with software prefetch. Needs an x86-64 CPU
-# with AVX-512 and a built attnres.
+# fused template: without prefetch, with each prefetch form, with the bf16
+# dot products and with non-temporal stores. Needs an x86-64 CPU with
+# AVX-512 (the bf16 dot variants build their FMA form without AVX512-BF16)
+# and a built attnres.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
@@ -16,8 +18,9 @@ cc=${CC:-cc}
 
 "$cc" -O3 -march=native -pthread "$root/bench/mix_kernel.c" -o "$work/read_only"
 bins=("$work/read_only")
-for id in mix_c_bf16_pipelined_v16_u1_t2 mix_c_bf16_fused_v16_g8_pn_dfma_t2 mix_c_bf16_fused_v16_g8_pr_dfma_t2 \
-  mix_c_bf16_fused_v16_g8_pt_dfma_t2 mix_c_bf16_fused_v16_g8_pn_dbf16_t2 mix_c_bf16_fused_v16_g8_pt_dbf16_t2; do
+for id in mix_c_bf16_pipelined_v16_u1_t2 mix_c_bf16_fused_v16_g8_pn_dfma_sc_t2 mix_c_bf16_fused_v16_g8_pr_dfma_sc_t2 \
+  mix_c_bf16_fused_v16_g8_pt_dfma_sc_t2 mix_c_bf16_fused_v16_g8_pt_dbf16_sc_t2 mix_c_bf16_fused_v16_g8_pt_dbf16_ss_t2 \
+  mix_c_bf16_fused_v16_g8_pb_dbf16_ss_t2; do
   "$build/bin/attnres" gen "$id" >"$work/$id.c"
   "$cc" -O3 -march=native -pthread -DKERNEL_SOURCE="\"$work/$id.c\"" -DKERNEL="attnres_$id" \
     "$root/bench/mix_kernel.c" -o "$work/$id" -lm
