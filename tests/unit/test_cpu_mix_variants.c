@@ -19,7 +19,6 @@
  * half, an error of 2^-9 in the scores, changes about a quarter of them.
  */
 #define _GNU_SOURCE /* setenv, mkdtemp */
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,32 +171,13 @@ static void test_every_fused_variant_matches_reference(void)
     argen_close(g);
 }
 
-static char tmpdir[512];
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
 int main(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/attnres-test-mixvar-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    char dir[512];
+    if (scratch_cpu_open("mixvar", dir, sizeof dir, &cpu) != 0)
         return 1;
-    }
-    char cache[600];
-    snprintf(cache, sizeof cache, "%s/cache", tmpdir);
-    setenv("ATTNRES_CACHE_DIR", cache, 1);
-    char msg[512];
-    if (attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
-        fprintf(stderr, "cannot open the CPU device: %s\n", msg);
-        return 1;
-    }
     RUN_CASE(test_every_fused_variant_matches_reference);
     attnres_device_close(cpu);
-    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    scratch_remove(dir);
     CHECK_EXIT();
 }

@@ -12,7 +12,6 @@
  * by phase2 with b equals the mix over the n + 1 sources with b last.
  */
 #define _GNU_SOURCE /* nftw, setenv */
-#include <ftw.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -875,30 +874,10 @@ static void test_nan_in_one_token_stays_in_that_token(void)
     attnres_plan_destroy(plan2);
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 int main(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/attnres-test-phase-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (scratch_cpu_open("phase", tmpdir, sizeof tmpdir, &cpu) != 0)
         return 1;
-    }
-    char cache[600];
-    snprintf(cache, sizeof cache, "%s/cache", tmpdir);
-    setenv("ATTNRES_CACHE_DIR", cache, 1);
-    char msg[512];
-    if (attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
-        fprintf(stderr, "cannot open the CPU device: %s\n", msg);
-        return 1;
-    }
     RUN_CASE(test_reference_phase1_then_phase2_equals_mix_over_n_plus_one);
     RUN_CASE(test_problem_check_for_phase_ops);
     RUN_CASE(test_phase_runs_refuse_bad_arguments);
@@ -912,6 +891,6 @@ int main(void)
     RUN_CASE(test_phase1_template_variants_match_reference);
     RUN_CASE(test_phase2_template_variants_match_reference);
     attnres_device_close(cpu);
-    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    scratch_remove(tmpdir);
     CHECK_EXIT();
 }
