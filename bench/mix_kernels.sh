@@ -18,7 +18,7 @@ cc=${CC:-cc}
 
 "$cc" -O3 -march=native -pthread "$root/bench/mix_kernel.c" -o "$work/read_only"
 bins=("$work/read_only")
-for id in mix_c_bf16_pipelined_v16_u1_t2 mix_c_bf16_fused_v16_g8_pn_dfma_sc_t2 mix_c_bf16_fused_v16_g8_pr_dfma_sc_t2 \
+for id in mix_c_bf16_pipelined_v16_u1_t2 mix_c_bf16_fused_v16_g8_pn_dfma_sc_t2 \
   mix_c_bf16_fused_v16_g8_pt_dfma_sc_t2 mix_c_bf16_fused_v16_g8_pt_dbf16_sc_t2 mix_c_bf16_fused_v16_g8_pt_dbf16_ss_t2 \
   mix_c_bf16_fused_v16_g8_pb_dbf16_ss_t2; do
   "$build/bin/attnres" gen "$id" >"$work/$id.c"

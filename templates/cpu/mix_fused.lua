@@ -20,17 +20,19 @@
 --           sources than that take further sweeps over the extra rows.
 --   prefetch  what software prefetches ask for while a sweep streams the
 --           next token's rows: "none" leaves it to the hardware
---           prefetchers; "row" asks for the same rows (and the partial
---           row) 2048 bytes ahead of the sweep; "token" asks for the rows
---           of the token after next (and the next partial row) at the
---           sweep's offset, a whole token ahead, into L2; "both" does what
---           "token" does and also asks for the next token's rows 1024
---           bytes ahead of the sweep into L1 (they are in L2 by then). The
---           sweep spends several instructions on each 64-byte line it
---           reads from memory, so the out-of-order window alone keeps too
---           few lines in flight to stream at the rate a read-only loop
---           reaches; a token ahead, the lines have a token's compute time
---           to arrive.
+--           prefetchers; "token" asks for the rows of the token after next
+--           (and the next partial row) at the sweep's offset, a whole token
+--           ahead, into L2; "both" does what "token" does and also asks for
+--           the next token's rows 1024 bytes ahead of the sweep into L1
+--           (they are in L2 by then). The sweep spends several
+--           instructions on each 64-byte line it reads from memory, so the
+--           out-of-order window alone keeps too few lines in flight to
+--           stream at the rate a read-only loop reaches; a token ahead, the
+--           lines have a token's compute time to arrive. (A form that only
+--           prefetched 2048 bytes ahead in the row, which matched reading
+--           alone on an Intel guest, lost to "none" on the Zen 4 guest and
+--           was never a winner in three full tunes there; "both" does its
+--           part closer, bench/results/cpu-tune-2026-12-01.md.)
 --   dot     how the statistics are summed: "fma" widens each bf16 pair to
 --           fp32 and multiplies-adds (4 vector FMAs per 64-byte line);
 --           "bf16" (bf16 rows, 16 lanes) uses AVX512-BF16's pair dot
@@ -65,7 +67,7 @@ local T = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
     { name = "vec", values = { 8, 16 } },
     { name = "group", values = { 4, 8 } },
-    { name = "prefetch", values = { "none", "row", "token", "both" } },
+    { name = "prefetch", values = { "none", "token", "both" } },
     { name = "dot", values = { "fma", "bf16" } },
     { name = "store", values = { "cached", "stream" } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
@@ -75,8 +77,12 @@ local T = {
   -- head widths that are not a multiple of the step take cpu/mix.lua's
   -- scalar generic kernel. No software prefetch: with the N sources back to
   -- back in one bank (rows 64 KiB-multiples apart, the same L1 sets), the
-  -- prefetching form ran K3's T = 64 at 2.5-3.8x the plain one's time
-  -- (bench/results/fallback-2026-12-01.md).
+  -- form that prefetched 2048 bytes ahead in the row ran K3's T = 64 at
+  -- 2.5-3.8x the plain one's time (bench/results/fallback-2026-12-01.md).
+  -- FMA statistics and plain stores: every CPU of the level has them, and
+  -- small T, where a fallback is most likely met, does not gain from the
+  -- others (bench/results/cpu-tune-2026-12-01.md: within 2x of every
+  -- tuned winner).
   builtin = {
     avx512 = { vec = 16, group = 8, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
     avx2 = { vec = 8, group = 8, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
@@ -85,7 +91,7 @@ local T = {
   },
 }
 
-local prefetch_letter = { none = "n", row = "r", token = "t", both = "b" }
+local prefetch_letter = { none = "n", token = "t", both = "b" }
 
 function T.id(p)
   return string.format("mix_c_%s_fused_v%d_g%d_p%s_d%s_s%s_t%d", p.dtype, p.vec, p.group,
@@ -113,16 +119,13 @@ function T.applies(p, problem, device)
   return space.applies(T, p, problem, device)
 end
 
--- Prefetches of every line of a sweep step: for "row", 2048 bytes ahead of
--- `ptr`; for "token" and "both", at `ptr` plus `next` elements (the next
--- token's row) into L2, when `next` is given (`cond` is true), and for
--- "both" also 1024 bytes ahead of `ptr` into L1 where `l1` is set. ""
--- when nothing is prefetched.
+-- Prefetches of every line of a sweep step: for "token" and "both", at
+-- `ptr` plus `next` elements (the next token's row) into L2, when `next` is
+-- given (`cond` is true), and for "both" also 1024 bytes ahead of `ptr`
+-- into L1 where `l1` is set. "" when nothing is prefetched.
 local function prefetch(p, ptr, next, cond, indent, l1)
   local step = 2 * p.vec * storage.size[p.dtype]
-  if p.prefetch == "row" then
-    return prefetch_lib.lines(ptr, step, 2048, indent)
-  elseif p.prefetch == "token" or p.prefetch == "both" then
+  if p.prefetch == "token" or p.prefetch == "both" then
     local near = (p.prefetch == "both" and l1) and prefetch_lib.lines(ptr, step, 1024, indent) or ""
     return indent .. "if (" .. cond .. ") {\n" ..
         prefetch_lib.lines(ptr .. " + " .. next, step, 0, indent .. "    ", false, 2) ..
@@ -219,7 +222,7 @@ static inline __attribute__((always_inline)) void sweep(
 {
     const int64_t d = a->d, hd = d / a->heads;
     const int n = a->n, heads = a->heads;
-    (void)partial_next; /* read by the "token" prefetches only */
+    (void)partial_next; /* read by the token-ahead prefetches only */
     (void)next;
     vf ss[${G}], dp[${G}];
 #pragma GCC unroll ${G}
