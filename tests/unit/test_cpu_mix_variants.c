@@ -147,7 +147,8 @@ static void test_every_fused_variant_matches_reference(void)
                 }
             }
             const uint64_t seed = 7000 + 31 * i + si;
-            const mix_case_errors e = mix_case_run(&p, sh->T, seed, sh->sharp, sh->out_shift, launch_kernel, &k, NULL);
+            const mix_case_errors e =
+                mix_case_run(&p, sh->T, seed, sh->sharp, sh->out_shift, launch_kernel, &k, NULL);
             cases++;
             const double tol = case_tolerance(dt);
             CHECK(e.out <= tol && e.normed <= tol);
@@ -164,8 +165,10 @@ static void test_every_fused_variant_matches_reference(void)
             cpu->ops->unload(cpu, &twin);
     }
     /* 12 f32, 12 f16 and 18 bf16 variants at two threads with plain
-     * stores, and 2 + 2 + 3 with non-temporal ones. */
-    CHECK(tried == 49);
+     * stores, and 2 + 2 + 3 with non-temporal ones; without AVX-512 the 7
+     * with the bf16 dot products do not apply. */
+    const int want = strcmp(cpu->arch, "x86_64-avx512") == 0 ? 49 : 42;
+    CHECK(tried == want);
     printf("     cpu/mix_fused: %d variant(s) compiled, %d case(s) checked\n", tried, cases);
     argen_variants_free(v, nv);
     argen_close(g);
