@@ -224,7 +224,7 @@ ${softmax}
 ]], {
       helpers = storage.helpers(p.dtype, p.vec),
       row_stats = rowops.row_stats(p),
-      softmax = rowops.depth_softmax,
+      softmax = rowops.depth_softmax(p.vec),
     }),
     name = name,
     threads = p.threads,

@@ -381,7 +381,7 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const struct que
 ]], {
       helpers = storage.helpers(p.dtype, p.vec),
       pairs = storage.pair_helpers(p.dtype, p.vec),
-      softmax = rowops.depth_softmax,
+      softmax = rowops.depth_softmax(p.vec),
       sweep = sweep(p),
       dispatch = dispatch(p),
       dot_helpers = dot_helpers(p),
