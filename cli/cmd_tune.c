@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ceiling_check.h"
 #include "cli.h"
 #include "revalidate.h"
 #include "tune_session.h"
@@ -134,44 +135,29 @@ static int parse(int argc, char **argv, tune_opts *o)
 
 /* ---- the command ------------------------------------------------------ */
 
-/* The out-of-cache check of the ceilings (rooflines_out_of_cache): a
- * winner above the fastest streaming run that matches its traffic
- * (rooflines_fastest_ceiling) by more than the noise says that the ceiling
- * is not a ceiling. Counts the winners checked and those above, the
- * highest fraction of the ceiling and of the fastest run, and writes a
- * warning line for each one above into report. */
-static void ceiling_check(const tuner *t, const winner_row *rows, size_t n, int *checked, int *over,
-                          double *max_fraction, double *max_fastest, char *report, size_t size)
+/* The out-of-cache check (ceiling_check.h) over the winners found, with
+ * a warning line for each one above its ceiling into report. */
+static void check_winners(const tuner *t, const winner_row *rows, size_t n, ceiling_check *c, char *report,
+                          size_t size)
 {
     size_t len = 0;
-    *checked = *over = 0;
-    *max_fraction = *max_fastest = 0;
+    *c = (ceiling_check){0};
     report[0] = 0;
     for (size_t i = 0; i < n; i++) {
         const winner_row *w = &rows[i];
-        if (!w->found || !(w->roofline > 0) || !rooflines_out_of_cache(&t->roof, w->read_bytes + w->write_bytes))
-            continue;
-        ++*checked;
-        const double limit = rooflines_fastest_ceiling(&t->roof, w->read_bytes, w->write_bytes);
-        const double fastest = limit > 0 ? w->gbps / limit : 0;
-        if (w->roofline > *max_fraction)
-            *max_fraction = w->roofline;
-        if (fastest > *max_fastest)
-            *max_fastest = fastest;
-        double noise = rooflines_noise(w->median_us, w->spread_us);
-        if (rooflines_above(fastest, noise) && len < size) {
-            ++*over;
-            int k = snprintf(report + len, size - len,
-                             "warning: %s ran at %.0f%% of the fastest streaming run out of cache (noise %.0f%%): "
-                             "the ceiling is not a ceiling on this device\n",
-                             w->problem, 100.0 * fastest, 100.0 * noise);
+        char warning[512];
+        if (w->found && ceiling_check_winner(&t->roof, c, w->problem, w->gbps, w->read_bytes, w->write_bytes,
+                                             w->median_us, w->spread_us, warning, sizeof warning)) {
+            int k = snprintf(report + len, size - len, "%s\n", warning);
             if (k > 0)
                 len = len + (size_t)k < size ? len + (size_t)k : size - 1;
         }
     }
 }
 
-static void print_table(const tuner *t, const winner_row *rows, size_t n)
+/* The winners table, then the check's warnings (report) and summary. */
+static void print_table(const tuner *t, const winner_row *rows, size_t n, const ceiling_check *c,
+                        const char *report)
 {
     char roof[200];
     rooflines_format(&t->roof, roof, sizeof roof);
@@ -201,31 +187,17 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n)
         printf("%-44s %-34s %12.2f %9.2f %8.1f%% %7s %7s %7s\n", rows[i].problem, rows[i].variant,
                rows[i].median_us, rows[i].gbps, 100.0 * rows[i].roofline, copy, read, fma);
     }
-    int checked, over;
-    double max_fraction, max_fastest;
-    char report[4096];
-    ceiling_check(t, rows, n, &checked, &over, &max_fraction, &max_fastest, report, sizeof report);
-    printf("\n%s", report);
-    if (checked)
-        printf("ceiling check: %d out-of-cache winner(s), %d above the fastest streaming run beyond the noise; "
-               "highest %.0f%% of the ceiling, %.0f%% of the fastest run\n",
-               checked, over, 100.0 * max_fraction, 100.0 * max_fastest);
-    else
-        printf("ceiling check: no out-of-cache winner\n");
+    char summary[256];
+    ceiling_check_summary(c, summary, sizeof summary);
+    printf("\n%s%s\n", report, summary);
 }
 
 /* Records the ceilings with the run, and the check's outcome once the
- * winners are known (checked < 0: not yet). */
-static void record_ceilings(tuner *t, int checked, int over, double max_fraction, double max_fastest)
+ * winners are known (c NULL: not yet). */
+static void record_ceilings(tuner *t, const ceiling_check *c)
 {
     char json[4096 + 160];
-    rooflines_json(&t->roof, json, sizeof json - 160);
-    size_t len = strlen(json);
-    if (checked >= 0 && len > 0 && json[len - 1] == '}')
-        snprintf(json + len - 1, sizeof json - len + 1,
-                 ", \"check\": {\"out_of_cache\": %d, \"over\": %d, \"max_fraction\": %.4f, "
-                 "\"max_fraction_of_fastest\": %.4f}}",
-                 checked, over, max_fraction, max_fastest);
+    ceiling_check_json(&t->roof, c, json, sizeof json);
     if (ardb_run_set_ceilings(t->db, t->run_id, json) != ARDB_DONE)
         cli_error("tune", "recording the ceilings: %s", ardb_errmsg(t->db));
 }
@@ -334,20 +306,19 @@ int cmd_tune(int argc, char **argv)
     log_line(&t, "device %s: %s, %s", spec, t.dev->name, roof);
     if (begin_run(&t, argc, argv))
         goto done;
-    record_ceilings(&t, -1, 0, 0, 0);
+    record_ceilings(&t, NULL);
     rows = calloc(set.count, sizeof *rows);
     if (!rows)
         goto done;
     int ok = 1;
     for (size_t i = 0; i < set.count && ok; i++)
         ok = tune_problem_one(&t, &set.items[i], i, set.count, &rows[i]) == 0;
-    int checked, over;
-    double max_fraction, max_fastest;
+    ceiling_check check;
     char report[4096];
-    ceiling_check(&t, rows, set.count, &checked, &over, &max_fraction, &max_fastest, report, sizeof report);
-    record_ceilings(&t, checked, over, max_fraction, max_fastest);
+    check_winners(&t, rows, set.count, &check, report, sizeof report);
+    record_ceilings(&t, &check);
     ardb_run_finish(t.db, t.run_id, ok ? "complete" : "failed");
-    print_table(&t, rows, set.count);
+    print_table(&t, rows, set.count, &check, report);
     printf("\nrun %" PRId64 ": %zu measured, %zu reused, %zu not ok, %.1f s; database %s\n", t.run_id, t.measured,
            t.reused, t.failed, now_s() - start, t.opt.db);
     exit_code = ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;

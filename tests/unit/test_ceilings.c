@@ -3,14 +3,18 @@
  * docs/design.md §2), on synthetic figures: the time-based blend puts pure
  * reads at the read ceiling and equal reads and writes at the copy ceiling,
  * the out-of-cache check flags a winner above its ceiling beyond the noise
- * and no other, holding medians to the fastest streaming runs, a problem's traffic splits its bytes exactly; and on the CPU
- * device itself, that every streaming kernel was measured on 1 and on all
- * threads (the figures themselves are timed in bench/ceilings.c, not here).
+ * and no other, holding medians to the fastest streaming runs, and tallies
+ * and records what it found (tuner/src/ceiling_check.c); a problem's traffic
+ * splits its bytes exactly; and on the CPU device itself, that every
+ * streaming kernel was measured on 1 and on all threads (the figures
+ * themselves are timed in bench/ceilings.c, not here).
  */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "attnres.h"
+#include "ceiling_check.h"
 #include "check.h"
 #include "problems.h"
 #include "rooflines.h"
@@ -175,6 +179,35 @@ static void test_cpu_device_measures_every_kernel(void)
     attnres_device_close(dev);
 }
 
+/* The check's tally as tune and revalidate print and record it: winners in
+ * cache and unverified ones (0 GB/s) are not counted, one above the fastest
+ * run is, with a warning that names it, and the record carries the counts. */
+static void test_check_tally_and_record(void)
+{
+    rooflines r = figures(40.0, 30.0);
+    r.read_best_gbps = 32.0;
+    r.ceil.cache_bytes = 1e6; /* out of cache from 4 MB */
+    ceiling_check c = {0};
+    char warning[512], line[256], json[4096 + 160];
+    ceiling_check_summary(&c, line, sizeof line);
+    CHECK(strcmp(line, "ceiling check: no out-of-cache winner") == 0);
+    CHECK(!ceiling_check_winner(&r, &c, "in cache", 60.0, 1e6, 0, 100.0, 1.0, warning, sizeof warning));
+    CHECK(!ceiling_check_winner(&r, &c, "unverified", 0.0, 1e8, 0, 100.0, 1.0, warning, sizeof warning));
+    CHECK(c.checked == 0 && warning[0] == 0);
+    CHECK(!ceiling_check_winner(&r, &c, "below", 27.0, 1e8, 0, 100.0, 1.0, warning, sizeof warning));
+    CHECK(!ceiling_check_winner(&r, &c, "within the noise", 33.0, 1e8, 0, 100.0, 1.0, warning, sizeof warning));
+    CHECK(ceiling_check_winner(&r, &c, "mix K3", 36.0, 1e8, 0, 100.0, 1.0, warning, sizeof warning));
+    CHECK(strstr(warning, "mix K3 ran at 112% of the fastest streaming run") != NULL);
+    CHECK(c.checked == 3 && c.over == 1 && near(c.max_fraction, 36.0 / 30.0) && near(c.max_fastest, 36.0 / 32.0));
+    ceiling_check_summary(&c, line, sizeof line);
+    CHECK(strstr(line, "3 out-of-cache winner(s), 1 above") && strstr(line, "highest 120% of the ceiling, 112%"));
+    ceiling_check_json(&r, &c, json, sizeof json);
+    CHECK(strstr(json, "\"check\": {\"out_of_cache\": 3, \"over\": 1, \"max_fraction\": 1.2000, "
+                       "\"max_fraction_of_fastest\": 1.1250}}") != NULL);
+    ceiling_check_json(&r, NULL, json, sizeof json);
+    CHECK(json[strlen(json) - 1] == '}' && !strstr(json, "\"check\""));
+}
+
 int main(void)
 {
     RUN_CASE(test_blend_read_above_copy);
@@ -182,6 +215,7 @@ int main(void)
     RUN_CASE(test_blend_edges);
     RUN_CASE(test_out_of_cache_check);
     RUN_CASE(test_check_uses_the_fastest_runs);
+    RUN_CASE(test_check_tally_and_record);
     RUN_CASE(test_traffic_splits_the_bytes);
     RUN_CASE(test_cpu_device_measures_every_kernel);
     CHECK_EXIT();

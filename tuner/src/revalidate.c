@@ -20,6 +20,7 @@
 
 #include "ardb.h"
 #include "ardb_tools.h"
+#include "ceiling_check.h"
 #include "tuner_base.h"
 #include "attnres-impl.h"
 #include "measure.h"
@@ -40,9 +41,8 @@ typedef struct outcome {
     ardb_status status;
     double median_us;
     int measured; /* a measurement was recorded */
-    double fraction, noise; /* of the matching ceiling; the check's noise */
-    double fastest;         /* of the matching fastest streaming run */
-    int out_of_cache;
+    double fraction;        /* of the matching ceiling */
+    double gbps, read_bytes, write_bytes, spread_us; /* for the ceiling check */
     char message[512];
 } outcome;
 
@@ -83,8 +83,8 @@ static int begin_run(revalidation *r, const char *spec, const char *db_path, con
         cli_error("tune", "recording the run: %s", ardb_errmsg(r->db));
         return -1;
     }
-    char ceilings[4096];
-    rooflines_json(&r->roof, ceilings, sizeof ceilings);
+    char ceilings[4096 + 160];
+    ceiling_check_json(&r->roof, NULL, ceilings, sizeof ceilings);
     if (ardb_run_set_ceilings(r->db, r->run_id, ceilings) != ARDB_DONE)
         cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
     /* Which runs' winners this run re-measured, as its note. */
@@ -165,10 +165,10 @@ static void record(revalidation *r, const ardb_stored_winner *w, const char *bui
     o->status = status;
     o->median_us = m.median_us;
     o->fraction = m.roofline;
-    const double fastest = rooflines_fastest_ceiling(&r->roof, rd, wr);
-    o->fastest = fastest > 0 ? gbps / fastest : 0;
-    o->noise = rooflines_noise(m.median_us, m.spread_us);
-    o->out_of_cache = status == ARDB_STATUS_OK && rooflines_out_of_cache(&r->roof, rd + wr);
+    o->gbps = status == ARDB_STATUS_OK ? gbps : 0; /* only verified timings are checked */
+    o->read_bytes = rd;
+    o->write_bytes = wr;
+    o->spread_us = m.spread_us;
     snprintf(o->message, sizeof o->message, "%s", message ? message : "");
     if (ardb_measurement_add(r->db, &m, &mid) != ARDB_DONE) {
         cli_error("tune", "recording a measurement: %s", ardb_errmsg(r->db));
@@ -281,42 +281,22 @@ static void print_table(const revalidation *r, const ardb_stored_winner *w, cons
     }
 }
 
-/* The out-of-cache check of tune's winners table (docs/design.md §2), over
- * the re-measured winners: a warning for each one above the fastest
- * streaming run that matches its traffic beyond its noise, a summary line,
- * and the outcome recorded with the run. */
+/* The out-of-cache check of tune's winners table (ceiling_check.h), over
+ * the re-measured winners: a warning for each one above its ceiling, the
+ * summary line, and the outcome recorded with the run. */
 static void check_ceilings(revalidation *r, const ardb_stored_winner *w, const outcome *o, size_t n)
 {
-    int checked = 0, over = 0;
-    double highest = 0, highest_fastest = 0;
+    ceiling_check c = {0};
+    char line[512];
     printf("\n");
-    for (size_t i = 0; i < n; i++) {
-        if (!o[i].out_of_cache || !(o[i].fraction > 0))
-            continue;
-        checked++;
-        highest = o[i].fraction > highest ? o[i].fraction : highest;
-        highest_fastest = o[i].fastest > highest_fastest ? o[i].fastest : highest_fastest;
-        if (rooflines_above(o[i].fastest, o[i].noise)) {
-            over++;
-            printf("warning: %s ran at %.0f%% of the fastest streaming run out of cache (noise %.0f%%): "
-                   "the ceiling is not a ceiling on this device\n",
-                   w[i].problem_key, 100.0 * o[i].fastest, 100.0 * o[i].noise);
-        }
-    }
-    if (checked)
-        printf("ceiling check: %d out-of-cache winner(s), %d above the fastest streaming run beyond the noise; "
-               "highest %.0f%% of the ceiling, %.0f%% of the fastest run\n",
-               checked, over, 100.0 * highest, 100.0 * highest_fastest);
-    else
-        printf("ceiling check: no out-of-cache winner\n");
+    for (size_t i = 0; i < n; i++)
+        if (ceiling_check_winner(&r->roof, &c, w[i].problem_key, o[i].gbps, o[i].read_bytes, o[i].write_bytes,
+                                 o[i].median_us, o[i].spread_us, line, sizeof line))
+            printf("%s\n", line);
+    ceiling_check_summary(&c, line, sizeof line);
+    printf("%s\n", line);
     char json[4096 + 160];
-    rooflines_json(&r->roof, json, sizeof json - 160);
-    size_t len = strlen(json);
-    if (len > 0 && json[len - 1] == '}')
-        snprintf(json + len - 1, sizeof json - len + 1,
-                 ", \"check\": {\"out_of_cache\": %d, \"over\": %d, \"max_fraction\": %.4f, "
-                 "\"max_fraction_of_fastest\": %.4f}}",
-                 checked, over, highest, highest_fastest);
+    ceiling_check_json(&r->roof, &c, json, sizeof json);
     if (ardb_run_set_ceilings(r->db, r->run_id, json) != ARDB_DONE)
         cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
 }

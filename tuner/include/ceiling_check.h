@@ -1,0 +1,35 @@
+/*
+ * ceiling_check.h - the out-of-cache check of a run's winners against the
+ * ceilings (docs/design.md §2), shared by `attnres tune` and
+ * `attnres tune --revalidate`: the same warnings, summary line and record.
+ */
+#ifndef ATTNRES_CEILING_CHECK_H
+#define ATTNRES_CEILING_CHECK_H
+
+#include <stddef.h>
+
+#include "rooflines.h"
+
+typedef struct ceiling_check {
+    int checked;         /* winners out of cache */
+    int over;            /* those above the fastest streaming run beyond the noise */
+    double max_fraction; /* the highest fraction of the matching (median) ceiling */
+    double max_fastest;  /* the highest fraction of the matching fastest runs */
+} ceiling_check;
+
+/* Counts one verified winner that moved read_bytes + write_bytes at gbps,
+ * its timing's median and spread giving the noise; a winner in cache is not
+ * counted. Returns 1 when it is above the fastest streaming run that matches
+ * its traffic beyond the noise, with the warning line (no newline) in
+ * `warning`; 0 otherwise, `warning` then empty. */
+int ceiling_check_winner(const rooflines *r, ceiling_check *c, const char *problem, double gbps, double read_bytes,
+                         double write_bytes, double median_us, double spread_us, char *warning, size_t size);
+
+/* "ceiling check: 5 out-of-cache winner(s), 0 above ...", no newline. */
+void ceiling_check_summary(const ceiling_check *c, char *buf, size_t size);
+
+/* rooflines_json with the check's outcome added as "check" (c NULL: the
+ * ceilings alone, before the winners are known). */
+void ceiling_check_json(const rooflines *r, const ceiling_check *c, char *buf, size_t size);
+
+#endif
