@@ -385,7 +385,7 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const struct que
       sweep = sweep(p),
       dispatch = dispatch(p),
       dot_helpers = dot_helpers(p),
-      stream = p.store == "stream" and storage.stream_helpers(p.dtype, p.vec, true) or "",
+      stream = p.store == "stream" and storage.stream_helpers(p.vec, true) or "",
       G = p.group,
     }),
     name = name,

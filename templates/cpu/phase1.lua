@@ -312,7 +312,7 @@ function T.emit(p)
     head_dot = p.scores == "persite" and rowops.head_dot(p) or "",
     tiled = p.scores == "tiled" and tiled_dots(p) or "",
     scores = scores(p),
-    stream = p.stream == 0 and "" or storage.stream_helpers(p.dtype, p.vec),
+    stream = p.stream == 0 and "" or storage.stream_helpers(p.vec),
     fence = p.stream == 0 and "" or [[
 
     /* Streaming stores are weakly ordered: make them visible before the

@@ -99,7 +99,7 @@ function T.emit(p)
     VEC = p.vec,
     store_normed = store_row_text(p, "normed + k", "y", "                "),
     fence = p.store == "stream" and "    stream_fence();\n" or "",
-    stream = p.store == "stream" and storage.stream_helpers(p.dtype, p.vec) or "",
+    stream = p.store == "stream" and storage.stream_helpers(p.vec) or "",
     next_rows = p.prefetch == 0 and "" or [[
         /* The rows the merge pass prefetches: token t + 1's b and f, or,
          * without a fused add (no pass to prefetch o1 in), its o1 row. The

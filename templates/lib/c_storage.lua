@@ -276,7 +276,7 @@ end
 -- x86-64), plain stores. stream_fence() orders them before what follows:
 -- they are weakly ordered, unlike plain stores. stream_pair comes with
 -- `pairs` (after pair_helpers).
-function M.stream_helpers(dtype, vec, pairs)
+function M.stream_helpers(vec, pairs)
   local pair = pairs and [[
 
 static inline void stream_pair(storage_t *p, vf lo, vf hi)
