@@ -187,26 +187,37 @@ end
 --     2 * vec elements, with no shuffles.
 function M.pair_helpers(dtype, vec)
   local v = { VEC = vec, FAST_STORE = "", END = "" }
+  -- AVX512-BF16 rounds both vectors in one instruction (lo into the low
+  -- half of the result, hi into the high half) and AVX512-BW's word
+  -- permutation interleaves them: two instructions, where rounding each
+  -- and widening it back took six.
   local wide = {
-    [16] = { isa = "defined(__AVX512BF16__)", ftype = "__m512", itype = "__m512i",
-             round = "(__m256i)_mm512_cvtneps_pbh", widen = "_mm512_cvtepu16_epi32",
-             shift = "_mm512_slli_epi32", bor = "_mm512_or_si512" },
-    [8] = { isa = "defined(__AVX512BF16__) && defined(__AVX512VL__)", ftype = "__m256",
-            itype = "__m256i", round = "(__m128i)_mm256_cvtneps_pbh", widen = "_mm256_cvtepu16_epi32",
-            shift = "_mm256_slli_epi32", bor = "_mm256_or_si256" },
+    [16] = { isa = "defined(__AVX512BF16__) && defined(__AVX512BW__)", ftype = "__m512",
+             itype = "__m512i", round2 = "_mm512_cvtne2ps_pbh", permute = "_mm512_permutexvar_epi16",
+             set = "_mm512_set_epi16" },
+    [8] = { isa = "defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)",
+            ftype = "__m256", itype = "__m256i", round2 = "_mm256_cvtne2ps_pbh",
+            permute = "_mm256_permutexvar_epi16", set = "_mm256_set_epi16" },
   }
   local w = wide[vec]
   if dtype == "bf16" and w then
+    -- Word j of the row is lo's j / 2 when j is even, else hi's (at vec +
+    -- j / 2 of the rounded pair); the set intrinsic lists the last first.
+    local order = {}
+    for j = 2 * vec - 1, 0, -1 do
+      order[#order + 1] = tostring(j % 2 == 0 and j // 2 or vec + j // 2)
+    end
     v.FAST_STORE = gen.subst([[
 #if ${ISA}
     ${FTYPE} l, h;
     memcpy(&l, &lo, sizeof l);
     memcpy(&h, &hi, sizeof h);
-    const ${ITYPE} w = ${OR}(${WIDEN}(${ROUND}(l)), ${SHIFT}(${WIDEN}(${ROUND}(h)), 16));
+    const ${ITYPE} order = ${SET}(${ORDER});
+    const ${ITYPE} w = ${PERMUTE}(order, (${ITYPE})${ROUND2}(h, l));
     memcpy(p, &w, sizeof w);
 #else
-]], { ISA = w.isa, FTYPE = w.ftype, ITYPE = w.itype, OR = w.bor, WIDEN = w.widen,
-      ROUND = w.round, SHIFT = w.shift })
+]], { ISA = w.isa, FTYPE = w.ftype, ITYPE = w.itype, SET = w.set, ORDER = table.concat(order, ", "),
+      PERMUTE = w.permute, ROUND2 = w.round2 })
     v.END = "\n#endif"
   end
   if dtype == "bf16" then
