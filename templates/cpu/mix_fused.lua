@@ -401,8 +401,7 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const struct que
 ${split_decl}    const storage_t *cur[n];
     if (t0 >= t1)
         return; /* the first sweep below would read token t0 */
-    pair_order(a->query, qp, d);
-${split_call}    if (a->normed)
+${query_forms}    if (a->normed)
         pair_order(a->out_gain, gp, d);
     /* Token t0's scores; then each sweep mixes t and scores t + 1. */
     stats_and_mix(a, &q, t0, t0 + 1 < t1, NULL, NULL, NULL, NULL, NULL, NULL, score);
@@ -434,7 +433,12 @@ ${fence}]], { VEC = p.vec,
          split_decl = p.dot == "bf16"
              and "    uint16_t qhi[d], qlo[d];\n    const struct query_forms q = {qp, qhi, qlo};\n"
              or "    const struct query_forms q = {qp, NULL, NULL};\n",
-         split_call = p.dot == "bf16" and "    split_query(a->query, qhi, qlo, d);\n" or "" }),
+         -- The bf16 dot products read the split query alone; their FMA
+         -- stand-in (a compiler without AVX512-BF16) the pair-ordered one.
+         query_forms = p.dot == "bf16"
+             and "    split_query(a->query, qhi, qlo, d);\n#if !defined(__AVX512BF16__)\n" ..
+                 "    pair_order(a->query, qp, d);\n#endif\n"
+             or "    pair_order(a->query, qp, d);\n" }),
   }
   return src, name
 end
