@@ -39,14 +39,21 @@ struct attnres_cpu_mix_args { /* the fields the read-only kernel uses */
 };
 
 /* Reads every source row of tokens [t0, t1), a vector of every row in turn
- * as the fused kernels do, and adds the words up so nothing is skipped. */
+ * as the fused kernels do, and adds the words up so nothing is skipped.
+ * Built with -DREAD_GROUP=G, it reads the rows G at a time instead (each
+ * group over the whole row before the next), as a sweep of G statistics
+ * rows does: the access pattern's own ceiling for many sources. */
+#ifndef READ_GROUP
+#define READ_GROUP 64 /* all sources in turn */
+#endif
 static void read_only(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1)
 {
     __m512i s = _mm512_setzero_si512();
     for (int64_t t = t0; t < t1; t++)
-        for (int64_t k = 0; k < a->d; k += 32)
-            for (int i = 0; i < a->n; i++)
-                s = _mm512_add_epi32(s, _mm512_loadu_si512((const uint16_t *)a->src[i] + t * a->src_stride[i] + k));
+        for (int i0 = 0; i0 < a->n; i0 += READ_GROUP)
+            for (int64_t k = 0; k < a->d; k += 32)
+                for (int i = i0; i < a->n && i < i0 + READ_GROUP; i++)
+                    s = _mm512_add_epi32(s, _mm512_loadu_si512((const uint16_t *)a->src[i] + t * a->src_stride[i] + k));
     _mm512_storeu_si512((uint16_t *)a->out + t0 * a->out_stride, s);
 }
 #define KERNEL read_only
