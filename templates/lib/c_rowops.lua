@@ -85,8 +85,9 @@ end
 -- per head, the softmax over the n sources of score[i * heads + h] into
 -- weight[i * heads + h] (the two may be the same array). The exponentials
 -- run over all n * heads scores in vectors of `vec` lanes: a multi-head
--- mix has n * heads of them per token (72 for N = 9, H = 8), which scalar
--- expf calls made a tenth of the per-token work at T = 1.
+-- mix has n * heads of them per token (72 for N = 9, H = 8), and one expf
+-- call each was a visible share of its work (the MHAR kernel from L2 went
+-- from 26.6 to 28.1 GB/s on the Zen 4 guest, docs/cpu_kernels.md).
 function M.depth_softmax(vec)
   return gen.subst([[
 /* e^x lane by lane for x <= 0 (the scores less their maximum): x is
