@@ -28,7 +28,7 @@ static const char tune_usage[] =
     "  quarter (at least 3, at most --budget N) fully; exhaustive times all fully;\n"
     "  random times a sample of --budget N (default 8) chosen with --seed. Those\n"
     "  within 10% of the best are then re-timed interleaved; candidates within the\n"
-    "  noise of the best form an equivalent set, and the one with the fewest\n"
+    "  noise of the best (5-10%) form an equivalent set, and the one with the fewest\n"
     "  resources wins, so the same machine picks the same winner twice (or one of\n"
     "  the same equivalent set). --budget 30s stops measuring new\n"
     "  candidates of a problem after 30 seconds. --shard I/N takes every N-th\n"

@@ -215,12 +215,12 @@ static void choose_tie_break_by_id(void)
 
 static void choose_wide_spread_widens_equivalence(void)
 {
-    /* Spreads 10 and 5: noise 2 * (10 + 5) = 30 us, above the 5 us floor,
-     * so b at 125 is equivalent to a at 100 and, holding fewer resources,
+    /* Spreads 2 and 2: noise 2 * (2 + 2) = 8 us, above the 5 us floor, so
+     * b at 107 is equivalent to a at 100 and, holding fewer resources,
      * wins. With small spreads it is not equivalent and a wins. */
     char eq[256];
-    set_candidate(0, "a", "{\"threads\":8}", ARDB_STATUS_OK, 100, 5);
-    set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 125, 10);
+    set_candidate(0, "a", "{\"threads\":8}", ARDB_STATUS_OK, 100, 2);
+    set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 107, 2);
     candidate_ref *w = search_choose(ptrs, 2, eq, sizeof eq);
     REQUIRE(w);
     CHECK(strcmp(w->e->id, "b") == 0);
@@ -230,6 +230,27 @@ static void choose_wide_spread_widens_equivalence(void)
     REQUIRE(w);
     CHECK(strcmp(w->e->id, "a") == 0);
     CHECK(strcmp(eq, "a") == 0);
+}
+
+static void choose_noisy_round_caps_equivalence(void)
+{
+    /* A noisy final round on the Zen 4 guest: the fastest at 16809 us
+     * (spread 1977), the fewest-resources finalist at 24422 us (spread
+     * 3177). Twice their spreads, 10308 us, would make the two equivalent
+     * and choose the one 45% slower; the window stops at 10% of the
+     * fastest, so the fastest wins. Just inside 10% still ties. */
+    char eq[256];
+    set_candidate(0, "v16_g8", "{\"threads\":2,\"vec\":16}", ARDB_STATUS_OK, 16809, 1977);
+    set_candidate(1, "v8_g4", "{\"threads\":2,\"vec\":8}", ARDB_STATUS_OK, 24422, 3177);
+    candidate_ref *w = search_choose(ptrs, 2, eq, sizeof eq);
+    REQUIRE(w);
+    CHECK(strcmp(w->e->id, "v16_g8") == 0);
+    CHECK(strcmp(eq, "v16_g8") == 0);
+    refs[1].median_us = 16809 * 1.099;
+    w = search_choose(ptrs, 2, eq, sizeof eq);
+    REQUIRE(w);
+    CHECK(strcmp(w->e->id, "v8_g4") == 0);
+    CHECK(strcmp(eq, "v16_g8, v8_g4") == 0);
 }
 
 static void choose_unknown_spread_uses_the_floor(void)
@@ -298,6 +319,7 @@ int main(void)
     RUN_CASE(choose_fewest_resources_among_equivalent);
     RUN_CASE(choose_tie_break_by_id);
     RUN_CASE(choose_wide_spread_widens_equivalence);
+    RUN_CASE(choose_noisy_round_caps_equivalence);
     RUN_CASE(choose_unknown_spread_uses_the_floor);
     RUN_CASE(choose_ignores_candidates_not_ok);
     RUN_CASE(choose_equivalent_list_is_bounded);

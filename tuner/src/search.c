@@ -199,6 +199,11 @@ int search_by_median(const void *a, const void *b)
 #define FINALISTS_MAX 6
 #define FINALIST_MARGIN 0.10 /* within 10% of the best full timing */
 #define EQUIVALENT_FRACTION 0.05
+/* The noise window is never wider than the finalists' margin: in a noisy
+ * minute of a shared host the spreads alone once made a kernel 45% slower
+ * than the fastest of the same interleaved round equivalent to it, and the
+ * tie-break then chose it (bench/results/cpu-small-t-2026-12-01.md). */
+#define EQUIVALENT_CAP FINALIST_MARGIN
 
 size_t search_halving_keep(size_t nok, int64_t budget_candidates)
 {
@@ -233,7 +238,8 @@ int64_t search_resources(const source_entry *e)
 }
 
 /* The winner among the final round: the candidates within the noise of the
- * fastest are equivalent; of those, the fewest resources, then the id. */
+ * fastest (between 5% and 10% of its median) are equivalent; of those, the
+ * fewest resources, then the id. */
 candidate_ref *search_choose(candidate_ref *const *fin, size_t k, char *equivalent, size_t len)
 {
     candidate_ref *fastest = NULL;
@@ -251,6 +257,8 @@ candidate_ref *search_choose(candidate_ref *const *fin, size_t k, char *equivale
         double noise = 2.0 * (c->spread_us + fastest->spread_us);
         if (!(noise >= EQUIVALENT_FRACTION * fastest->median_us)) /* also when a spread is unknown (NaN) */
             noise = EQUIVALENT_FRACTION * fastest->median_us;
+        if (noise > EQUIVALENT_CAP * fastest->median_us)
+            noise = EQUIVALENT_CAP * fastest->median_us;
         if (c->median_us - fastest->median_us > noise)
             continue;
         size_t used = strlen(equivalent);
