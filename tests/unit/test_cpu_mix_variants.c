@@ -9,7 +9,8 @@
  * epilogue, one token (no next token to score or prefetch) and token
  * counts that the launch splits over both threads, so a range ends inside
  * the tensor; the non-temporal stores both on aligned output rows and on
- * rows that are not, where they must fall back to plain stores. Variants
+ * rows that are not, where they must fall back to plain stores; and scores
+ * tens apart, whose exponentials reach the softmax's clamp. Variants
  * that only differ in their thread count share every other line of source.
  *
  * A bf16 output hides score errors below its rounding, so the variants
@@ -49,12 +50,16 @@ typedef struct shape {
     size_t out_shift; /* bytes the output rows start past a 64-byte line */
 } shape;
 
+/* The sharpest softmax the comparison with the FMA twin runs at. */
+#define TWIN_SHARPNESS_MAX 4.0
+
 static const shape shapes[] = {
     {128, 9, 1, 0, 0, 7, 1.0, 0},  /* odd n: 2 sweeps of 5 + 4 (group 8), 3 of 3 (group 4) */
     {128, 4, 2, 1, 1, 5, 1.0, 0},  /* even n, two heads of 64, additive with the epilogue */
     {64, 1, 1, 0, 0, 1, 1.0, 0},   /* one source, one token */
     {256, 17, 1, 1, 0, 3, 1.0, 0}, /* three sweeps at group 8, five at group 4 */
     {256, 9, 1, 0, 1, 6, 4.0, 0},  /* a sharper softmax */
+    {128, 9, 1, 0, 0, 3, 40.0, 0}, /* scores tens apart: exponentials down at the clamp (e^-86) */
     {96, 3, 1, 0, 1, 4, 1.0, 16},  /* output rows off the stores' alignment */
 };
 
@@ -152,7 +157,12 @@ static void test_every_fused_variant_matches_reference(void)
             cases++;
             const double tol = case_tolerance(dt);
             CHECK(e.out <= tol && e.normed <= tol);
-            if (has_twin)
+            /* The twin bound holds while the two sums' rounding, scaled by the
+             * softmax's sharpness, stays far below the output's: at 40x it
+             * flips 1-2% of the bf16 roundings (both still match the
+             * reference above), so the extreme shape is for the reference
+             * alone. */
+            if (has_twin && sh->sharp <= TWIN_SHARPNESS_MAX)
                 check_against_fma_twin(v[i].id, &k, &twin, &p, sh->T, seed, sh->sharp, sh->out_shift);
             if (!(e.out <= tol && e.normed <= tol))
                 fprintf(stderr, "  %s d=%lld N=%d H=%d %s epi=%d T=%lld sharp=%g: rel err %g (normed %g)\n",
