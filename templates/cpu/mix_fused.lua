@@ -18,6 +18,17 @@
 --   group   the most next-token rows whose statistics one sweep gathers:
 --           2 * group vector accumulators must fit in the registers. More
 --           sources than that take further sweeps over the extra rows.
+--   block   the mix's steps per block. 1: each step reads all n sources at
+--           the same offset, one line each. 4: a block reads 4 steps' lines
+--           of one source, then of the next, into 4 independent sums. When
+--           the sources' rows start at the same offset within a 4 KiB page
+--           (rows of one bank, or of tensors with a power-of-two size), the
+--           n lines of a step fall into the same L1 set, which has 8 ways;
+--           a block spreads the lines in flight over 4 sets. The MHAR shape
+--           (d = 4096, rows 8 KiB apart) ran 5-13% faster out of cache on
+--           two Zen 4 threads in blocks of 4, K3's no faster
+--           (docs/cpu_kernels.md): the tuner keeps both. Head slices that
+--           blocks do not fill finish one step at a time.
 --   prefetch  what software prefetches ask for while a sweep streams the
 --           next token's rows: "none" leaves it to the hardware
 --           prefetchers; "token" asks for the rows of the token after next
@@ -67,6 +78,7 @@ local T = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
     { name = "vec", values = { 8, 16 } },
     { name = "group", values = { 4, 8 } },
+    { name = "block", values = { 1, 4 } },
     { name = "prefetch", values = { "none", "token", "both" } },
     { name = "dot", values = { "fma", "bf16" } },
     { name = "store", values = { "cached", "stream" } },
@@ -84,18 +96,21 @@ local T = {
   -- others (bench/results/cpu-tune-2026-12-01.md: within 2x of every
   -- tuned winner).
   builtin = {
-    avx512 = { vec = 16, group = 8, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
-    avx2 = { vec = 8, group = 8, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
-    sse2 = { vec = 8, group = 4, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
-    neon = { vec = 8, group = 4, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    avx512 = { vec = 16, group = 8, block = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    avx2 = { vec = 8, group = 8, block = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    sse2 = { vec = 8, group = 4, block = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    neon = { vec = 8, group = 4, block = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
   },
 }
 
 local prefetch_letter = { none = "n", token = "t", both = "b" }
 
+-- Blocks of one step leave the id as it was before blocks existed, so an
+-- id keeps naming the same kernel.
 function T.id(p)
-  return string.format("mix_c_%s_fused_v%d_g%d_p%s_d%s_s%s_t%d", p.dtype, p.vec, p.group,
-                       prefetch_letter[p.prefetch], p.dot, p.store:sub(1, 1), p.threads)
+  return string.format("mix_c_%s_fused_v%d_g%d%s_p%s_d%s_s%s_t%d", p.dtype, p.vec, p.group,
+                       p.block == 1 and "" or "_b" .. p.block, prefetch_letter[p.prefetch],
+                       p.dot, p.store:sub(1, 1), p.threads)
 end
 
 -- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only.
@@ -199,10 +214,132 @@ local function store_pair_text(p, dst, lo, hi, indent)
                        p.store == "stream" and "stream_pair" or "store_pair", dst, lo, hi)
 end
 
--- The sweep, inlined once per group size so that its accumulators become
--- registers: `g` is a constant in every call the dispatcher makes.
-local function sweep(p)
+-- The mix of token t over one block of `ch` steps at k0 (`k` for one
+-- step), then the partial, the store and the kept output per step. One
+-- step keeps two sums over alternate sources: a single one would be a
+-- chain of n dependent FMAs. A block of several steps reads the sources
+-- one at a time, `ch` lines of each in a row, into `ch` independent sums.
+local function mix_block(p, ch)
+  local finish = gen.subst([[
+                if (partial) {
+${prefetch_partial}                    load_pair(partial + k, &xl, &xh);
+                    lo = xl + a->alpha * lo;
+                    hi = xh + a->alpha * hi;
+                }
+${store_out}                if (keep) {
+                    *sq += lo * lo + hi * hi;
+                    store_f32(keep + k, lo);
+                    store_f32(keep + k + ${VEC}, hi);
+                }
+]], { VEC = p.vec,
+      prefetch_partial = prefetch(p, "partial + k", "partial_next", "partial_next",
+                                  "                    "),
+      store_out = store_pair_text(p, "out + k", "lo", "hi", "                ") })
+  if ch == 1 then
+    return gen.subst([[
+            if (cur) {
+                /* Two sums over alternate sources: one would be a chain of
+                 * n dependent FMAs per step. */
+                const int64_t k = k0;
+                vf lo = {0}, hi = {0}, lo2 = {0}, hi2 = {0}, yl, yh;
+                int i = 0;
+                for (; i + 1 < n; i += 2) {
+                    const float w = weight[i * heads + h], w2 = weight[(i + 1) * heads + h];
+                    load_pair(cur[i] + k, &xl, &xh);
+                    load_pair(cur[i + 1] + k, &yl, &yh);
+                    lo += w * xl;
+                    hi += w * xh;
+                    lo2 += w2 * yl;
+                    hi2 += w2 * yh;
+                }
+                if (i < n) {
+                    const float w = weight[i * heads + h];
+                    load_pair(cur[i] + k, &xl, &xh);
+                    lo += w * xl;
+                    hi += w * xh;
+                }
+                lo += lo2;
+                hi += hi2;
+${finish}            }
+]], { finish = finish })
+  end
+  return gen.subst([[
+            if (cur) {
+                vf mlo[${CH}], mhi[${CH}];
+#pragma GCC unroll ${CH}
+                for (int c = 0; c < ${CH}; c++)
+                    mlo[c] = mhi[c] = (vf){0};
+                for (int i = 0; i < n; i++) {
+                    const float w = weight[i * heads + h];
+#pragma GCC unroll ${CH}
+                    for (int c = 0; c < ${CH}; c++) {
+                        load_pair(cur[i] + k0 + c * 2 * ${VEC}, &xl, &xh);
+                        mlo[c] += w * xl;
+                        mhi[c] += w * xh;
+                    }
+                }
+#pragma GCC unroll ${CH}
+                for (int c = 0; c < ${CH}; c++) {
+                    const int64_t k = k0 + c * 2 * ${VEC};
+                    vf lo = mlo[c], hi = mhi[c];
+${finish}                }
+            }
+]], { CH = ch, VEC = p.vec, finish = gen.indent(finish, 4) })
+end
+
+-- The statistics of the g next-token rows over one block of `ch` steps
+-- at k0: per step, the query's forms once and every row's sums.
+local function stats_block(p, ch)
   local qsplit = p.dot == "bf16"
+  local text = [[
+#pragma GCC unroll ${CH}
+            for (int c = 0; c < ${CH}; c++) {
+                const int64_t k = k0 + c * 2 * ${VEC};
+${load_query}#pragma GCC unroll ${G}
+                for (int j = 0; j < g; j++) {
+${prefetch_rows}${stats}                }
+            }
+]]
+  if ch == 1 then
+    text = [[
+            {
+                const int64_t k = k0;
+${load_query}#pragma GCC unroll ${G}
+                for (int j = 0; j < g; j++) {
+${prefetch_rows}${stats}                }
+            }
+]]
+  end
+  return gen.subst(text, { CH = ch, G = p.group, VEC = p.vec,
+        prefetch_rows = prefetch(p, "rows[j] + k", "next[j]", "next", "                    ", true),
+        stats = stats_step(p, "rows[j] + k", "ss[j]", "dp[j]", "                    "),
+        load_query = gen.subst(qsplit and [[
+#if defined(__AVX512BF16__)
+                __m512bh qh, ql;
+                memcpy(&qh, q->hi + k, sizeof qh);
+                memcpy(&ql, q->lo + k, sizeof ql);
+#else
+                const vf qpl = load_f32(q->pair + k), qph = load_f32(q->pair + k + ${VEC});
+#endif
+]] or [[
+                const vf qpl = load_f32(q->pair + k), qph = load_f32(q->pair + k + ${VEC});
+]], { VEC = p.vec }) })
+end
+
+-- The sweep, inlined once per group size so that its accumulators become
+-- registers: `g` is a constant in every call the dispatcher makes. Each
+-- head's slice runs in blocks of `block` steps, and the steps a block
+-- does not fill one at a time.
+local function sweep(p)
+  local block = function(ch)
+    return gen.subst([[
+            vf xl, xh;
+${mix}${stats}]], { mix = mix_block(p, ch), stats = stats_block(p, ch) })
+  end
+  local tail = p.block == 1 and "" or gen.subst([[
+        for (; k0 < end; k0 += 2 * ${VEC}) {
+${one}        }
+]], { VEC = p.vec, one = block(1) })
   return gen.subst([[
 /* One pass over the row. With `cur`, mixes the current token's n rows
  * (weights known) into `out`; for the g rows in `rows`, gathers the sum of
@@ -227,68 +364,19 @@ static inline __attribute__((always_inline)) void sweep(
 #pragma GCC unroll ${G}
         for (int j = 0; j < g; j++)
             dp[j] = (vf){0};
-        for (int64_t k = (int64_t)h * hd; k < (int64_t)(h + 1) * hd; k += 2 * ${VEC}) {
-            vf xl, xh;
-            if (cur) {
-                /* Two sums over alternate sources: one would be a chain of
-                 * n dependent FMAs per step. */
-                vf lo = {0}, hi = {0}, lo2 = {0}, hi2 = {0}, yl, yh;
-                int i = 0;
-                for (; i + 1 < n; i += 2) {
-                    const float w = weight[i * heads + h], w2 = weight[(i + 1) * heads + h];
-                    load_pair(cur[i] + k, &xl, &xh);
-                    load_pair(cur[i + 1] + k, &yl, &yh);
-                    lo += w * xl;
-                    hi += w * xh;
-                    lo2 += w2 * yl;
-                    hi2 += w2 * yh;
-                }
-                if (i < n) {
-                    const float w = weight[i * heads + h];
-                    load_pair(cur[i] + k, &xl, &xh);
-                    lo += w * xl;
-                    hi += w * xh;
-                }
-                lo += lo2;
-                hi += hi2;
-                if (partial) {
-${prefetch_partial}                    load_pair(partial + k, &xl, &xh);
-                    lo = xl + a->alpha * lo;
-                    hi = xh + a->alpha * hi;
-                }
-${store_out}                if (keep) {
-                    *sq += lo * lo + hi * hi;
-                    store_f32(keep + k, lo);
-                    store_f32(keep + k + ${VEC}, hi);
-                }
-            }
-${load_query}#pragma GCC unroll ${G}
-            for (int j = 0; j < g; j++) {
-${prefetch_rows}${stats}            }
-        }
-        for (int j = 0; j < g; j++)
+        const int64_t end = (int64_t)(h + 1) * hd;
+        int64_t k0 = (int64_t)h * hd;
+        for (; ${whole}; k0 += ${CH} * 2 * ${VEC}) {
+${block}        }
+${tail}        for (int j = 0; j < g; j++)
             dp_out[j * heads + h] = hsum(dp[j]);
     }
     for (int j = 0; j < g; j++)
         ss_out[j] = hsum(ss[j]);
 }
-]], { G = p.group, VEC = p.vec,
-        prefetch_partial = prefetch(p, "partial + k", "partial_next", "partial_next",
-                                    "                    "),
-        prefetch_rows = prefetch(p, "rows[j] + k", "next[j]", "next", "                ", true),
-        stats = stats_step(p, "rows[j] + k", "ss[j]", "dp[j]", "                "),
-        store_out = store_pair_text(p, "out + k", "lo", "hi", "                "),
-        load_query = gen.subst(qsplit and [[
-#if defined(__AVX512BF16__)
-            __m512bh qh, ql;
-            memcpy(&qh, q->hi + k, sizeof qh);
-            memcpy(&ql, q->lo + k, sizeof ql);
-#else
-            const vf qpl = load_f32(q->pair + k), qph = load_f32(q->pair + k + ${VEC});
-#endif
-]] or [[
-            const vf qpl = load_f32(q->pair + k), qph = load_f32(q->pair + k + ${VEC});
-]], { VEC = p.vec }) })
+]], { G = p.group, VEC = p.vec, CH = p.block, block = block(p.block), tail = tail,
+        whole = p.block == 1 and "k0 < end"
+            or string.format("k0 + %d * 2 * %d <= end", p.block, p.vec) })
 end
 
 -- A switch that calls sweep() with a constant group size, with and
