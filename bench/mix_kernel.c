@@ -14,6 +14,12 @@
  * REPEATS times on its tokens (repeat small T to time data held in cache);
  * prints the median of 9 timed launches after one warm-up, in GB/s of
  * (N + 1) * T * D bf16 elements, the traffic the tuner counts.
+ *
+ * Every source starts on a page boundary, as the rows of one bank (the
+ * tuner's layout) start at one page offset when a source's size is a
+ * multiple of 4 KiB. SOURCE_OFFSET=B in the environment starts source i
+ * (i + 1) * B bytes past its page instead (B a multiple of 64), so that
+ * their rows fall into different L1 sets.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -116,19 +122,28 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: D must be a positive multiple of 64 * HEADS, N 1..64, THREADS 1..64\n", argv[0]);
         return 2;
     }
+    const char *offset_env = getenv("SOURCE_OFFSET");
+    const long offset = offset_env ? atol(offset_env) : 0;
+    if (offset < 0 || offset % 64 || offset > 4096) {
+        fprintf(stderr, "%s: SOURCE_OFFSET must be a multiple of 64 from 0 to 4096\n", argv[0]);
+        return 2;
+    }
     const void *src[64];
     int64_t stride[64];
     for (int i = 0; i < n; i++) {
-        uint16_t *s = aligned_alloc(64, (size_t)(T * d) * 2);
-        if (!s)
+        /* Freed at exit; only the shifted pointer is kept. */
+        const size_t shift = (size_t)offset * (size_t)(i + 1);
+        char *block = aligned_alloc(4096, ((size_t)(T * d) * 2 + shift + 4095) / 4096 * 4096);
+        if (!block)
             return 1;
+        uint16_t *s = (uint16_t *)(block + shift);
         for (int64_t k = 0; k < T * d; k++) /* bf16 values in [1, 2), differing per source */
             s[k] = (uint16_t)(0x3f80 + (k * 7 + i) % 64);
         src[i] = s;
         stride[i] = d;
     }
     float *query = aligned_alloc(64, (size_t)d * 4);
-    uint16_t *out = aligned_alloc(64, (size_t)(T * d) * 2);
+    uint16_t *out = aligned_alloc(4096, ((size_t)(T * d) * 2 + 4095) / 4096 * 4096);
     if (!query || !out)
         return 1;
     for (int64_t k = 0; k < d; k++)

@@ -18,17 +18,17 @@
 --   group   the most next-token rows whose statistics one sweep gathers:
 --           2 * group vector accumulators must fit in the registers. More
 --           sources than that take further sweeps over the extra rows.
---   block   the mix's steps per block. 1: each step reads all n sources at
---           the same offset, one line each. 4: a block reads 4 steps' lines
+--   burst   the mix's steps per burst. 1: each step reads all n sources at
+--           the same offset, one line each. 4: a burst reads 4 steps' lines
 --           of one source, then of the next, into 4 independent sums. When
 --           the sources' rows start at the same offset within a 4 KiB page
 --           (rows of one bank, or of tensors with a power-of-two size), the
 --           n lines of a step fall into the same L1 set, which has 8 ways;
---           a block spreads the lines in flight over 4 sets. The MHAR shape
+--           a burst spreads the lines in flight over 4 sets. The MHAR shape
 --           (d = 4096, rows 8 KiB apart) ran 5-13% faster out of cache on
---           two Zen 4 threads in blocks of 4, K3's no faster
+--           two Zen 4 threads in bursts of 4, K3's no faster
 --           (docs/cpu_kernels.md): the tuner keeps both. Head slices that
---           blocks do not fill finish one step at a time.
+--           bursts do not fill finish one step at a time.
 --   prefetch  what software prefetches ask for while a sweep streams the
 --           next token's rows: "none" leaves it to the hardware
 --           prefetchers; "token" asks for the rows of the token after next
@@ -78,7 +78,7 @@ local T = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
     { name = "vec", values = { 8, 16 } },
     { name = "group", values = { 4, 8 } },
-    { name = "block", values = { 1, 4 } },
+    { name = "burst", values = { 1, 4 } },
     { name = "prefetch", values = { "none", "token", "both" } },
     { name = "dot", values = { "fma", "bf16" } },
     { name = "store", values = { "cached", "stream" } },
@@ -96,20 +96,20 @@ local T = {
   -- others (bench/results/cpu-tune-2026-12-01.md: within 2x of every
   -- tuned winner).
   builtin = {
-    avx512 = { vec = 16, group = 8, block = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
-    avx2 = { vec = 8, group = 8, block = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
-    sse2 = { vec = 8, group = 4, block = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
-    neon = { vec = 8, group = 4, block = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    avx512 = { vec = 16, group = 8, burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    avx2 = { vec = 8, group = 8, burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    sse2 = { vec = 8, group = 4, burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    neon = { vec = 8, group = 4, burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
   },
 }
 
 local prefetch_letter = { none = "n", token = "t", both = "b" }
 
--- Blocks of one step leave the id as it was before blocks existed, so an
+-- Bursts of one step leave the id as it was before bursts existed, so an
 -- id keeps naming the same kernel.
 function T.id(p)
   return string.format("mix_c_%s_fused_v%d_g%d%s_p%s_d%s_s%s_t%d", p.dtype, p.vec, p.group,
-                       p.block == 1 and "" or "_b" .. p.block, prefetch_letter[p.prefetch],
+                       p.burst == 1 and "" or "_b" .. p.burst, prefetch_letter[p.prefetch],
                        p.dot, p.store:sub(1, 1), p.threads)
 end
 
@@ -214,12 +214,12 @@ local function store_pair_text(p, dst, lo, hi, indent)
                        p.store == "stream" and "stream_pair" or "store_pair", dst, lo, hi)
 end
 
--- The mix of token t over one block of `ch` steps at k0 (`k` for one
+-- The mix of token t over one burst of `ch` steps at k0 (`k` for one
 -- step), then the partial, the store and the kept output per step. One
 -- step keeps two sums over alternate sources: a single one would be a
--- chain of n dependent FMAs. A block of several steps reads the sources
+-- chain of n dependent FMAs. A burst of several steps reads the sources
 -- one at a time, `ch` lines of each in a row, into `ch` independent sums.
-local function mix_block(p, ch)
+local function mix_burst(p, ch)
   local finish = gen.subst([[
                 if (partial) {
 ${prefetch_partial}                    load_pair(partial + k, &xl, &xh);
@@ -287,9 +287,9 @@ ${finish}                }
 ]], { CH = ch, VEC = p.vec, finish = gen.indent(finish, 4) })
 end
 
--- The statistics of the g next-token rows over one block of `ch` steps
+-- The statistics of the g next-token rows over one burst of `ch` steps
 -- at k0: per step, the query's forms once and every row's sums.
-local function stats_block(p, ch)
+local function stats_burst(p, ch)
   local qsplit = p.dot == "bf16"
   local text = [[
 #pragma GCC unroll ${CH}
@@ -328,18 +328,18 @@ end
 
 -- The sweep, inlined once per group size so that its accumulators become
 -- registers: `g` is a constant in every call the dispatcher makes. Each
--- head's slice runs in blocks of `block` steps, and the steps a block
+-- head's slice runs in bursts of `burst` steps, and the steps a burst
 -- does not fill one at a time.
 local function sweep(p)
-  local block = function(ch)
+  local burst = function(ch)
     return gen.subst([[
             vf xl, xh;
-${mix}${stats}]], { mix = mix_block(p, ch), stats = stats_block(p, ch) })
+${mix}${stats}]], { mix = mix_burst(p, ch), stats = stats_burst(p, ch) })
   end
-  local tail = p.block == 1 and "" or gen.subst([[
+  local tail = p.burst == 1 and "" or gen.subst([[
         for (; k0 < end; k0 += 2 * ${VEC}) {
 ${one}        }
-]], { VEC = p.vec, one = block(1) })
+]], { VEC = p.vec, one = burst(1) })
   return gen.subst([[
 /* One pass over the row. With `cur`, mixes the current token's n rows
  * (weights known) into `out`; for the g rows in `rows`, gathers the sum of
@@ -367,16 +367,16 @@ static inline __attribute__((always_inline)) void sweep(
         const int64_t end = (int64_t)(h + 1) * hd;
         int64_t k0 = (int64_t)h * hd;
         for (; ${whole}; k0 += ${CH} * 2 * ${VEC}) {
-${block}        }
+${burst}        }
 ${tail}        for (int j = 0; j < g; j++)
             dp_out[j * heads + h] = hsum(dp[j]);
     }
     for (int j = 0; j < g; j++)
         ss_out[j] = hsum(ss[j]);
 }
-]], { G = p.group, VEC = p.vec, CH = p.block, block = block(p.block), tail = tail,
-        whole = p.block == 1 and "k0 < end"
-            or string.format("k0 + %d * 2 * %d <= end", p.block, p.vec) })
+]], { G = p.group, VEC = p.vec, CH = p.burst, burst = burst(p.burst), tail = tail,
+        whole = p.burst == 1 and "k0 < end"
+            or string.format("k0 + %d * 2 * %d <= end", p.burst, p.vec) })
 end
 
 -- A switch that calls sweep() with a constant group size, with and

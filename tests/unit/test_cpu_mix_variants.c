@@ -8,10 +8,11 @@
  * group (two and three sweeps), two heads, the additive form and the norm
  * epilogue, one token (no next token to score or prefetch) and token
  * counts that the launch splits over both threads, so a range ends inside
- * the tensor; head slices in whole blocks of 4 steps, in blocks and the
- * steps they leave over, and shorter than a block; the non-temporal stores both on aligned output rows and on
- * rows that are not, where they must fall back to plain stores; and scores
- * tens apart, whose exponentials reach the softmax's clamp. Variants
+ * the tensor; head slices in whole bursts of 4 steps, in bursts and the
+ * steps they leave over, and shorter than a burst; the non-temporal stores
+ * both on aligned output rows and on rows that are not, where they must
+ * fall back to plain stores; and scores tens apart, whose exponentials
+ * reach the softmax's clamp. Variants
  * that only differ in their thread count share every other line of source.
  *
  * A bf16 output hides score errors below its rounding, so the variants
@@ -62,11 +63,11 @@ static const shape shapes[] = {
     {256, 9, 1, 0, 1, 6, 4.0, 0},  /* a sharper softmax */
     {128, 9, 1, 0, 0, 3, 40.0, 0}, /* scores tens apart: exponentials down at the clamp (e^-86) */
     {96, 3, 1, 0, 1, 4, 1.0, 16},  /* output rows off the stores' alignment */
-    {416, 9, 1, 1, 1, 5, 1.0, 16}, /* 13 or 26 steps: blocks of 4 and the steps they leave */
+    {416, 9, 1, 1, 1, 5, 1.0, 16}, /* 13 or 26 steps: bursts of 4 and the steps they leave */
 };
 
 /* Two threads; the non-temporal stores (the same lines of source at every
- * group and prefetch) at group 8 without prefetch. In blocks of 4, no
+ * group and prefetch) at group 8 without prefetch. In bursts of 4, no
  * prefetch and "both" (whose statements include those of "token"). */
 static int wanted(const char *id)
 {
@@ -179,8 +180,8 @@ static void test_every_fused_variant_matches_reference(void)
         if (has_twin)
             cpu->ops->unload(cpu, &twin);
     }
-    /* At two threads in blocks of 1: 12 f32, 12 f16 and 18 bf16 variants
-     * with plain stores, 2 + 2 + 3 with non-temporal ones; in blocks of 4:
+    /* At two threads in bursts of 1: 12 f32, 12 f16 and 18 bf16 variants
+     * with plain stores, 2 + 2 + 3 with non-temporal ones; in bursts of 4:
      * 8 + 8 + 12 and 2 + 2 + 3. Without AVX-512 the 7 + 5 with the bf16
      * dot products do not apply. */
     const int want = strcmp(cpu->arch, "x86_64-avx512") == 0 ? 84 : 72;
