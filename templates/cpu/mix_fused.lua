@@ -25,8 +25,8 @@
 --           (rows of one bank, or of tensors with a power-of-two size), the
 --           n lines of a step fall into the same L1 set, which has 8 ways;
 --           a burst spreads the lines in flight over 4 sets. The MHAR shape
---           (d = 4096, rows 8 KiB apart) ran 5-13% faster out of cache on
---           two Zen 4 threads in bursts of 4, K3's no faster
+--           (d = 4096, rows 8 KiB apart) ran 5-19% faster out of cache on
+--           two Zen 4 threads in bursts of 4, K3's 13-23% slower
 --           (docs/cpu_kernels.md): the tuner keeps both. Head slices that
 --           bursts do not fill finish one step at a time.
 --   prefetch  what software prefetches ask for while a sweep streams the
@@ -91,10 +91,11 @@ local T = {
   -- back in one bank (rows 64 KiB-multiples apart, the same L1 sets), the
   -- form that prefetched 2048 bytes ahead in the row ran K3's T = 64 at
   -- 2.5-3.8x the plain one's time (bench/results/fallback-2026-12-01.md).
-  -- FMA statistics and plain stores: every CPU of the level has them, and
-  -- small T, where a fallback is most likely met, does not gain from the
-  -- others (bench/results/cpu-tune-2026-12-01.md: within 2x of every
-  -- tuned winner).
+  -- Bursts of one step: K3's shape ran 13-23% slower out of cache in bursts
+  -- of 4 (docs/cpu_kernels.md). FMA statistics and plain stores: every CPU
+  -- of the level has them, and small T, where a fallback is most likely
+  -- met, does not gain from the others (bench/results/cpu-tune-2026-12-01.md:
+  -- within 2x of every tuned winner).
   builtin = {
     avx512 = { vec = 16, group = 8, burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
     avx2 = { vec = 8, group = 8, burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
