@@ -329,8 +329,8 @@ end
 
 -- The sweep, inlined once per group size so that its accumulators become
 -- registers: `g` is a constant in every call the dispatcher makes. Each
--- head's slice runs in bursts of `burst` steps, and the steps a burst
--- does not fill one at a time.
+-- head's slice runs in bursts of `burst` steps; the steps left over after
+-- the last whole burst run one at a time.
 local function sweep(p)
   local burst = function(ch)
     return gen.subst([[
