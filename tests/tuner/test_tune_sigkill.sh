@@ -83,15 +83,20 @@ while [ "$landed" -lt "$kills" ] && [ "$i" -lt $((3 * kills + 10)) ]; do
     *) aim=any ;;
   esac
   # Startup (the bandwidth measurements) takes from 1 to several seconds on
-  # a loaded machine, so aimed kills wait (up to 10 s) for their phase to
-  # show: a compiler process, or a new measurement row.
+  # a loaded machine, so aimed kills wait for their phase to show: up to
+  # 10 s for a compiler process, up to 60 s for a new measurement row. A
+  # run first compiles the candidates of its first problems that no run
+  # before it stored (the f32 mix's 135 take about a minute on 2 cores),
+  # and kills that only waited 10 s all fell into that.
   # Unaimed kills fall within the first 2.5 s: on an idle machine the whole
   # preset takes little more than a minute, and 20 kills must land before
   # the work is done.
   if [ "$aim" = any ]; then
     sleep "$(rnd 0.2 2.5)"
   else
-    for _ in $(seq 1 100); do
+    polls=100
+    [ "$aim" = measure ] && polls=600
+    for _ in $(seq 1 "$polls"); do
       kill -0 "$tuner" 2>/dev/null || break
       if [ "$aim" = compile ]; then [ -n "$(children compile)" ] && break;
       else [ "$(measurements)" -gt "$m0" ] && break; fi
