@@ -27,8 +27,9 @@
 --           a burst spreads the lines in flight over 4 sets. The MHAR shape
 --           (d = 4096, rows 8 KiB apart) ran 5-19% faster out of cache on
 --           two Zen 4 threads in bursts of 4, K3's 13-23% slower
---           (docs/cpu_kernels.md): the tuner keeps both. Head slices that
---           bursts do not fill finish one step at a time.
+--           (docs/cpu_kernels.md): the tuner keeps both, for head slices of
+--           512 elements and more. The steps after the last whole burst of a
+--           slice run one at a time.
 --   prefetch  what software prefetches ask for while a sweep streams the
 --           next token's rows: "none" leaves it to the hardware
 --           prefetchers; "token" asks for the rows of the token after next
@@ -128,9 +129,18 @@ function T.step(p)
   return 2 * p.vec
 end
 
+-- Bursts of 4 are tuned where they were measured, on head slices of 512
+-- elements and more (MHAR's heads and up); shorter slices keep bursts of 1,
+-- so that small shapes (the ci preset's) tune as fast as before bursts.
+local BURST_MIN_SLICE = 512
+
 function T.applies(p, problem, device)
   if p.dot == "bf16" and device.arch ~= "x86_64-avx512" then
     return false, "the bf16 dot products need AVX-512"
+  end
+  if p.burst > 1 and problem.d // problem.heads < BURST_MIN_SLICE then
+    return false, string.format("bursts of %d are tuned for head slices of %d elements and more",
+                                p.burst, BURST_MIN_SLICE)
   end
   return space.applies(T, p, problem, device)
 end

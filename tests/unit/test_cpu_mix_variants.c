@@ -8,8 +8,8 @@
  * group (two and three sweeps), two heads, the additive form and the norm
  * epilogue, one token (no next token to score or prefetch) and token
  * counts that the launch splits over both threads, so a range ends inside
- * the tensor; head slices in whole bursts of 4 steps, in bursts and the
- * steps they leave over, and shorter than a burst; the non-temporal stores
+ * the tensor; a head slice long enough for bursts of 4 steps, in bursts
+ * and the steps they leave over; the non-temporal stores
  * both on aligned output rows and on rows that are not, where they must
  * fall back to plain stores; and scores tens apart, whose exponentials
  * reach the softmax's clamp. Variants
@@ -63,7 +63,7 @@ static const shape shapes[] = {
     {256, 9, 1, 0, 1, 6, 4.0, 0},  /* a sharper softmax */
     {128, 9, 1, 0, 0, 3, 40.0, 0}, /* scores tens apart: exponentials down at the clamp (e^-86) */
     {96, 3, 1, 0, 1, 4, 1.0, 16},  /* output rows off the stores' alignment */
-    {416, 9, 1, 1, 1, 5, 1.0, 16}, /* 13 or 26 steps: bursts of 4 and the steps they leave */
+    {544, 9, 1, 1, 1, 5, 1.0, 16}, /* 17 or 34 steps: bursts of 4 and the steps they leave */
 };
 
 /* Two threads; the non-temporal stores (the same lines of source at every
