@@ -86,8 +86,8 @@ while [ "$landed" -lt "$kills" ] && [ "$i" -lt $((3 * kills + 10)) ]; do
   # a loaded machine, so aimed kills wait for their phase to show: up to
   # 10 s for a compiler process, up to 60 s for a new measurement row. A
   # run first compiles the candidates of its first problems that no run
-  # before it stored (the f32 mix's 135 take about a minute on 2 cores),
-  # and kills that only waited 10 s all fell into that.
+  # before it stored; when that took longer than the kills' 10 s (135 f32
+  # mix candidates, once), every kill fell into compilation.
   # Unaimed kills fall within the first 2.5 s: on an idle machine the whole
   # preset takes little more than a minute, and 20 kills must land before
   # the work is done.
