@@ -810,6 +810,14 @@ static int cpu_ceilings(attnres_device *dev, ar_ceilings *out)
     return cpu_ceilings_measure(dev, st->pool, out);
 }
 
+/* One pass of the streaming kernels, timed next to a kernel by the tuner
+ * (cpu_ceilings.c). */
+static int cpu_stream(attnres_device *dev, void *buf, const ar_stream_pass *pass, double *us)
+{
+    cpu_state *st = dev->state;
+    return cpu_stream_pass(dev, st->pool, buf, pass, us);
+}
+
 static void empty_chunk(void *ctx, int64_t t0, int64_t t1)
 {
     (void)ctx;
@@ -860,4 +868,5 @@ const ar_backend ar_cpu_backend = {
     .read_bandwidth = cpu_read_bandwidth,
     .empty_launch = cpu_empty_launch,
     .ceilings = cpu_ceilings,
+    .stream_pass = cpu_stream,
 };

@@ -194,6 +194,47 @@ static double time_stream(cpu_pool *pool, stream_job *j, double span_us, double 
     return 2.0 * (double)j->half / (median * 1e3);
 }
 
+/* ---- one pass, timed next to a kernel --------------------------------- */
+
+int cpu_stream_pass(attnres_device *dev, cpu_pool *pool, char *buf, const ar_stream_pass *pass, double *us)
+{
+    stream_job jobs[AR_STREAM_STEPS];
+    int n = 0;
+    const int all = cpu_pool_workers(pool) + 1;
+    for (int s = 0; s < AR_STREAM_STEPS; s++) {
+        const ar_stream_step *st = &pass->step[s];
+        if (!st->kernel)
+            continue;
+        int kernel = 0;
+        while (kernel < K_COUNT && strcmp(kernel_names[kernel], st->kernel) != 0)
+            kernel++;
+        if (kernel == K_COUNT)
+            return ar_device_fail(dev, ATTNRES_EINVAL, "stream pass step %d: no streaming kernel '%s'", s,
+                                  st->kernel);
+#ifndef CEIL_X86
+        if (kernel == K_COPY_NT)
+            return ar_device_fail(dev, ATTNRES_EINVAL, "stream pass step %d: copy-nt needs x86-64", s);
+#endif
+        if (st->threads < 1 || st->threads > all)
+            return ar_device_fail(dev, ATTNRES_EINVAL, "stream pass step %d: %d threads, this device has 1 to %d",
+                                  s, st->threads, all);
+        if (st->bytes == 0 || st->bytes % ((size_t)4096 * (size_t)st->threads) || st->offset % 64)
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "stream pass step %d: %zu bytes at offset %zu; bytes must be a positive "
+                                  "multiple of 4096 x %d threads and the offset of 64",
+                                  s, st->bytes, st->offset, st->threads);
+        /* A read job reads 2 * half bytes, a copy job copies half of them. */
+        const int read = kernel == K_READ || kernel == K_READ8;
+        jobs[n++] = (stream_job){.kernel = kernel, .threads = st->threads, .buf = buf + st->offset,
+                                 .half = read ? st->bytes / 2 : st->bytes};
+    }
+    const double t0 = now_us();
+    for (int i = 0; i < n; i++)
+        cpu_pool_run(pool, stream_chunk, &jobs[i], jobs[i].threads, jobs[i].threads);
+    *us = now_us() - t0;
+    return ATTNRES_OK;
+}
+
 /* ---- the FMA peak --------------------------------------------------- */
 
 enum { FMA_ITERS = 1 << 22 };

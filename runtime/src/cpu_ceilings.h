@@ -13,4 +13,10 @@
  * fp32 FMA peak. ATTNRES_OK, or the failing status with the reason on dev. */
 int cpu_ceilings_measure(attnres_device *dev, cpu_pool *pool, ar_ceilings *out);
 
+/* One pass of the streaming kernels over buf (device.h, ar_stream_pass),
+ * each step on its thread count of the pool, timed as a whole into *us.
+ * ATTNRES_EINVAL naming the step for an unknown kernel, a thread count
+ * beyond the pool, or bytes and offsets off their multiples. */
+int cpu_stream_pass(attnres_device *dev, cpu_pool *pool, char *buf, const ar_stream_pass *pass, double *us);
+
 #endif

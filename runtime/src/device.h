@@ -99,6 +99,24 @@ typedef struct ar_ceilings {
     double cache_bytes; /* the largest cache a kernel's data can sit in (0: unknown) */
 } ar_ceilings;
 
+/* A pass of a device's streaming kernels that moves as many bytes as a
+ * kernel does, the way its ceiling assumes (docs/design.md §2): each step
+ * runs one streaming kernel, named as in ar_ceiling_point, on its thread
+ * count over `bytes` at `offset` into the pass's buffer. A read step reads
+ * them; a copy step reads them and writes as many right after them. The
+ * tuner times a pass between a kernel's timed rounds, so that kernel and
+ * ceiling share one minute of a shared machine. Each step's bytes are a
+ * multiple of 4096 * threads and its offset of 64. */
+enum { AR_STREAM_STEPS = 2 };
+typedef struct ar_stream_step {
+    const char *kernel; /* NULL: the step is unused */
+    int threads;
+    size_t offset, bytes;
+} ar_stream_step;
+typedef struct ar_stream_pass {
+    ar_stream_step step[AR_STREAM_STEPS];
+} ar_stream_pass;
+
 
 struct ar_backend {
     const char *name;
@@ -152,6 +170,10 @@ struct ar_backend {
      * kernel's timing is compared with (docs/design.md §2). NULL where the
      * backend has none; then copy_bandwidth and read_bandwidth stand in. */
     int (*ceilings)(attnres_device *dev, ar_ceilings *out);
+    /* Runs one pass of streaming kernels over device memory buf (which
+     * holds every step's bytes) and writes its time in microseconds to us.
+     * NULL where the backend has none. */
+    int (*stream_pass)(attnres_device *dev, void *buf, const ar_stream_pass *pass, double *us);
 };
 
 extern const ar_backend ar_cpu_backend;

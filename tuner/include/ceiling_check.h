@@ -15,6 +15,10 @@ typedef struct ceiling_check {
     int over;            /* those above the fastest streaming run beyond the noise */
     double max_fraction; /* the highest fraction of the matching (median) ceiling */
     double max_fastest;  /* the highest fraction of the matching fastest runs */
+    /* Winners timed next to a streaming pass (paired_stream.h): how many,
+     * how many above it beyond the noise, and their fractions of it. */
+    int paired, paired_over;
+    double paired_fraction[64];
 } ceiling_check;
 
 /* Counts one verified winner that moved read_bytes + write_bytes at gbps,
@@ -25,7 +29,19 @@ typedef struct ceiling_check {
 int ceiling_check_winner(const rooflines *r, ceiling_check *c, const char *problem, double gbps, double read_bytes,
                          double write_bytes, double median_us, double spread_us, char *warning, size_t size);
 
-/* "ceiling check: 5 out-of-cache winner(s), 0 above ...", no newline. */
+/* Counts one winner's fraction of the streaming pass timed in its own
+ * rounds (NaN: it had none, and nothing is counted), with the median
+ * absolute deviation of that fraction over the rounds. Returns 1 when it
+ * is above the pass beyond the noise (rooflines_noise), with the warning
+ * in `warning`; 0 otherwise, `warning` then empty. */
+int ceiling_check_paired(ceiling_check *c, const char *problem, double fraction, double spread, char *warning,
+                         size_t size);
+
+/* The median of the paired fractions counted; NaN when there are none. */
+double ceiling_check_paired_median(const ceiling_check *c);
+
+/* "ceiling check: 5 out-of-cache winner(s), 0 above ...", then the paired
+ * winners' median, lowest and highest fraction of their pass; no newline. */
 void ceiling_check_summary(const ceiling_check *c, char *buf, size_t size);
 
 /* rooflines_json with the check's outcome added as "check" (c NULL: the

@@ -16,6 +16,7 @@
 #include "ardb.h"
 #include "attnres-impl.h"
 #include "measure.h"
+#include "paired_stream.h"
 
 /* What a candidate is, for loading it anywhere. */
 typedef struct job_kernel {
@@ -30,6 +31,11 @@ typedef struct job_result {
     ardb_status status;
     double rel_err;
     timing tm;
+    /* Interleaved with a streaming pass (job_options.pair): the median over
+     * rounds of the kernel's rate over the pass's in the same round, the
+     * median absolute deviation of that ratio, and the pass's median GB/s;
+     * NaN without a pass. */
+    double paired, paired_spread, pair_gbps;
     char message[512];
 } job_result;
 
@@ -38,6 +44,7 @@ typedef struct job_options {
     measure_policy policy;  /* timing policy; reps 0 = verify only */
     double time_limit_s;    /* per job; 0 = none */
     int isolate;            /* fork a child (CPU only) */
+    const paired_stream *pair; /* job_interleave: a pass timed in each round; NULL: none */
 } job_options;
 
 /* Measures one candidate: verify (when asked) then time. Never fails as a
@@ -46,7 +53,9 @@ void job_measure(attnres_device *dev, bench_case *bc, const job_kernel *k, const
                  job_result *out);
 
 /* Times k candidates interleaved (A B C A B C ...) for `rounds` rounds, so
- * that drift in the machine's state affects them all alike. */
+ * that drift in the machine's state affects them all alike; with
+ * opt->pair, the streaming pass closes each round (A B C S A B C S ...)
+ * and each result gets its rate relative to the pass's. */
 void job_interleave(attnres_device *dev, bench_case *bc, const job_kernel *ks, size_t k, int rounds,
                     const job_options *opt, job_result *out);
 

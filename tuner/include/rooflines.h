@@ -45,6 +45,11 @@ double rooflines_ceiling(const rooflines *r, double read_bytes, double write_byt
  * relative spread and at least 5%. rooflines_above: 1 when a fraction of
  * the ceiling is above it beyond that noise. */
 int rooflines_out_of_cache(const rooflines *r, double bytes);
+/* 1 when `bytes` are at least the device's largest cache (64 MiB where it
+ * does not say): a kernel's data cannot all sit in it, and a streaming pass
+ * over as many bytes evicts what kernels timed before it left there. Where
+ * a kernel is paired with such a pass (paired_stream.h). */
+int rooflines_beyond_cache(const rooflines *r, double bytes);
 
 /* The ceiling of rooflines_ceiling taken from the streaming kernels'
  * fastest runs instead of their medians: what the check holds a kernel's

@@ -68,6 +68,8 @@ typedef struct winner_row {
     double median_us, spread_us, gbps;
     double roofline;                       /* gbps over the matching ceiling */
     double read_bytes, write_bytes, flops; /* the problem's traffic and arithmetic */
+    double paired, paired_spread, pair_gbps; /* of the streaming pass timed in the
+                                                final rounds (NaN: none) */
     int found;
 } winner_row;
 
@@ -95,6 +97,7 @@ typedef struct candidate_ref {
     ardb_status status;
     double median_us, spread_us;
     int final_round;       /* took part in the interleaved round */
+    double paired, paired_spread, pair_gbps; /* job_result's, from this run's final round */
 } candidate_ref;
 
 /* The search's decisions, apart from any measurement so that they can be

@@ -3,7 +3,9 @@
  */
 #include "ceiling_check.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int ceiling_check_winner(const rooflines *r, ceiling_check *c, const char *problem, double gbps, double read_bytes,
@@ -33,20 +35,74 @@ int ceiling_check_winner(const rooflines *r, ceiling_check *c, const char *probl
     return 1;
 }
 
+int ceiling_check_paired(ceiling_check *c, const char *problem, double fraction, double spread, char *warning,
+                         size_t size)
+{
+    if (size)
+        warning[0] = 0;
+    if (!(fraction > 0))
+        return 0;
+    enum { KEPT = sizeof c->paired_fraction / sizeof c->paired_fraction[0] };
+    if (c->paired < KEPT)
+        c->paired_fraction[c->paired] = fraction;
+    c->paired++;
+    const double noise = rooflines_noise(fraction, spread);
+    if (!rooflines_above(fraction, noise))
+        return 0;
+    c->paired_over++;
+    snprintf(warning, size,
+             "warning: %s ran at %.0f%% of a streaming pass moving the same bytes in the same rounds "
+             "(noise %.0f%%): it moves its bytes faster than the device's streaming kernels",
+             problem, 100.0 * fraction, 100.0 * noise);
+    return 1;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The kept fractions, sorted, into out; their count. */
+static int paired_sorted(const ceiling_check *c, double *out)
+{
+    enum { KEPT = sizeof c->paired_fraction / sizeof c->paired_fraction[0] };
+    int n = c->paired < KEPT ? c->paired : KEPT;
+    memcpy(out, c->paired_fraction, sizeof(double) * (size_t)n);
+    qsort(out, (size_t)n, sizeof *out, by_value);
+    return n;
+}
+
+double ceiling_check_paired_median(const ceiling_check *c)
+{
+    double v[sizeof c->paired_fraction / sizeof c->paired_fraction[0]];
+    int n = paired_sorted(c, v);
+    return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 void ceiling_check_summary(const ceiling_check *c, char *buf, size_t size)
 {
+    int len;
     if (c->checked)
-        snprintf(buf, size,
-                 "ceiling check: %d out-of-cache winner(s), %d above the fastest streaming run beyond the noise; "
-                 "highest %.0f%% of the ceiling, %.0f%% of the fastest run",
-                 c->checked, c->over, 100.0 * c->max_fraction, 100.0 * c->max_fastest);
+        len = snprintf(buf, size,
+                       "ceiling check: %d out-of-cache winner(s), %d above the fastest streaming run beyond the "
+                       "noise; highest %.0f%% of the ceiling, %.0f%% of the fastest run",
+                       c->checked, c->over, 100.0 * c->max_fraction, 100.0 * c->max_fastest);
     else
-        snprintf(buf, size, "ceiling check: no out-of-cache winner");
+        len = snprintf(buf, size, "ceiling check: no out-of-cache winner");
+    if (c->paired == 0 || len < 0 || (size_t)len >= size)
+        return;
+    double v[sizeof c->paired_fraction / sizeof c->paired_fraction[0]];
+    int n = paired_sorted(c, v);
+    snprintf(buf + len, size - (size_t)len,
+             "\npaired check: %d winner(s) timed next to a streaming pass moving the same bytes, %d above it "
+             "beyond the noise; median %.0f%% of it, lowest %.0f%%, highest %.0f%%",
+             c->paired, c->paired_over, 100.0 * ceiling_check_paired_median(c), 100.0 * v[0], 100.0 * v[n - 1]);
 }
 
 void ceiling_check_json(const rooflines *r, const ceiling_check *c, char *buf, size_t size)
 {
-    enum { CHECK_TEXT = 160 }; /* room kept for the "check" member */
+    enum { CHECK_TEXT = 256 }; /* room kept for the "check" member */
     if (size <= CHECK_TEXT) {
         if (size)
             buf[0] = 0;
@@ -57,6 +113,8 @@ void ceiling_check_json(const rooflines *r, const ceiling_check *c, char *buf, s
     if (c && len > 0 && buf[len - 1] == '}')
         snprintf(buf + len - 1, size - len + 1,
                  ", \"check\": {\"out_of_cache\": %d, \"over\": %d, \"max_fraction\": %.4f, "
-                 "\"max_fraction_of_fastest\": %.4f}}",
-                 c->checked, c->over, c->max_fraction, c->max_fastest);
+                 "\"max_fraction_of_fastest\": %.4f, \"paired\": %d, \"paired_over\": %d, "
+                 "\"paired_median\": %.4f}}",
+                 c->checked, c->over, c->max_fraction, c->max_fastest, c->paired, c->paired_over,
+                 c->paired ? ceiling_check_paired_median(c) : 0.0);
 }

@@ -22,6 +22,13 @@ static void set_message(job_result *r, const char *fmt, const char *detail)
     snprintf(r->message, sizeof r->message, fmt, cut);
 }
 
+static void result_clear(job_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->rel_err = NAN;
+    r->paired = r->paired_spread = r->pair_gbps = NAN;
+}
+
 /* Loads a candidate on dev; on failure fills r. */
 static int load(attnres_device *dev, const job_kernel *k, ar_kernel *out, job_result *r)
 {
@@ -39,8 +46,7 @@ static int load(attnres_device *dev, const job_kernel *k, ar_kernel *out, job_re
 static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *k, const job_options *opt,
                          job_result *r)
 {
-    memset(r, 0, sizeof *r);
-    r->rel_err = NAN;
+    result_clear(r);
     ar_kernel kern;
     if (load(dev, k, &kern, r) != ATTNRES_OK)
         return;
@@ -73,15 +79,42 @@ done:
     dev->ops->unload(dev, &kern);
 }
 
+/* The pass's rate over each kernel's round by round: per kernel the median
+ * ratio of its rate to the pass's, and its spread. */
+static void pair_results(const bench_case *bc, const paired_stream *ps, const double *t, const double *ts,
+                         const int *ok, size_t k, int rounds, job_result *out)
+{
+    double *ratio = malloc(sizeof(double) * (size_t)rounds);
+    timing pass;
+    if (!ratio)
+        return;
+    for (int r = 0; r < rounds; r++)
+        ratio[r] = ps->bytes / (ts[r] * 1e3);
+    timing_summarize(ratio, rounds, &pass);
+    for (size_t i = 0; i < k; i++) {
+        if (!ok[i])
+            continue;
+        for (int r = 0; r < rounds; r++)
+            ratio[r] = bench_case_bytes(bc) * ts[r] / (ps->bytes * t[i * (size_t)rounds + (size_t)r]);
+        timing tm;
+        timing_summarize(ratio, rounds, &tm);
+        out[i].paired = tm.median_us;
+        out[i].paired_spread = tm.spread_us;
+        out[i].pair_gbps = pass.median_us;
+    }
+    free(ratio);
+}
+
 static void interleave_here(attnres_device *dev, bench_case *bc, const job_kernel *ks, size_t k, int rounds,
                             const job_options *opt, job_result *out)
 {
     ar_kernel *kern = calloc(k, sizeof *kern);
     double *t = malloc(sizeof(double) * k * (size_t)rounds);
+    double *ts = opt->pair ? malloc(sizeof(double) * (size_t)rounds) : NULL;
     int *ok = calloc(k, sizeof *ok);
+    int paired = ts != NULL;
     for (size_t i = 0; i < k; i++) {
-        memset(&out[i], 0, sizeof out[i]);
-        out[i].rel_err = NAN;
+        result_clear(&out[i]);
         if (!kern || !t || !ok) {
             out[i].status = ARDB_STATUS_LAUNCH_FAILED;
             set_message(&out[i], "%s", "out of memory");
@@ -91,7 +124,7 @@ static void interleave_here(attnres_device *dev, bench_case *bc, const job_kerne
     }
     if (kern && t && ok) {
         /* One warm-up launch each, then the rounds. */
-        for (int r = -1; r < rounds; r++)
+        for (int r = -1; r < rounds; r++) {
             for (size_t i = 0; i < k; i++) {
                 if (!ok[i])
                     continue;
@@ -105,6 +138,16 @@ static void interleave_here(attnres_device *dev, bench_case *bc, const job_kerne
                 if (r >= 0)
                     t[i * (size_t)rounds + (size_t)r] = us;
             }
+            /* A pass that fails leaves the kernels' timings as they are,
+             * without a paired figure. */
+            double us = 0;
+            if (paired && paired_stream_run(dev, opt->pair, &us) != ATTNRES_OK)
+                paired = 0;
+            else if (paired && r >= 0)
+                ts[r] = us;
+        }
+        if (paired)
+            pair_results(bc, opt->pair, t, ts, ok, k, rounds, out);
         for (size_t i = 0; i < k; i++)
             if (ok[i]) {
                 timing_summarize(t + i * (size_t)rounds, rounds, &out[i].tm);
@@ -116,6 +159,7 @@ static void interleave_here(attnres_device *dev, bench_case *bc, const job_kerne
             dev->ops->unload(dev, &kern[i]);
     free(kern);
     free(t);
+    free(ts);
     free(ok);
 }
 
@@ -149,8 +193,7 @@ typedef void (*child_fn)(attnres_device *dev, bench_case *bc, const void *arg, j
 static void run_isolated(bench_case *bc, child_fn fn, const void *arg, size_t k, double limit_s, job_result *out)
 {
     for (size_t i = 0; i < k; i++) {
-        memset(&out[i], 0, sizeof out[i]);
-        out[i].rel_err = NAN;
+        result_clear(&out[i]);
         out[i].status = ARDB_STATUS_LAUNCH_FAILED;
     }
     int fds[2];
@@ -285,7 +328,8 @@ void job_interleave(attnres_device *dev, bench_case *bc, const job_kernel *ks, s
 {
     if (opt->isolate && strcmp(dev->backend, "cpu") == 0) {
         interleave_arg a = {ks, k, rounds, opt};
-        run_isolated(bc, child_interleave, &a, k, opt->time_limit_s * (double)k, out);
+        /* The pass takes about as long as one more kernel. */
+        run_isolated(bc, child_interleave, &a, k, opt->time_limit_s * (double)(k + (opt->pair != NULL)), out);
     } else {
         interleave_here(dev, bc, ks, k, rounds, opt, out);
     }

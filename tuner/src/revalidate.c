@@ -21,11 +21,17 @@
 #include "ardb.h"
 #include "ardb_tools.h"
 #include "ceiling_check.h"
+#include "isolate.h"
+#include "paired_stream.h"
 #include "tuner_base.h"
 #include "attnres-impl.h"
 #include "measure.h"
 #include "problems.h"
 #include "rooflines.h"
+
+/* The rounds of a winner and its streaming pass, as a tuning run's final
+ * round on the CPU. */
+enum { PAIR_ROUNDS = 11 };
 
 typedef struct revalidation {
     attnres_device *dev;
@@ -43,6 +49,7 @@ typedef struct outcome {
     int measured; /* a measurement was recorded */
     double fraction;        /* of the matching ceiling */
     double gbps, read_bytes, write_bytes, spread_us; /* for the ceiling check */
+    double paired, paired_spread; /* of a streaming pass in the same rounds (NaN: none) */
     char message[512];
 } outcome;
 
@@ -83,7 +90,7 @@ static int begin_run(revalidation *r, const char *spec, const char *db_path, con
         cli_error("tune", "recording the run: %s", ardb_errmsg(r->db));
         return -1;
     }
-    char ceilings[4096 + 160];
+    char ceilings[4096 + 256];
     ceiling_check_json(&r->roof, NULL, ceilings, sizeof ceilings);
     if (ardb_run_set_ceilings(r->db, r->run_id, ceilings) != ARDB_DONE)
         cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
@@ -202,12 +209,40 @@ static int binary_for(revalidation *r, const ardb_stored_winner *w, const char *
     return 0;
 }
 
+/* Out of cache: the winner interleaved with a streaming pass that moves
+ * the same bytes (paired_stream.h), its fraction of the pass into o and a
+ * note of it into message. The timing on record stays the policy's. */
+static void pair_round(revalidation *r, bench_case *bc, const job_kernel *jk, outcome *o, char *message,
+                       size_t size)
+{
+    double rd, wr;
+    bench_case_traffic(bc, &rd, &wr);
+    paired_stream *ps = NULL;
+    char err[512];
+    int got = paired_stream_create(r->dev, &r->roof, rd, wr, &ps, err, sizeof err);
+    if (got < 0)
+        note(r, "  no streaming pass to pair with: %s", err);
+    if (got <= 0)
+        return;
+    job_options opt = {.policy = r->policy, .pair = ps};
+    job_result res;
+    job_interleave(r->dev, bc, jk, 1, PAIR_ROUNDS, &opt, &res);
+    if (res.status == ARDB_STATUS_OK && !isnan(res.paired)) {
+        o->paired = res.paired;
+        o->paired_spread = res.paired_spread;
+        snprintf(message, size, "%.1f%% of a streaming pass at %.2f GB/s, interleaved for %d rounds",
+                 100.0 * res.paired, res.pair_gbps, PAIR_ROUNDS);
+    }
+    paired_stream_free(r->dev, ps);
+}
+
 static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t index, outcome *o)
 {
     char hash[65], build_key[65], why[512];
     tune_problem tp;
     memset(o, 0, sizeof *o);
     o->median_us = NAN;
+    o->paired = o->paired_spread = NAN;
     if (tune_problem_of(w, &tp, why, sizeof why)) {
         o->status = ARDB_STATUS_SKIPPED;
         snprintf(o->message, sizeof o->message, "%s", why);
@@ -231,8 +266,8 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
     memcpy(k.build_key, build_key, sizeof k.build_key);
     snprintf(k.variant, sizeof k.variant, "%s", w->variant);
     int st = r->dev->ops->load(r->dev, blob, size, w->source, w->kernel_name, w->params_json, &k);
-    free(blob);
     if (st != ATTNRES_OK) {
+        free(blob);
         record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, attnres_device_errmsg(r->dev), o);
         return;
     }
@@ -252,10 +287,15 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
         } else if (bench_case_time(bc, &k, &r->policy, &tm) != ATTNRES_OK) {
             record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, rel_err, attnres_device_errmsg(r->dev), o);
         } else {
-            record(r, w, build_key, ARDB_STATUS_OK, &tm, bc, rel_err, NULL, o);
+            job_kernel jk = {.variant = w->variant, .kernel_name = w->kernel_name, .params_json = w->params_json,
+                             .source = w->source, .build_key = build_key, .blob = blob, .blob_size = size};
+            char message[200] = "";
+            pair_round(r, bc, &jk, o, message, sizeof message);
+            record(r, w, build_key, ARDB_STATUS_OK, &tm, bc, rel_err, message[0] ? message : NULL, o);
         }
         bench_case_free(bc);
     }
+    free(blob);
     if (r->dev->ops->unload)
         r->dev->ops->unload(r->dev, &k);
 }
@@ -265,18 +305,20 @@ static void print_table(const revalidation *r, const ardb_stored_winner *w, cons
     char roof[200];
     rooflines_format(&r->roof, roof, sizeof roof);
     printf("\nre-validated winners on %s (%s)\n%s\n\n", r->dev->name, r->dev->backend, roof);
-    printf("%-44s %-34s %6s %12s %12s %7s %9s  %s\n", "problem", "variant", "from", "stored (us)", "now (us)",
-           "ratio", "% ceiling", "status");
+    printf("%-44s %-34s %6s %12s %12s %7s %9s %8s  %s\n", "problem", "variant", "from", "stored (us)", "now (us)",
+           "ratio", "% ceiling", "% paired", "status");
     for (size_t i = 0; i < n; i++) {
-        char now[32] = "-", ratio[32] = "-", frac[32] = "-";
+        char now[32] = "-", ratio[32] = "-", frac[32] = "-", paired[32] = "-";
         if (o[i].status == ARDB_STATUS_OK) {
             snprintf(now, sizeof now, "%.2f", o[i].median_us);
             if (w[i].median_us > 0)
                 snprintf(ratio, sizeof ratio, "%.3f", o[i].median_us / w[i].median_us);
             snprintf(frac, sizeof frac, "%.1f%%", 100.0 * o[i].fraction);
+            if (o[i].paired > 0)
+                snprintf(paired, sizeof paired, "%.1f%%", 100.0 * o[i].paired);
         }
-        printf("%-44s %-34s %6" PRId64 " %12.2f %12s %7s %9s  %s%s%s\n", w[i].problem_key, w[i].variant,
-               w[i].run_id, w[i].median_us, now, ratio, frac, ardb_status_name(o[i].status),
+        printf("%-44s %-34s %6" PRId64 " %12.2f %12s %7s %9s %8s  %s%s%s\n", w[i].problem_key, w[i].variant,
+               w[i].run_id, w[i].median_us, now, ratio, frac, paired, ardb_status_name(o[i].status),
                o[i].message[0] ? ": " : "", o[i].message);
     }
 }
@@ -287,15 +329,18 @@ static void print_table(const revalidation *r, const ardb_stored_winner *w, cons
 static void check_ceilings(revalidation *r, const ardb_stored_winner *w, const outcome *o, size_t n)
 {
     ceiling_check c = {0};
-    char line[512];
+    char line[768];
     printf("\n");
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (ceiling_check_winner(&r->roof, &c, w[i].problem_key, o[i].gbps, o[i].read_bytes, o[i].write_bytes,
                                  o[i].median_us, o[i].spread_us, line, sizeof line))
             printf("%s\n", line);
+        if (ceiling_check_paired(&c, w[i].problem_key, o[i].paired, o[i].paired_spread, line, sizeof line))
+            printf("%s\n", line);
+    }
     ceiling_check_summary(&c, line, sizeof line);
     printf("%s\n", line);
-    char json[4096 + 160];
+    char json[4096 + 256];
     ceiling_check_json(&r->roof, &c, json, sizeof json);
     if (ardb_run_set_ceilings(r->db, r->run_id, json) != ARDB_DONE)
         cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));

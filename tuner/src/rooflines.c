@@ -104,11 +104,14 @@ double rooflines_fastest_ceiling(const rooflines *r, double read_bytes, double w
     return rooflines_ceiling(&fastest, read_bytes, write_bytes);
 }
 
-int rooflines_out_of_cache(const rooflines *r, double bytes)
+static double largest_cache(const rooflines *r)
 {
-    double cache = r->ceil.cache_bytes > 0 ? r->ceil.cache_bytes : CACHE_DEFAULT;
-    return bytes >= 4.0 * cache;
+    return r->ceil.cache_bytes > 0 ? r->ceil.cache_bytes : CACHE_DEFAULT;
 }
+
+int rooflines_out_of_cache(const rooflines *r, double bytes) { return bytes >= 4.0 * largest_cache(r); }
+
+int rooflines_beyond_cache(const rooflines *r, double bytes) { return bytes >= largest_cache(r); }
 
 double rooflines_noise(double median_us, double spread_us)
 {

@@ -18,6 +18,7 @@
 #include "ardb_tools.h"
 #include "tune_session.h"
 #include "isolate.h"
+#include "paired_stream.h"
 
 /* On a terminal, one line rewritten in place: counts and an ETA for the
  * problem at hand. Plain logs (files, CI) get only the per-problem lines. */
@@ -162,6 +163,7 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
             }
             *out = grown;
             memset(&(*out)[*count], 0, sizeof **out);
+            (*out)[*count].paired = (*out)[*count].paired_spread = (*out)[*count].pair_gbps = NAN;
             (*out)[(*count)++].e = e;
         }
         argen_variants_free(v, nv);
@@ -270,7 +272,22 @@ candidate_ref *search_choose(candidate_ref *const *fin, size_t k, char *equivale
     return best;
 }
 
-/* Re-times the best few candidates interleaved and records the results. */
+/* The pass that pairs with a problem's final round; NULL where none
+ * matches or it cannot be prepared (then said in the log). */
+static paired_stream *final_pair(tuner *t, const bench_case *bc)
+{
+    double rd, wr;
+    bench_case_traffic(bc, &rd, &wr);
+    paired_stream *ps = NULL;
+    char err[512];
+    if (paired_stream_create(t->dev, &t->roof, rd, wr, &ps, err, sizeof err) < 0)
+        log_line(t, "  no streaming pass to pair with: %s", err);
+    return ps;
+}
+
+/* Re-times the best few candidates interleaved and records the results;
+ * out of cache, a streaming pass that moves the same bytes closes each
+ * round (paired_stream.h). */
 static void final_round(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref **fin, size_t k)
 {
     job_kernel *ks = calloc(k, sizeof *ks);
@@ -281,20 +298,31 @@ static void final_round(tuner *t, bench_case *bc, int64_t problem_id, candidate_
         if (job_kernel_for(t, fin[i]->e, &ks[nk], &blobs[nk]) == 0)
             loaded[nk++] = fin[i];
     job_result *res = calloc(nk ? nk : 1, sizeof *res);
+    paired_stream *pair = res && nk ? final_pair(t, bc) : NULL;
     if (res && nk) {
         /* A simulated device's times are a deterministic model: a few
          * rounds decide as well as many, and each costs an interpreted run. */
         int rounds = t->dev->simulated ? 3 : strcmp(t->dev->backend, "cpu") == 0 ? 11 : 31;
         job_options opt = {.verify = 0, .policy = t->policy, .time_limit_s = t->opt.time_limit_s,
-                           .isolate = t->opt.isolate};
+                           .isolate = t->opt.isolate, .pair = pair};
         job_interleave(t->dev, bc, ks, nk, rounds, &opt, res);
-        char stage[64];
-        snprintf(stage, sizeof stage, "final (interleaved with %zu, %d rounds)", nk, rounds);
         for (size_t i = 0; i < nk; i++) {
+            char stage[160];
+            int len = snprintf(stage, sizeof stage, "final (interleaved with %zu, %d rounds", nk, rounds);
+            if (!isnan(res[i].paired))
+                snprintf(stage + len, sizeof stage - (size_t)len,
+                         "; %.1f%% of a streaming pass at %.2f GB/s in the same rounds)", 100.0 * res[i].paired,
+                         res[i].pair_gbps);
+            else
+                snprintf(stage + len, sizeof stage - (size_t)len, ")");
             loaded[i]->final_round = 1;
+            loaded[i]->paired = res[i].paired;
+            loaded[i]->paired_spread = res[i].paired_spread;
+            loaded[i]->pair_gbps = res[i].pair_gbps;
             record(t, problem_id, loaded[i], &res[i], bc, stage);
         }
     }
+    paired_stream_free(t->dev, pair);
     for (size_t i = 0; blobs && i < nk; i++)
         free(blobs[i]);
     free(res);
@@ -450,6 +478,9 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
         w->flops = problem_flops(tp);
         double ceiling = rooflines_ceiling(&t->roof, rd, wr);
         w->roofline = ceiling > 0 ? w->gbps / ceiling : 0;
+        w->paired = best->paired;
+        w->paired_spread = best->paired_spread;
+        w->pair_gbps = best->pair_gbps;
     }
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)
