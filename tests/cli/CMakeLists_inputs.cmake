@@ -38,3 +38,8 @@ attnres_unit_test(cli_options_unit test_cli_options.c TIMEOUT 60 LABEL cli SOURC
 # The ceilings a timing is held to: the blend and the out-of-cache check on
 # synthetic figures, and the CPU device's streaming kernels (docs/design.md §2).
 attnres_unit_test(tuner_ceilings test_ceilings.c TIMEOUT 120 LABEL tuner LIBS artuner)
+
+# The streaming pass a beyond-cache kernel is timed next to: its steps from
+# the ceilings, what a pass copies and reads, refused steps, the fraction
+# the interleaved rounds report, and the paired check (paired_stream.h).
+attnres_unit_test(tuner_paired_stream test_paired_stream.c TIMEOUT 120 LABEL tuner TEMPLATES LIBS artuner)

@@ -188,7 +188,7 @@ static void test_check_tally_and_record(void)
     r.read_best_gbps = 32.0;
     r.ceil.cache_bytes = 1e6; /* out of cache from 4 MB */
     ceiling_check c = {0};
-    char warning[512], line[256], json[4096 + 160];
+    char warning[512], line[640], json[4096 + 256];
     ceiling_check_summary(&c, line, sizeof line);
     CHECK(strcmp(line, "ceiling check: no out-of-cache winner") == 0);
     CHECK(!ceiling_check_winner(&r, &c, "in cache", 60.0, 1e6, 0, 100.0, 1.0, warning, sizeof warning));
@@ -203,7 +203,8 @@ static void test_check_tally_and_record(void)
     CHECK(strstr(line, "3 out-of-cache winner(s), 1 above") && strstr(line, "highest 120% of the ceiling, 112%"));
     ceiling_check_json(&r, &c, json, sizeof json);
     CHECK(strstr(json, "\"check\": {\"out_of_cache\": 3, \"over\": 1, \"max_fraction\": 1.2000, "
-                       "\"max_fraction_of_fastest\": 1.1250}}") != NULL);
+                       "\"max_fraction_of_fastest\": 1.1250, \"paired\": 0, \"paired_over\": 0, "
+                       "\"paired_median\": 0.0000}}") != NULL);
     ceiling_check_json(&r, NULL, json, sizeof json);
     CHECK(json[strlen(json) - 1] == '}' && !strstr(json, "\"check\""));
 }
