@@ -209,9 +209,10 @@ static int binary_for(revalidation *r, const ardb_stored_winner *w, const char *
     return 0;
 }
 
-/* Out of cache: the winner interleaved with a streaming pass that moves
- * the same bytes (paired_stream.h), its fraction of the pass into o and a
- * note of it into message. The timing on record stays the policy's. */
+/* Beyond the largest cache: the winner interleaved with a streaming pass
+ * that moves the same bytes (paired_stream.h), its fraction of the pass
+ * into o and a note of it into message. The timing on record stays the
+ * policy's. */
 static void pair_round(revalidation *r, bench_case *bc, const job_kernel *jk, outcome *o, char *message,
                        size_t size)
 {

@@ -286,8 +286,8 @@ static paired_stream *final_pair(tuner *t, const bench_case *bc)
 }
 
 /* Re-times the best few candidates interleaved and records the results;
- * out of cache, a streaming pass that moves the same bytes closes each
- * round (paired_stream.h). */
+ * beyond the largest cache, a streaming pass that moves the same bytes
+ * closes each round (paired_stream.h). */
 static void final_round(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref **fin, size_t k)
 {
     job_kernel *ks = calloc(k, sizeof *ks);
