@@ -3,8 +3,9 @@
 -- with the block's running partial sum b.
 --
 -- Per token: optionally b += f first (the sublayer output, written back to
--- b so the add costs no separate pass over memory); then one sweep over b
--- for its RMS statistic and its per-head dot products with the site's query;
+-- b so the add costs no separate pass over memory), gathering b's RMS
+-- statistic and per-head dot products with the site's query in the same
+-- sweep; without the add one sweep over b gathers them;
 -- p2 = sigmoid(scale * r_b * dot - lse) per head; out = o1 + p2 * (b - o1);
 -- and the optional output-norm epilogue.
 --
@@ -109,16 +110,27 @@ function T.emit(p)
         const storage_t *f_next = a->sublayer ? (const storage_t *)a->sublayer + tn * a->sublayer_stride
                                               : (const storage_t *)a->o1 + tn * a->o1_stride;
 ]],
-    prefetch_add = p.prefetch == 0 and "" or
-      prefetch.lines("o + kb", p.vec * u * storage.size[p.dtype], 0, "                ", false, 2),
+    prefetch_add_stats = p.prefetch == 0 and "" or
+      prefetch.lines("o + kb", p.vec * u * storage.size[p.dtype], 0, "                    ", false, 2),
     prefetch_merge = p.prefetch == 0 and "" or
       prefetch.lines("b_next + kb", p.vec * u * storage.size[p.dtype], 0, "                ", true, 2) ..
       prefetch.lines("f_next + kb", p.vec * u * storage.size[p.dtype], 0, "                ", false, 2),
-    add = gen.each(u, function(i)
-      local off = (i - 1) * p.vec
-      return string.format("                store_row(b + kb + %d, load_row(b + kb + %d) + load_row(f + kb + %d));",
-                           off, off, off)
+    -- b += f, then the statistics of b as stored (read back from the
+    -- store), lane by lane as row_stats sums them.
+    add_stats = gen.each(u, function(i)
+      local off, j = (i - 1) * p.vec, i - 1
+      return string.format(
+        "                    store_row(b + kb + %d, load_row(b + kb + %d) + load_row(f + kb + %d));\n" ..
+        "                    const vf x%d = load_row(b + kb + %d);\n" ..
+        "                    ss%d += x%d * x%d;\n" ..
+        "                    dp%d += x%d * load_f32(a->query + kb + %d);",
+        off, off, off, j, off, j, j, j, j, j, off)
     end, "\n"),
+    zero_stats = gen.each(u, function(i)
+      return string.format("                vf ss%d = {0}, dp%d = {0};", i - 1, i - 1)
+    end, "\n"),
+    sum_ss = gen.each(u, function(i) return "ss" .. (i - 1) end, " + "),
+    sum_dp = gen.each(u, function(i) return "dp" .. (i - 1) end, " + "),
     merge = gen.each(u, function(i)
       local off = (i - 1) * p.vec
       return string.format(
@@ -158,14 +170,24 @@ ${sigmoid}
         const float *lse = a->lse + t * a->lse_stride;
         storage_t *out = (storage_t *)a->out + t * a->out_stride;
         storage_t *normed = a->normed ? (storage_t *)a->normed + t * a->normed_stride : NULL;
-${next_rows}        if (a->sublayer) {
-            /* The fused residual add: b += f, stored at once. */
+${next_rows}        float sumsq = 0.0f;
+        if (a->sublayer) {
+            /* The fused residual add: b += f, stored at once, and the
+             * statistics of b as stored in the same sweep, so that b is
+             * swept once before the merge instead of twice. */
             const storage_t *f = (const storage_t *)a->sublayer + t * a->sublayer_stride;
-            for (int64_t kb = 0; kb < d; kb += ${STEP}) {
-${prefetch_add}${add}
+            for (int h = 0; h < heads; h++) {
+${zero_stats}
+                for (int64_t kb = (int64_t)h * hd; kb < (int64_t)(h + 1) * hd; kb += ${STEP}) {
+${prefetch_add_stats}${add_stats}
+                }
+                sumsq += hsum(${sum_ss});
+                dot[h] = hsum(${sum_dp});
             }
+        } else {
+            sumsq = row_stats(b, a->query, hd, heads, dot);
         }
-        const float r = 1.0f / sqrtf(row_stats(b, a->query, hd, heads, dot) * inv_d + eps);
+        const float r = 1.0f / sqrtf(sumsq * inv_d + eps);
         vf sq = {0};
         for (int h = 0; h < heads; h++) {
             /* sigmoid(s2 - lse): the weight of b against the n sources of o1. */
