@@ -16,7 +16,8 @@ typedef struct ceiling_check {
     double max_fraction; /* the highest fraction of the matching (median) ceiling */
     double max_fastest;  /* the highest fraction of the matching fastest runs */
     /* Winners timed next to a streaming pass (paired_stream.h): how many,
-     * how many above it beyond the noise, and their fractions of it. */
+     * how many above it beyond the noise, and the fractions of the first
+     * 64 of them, which the median and extremes are taken over. */
     int paired, paired_over;
     double paired_fraction[64];
 } ceiling_check;

@@ -280,8 +280,14 @@ static paired_stream *final_pair(tuner *t, const bench_case *bc)
     bench_case_traffic(bc, &rd, &wr);
     paired_stream *ps = NULL;
     char err[512];
-    if (paired_stream_create(t->dev, &t->roof, rd, wr, &ps, err, sizeof err) < 0)
+    int got = paired_stream_create(t->dev, &t->roof, rd, wr, &ps, err, sizeof err);
+    if (got < 0)
         log_line(t, "  no streaming pass to pair with: %s", err);
+    if (got > 0) {
+        char pass[256];
+        paired_stream_describe(ps, pass, sizeof pass);
+        log_line(t, "  final round paired with a streaming pass: %s", pass);
+    }
     return ps;
 }
 
