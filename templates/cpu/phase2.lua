@@ -126,11 +126,9 @@ function T.emit(p)
         "                    dp%d += x%d * load_f32(a->query + kb + %d);",
         off, off, off, j, off, j, j, j, j, j, off)
     end, "\n"),
-    zero_stats = gen.each(u, function(i)
-      return string.format("                vf ss%d = {0}, dp%d = {0};", i - 1, i - 1)
-    end, "\n"),
-    sum_ss = gen.each(u, function(i) return "ss" .. (i - 1) end, " + "),
-    sum_dp = gen.each(u, function(i) return "dp" .. (i - 1) end, " + "),
+    zero_stats = rowops.per_lane(u, "                vf ss%d = {0}, dp%d = {0};"),
+    sum_ss = rowops.sum_lanes(u, "ss"),
+    sum_dp = rowops.sum_lanes(u, "dp"),
     merge = gen.each(u, function(i)
       local off = (i - 1) * p.vec
       return string.format(

@@ -5,7 +5,8 @@
 
 local M = {}
 
--- Emits `fmt` for the unrolled accumulators 0..u-1 (each %d is the index).
+-- Emits `fmt` for the unrolled accumulators 0..u-1 (each %d is the index),
+-- one line each.
 local function per_lane(u, fmt)
   return gen.each(u, function(i)
     local j = i - 1
@@ -13,9 +14,13 @@ local function per_lane(u, fmt)
   end, "\n")
 end
 
+-- "prefix0 + prefix1 + ...": the sum of the unrolled accumulators.
 local function sum_lanes(u, prefix)
   return gen.each(u, function(i) return prefix .. (i - 1) end, " + ")
 end
+
+M.per_lane = per_lane
+M.sum_lanes = sum_lanes
 
 -- row_stats(row, query, hd, heads, dot): the sum of squares over the whole
 -- row (shared by all heads), and per head the dot product of the row with
