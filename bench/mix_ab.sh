@@ -5,9 +5,12 @@
 # ("after"), built into bench/mix_kernel.c, and timed in interleaved rounds
 # next to the read-only loop; prints per binary the median GB/s and every
 # round, sorted. SHAPE is mix_kernel's arguments in quotes:
-# "D T N THREADS REPEATS [HEADS]".
+# "D T N THREADS REPEATS [HEADS]". Phase 2 variants (phase2_c_bf16_...) go
+# into bench/phase2_kernel.c instead, next to its row-moving loop, with
+# its arguments as SHAPE: "D T THREADS NORM"; one run takes one op.
 #
 #   bash bench/mix_ab.sh HEAD~3 "4096 1 9 1 2000 8" mix_c_bf16_fused_v16_g4_pt_dfma_ss_t1
+#   bash bench/mix_ab.sh HEAD~1 "7168 16384 2 0" phase2_c_bf16_v16_u2_p1_ss_t2
 #
 # ROUNDS (default 9) sets the rounds, BUILD_DIR (default build/) the
 # attnres whose `gen` writes the kernels. A shared host's neighbours shift
@@ -29,15 +32,23 @@ cc=${CC:-cc}
 
 mkdir -p "$work/before"
 git -C "$root" archive "$rev" templates | tar -x -C "$work/before"
-"$cc" -O3 -march=native -pthread "$root/bench/mix_kernel.c" -o "$work/read_only"
-bins=(read_only)
+harness=mix_kernel.c reference=read_only
+case $1 in phase2_*) harness=phase2_kernel.c reference=move_rows ;; esac
+for id in "$@"; do
+  case $id in
+    phase2_*) [ $harness = phase2_kernel.c ] ;;
+    *) [ $harness = mix_kernel.c ] ;;
+  esac || { echo "$0: $id: one run takes the variants of one op" >&2; exit 2; }
+done
+"$cc" -O3 -march=native -pthread "$root/bench/$harness" -o "$work/$reference"
+bins=("$reference")
 for id in "$@"; do
   for side in before after; do
     templates=$root/templates
     [ "$side" = before ] && templates=$work/before/templates
     ATTNRES_TEMPLATE_DIR=$templates "$build/bin/attnres" gen "$id" >"$work/$side-$id.c"
     "$cc" -O3 -march=native -pthread -DKERNEL_SOURCE="\"$work/$side-$id.c\"" -DKERNEL="attnres_$id" \
-      "$root/bench/mix_kernel.c" -o "$work/$side-$id" -lm
+      "$root/bench/$harness" -o "$work/$side-$id" -lm
     bins+=("$side-$id")
   done
 done
@@ -50,4 +61,4 @@ for _ in $(seq "$rounds"); do
 done | sort -k1,1 -k2n | awk '
   { v[$1] = v[$1] " " $2; c[$1]++ }
   END { for (b in v) { n = split(v[b], a, " "); printf "%-56s %6s GB/s  (%s )\n", b, a[int((n + 1) / 2)], v[b] } }' | sort
-echo "(before: templates of $rev; after: the working tree; $rounds rounds of: mix_kernel $shape)"
+echo "(before: templates of $rev; after: the working tree; $rounds rounds of: ${harness%.c} $shape)"

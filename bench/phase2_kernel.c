@@ -1,0 +1,185 @@
+/*
+ * phase2_kernel.c - times one generated bf16 CPU phase 2 kernel, outside the
+ * runtime, on K3-shaped inputs (one site, the fused residual add, optionally
+ * the output norm); or, built without KERNEL, a loop that moves the same
+ * rows with no arithmetic to speak of (the ceiling of the access pattern).
+ * bench/phase2_ab.sh builds and runs it for the figures in
+ * docs/cpu_kernels.md.
+ *
+ *   attnres gen phase2_c_bf16_v16_u2_p1_t2 > /tmp/k.c
+ *   cc -O3 -march=native -pthread -DKERNEL_SOURCE='"/tmp/k.c"' \
+ *      -DKERNEL=attnres_phase2_c_bf16_v16_u2_p1_t2 bench/phase2_kernel.c -o /tmp/k -lm
+ *   /tmp/k D T THREADS NORM
+ *
+ * Splits the T tokens evenly over THREADS threads; prints the median of 9
+ * timed launches after one warm-up, in GB/s of the traffic the tuner counts
+ * (reads of b, f and o1, writes of b and out, and of normed with NORM = 1).
+ * Each launch adds f into b again, so b's values drift; the inputs are small
+ * enough that 11 launches stay finite.
+ *
+ * Built without KERNEL, PASSES=2 (the default) moves the rows as the
+ * kernel does, b += f in one sweep and out = o1 + b in a second; PASSES=1
+ * does both in one sweep, the pattern's best case.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef KERNEL
+#include KERNEL_SOURCE
+#else
+#include <immintrin.h>
+
+struct attnres_cpu_phase2_args { /* the fields the moving loop uses */
+    int64_t d;
+    int32_t heads;
+    const void *o1;
+    int64_t o1_stride;
+    const float *lse;
+    int64_t lse_stride;
+    void *partial;
+    int64_t partial_stride;
+    const void *sublayer;
+    int64_t sublayer_stride;
+    const float *query;
+    float scale;
+    float eps;
+    void *out;
+    int64_t out_stride;
+    const float *out_gain;
+    float out_eps;
+    void *normed;
+    int64_t normed_stride;
+};
+
+#ifndef PASSES
+#define PASSES 2
+#endif
+/* Integer adds of the raw words: the bytes move, nothing is computed. */
+static void move_rows(const struct attnres_cpu_phase2_args *a, int64_t t0, int64_t t1)
+{
+    for (int64_t t = t0; t < t1; t++) {
+        uint16_t *b = (uint16_t *)a->partial + t * a->partial_stride;
+        const uint16_t *f = (const uint16_t *)a->sublayer + t * a->sublayer_stride;
+        const uint16_t *o = (const uint16_t *)a->o1 + t * a->o1_stride;
+        uint16_t *out = (uint16_t *)a->out + t * a->out_stride;
+        uint16_t *normed = a->normed ? (uint16_t *)a->normed + t * a->normed_stride : NULL;
+        for (int64_t k = 0; k < a->d; k += 32) {
+            const __m512i x = _mm512_add_epi16(_mm512_loadu_si512(b + k), _mm512_loadu_si512(f + k));
+            _mm512_storeu_si512(b + k, x);
+            if (PASSES == 1) {
+                const __m512i y = _mm512_add_epi16(x, _mm512_loadu_si512(o + k));
+                _mm512_storeu_si512(out + k, y);
+                if (normed)
+                    _mm512_storeu_si512(normed + k, y);
+            }
+        }
+        for (int64_t k = 0; PASSES == 2 && k < a->d; k += 32) {
+            const __m512i y = _mm512_add_epi16(_mm512_loadu_si512(b + k), _mm512_loadu_si512(o + k));
+            _mm512_storeu_si512(out + k, y);
+            if (normed)
+                _mm512_storeu_si512(normed + k, y);
+        }
+    }
+}
+#define KERNEL move_rows
+#endif
+
+typedef struct job {
+    const struct attnres_cpu_phase2_args *args;
+    int64_t t0, t1;
+} job;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void *run_job(void *p)
+{
+    const job *j = p;
+    KERNEL(j->args, j->t0, j->t1);
+    return NULL;
+}
+
+static double launch(const struct attnres_cpu_phase2_args *args, int64_t T, int threads)
+{
+    pthread_t th[64];
+    job jobs[64];
+    double t0 = now();
+    for (int i = 0; i < threads; i++) {
+        jobs[i] = (job){args, T * i / threads, T * (i + 1) / threads};
+        if (i > 0)
+            pthread_create(&th[i], NULL, run_job, &jobs[i]);
+    }
+    run_job(&jobs[0]);
+    for (int i = 1; i < threads; i++)
+        pthread_join(th[i], NULL);
+    return now() - t0;
+}
+
+static int by_value(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* A page-aligned array of `count` bf16 values in [1, 2) (or tiny ones, for
+ * the sublayer output that is added 11 times), differing per array. */
+static uint16_t *bf16_array(int64_t count, int salt, int tiny)
+{
+    uint16_t *p = aligned_alloc(4096, ((size_t)count * 2 + 4095) / 4096 * 4096);
+    if (!p)
+        return NULL;
+    for (int64_t k = 0; k < count; k++)
+        p[k] = (uint16_t)((tiny ? 0x3c00 : 0x3f80) + (k * 7 + salt) % 64);
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s D T THREADS NORM\n", argv[0]);
+        return 2;
+    }
+    const int64_t d = atoll(argv[1]), T = atoll(argv[2]);
+    const int threads = atoi(argv[3]), norm = atoi(argv[4]);
+    if (d <= 0 || d % 64 || d > 65536 || T <= 0 || T > (1 << 20) || threads < 1 || threads > 64 ||
+        (norm != 0 && norm != 1)) {
+        fprintf(stderr, "%s: D must be a multiple of 64 up to 65536, T 1..2^20, THREADS 1..64, NORM 0 or 1\n",
+                argv[0]);
+        return 2;
+    }
+    /* Freed at exit. */
+    uint16_t *b = bf16_array(T * d, 1, 0), *f = bf16_array(T * d, 2, 1), *o = bf16_array(T * d, 3, 0);
+    uint16_t *out = bf16_array(T * d, 4, 0), *normed = norm ? bf16_array(T * d, 5, 0) : NULL;
+    float *query = aligned_alloc(64, (size_t)d * 4), *gain = aligned_alloc(64, (size_t)d * 4);
+    float *lse = aligned_alloc(64, ((size_t)T * 4 + 63) / 64 * 64);
+    if (!b || !f || !o || !out || (norm && !normed) || !query || !gain || !lse)
+        return 1;
+    for (int64_t k = 0; k < d; k++) {
+        query[k] = 0.01f * (float)(k % 13) - 0.06f;
+        gain[k] = 1.0f + 0.001f * (float)(k % 7);
+    }
+    for (int64_t t = 0; t < T; t++)
+        lse[t] = 1.0f + 0.001f * (float)(t % 5);
+    const struct attnres_cpu_phase2_args args = {
+        .d = d, .heads = 1, .o1 = o, .o1_stride = d, .lse = lse, .lse_stride = 1, .partial = b,
+        .partial_stride = d, .sublayer = f, .sublayer_stride = d, .query = query, .scale = 1.0f / 84.7f,
+        .eps = 1e-6f, .out = out, .out_stride = d, .out_gain = gain, .out_eps = 1e-6f, .normed = normed,
+        .normed_stride = d};
+    double times[9];
+    launch(&args, T, threads);
+    for (int r = 0; r < 9; r++)
+        times[r] = launch(&args, T, threads);
+    qsort(times, 9, sizeof *times, by_value);
+    const double bytes = (5.0 + norm) * (double)(T * d) * 2.0;
+    printf("%-40s d=%lld T=%lld threads=%d norm=%d: %8.2f ms  %5.1f GB/s\n", argv[0], (long long)d,
+           (long long)T, threads, norm, times[4] * 1e3, bytes / times[4] / 1e9);
+    return 0;
+}
