@@ -19,7 +19,9 @@
  * tuner's layout) start at one page offset when a source's size is a
  * multiple of 4 KiB. SOURCE_OFFSET=B in the environment starts source i
  * (i + 1) * B bytes past its page instead (B a multiple of 64), so that
- * their rows fall into different L1 sets.
+ * their rows fall into different L1 sets. NORM=1 (kernel builds only) runs
+ * the output-norm epilogue as well, writing a second output row per token
+ * (counted in the GB/s).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -149,15 +151,37 @@ int main(int argc, char **argv)
     for (int64_t k = 0; k < d; k++)
         query[k] = 0.01f * (float)(k % 13);
     memset(out, 0, (size_t)(T * d) * 2);
-    const struct attnres_cpu_mix_args args = {
+    const char *norm_env = getenv("NORM");
+    const int norm = norm_env && strcmp(norm_env, "1") == 0;
+#ifndef KERNEL
+    if (norm) {
+        fprintf(stderr, "%s: NORM=1 needs a kernel build\n", argv[0]);
+        return 2;
+    }
+#endif
+    uint16_t *normed = norm ? aligned_alloc(4096, ((size_t)(T * d) * 2 + 4095) / 4096 * 4096) : NULL;
+    float *gain = aligned_alloc(64, (size_t)d * 4);
+    if ((norm && !normed) || !gain)
+        return 1;
+    for (int64_t k = 0; k < d; k++)
+        gain[k] = 1.0f + 0.001f * (float)(k % 7);
+    struct attnres_cpu_mix_args args = {
         .d = d, .n = n, .heads = heads, .src = src, .src_stride = stride, .query = query,
         .scale = 1.0f, .eps = 1e-6f, .out = out, .out_stride = d};
+#ifdef KERNEL
+    if (norm) {
+        args.out_gain = gain;
+        args.out_eps = 1e-6f;
+        args.normed = normed;
+        args.normed_stride = d;
+    }
+#endif
     double times[9];
     launch(&args, T, threads, repeats);
     for (int r = 0; r < 9; r++)
         times[r] = launch(&args, T, threads, repeats);
     qsort(times, 9, sizeof *times, by_value);
-    const double bytes = (double)(n + 1) * (double)(T * d) * 2.0 * repeats;
+    const double bytes = (double)(n + 1 + norm) * (double)(T * d) * 2.0 * repeats;
     printf("%-40s d=%lld T=%lld N=%d H=%d threads=%d: %8.2f ms  %5.1f GB/s\n", argv[0],
            (long long)d, (long long)T, n, heads, threads, times[4] * 1e3 / repeats, bytes / times[4] / 1e9);
     return 0;
