@@ -23,16 +23,18 @@
  * the output-norm epilogue as well, writing a second output row per token
  * (counted in the GB/s).
  */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "kernel_launch.h"
 
 #ifdef KERNEL
+#define KERNEL_BUILD 1 /* KERNEL names the read-only loop otherwise */
 #include KERNEL_SOURCE
 #else
+#define KERNEL_BUILD 0
 #include <immintrin.h>
 
 struct attnres_cpu_mix_args { /* the fields the read-only kernel uses */
@@ -67,48 +69,8 @@ static void read_only(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t 
 #define KERNEL read_only
 #endif
 
-typedef struct job {
-    const struct attnres_cpu_mix_args *args;
-    int64_t t0, t1;
-    int repeats;
-} job;
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static void *run_job(void *p)
-{
-    const job *j = p;
-    for (int r = 0; r < j->repeats; r++)
-        KERNEL(j->args, j->t0, j->t1);
-    return NULL;
-}
-
-static double launch(const struct attnres_cpu_mix_args *args, int64_t T, int threads, int repeats)
-{
-    pthread_t th[64];
-    job jobs[64];
-    double t0 = now();
-    for (int i = 0; i < threads; i++) {
-        jobs[i] = (job){args, T * i / threads, T * (i + 1) / threads, repeats};
-        if (i > 0)
-            pthread_create(&th[i], NULL, run_job, &jobs[i]);
-    }
-    run_job(&jobs[0]);
-    for (int i = 1; i < threads; i++)
-        pthread_join(th[i], NULL);
-    return now() - t0;
-}
-
-static int by_value(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
+/* The kernel as the launcher calls it. */
+static void run_range(const void *args, int64_t t0, int64_t t1) { KERNEL(args, t0, t1); }
 
 int main(int argc, char **argv)
 {
@@ -153,7 +115,7 @@ int main(int argc, char **argv)
     memset(out, 0, (size_t)(T * d) * 2);
     const char *norm_env = getenv("NORM");
     const int norm = norm_env && strcmp(norm_env, "1") == 0;
-#ifndef KERNEL
+#if !KERNEL_BUILD
     if (norm) {
         fprintf(stderr, "%s: NORM=1 needs a kernel build\n", argv[0]);
         return 2;
@@ -168,7 +130,7 @@ int main(int argc, char **argv)
     struct attnres_cpu_mix_args args = {
         .d = d, .n = n, .heads = heads, .src = src, .src_stride = stride, .query = query,
         .scale = 1.0f, .eps = 1e-6f, .out = out, .out_stride = d};
-#ifdef KERNEL
+#if KERNEL_BUILD
     if (norm) {
         args.out_gain = gain;
         args.out_eps = 1e-6f;
@@ -176,13 +138,9 @@ int main(int argc, char **argv)
         args.normed_stride = d;
     }
 #endif
-    double times[9];
-    launch(&args, T, threads, repeats);
-    for (int r = 0; r < 9; r++)
-        times[r] = launch(&args, T, threads, repeats);
-    qsort(times, 9, sizeof *times, by_value);
+    const double seconds = launch_median(run_range, &args, T, threads, repeats);
     const double bytes = (double)(n + 1 + norm) * (double)(T * d) * 2.0 * repeats;
     printf("%-40s d=%lld T=%lld N=%d H=%d threads=%d: %8.2f ms  %5.1f GB/s\n", argv[0],
-           (long long)d, (long long)T, n, heads, threads, times[4] * 1e3 / repeats, bytes / times[4] / 1e9);
+           (long long)d, (long long)T, n, heads, threads, seconds * 1e3 / repeats, bytes / seconds / 1e9);
     return 0;
 }

@@ -21,12 +21,12 @@
  * kernel does, b += f in one sweep and out = o1 + b in a second; PASSES=1
  * does both in one sweep, the pattern's best case.
  */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "kernel_launch.h"
 
 #ifdef KERNEL
 #include KERNEL_SOURCE
@@ -88,46 +88,8 @@ static void move_rows(const struct attnres_cpu_phase2_args *a, int64_t t0, int64
 #define KERNEL move_rows
 #endif
 
-typedef struct job {
-    const struct attnres_cpu_phase2_args *args;
-    int64_t t0, t1;
-} job;
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static void *run_job(void *p)
-{
-    const job *j = p;
-    KERNEL(j->args, j->t0, j->t1);
-    return NULL;
-}
-
-static double launch(const struct attnres_cpu_phase2_args *args, int64_t T, int threads)
-{
-    pthread_t th[64];
-    job jobs[64];
-    double t0 = now();
-    for (int i = 0; i < threads; i++) {
-        jobs[i] = (job){args, T * i / threads, T * (i + 1) / threads};
-        if (i > 0)
-            pthread_create(&th[i], NULL, run_job, &jobs[i]);
-    }
-    run_job(&jobs[0]);
-    for (int i = 1; i < threads; i++)
-        pthread_join(th[i], NULL);
-    return now() - t0;
-}
-
-static int by_value(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
+/* The kernel as the launcher calls it. */
+static void run_range(const void *args, int64_t t0, int64_t t1) { KERNEL(args, t0, t1); }
 
 /* A page-aligned array of `count` bf16 values in [1, 2) (or tiny ones, for
  * the sublayer output that is added 11 times), differing per array. */
@@ -173,13 +135,9 @@ int main(int argc, char **argv)
         .partial_stride = d, .sublayer = f, .sublayer_stride = d, .query = query, .scale = 1.0f / 84.7f,
         .eps = 1e-6f, .out = out, .out_stride = d, .out_gain = gain, .out_eps = 1e-6f, .normed = normed,
         .normed_stride = d};
-    double times[9];
-    launch(&args, T, threads);
-    for (int r = 0; r < 9; r++)
-        times[r] = launch(&args, T, threads);
-    qsort(times, 9, sizeof *times, by_value);
+    const double seconds = launch_median(run_range, &args, T, threads, 1);
     const double bytes = (5.0 + norm) * (double)(T * d) * 2.0;
     printf("%-40s d=%lld T=%lld threads=%d norm=%d: %8.2f ms  %5.1f GB/s\n", argv[0], (long long)d,
-           (long long)T, threads, norm, times[4] * 1e3, bytes / times[4] / 1e9);
+           (long long)T, threads, norm, seconds * 1e3, bytes / seconds / 1e9);
     return 0;
 }
