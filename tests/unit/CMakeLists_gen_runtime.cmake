@@ -6,6 +6,12 @@
 # through an absolute path (independent of ATTNRES_TEMPLATE_DIR at run time).
 attnres_unit_test(gen_unit test_gen.c TIMEOUT 120 LABEL gen TEMPLATES LIBS argen)
 
+# The generated bf16 stores round to nearest even on each path they take
+# (AVX512-BF16's instruction and the portable rounding), compiled with the
+# host compiler as the CPU backend compiles variants.
+attnres_unit_test(gen_bf16_rounding test_bf16_rounding.c TIMEOUT 120 LABEL gen TEMPLATES LIBS argen)
+target_compile_definitions(test_bf16_rounding PRIVATE HOST_CC="${CMAKE_C_COMPILER}")
+
 # runtime/: the public API; one case tunes the ci preset with the CLI.
 attnres_unit_test(runtime_unit test_runtime.c TIMEOUT 400 LABEL runtime LIBS attnres_static Threads::Threads m)
 target_compile_definitions(test_runtime PRIVATE ATTNRES_CLI="$<TARGET_FILE:attnres_cli>")

@@ -1,0 +1,185 @@
+/*
+ * test_bf16_rounding.c - the CPU templates' bf16 stores round as bf16
+ * should: to nearest, ties to even, overflow to Inf, NaN kept NaN (quiet,
+ * sign and upper payload kept), on every path the generated code takes.
+ *
+ * store_row has two implementations (templates/lib/c_storage.lua): the
+ * portable integer rounding, and AVX512-BF16's rounding instruction where
+ * the compiler targets it, which gives the same bits except that it
+ * flushes subnormals to zero. This test generates a phase 2 kernel source
+ * per vector width, compiles it into a small driver with the host compiler
+ * (once with -march=native and, on x86-64, once more without AVX512-BF16),
+ * and has the driver compare store_row against a rounding computed here
+ * from the neighbouring bf16 values, over chosen edge cases and random bit
+ * patterns.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "argen.h"
+#include "check.h"
+
+/* The driver: included after the generated source, which defines VEC's
+ * vector type vf and store_row. Prints "path native|portable" and one line
+ * per mismatch; exits 1 on any. */
+static const char driver_text[] =
+    "#include <stdio.h>\n"
+    "#include <math.h>\n"
+    "#if (VEC == 16 && defined(__AVX512BF16__)) || \\\n"
+    "    (VEC == 8 && defined(__AVX512BF16__) && defined(__AVX512VL__))\n"
+    "#define NATIVE 1\n"
+    "#else\n"
+    "#define NATIVE 0\n"
+    "#endif\n"
+    "static float from_bits(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }\n"
+    "/* The bf16 nearest to w, ties to the even one, from the two bf16\n"
+    " * neighbours around it (compared in double, exactly). */\n"
+    "static uint16_t expected(uint32_t w)\n"
+    "{\n"
+    "    const float f = from_bits(w);\n"
+    "    if (isnan(f))\n"
+    "        return (uint16_t)((w >> 16) | 0x40u);\n"
+    "    if (NATIVE && fpclassify(f) == FP_SUBNORMAL)\n"
+    "        return (uint16_t)((w >> 16) & 0x8000u);\n"
+    "    const uint32_t lo = w & 0xffff0000u, hi = lo + 0x10000u;\n"
+    "    if (lo == w || isinf(f))\n"
+    "        return (uint16_t)(lo >> 16);\n"
+    "    const double below = fabs((double)f - (double)from_bits(lo));\n"
+    "    /* hi may step past the largest finite value into Inf: the\n"
+    "     * rounding boundary is then the one an extra exponent would give. */\n"
+    "    const double above = isinf(from_bits(hi)) ? ldexp(1.0, 128) - fabs((double)f)\n"
+    "                                              : fabs((double)from_bits(hi) - (double)f);\n"
+    "    if (below < above || (below == above && ((lo >> 16) & 1u) == 0))\n"
+    "        return (uint16_t)(lo >> 16);\n"
+    "    return (uint16_t)(hi >> 16);\n"
+    "}\n"
+    "int main(void)\n"
+    "{\n"
+    "    static const uint32_t edges[] = {\n"
+    "        0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu, 0xbf808000u,\n"
+    "        0xbf818000u, 0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu, 0xff7f8000u, 0x7f800000u,\n"
+    "        0xff800000u, 0x7fc00000u, 0x7fc00001u, 0x7f800001u, 0xff800001u, 0x7fffffffu,\n"
+    "        0x00000000u, 0x80000000u, 0x00000001u, 0x007fffffu, 0x807fffffu, 0x00008000u,\n"
+    "        0x00800000u, 0x00808000u, 0x00818000u, 0x3effffffu, 0x4b7f8000u, 0x4b7fc000u,\n"
+    "    };\n"
+    "    const int n_edges = (int)(sizeof edges / sizeof edges[0]);\n"
+    "    int bad = 0, checked = 0;\n"
+    "    uint32_t state = 12345u;\n"
+    "    printf(\"path %s\\n\", NATIVE ? \"native\" : \"portable\");\n"
+    "    for (int round = 0; round < n_edges + 20000; round++) {\n"
+    "        uint32_t w[VEC];\n"
+    "        for (int i = 0; i < VEC; i++) {\n"
+    "            state = state * 1664525u + 1013904223u;\n"
+    "            w[i] = round < n_edges ? edges[(round + i) % n_edges] : state;\n"
+    "        }\n"
+    "        vf x;\n"
+    "        memcpy(&x, w, sizeof x);\n"
+    "        uint16_t got[VEC];\n"
+    "        store_row(got, x);\n"
+    "        for (int i = 0; i < VEC; i++, checked++)\n"
+    "            if (got[i] != expected(w[i]) && bad++ < 20)\n"
+    "                printf(\"0x%08x: got 0x%04x, expected 0x%04x\\n\", w[i], got[i], expected(w[i]));\n"
+    "    }\n"
+    "    printf(\"%d of %d value(s) rounded wrongly\\n\", bad, checked);\n"
+    "    return bad != 0;\n"
+    "}\n";
+
+static char work_dir[] = "/tmp/attnres_bf16_rounding_XXXXXX";
+
+static int write_file(const char *path, const char *a, const char *b)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int ok = fputs(a, f) >= 0 && (!b || fputs(b, f) >= 0);
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Runs `command`, echoing its output; returns its exit status (or -1) and
+ * stores in *native whether the driver reported the native path. */
+static int run(const char *command, int *native)
+{
+    FILE *p = popen(command, "r");
+    if (!p)
+        return -1;
+    char line[256];
+    while (fgets(line, sizeof line, p)) {
+        fputs(line, stdout);
+        if (native && strncmp(line, "path ", 5) == 0)
+            *native = strcmp(line, "path native\n") == 0;
+    }
+    int status = pclose(p);
+    return status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Generates `id` (a bf16 phase 2 variant of `vec` lanes), builds the driver
+ * with `flags` and runs it; *native says which store path it took. */
+static void check_variant(argen *g, const char *id, int vec, const char *flags, int *native)
+{
+    char *source = NULL, *kernel = NULL, *params = NULL;
+    if (argen_emit(g, id, &source, &kernel, &params) != 0)
+        fprintf(stderr, "%s: %s\n", id, argen_errmsg(g));
+    free(params);
+    REQUIRE(source != NULL);
+    char src_path[512], exe_path[512], command[2048];
+    snprintf(src_path, sizeof src_path, "%s/%s.c", work_dir, id);
+    snprintf(exe_path, sizeof exe_path, "%s/%s", work_dir, id);
+    int wrote = write_file(src_path, source, driver_text);
+    free(source);
+    free(kernel);
+    REQUIRE(wrote == 0);
+    snprintf(command, sizeof command, "%s -O2 %s -std=gnu11 -DVEC=%d -o '%s' '%s' -lm 2>&1", HOST_CC, flags, vec,
+             exe_path, src_path);
+    printf("%s\n", command);
+    CHECK(run(command, NULL) == 0);
+    snprintf(command, sizeof command, "'%s' 2>&1", exe_path);
+    CHECK(run(command, native) == 0);
+}
+
+static void test_bf16_stores_round_to_nearest_even_on_every_path(void)
+{
+    char msg[1024];
+    argen *g = NULL;
+    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/phase2", &g, msg, sizeof msg) == 0);
+    static const struct {
+        const char *id;
+        int vec;
+    } variants[] = {
+        {"phase2_c_bf16_v16_u1_p0_t1", 16},
+        {"phase2_c_bf16_v8_u1_p0_t1", 8},
+        {"phase2_c_bf16_v1_u1_p0_t1", 1},
+    };
+    int native_paths = 0;
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        int native = 0;
+        check_variant(g, variants[i].id, variants[i].vec, "-march=native", &native);
+        native_paths += native;
+#if defined(__x86_64__)
+        /* The portable rounding, as a CPU without AVX512-BF16 runs it. */
+        native = -1;
+        check_variant(g, variants[i].id, variants[i].vec, "-march=native -mno-avx512bf16", &native);
+        CHECK(native == 0);
+#endif
+    }
+    printf("%d width(s) took AVX512-BF16's rounding on this host\n", native_paths);
+    argen_close(g);
+}
+
+int main(void)
+{
+    if (!mkdtemp(work_dir)) {
+        fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
+        return 1;
+    }
+    RUN_CASE(test_bf16_stores_round_to_nearest_even_on_every_path);
+    char command[600];
+    snprintf(command, sizeof command, "rm -rf '%s'", work_dir);
+    if (system(command) != 0)
+        fprintf(stderr, "could not remove %s\n", work_dir);
+    CHECK_EXIT();
+}
