@@ -3,11 +3,13 @@
  * the tuned winners, at the shapes of the `default` preset.
  *
  *   build/bin/fallback --db DB [--rounds R] [--gap BYTES] [--scalar] [--only SUBSTRING]
+ *                      [--against LEVEL]
  *
  * DB must hold winners tuned on this machine for the `default` preset
  * (attnres tune --preset default --db DB). For each problem and T bucket
  * it plans the tuned kernel (exact level required), the built-in kernel
- * at the widest ISA level the CPU has, at avx2, and with --scalar the
+ * at the widest ISA level the CPU has, at avx2 (or --against LEVEL, say
+ * avx512 next to avx512bf16), and with --scalar the
  * scalar generic kernel (the only built-in before issue 15), each on a
  * device opened with ATTNRES_CPU_BUILTIN_ISA naming that level. Rounds
  * interleave the configurations; each times a batch of launches of at
@@ -160,11 +162,11 @@ static int launch(attnres_plan *plan, const attnres_problem *p, int64_t T, buffe
 }
 
 enum { CONFIGS = 4, MAX_ROUNDS = 64 };
-static const char *const config_names[CONFIGS] = {"tuned", "built-in", "built-in avx2", "scalar"};
 
 int main(int argc, char **argv)
 {
     const char *db_path = NULL, *only = NULL;
+    const char *against = "avx2";
     int rounds = 7, scalar = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--db") == 0 && i + 1 < argc)
@@ -177,8 +179,11 @@ int main(int argc, char **argv)
             source_gap = (size_t)strtoul(argv[++i], NULL, 10) / 64 * 64;
         else if (strcmp(argv[i], "--scalar") == 0)
             scalar = 1;
+        else if (strcmp(argv[i], "--against") == 0 && i + 1 < argc)
+            against = argv[++i];
         else {
-            fprintf(stderr, "usage: fallback --db DB [--rounds R] [--gap BYTES] [--scalar] [--only SUBSTRING]\n");
+            fprintf(stderr, "usage: fallback --db DB [--rounds R] [--gap BYTES] [--scalar] [--only SUBSTRING] "
+                            "[--against LEVEL]\n");
             return 2;
         }
     }
@@ -188,7 +193,10 @@ int main(int argc, char **argv)
     }
     char msg[1024];
     attnres_device *dev[CONFIGS] = {0};
-    static const char *const isa[CONFIGS] = {"", "", "avx2", "scalar"};
+    const char *const isa[CONFIGS] = {"", "", against, "scalar"};
+    char against_name[80];
+    snprintf(against_name, sizeof against_name, "built-in %s", against);
+    const char *const config_names[CONFIGS] = {"tuned", "built-in", against_name, "scalar"};
     for (int c = 0; c < CONFIGS; c++) {
         if (c == 1)
             continue; /* the tuned plan's device: the widest level */
@@ -207,8 +215,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "fallback: %s\n", msg);
         return 1;
     }
-    printf("| problem | T | tuned winner | tuned µs | built-in (level) | built-in µs | ratio | avx2 µs | ratio avx2 |%s\n",
-           scalar ? " scalar µs | ratio scalar |" : "");
+    printf("| problem | T | tuned winner | tuned µs | built-in (level) | built-in µs | ratio | %s µs | ratio %s |%s\n",
+           against, against, scalar ? " scalar µs | ratio scalar |" : "");
     printf("|---|---|---|---|---|---|---|---|---|%s\n", scalar ? "---|---|" : "");
     /* The default preset's problems with their CPU T buckets, as the tuner
      * expands them (tuner/src/problems.c): one row per problem and bucket. */

@@ -7,6 +7,16 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   set(ATTNRES_BUILTIN_LEVELS avx512 avx2 sse2)
   # Must agree with the feature checks in runtime/src/cpu_builtin.c.
   set(ATTNRES_BUILTIN_FLAGS_avx512 -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c)
+  # AVX-512 with AVX512-BF16 (Sapphire Rapids, Zen 4), where the compiler
+  # knows the extension; cpu_builtin.c declares the level only then.
+  include(CheckCCompilerFlag)
+  check_c_compiler_flag(-mavx512bf16 ATTNRES_CC_HAS_AVX512BF16)
+  if(ATTNRES_CC_HAS_AVX512BF16)
+    list(PREPEND ATTNRES_BUILTIN_LEVELS avx512bf16)
+    set(ATTNRES_BUILTIN_FLAGS_avx512bf16 ${ATTNRES_BUILTIN_FLAGS_avx512} -mavx512bf16)
+    set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/src/cpu_builtin.c PROPERTIES
+      COMPILE_DEFINITIONS ATTNRES_BUILTIN_AVX512BF16=1)
+  endif()
   set(ATTNRES_BUILTIN_FLAGS_avx2 -mavx2 -mfma -mf16c)
   set(ATTNRES_BUILTIN_FLAGS_sse2 "")
 elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$")

@@ -56,6 +56,9 @@ typedef struct builtin_level {
 
 /* Widest first; each level's CPU also runs every later one. */
 #if defined(__x86_64__) && defined(__GNUC__)
+#if defined(ATTNRES_BUILTIN_AVX512BF16)
+AR_BUILTIN_DECL_LEVEL(avx512bf16);
+#endif
 AR_BUILTIN_DECL_LEVEL(avx512);
 AR_BUILTIN_DECL_LEVEL(avx2);
 AR_BUILTIN_DECL_LEVEL(sse2);
@@ -69,6 +72,9 @@ static int has_avx512(void)
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+#if defined(ATTNRES_BUILTIN_AVX512BF16)
+static int has_avx512bf16(void) { return has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+#endif
 static int has_avx2(void)
 {
     __builtin_cpu_init();
@@ -77,11 +83,14 @@ static int has_avx2(void)
 static int always(void) { return 1; } /* SSE2 is x86-64's baseline */
 
 static const builtin_level levels[] = {
+#if defined(ATTNRES_BUILTIN_AVX512BF16)
+    AR_BUILTIN_LEVEL(avx512bf16, has_avx512bf16),
+#endif
     AR_BUILTIN_LEVEL(avx512, has_avx512),
     AR_BUILTIN_LEVEL(avx2, has_avx2),
     AR_BUILTIN_LEVEL(sse2, always),
 };
-#define AR_NLEVELS 3
+#define AR_NLEVELS ((int)(sizeof levels / sizeof levels[0]))
 #elif defined(__aarch64__)
 AR_BUILTIN_DECL_LEVEL(neon);
 static int always(void) { return 1; } /* NEON is AArch64's baseline */

@@ -105,6 +105,10 @@ local T = {
   },
 }
 
+-- CPUs with AVX512-BF16 take the AVX-512 variant compiled with it as well,
+-- for its one-instruction bf16 rounding in the stores (lib/c_storage.lua).
+T.builtin.avx512bf16 = T.builtin.avx512
+
 local prefetch_letter = { none = "n", token = "t", both = "b" }
 
 -- Bursts of one step leave the id as it was before bursts existed, so an

@@ -67,6 +67,9 @@ local T = {
   },
 }
 
+-- AVX512-BF16 CPUs: the AVX-512 variant, compiled with it (see cpu/mix_fused.lua).
+T.builtin.avx512bf16 = T.builtin.avx512
+
 -- Per-token scratch the kernel keeps on the stack (softmax weights); must
 -- agree with AR_CPU_PHASE1_MAX_WEIGHTS in runtime/src/cpu_phase_abi.h.
 local MAX_WEIGHTS = 1 << 15

@@ -61,6 +61,9 @@ local T = {
   },
 }
 
+-- AVX512-BF16 CPUs: the AVX-512 variant, compiled with it (see cpu/mix_fused.lua).
+T.builtin.avx512bf16 = T.builtin.avx512
+
 -- Scalar code is bound by its arithmetic, not by memory (and its stores
 -- are narrower than a non-temporal store).
 function T.constraint(p)

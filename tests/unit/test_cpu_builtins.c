@@ -277,6 +277,8 @@ static int host_has(const char *name)
         return 1;
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
+    if (strcmp(name, "avx512bf16") == 0)
+        return host_has("avx512") && __builtin_cpu_supports("avx512bf16");
     if (strcmp(name, "avx512") == 0)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
@@ -294,7 +296,7 @@ static int host_has(const char *name)
 int main(void)
 {
 #if defined(__x86_64__)
-    static const char *const levels[] = {"avx512", "avx2", "sse2", "scalar"};
+    static const char *const levels[] = {"avx512bf16", "avx512", "avx2", "sse2", "scalar"};
 #elif defined(__aarch64__)
     static const char *const levels[] = {"neon", "scalar"};
 #else
