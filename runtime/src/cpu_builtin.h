@@ -4,10 +4,11 @@
  * The build generates each op's and dtype's built-in variant (the one its
  * template names in T.builtin) once per ISA level the target has (x86-64:
  * avx512bf16 where the compiler has it, avx512, avx2, sse2; aarch64: neon)
- * and compiles each with that level's compiler flags. The device picks the widest level the CPU supports once,
- * when it opens (ATTNRES_CPU_BUILTIN_ISA can lower it); a plan that falls back takes
- * the widest level at most that one whose loop step divides the head
- * width, else the scalar generic kernel, which fits every shape.
+ * and compiles each with that level's compiler flags. The device picks the
+ * widest level the CPU supports once, when it opens (ATTNRES_CPU_BUILTIN_ISA
+ * can lower it); a plan that falls back takes the widest level at most that
+ * one whose loop step divides the head width, else the scalar generic
+ * kernel, which fits every shape.
  */
 #ifndef ATTNRES_CPU_BUILTIN_H
 #define ATTNRES_CPU_BUILTIN_H
