@@ -3,7 +3,7 @@
  * runtime, on K3-shaped inputs (one site, the fused residual add, optionally
  * the output norm); or, built without KERNEL, a loop that moves the same
  * rows with no arithmetic to speak of (the ceiling of the access pattern).
- * bench/phase2_ab.sh builds and runs it for the figures in
+ * bench/mix_ab.sh builds and runs it (phase 2 variants) for the figures in
  * docs/cpu_kernels.md.
  *
  *   attnres gen phase2_c_bf16_v16_u2_p1_t2 > /tmp/k.c
