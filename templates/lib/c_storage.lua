@@ -85,8 +85,8 @@ static inline void store_row(float *p, vf x) { store_f32(p, x); }
 ]], { ISA = w.isa, ITYPE = w.itype, LOAD = w.load }) or ""
     v.END = w and "\n#endif" or ""
     -- AVX512-BF16 rounds a vector in one instruction where bf16_bits takes
-    -- about eight; in phase 2, which stores two rows for every three it
-    -- loads, that arithmetic had kept the loop a quarter below the
+    -- a dozen (GCC 12, -O3); in phase 2, which stores two rows for every
+    -- three it loads, that arithmetic had kept the loop a quarter below the
     -- memory's pace (docs/cpu_kernels.md).
     local round = {
       [16] = { isa = "defined(__AVX512BF16__)", ftype = "__m512", htype = "__m256bh",
