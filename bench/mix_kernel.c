@@ -35,7 +35,15 @@
 #include KERNEL_SOURCE
 #else
 #define KERNEL_BUILD 0
-#include <immintrin.h>
+
+/* The widest vector the target loads: a 64-byte line is one AVX-512 load or
+ * two AVX2 ones (a 64-byte GNU C vector without AVX-512 lives on the stack). */
+#if defined(__AVX512F__)
+#define VEC_BYTES 64
+#else
+#define VEC_BYTES 32
+#endif
+typedef int32_t vec_t __attribute__((vector_size(VEC_BYTES), may_alias, aligned(1)));
 
 struct attnres_cpu_mix_args { /* the fields the read-only kernel uses */
     int64_t d;
@@ -58,13 +66,15 @@ struct attnres_cpu_mix_args { /* the fields the read-only kernel uses */
 #endif
 static void read_only(const struct attnres_cpu_mix_args *a, int64_t t0, int64_t t1)
 {
-    __m512i s = _mm512_setzero_si512();
+    vec_t s = {0};
     for (int64_t t = t0; t < t1; t++)
         for (int i0 = 0; i0 < a->n; i0 += READ_GROUP)
             for (int64_t k = 0; k < a->d; k += 32)
                 for (int i = i0; i < a->n && i < i0 + READ_GROUP; i++)
-                    s = _mm512_add_epi32(s, _mm512_loadu_si512((const uint16_t *)a->src[i] + t * a->src_stride[i] + k));
-    _mm512_storeu_si512((uint16_t *)a->out + t0 * a->out_stride, s);
+                    for (int b = 0; b < 64; b += VEC_BYTES)
+                        s += *(const vec_t *)(const void *)((const char *)a->src[i] + b +
+                                                            2 * (t * a->src_stride[i] + k));
+    *(vec_t *)(void *)((uint16_t *)a->out + t0 * a->out_stride) = s;
 }
 #define KERNEL read_only
 #endif

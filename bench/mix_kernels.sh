@@ -5,9 +5,9 @@
 #   - from L2: d = 2048, N = 9, T = 32, one thread, 200 launches in a row;
 # for the read-only kernel, the pipelined schedule of cpu/mix.lua and the
 # fused template: without prefetch, with each prefetch form, with the bf16
-# dot products and with non-temporal stores. Needs an x86-64 CPU with
-# AVX-512 (the bf16 dot variants build their FMA form without AVX512-BF16)
-# and a built attnres.
+# dot products and with non-temporal stores. Needs a built attnres; the
+# 16-lane variants compile to pairs of AVX2 operations on a CPU without
+# AVX-512, and the bf16 dot variants to their FMA form without AVX512-BF16.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)

@@ -31,7 +31,15 @@
 #ifdef KERNEL
 #include KERNEL_SOURCE
 #else
-#include <immintrin.h>
+/* bf16 words in the widest vector the target loads (64 bytes with AVX-512,
+ * 32 with AVX2: a 64-byte GNU C vector without AVX-512 lives on the stack). */
+#if defined(__AVX512F__)
+#define VEC_WORDS 32
+#else
+#define VEC_WORDS 16
+#endif
+typedef uint16_t line_t __attribute__((vector_size(2 * VEC_WORDS), may_alias, aligned(1)));
+#define LINE(p) (*(line_t *)(void *)(p))
 
 struct attnres_cpu_phase2_args { /* the fields the moving loop uses */
     int64_t d;
@@ -67,21 +75,21 @@ static void move_rows(const struct attnres_cpu_phase2_args *a, int64_t t0, int64
         const uint16_t *o = (const uint16_t *)a->o1 + t * a->o1_stride;
         uint16_t *out = (uint16_t *)a->out + t * a->out_stride;
         uint16_t *normed = a->normed ? (uint16_t *)a->normed + t * a->normed_stride : NULL;
-        for (int64_t k = 0; k < a->d; k += 32) {
-            const __m512i x = _mm512_add_epi16(_mm512_loadu_si512(b + k), _mm512_loadu_si512(f + k));
-            _mm512_storeu_si512(b + k, x);
+        for (int64_t k = 0; k < a->d; k += VEC_WORDS) {
+            const line_t x = LINE(b + k) + LINE(f + k);
+            LINE(b + k) = x;
             if (PASSES == 1) {
-                const __m512i y = _mm512_add_epi16(x, _mm512_loadu_si512(o + k));
-                _mm512_storeu_si512(out + k, y);
+                const line_t y = x + LINE(o + k);
+                LINE(out + k) = y;
                 if (normed)
-                    _mm512_storeu_si512(normed + k, y);
+                    LINE(normed + k) = y;
             }
         }
-        for (int64_t k = 0; PASSES == 2 && k < a->d; k += 32) {
-            const __m512i y = _mm512_add_epi16(_mm512_loadu_si512(b + k), _mm512_loadu_si512(o + k));
-            _mm512_storeu_si512(out + k, y);
+        for (int64_t k = 0; PASSES == 2 && k < a->d; k += VEC_WORDS) {
+            const line_t y = LINE(b + k) + LINE(o + k);
+            LINE(out + k) = y;
             if (normed)
-                _mm512_storeu_si512(normed + k, y);
+                LINE(normed + k) = y;
         }
     }
 }

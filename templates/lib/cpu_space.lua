@@ -18,13 +18,27 @@ function M.constraint(p)
   return not (p.vec == 1 and p.unroll == 4)
 end
 
+-- 16 fp32 lanes are one AVX-512 register. An x86-64 CPU without AVX-512
+-- gets them as pairs of AVX2 halves, which its 16 vector registers cannot
+-- hold: on a Zen 3 guest the 16-lane fused mix ran K3's shape at 2.7 GB/s
+-- against 11-13 for 8 lanes (bench/results/cpu-avx2-2026-12-02.md), and
+-- each such variant took 8-20 s to compile instead of 2-3.
+local function lanes_fit(p, device)
+  local x86 = device.arch == "x86_64" or device.arch:sub(1, 7) == "x86_64-"
+  return not (x86 and p.vec == 16 and device.arch ~= "x86_64-avx512")
+end
+
 -- The checks of applies() that do not depend on the operation: the op and
--- dtype match, every loop's step divides the head width, and no more
--- threads than cores (the generic variant is exempt: the runtime caps its
--- workers at the core count). Returns true, or false and the reason.
+-- dtype match, the vectors fit the ISA, every loop's step divides the head
+-- width, and no more threads than cores (the generic variant is exempt: the
+-- runtime caps its workers at the core count). Returns true, or false and
+-- the reason.
 function M.applies(T, p, problem, device)
   if problem.op ~= T.op then return false, "not a " .. T.op .. " problem" end
   if problem.dtype ~= p.dtype then return false, "dtype differs" end
+  if not lanes_fit(p, device) then
+    return false, "16 lanes need AVX-512 (" .. device.arch .. " splits them into pairs)"
+  end
   -- A loop's step: vec * unroll lanes, or the template's own `step`.
   local step = T.step and T.step(p) or p.vec * p.unroll
   local hd = problem.d // problem.heads

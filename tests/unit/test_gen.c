@@ -487,7 +487,7 @@ static void test_real_cpu_mix_enumerates_and_every_f32_variant_emits(void)
     CHECK(id && find_variant(v, n, id) != NULL);
 
     /* applies: the generic variant fits an odd shape on a one-core device,
-     * a 16-lane variant does not fit d = 8. */
+     * a 16-lane variant does not fit d = 8, and needs AVX-512 on x86-64. */
     argen_problem prob = {.op = "mix", .dtype = "f32", .form = "replace", .d = 7, .t = 1, .n = 3, .heads = 1};
     argen_device dev = {.backend = "cpu", .arch = "x86_64", .units = 1};
     char why[256];
@@ -500,10 +500,20 @@ static void test_real_cpu_mix_enumerates_and_every_f32_variant_emits(void)
             wide = &v[i];
     CHECK(wide != NULL);
     if (wide) {
+        argen_device avx512 = {.backend = "cpu", .arch = "x86_64-avx512", .units = 64};
+        argen_device avx2 = {.backend = "cpu", .arch = "x86_64-avx2", .units = 64};
+        argen_device arm = {.backend = "cpu", .arch = "aarch64", .units = 64};
+        prob.d = 64;
+        CHECK(argen_applies(g, wide->id, &prob, &avx512, why, sizeof why) == 1);
+        CHECK(argen_applies(g, wide->id, &prob, &arm, why, sizeof why) == 1);
+        why[0] = 0;
+        CHECK(argen_applies(g, wide->id, &prob, &avx2, why, sizeof why) == 0);
+        CHECK(strstr(why, "AVX-512") != NULL);
+        CHECK(argen_applies(g, wide->id, &prob, &dev, why, sizeof why) == 0);
         prob.d = 8;
         why[0] = 0;
-        CHECK(argen_applies(g, wide->id, &prob, &dev, why, sizeof why) == 0);
-        CHECK(why[0] != 0);
+        CHECK(argen_applies(g, wide->id, &prob, &avx512, why, sizeof why) == 0);
+        CHECK(strstr(why, "multiple") != NULL);
     }
 
     argen_variants_free(v, n);

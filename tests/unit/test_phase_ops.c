@@ -632,7 +632,7 @@ static void test_phase1_applies_refuses_other_ops_and_widths(void)
     char msg[1024], why[256];
     argen *g = NULL;
     REQUIRE(argen_open(TEMPLATE_DIR, "cpu/phase1", &g, msg, sizeof msg) == 0);
-    argen_device ad = {.backend = "cpu", .arch = "x86_64", .units = 64};
+    argen_device ad = {.backend = "cpu", .arch = "x86_64-avx512", .units = 64};
     argen_problem ap = {.op = "phase1", .dtype = "f32", .form = "replace", .d = 128, .t = 1, .n = 3, .heads = 1,
                         .s = 2};
     CHECK(argen_applies(g, "phase1_c_f32_siteouter_persite_v16_u2_t4", &ap, &ad, why, sizeof why) == 1);
