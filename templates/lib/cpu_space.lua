@@ -21,10 +21,10 @@ end
 -- 16 fp32 lanes are one AVX-512 register. An x86-64 CPU without AVX-512
 -- gets them as pairs of AVX2 halves, which its 16 vector registers cannot
 -- hold: on a Zen 3 guest the 16-lane fused mix ran K3's shape at 2.7 GB/s
--- against 11-13 for 8 lanes (bench/results/cpu-avx2-2026-12-02.md), and
+-- against 11.3-12.6 for 8 lanes (bench/results/cpu-avx2-2026-12-02.md), and
 -- each such variant took 8-20 s to compile instead of 2-3.
 local function lanes_fit(p, device)
-  local x86 = device.arch == "x86_64" or device.arch:sub(1, 7) == "x86_64-"
+  local x86 = device.arch:match("^x86_64") ~= nil
   return not (x86 and p.vec == 16 and device.arch ~= "x86_64-avx512")
 end
 
