@@ -28,52 +28,51 @@ static double now_us(void)
 
 /* ---- the streaming kernels ------------------------------------------ */
 
-typedef float cvec __attribute__((vector_size(64)));
-
-/* Sums n bytes (a multiple of 512) from `streams` equal parts of x read
- * side by side, eight accumulators in all, so that only memory bounds the
- * loop. The mix kernels read N rows side by side; a core's prefetchers
- * follow each stream on its own, so one stream and eight can differ. */
-static inline __attribute__((always_inline)) float sum_streams(const char *x, size_t n, int streams)
-{
-    cvec s[8] = {{0}};
-    if (streams == 1) {
-        for (size_t i = 0; i < n; i += 512)
-            for (int k = 0; k < 8; k++) {
-                cvec v;
-                memcpy(&v, x + i + 64 * k, sizeof v);
-                s[k] += v;
-            }
-    } else {
-        const size_t part = n / 8;
-        for (size_t i = 0; i < part; i += 64)
-            for (int k = 0; k < 8; k++) {
-                cvec v;
-                memcpy(&v, x + (size_t)k * part + i, sizeof v);
-                s[k] += v;
-            }
+/* Sums n bytes (a multiple of 512, 64-byte aligned like every buffer
+ * here) from `streams` equal parts of x read side by side, eight
+ * accumulators of VBYTES-byte vectors in all (each 64-byte line is
+ * 64 / VBYTES aligned loads into one of them), so that only memory bounds
+ * the loop. The mix kernels read N rows side by side; a core's
+ * prefetchers follow each stream on its own, so one stream and eight can
+ * differ. One function per vector width: 64-byte vectors without AVX-512
+ * are split into halves that, eight of them, do not fit in AVX2's 16
+ * registers and live on the stack, which held this loop to about half the
+ * rate of memory on an AVX2 host (docs/cpu_kernels.md). */
+#define DEFINE_SUM_STREAMS(name, VBYTES, ATTR)                                                    \
+    ATTR static float name(const char *x, size_t n, int streams)                                  \
+    {                                                                                             \
+        typedef float v __attribute__((vector_size(VBYTES)));                                     \
+        enum { PER_LINE = 64 / (VBYTES), LANES = (VBYTES) / 4 };                                  \
+        v s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, s4 = {0}, s5 = {0}, s6 = {0}, s7 = {0};         \
+        const size_t part = streams == 1 ? 64 : n / 8, step = streams == 1 ? 512 : 64;            \
+        const size_t len = streams == 1 ? n : part;                                               \
+        for (size_t i = 0; i < len; i += step) {                                                  \
+            const v *l0 = (const v *)(const void *)(x + i);                                       \
+            _Pragma("GCC unroll 4") for (int h = 0; h < PER_LINE; h++) {                          \
+                s0 += l0[h];                                                                      \
+                s1 += l0[h + 1 * part / (VBYTES)];                                                \
+                s2 += l0[h + 2 * part / (VBYTES)];                                                \
+                s3 += l0[h + 3 * part / (VBYTES)];                                                \
+                s4 += l0[h + 4 * part / (VBYTES)];                                                \
+                s5 += l0[h + 5 * part / (VBYTES)];                                                \
+                s6 += l0[h + 6 * part / (VBYTES)];                                                \
+                s7 += l0[h + 7 * part / (VBYTES)];                                                \
+            }                                                                                     \
+        }                                                                                         \
+        const v all = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));                          \
+        float total = 0.0f;                                                                       \
+        for (int i = 0; i < LANES; i++)                                                           \
+            total += all[i];                                                                      \
+        return total;                                                                             \
     }
-    for (int k = 1; k < 8; k++)
-        s[0] += s[k];
-    float total = 0.0f;
-    for (int i = 0; i < 16; i++)
-        total += s[0][i];
-    return total;
-}
 
-static float sum_plain(const char *x, size_t n, int streams) { return sum_streams(x, n, streams); }
+DEFINE_SUM_STREAMS(sum_plain, 16, )
 
 #ifdef CEIL_X86
 /* The library is built for the baseline ISA; the kernels it is compared
  * with use the machine's widest loads, so the ceiling must too. */
-__attribute__((target("avx512f"))) static float sum_avx512(const char *x, size_t n, int streams)
-{
-    return sum_streams(x, n, streams);
-}
-__attribute__((target("avx2"))) static float sum_avx2(const char *x, size_t n, int streams)
-{
-    return sum_streams(x, n, streams);
-}
+DEFINE_SUM_STREAMS(sum_avx512, 64, __attribute__((target("avx512f"))))
+DEFINE_SUM_STREAMS(sum_avx2, 32, __attribute__((target("avx2"))))
 
 /* Copies with non-temporal stores (the lines written bypass the caches
  * and take none of the core's load concurrency); n a multiple of 256. */
