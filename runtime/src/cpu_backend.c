@@ -720,88 +720,6 @@ static int cpu_copy_bandwidth(attnres_device *dev, double *gbps)
     return ATTNRES_OK;
 }
 
-typedef float read_vec __attribute__((vector_size(64)));
-
-/* Sums [b0, b1) with four independent accumulators, so only memory bounds
- * the loop; b0 and b1 are multiples of 64 floats. */
-static inline __attribute__((always_inline)) float sum_floats(const float *x, int64_t b0, int64_t b1)
-{
-    read_vec s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-    for (int64_t i = b0; i < b1; i += 64) {
-        read_vec a, b, c, d;
-        memcpy(&a, x + i, sizeof a);
-        memcpy(&b, x + i + 16, sizeof b);
-        memcpy(&c, x + i + 32, sizeof c);
-        memcpy(&d, x + i + 48, sizeof d);
-        s0 += a;
-        s1 += b;
-        s2 += c;
-        s3 += d;
-    }
-    s0 += s1 + s2 + s3;
-    float total = 0.0f;
-    for (int i = 0; i < 16; i++)
-        total += s0[i];
-    return total;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-/* The library is built for the baseline ISA, but the kernels use the
- * machine's widest loads; so must the ceiling they are compared with (with
- * 16-byte loads, four times the instructions per line leave the core fewer
- * lines in flight, and a read loop measured 35% slower here). */
-__attribute__((target("avx512f"))) static float sum_floats_avx512(const float *x, int64_t b0, int64_t b1)
-{
-    return sum_floats(x, b0, b1);
-}
-__attribute__((target("avx2"))) static float sum_floats_avx2(const float *x, int64_t b0, int64_t b1)
-{
-    return sum_floats(x, b0, b1);
-}
-#endif
-
-static void read_chunk(void *ctx, int64_t b0, int64_t b1)
-{
-    const float *data = ctx;
-    /* Chunks are whole blocks of 64 floats: the pool splits block indices. */
-    const int64_t lo = b0 * 64, hi = b1 * 64;
-    float s;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("avx512f"))
-        s = sum_floats_avx512(data, lo, hi);
-    else if (__builtin_cpu_supports("avx2"))
-        s = sum_floats_avx2(data, lo, hi);
-    else
-#endif
-        s = sum_floats(data, lo, hi);
-    volatile float keep = s; /* the sum must be computed, so every load happens */
-    (void)keep;
-}
-
-/* Best of multi-threaded sums over a buffer as large as the copy's two,
- * with the same statistic; bytes read per second. */
-static int cpu_read_bandwidth(attnres_device *dev, double *gbps)
-{
-    cpu_state *st = dev->state;
-    const size_t bytes = (size_t)512 << 20;
-    float *data = NULL;
-    if (posix_memalign((void **)&data, 64, bytes))
-        return ar_device_fail(dev, ATTNRES_ENOMEM, "cannot allocate the read buffer");
-    memset(data, 0, bytes);
-    const int64_t blocks = (int64_t)(bytes / (64 * sizeof(float)));
-    double best = 1e30, start = now_us();
-    for (int r = 0; r < 64 && (r < 8 || now_us() - start < 0.5e6); r++) {
-        double t0 = now_us();
-        cpu_pool_run(st->pool, read_chunk, data, blocks, cpu_pool_workers(st->pool) + 1);
-        double t = now_us() - t0;
-        if (r > 0 && t < best)
-            best = t;
-    }
-    free(data);
-    *gbps = (double)bytes / (best * 1e3);
-    return ATTNRES_OK;
-}
-
 /* Every streaming kernel on every thread count, and the FMA peak
  * (cpu_ceilings.c). */
 static int cpu_ceilings(attnres_device *dev, ar_ceilings *out)
@@ -865,7 +783,6 @@ const ar_backend ar_cpu_backend = {
     .copy_to_host = cpu_copy,
     .time = cpu_time,
     .copy_bandwidth = cpu_copy_bandwidth,
-    .read_bandwidth = cpu_read_bandwidth,
     .empty_launch = cpu_empty_launch,
     .ceilings = cpu_ceilings,
     .stream_pass = cpu_stream,
