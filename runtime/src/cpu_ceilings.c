@@ -8,6 +8,7 @@
 #include "cpu_ceilings.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,11 @@ int cpu_stream_pass(attnres_device *dev, cpu_pool *pool, char *buf, const ar_str
                                   "stream pass step %d: %zu bytes at offset %zu; bytes must be a positive "
                                   "multiple of 4096 x %d threads and the offset of 64",
                                   s, st->bytes, st->offset, st->threads);
+        /* The streaming kernels load whole aligned vectors. */
+        if ((uintptr_t)(buf + st->offset) % 64)
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "stream pass step %d: the buffer at offset %zu is not 64-byte aligned", s,
+                                  st->offset);
         /* A read job reads 2 * half bytes, a copy job copies half of them. */
         const int read = kernel == K_READ || kernel == K_READ8;
         jobs[n++] = (stream_job){.kernel = kernel, .threads = st->threads, .buf = buf + st->offset,
