@@ -151,6 +151,12 @@ static void test_bad_steps_are_refused(void)
         if (!strstr(attnres_device_errmsg(cpu), bad[i].says))
             fprintf(stderr, "  step %zu: %s\n", i, attnres_device_errmsg(cpu));
     }
+    /* The streaming kernels load aligned vectors: a misaligned buffer is
+     * refused, not faulted on. */
+    ar_stream_pass pass = {{{"read", 1, 0, 4096}}};
+    double us = 0;
+    CHECK(cpu->ops->stream_pass(cpu, buf + 8, &pass, &us) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_device_errmsg(cpu), "not 64-byte aligned") != NULL);
 }
 
 /* The interleaved rounds of the tuner's final round, with the pass closing
