@@ -37,8 +37,8 @@ static double now_us(void)
  * prefetchers follow each stream on its own, so one stream and eight can
  * differ. One function per vector width: 64-byte vectors without AVX-512
  * are split into halves that, eight of them, do not fit in AVX2's 16
- * registers and live on the stack, which held this loop to about half the
- * rate of memory on an AVX2 host (docs/cpu_kernels.md). */
+ * registers and live on the stack, which held this loop to about 70% of
+ * the rate of memory on an AVX2 host (docs/cpu_kernels.md). */
 #define DEFINE_SUM_STREAMS(name, VBYTES, ATTR)                                                    \
     ATTR static float name(const char *x, size_t n, int streams)                                  \
     {                                                                                             \
