@@ -18,6 +18,19 @@
 --   group   the most next-token rows whose statistics one sweep gathers:
 --           2 * group vector accumulators must fit in the registers. More
 --           sources than that take further sweeps over the extra rows.
+--   mix     where the mix of token t runs: "fused" in the first statistics
+--           sweep, so that one pass over the row both mixes and gathers;
+--           "apart" in a sweep of its own before the statistics sweeps (8
+--           lanes only). With 16 vector registers (AVX2), a fused sweep
+--           holds the mix's sums and temporaries next to the statistics'
+--           2 * g accumulators and the query, more than fit: GCC keeps the
+--           sums of squares on the stack, each step a store and a reload
+--           on their chains. Apart, each sweep's working set fits, and the
+--           statistics sweeps take up to `group` rows, not the sweep's
+--           share of them less the mix. On the Zen 3 guest, K3's shape ran
+--           15-20% faster apart, from memory and in L2
+--           (bench/results/cpu-avx2-2026-12-02.md). 16 lanes have 32
+--           registers (AVX-512) and stay fused.
 --   burst   the mix's steps per burst. 1: each step reads all n sources at
 --           the same offset, one line each. 4: a burst reads 4 steps' lines
 --           of one source, then of the next, into 4 independent sums. When
@@ -79,6 +92,7 @@ local T = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
     { name = "vec", values = { 8, 16 } },
     { name = "group", values = { 4, 8 } },
+    { name = "mix", values = { "fused", "apart" } },
     { name = "burst", values = { 1, 4 } },
     { name = "prefetch", values = { "none", "token", "both" } },
     { name = "dot", values = { "fma", "bf16" } },
@@ -96,12 +110,13 @@ local T = {
   -- of 4 (docs/cpu_kernels.md). FMA statistics and plain stores: every CPU
   -- of the level has them, and small T, where a fallback is most likely
   -- met, does not gain from the others (bench/results/cpu-tune-2026-12-01.md:
-  -- within 2x of every tuned winner).
+  -- within 2x of every tuned winner). AVX2 mixes apart: its fused sweep
+  -- overfills the 16 registers (see `mix` above).
   builtin = {
-    avx512 = { vec = 16, group = 8, burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
-    avx2 = { vec = 8, group = 8, burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
-    sse2 = { vec = 8, group = 4, burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
-    neon = { vec = 8, group = 4, burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    avx512 = { vec = 16, group = 8, mix = "fused", burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    avx2 = { vec = 8, group = 8, mix = "apart", burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    sse2 = { vec = 8, group = 4, mix = "fused", burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    neon = { vec = 8, group = 4, mix = "fused", burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
   },
 }
 
@@ -111,17 +126,20 @@ T.builtin.avx512bf16 = T.builtin.avx512
 
 local prefetch_letter = { none = "n", token = "t", both = "b" }
 
--- Bursts of one step leave the id as it was before bursts existed, so an
--- id keeps naming the same kernel.
+-- Bursts of one step and the fused mix leave the id as it was before
+-- either choice existed, so an id keeps naming the same kernel.
 function T.id(p)
-  return string.format("mix_c_%s_fused_v%d_g%d%s_p%s_d%s_s%s_t%d", p.dtype, p.vec, p.group,
+  return string.format("mix_c_%s_fused_v%d_g%d%s%s_p%s_d%s_s%s_t%d", p.dtype, p.vec, p.group,
+                       p.mix == "fused" and "" or "_ma",
                        p.burst == 1 and "" or "_b" .. p.burst, prefetch_letter[p.prefetch],
                        p.dot, p.store:sub(1, 1), p.threads)
 end
 
--- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only.
+-- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only;
+-- the mix apart is for 8 lanes, whose registers a fused sweep overfills.
 function T.constraint(p)
-  return p.dot == "fma" or (p.dtype == "bf16" and p.vec == 16)
+  return (p.dot == "fma" or (p.dtype == "bf16" and p.vec == 16)) and
+      (p.mix == "fused" or p.vec == 8)
 end
 
 function T.launch(p)
@@ -444,7 +462,7 @@ struct query_forms {
 ${sweep}
 ${dispatch}
 /* The statistics of token t's n rows, in sweeps of at most ${G} rows sized
- * evenly (9 rows: 5 + 4), the first of which also mixes `cur` (token t - 1)
+ * evenly (9 rows: 5 + 4), ${mix_where}
  * when given. Leaves each row's score scale * dot / rms in
  * score[i * heads + h]. `more` says token t + 1 is in the launch's range,
  * for the prefetches that reach a token ahead. */
@@ -461,10 +479,10 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const struct que
         rows[i] = (const storage_t *)a->src[i] + t * a->src_stride[i];
         next[i] = a->src_stride[i];
     }
-    const int sweeps = (n + ${G} - 1) / ${G};
+${mix_apart}    const int sweeps = (n + ${G} - 1) / ${G};
     for (int s = 0, i0 = 0; s < sweeps; s++) {
         const int g = n / sweeps + (s < n % sweeps);
-        sweep_group(a, q, s == 0 ? cur : NULL, weight, partial, a->partial_stride, out, keep,
+        sweep_group(a, q, ${sweep_cur}, weight, partial, a->partial_stride, out, keep,
                     sq, g, rows + i0, more ? next + i0 : NULL, ss + i0, score + i0 * heads);
         i0 += g;
     }
@@ -485,6 +503,12 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const struct que
       dot_helpers = dot_helpers(p),
       stream = p.store == "stream" and storage.stream_helpers(p.vec, true) or "",
       G = p.group,
+      mix_where = p.mix == "fused" and "the first of which also mixes `cur` (token t - 1)"
+          or "after a sweep that mixes `cur` (token t - 1) alone",
+      mix_apart = p.mix == "fused" and ""
+          or "    if (cur)\n        sweep_group(a, q, cur, weight, partial, a->partial_stride, out, keep, sq, 0,\n" ..
+             "                    NULL, NULL, NULL, NULL);\n",
+      sweep_cur = p.mix == "fused" and "s == 0 ? cur : NULL" or "NULL",
     }),
     name = name,
     threads = p.threads,
