@@ -67,8 +67,9 @@ static const shape shapes[] = {
 };
 
 /* Two threads; the non-temporal stores (the same lines of source at every
- * group and prefetch) at group 8 without prefetch. In bursts of 4, no
- * prefetch and "both" (whose statements include those of "token"). */
+ * group, prefetch and place of the mix) at group 8 without prefetch, fused.
+ * In bursts of 4, no prefetch and "both" (whose statements include those
+ * of "token"). */
 static int wanted(const char *id)
 {
     const char *t = strstr(id, "_t2");
