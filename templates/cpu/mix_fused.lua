@@ -253,22 +253,29 @@ end
 -- step keeps two sums over alternate sources: a single one would be a
 -- chain of n dependent FMAs. A burst of several steps reads the sources
 -- one at a time, `ch` lines of each in a row, into `ch` independent sums.
-local function mix_burst(p, ch)
-  local finish = gen.subst([[
+-- The end of one mix step at `k`, with the step's sums in lo and hi: the
+-- partial (alpha read from `alpha`), the store, and the kept output, whose
+-- sum of squares grows in `sq` (a vf lvalue).
+local function mix_finish(p, sq, alpha)
+  return gen.subst([[
                 if (partial) {
 ${prefetch_partial}                    load_pair(partial + k, &xl, &xh);
-                    lo = xl + a->alpha * lo;
-                    hi = xh + a->alpha * hi;
+                    lo = xl + ${ALPHA} * lo;
+                    hi = xh + ${ALPHA} * hi;
                 }
 ${store_out}                if (keep) {
-                    *sq += lo * lo + hi * hi;
+                    ${SQ} += lo * lo + hi * hi;
                     store_f32(keep + k, lo);
                     store_f32(keep + k + ${VEC}, hi);
                 }
-]], { VEC = p.vec,
+]], { VEC = p.vec, SQ = sq, ALPHA = alpha,
       prefetch_partial = prefetch(p, "partial + k", "partial_next", "partial_next",
                                   "                    "),
       store_out = store_pair_text(p, "out + k", "lo", "hi", "                ") })
+end
+
+local function mix_burst(p, ch)
+  local finish = mix_finish(p, "*sq", "a->alpha")
   if ch == 1 then
     return gen.subst([[
             if (cur) {
@@ -413,13 +420,107 @@ ${tail}        for (int j = 0; j < g; j++)
             or string.format("k0 + %d * 2 * %d <= end", p.burst, p.vec) })
 end
 
+-- Removes n spaces from the start of every line of text that has them.
+local function outdent(text, n)
+  local pad = string.rep(" ", n)
+  return (text:gsub("([^\n]*)(\n?)", function(line, nl)
+    if line:sub(1, n) == pad then line = line:sub(n + 1) end
+    return line .. nl
+  end))
+end
+
+-- The most sources the mix alone unrolls for: 9 weight vectors, the 4
+-- sums and 2 temporaries fill AVX2's 16 registers, and K3's and MHAR's
+-- sites mix at most 9 sources.
+local MIX_FIXED_MAX = 9
+
+-- The mix alone uses a constant n in bursts of one step (mix_fixed()): the
+-- steps of a burst of 4 need 8 sums next to the weights, more than fit.
+local function mix_fixed_applies(p)
+  return p.burst == 1
+end
+
+-- mix_fixed(): the mix of token t alone (no statistics) for a constant
+-- n <= MIX_FIXED_MAX, so that the source pointers and the weights' vectors
+-- stay in registers across the row. With a runtime n, every step loads each
+-- source's pointer and broadcasts its weight again (a store through `out`
+-- or `keep` might have changed them): 7 instructions per source and step
+-- instead of 5. K3's shape mixed apart ran 8% faster that way, from L2 on
+-- one thread and from memory on two, on the Zen 3 guest
+-- (bench/results/cpu-avx2-2026-12-02.md). The sums run in the same order,
+-- so the output's bits are those of the runtime-n sweep.
+local function mix_fixed(p)
+  if not mix_fixed_applies(p) then return "" end
+  return gen.subst([[
+/* The mix of token t alone for a constant n <= ${MAX} (inlined once per n):
+ * the pointers and the weights live in registers across the row. */
+static inline __attribute__((always_inline)) void mix_fixed(
+    const struct attnres_cpu_mix_args *a, const storage_t *const *cur, const float *weight,
+    const storage_t *partial, int64_t partial_next, storage_t *out, float *keep, vf *sq,
+    const int n)
+{
+    const int64_t hd = a->d / a->heads;
+    const int heads = a->heads;
+    const float alpha = a->alpha;
+    (void)partial_next; /* read by the token-ahead prefetches only */
+    const storage_t *src[${MAX}];
+#pragma GCC unroll ${MAX}
+    for (int i = 0; i < n; i++)
+        src[i] = cur[i];
+    vf sum_sq = keep ? *sq : (vf){0};
+    for (int h = 0; h < heads; h++) {
+        vf w[${MAX}];
+#pragma GCC unroll ${MAX}
+        for (int i = 0; i < n; i++)
+            w[i] = (vf){0} + weight[i * heads + h];
+        const int64_t end = (int64_t)(h + 1) * hd;
+        for (int64_t k = (int64_t)h * hd; k < end; k += 2 * ${VEC}) {
+            /* Two sums over alternate sources, as in sweep(). */
+            vf xl, xh, yl, yh, lo = {0}, hi = {0}, lo2 = {0}, hi2 = {0};
+#pragma GCC unroll ${MAX}
+            for (int i = 0; i + 1 < n; i += 2) {
+                load_pair(src[i] + k, &xl, &xh);
+                load_pair(src[i + 1] + k, &yl, &yh);
+                lo += w[i] * xl;
+                hi += w[i] * xh;
+                lo2 += w[i + 1] * yl;
+                hi2 += w[i + 1] * yh;
+            }
+            if (n % 2) {
+                load_pair(src[n - 1] + k, &xl, &xh);
+                lo += w[n - 1] * xl;
+                hi += w[n - 1] * xh;
+            }
+            lo += lo2;
+            hi += hi2;
+${finish}        }
+    }
+    if (keep)
+        *sq = sum_sq;
+}
+
+]], { MAX = MIX_FIXED_MAX, VEC = p.vec, finish = outdent(mix_finish(p, "sum_sq", "alpha"), 4) })
+end
+
 -- A switch that calls sweep() with a constant group size, with and
--- without the mix, so each case compiles to register-resident code.
+-- without the mix, so each case compiles to register-resident code. The
+-- mix alone (g = 0) takes mix_fixed() with a constant n where it applies.
 local function dispatch(p)
   local function cases(mix)
     return gen.each(p.group + 1, function(i)
       local g = i - 1
       if g == 0 and not mix then return "" end
+      if g == 0 and mix_fixed_applies(p) then
+        return gen.subst([[
+        case 0:
+            switch (a->n) {
+${fixed}            default: sweep(a, q, cur, weight, partial, partial_next, out, keep, sq, 0, rows, next, ss_out, dp_out); break;
+            }
+            break;
+]], { fixed = gen.each(MIX_FIXED_MAX, function(m)
+          return string.format("            case %d: mix_fixed(a, cur, weight, partial, partial_next, out, keep, sq, %d); break;\n", m, m)
+        end) })
+      end
       return string.format(
         "        case %d: sweep(a, q, %s, g, rows, next, ss_out, dp_out); break;\n", g,
         mix and "cur, weight, partial, partial_next, out, keep, sq"
@@ -461,7 +562,7 @@ struct query_forms {
 };
 
 ${sweep}
-${dispatch}
+${mix_fixed}${dispatch}
 /* The statistics of token t's n rows, in sweeps of at most ${G} rows sized
  * evenly (9 rows: 5 + 4), ${mix_where}
  * when given. Leaves each row's score scale * dot / rms in
@@ -500,6 +601,7 @@ ${mix_apart}    const int sweeps = (n + ${G} - 1) / ${G};
       pairs = storage.pair_helpers(p.dtype, p.vec),
       softmax = rowops.depth_softmax(p.vec),
       sweep = sweep(p),
+      mix_fixed = mix_fixed(p),
       dispatch = dispatch(p),
       dot_helpers = dot_helpers(p),
       stream = p.store == "stream" and storage.stream_helpers(p.vec, true) or "",
