@@ -58,7 +58,17 @@
 --           prefetched 2048 bytes ahead in the row, which matched reading
 --           alone on an Intel guest, lost to "none" on the Zen 4 guest and
 --           was never a winner in three full tunes there; "both" does its
---           part closer, bench/results/cpu-tune-2026-12-01.md.)
+--           part closer, bench/results/cpu-tune-2026-12-01.md.) "sweep"
+--           (the mix apart only) has each sweep ask, into L2, for the rows
+--           that the sweep after it reads first, at its own offset: the mix
+--           of token t for the first statistics group of token t + 1, each
+--           group for the next. Apart, only the statistics sweeps stream
+--           from memory, and memory idles while the mix reads L2; asked a
+--           sweep early, the rows arrive while the mix computes. On the Zen
+--           3 guest, K3's shape from memory ran 8% faster than "none" on two
+--           threads and 14% on one (bench/results/cpu-avx2-2026-12-02.md);
+--           from L2 at T = 1, within the noise to 5% slower (the prefetches
+--           cost instructions): the tuner keeps both.
 --   dot     how the statistics are summed: "fma" widens each bf16 pair to
 --           fp32 and multiplies-adds (4 vector FMAs per 64-byte line);
 --           "bf16" (bf16 rows, 16 lanes) uses AVX512-BF16's pair dot
@@ -95,7 +105,7 @@ local T = {
     { name = "group", values = { 4, 8 } },
     { name = "mix", values = { "fused", "apart" } },
     { name = "burst", values = { 1, 4 } },
-    { name = "prefetch", values = { "none", "token", "both" } },
+    { name = "prefetch", values = { "none", "token", "both", "sweep" } },
     { name = "dot", values = { "fma", "bf16" } },
     { name = "store", values = { "cached", "stream" } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
@@ -125,7 +135,7 @@ local T = {
 -- for its one-instruction bf16 rounding in the stores (lib/c_storage.lua).
 T.builtin.avx512bf16 = T.builtin.avx512
 
-local prefetch_letter = { none = "n", token = "t", both = "b" }
+local prefetch_letter = { none = "n", token = "t", both = "b", sweep = "s" }
 
 -- Bursts of one step and the fused mix leave the id as it was before
 -- either choice existed, so an id keeps naming the same kernel.
@@ -137,10 +147,11 @@ function T.id(p)
 end
 
 -- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only;
--- the mix apart is for 8 lanes, whose registers a fused sweep overfills.
+-- the mix apart is for 8 lanes, whose registers a fused sweep overfills;
+-- the sweep-ahead prefetches were measured with the mix apart only.
 function T.constraint(p)
   return (p.dot == "fma" or (p.dtype == "bf16" and p.vec == 16)) and
-      (p.mix == "fused" or p.vec == 8)
+      (p.mix == "fused" or p.vec == 8) and (p.prefetch ~= "sweep" or p.mix == "apart")
 end
 
 function T.launch(p)
@@ -181,6 +192,37 @@ local function prefetch(p, ptr, next, cond, indent, l1)
         indent .. "}\n" .. near
   end
   return ""
+end
+
+-- For prefetch "sweep": the declarations of pf[], the n_ahead rows in
+-- `ahead` (the rows the next sweep reads first), the last repeated up to
+-- p.group entries; and the statements that prefetch, into L2, the lines at
+-- offset k of pf[0, count) when there are rows (`count`, a C expression
+-- the compiler knows, is at least n_ahead). A repeated prefetch of a line
+-- on its way costs less than a test per row. "" for other prefetches.
+local function ahead_rows(p, count)
+  if p.prefetch ~= "sweep" then
+    return "    (void)ahead; /* read by the sweep-ahead prefetches only */\n    (void)n_ahead;\n"
+  end
+  return gen.subst([[
+    const int n_pf = ${COUNT};
+    const storage_t *pf[${G}];
+#pragma GCC unroll ${G}
+    for (int j = 0; j < ${G}; j++)
+        pf[j] = n_ahead ? ahead[j < n_ahead ? j : n_ahead - 1] : NULL;
+]], { G = p.group, COUNT = count })
+end
+
+local function ahead_prefetch(p, count, indent)
+  if p.prefetch ~= "sweep" then return "" end
+  local step = 2 * p.vec * storage.size[p.dtype]
+  return gen.subst([[
+${I}if (n_ahead) {
+#pragma GCC unroll ${G}
+${I}    for (int j = 0; j < ${COUNT}; j++)
+${lines}${I}}
+]], { I = indent, G = p.group, COUNT = count,
+      lines = prefetch_lib.lines("pf[j] + k", step, 0, indent .. "        ", false, 2) })
 end
 
 -- The statistics of one row step, `x` at `src`: its sum of squares into
@@ -336,7 +378,7 @@ local function stats_burst(p, ch)
 #pragma GCC unroll ${CH}
             for (int c = 0; c < ${CH}; c++) {
                 const int64_t k = k0 + c * 2 * ${VEC};
-${load_query}#pragma GCC unroll ${G}
+${ahead}${load_query}#pragma GCC unroll ${G}
                 for (int j = 0; j < g; j++) {
 ${prefetch_rows}${stats}                }
             }
@@ -345,13 +387,14 @@ ${prefetch_rows}${stats}                }
     text = [[
             {
                 const int64_t k = k0;
-${load_query}#pragma GCC unroll ${G}
+${ahead}${load_query}#pragma GCC unroll ${G}
                 for (int j = 0; j < g; j++) {
 ${prefetch_rows}${stats}                }
             }
 ]]
   end
   return gen.subst(text, { CH = ch, G = p.group, VEC = p.vec,
+        ahead = ahead_prefetch(p, "n_pf", "                "),
         prefetch_rows = prefetch(p, "rows[j] + k", "next[j]", "next", "                    ", true),
         stats = stats_step(p, "rows[j] + k", "ss[j]", "dp[j]", "                    "),
         load_query = gen.subst(qsplit and [[
@@ -386,18 +429,20 @@ ${one}        }
  * (weights known) into `out`; for the g rows in `rows`, gathers the sum of
  * squares (ss_out[j]) and, per head, the dot product with the query
  * (dp_out[j * heads + h]). `next` holds each row's offset to the next
- * token's row, to prefetch, or is NULL. */
+ * token's row, to prefetch, or is NULL; `ahead` the n_ahead <= ${G} rows
+ * that the next sweep reads first, to prefetch. */
 static inline __attribute__((always_inline)) void sweep(
     const struct attnres_cpu_mix_args *a, const struct query_forms *q,
     const storage_t *const *cur, const float *weight, const storage_t *partial,
     int64_t partial_next, storage_t *out, float *keep, vf *sq,
-    int g, const storage_t *const *rows, const int64_t *next, float *ss_out, float *dp_out)
+    int g, const storage_t *const *rows, const int64_t *next, float *ss_out, float *dp_out,
+    const storage_t *const *ahead, int n_ahead)
 {
     const int64_t d = a->d, hd = d / a->heads;
     const int n = a->n, heads = a->heads;
     (void)partial_next; /* read by the token-ahead prefetches only */
     (void)next;
-    vf ss[${G}], dp[${G}];
+${ahead_rows}    vf ss[${G}], dp[${G}];
 #pragma GCC unroll ${G}
     for (int j = 0; j < g; j++)
         ss[j] = (vf){0};
@@ -416,6 +461,7 @@ ${tail}        for (int j = 0; j < g; j++)
         ss_out[j] = hsum(ss[j]);
 }
 ]], { G = p.group, VEC = p.vec, CH = p.burst, burst = burst(p.burst), tail = tail,
+        ahead_rows = ahead_rows(p, "g ? g : " .. p.group),
         whole = p.burst == 1 and "k0 < end"
             or string.format("k0 + %d * 2 * %d <= end", p.burst, p.vec) })
 end
@@ -457,7 +503,7 @@ local function mix_fixed(p)
 static inline __attribute__((always_inline)) void mix_fixed(
     const struct attnres_cpu_mix_args *a, const storage_t *const *cur, const float *weight,
     const storage_t *partial, int64_t partial_next, storage_t *out, float *keep, vf *sq,
-    const int n)
+    const storage_t *const *ahead, int n_ahead, const int n)
 {
     const int64_t hd = a->d / a->heads;
     const int heads = a->heads;
@@ -467,7 +513,7 @@ static inline __attribute__((always_inline)) void mix_fixed(
 #pragma GCC unroll ${MAX}
     for (int i = 0; i < n; i++)
         src[i] = cur[i];
-    vf sum_sq = keep ? *sq : (vf){0};
+${hoist_ahead}    vf sum_sq = keep ? *sq : (vf){0};
     for (int h = 0; h < heads; h++) {
         vf w[${MAX}];
 #pragma GCC unroll ${MAX}
@@ -475,7 +521,7 @@ static inline __attribute__((always_inline)) void mix_fixed(
             w[i] = (vf){0} + weight[i * heads + h];
         const int64_t end = (int64_t)(h + 1) * hd;
         for (int64_t k = (int64_t)h * hd; k < end; k += 2 * ${VEC}) {
-            /* Two sums over alternate sources, as in sweep(). */
+${ahead}            /* Two sums over alternate sources, as in sweep(). */
             vf xl, xh, yl, yh, lo = {0}, hi = {0}, lo2 = {0}, hi2 = {0};
 #pragma GCC unroll ${MAX}
             for (int i = 0; i + 1 < n; i += 2) {
@@ -499,7 +545,12 @@ ${finish}        }
         *sq = sum_sq;
 }
 
-]], { MAX = MIX_FIXED_MAX, VEC = p.vec, finish = outdent(mix_finish(p, "sum_sq", "alpha"), 4) })
+]], { MAX = MIX_FIXED_MAX, VEC = p.vec, finish = outdent(mix_finish(p, "sum_sq", "alpha"), 4),
+        ahead = ahead_prefetch(p, "n_pf", "            "),
+        -- The size of the first statistics group, as stats_and_mix() splits
+        -- n rows: the most rows the sweep after this one reads.
+        hoist_ahead = ahead_rows(p, gen.subst("n / ((n + ${G} - 1) / ${G}) + (n % ((n + ${G} - 1) / ${G}) > 0)",
+                                              { G = p.group })) })
 end
 
 -- A switch that calls sweep() with a constant group size, with and
@@ -514,15 +565,15 @@ local function dispatch(p)
         return gen.subst([[
         case 0:
             switch (a->n) {
-${fixed}            default: sweep(a, q, cur, weight, partial, partial_next, out, keep, sq, 0, rows, next, ss_out, dp_out); break;
+${fixed}            default: sweep(a, q, cur, weight, partial, partial_next, out, keep, sq, 0, rows, next, ss_out, dp_out, ahead, n_ahead); break;
             }
             break;
 ]], { fixed = gen.each(MIX_FIXED_MAX, function(m)
-          return string.format("            case %d: mix_fixed(a, cur, weight, partial, partial_next, out, keep, sq, %d); break;\n", m, m)
+          return string.format("            case %d: mix_fixed(a, cur, weight, partial, partial_next, out, keep, sq, ahead, n_ahead, %d); break;\n", m, m)
         end) })
       end
       return string.format(
-        "        case %d: sweep(a, q, %s, g, rows, next, ss_out, dp_out); break;\n", g,
+        "        case %d: sweep(a, q, %s, g, rows, next, ss_out, dp_out, ahead, n_ahead); break;\n", g,
         mix and "cur, weight, partial, partial_next, out, keep, sq"
             or "NULL, NULL, NULL, 0, NULL, NULL, NULL")
     end)
@@ -533,7 +584,8 @@ static void sweep_group(const struct attnres_cpu_mix_args *a, const struct query
                         const storage_t *const *cur, const float *weight,
                         const storage_t *partial, int64_t partial_next, storage_t *out,
                         float *keep, vf *sq, int g, const storage_t *const *rows,
-                        const int64_t *next, float *ss_out, float *dp_out)
+                        const int64_t *next, float *ss_out, float *dp_out,
+                        const storage_t *const *ahead, int n_ahead)
 {
     if (cur) {
         switch (g) {
@@ -581,11 +633,14 @@ static void stats_and_mix(const struct attnres_cpu_mix_args *a, const struct que
         rows[i] = (const storage_t *)a->src[i] + t * a->src_stride[i];
         next[i] = a->src_stride[i];
     }
-${mix_apart}    const int sweeps = (n + ${G} - 1) / ${G};
-    for (int s = 0, i0 = 0; s < sweeps; s++) {
+    const int sweeps = (n + ${G} - 1) / ${G};
+${mix_apart}    for (int s = 0, i0 = 0; s < sweeps; s++) {
         const int g = n / sweeps + (s < n % sweeps);
+        /* The rows the next sweep reads first: the next group's. */
+        const int g_next = s + 1 < sweeps ? n / sweeps + (s + 1 < n % sweeps) : 0;
         sweep_group(a, q, ${sweep_cur}, weight, partial, a->partial_stride, out, keep,
-                    sq, g, rows + i0, more ? next + i0 : NULL, ss + i0, score + i0 * heads);
+                    sq, g, rows + i0, more ? next + i0 : NULL, ss + i0, score + i0 * heads,
+                    rows + i0 + g, g_next);
         i0 += g;
     }
     const float inv_d = 1.0f / (float)a->d;
@@ -609,8 +664,9 @@ ${mix_apart}    const int sweeps = (n + ${G} - 1) / ${G};
       mix_where = p.mix == "fused" and "the first of which also mixes `cur` (token t - 1)"
           or "after a sweep that mixes `cur` (token t - 1) alone",
       mix_apart = p.mix == "fused" and ""
-          or "    if (cur)\n        sweep_group(a, q, cur, weight, partial, a->partial_stride, out, keep, sq, 0,\n" ..
-             "                    NULL, NULL, NULL, NULL);\n",
+          or "    if (cur) /* prefetching the first group's rows */\n" ..
+             "        sweep_group(a, q, cur, weight, partial, a->partial_stride, out, keep, sq, 0,\n" ..
+             "                    NULL, NULL, NULL, NULL, rows, n / sweeps + (0 < n % sweeps));\n",
       sweep_cur = p.mix == "fused" and "s == 0 ? cur : NULL" or "NULL",
     }),
     name = name,
@@ -642,7 +698,7 @@ ${query_forms}    if (a->normed)
         if (t + 1 < t1)
             stats_and_mix(a, &q, t + 1, t + 2 < t1, cur, weight, partial, out, kept, &sq, score);
         else
-            sweep_group(a, &q, cur, weight, partial, 0, out, kept, &sq, 0, NULL, NULL, NULL, NULL);
+            sweep_group(a, &q, cur, weight, partial, 0, out, kept, &sq, 0, NULL, NULL, NULL, NULL, NULL, 0);
         if (normed) {
             /* keep holds the output in pair order; so does gp. */
             const float rs = 1.0f / sqrtf(hsum(sq) / (float)d + a->out_eps);
