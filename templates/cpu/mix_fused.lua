@@ -29,7 +29,7 @@
 --           statistics sweeps take up to `group` rows, not the sweep's
 --           share of them less the mix. On the Zen 3 guest, K3's shape ran
 --           5-12% faster apart from L2 on one thread, and within the noise
---           of fused from memory (bench/results/cpu-avx2-2026-12-02.md);
+--           of fused from memory (bench/results/cpu-avx2-2026-12-03.md);
 --           the tuner keeps both. 16 lanes have 32 registers (AVX-512) and
 --           stay fused.
 --   burst   the mix's steps per burst. 1: each step reads all n sources at
@@ -66,7 +66,7 @@
 --           from memory, and memory idles while the mix reads L2; asked a
 --           sweep early, the rows arrive while the mix computes. On the Zen
 --           3 guest, K3's shape from memory ran 8% faster than "none" on two
---           threads and 14% on one (bench/results/cpu-avx2-2026-12-02.md);
+--           threads and 14% on one (bench/results/cpu-avx2-2026-12-03.md);
 --           from L2 at T = 1, within the noise to 5% slower (the prefetches
 --           cost instructions): the tuner keeps both.
 --   dot     how the statistics are summed: "fma" widens each bf16 pair to
@@ -493,7 +493,7 @@ end
 -- or `keep` might have changed them): 7 instructions per source and step
 -- instead of 5. K3's shape mixed apart ran 8% faster that way, from L2 on
 -- one thread and from memory on two, on the Zen 3 guest
--- (bench/results/cpu-avx2-2026-12-02.md). The sums run in the same order,
+-- (bench/results/cpu-avx2-2026-12-03.md). The sums run in the same order,
 -- so the output's bits are those of the runtime-n sweep.
 local function mix_fixed(p)
   if not mix_fixed_applies(p) then return "" end
