@@ -29,7 +29,7 @@
 --           statistics sweeps take up to `group` rows, not the sweep's
 --           share of them less the mix. On the Zen 3 guest, K3's shape ran
 --           5-12% faster apart from L2 on one thread, and within the noise
---           of fused from memory (bench/results/cpu-avx2-2026-12-03.md);
+--           of fused from memory (bench/results/cpu-avx2-2026-12-02.md);
 --           the tuner keeps both. 16 lanes have 32 registers (AVX-512) and
 --           stay fused.
 --   burst   the mix's steps per burst. 1: each step reads all n sources at
