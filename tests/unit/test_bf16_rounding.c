@@ -3,14 +3,16 @@
  * should: to nearest, ties to even, overflow to Inf, NaN kept NaN (quiet,
  * sign and upper payload kept), on every path the generated code takes.
  *
- * store_row has two implementations (templates/lib/c_storage.lua): the
- * portable integer rounding, and AVX512-BF16's rounding instruction where
- * the compiler targets it, which gives the same bits except that it
- * flushes subnormals to zero. This test generates a phase 2 kernel source
- * per vector width, compiles it into a small driver with the host compiler
- * (once with -march=native and, on x86-64, once more without AVX512-BF16),
- * and has the driver compare store_row against a rounding computed here
- * from the neighbouring bf16 values, over chosen edge cases and random bit
+ * store_row and store_pair each have two implementations
+ * (templates/lib/c_storage.lua): the portable integer rounding, and
+ * AVX512-BF16's rounding instructions where the compiler targets them,
+ * which give the same bits except that they flush subnormals to zero. This
+ * test generates a phase 2 kernel source per vector width (store_row) and
+ * a fused mix source per pair width (store_row and store_pair), compiles
+ * each into a small driver with the host compiler (once with -march=native
+ * and, on x86-64, once more without AVX512-BF16), and has the driver
+ * compare the stores against a rounding computed here from the
+ * neighbouring bf16 values, over chosen edge cases and random bit
  * patterns.
  */
 #include <errno.h>
@@ -84,6 +86,23 @@ static const char driver_text[] =
     "        for (int i = 0; i < VEC; i++, checked++)\n"
     "            if (got[i] != expected(w[i]) && bad++ < 20)\n"
     "                printf(\"0x%08x: got 0x%04x, expected 0x%04x\\n\", w[i], got[i], expected(w[i]));\n"
+    "#if PAIR\n"
+    "        /* store_pair interleaves: element 2i from lo, 2i + 1 from hi. */\n"
+    "        uint32_t w2[VEC];\n"
+    "        for (int i = 0; i < VEC; i++) {\n"
+    "            state = state * 1664525u + 1013904223u;\n"
+    "            w2[i] = round < n_edges ? edges[(round + 7 * i + 3) % n_edges] : state;\n"
+    "        }\n"
+    "        vf hi;\n"
+    "        memcpy(&hi, w2, sizeof hi);\n"
+    "        uint16_t pair[2 * VEC];\n"
+    "        store_pair(pair, x, hi);\n"
+    "        for (int i = 0; i < 2 * VEC; i++, checked++) {\n"
+    "            const uint32_t in = i % 2 ? w2[i / 2] : w[i / 2];\n"
+    "            if (pair[i] != expected(in) && bad++ < 20)\n"
+    "                printf(\"pair 0x%08x: got 0x%04x, expected 0x%04x\\n\", in, pair[i], expected(in));\n"
+    "        }\n"
+    "#endif\n"
     "    }\n"
     "    printf(\"%d of %d value(s) rounded wrongly\\n\", bad, checked);\n"
     "    return bad != 0;\n"
@@ -117,9 +136,10 @@ static int run(const char *command, int *native)
     return status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* Generates `id` (a bf16 phase 2 variant of `vec` lanes), builds the driver
- * with `flags` and runs it; *native says which store path it took. */
-static void check_variant(argen *g, const char *id, int vec, const char *flags, int *native)
+/* Generates `id` (a bf16 variant of `vec` lanes; `pair` where its source
+ * has store_pair), builds the driver with `flags` and runs it; *native says
+ * which store path it took. */
+static void check_variant(argen *g, const char *id, int vec, int pair, const char *flags, int *native)
 {
     char *source = NULL, *kernel = NULL, *params = NULL;
     if (argen_emit(g, id, &source, &kernel, &params) != 0)
@@ -133,8 +153,8 @@ static void check_variant(argen *g, const char *id, int vec, const char *flags, 
     free(source);
     free(kernel);
     REQUIRE(wrote == 0);
-    snprintf(command, sizeof command, "%s -O2 %s -std=gnu11 -DVEC=%d -o '%s' '%s' -lm 2>&1", HOST_CC, flags, vec,
-             exe_path, src_path);
+    snprintf(command, sizeof command, "%s -O2 %s -std=gnu11 -DVEC=%d -DPAIR=%d -o '%s' '%s' -lm 2>&1", HOST_CC, flags,
+             vec, pair, exe_path, src_path);
     printf("%s\n", command);
     CHECK(run(command, NULL) == 0);
     snprintf(command, sizeof command, "'%s' 2>&1", exe_path);
@@ -143,31 +163,34 @@ static void check_variant(argen *g, const char *id, int vec, const char *flags, 
 
 static void test_bf16_stores_round_to_nearest_even_on_every_path(void)
 {
-    char msg[1024];
-    argen *g = NULL;
-    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/phase2", &g, msg, sizeof msg) == 0);
     static const struct {
-        const char *id;
-        int vec;
+        const char *template_name, *id;
+        int vec, pair;
     } variants[] = {
-        {"phase2_c_bf16_v16_u1_p0_t1", 16},
-        {"phase2_c_bf16_v8_u1_p0_t1", 8},
-        {"phase2_c_bf16_v1_u1_p0_t1", 1},
+        {"cpu/phase2", "phase2_c_bf16_v16_u1_p0_t1", 16, 0},
+        {"cpu/phase2", "phase2_c_bf16_v8_u1_p0_t1", 8, 0},
+        {"cpu/phase2", "phase2_c_bf16_v1_u1_p0_t1", 1, 0},
+        {"cpu/mix_fused", "mix_c_bf16_fused_v16_g4_pn_dfma_sc_t1", 16, 1},
+        {"cpu/mix_fused", "mix_c_bf16_fused_v8_g4_pn_dfma_sc_t1", 8, 1},
     };
     int native_paths = 0;
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        char msg[1024];
+        argen *g = NULL;
+        REQUIRE(argen_open(TEMPLATE_DIR, variants[i].template_name, &g, msg, sizeof msg) == 0);
         int native = 0;
-        check_variant(g, variants[i].id, variants[i].vec, "-march=native", &native);
+        check_variant(g, variants[i].id, variants[i].vec, variants[i].pair, "-march=native", &native);
         native_paths += native;
 #if defined(__x86_64__)
         /* The portable rounding, as a CPU without AVX512-BF16 runs it. */
         native = -1;
-        check_variant(g, variants[i].id, variants[i].vec, "-march=native -mno-avx512bf16", &native);
+        check_variant(g, variants[i].id, variants[i].vec, variants[i].pair, "-march=native -mno-avx512bf16",
+                      &native);
         CHECK(native == 0);
 #endif
+        argen_close(g);
     }
-    printf("%d width(s) took AVX512-BF16's rounding on this host\n", native_paths);
-    argen_close(g);
+    printf("%d variant(s) took AVX512-BF16's rounding on this host\n", native_paths);
 }
 
 int main(void)
