@@ -27,6 +27,16 @@
 --   threads   the most worker threads the launch spreads tokens over.
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 --
+-- bf16 vectors move in pairs (lib/c_storage.lua's pair helpers): one load
+-- widens 2 * vec elements with two integer operations, even elements in one
+-- vector and odd ones in the other, and one store rounds and interleaves
+-- them back, where row order took two widenings and a pack and a lane
+-- permutation per vector. On a Zen 3 core without AVX512-BF16 those
+-- shuffles had held the kernel to a quarter of the rate of moving its rows
+-- (docs/cpu_kernels.md). The dot products then take the query in the same
+-- order, and the norm epilogue its gain: each call reorders them once.
+-- unroll counts pairs there, each with its own accumulators.
+--
 -- Numerics: fp32 reductions, 64-bit offsets; with the fused add the scores
 -- are taken from b as stored (rounded to the storage type), the same b a
 -- later reader sees. NaN in one token's data reaches only that token.
@@ -84,6 +94,22 @@ local function store_row_text(p, dst, x, indent)
   return string.format("%s%s(%s, %s);\n", indent, p.store == "stream" and "stream_row" or "store_row", dst, x)
 end
 
+-- True where vectors move in pairs (see the header).
+local function pairs_of(p)
+  return p.dtype == "bf16" and p.vec > 1
+end
+
+-- Stores the pair `lo`, `hi` at `dst`, as store_row_text does one vector.
+local function store_pair_text(p, dst, lo, hi, indent)
+  return string.format("%s%s(%s, %s, %s);\n", indent, p.store == "stream" and "stream_pair" or "store_pair",
+                       dst, lo, hi)
+end
+
+-- A loop's step in elements: unroll vectors, or unroll pairs of them.
+function T.step(p)
+  return (pairs_of(p) and 2 or 1) * p.vec * p.unroll
+end
+
 function T.launch(p)
   return { abi = kabi.version("cpu_phase2") }
 end
@@ -92,18 +118,78 @@ function T.applies(p, problem, device)
   return space.applies(T, p, problem, device)
 end
 
+-- The pair forms of the add-and-statistics step, the merge step and the
+-- norm epilogue (see the header): per pair j of a step, accumulators 2j
+-- (even elements) and 2j + 1 (odd ones).
+local function pair_steps(p)
+  local u, v = p.unroll, p.vec
+  return {
+    add_stats = gen.each(u, function(i)
+      local off, lo, hi = (i - 1) * 2 * v, 2 * (i - 1), 2 * (i - 1) + 1
+      return gen.subst([[
+                    {
+                        vf bl, bh, fl, fh;
+                        load_pair(b + kb + ${OFF}, &bl, &bh);
+                        load_pair(f + kb + ${OFF}, &fl, &fh);
+                        store_pair(b + kb + ${OFF}, bl + fl, bh + fh);
+                        vf xl, xh;
+                        load_pair(b + kb + ${OFF}, &xl, &xh);
+                        ss${LO} += xl * xl;
+                        ss${HI} += xh * xh;
+                        dp${LO} += xl * load_f32(qp + kb + ${OFF});
+                        dp${HI} += xh * load_f32(qp + kb + ${OFF_HI});
+                    }]], { OFF = off, OFF_HI = off + v, LO = lo, HI = hi })
+    end, "\n"),
+    merge = gen.each(u, function(i)
+      local off = (i - 1) * 2 * v
+      return gen.subst([[
+                {
+                    const int64_t k = kb + ${OFF};
+                    vf ol, oh, bl, bh;
+                    load_pair(o + k, &ol, &oh);
+                    load_pair(b + k, &bl, &bh);
+                    const vf yl = ol + p2 * (bl - ol), yh = oh + p2 * (bh - oh);
+${store}                    if (normed) {
+                        sq += yl * yl + yh * yh;
+                        store_f32(keep + k, yl);
+                        store_f32(keep + k + ${VEC}, yh);
+                    }
+                }]], { OFF = off, VEC = v, store = store_pair_text(p, "out + k", "yl", "yh", "                    ") })
+    end, "\n"),
+    epilogue = gen.subst([[
+            /* keep holds the output in pair order; so does gp. */
+            for (int64_t k = 0; k < d; k += 2 * ${VEC}) {
+                const vf lo = load_f32(keep + k) * rs * load_f32(gp + k);
+                const vf hi = load_f32(keep + k + ${VEC}) * rs * load_f32(gp + k + ${VEC});
+${store}            }
+]], { VEC = v, store = store_pair_text(p, "normed + k", "lo", "hi", "                ") }),
+    decls = [[
+    /* The query and the gain in pair order (qp, gp). */
+    float qp[d], gp[a->normed ? d : 1];
+    pair_order(a->query, qp, d);
+    if (a->normed)
+        pair_order(a->out_gain, gp, d);
+]],
+    zero_stats = rowops.per_lane(2 * u, "                vf ss%d = {0}, dp%d = {0};"),
+    sum_ss = rowops.sum_lanes(2 * u, "ss"),
+    sum_dp = rowops.sum_lanes(2 * u, "dp"),
+  }
+end
+
 function T.emit(p)
   local name = "attnres_" .. T.id(p)
   local u = p.unroll
+  local paired = pairs_of(p)
   local vars = {
-    helpers = storage.helpers(p.dtype, p.vec),
+    helpers = storage.helpers(p.dtype, p.vec) .. (paired and storage.pair_helpers(p.dtype, p.vec) or ""),
     row_stats = rowops.row_stats(p),
     sigmoid = rowops.sigmoid,
-    STEP = p.vec * u,
+    STEP = T.step(p),
+    pair_decls = "",
     VEC = p.vec,
     store_normed = store_row_text(p, "normed + k", "y", "                "),
     fence = p.store == "stream" and "    stream_fence();\n" or "",
-    stream = p.store == "stream" and storage.stream_helpers(p.vec) or "",
+    stream = p.store == "stream" and storage.stream_helpers(p.vec, paired) or "",
     next_rows = p.prefetch == 0 and "" or [[
         /* The rows the merge pass prefetches: token t + 1's b and f, or,
          * without a fused add (no pass to prefetch o1 in), its o1 row. The
@@ -114,10 +200,10 @@ function T.emit(p)
                                               : (const storage_t *)a->o1 + tn * a->o1_stride;
 ]],
     prefetch_add_stats = p.prefetch == 0 and "" or
-      prefetch.lines("o + kb", p.vec * u * storage.size[p.dtype], 0, "                    ", false, 2),
+      prefetch.lines("o + kb", T.step(p) * storage.size[p.dtype], 0, "                    ", false, 2),
     prefetch_merge = p.prefetch == 0 and "" or
-      prefetch.lines("b_next + kb", p.vec * u * storage.size[p.dtype], 0, "                ", true, 2) ..
-      prefetch.lines("f_next + kb", p.vec * u * storage.size[p.dtype], 0, "                ", false, 2),
+      prefetch.lines("b_next + kb", T.step(p) * storage.size[p.dtype], 0, "                ", true, 2) ..
+      prefetch.lines("f_next + kb", T.step(p) * storage.size[p.dtype], 0, "                ", false, 2),
     -- b += f, then the statistics of b as stored (read back from the
     -- store), lane by lane as row_stats sums them.
     add_stats = gen.each(u, function(i)
@@ -147,6 +233,16 @@ function T.emit(p)
         "                }", off)
     end, "\n"),
   }
+  vars.epilogue = gen.subst([[
+            for (int64_t k = 0; k < d; k += ${VEC}) {
+                const vf y = load_f32(keep + k) * rs * load_f32(a->out_gain + k);
+${store_normed}            }
+]], vars)
+  if paired then
+    for k, v in pairs(pair_steps(p)) do
+      vars[k == "decls" and "pair_decls" or k] = v
+    end
+  end
   local src = kernel.source {
     ctype = storage.ctype[p.dtype],
     decls = gen.subst([[
@@ -165,7 +261,7 @@ ${sigmoid}
     const int64_t hd = d / heads;
     const float inv_d = 1.0f / (float)d, eps = a->eps, scale = a->scale;
     float dot[heads], keep[a->normed ? d : 1];
-    for (int64_t t = t0; t < t1; t++) {
+${pair_decls}    for (int64_t t = t0; t < t1; t++) {
         storage_t *b = (storage_t *)a->partial + t * a->partial_stride;
         const storage_t *o = (const storage_t *)a->o1 + t * a->o1_stride;
         const float *lse = a->lse + t * a->lse_stride;
@@ -200,10 +296,7 @@ ${prefetch_merge}${merge}
         }
         if (normed) {
             const float rs = 1.0f / sqrtf(hsum(sq) * inv_d + a->out_eps);
-            for (int64_t k = 0; k < d; k += ${VEC}) {
-                const vf y = load_f32(keep + k) * rs * load_f32(a->out_gain + k);
-${store_normed}            }
-        }
+${epilogue}        }
     }
 ${fence}]], vars),
   }
