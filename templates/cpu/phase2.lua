@@ -30,12 +30,13 @@
 -- bf16 vectors move in pairs (lib/c_storage.lua's pair helpers): one load
 -- widens 2 * vec elements with two integer operations, even elements in one
 -- vector and odd ones in the other, and one store rounds and interleaves
--- them back, where row order took two widenings and a pack and a lane
--- permutation per vector. On a Zen 3 core without AVX512-BF16 those
--- shuffles had held the kernel to a quarter of the rate of moving its rows
--- (docs/cpu_kernels.md). The dot products then take the query in the same
--- order, and the norm epilogue its gain: each call reorders them once.
--- unroll counts pairs there, each with its own accumulators.
+-- them back, where row order took a widening and a shift per vector to
+-- load and a pack and a lane permutation to store. On a Zen 3 core without
+-- AVX512-BF16 those shuffles had held the kernel to a quarter of the rate
+-- of moving its rows (docs/cpu_kernels.md). The dot products then take the
+-- query in the same order, and the norm epilogue its gain: each call
+-- reorders them once. unroll counts pairs there, each with its own
+-- accumulators.
 --
 -- Numerics: fp32 reductions, 64-bit offsets; with the fused add the scores
 -- are taken from b as stored (rounded to the storage type), the same b a
