@@ -165,9 +165,11 @@ ${store}                    if (normed) {
 ${store}            }
 ]], { VEC = v, store = store_pair_text(p, "normed + k", "lo", "hi", "                ") }),
     decls = [[
-    /* The query and the gain in pair order (qp, gp). */
-    float qp[d], gp[a->normed ? d : 1];
-    pair_order(a->query, qp, d);
+    /* The query and the gain in pair order (qp, gp); without the fused
+     * add, row_stats reads the query in row order. */
+    float qp[a->sublayer ? d : 1], gp[a->normed ? d : 1];
+    if (a->sublayer)
+        pair_order(a->query, qp, d);
     if (a->normed)
         pair_order(a->out_gain, gp, d);
 ]],
