@@ -12,6 +12,12 @@
 #   bash bench/mix_ab.sh HEAD~3 "4096 1 9 1 2000 8" mix_c_bf16_fused_v16_g4_pt_dfma_ss_t1
 #   bash bench/mix_ab.sh HEAD~1 "7168 16384 2 0" phase2_c_bf16_v16_u2_p1_ss_t2
 #
+# Mix variants of one dtype per run: f32 and f16 ones build the harness with
+# that element type. PARTIAL=1 or NORM=1 in the environment reach the mix
+# harness (the additive form, the output norm; the read-only loop reads the
+# partial row as one more source and runs without the norm). READ_GROUP=G
+# builds the read-only loop to read the rows G at a time, as the statistics
+# sweeps of G rows do (mix_kernel.c).
 # ROUNDS (default 9) sets the rounds, BUILD_DIR (default build/) the
 # attnres whose `gen` writes the kernels. A shared host's neighbours shift
 # every binary of a round alike; compare the medians of one run, not runs.
@@ -34,20 +40,31 @@ mkdir -p "$work/before"
 git -C "$root" archive "$rev" templates | tar -x -C "$work/before"
 harness=mix_kernel.c reference=read_only
 case $1 in phase2_*) harness=phase2_kernel.c reference=move_rows ;; esac
+# The mix harness stores the variants' element type (bf16 unless named).
+elem_of() {
+  case $1 in mix_c_f32_*) echo -DELEM_F32 ;; mix_c_f16_*) echo -DELEM_F16 ;; *) echo -DELEM_BF16 ;; esac
+}
+elem=$(elem_of "$1")
 for id in "$@"; do
   case $id in
     phase2_*) [ $harness = phase2_kernel.c ] ;;
-    *) [ $harness = mix_kernel.c ] ;;
-  esac || { echo "$0: $id: one run takes the variants of one op" >&2; exit 2; }
+    *) [ $harness = mix_kernel.c ] && [ "$(elem_of "$id")" = "$elem" ] ;;
+  esac || { echo "$0: $id: one run takes the variants of one op and one dtype" >&2; exit 2; }
 done
-"$cc" -O3 -march=native -pthread "$root/bench/$harness" -o "$work/$reference"
+group=
+if [ -n "${READ_GROUP:-}" ]; then
+  case $READ_GROUP in *[!0-9]* | 0) echo "$0: READ_GROUP must be a positive integer" >&2; exit 2 ;; esac
+  group=-DREAD_GROUP=$READ_GROUP
+fi
+# shellcheck disable=SC2086 # empty or one flag
+"$cc" -O3 -march=native -pthread "$elem" $group "$root/bench/$harness" -o "$work/$reference"
 bins=("$reference")
 for id in "$@"; do
   for side in before after; do
     templates=$root/templates
     [ "$side" = before ] && templates=$work/before/templates
     ATTNRES_TEMPLATE_DIR=$templates "$build/bin/attnres" gen "$id" >"$work/$side-$id.c"
-    "$cc" -O3 -march=native -pthread -DKERNEL_SOURCE="\"$work/$side-$id.c\"" -DKERNEL="attnres_$id" \
+    "$cc" -O3 -march=native -pthread "$elem" -DKERNEL_SOURCE="\"$work/$side-$id.c\"" -DKERNEL="attnres_$id" \
       "$root/bench/$harness" -o "$work/$side-$id" -lm
     bins+=("$side-$id")
   done
@@ -56,7 +73,12 @@ done
 # shellcheck disable=SC2086 # the shape is a list of arguments
 for _ in $(seq "$rounds"); do
   for bin in "${bins[@]}"; do
-    echo "$bin $(cd "$work" && "./$bin" $shape | awk '{print $(NF-1)}')"
+    # The read-only loop writes no normed row: it runs without NORM.
+    if [ "$bin" = read_only ]; then
+      echo "$bin $(cd "$work" && env -u NORM "./$bin" $shape | awk '{print $(NF-1)}')"
+    else
+      echo "$bin $(cd "$work" && "./$bin" $shape | awk '{print $(NF-1)}')"
+    fi
   done
 done | sort -k1,1 -k2n | awk '
   { v[$1] = v[$1] " " $2; c[$1]++ }
