@@ -286,8 +286,7 @@ end
 
 -- Stores a pair of vectors at `dst`: past the caches for p.store == "stream".
 local function store_pair_text(p, dst, lo, hi, indent)
-  return string.format("%s%s(%s, %s, %s);\n", indent,
-                       p.store == "stream" and "stream_pair" or "store_pair", dst, lo, hi)
+  return storage.store_pair_call(p.store == "stream", dst, lo, hi, indent)
 end
 
 -- The mix of token t over one burst of `ch` steps at k0 (`k` for one

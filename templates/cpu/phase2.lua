@@ -90,20 +90,19 @@ function T.id(p)
   return id
 end
 
--- Stores vector `x` at `dst`: past the caches for p.store == "stream".
+-- Stores vector `x`, or the pair `lo`, `hi`, at `dst`: past the caches for
+-- p.store == "stream".
 local function store_row_text(p, dst, x, indent)
-  return string.format("%s%s(%s, %s);\n", indent, p.store == "stream" and "stream_row" or "store_row", dst, x)
+  return storage.store_row_call(p.store == "stream", dst, x, indent)
+end
+
+local function store_pair_text(p, dst, lo, hi, indent)
+  return storage.store_pair_call(p.store == "stream", dst, lo, hi, indent)
 end
 
 -- True where vectors move in pairs (see the header).
 local function pairs_of(p)
   return p.dtype == "bf16" and p.vec > 1
-end
-
--- Stores the pair `lo`, `hi` at `dst`, as store_row_text does one vector.
-local function store_pair_text(p, dst, lo, hi, indent)
-  return string.format("%s%s(%s, %s, %s);\n", indent, p.store == "stream" and "stream_pair" or "store_pair",
-                       dst, lo, hi)
 end
 
 -- A loop's step in elements: unroll vectors, or unroll pairs of them.

@@ -392,4 +392,15 @@ static inline void stream_fence(void)
 ]], { VEC = vec, pair = gen.subst(pair, { VEC = vec }) })
 end
 
+-- The calls that store one vector `x`, or the pair `lo`, `hi`, at `dst`
+-- (each a line of C at `indent`): past the caches where `stream` is true
+-- (stream_helpers), with plain stores otherwise.
+function M.store_row_call(stream, dst, x, indent)
+  return string.format("%s%s(%s, %s);\n", indent, stream and "stream_row" or "store_row", dst, x)
+end
+
+function M.store_pair_call(stream, dst, lo, hi, indent)
+  return string.format("%s%s(%s, %s, %s);\n", indent, stream and "stream_pair" or "store_pair", dst, lo, hi)
+end
+
 return M
