@@ -304,6 +304,10 @@ typedef struct cuda_state {
     size_t flush_bytes;
     CUmodule empty_module;
     CUfunction empty;
+    /* The streaming kernels of the ceilings and the stream passes, loaded
+     * on first use (ceiling_kernels). */
+    CUmodule ceiling_module;
+    CUfunction ceiling_read, ceiling_copy;
 } cuda_state;
 
 /* Makes the device's context current for one call; restores the caller's. */
@@ -460,6 +464,8 @@ static void cuda_close(attnres_device *dev)
             cu.MemFree(st->flush);
         if (st->empty_module)
             cu.ModuleUnload(st->empty_module);
+        if (st->ceiling_module)
+            cu.ModuleUnload(st->ceiling_module);
         if (st->stream)
             cu.StreamDestroy(st->stream);
         ctx_leave(pushed);
@@ -1198,6 +1204,36 @@ static CUresult time_grid(cuda_state *st, CUfunction f, unsigned grid, void **ar
     return r;
 }
 
+/* Compiles and loads the streaming kernels once per device; called between
+ * timing_enter and timing_leave (under the lock, in the context). */
+static int ceiling_kernels(attnres_device *dev)
+{
+    cuda_state *st = dev->state;
+    if (st->ceiling_module)
+        return ATTNRES_OK;
+    void *image = NULL;
+    size_t image_size = 0;
+    char arch[32], err[768];
+    snprintf(arch, sizeof arch, "sm_%d", st->compile_cc);
+    int rc = ar_nvrtc_compile(ceiling_source, "attnres_ceilings.cu", arch, st->cubin, &image, &image_size, NULL,
+                              NULL, err, sizeof err);
+    if (rc != ATTNRES_OK)
+        return ar_device_fail(dev, rc, "NVRTC could not compile the ceiling kernels: %s", err);
+    CUmodule module = NULL;
+    CUresult r;
+    if ((r = cu.ModuleLoadData(&module, image)) != CU_OK ||
+        (r = cu.ModuleGetFunction(&st->ceiling_read, module, "attnres_ceiling_read")) != CU_OK ||
+        (r = cu.ModuleGetFunction(&st->ceiling_copy, module, "attnres_ceiling_copy")) != CU_OK) {
+        if (module)
+            cu.ModuleUnload(module);
+        free(image);
+        return cuda_fail(dev, ATTNRES_ELOAD, r, "loading the ceiling kernels");
+    }
+    free(image);
+    st->ceiling_module = module;
+    return ATTNRES_OK;
+}
+
 /* The driver's copy (copy_bandwidth), and the grid-stride read and copy
  * kernels at 2, 4 and 8 blocks of 256 threads per SM ("threads" of a point
  * is blocks per SM). On the simulated driver, whose times are a model, over
@@ -1217,32 +1253,18 @@ static int cuda_ceilings(attnres_device *dev, ar_ceilings *out)
      * GPU's launches vary far less than a shared host's loops. */
     out->pt[out->n++] = (ar_ceiling_point){"memcpy-dtod", AR_CEILING_COPY, 0, copy, copy};
 
-    void *image = NULL;
-    size_t image_size = 0;
-    char arch[32], err[768];
-    snprintf(arch, sizeof arch, "sm_%d", st->compile_cc);
-    if ((rc = ar_nvrtc_compile(ceiling_source, "attnres_ceilings.cu", arch, st->cubin, &image, &image_size, NULL,
-                               NULL, err, sizeof err)) != ATTNRES_OK)
-        return ar_device_fail(dev, rc, "NVRTC could not compile the ceiling kernels: %s", err);
     size_t bytes = dev->simulated ? (size_t)256 << 10 : (size_t)256 << 20;
     if (!dev->simulated && dev->memory > 0 && (int64_t)bytes * 8 > dev->memory)
         bytes = (size_t)(dev->memory / 8) & ~(size_t)4095;
     const int per_sm[] = {2, 4, 8}, reps = dev->simulated ? 1 : 7;
     int pushed;
-    if ((rc = timing_enter(dev, &pushed)) != ATTNRES_OK) {
-        free(image);
+    if ((rc = timing_enter(dev, &pushed)) != ATTNRES_OK)
         return rc;
-    }
-    CUmodule module = NULL;
-    CUfunction fread_k, fcopy_k;
     CUdeviceptr a = 0, b = 0;
     CUresult r;
-    if ((r = cu.ModuleLoadData(&module, image)) != CU_OK ||
-        (r = cu.ModuleGetFunction(&fread_k, module, "attnres_ceiling_read")) != CU_OK ||
-        (r = cu.ModuleGetFunction(&fcopy_k, module, "attnres_ceiling_copy")) != CU_OK) {
-        rc = cuda_fail(dev, ATTNRES_ELOAD, r, "loading the ceiling kernels");
+    if ((rc = ceiling_kernels(dev)) != ATTNRES_OK)
         goto done;
-    }
+    CUfunction fread_k = st->ceiling_read, fcopy_k = st->ceiling_copy;
     if ((r = cu.MemAlloc(&a, bytes)) != CU_OK || (r = cu.MemAlloc(&b, bytes)) != CU_OK) {
         rc = cuda_fail(dev, ATTNRES_ENOMEM, r, "allocating the ceiling buffers");
         goto done;
@@ -1276,10 +1298,86 @@ done:
         cu.MemFree(a);
     if (b)
         cu.MemFree(b);
-    if (module)
-        cu.ModuleUnload(module);
     timing_leave(dev, pushed);
-    free(image);
+    return rc;
+}
+
+/* The most blocks of 256 threads per SM a stream pass step may ask for:
+ * beyond an SM's 2048 resident threads the grid only queues. */
+enum { PASS_MAX_PER_SM = 32 };
+
+/* Checks one step of a pass (device.h, ar_stream_pass) and sets *out to 1
+ * for the read kernel, 2 for the grid-stride copy, 3 for the driver's copy. */
+static int pass_step_kind(attnres_device *dev, int s, const ar_stream_step *st, CUdeviceptr base, int *out)
+{
+    const int kind = strcmp(st->kernel, "read") == 0          ? 1
+                     : strcmp(st->kernel, "copy") == 0        ? 2
+                     : strcmp(st->kernel, "memcpy-dtod") == 0 ? 3
+                                                              : 0;
+    if (!kind)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "stream pass step %d: no streaming kernel '%s'", s, st->kernel);
+    if (kind == 3 && st->threads != 0)
+        return ar_device_fail(dev, ATTNRES_EINVAL,
+                              "stream pass step %d: memcpy-dtod is the driver's copy and takes 0 blocks per SM, "
+                              "not %d",
+                              s, st->threads);
+    if (kind != 3 && (st->threads < 1 || st->threads > PASS_MAX_PER_SM))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "stream pass step %d: %d blocks per SM; it takes 1 to %d", s,
+                              st->threads, PASS_MAX_PER_SM);
+    if (st->bytes == 0 || st->bytes % 4096 || st->offset % 64)
+        return ar_device_fail(dev, ATTNRES_EINVAL,
+                              "stream pass step %d: %zu bytes at offset %zu; bytes must be a positive multiple "
+                              "of 4096 and the offset of 64",
+                              s, st->bytes, st->offset);
+    /* The grid-stride kernels load whole 16-byte vectors. */
+    if ((base + st->offset) % 16)
+        return ar_device_fail(dev, ATTNRES_EINVAL,
+                              "stream pass step %d: the buffer at offset %zu is not 16-byte aligned", s, st->offset);
+    *out = kind;
+    return ATTNRES_OK;
+}
+
+/* One pass of the streaming kernels over buf, timed by events around all
+ * of its steps on the timing stream: a read step reads its bytes, a copy
+ * step (grid-stride, or the driver's) writes as many right after them. The
+ * read kernel stores nothing unless its bytes sum to -1234.5, which the
+ * ones that the tuner fills a pass's buffer with never do. */
+static int cuda_stream_pass(attnres_device *dev, void *buf, const ar_stream_pass *pass, double *us)
+{
+    cuda_state *st = dev->state;
+    const CUdeviceptr base = (CUdeviceptr)(uintptr_t)buf;
+    int kinds[AR_STREAM_STEPS] = {0}, rc;
+    for (int s = 0; s < AR_STREAM_STEPS; s++)
+        if (pass->step[s].kernel && (rc = pass_step_kind(dev, s, &pass->step[s], base, &kinds[s])) != ATTNRES_OK)
+            return rc;
+    int pushed;
+    if ((rc = timing_enter(dev, &pushed)) != ATTNRES_OK)
+        return rc;
+    if ((rc = ceiling_kernels(dev)) != ATTNRES_OK)
+        goto done;
+    CUresult r = cu.EventRecord(st->start, st->stream);
+    for (int s = 0; r == CU_OK && s < AR_STREAM_STEPS; s++) {
+        const ar_stream_step *step = &pass->step[s];
+        CUdeviceptr x = base + step->offset, y = x + step->bytes;
+        unsigned long long n = step->bytes / 16;
+        const unsigned grid = (unsigned)step->threads * (unsigned)(dev->units > 0 ? dev->units : 1);
+        void *read_args[] = {&x, &n, &x}, *copy_args[] = {&x, &y, &n};
+        if (kinds[s] == 1)
+            r = cu.LaunchKernel(st->ceiling_read, grid, 1, 1, 256, 1, 1, 0, st->stream, read_args, NULL);
+        else if (kinds[s] == 2)
+            r = cu.LaunchKernel(st->ceiling_copy, grid, 1, 1, 256, 1, 1, 0, st->stream, copy_args, NULL);
+        else if (kinds[s] == 3)
+            r = cu.MemcpyDtoDAsync(y, x, step->bytes, st->stream);
+    }
+    float ms = 0.0f;
+    if (r == CU_OK && (r = cu.EventRecord(st->stop, st->stream)) == CU_OK)
+        r = elapsed_ms(st, &ms);
+    if (r != CU_OK)
+        rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "running a stream pass");
+    else
+        *us = (double)ms * 1e3;
+done:
+    timing_leave(dev, pushed);
     return rc;
 }
 
@@ -1353,4 +1451,5 @@ const ar_backend ar_cuda_backend = {
     .copy_bandwidth = cuda_copy_bandwidth,
     .empty_launch = cuda_empty_launch,
     .ceilings = cuda_ceilings,
+    .stream_pass = cuda_stream_pass,
 };

@@ -106,7 +106,8 @@ typedef struct ar_ceilings {
  * them; a copy step reads them and writes as many right after them. The
  * tuner times a pass between a kernel's timed rounds, so that kernel and
  * ceiling share one minute of a shared machine. Each step's bytes are a
- * multiple of 4096 * threads and its offset of 64. */
+ * multiple of 4096 * threads (CPU) or of 4096 (CUDA, where threads are
+ * blocks per SM, and 0 for the driver's memcpy-dtod), its offset of 64. */
 enum { AR_STREAM_STEPS = 2 };
 typedef struct ar_stream_step {
     const char *kernel; /* NULL: the step is unused */

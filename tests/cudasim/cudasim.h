@@ -32,6 +32,10 @@
  *                                 uninitialised-read checks and the check of
  *                                 ld.global.nc against the launch's own
  *                                 stores (on by default).
+ *   ATTNRES_CUDASIM_L2_BYTES=B    the L2 size the device reports, a whole
+ *                                 number of KiB from 64 KiB to the default
+ *                                 50 MiB (other values are ignored): below
+ *                                 it, small problems are out of cache.
  */
 #ifndef CUDASIM_H
 #define CUDASIM_H

@@ -55,6 +55,21 @@ enum {
 #define SIM_NAME "attnres cudasim (an sm_90 model, not a GPU)"
 #define SIM_MEMORY_BYTES 150754820096ull /* 141 GiB-class HBM3e */
 #define SIM_L2_BYTES 52428800
+
+/* The L2 size the device reports: SIM_L2_BYTES, or
+ * $ATTNRES_CUDASIM_L2_BYTES where that is a whole number of KiB from 64 KiB
+ * to SIM_L2_BYTES (so that a small problem counts as out of cache and the
+ * tuner's out-of-cache paths run in a test's time); anything else is
+ * ignored. */
+static int sim_l2_bytes(void)
+{
+    const char *v = getenv("ATTNRES_CUDASIM_L2_BYTES");
+    char *end = NULL;
+    const long long b = v && *v ? strtoll(v, &end, 10) : 0;
+    if (!v || !*v || *end || b < 65536 || b > SIM_L2_BYTES || b % 1024)
+        return SIM_L2_BYTES;
+    return (int)b;
+}
 #define SIM_DRIVER_VERSION 13000
 #define SIM_DEFAULT_DYNAMIC_SHARED 49152
 #define SIM_MAX_DYNAMIC_SHARED 232448
@@ -294,13 +309,16 @@ API CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev)
         {16, SIM_SMS},   /* MULTIPROCESSOR_COUNT */
         {36, 2619000},   /* MEMORY_CLOCK_RATE */
         {37, 6144},      /* GLOBAL_MEMORY_BUS_WIDTH */
-        {38, SIM_L2_BYTES}, /* L2_CACHE_SIZE */
         {39, 2048},      /* MAX_THREADS_PER_MULTIPROCESSOR */
         {75, 9},         {76, 0}, /* COMPUTE_CAPABILITY_MAJOR/MINOR */
         {81, 233472},    /* MAX_SHARED_MEMORY_PER_MULTIPROCESSOR */
         {82, 65536},     /* MAX_REGISTERS_PER_MULTIPROCESSOR */
         {97, SIM_MAX_DYNAMIC_SHARED}, /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
     };
+    if (attrib == 38) { /* L2_CACHE_SIZE, which a test may shrink */
+        *value = sim_l2_bytes();
+        return CUDA_SUCCESS;
+    }
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i][0] == attrib) {
             *value = table[i][1];

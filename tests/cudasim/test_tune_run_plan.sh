@@ -4,8 +4,9 @@
 # times and records every candidate; then `attnres run` on cuda:0 computes
 # mix, phase 1 and phase 2 against the fp64 reference with the tuned winners
 # and the built-in kernels; `attnres plan --explain` says which level served;
-# `attnres tune --revalidate` re-measures every winner, phases included; and
-# a cubin the driver refuses is recompiled as PTX.
+# `attnres tune --revalidate` re-measures every winner, phases included; a
+# cubin the driver refuses is recompiled as PTX; and, with the simulated L2
+# shrunk, the out-of-cache winners are paired with the CUDA stream pass.
 #
 #   test_tune_run_plan.sh CLI PYTHON WORKDIR
 set -u -o pipefail
@@ -99,5 +100,26 @@ if "$CLI" tune --revalidate --device cuda:0 --db "$DB" >"$WORK/revalidate.log" 2
     fi
 else
     bad "tune --revalidate on cuda:0: $(tail -5 "$WORK/revalidate.log")"
+fi
+
+# With the simulated L2 shrunk to 64 KiB the ci problems are out of cache, so
+# the tuner pairs each winner's final rounds with the CUDA stream pass (the
+# ceilings' kernels), reports `% paired` and records the paired check. The
+# simulator's times are a model: what is checked is that the path runs and
+# records, not the fractions.
+PAIRED_DB=$WORK/sim-paired.db
+rm -f "$PAIRED_DB" "$PAIRED_DB-wal" "$PAIRED_DB-shm"
+if ATTNRES_CUDASIM_L2_BYTES=65536 "$CLI" tune --device cuda:0 --preset ci --db "$PAIRED_DB" \
+        >"$WORK/tune-paired.log" 2>&1; then
+    check=$(sqlite3 "$PAIRED_DB" "SELECT ceilings FROM runs ORDER BY id LIMIT 1" | grep -o '"check": {[^}]*}')
+    passes=$(grep -c 'final round paired with a streaming pass: ' "$WORK/tune-paired.log")
+    if grep -q '"paired": [1-9]' <<<"$check" && [ "$passes" -ge 1 ] &&
+       grep -q '^paired check: [1-9][0-9]* winner(s) timed next to a streaming pass' "$WORK/tune-paired.log"; then
+        ok "with a 64 KiB L2, $passes final round(s) on cuda:0 paired with the CUDA stream pass, and the run recorded the paired check"
+    else
+        bad "the CUDA stream pass: $passes paired round(s), check $check; $(grep -E '^paired check|stream pass' "$WORK/tune-paired.log" | head -3)"
+    fi
+else
+    bad "tune --device cuda:0 with a 64 KiB L2: $(tail -5 "$WORK/tune-paired.log")"
 fi
 finish

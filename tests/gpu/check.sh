@@ -18,7 +18,8 @@
 #   4. prints the winners (`attnres db show`) and, last, a short table of
 #      candidate statuses per problem.
 # Before tuning it runs BUILD_DIR/bin/test_nvrtc when present (the CUDA
-# backend alone: generic kernels against the fp64 reference).
+# backend alone: generic kernels against the fp64 reference), and
+# bin/test_cuda_stream_pass (the paired ceiling's pass) when present.
 # Exit status: 0 when every step ran and no candidate came back
 # wrong_result or launch_failed; 1 otherwise.
 #
@@ -77,6 +78,13 @@ command -v nvidia-smi >/dev/null 2>&1 &&
 if [ -x "$BUILD/bin/test_nvrtc" ]; then
     say "test_nvrtc"
     "$BUILD/bin/test_nvrtc" 2>&1 | tee "$OUT/test_nvrtc.log" ||
+        failed=1
+fi
+# The stream pass that pairs out-of-cache winners: on a GPU it moves real
+# bytes through HBM (the K3 and MHAR presets at T >= 4096 exceed the L2).
+if [ -x "$BUILD/bin/test_cuda_stream_pass" ]; then
+    say "test_cuda_stream_pass"
+    "$BUILD/bin/test_cuda_stream_pass" 2>&1 | tee "$OUT/test_cuda_stream_pass.log" ||
         failed=1
 fi
 

@@ -19,6 +19,7 @@ typedef struct paired_stream {
     void *buf;       /* device memory the pass streams over */
     size_t buf_bytes;
     double bytes;    /* what one pass moves: read + written */
+    int blocks_per_sm; /* a CUDA pass: its steps' threads are blocks per SM */
 } paired_stream;
 
 /* Prepares the pass for a kernel that reads read_bytes and writes
@@ -38,7 +39,9 @@ void paired_stream_free(attnres_device *dev, paired_stream *ps);
 /* Times one pass, in microseconds. */
 int paired_stream_run(attnres_device *dev, const paired_stream *ps, double *us);
 
-/* "copy-nt on 2 threads 1.1 GB + read-8streams on 2 threads 9.9 GB" */
+/* "copy-nt on 2 threads over 1.10 GB + read-8streams on 2 threads over
+ * 9.90 GB"; on CUDA "memcpy-dtod over 0.50 GB + read at 4 blocks per SM
+ * over 4.50 GB" (below 0.1 GB a step's bytes are given in MB). */
 void paired_stream_describe(const paired_stream *ps, char *buf, size_t size);
 
 #endif

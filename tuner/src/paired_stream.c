@@ -16,10 +16,12 @@ static const ar_ceiling_point *fastest(const ar_ceilings *c, int kind)
     return best;
 }
 
-/* bytes rounded down to whole pages per thread; 0 when less than that. */
+/* bytes rounded down to whole pages per thread (a CUDA point's threads
+ * are blocks per SM, 0 for the driver's copy: whole pages); 0 when less
+ * than that. */
 static size_t whole(double bytes, int threads)
 {
-    const double unit = 4096.0 * (double)threads;
+    const double unit = 4096.0 * (double)(threads > 1 ? threads : 1);
     return (size_t)floor(bytes / unit) * (size_t)unit;
 }
 
@@ -37,6 +39,7 @@ int paired_stream_create(attnres_device *dev, const rooflines *r, double read_by
         snprintf(err, err_len, "out of memory");
         return -1;
     }
+    ps->blocks_per_sm = strcmp(dev->ops->name, "cuda") == 0;
     /* The writes: a copy of as many bytes as the kernel writes. */
     ar_stream_step *w = &ps->pass.step[0];
     *w = (ar_stream_step){.kernel = copy->kernel, .threads = copy->threads, .offset = 0,
@@ -111,8 +114,20 @@ void paired_stream_describe(const paired_stream *ps, char *buf, size_t size)
     buf[0] = 0;
     for (int s = 0; s < AR_STREAM_STEPS && len < size; s++) {
         const ar_stream_step *st = &ps->pass.step[s];
-        if (st->kernel)
-            len += (size_t)snprintf(buf + len, size - len, "%s%s on %d thread%s over %.2f GB", len ? " + " : "",
-                                    st->kernel, st->threads, st->threads == 1 ? "" : "s", (double)st->bytes / 1e9);
+        if (!st->kernel)
+            continue;
+        const char *sep = len ? " + " : "";
+        /* Below 0.1 GB in MB, so that a small pass does not read as 0.00 GB. */
+        const int in_gb = st->bytes >= 100000000;
+        const double amount = (double)st->bytes / (in_gb ? 1e9 : 1e6);
+        const char *unit = in_gb ? "GB" : "MB";
+        if (!ps->blocks_per_sm)
+            len += (size_t)snprintf(buf + len, size - len, "%s%s on %d thread%s over %.2f %s", sep, st->kernel,
+                                    st->threads, st->threads == 1 ? "" : "s", amount, unit);
+        else if (st->threads > 0)
+            len += (size_t)snprintf(buf + len, size - len, "%s%s at %d blocks per SM over %.2f %s", sep,
+                                    st->kernel, st->threads, amount, unit);
+        else
+            len += (size_t)snprintf(buf + len, size - len, "%s%s over %.2f %s", sep, st->kernel, amount, unit);
     }
 }
