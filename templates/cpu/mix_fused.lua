@@ -21,7 +21,8 @@
 --   mix     where the mix of token t runs: "fused" in the first statistics
 --           sweep, so that one pass over the row both mixes and gathers;
 --           "apart" in a sweep of its own before the statistics sweeps (8
---           lanes only). With 16 vector registers (AVX2), a fused sweep
+--           lanes; 16 with prefetch "sweep"). With 16 vector registers
+--           (AVX2), a fused sweep
 --           holds the mix's sums and temporaries next to the statistics'
 --           2 * g accumulators and the query, more than fit: GCC keeps the
 --           sums of squares on the stack, each step a store and a reload
@@ -30,8 +31,9 @@
 --           share of them less the mix. On the Zen 3 guest, K3's shape ran
 --           5-12% faster apart from L2 on one thread, and within the noise
 --           of fused from memory (bench/results/cpu-avx2-2026-12-02.md);
---           the tuner keeps both. 16 lanes have 32 registers (AVX-512) and
---           stay fused.
+--           the tuner keeps both. 16 lanes have 32 registers (AVX-512):
+--           there the mix apart pays only with prefetch "sweep", which has
+--           memory stream while the mix reads L2 (below).
 --   burst   the mix's steps per burst. 1: each step reads all n sources at
 --           the same offset, one line each. 4: a burst reads 4 steps' lines
 --           of one source, then of the next, into 4 independent sums. When
@@ -147,11 +149,16 @@ function T.id(p)
 end
 
 -- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only;
--- the mix apart is for 8 lanes, whose registers a fused sweep overfills;
--- the sweep-ahead prefetches were measured with the mix apart only.
+-- the sweep-ahead prefetches were measured with the mix apart only. The mix
+-- apart is for 8 lanes, whose registers a fused sweep overfills, and at 16
+-- lanes with the sweep-ahead prefetches, where it was measured faster: on
+-- the Zen 4 guest, MHAR's shape and the f16 mix with the norm out of cache
+-- ran 5-10% faster than the fused winners (K3's within the noise, the f32
+-- N = 25 mix slower; bench/results/cpu-tune-2026-12-04.md).
 function T.constraint(p)
   return (p.dot == "fma" or (p.dtype == "bf16" and p.vec == 16)) and
-      (p.mix == "fused" or p.vec == 8) and (p.prefetch ~= "sweep" or p.mix == "apart")
+      (p.mix == "fused" or p.vec == 8 or p.prefetch == "sweep") and
+      (p.prefetch ~= "sweep" or p.mix == "apart")
 end
 
 function T.launch(p)
@@ -219,8 +226,9 @@ local function ahead_prefetch(p, count, indent)
   return gen.subst([[
 ${I}if (n_ahead) {
 #pragma GCC unroll ${G}
-${I}    for (int j = 0; j < ${COUNT}; j++)
-${lines}${I}}
+${I}    for (int j = 0; j < ${COUNT}; j++) {
+${lines}${I}    }
+${I}}
 ]], { I = indent, G = p.group, COUNT = count,
       lines = prefetch_lib.lines("pf[j] + k", step, 0, indent .. "        ", false, 2) })
 end
