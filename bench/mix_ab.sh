@@ -18,6 +18,8 @@
 # partial row as one more source and runs without the norm). READ_GROUP=G
 # builds the read-only loop to read the rows G at a time, as the statistics
 # sweeps of G rows do (mix_kernel.c).
+# REV "-" times the variants from the working tree alone, once each: a
+# comparison of variants rather than of revisions.
 # ROUNDS (default 9) sets the rounds, BUILD_DIR (default build/) the
 # attnres whose `gen` writes the kernels. A shared host's neighbours shift
 # every binary of a round alike; compare the medians of one run, not runs.
@@ -36,8 +38,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cc=${CC:-cc}
 
-mkdir -p "$work/before"
-git -C "$root" archive "$rev" templates | tar -x -C "$work/before"
+sides="before after"
+if [ "$rev" = - ]; then
+  sides=after
+else
+  mkdir -p "$work/before"
+  git -C "$root" archive "$rev" templates | tar -x -C "$work/before"
+fi
 harness=mix_kernel.c reference=read_only
 case $1 in phase2_*) harness=phase2_kernel.c reference=move_rows ;; esac
 # The mix harness stores the variants' element type (bf16 unless named).
@@ -60,7 +67,7 @@ fi
 "$cc" -O3 -march=native -pthread "$elem" $group "$root/bench/$harness" -o "$work/$reference"
 bins=("$reference")
 for id in "$@"; do
-  for side in before after; do
+  for side in $sides; do
     templates=$root/templates
     [ "$side" = before ] && templates=$work/before/templates
     ATTNRES_TEMPLATE_DIR=$templates "$build/bin/attnres" gen "$id" >"$work/$side-$id.c"
@@ -83,4 +90,8 @@ for _ in $(seq "$rounds"); do
 done | sort -k1,1 -k2n | awk '
   { v[$1] = v[$1] " " $2; c[$1]++ }
   END { for (b in v) { n = split(v[b], a, " "); printf "%-56s %6s GB/s  (%s )\n", b, a[int((n + 1) / 2)], v[b] } }' | sort
-echo "(before: templates of $rev; after: the working tree; $rounds rounds of: ${harness%.c} $shape)"
+if [ "$rev" = - ]; then
+  echo "(after: the working tree; $rounds rounds of: ${harness%.c} $shape)"
+else
+  echo "(before: templates of $rev; after: the working tree; $rounds rounds of: ${harness%.c} $shape)"
+fi

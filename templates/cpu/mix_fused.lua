@@ -151,10 +151,11 @@ end
 -- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only;
 -- the sweep-ahead prefetches were measured with the mix apart only. The mix
 -- apart is for 8 lanes, whose registers a fused sweep overfills, and at 16
--- lanes with the sweep-ahead prefetches, where it was measured faster: on
--- the Zen 4 guest, MHAR's shape and the f16 mix with the norm out of cache
--- ran 5-10% faster than the fused winners (K3's within the noise, the f32
--- N = 25 mix slower; bench/results/cpu-tune-2026-12-04.md).
+-- lanes with the sweep-ahead prefetches, where it was measured: on the Zen 4
+-- guest, out of cache, the f16 mix with the norm ran 3-10% faster than the
+-- fused variants, MHAR's shape as fast as the best of them, K3's within the
+-- noise (it won K3's T = 4096 in a full tune) and the f32 N = 25 mix slower
+-- (bench/results/cpu-tune-2026-12-04.md).
 function T.constraint(p)
   return (p.dot == "fma" or (p.dtype == "bf16" and p.vec == 16)) and
       (p.mix == "fused" or p.vec == 8 or p.prefetch == "sweep") and
