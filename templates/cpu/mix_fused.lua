@@ -22,18 +22,18 @@
 --           sweep, so that one pass over the row both mixes and gathers;
 --           "apart" in a sweep of its own before the statistics sweeps (8
 --           lanes; 16 with prefetch "sweep"). With 16 vector registers
---           (AVX2), a fused sweep
---           holds the mix's sums and temporaries next to the statistics'
---           2 * g accumulators and the query, more than fit: GCC keeps the
---           sums of squares on the stack, each step a store and a reload
---           on their chains. Apart, each sweep's working set fits, and the
---           statistics sweeps take up to `group` rows, not the sweep's
---           share of them less the mix. On the Zen 3 guest, K3's shape ran
---           5-12% faster apart from L2 on one thread, and within the noise
---           of fused from memory (bench/results/cpu-avx2-2026-12-02.md);
---           the tuner keeps both. 16 lanes have 32 registers (AVX-512):
---           there the mix apart pays only with prefetch "sweep", which has
---           memory stream while the mix reads L2 (below).
+--           (AVX2), a fused sweep holds the mix's sums and temporaries next
+--           to the statistics' 2 * g accumulators and the query, more than
+--           fit: GCC keeps the sums of squares on the stack, each step a
+--           store and a reload on their chains. Apart, each sweep's working
+--           set fits, and the statistics sweeps take up to `group` rows,
+--           not the sweep's share of them less the mix. On the Zen 3
+--           guest, K3's shape ran 5-12% faster apart from L2 on one thread,
+--           and within the noise of fused from memory
+--           (bench/results/cpu-avx2-2026-12-02.md); the tuner keeps both.
+--           16 lanes have 32 registers (AVX-512): there the mix apart
+--           pays only with prefetch "sweep", which has memory stream while
+--           the mix reads L2 (below).
 --   burst   the mix's steps per burst. 1: each step reads all n sources at
 --           the same offset, one line each. 4: a burst reads 4 steps' lines
 --           of one source, then of the next, into 4 independent sums. When
