@@ -45,7 +45,13 @@
 --           two Zen 4 threads in bursts of 4, K3's 13-23% slower
 --           (docs/cpu_kernels.md): the tuner keeps both, for head slices of
 --           512 elements and more. The steps after the last whole burst of a
---           slice run one at a time.
+--           slice run one at a time. "auto" (the built-ins', which no tune
+--           measures) bursts by 4 in launches whose every source's rows lie
+--           a multiple of 4 KiB apart, and steps one at a time otherwise:
+--           out of cache the tuned winners burst at MHAR's, the f32 N = 25
+--           and the f16 shapes (rows of 8, 4 and 4 KiB) and not at K3's
+--           (14 KiB; bench/results/cpu-tune-2026-12-04.md), and a built-in
+--           meets every layout, so it decides per launch.
 --   prefetch  what software prefetches ask for while a sweep streams the
 --           next token's rows: "none" leaves it to the hardware
 --           prefetchers; "token" asks for the rows of the token after next
@@ -106,7 +112,7 @@ local T = {
     { name = "vec", values = { 8, 16 } },
     { name = "group", values = { 4, 8 } },
     { name = "mix", values = { "fused", "apart" } },
-    { name = "burst", values = { 1, 4 } },
+    { name = "burst", values = { 1, 4, "auto" } },
     { name = "prefetch", values = { "none", "token", "both", "sweep" } },
     { name = "dot", values = { "fma", "bf16" } },
     { name = "store", values = { "cached", "stream" } },
@@ -119,17 +125,19 @@ local T = {
   -- back in one bank (rows 64 KiB-multiples apart, the same L1 sets), the
   -- form that prefetched 2048 bytes ahead in the row ran K3's T = 64 at
   -- 2.5-3.8x the plain one's time (bench/results/fallback-2026-12-01.md).
-  -- Bursts of one step: K3's shape ran 13-23% slower out of cache in bursts
-  -- of 4 (docs/cpu_kernels.md). FMA statistics and plain stores: every CPU
+  -- Bursts chosen per launch ("auto"): K3's shape ran 13-23% slower out of
+  -- cache in bursts of 4 (docs/cpu_kernels.md), and the f32 N = 25 mix's
+  -- built-in 1.6-2.3x the tuned winner's time without them
+  -- (bench/results/cpu-tune-2026-12-04.md). FMA statistics and plain stores: every CPU
   -- of the level has them, and small T, where a fallback is most likely
   -- met, does not gain from the others (bench/results/cpu-tune-2026-12-01.md:
   -- within 2x of every tuned winner). AVX2 mixes apart: its fused sweep
   -- overfills the 16 registers (see `mix` above).
   builtin = {
-    avx512 = { vec = 16, group = 8, mix = "fused", burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
-    avx2 = { vec = 8, group = 8, mix = "apart", burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
-    sse2 = { vec = 8, group = 4, mix = "fused", burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
-    neon = { vec = 8, group = 4, mix = "fused", burst = 1, prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    avx512 = { vec = 16, group = 8, mix = "fused", burst = "auto", prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    avx2 = { vec = 8, group = 8, mix = "apart", burst = "auto", prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    sse2 = { vec = 8, group = 4, mix = "fused", burst = "auto", prefetch = "none", dot = "fma", store = "cached", threads = 64 },
+    neon = { vec = 8, group = 4, mix = "fused", burst = "auto", prefetch = "none", dot = "fma", store = "cached", threads = 64 },
   },
 }
 
@@ -156,10 +164,25 @@ end
 -- fused variants, MHAR's shape as fast as the best of them, K3's within the
 -- noise (it won K3's T = 4096 in a full tune) and the f32 N = 25 mix slower
 -- (bench/results/cpu-tune-2026-12-04.md).
+-- Whether p is one of T.builtin's variants (of any dtype).
+local function builtin_form(p)
+  for _, b in pairs(T.builtin) do
+    local same = true
+    for k, v in pairs(b) do
+      if p[k] ~= v then same = false end
+    end
+    if same then return true end
+  end
+  return false
+end
+
+-- Bursts "auto" exist as the built-ins alone (tests/unit/test_cpu_builtins.c
+-- runs them at every ISA level the host has).
 function T.constraint(p)
   return (p.dot == "fma" or (p.dtype == "bf16" and p.vec == 16)) and
       (p.mix == "fused" or p.vec == 8 or p.prefetch == "sweep") and
-      (p.prefetch ~= "sweep" or p.mix == "apart")
+      (p.prefetch ~= "sweep" or p.mix == "apart") and
+      (p.burst ~= "auto" or builtin_form(p))
 end
 
 function T.launch(p)
@@ -179,6 +202,9 @@ local BURST_MIN_SLICE = 512
 function T.applies(p, problem, device)
   if p.dot == "bf16" and device.arch ~= "x86_64-avx512" then
     return false, "the bf16 dot products need AVX-512"
+  end
+  if p.burst == "auto" then
+    return false, "bursts \"auto\" are the built-ins' choice per launch; tuning measures 1 and 4"
   end
   if p.burst > 1 and problem.d // problem.heads < BURST_MIN_SLICE then
     return false, string.format("bursts of %d are tuned for head slices of %d elements and more",
@@ -421,7 +447,9 @@ end
 -- The sweep, inlined once per group size so that its accumulators become
 -- registers: `g` is a constant in every call the dispatcher makes. Each
 -- head's slice runs in bursts of `burst` steps; the steps left over after
--- the last whole burst run one at a time.
+-- the last whole burst run one at a time. Bursts "auto" run the bursts of
+-- 4 in launches that q->bursts marks, and every step one at a time in the
+-- others.
 local function sweep(p)
   local burst = function(ch)
     return gen.subst([[
@@ -432,6 +460,16 @@ ${mix}${stats}]], { mix = mix_burst(p, ch), stats = stats_burst(p, ch) })
         for (; k0 < end; k0 += 2 * ${VEC}) {
 ${one}        }
 ]], { VEC = p.vec, one = burst(1) })
+  local ch = p.burst == "auto" and 4 or p.burst
+  local whole = gen.subst([[
+        for (; ${cond}; k0 += ${CH} * 2 * ${VEC}) {
+${burst}        }
+]], { CH = ch, VEC = p.vec, burst = burst(ch),
+      cond = ch == 1 and "k0 < end" or string.format("k0 + %d * 2 * %d <= end", ch, p.vec) })
+  if p.burst == "auto" then
+    -- Indented a level further, but for the pragmas' first column.
+    whole = "        if (q->bursts) {\n" .. gen.indent(whole, 4):gsub("\n    #", "\n#") .. "        }\n"
+  end
   return gen.subst([[
 /* One pass over the row. With `cur`, mixes the current token's n rows
  * (weights known) into `out`; for the g rows in `rows`, gathers the sum of
@@ -460,18 +498,14 @@ ${ahead_rows}    vf ss[${G}], dp[${G}];
             dp[j] = (vf){0};
         const int64_t end = (int64_t)(h + 1) * hd;
         int64_t k0 = (int64_t)h * hd;
-        for (; ${whole}; k0 += ${CH} * 2 * ${VEC}) {
-${burst}        }
-${tail}        for (int j = 0; j < g; j++)
+${whole}${tail}        for (int j = 0; j < g; j++)
             dp_out[j * heads + h] = hsum(dp[j]);
     }
     for (int j = 0; j < g; j++)
         ss_out[j] = hsum(ss[j]);
 }
-]], { G = p.group, VEC = p.vec, CH = p.burst, burst = burst(p.burst), tail = tail,
-        ahead_rows = ahead_rows(p, "g ? g : " .. p.group),
-        whole = p.burst == 1 and "k0 < end"
-            or string.format("k0 + %d * 2 * %d <= end", p.burst, p.vec) })
+]], { G = p.group, whole = whole, tail = tail,
+        ahead_rows = ahead_rows(p, "g ? g : " .. p.group) })
 end
 
 -- Removes n spaces from the start of every line of text that has them.
@@ -490,8 +524,9 @@ local MIX_FIXED_MAX = 9
 
 -- The mix alone uses a constant n in bursts of one step (mix_fixed()): the
 -- steps of a burst of 4 need 8 sums next to the weights, more than fit.
+-- Bursts "auto" take it in the launches that do not burst.
 local function mix_fixed_applies(p)
-  return p.burst == 1
+  return p.burst == 1 or p.burst == "auto"
 end
 
 -- mix_fixed(): the mix of token t alone (no statistics) for a constant
@@ -561,6 +596,22 @@ ${finish}        }
                                               { G = p.group })) })
 end
 
+-- Bursts "auto": a launch bursts when the rows of every source lie a
+-- multiple of 4 KiB apart, so that the rows of consecutive tokens, and with
+-- them the lines that one step reads, share L1 sets.
+local ROWS_ALIAS = [[
+
+/* Whether every source's rows lie a multiple of 4 KiB apart: then this
+ * launch mixes in bursts (bursts "auto"). */
+static int rows_alias(const struct attnres_cpu_mix_args *a)
+{
+    for (int i = 0; i < a->n; i++)
+        if (a->src_stride[i] * (int64_t)sizeof(storage_t) % 4096 != 0)
+            return 0;
+    return 1;
+}
+]]
+
 -- A switch that calls sweep() with a constant group size, with and
 -- without the mix, so each case compiles to register-resident code. The
 -- mix alone (g = 0) takes mix_fixed() with a constant n where it applies.
@@ -572,11 +623,12 @@ local function dispatch(p)
       if g == 0 and mix_fixed_applies(p) then
         return gen.subst([[
         case 0:
-            switch (a->n) {
+            switch (${N}) {
 ${fixed}            default: sweep(a, q, cur, weight, partial, partial_next, out, keep, sq, 0, rows, next, ss_out, dp_out, ahead, n_ahead); break;
             }
             break;
-]], { fixed = gen.each(MIX_FIXED_MAX, function(m)
+]], { N = p.burst == "auto" and "q->bursts ? 0 : a->n" or "a->n",
+        fixed = gen.each(MIX_FIXED_MAX, function(m)
           return string.format("            case %d: mix_fixed(a, cur, weight, partial, partial_next, out, keep, sq, ahead, n_ahead, %d); break;\n", m, m)
         end) })
       end
@@ -619,8 +671,8 @@ ${dot_helpers}${stream}
 struct query_forms {
     const float *pair;
     const uint16_t *hi, *lo;
-};
-
+${bursts_field}};
+${rows_alias}
 ${sweep}
 ${mix_fixed}${dispatch}
 /* The statistics of token t's n rows, in sweeps of at most ${G} rows sized
@@ -676,6 +728,9 @@ ${mix_apart}    for (int s = 0, i0 = 0; s < sweeps; s++) {
              "        sweep_group(a, q, cur, weight, partial, a->partial_stride, out, keep, sq, 0,\n" ..
              "                    NULL, NULL, NULL, NULL, rows, n / sweeps + (0 < n % sweeps));\n",
       sweep_cur = p.mix == "fused" and "s == 0 ? cur : NULL" or "NULL",
+      bursts_field = p.burst == "auto"
+          and "    int bursts; /* bursts \"auto\": whether this launch runs in bursts */\n" or "",
+      rows_alias = p.burst == "auto" and ROWS_ALIAS or "",
     }),
     name = name,
     threads = p.threads,
@@ -721,6 +776,7 @@ ${fence}]], { VEC = p.vec,
          fence = p.store == "stream" and "    stream_fence();\n" or "",
          split_decl = p.dot == "bf16"
              and "    uint16_t qhi[d], qlo[d];\n    const struct query_forms q = {qp, qhi, qlo};\n"
+             or p.burst == "auto" and "    const struct query_forms q = {qp, NULL, NULL, rows_alias(a)};\n"
              or "    const struct query_forms q = {qp, NULL, NULL};\n",
          -- The bf16 dot products read the split query alone; their FMA
          -- stand-in (a compiler without AVX512-BF16) the pair-ordered one.

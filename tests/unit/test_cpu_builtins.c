@@ -214,11 +214,12 @@ static void run_phase2_case(attnres_dtype dt, int64_t d, int32_t heads, int fuse
 }
 
 /* Head widths: 256 and 64 (every level's step divides them), 48 (not a
- * multiple of AVX-512's mix step), 20 (the scalar kernel only). */
+ * multiple of AVX-512's mix step), 20 (the scalar kernel only); d = 2048
+ * puts every source's rows 4 or 8 KiB apart, where the mix runs in bursts. */
 static void test_mix_every_dtype_form_and_epilogue(void)
 {
     static const struct { int64_t d; int32_t h, n; } shapes[] = {{256, 1, 9}, {256, 4, 3}, {96, 2, 5}, {20, 1, 2},
-                                                                 {64, 1, 1}};
+                                                                 {64, 1, 1}, {2048, 2, 9}};
     uint64_t seed = 1;
     for (size_t di = 0; di < 3; di++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
