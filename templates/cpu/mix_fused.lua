@@ -128,11 +128,12 @@ local T = {
   -- Bursts chosen per launch ("auto"): K3's shape ran 13-23% slower out of
   -- cache in bursts of 4 (docs/cpu_kernels.md), and the f32 N = 25 mix's
   -- built-in 1.6-2.3x the tuned winner's time without them
-  -- (bench/results/cpu-tune-2026-12-04.md). FMA statistics and plain stores: every CPU
-  -- of the level has them, and small T, where a fallback is most likely
-  -- met, does not gain from the others (bench/results/cpu-tune-2026-12-01.md:
-  -- within 2x of every tuned winner). AVX2 mixes apart: its fused sweep
-  -- overfills the 16 registers (see `mix` above).
+  -- (bench/results/cpu-tune-2026-12-04.md). FMA statistics and plain
+  -- stores: every CPU of the level has them, and small T, where a fallback
+  -- is most likely met, does not gain from the others
+  -- (bench/results/cpu-tune-2026-12-01.md: within 2x of every tuned
+  -- winner). AVX2 mixes apart: its fused sweep overfills the 16 registers
+  -- (see `mix` above).
   builtin = {
     avx512 = { vec = 16, group = 8, mix = "fused", burst = "auto", prefetch = "none", dot = "fma", store = "cached", threads = 64 },
     avx2 = { vec = 8, group = 8, mix = "apart", burst = "auto", prefetch = "none", dot = "fma", store = "cached", threads = 64 },
@@ -156,14 +157,6 @@ function T.id(p)
                        p.dot, p.store:sub(1, 1), p.threads)
 end
 
--- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only;
--- the sweep-ahead prefetches were measured with the mix apart only. The mix
--- apart is for 8 lanes, whose registers a fused sweep overfills, and at 16
--- lanes with the sweep-ahead prefetches, where it was measured: on the Zen 4
--- guest, out of cache, the f16 mix with the norm ran 3-10% faster than the
--- fused variants, MHAR's shape as fast as the best of them, K3's within the
--- noise (it won K3's T = 4096 in a full tune) and the f32 N = 25 mix slower
--- (bench/results/cpu-tune-2026-12-04.md).
 -- Whether p is one of T.builtin's variants (of any dtype).
 local function builtin_form(p)
   for _, b in pairs(T.builtin) do
@@ -176,8 +169,16 @@ local function builtin_form(p)
   return false
 end
 
--- Bursts "auto" exist as the built-ins alone (tests/unit/test_cpu_builtins.c
--- runs them at every ISA level the host has).
+-- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only;
+-- the sweep-ahead prefetches were measured with the mix apart only. The mix
+-- apart is for 8 lanes, whose registers a fused sweep overfills, and at 16
+-- lanes with the sweep-ahead prefetches, where it was measured: on the Zen 4
+-- guest, out of cache, the f16 mix with the norm ran 3-10% faster than the
+-- fused variants, MHAR's shape as fast as the best of them, K3's within the
+-- noise (it won K3's T = 4096 in a full tune) and the f32 N = 25 mix slower
+-- (bench/results/cpu-tune-2026-12-04.md). Bursts "auto" exist as the
+-- built-ins alone (tests/unit/test_cpu_builtins.c runs them at every ISA
+-- level the host has).
 function T.constraint(p)
   return (p.dot == "fma" or (p.dtype == "bf16" and p.vec == 16)) and
       (p.mix == "fused" or p.vec == 8 or p.prefetch == "sweep") and
