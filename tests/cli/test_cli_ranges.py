@@ -3,7 +3,9 @@ does not fit (4294967299 for a 32-bit field) is refused with exit status 2 and
 a message naming the flag or field and the range it allows, never truncated
 (`plan --n 4294967299` used to plan N = 3)."""
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -11,6 +13,8 @@ import tempfile
 CLI = os.path.abspath(sys.argv[1])
 passed = failures = 0
 tmp = tempfile.mkdtemp(prefix="attnres-ranges-")
+# Removed however the test ends (a failed check, an exception or sys.exit).
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 P = lambda f: os.path.join(tmp, f)  # noqa: E731
 
 

@@ -5,6 +5,7 @@ file keeps the bytes it had, and no temporary is left beside it.
 
 usage: test_db_outputs_atomic.py ATTNRES_CLI"""
 
+import atexit
 import json
 import os
 import shutil
@@ -16,6 +17,8 @@ import tempfile
 CLI = sys.argv[1]
 passed = failures = 0
 tmp = tempfile.mkdtemp(prefix="attnres-atomic-")
+# Removed however the test ends (a failed check, an exception or sys.exit).
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 P = lambda f: os.path.join(tmp, f)  # noqa: E731
 KEY = "mix:f32:d16:n2:h1:replace:epi0:s0:t8"
 KEY2 = "mix:f32:d32:n2:h1:replace:epi0:s0:t8"
@@ -145,6 +148,5 @@ check(after == before, "every file of the earlier plot keeps its bytes, and none
       % sorted(set(after) ^ set(before) | {n for n in before if after.get(n) != before[n]}))
 check(not leftovers(plots), "no temporary left in the plot directory")
 
-shutil.rmtree(tmp)
 print("%d passed, %d failed" % (passed, failures))
 sys.exit(1 if failures else 0)

@@ -2,8 +2,10 @@
 non-zero exit status, and no output file; NaN inside data is not an error and
 reaches only its own token's row."""
 
+import atexit
 import math
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -15,6 +17,8 @@ import npyio  # noqa: E402
 CLI = sys.argv[1]
 passed = failures = 0
 tmp = tempfile.mkdtemp(prefix="attnres-bad-")
+# Removed however the test ends (a failed check, an exception or sys.exit).
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 P = lambda f: os.path.join(tmp, f)  # noqa: E731
 N, T, D = 3, 4, 16
 

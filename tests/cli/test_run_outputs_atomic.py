@@ -8,7 +8,9 @@ temporary cannot be created), a path that is an existing directory (the last
 rename fails, after the first output was renamed into place), and, when the
 test does not run as root, a directory without write permission."""
 
+import atexit
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -20,6 +22,8 @@ import npyio  # noqa: E402
 CLI = sys.argv[1]
 passed = failures = 0
 tmp = tempfile.mkdtemp(prefix="attnres-atomic-")
+# Removed however the test ends (a failed check, an exception or sys.exit).
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 P = lambda *f: os.path.join(tmp, *f)  # noqa: E731
 N, T, D = 3, 4, 16
 
