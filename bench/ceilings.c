@@ -69,7 +69,7 @@ int main(int argc, char **argv)
         }
     printf("device %s (%s), %d unit(s); %d repetition(s)\n", dev->name, dev->backend, dev->units, repeat);
     printf("largest cache %.1f MiB\n\n", runs[0].cache_bytes / 1048576.0);
-    printf("%-16s %-5s %8s %12s %12s\n", "kernel", "kind", "threads", "median GB/s", "best GB/s");
+    printf("%-22s %-5s %8s %12s %12s\n", "kernel", "kind", "threads", "median GB/s", "best GB/s");
     for (int i = 0; i < runs[0].n; i++) {
         double best = 0;
         for (int r = 0; r < repeat; r++) {
@@ -77,7 +77,7 @@ int main(int argc, char **argv)
             best = v[r] > best ? v[r] : best;
         }
         const ar_ceiling_point *p = &runs[0].pt[i];
-        printf("%-16s %-5s %8d %12.2f %12.2f\n", p->kernel, p->kind == AR_CEILING_READ ? "read" : "copy",
+        printf("%-22s %-5s %8d %12.2f %12.2f\n", p->kernel, p->kind == AR_CEILING_READ ? "read" : "copy",
                p->threads, median(v, repeat), best);
     }
     double best = 0;
@@ -85,7 +85,7 @@ int main(int argc, char **argv)
         v[r] = runs[r].fma_gflops;
         best = v[r] > best ? v[r] : best;
     }
-    printf("%-16s %-5s %8d %12.1f %12.1f  (GFLOP/s, fp32)\n", "fma", "flop", runs[0].fma_threads, median(v, repeat),
+    printf("%-22s %-5s %8d %12.1f %12.1f  (GFLOP/s, fp32)\n", "fma", "flop", runs[0].fma_threads, median(v, repeat),
            best);
     free(runs);
     free(v);

@@ -173,7 +173,7 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
     rooflines_format(&t->roof, roof, sizeof roof);
     printf("\nwinners on %s (%s)\n%s\n", t->dev->name, t->dev->backend, roof);
     if (t->roof.ceil.n > 0) {
-        char detail[2048];
+        char detail[4096];
         rooflines_detail(&t->roof, detail, sizeof detail);
         printf("ceilings (best of each streaming kernel by threads):\n%s\n", detail);
     }
@@ -210,7 +210,7 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
  * winners are known (c NULL: not yet). */
 static void record_ceilings(tuner *t, const ceiling_check *c)
 {
-    char json[4096 + 256];
+    char json[CEILING_CHECK_JSON_SIZE];
     ceiling_check_json(&t->roof, c, json, sizeof json);
     if (ardb_run_set_ceilings(t->db, t->run_id, json) != ARDB_DONE)
         cli_error("tune", "recording the ceilings: %s", ardb_errmsg(t->db));

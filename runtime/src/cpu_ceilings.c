@@ -35,12 +35,16 @@ static double now_us(void)
  * 64 / VBYTES aligned loads into one of them), so that only memory bounds
  * the loop. The mix kernels read N rows side by side; a core's
  * prefetchers follow each stream on its own, so one stream and eight can
- * differ. One function per vector width: 64-byte vectors without AVX-512
- * are split into halves that, eight of them, do not fit in AVX2's 16
- * registers and live on the stack, which held this loop to about 70% of
- * the rate of memory on an AVX2 host (docs/cpu_kernels.md). */
+ * differ. With `ahead` > 0, every line is also asked for `ahead` bytes
+ * before it is read (software prefetch into L2), as the tuned mix kernels
+ * do: on the Zen 4 guest that read faster than the hardware prefetchers
+ * alone (docs/cpu_kernels.md), and a ceiling must have every tool the
+ * kernels it bounds have. One function per vector width: 64-byte vectors
+ * without AVX-512 are split into halves that, eight of them, do not fit in
+ * AVX2's 16 registers and live on the stack, which held this loop to about
+ * 70% of the rate of memory on an AVX2 host (docs/cpu_kernels.md). */
 #define DEFINE_SUM_STREAMS(name, VBYTES, ATTR)                                                    \
-    ATTR static float name(const char *x, size_t n, int streams)                                  \
+    ATTR static float name(const char *x, size_t n, int streams, size_t ahead)                    \
     {                                                                                             \
         typedef float v __attribute__((vector_size(VBYTES)));                                     \
         enum { PER_LINE = 64 / (VBYTES), LANES = (VBYTES) / 4 };                                  \
@@ -49,6 +53,10 @@ static double now_us(void)
         const size_t len = streams == 1 ? n : part;                                               \
         for (size_t i = 0; i < len; i += step) {                                                  \
             const v *l0 = (const v *)(const void *)(x + i);                                       \
+            if (ahead) {                                                                          \
+                _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)                               \
+                    __builtin_prefetch(x + i + (size_t)k * part + ahead, 0, 2);                   \
+            }                                                                                     \
             _Pragma("GCC unroll 4") for (int h = 0; h < PER_LINE; h++) {                          \
                 s0 += l0[h];                                                                      \
                 s1 += l0[h + 1 * part / (VBYTES)];                                                \
@@ -76,10 +84,14 @@ DEFINE_SUM_STREAMS(sum_avx512, 64, __attribute__((target("avx512f"))))
 DEFINE_SUM_STREAMS(sum_avx2, 32, __attribute__((target("avx2"))))
 
 /* Copies with non-temporal stores (the lines written bypass the caches
- * and take none of the core's load concurrency); n a multiple of 256. */
-__attribute__((target("avx512f"))) static void copy_nt_avx512(char *dst, const char *src, size_t n)
+ * and take none of the core's load concurrency); n a multiple of 256.
+ * With `ahead` > 0 each source line is prefetched that many bytes early. */
+__attribute__((target("avx512f"))) static void copy_nt_avx512(char *dst, const char *src, size_t n, size_t ahead)
 {
     for (size_t i = 0; i < n; i += 256) {
+        if (ahead)
+            for (int k = 0; k < 256; k += 64)
+                __builtin_prefetch(src + i + k + ahead, 0, 2);
         __m512 a = _mm512_load_ps((const float *)(src + i)), b = _mm512_load_ps((const float *)(src + i + 64));
         __m512 c = _mm512_load_ps((const float *)(src + i + 128)), d = _mm512_load_ps((const float *)(src + i + 192));
         _mm512_stream_ps((float *)(dst + i), a);
@@ -89,9 +101,13 @@ __attribute__((target("avx512f"))) static void copy_nt_avx512(char *dst, const c
     }
     _mm_sfence();
 }
-__attribute__((target("avx"))) static void copy_nt_avx(char *dst, const char *src, size_t n)
+__attribute__((target("avx"))) static void copy_nt_avx(char *dst, const char *src, size_t n, size_t ahead)
 {
     for (size_t i = 0; i < n; i += 128) {
+        if (ahead) {
+            __builtin_prefetch(src + i + ahead, 0, 2);
+            __builtin_prefetch(src + i + 64 + ahead, 0, 2);
+        }
         __m256 a = _mm256_load_ps((const float *)(src + i)), b = _mm256_load_ps((const float *)(src + i + 32));
         __m256 c = _mm256_load_ps((const float *)(src + i + 64)), d = _mm256_load_ps((const float *)(src + i + 96));
         _mm256_stream_ps((float *)(dst + i), a);
@@ -101,9 +117,11 @@ __attribute__((target("avx"))) static void copy_nt_avx(char *dst, const char *sr
     }
     _mm_sfence();
 }
-static void copy_nt_sse2(char *dst, const char *src, size_t n)
+static void copy_nt_sse2(char *dst, const char *src, size_t n, size_t ahead)
 {
     for (size_t i = 0; i < n; i += 64) {
+        if (ahead)
+            __builtin_prefetch(src + i + ahead, 0, 2);
         __m128 a = _mm_load_ps((const float *)(src + i)), b = _mm_load_ps((const float *)(src + i + 16));
         __m128 c = _mm_load_ps((const float *)(src + i + 32)), d = _mm_load_ps((const float *)(src + i + 48));
         _mm_stream_ps((float *)(dst + i), a);
@@ -115,22 +133,42 @@ static void copy_nt_sse2(char *dst, const char *src, size_t n)
 }
 #endif
 
-static float sum_best(const char *x, size_t n, int streams)
+static float sum_best(const char *x, size_t n, int streams, size_t ahead)
 {
 #ifdef CEIL_X86
     if (__builtin_cpu_supports("avx512f"))
-        return sum_avx512(x, n, streams);
+        return sum_avx512(x, n, streams, ahead);
     if (__builtin_cpu_supports("avx2"))
-        return sum_avx2(x, n, streams);
+        return sum_avx2(x, n, streams, ahead);
 #endif
-    return sum_plain(x, n, streams);
+    return sum_plain(x, n, streams, ahead);
 }
 
-enum { K_MEMCPY, K_COPY_NT, K_READ, K_READ8, K_COUNT };
-static const char *const kernel_names[K_COUNT] = {"memcpy", "copy-nt", "read", "read-8streams"};
+/* How far ahead the prefetching kernels ask for each line: 1 KiB, the
+ * distance at which both one stream and eight read fastest on the Zen 4
+ * guest (2 KiB and more was slower for eight streams; docs/cpu_kernels.md). */
+enum { PREFETCH_AHEAD = 1024 };
+
+enum { OP_MEMCPY, OP_COPY_NT, OP_READ };
+
+/* The streaming kernels, by the name each point records. */
+static const struct stream_kernel {
+    const char *name;
+    int op, streams; /* streams: the read's side-by-side parts */
+    size_t ahead;    /* software prefetch distance in bytes, 0 for none */
+} kernels[] = {
+    {"memcpy", OP_MEMCPY, 1, 0},
+    {"copy-nt", OP_COPY_NT, 1, 0},
+    {"copy-nt-prefetch", OP_COPY_NT, 1, PREFETCH_AHEAD},
+    {"read", OP_READ, 1, 0},
+    {"read-8streams", OP_READ, 8, 0},
+    {"read-prefetch", OP_READ, 1, PREFETCH_AHEAD},
+    {"read-8streams-prefetch", OP_READ, 8, PREFETCH_AHEAD},
+};
+enum { K_COUNT = sizeof kernels / sizeof kernels[0] };
 
 typedef struct stream_job {
-    int kernel, threads;
+    int kernel, threads; /* kernel: an index into kernels[] */
     char *buf;    /* 2 * half bytes: a copy goes from the first half to the second */
     size_t half;  /* a multiple of 4096 * threads */
 } stream_job;
@@ -138,24 +176,24 @@ typedef struct stream_job {
 static void stream_chunk(void *ctx, int64_t i0, int64_t i1)
 {
     const stream_job *j = ctx;
+    const struct stream_kernel *k = &kernels[j->kernel];
     for (int64_t i = i0; i < i1; i++) {
-        int read = j->kernel == K_READ || j->kernel == K_READ8;
-        size_t total = read ? 2 * j->half : j->half, part = total / (size_t)j->threads;
+        size_t total = k->op == OP_READ ? 2 * j->half : j->half, part = total / (size_t)j->threads;
         size_t off = part * (size_t)i;
-        switch (j->kernel) {
-        case K_MEMCPY: memcpy(j->buf + j->half + off, j->buf + off, part); break;
-        case K_COPY_NT:
+        switch (k->op) {
+        case OP_MEMCPY: memcpy(j->buf + j->half + off, j->buf + off, part); break;
+        case OP_COPY_NT:
 #ifdef CEIL_X86
             if (__builtin_cpu_supports("avx512f"))
-                copy_nt_avx512(j->buf + j->half + off, j->buf + off, part);
+                copy_nt_avx512(j->buf + j->half + off, j->buf + off, part, k->ahead);
             else if (__builtin_cpu_supports("avx"))
-                copy_nt_avx(j->buf + j->half + off, j->buf + off, part);
+                copy_nt_avx(j->buf + j->half + off, j->buf + off, part, k->ahead);
             else
-                copy_nt_sse2(j->buf + j->half + off, j->buf + off, part);
+                copy_nt_sse2(j->buf + j->half + off, j->buf + off, part, k->ahead);
 #endif
             break;
         default: {
-            volatile float keep = sum_best(j->buf + off, part, j->kernel == K_READ8 ? 8 : 1);
+            volatile float keep = sum_best(j->buf + off, part, k->streams, k->ahead);
             (void)keep; /* the sum must be computed, so every load happens */
         }
         }
@@ -206,14 +244,14 @@ int cpu_stream_pass(attnres_device *dev, cpu_pool *pool, char *buf, const ar_str
         if (!st->kernel)
             continue;
         int kernel = 0;
-        while (kernel < K_COUNT && strcmp(kernel_names[kernel], st->kernel) != 0)
+        while (kernel < K_COUNT && strcmp(kernels[kernel].name, st->kernel) != 0)
             kernel++;
         if (kernel == K_COUNT)
             return ar_device_fail(dev, ATTNRES_EINVAL, "stream pass step %d: no streaming kernel '%s'", s,
                                   st->kernel);
 #ifndef CEIL_X86
-        if (kernel == K_COPY_NT)
-            return ar_device_fail(dev, ATTNRES_EINVAL, "stream pass step %d: copy-nt needs x86-64", s);
+        if (kernels[kernel].op == OP_COPY_NT)
+            return ar_device_fail(dev, ATTNRES_EINVAL, "stream pass step %d: %s needs x86-64", s, st->kernel);
 #endif
         if (st->threads < 1 || st->threads > all)
             return ar_device_fail(dev, ATTNRES_EINVAL, "stream pass step %d: %d threads, this device has 1 to %d",
@@ -229,7 +267,7 @@ int cpu_stream_pass(attnres_device *dev, cpu_pool *pool, char *buf, const ar_str
                                   "stream pass step %d: the buffer at offset %zu is not 64-byte aligned", s,
                                   st->offset);
         /* A read job reads 2 * half bytes, a copy job copies half of them. */
-        const int read = kernel == K_READ || kernel == K_READ8;
+        const int read = kernels[kernel].op == OP_READ;
         jobs[n++] = (stream_job){.kernel = kernel, .threads = st->threads, .buf = buf + st->offset,
                                  .half = read ? st->bytes / 2 : st->bytes};
     }
@@ -397,21 +435,19 @@ int cpu_ceilings_measure(attnres_device *dev, cpu_pool *pool, ar_ceilings *out)
     if (posix_memalign((void **)&buf, 4096, 2 * half))
         return ar_device_fail(dev, ATTNRES_ENOMEM, "cannot allocate the %zu MiB ceiling buffer", (2 * half) >> 20);
     memset(buf, 1, 2 * half);
-    int kernels[K_COUNT], nk = 0;
-    kernels[nk++] = K_MEMCPY;
-#ifdef CEIL_X86
-    kernels[nk++] = K_COPY_NT;
+    for (int k = 0; k < K_COUNT; k++) {
+#ifndef CEIL_X86
+        if (kernels[k].op == OP_COPY_NT)
+            continue;
 #endif
-    kernels[nk++] = K_READ;
-    kernels[nk++] = K_READ8;
-    for (int k = 0; k < nk; k++)
         for (int c = 0; c < nc && out->n < AR_CEILING_POINTS; c++) {
             ar_ceiling_point *p = &out->pt[out->n++];
-            p->kernel = kernel_names[kernels[k]];
-            p->kind = kernels[k] == K_READ || kernels[k] == K_READ8 ? AR_CEILING_READ : AR_CEILING_COPY;
+            p->kernel = kernels[k].name;
+            p->kind = kernels[k].op == OP_READ ? AR_CEILING_READ : AR_CEILING_COPY;
             p->threads = counts[c];
             p->gbps = p->best_gbps = 0.0;
         }
+    }
     /* Rounds over every kernel in turn, each keeping its best median: a
      * stall of a shared host then spoils one round of a figure, not the
      * figure. */
@@ -419,7 +455,7 @@ int cpu_ceilings_measure(attnres_device *dev, cpu_pool *pool, ar_ceilings *out)
         for (int i = 0; i < out->n; i++) {
             ar_ceiling_point *p = &out->pt[i];
             int kernel = 0;
-            while (strcmp(kernel_names[kernel], p->kernel) != 0)
+            while (strcmp(kernels[kernel].name, p->kernel) != 0)
                 kernel++;
             stream_job j = {.kernel = kernel, .threads = p->threads, .buf = buf, .half = half};
             double best = 0.0, g = time_stream(pool, &j, 0.2e6, &best);

@@ -83,7 +83,9 @@ struct attnres_device {
  * check holds a kernel's median to). A copy point counts bytes read +
  * written, a read point bytes read. */
 enum { AR_CEILING_COPY = 0, AR_CEILING_READ = 1 };
-enum { AR_CEILING_POINTS = 64 };
+/* Every streaming kernel (seven on x86-64) on 1, 2, 4, ... and all of up to
+ * 4096 threads. */
+enum { AR_CEILING_POINTS = 96 };
 typedef struct ar_ceiling_point {
     const char *kernel; /* static name: "memcpy", "copy-nt", "read", ... */
     int kind;           /* AR_CEILING_COPY or AR_CEILING_READ */

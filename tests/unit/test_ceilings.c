@@ -159,20 +159,28 @@ static void test_cpu_device_measures_every_kernel(void)
     REQUIRE(attnres_device_open("cpu", &dev, msg, sizeof msg) == ATTNRES_OK);
     rooflines r;
     CHECK(rooflines_measure(dev, &r) == ATTNRES_OK);
-    int read1 = 0, memcpy1 = 0, best_copy = 0, best_read = 0;
+    int read1 = 0, memcpy1 = 0, prefetch1 = 0, best_copy = 0, best_read = 0;
     for (int i = 0; i < r.ceil.n; i++) {
         const ar_ceiling_point *p = &r.ceil.pt[i];
         CHECK(p->gbps > 0 && p->threads >= 1 && p->threads <= dev->units);
         CHECK(p->best_gbps >= p->gbps); /* the fastest run is at least the median */
         read1 += p->kind == AR_CEILING_READ && p->threads == 1;
         memcpy1 += strcmp(p->kernel, "memcpy") == 0 && p->threads == 1;
+        prefetch1 += strstr(p->kernel, "-prefetch") != NULL && p->threads == 1;
         best_copy += p->kind == AR_CEILING_COPY && p->gbps == r.copy_gbps;
         best_read += p->kind == AR_CEILING_READ && p->gbps == r.read_gbps;
     }
-    CHECK(read1 == 2 && memcpy1 == 1 && best_copy >= 1 && best_read >= 1);
+    /* One and eight streams, each with and without software prefetch; the
+     * copy with non-temporal stores prefetches too where it exists. */
+    CHECK(read1 == 4 && memcpy1 == 1 && best_copy >= 1 && best_read >= 1);
+#if defined(__x86_64__)
+    CHECK(prefetch1 == 3);
+#else
+    CHECK(prefetch1 == 2);
+#endif
     CHECK(r.copy_best_gbps >= r.copy_gbps && r.read_best_gbps >= r.read_gbps);
     CHECK(r.ceil.fma_gflops > 0 && r.ceil.fma_threads >= 1);
-    char json[4096];
+    char json[ROOFLINES_JSON_SIZE];
     rooflines_json(&r, json, sizeof json);
     CHECK(json[0] == '{' && json[strlen(json) - 1] == '}' && strstr(json, "\"kernel\": \"read-8streams\""));
     CHECK(strstr(json, "\"read_best_gbps\": ") && strstr(json, "\"best_gbps\": "));
@@ -188,7 +196,7 @@ static void test_check_tally_and_record(void)
     r.read_best_gbps = 32.0;
     r.ceil.cache_bytes = 1e6; /* out of cache from 4 MB */
     ceiling_check c = {0};
-    char warning[512], line[640], json[4096 + 256];
+    char warning[512], line[640], json[CEILING_CHECK_JSON_SIZE];
     ceiling_check_summary(&c, line, sizeof line);
     CHECK(strcmp(line, "ceiling check: no out-of-cache winner") == 0);
     CHECK(!ceiling_check_winner(&r, &c, "in cache", 60.0, 1e6, 0, 100.0, 1.0, warning, sizeof warning));
@@ -209,6 +217,35 @@ static void test_check_tally_and_record(void)
     CHECK(json[strlen(json) - 1] == '}' && !strstr(json, "\"check\""));
 }
 
+/* A run's record holds every point a device can measure: the most points,
+ * with the longest name and the widest figures, still make whole JSON with
+ * the check's outcome (a cut record would lose the check and break its
+ * readers), in the size the tuner gives it. */
+static void test_record_of_every_point_is_whole(void)
+{
+    rooflines r = figures(99999.99, 99999.99);
+    r.copy_best_gbps = r.read_best_gbps = 99999.99;
+    r.ceil.fma_gflops = 999999.0;
+    r.ceil.fma_threads = 4096;
+    r.ceil.cache_bytes = 1e12;
+    r.ceil.n = AR_CEILING_POINTS;
+    for (int i = 0; i < AR_CEILING_POINTS; i++)
+        r.ceil.pt[i] = (ar_ceiling_point){"read-8streams-prefetch", AR_CEILING_READ, 4096, 99999.99, 99999.99};
+    ceiling_check c = {.checked = 999, .over = 999, .max_fraction = 99.9999, .max_fastest = 99.9999,
+                       .paired = 64, .paired_over = 64};
+    for (int i = 0; i < 64; i++)
+        c.paired_fraction[i] = 99.9999;
+    static char json[CEILING_CHECK_JSON_SIZE];
+    ceiling_check_json(&r, &c, json, sizeof json);
+    const size_t len = strlen(json);
+    CHECK(len + 1 < sizeof json);
+    CHECK(len > 2 && strcmp(json + len - 2, "}}") == 0 && strstr(json, "]")); /* the check closes it */
+    int points = 0;
+    for (const char *p = json; (p = strstr(p, "\"kernel\": ")) != NULL; p++)
+        points++;
+    CHECK(points == AR_CEILING_POINTS);
+}
+
 int main(void)
 {
     RUN_CASE(test_blend_read_above_copy);
@@ -217,6 +254,7 @@ int main(void)
     RUN_CASE(test_out_of_cache_check);
     RUN_CASE(test_check_uses_the_fastest_runs);
     RUN_CASE(test_check_tally_and_record);
+    RUN_CASE(test_record_of_every_point_is_whole);
     RUN_CASE(test_traffic_splits_the_bytes);
     RUN_CASE(test_cpu_device_measures_every_kernel);
     CHECK_EXIT();

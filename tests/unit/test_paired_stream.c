@@ -102,7 +102,7 @@ static void test_no_pass_where_none_matches(void)
 }
 
 /* A copy step writes its bytes right after the ones it reads; a read step
- * writes nothing. */
+ * writes nothing; with and without software prefetch. */
 static void test_pass_copies_and_reads(void)
 {
     const int all = cpu->units;
@@ -112,9 +112,11 @@ static void test_pass_copies_and_reads(void)
     unsigned char *buf = mem;
     for (size_t i = 0; i < 3 * n; i++)
         buf[i] = i < n ? (unsigned char)(i * 7 + 3) : i < 2 * n ? 0 : (unsigned char)(i * 5);
-    for (int k = 0; k < 2; k++) {
-        const char *copy = k == 0 ? "memcpy" : "copy-nt";
-        ar_stream_pass pass = {{{copy, all, 0, n}, {"read-8streams", all, 2 * n, n}}};
+    static const char *const kernels[][2] = {{"memcpy", "read-8streams"},
+                                             {"copy-nt", "read-prefetch"},
+                                             {"copy-nt-prefetch", "read-8streams-prefetch"}};
+    for (int k = 0; k < 3; k++) {
+        ar_stream_pass pass = {{{kernels[k][0], all, 0, n}, {kernels[k][1], all, 2 * n, n}}};
         double us = 0;
         memset(buf + n, 0, n);
         CHECK(cpu->ops->stream_pass(cpu, buf, &pass, &us) == ATTNRES_OK && us > 0);

@@ -49,4 +49,7 @@ void ceiling_check_summary(const ceiling_check *c, char *buf, size_t size);
  * ceilings alone, before the winners are known). */
 void ceiling_check_json(const rooflines *r, const ceiling_check *c, char *buf, size_t size);
 
+/* A size that holds ceiling_check_json's text. */
+enum { CEILING_CHECK_JSON_SIZE = ROOFLINES_JSON_SIZE + 256 };
+
 #endif

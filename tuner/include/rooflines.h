@@ -68,6 +68,10 @@ double rooflines_write_gbps(const rooflines *r);
  * size and the blend's write rate, for the run's record. */
 void rooflines_json(const rooflines *r, char *buf, size_t size);
 
+/* A size that holds rooflines_json's text of every point (under 128 bytes
+ * each) and of the figures before them. */
+enum { ROOFLINES_JSON_SIZE = 1024 + AR_CEILING_POINTS * 128 };
+
 /* One line per kernel: "memcpy  1 thread 12.3 GB/s, 2 threads 20.1 GB/s";
  * written to buf, lines separated by '\n'. */
 void rooflines_detail(const rooflines *r, char *buf, size_t size);

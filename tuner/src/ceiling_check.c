@@ -102,7 +102,8 @@ void ceiling_check_summary(const ceiling_check *c, char *buf, size_t size)
 
 void ceiling_check_json(const rooflines *r, const ceiling_check *c, char *buf, size_t size)
 {
-    enum { CHECK_TEXT = 256 }; /* room kept for the "check" member */
+    /* Room kept for the "check" member. */
+    enum { CHECK_TEXT = CEILING_CHECK_JSON_SIZE - ROOFLINES_JSON_SIZE };
     if (size <= CHECK_TEXT) {
         if (size)
             buf[0] = 0;

@@ -90,7 +90,7 @@ static int begin_run(revalidation *r, const char *spec, const char *db_path, con
         cli_error("tune", "recording the run: %s", ardb_errmsg(r->db));
         return -1;
     }
-    char ceilings[4096 + 256];
+    char ceilings[CEILING_CHECK_JSON_SIZE];
     ceiling_check_json(&r->roof, NULL, ceilings, sizeof ceilings);
     if (ardb_run_set_ceilings(r->db, r->run_id, ceilings) != ARDB_DONE)
         cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
@@ -341,7 +341,7 @@ static void check_ceilings(revalidation *r, const ardb_stored_winner *w, const o
     }
     ceiling_check_summary(&c, line, sizeof line);
     printf("%s\n", line);
-    char json[4096 + 256];
+    char json[CEILING_CHECK_JSON_SIZE];
     ceiling_check_json(&r->roof, &c, json, sizeof json);
     if (ardb_run_set_ceilings(r->db, r->run_id, json) != ARDB_DONE)
         cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));

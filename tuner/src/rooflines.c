@@ -192,7 +192,7 @@ void rooflines_detail(const rooflines *r, char *buf, size_t size)
         const ar_ceiling_point *p = &r->ceil.pt[i];
         int first = i == 0 || strcmp(r->ceil.pt[i - 1].kernel, p->kernel) != 0;
         if (first)
-            put(buf, size, &len, i ? "\n  %-14s" : "  %-14s", 0, 0, p->kernel);
+            put(buf, size, &len, i ? "\n  %-22s" : "  %-22s", 0, 0, p->kernel);
         put(buf, size, &len, first ? " %.0f thr %.1f GB/s" : ", %.0f thr %.1f GB/s", p->threads, p->gbps, NULL);
     }
 }
