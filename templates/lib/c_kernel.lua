@@ -26,8 +26,25 @@ local M = {}
 --   threads  the most worker threads the runtime should spread tokens over
 --   doc      the comment above the entry's definition
 --   body     the entry's statements, each line indented and ended
+--   tune     optional; "generic" compiles the kernel scheduled for a generic
+--            x86-64 instead of the CPU that -march=native names (GCC, x86;
+--            cpu/phase1.lua says why phase 1 asks for it)
 function M.source(spec)
-  return gen.subst([[
+  local tune = ""
+  if spec.tune == "generic" then
+    tune = [[
+/* Scheduled for a generic x86-64, not for the model that -march=native
+ * names: GCC's Zen tunings park pointers in vector registers when the
+ * general ones run out, and each use then waits for a move back. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#pragma GCC target("tune=generic")
+#endif
+
+]]
+  elseif spec.tune ~= nil then
+    error("lib/c_kernel: tune must be nil or \"generic\", not " .. tostring(spec.tune))
+  end
+  return tune .. gen.subst([[
 #include <math.h>
 #include <stdint.h>
 #include <string.h>

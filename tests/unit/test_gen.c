@@ -529,6 +529,40 @@ static void test_real_cpu_mix_enumerates_and_every_f32_variant_emits(void)
     argen_names_free(names, nn);
 }
 
+/* The first variant of template `name` emitted, or NULL (freed by the caller). */
+static char *emit_first(const char *name)
+{
+    char msg[1024] = "";
+    argen *g = NULL;
+    if (argen_open(TEMPLATE_DIR, name, &g, msg, sizeof msg) != 0)
+        return NULL;
+    argen_variant *v = NULL;
+    size_t n = 0;
+    char *src = NULL, *kernel = NULL, *json = NULL;
+    if (argen_enumerate(g, &v, &n) == 0 && n > 0 && argen_emit(g, v[0].id, &src, &kernel, &json) != 0)
+        src = NULL;
+    free(kernel);
+    free(json);
+    argen_variants_free(v, n);
+    argen_close(g);
+    return src;
+}
+
+/* Phase 1 is compiled scheduled for a generic x86-64 (cpu/phase1.lua says
+ * why), from before the first line any function could come from; the mix
+ * keeps the CPU's own tuning. */
+static void test_phase1_asks_for_generic_tuning_and_the_mix_does_not(void)
+{
+    const char *pragma = "#pragma GCC target(\"tune=generic\")";
+    char *p1 = emit_first("cpu/phase1"), *mix = emit_first("cpu/mix_fused");
+    REQUIRE(p1 && mix);
+    const char *at = strstr(p1, pragma), *include = strstr(p1, "#include");
+    CHECK(at && include && at < include);
+    CHECK(strstr(mix, "tune=") == NULL);
+    free(p1);
+    free(mix);
+}
+
 /* Whether path is among the files g read. */
 static int read_file_named(const argen *g, const char *tail)
 {
@@ -603,6 +637,7 @@ int main(void)
     RUN_CASE(test_memory_bomb_stops_with_not_enough_memory);
     RUN_CASE(test_non_string_error_is_reported_not_crashed);
     RUN_CASE(test_real_cpu_mix_enumerates_and_every_f32_variant_emits);
+    RUN_CASE(test_phase1_asks_for_generic_tuning_and_the_mix_does_not);
     RUN_CASE(test_files_read_name_every_required_template_once);
 
     nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
