@@ -7,10 +7,13 @@
 # round, sorted. SHAPE is mix_kernel's arguments in quotes:
 # "D T N THREADS REPEATS [HEADS]". Phase 2 variants (phase2_c_bf16_...) go
 # into bench/phase2_kernel.c instead, next to its row-moving loop, with
-# its arguments as SHAPE: "D T THREADS NORM"; one run takes one op.
+# its arguments as SHAPE: "D T THREADS NORM"; phase 1 variants
+# (phase1_c_bf16_...) into bench/phase1_kernel.c, next to its row-moving
+# loop, with "D T N S THREADS REPEATS"; one run takes one op.
 #
 #   bash bench/mix_ab.sh HEAD~3 "4096 1 9 1 2000 8" mix_c_bf16_fused_v16_g4_pt_dfma_ss_t1
 #   bash bench/mix_ab.sh HEAD~1 "7168 16384 2 0" phase2_c_bf16_v16_u2_p1_ss_t2
+#   bash bench/mix_ab.sh HEAD~1 "7168 1 8 24 1 200" phase1_c_bf16_tiled_tiled_v16_u1_t1
 #
 # Mix variants of one dtype per run: f32 and f16 ones build the harness with
 # that element type. PARTIAL=1 or NORM=1 in the environment reach the mix
@@ -46,7 +49,10 @@ else
   git -C "$root" archive "$rev" templates | tar -x -C "$work/before"
 fi
 harness=mix_kernel.c reference=read_only
-case $1 in phase2_*) harness=phase2_kernel.c reference=move_rows ;; esac
+case $1 in
+  phase2_*) harness=phase2_kernel.c reference=move_rows ;;
+  phase1_*) harness=phase1_kernel.c reference=move_rows ;;
+esac
 # The mix harness stores the variants' element type (bf16 unless named).
 elem_of() {
   case $1 in mix_c_f32_*) echo -DELEM_F32 ;; mix_c_f16_*) echo -DELEM_F16 ;; *) echo -DELEM_BF16 ;; esac
@@ -55,6 +61,7 @@ elem=$(elem_of "$1")
 for id in "$@"; do
   case $id in
     phase2_*) [ $harness = phase2_kernel.c ] ;;
+    phase1_*) [ $harness = phase1_kernel.c ] ;;
     *) [ $harness = mix_kernel.c ] && [ "$(elem_of "$id")" = "$elem" ] ;;
   esac || { echo "$0: $id: one run takes the variants of one op and one dtype" >&2; exit 2; }
 done
@@ -64,7 +71,7 @@ if [ -n "${READ_GROUP:-}" ]; then
   group=-DREAD_GROUP=$READ_GROUP
 fi
 # shellcheck disable=SC2086 # empty or one flag
-"$cc" -O3 -march=native -pthread "$elem" $group "$root/bench/$harness" -o "$work/$reference"
+"$cc" -O3 -march=native -pthread "$elem" $group "$root/bench/$harness" -o "$work/$reference" -lm
 bins=("$reference")
 for id in "$@"; do
   for side in $sides; do

@@ -335,14 +335,13 @@ ${tiled}${stream}]], vars),
     threads = p.threads,
     abi = "cpu_phase1",
     -- With GCC 12's -march=native on the Zen 4 guest (tuning for znver3), the
-    -- S sites' pointers of the tiled loops overflow the general registers
-    -- into vector ones, and every reload is a vmovq on the path to a load:
-    -- phase1_c_bf16_tiled_tiled_v16_u1 at d = 7168, N = 8, S = 24, T = 1 took
-    -- 82-102 us per launch that way and 63-80 us scheduled for a generic
-    -- x86-64, in interleaved runs of one harness; the built-in kernels,
-    -- compiled without -march=native, had run at 0.55-0.89 of the tuned
-    -- winners' time (bench/results/ceilings-2026-12-04.md). The mix kernels
-    -- showed no such difference, so they keep the CPU's own tuning.
+    -- tiled loops' pointers overflowed the general registers into vector
+    -- ones, each reload a vmovq on the path to a load. Scheduled for a
+    -- generic x86-64, as the built-in kernels are compiled, the same
+    -- variants ran 4-25% faster in interleaved rounds, and the tuned winners
+    -- went from 0.55-0.89 of the built-ins' speed to 1.00-1.08
+    -- (bench/results/ceilings-2026-12-04.md). The mix kernels showed no such
+    -- difference, so they keep the CPU's own tuning.
     tune = "generic",
     doc = [[
 /* Phase 1 of tokens [t0, t1): for every site j, the depth softmax of query j

@@ -1,0 +1,144 @@
+/*
+ * phase1_kernel.c - times one generated bf16 CPU phase 1 kernel, outside
+ * the runtime, on K3-shaped inputs (N sources, S sites, one head); or, built
+ * without KERNEL, a loop that reads the N source rows and writes the S
+ * output rows with no arithmetic to speak of (what the traffic alone takes;
+ * phase 1 is bound by its arithmetic, S dot products and mixes per row).
+ * bench/mix_ab.sh builds and runs it for phase 1 variants.
+ *
+ *   attnres gen phase1_c_bf16_tiled_tiled_v16_u1_t1 > /tmp/k.c
+ *   cc -O3 -march=native -pthread -DKERNEL_SOURCE='"/tmp/k.c"' \
+ *      -DKERNEL=attnres_phase1_c_bf16_tiled_tiled_v16_u1_t1 bench/phase1_kernel.c -o /tmp/k -lm
+ *   /tmp/k D T N S THREADS REPEATS
+ *
+ * Splits the T tokens evenly over THREADS threads, each calling the kernel
+ * REPEATS times on its tokens; prints the median of 9 timed launches after
+ * one warm-up, in GB/s of the traffic the tuner counts for phase 1 (the N
+ * source rows read, the S output rows written), and in microseconds per
+ * call. The N sources lie back to back, as in an engine's bank, and so do
+ * the S outputs.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel_launch.h"
+
+#ifdef KERNEL
+#include KERNEL_SOURCE
+#else
+/* bf16 words in the widest vector the target loads (64 bytes with AVX-512,
+ * 32 with AVX2: a 64-byte GNU C vector without AVX-512 lives on the stack). */
+#if defined(__AVX512F__)
+#define VEC_WORDS 32
+#else
+#define VEC_WORDS 16
+#endif
+typedef uint16_t line_t __attribute__((vector_size(2 * VEC_WORDS), may_alias, aligned(1)));
+#define LINE(p) (*(line_t *)(void *)(p))
+
+struct attnres_cpu_phase1_args { /* the fields the moving loop uses */
+    int64_t d;
+    int32_t n;
+    int32_t heads;
+    int32_t s;
+    const void *const *src;
+    const int64_t *src_stride;
+    const float *queries;
+    float scale;
+    float eps;
+    void *const *o1;
+    int64_t o1_stride;
+    float *const *lse;
+    int64_t lse_stride;
+};
+
+/* Integer adds of the raw words: every source row read, every output row
+ * written with their sum; the bytes move, nothing is computed. */
+static void move_rows(const struct attnres_cpu_phase1_args *a, int64_t t0, int64_t t1)
+{
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t k = 0; k < a->d; k += VEC_WORDS) {
+            line_t x = {0};
+            for (int i = 0; i < a->n; i++)
+                x += LINE((const uint16_t *)a->src[i] + t * a->src_stride[i] + k);
+            for (int j = 0; j < a->s; j++)
+                LINE((uint16_t *)a->o1[j] + t * a->o1_stride + k) = x;
+        }
+}
+#define KERNEL move_rows
+#endif
+
+/* The kernel as the launcher calls it. */
+static void run_range(const void *args, int64_t t0, int64_t t1) { KERNEL(args, t0, t1); }
+
+/* The bf16 bits of a value in [-1.4, 1.4] that differs by k (a fixed
+ * pseudo-random sequence: the same inputs in every build). */
+static uint16_t bf16_value(uint64_t *state)
+{
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    const float f = (float)((int)(*state >> 40) % 2001 - 1000) / 700.0f;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 7) {
+        fprintf(stderr, "usage: %s D T N S THREADS REPEATS\n", argv[0]);
+        return 2;
+    }
+    const int64_t d = atoll(argv[1]), T = atoll(argv[2]);
+    const int n = atoi(argv[3]), s = atoi(argv[4]), threads = atoi(argv[5]), repeats = atoi(argv[6]);
+    if (d <= 0 || d % 64 || d > 65536 || T <= 0 || T > (1 << 20) || n < 1 || n > 64 || s < 1 || s > 64 ||
+        threads < 1 || threads > 64 || repeats < 1 || repeats > 1000000) {
+        fprintf(stderr, "%s: D must be a multiple of 64 up to 65536, T 1..2^20, N and S 1..64, THREADS 1..64, "
+                        "REPEATS 1..10^6\n", argv[0]);
+        return 2;
+    }
+    /* Freed at exit. */
+    uint16_t *bank = aligned_alloc(4096, ((size_t)(n * T * d) * 2 + 4095) / 4096 * 4096);
+    float *queries = aligned_alloc(64, (size_t)(s * d) * 4);
+    if (!bank || !queries)
+        return 1;
+    uint64_t state = 42;
+    for (int64_t k = 0; k < n * T * d; k++)
+        bank[k] = bf16_value(&state);
+    /* Queries of unit norm, as a trained pseudo-query folded with its gain
+     * is: scores of order one. */
+    for (int64_t k = 0; k < s * d; k++) {
+        uint32_t u = (uint32_t)bf16_value(&state) << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        queries[k] = f / sqrtf((float)d);
+    }
+    const void *src[64];
+    int64_t stride[64];
+    void *o1[64];
+    float *lse[64];
+    for (int i = 0; i < n; i++) {
+        src[i] = bank + (size_t)(i * T * d);
+        stride[i] = d;
+    }
+    /* The S outputs lie back to back too, [S, T, d] and [S, T], as the
+     * runtime's callers hold them. */
+    uint16_t *out = aligned_alloc(4096, ((size_t)(s * T * d) * 2 + 4095) / 4096 * 4096);
+    float *lse_all = aligned_alloc(64, ((size_t)(s * T) * 4 + 63) / 64 * 64);
+    if (!out || !lse_all)
+        return 1;
+    for (int j = 0; j < s; j++) {
+        o1[j] = out + (size_t)(j * T * d);
+        lse[j] = lse_all + (size_t)(j * T);
+    }
+    struct attnres_cpu_phase1_args args = {
+        .d = d, .n = n, .heads = 1, .s = s, .src = src, .src_stride = stride, .queries = queries,
+        .scale = 1.0f, .eps = 1e-6f, .o1 = o1, .o1_stride = d, .lse = lse, .lse_stride = 1};
+    const double seconds = launch_median(run_range, &args, T, threads, repeats);
+    const double bytes = (double)(n + s) * (double)(T * d) * 2.0 * repeats;
+    printf("%-40s d=%lld T=%lld N=%d S=%d threads=%d: %8.1f us  %5.1f GB/s\n", argv[0], (long long)d,
+           (long long)T, n, s, threads, seconds * 1e6 / repeats, bytes / seconds / 1e9);
+    return 0;
+}
