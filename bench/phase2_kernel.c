@@ -31,15 +31,7 @@
 #ifdef KERNEL
 #include KERNEL_SOURCE
 #else
-/* bf16 words in the widest vector the target loads (64 bytes with AVX-512,
- * 32 with AVX2: a 64-byte GNU C vector without AVX-512 lives on the stack). */
-#if defined(__AVX512F__)
-#define VEC_WORDS 32
-#else
-#define VEC_WORDS 16
-#endif
-typedef uint16_t line_t __attribute__((vector_size(2 * VEC_WORDS), may_alias, aligned(1)));
-#define LINE(p) (*(line_t *)(void *)(p))
+#include "row_lines.h"
 
 struct attnres_cpu_phase2_args { /* the fields the moving loop uses */
     int64_t d;
