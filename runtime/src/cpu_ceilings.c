@@ -146,7 +146,7 @@ static float sum_best(const char *x, size_t n, int streams, size_t ahead)
 
 /* How far ahead the prefetching kernels ask for each line: 1 KiB, the
  * distance at which both one stream and eight read fastest on the Zen 4
- * guest (2 KiB and more was slower for eight streams; docs/cpu_kernels.md). */
+ * guest, of 512 B to 4 KiB (bench/results/ceilings-2026-12-04.md). */
 enum { PREFETCH_AHEAD = 1024 };
 
 enum { OP_MEMCPY, OP_COPY_NT, OP_READ };

@@ -34,8 +34,9 @@ function M.source(spec)
   if spec.tune == "generic" then
     tune = [[
 /* Scheduled for a generic x86-64, not for the model that -march=native
- * names: GCC's Zen tunings park pointers in vector registers when the
- * general ones run out, and each use then waits for a move back. */
+ * names: GCC's znver3 tuning (GCC 12's reading of a Zen 4) parks pointers
+ * in vector registers when the general ones run out, and each use then
+ * waits for a move back. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #pragma GCC target("tune=generic")
 #endif
