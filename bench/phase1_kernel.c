@@ -66,8 +66,8 @@ static void move_rows(const struct attnres_cpu_phase1_args *a, int64_t t0, int64
 /* The kernel as the launcher calls it. */
 static void run_range(const void *args, int64_t t0, int64_t t1) { KERNEL(args, t0, t1); }
 
-/* The bf16 bits of a value in [-1.4, 1.4] that differs by k (a fixed
- * pseudo-random sequence: the same inputs in every build). */
+/* The bf16 bits of the next value in [-1.43, 1.43] of a fixed pseudo-random
+ * sequence (the same inputs in every build). */
 static uint16_t bf16_value(uint64_t *state)
 {
     *state = *state * 6364136223846793005ull + 1442695040888963407ull;
