@@ -77,6 +77,21 @@
 --           threads and 14% on one (bench/results/cpu-avx2-2026-12-03.md);
 --           from L2 at T = 1, within the noise to 5% slower (the prefetches
 --           cost instructions): the tuner keeps both.
+--           "all" does what "both" does, and the fused mix also asks, into
+--           L2, for the rows of the token after next at its own offset.
+--           The statistics sweeps alone ask at the pace of their own
+--           steps, and the first sweep, which also mixes all n rows from
+--           L2, takes several times as long a step: for much of the token
+--           memory had few requests. Asked from the mix as well, the rows
+--           stream while it computes (each line is asked for twice; the
+--           second request finds it on its way). On the Zen 4 guest, two
+--           threads from memory, medians of 9 interleaved rounds: the f32
+--           N = 25 mix 8% faster than "both", the f16 mix with the norm 6%,
+--           K3's and MHAR's within the noise; 4% slower from L2
+--           (bench/results/cpu-balance-2026-12-04.md). The same without the
+--           L1 prefetches ran as fast and is not kept. Fused mix only, and
+--           tuned for launches that move 64 MiB and more
+--           (FROM_MIX_MIN_BYTES).
 --   dot     how the statistics are summed: "fma" widens each bf16 pair to
 --           fp32 and multiplies-adds (4 vector FMAs per 64-byte line);
 --           "bf16" (bf16 rows, 16 lanes) uses AVX512-BF16's pair dot
@@ -113,7 +128,7 @@ local T = {
     { name = "group", values = { 4, 8 } },
     { name = "mix", values = { "fused", "apart" } },
     { name = "burst", values = { 1, 4, "auto" } },
-    { name = "prefetch", values = { "none", "token", "both", "sweep" } },
+    { name = "prefetch", values = { "none", "token", "both", "sweep", "all" } },
     { name = "dot", values = { "fma", "bf16" } },
     { name = "store", values = { "cached", "stream" } },
     { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
@@ -146,7 +161,14 @@ local T = {
 -- for its one-instruction bf16 rounding in the stores (lib/c_storage.lua).
 T.builtin.avx512bf16 = T.builtin.avx512
 
-local prefetch_letter = { none = "n", token = "t", both = "b", sweep = "s" }
+local prefetch_letter = { none = "n", token = "t", both = "b", sweep = "s", all = "a" }
+
+-- The prefetches' parts: the token-ahead rows in the statistics sweeps, the
+-- next token's rows 1024 bytes ahead into L1, and the token after next from
+-- the mix as well.
+local token_ahead = { token = true, both = true, all = true }
+local near_l1 = { both = true, all = true }
+local from_mix = { all = true }
 
 -- Bursts of one step and the fused mix leave the id as it was before
 -- either choice existed, so an id keeps naming the same kernel.
@@ -170,7 +192,8 @@ local function builtin_form(p)
 end
 
 -- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only;
--- the sweep-ahead prefetches were measured with the mix apart only. The mix
+-- the sweep-ahead prefetches were measured with the mix apart only, the
+-- prefetches from the mix ("all") fused only. The mix
 -- apart is for 8 lanes, whose registers a fused sweep overfills, and at 16
 -- lanes with the sweep-ahead prefetches, where it was measured: on the Zen 4
 -- guest, out of cache, the f16 mix with the norm ran 3-10% faster than the
@@ -183,6 +206,7 @@ function T.constraint(p)
   return (p.dot == "fma" or (p.dtype == "bf16" and p.vec == 16)) and
       (p.mix == "fused" or p.vec == 8 or p.prefetch == "sweep") and
       (p.prefetch ~= "sweep" or p.mix == "apart") and
+      (not from_mix[p.prefetch] or p.mix == "fused") and
       (p.burst ~= "auto" or builtin_form(p))
 end
 
@@ -200,6 +224,12 @@ end
 -- so that small shapes (the ci preset's) tune as fast as before bursts.
 local BURST_MIN_SLICE = 512
 
+-- The prefetches from the mix are tuned for launches that move at least
+-- this many bytes (twice the 32 MiB L3 of the CPUs measured): their rows
+-- come from memory, where the prefetches pay. In cache they are
+-- instructions spent for nothing (4% slower from L2 on the Zen 4 guest).
+local FROM_MIX_MIN_BYTES = 64 * 1024 * 1024
+
 function T.applies(p, problem, device)
   if p.dot == "bf16" and device.arch ~= "x86_64-avx512" then
     return false, "the bf16 dot products need AVX-512"
@@ -211,6 +241,16 @@ function T.applies(p, problem, device)
     return false, string.format("bursts of %d are tuned for head slices of %d elements and more",
                                 p.burst, BURST_MIN_SLICE)
   end
+  if from_mix[p.prefetch] then
+    -- The rows a launch reads and writes: sources, output, and the partial
+    -- and normed rows where the problem has them.
+    local rows = problem.n + 1 + (problem.form == "additive" and 1 or 0) + (problem.epilogue and 1 or 0)
+    local bytes = rows * problem.t * problem.d * storage.size[p.dtype]
+    if bytes < FROM_MIX_MIN_BYTES then
+      return false, string.format("prefetch \"%s\" is tuned for launches of %d MiB and more, not %.1f",
+                                  p.prefetch, FROM_MIX_MIN_BYTES // (1024 * 1024), bytes / (1024 * 1024))
+    end
+  end
   return space.applies(T, p, problem, device)
 end
 
@@ -220,8 +260,8 @@ end
 -- into L1 where `l1` is set. "" when nothing is prefetched.
 local function prefetch(p, ptr, next, cond, indent, l1)
   local step = 2 * p.vec * storage.size[p.dtype]
-  if p.prefetch == "token" or p.prefetch == "both" then
-    local near = (p.prefetch == "both" and l1) and prefetch_lib.lines(ptr, step, 1024, indent) or ""
+  if token_ahead[p.prefetch] then
+    local near = (near_l1[p.prefetch] and l1) and prefetch_lib.lines(ptr, step, 1024, indent) or ""
     return indent .. "if (" .. cond .. ") {\n" ..
         prefetch_lib.lines(ptr .. " + " .. next, step, 0, indent .. "    ", false, 2) ..
         indent .. "}\n" .. near
@@ -351,8 +391,19 @@ ${store_out}                if (keep) {
       store_out = store_pair_text(p, "out + k", "lo", "hi", "                ") })
 end
 
+-- For prefetch "all": statements that ask, into L2, for the `bytes` bytes
+-- of source `idx`'s row of the token after next at element offset `k`, when
+-- that token is in the launch (`next` is given). "" for other prefetches.
+local function mix_prefetch(p, idx, k, bytes, indent)
+  if not from_mix[p.prefetch] then return "" end
+  local ptr = string.format("cur[%s] + %s + 2 * a->src_stride[%s]", idx, k, idx)
+  return indent .. "if (next) {\n" .. prefetch_lib.lines(ptr, bytes, 0, indent .. "    ", false, 2) ..
+      indent .. "}\n"
+end
+
 local function mix_burst(p, ch)
   local finish = mix_finish(p, "*sq", "a->alpha")
+  local step = 2 * p.vec * storage.size[p.dtype]
   if ch == 1 then
     return gen.subst([[
             if (cur) {
@@ -363,7 +414,7 @@ local function mix_burst(p, ch)
                 int i = 0;
                 for (; i + 1 < n; i += 2) {
                     const float w = weight[i * heads + h], w2 = weight[(i + 1) * heads + h];
-                    load_pair(cur[i] + k, &xl, &xh);
+${prefetch_pair}                    load_pair(cur[i] + k, &xl, &xh);
                     load_pair(cur[i + 1] + k, &yl, &yh);
                     lo += w * xl;
                     hi += w * xh;
@@ -372,14 +423,17 @@ local function mix_burst(p, ch)
                 }
                 if (i < n) {
                     const float w = weight[i * heads + h];
-                    load_pair(cur[i] + k, &xl, &xh);
+${prefetch_last}                    load_pair(cur[i] + k, &xl, &xh);
                     lo += w * xl;
                     hi += w * xh;
                 }
                 lo += lo2;
                 hi += hi2;
 ${finish}            }
-]], { finish = finish })
+]], { finish = finish,
+      prefetch_pair = mix_prefetch(p, "i", "k", step, "                    ") ..
+          mix_prefetch(p, "i + 1", "k", step, "                    "),
+      prefetch_last = mix_prefetch(p, "i", "k", step, "                    ") })
   end
   return gen.subst([[
             if (cur) {
@@ -389,7 +443,7 @@ ${finish}            }
                     mlo[c] = mhi[c] = (vf){0};
                 for (int i = 0; i < n; i++) {
                     const float w = weight[i * heads + h];
-#pragma GCC unroll ${CH}
+${prefetch_burst}#pragma GCC unroll ${CH}
                     for (int c = 0; c < ${CH}; c++) {
                         load_pair(cur[i] + k0 + c * 2 * ${VEC}, &xl, &xh);
                         mlo[c] += w * xl;
@@ -402,7 +456,8 @@ ${finish}            }
                     vf lo = mlo[c], hi = mhi[c];
 ${finish}                }
             }
-]], { CH = ch, VEC = p.vec, finish = gen.indent(finish, 4) })
+]], { CH = ch, VEC = p.vec, finish = gen.indent(finish, 4),
+      prefetch_burst = mix_prefetch(p, "i", "k0", ch * step, "                    ") })
 end
 
 -- The statistics of the g next-token rows over one burst of `ch` steps
