@@ -158,7 +158,7 @@ static void check_winners(const tuner *t, const winner_row *rows, size_t n, ceil
         if (!w->found)
             continue;
         if (ceiling_check_winner(&t->roof, c, w->problem, w->gbps, w->read_bytes, w->write_bytes, w->median_us,
-                                 w->spread_us, warning, sizeof warning))
+                                 w->spread_us, w->paired, w->paired_spread, warning, sizeof warning))
             report_add(report, size, &len, warning);
         if (ceiling_check_paired(c, w->problem, w->paired, w->paired_spread, warning, sizeof warning))
             report_add(report, size, &len, warning);

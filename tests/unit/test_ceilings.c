@@ -199,22 +199,56 @@ static void test_check_tally_and_record(void)
     char warning[512], line[640], json[CEILING_CHECK_JSON_SIZE];
     ceiling_check_summary(&c, line, sizeof line);
     CHECK(strcmp(line, "ceiling check: no out-of-cache winner") == 0);
-    CHECK(!ceiling_check_winner(&r, &c, "in cache", 60.0, 1e6, 0, 100.0, 1.0, warning, sizeof warning));
-    CHECK(!ceiling_check_winner(&r, &c, "unverified", 0.0, 1e8, 0, 100.0, 1.0, warning, sizeof warning));
+    CHECK(!ceiling_check_winner(&r, &c, "in cache", 60.0, 1e6, 0, 100.0, 1.0, NAN, NAN, warning, sizeof warning));
+    CHECK(!ceiling_check_winner(&r, &c, "unverified", 0.0, 1e8, 0, 100.0, 1.0, NAN, NAN, warning, sizeof warning));
     CHECK(c.checked == 0 && warning[0] == 0);
-    CHECK(!ceiling_check_winner(&r, &c, "below", 27.0, 1e8, 0, 100.0, 1.0, warning, sizeof warning));
-    CHECK(!ceiling_check_winner(&r, &c, "within the noise", 33.0, 1e8, 0, 100.0, 1.0, warning, sizeof warning));
-    CHECK(ceiling_check_winner(&r, &c, "mix K3", 36.0, 1e8, 0, 100.0, 1.0, warning, sizeof warning));
+    CHECK(!ceiling_check_winner(&r, &c, "below", 27.0, 1e8, 0, 100.0, 1.0, NAN, NAN, warning, sizeof warning));
+    CHECK(!ceiling_check_winner(&r, &c, "within the noise", 33.0, 1e8, 0, 100.0, 1.0, NAN, NAN, warning, sizeof warning));
+    CHECK(ceiling_check_winner(&r, &c, "mix K3", 36.0, 1e8, 0, 100.0, 1.0, NAN, NAN, warning, sizeof warning));
     CHECK(strstr(warning, "mix K3 ran at 112% of the fastest streaming run") != NULL);
     CHECK(c.checked == 3 && c.over == 1 && near(c.max_fraction, 36.0 / 30.0) && near(c.max_fastest, 36.0 / 32.0));
     ceiling_check_summary(&c, line, sizeof line);
     CHECK(strstr(line, "3 out-of-cache winner(s), 1 above") && strstr(line, "highest 120% of the ceiling, 112%"));
     ceiling_check_json(&r, &c, json, sizeof json);
-    CHECK(strstr(json, "\"check\": {\"out_of_cache\": 3, \"over\": 1, \"max_fraction\": 1.2000, "
+    CHECK(strstr(json, "\"check\": {\"out_of_cache\": 3, \"over\": 1, \"late\": 0, \"max_fraction\": 1.2000, "
                        "\"max_fraction_of_fastest\": 1.1250, \"paired\": 0, \"paired_over\": 0, "
                        "\"paired_median\": 0.0000}}") != NULL);
     ceiling_check_json(&r, NULL, json, sizeof json);
     CHECK(json[strlen(json) - 1] == '}' && !strstr(json, "\"check\""));
+}
+
+/* A winner above the fastest run of the run's start is over its ceiling
+ * unless the streaming pass timed in its own rounds, the ceilings' kernels
+ * again, moved its bytes as fast: then the start was a slow moment, and it
+ * is counted apart with a note. A winner above its pass as well, or with no
+ * pass, is over. */
+static void test_check_holds_late_winners_to_their_pass(void)
+{
+    rooflines r = figures(40.0, 30.0);
+    r.read_best_gbps = 32.0;
+    r.ceil.cache_bytes = 1e6;
+    ceiling_check c = {0};
+    char note[512], line[640], json[CEILING_CHECK_JSON_SIZE];
+    /* 36 GB/s is 112% of the fastest start run; 81% of its own pass. */
+    CHECK(ceiling_check_winner(&r, &c, "mix K3", 36.0, 1e8, 0, 100.0, 1.0, 0.81, 0.01, note, sizeof note));
+    CHECK(strstr(note, "note: mix K3 ran at 112% of the fastest streaming run of the run's start but at 81% "
+                       "of the streaming pass") != NULL);
+    CHECK(c.checked == 1 && c.over == 0 && c.late == 1);
+    /* Within the pass's noise (2 x 4% spread): still late. */
+    CHECK(ceiling_check_winner(&r, &c, "noisy pass", 36.0, 1e8, 0, 100.0, 1.0, 1.06, 0.04, note, sizeof note));
+    CHECK(c.over == 0 && c.late == 2);
+    /* Above its pass beyond the noise: over, with the warning. */
+    CHECK(ceiling_check_winner(&r, &c, "phase2", 36.0, 1e8, 0, 100.0, 1.0, 1.20, 0.01, note, sizeof note));
+    CHECK(strstr(note, "warning: phase2 ran at 112% of the fastest streaming run") != NULL);
+    CHECK(c.checked == 3 && c.over == 1 && c.late == 2);
+    /* Below the start's fastest run: neither, whatever its pass says. */
+    CHECK(!ceiling_check_winner(&r, &c, "below", 27.0, 1e8, 0, 100.0, 1.0, 1.50, 0.01, note, sizeof note));
+    CHECK(note[0] == 0 && c.checked == 4 && c.over == 1 && c.late == 2);
+    ceiling_check_summary(&c, line, sizeof line);
+    CHECK(strstr(line, "4 out-of-cache winner(s), 1 above the fastest streaming run beyond the noise, 2 above "
+                       "that of the run's start but within their own streaming pass") != NULL);
+    ceiling_check_json(&r, &c, json, sizeof json);
+    CHECK(strstr(json, "\"out_of_cache\": 4, \"over\": 1, \"late\": 2,") != NULL);
 }
 
 /* A run's record holds every point a device can measure: the most points,
@@ -254,6 +288,7 @@ int main(void)
     RUN_CASE(test_out_of_cache_check);
     RUN_CASE(test_check_uses_the_fastest_runs);
     RUN_CASE(test_check_tally_and_record);
+    RUN_CASE(test_check_holds_late_winners_to_their_pass);
     RUN_CASE(test_record_of_every_point_is_whole);
     RUN_CASE(test_traffic_splits_the_bytes);
     RUN_CASE(test_cpu_device_measures_every_kernel);

@@ -13,6 +13,8 @@
 typedef struct ceiling_check {
     int checked;         /* winners out of cache */
     int over;            /* those above the fastest streaming run beyond the noise */
+    int late;            /* those above the fastest run of the run's start, but not
+                            above the streaming pass timed in their own rounds */
     double max_fraction; /* the highest fraction of the matching (median) ceiling */
     double max_fastest;  /* the highest fraction of the matching fastest runs */
     /* Winners timed next to a streaming pass (paired_stream.h): how many,
@@ -24,11 +26,18 @@ typedef struct ceiling_check {
 
 /* Counts one verified winner that moved read_bytes + write_bytes at gbps,
  * its timing's median and spread giving the noise; a winner in cache is not
- * counted. Returns 1 when it is above the fastest streaming run that matches
- * its traffic beyond the noise, with the warning line (no newline) in
- * `warning`; 0 otherwise, `warning` then empty. */
+ * counted. `paired` is its fraction of the streaming pass timed in its own
+ * rounds, with that fraction's spread (NaN: it had none): the pass runs the
+ * ceilings' own kernels over the winner's bytes, so it is a measurement of
+ * the ceiling too, minutes after the run's start. A winner above the
+ * fastest streaming run that matches its traffic beyond the noise is over
+ * its ceiling unless it is within its pass; then the ceilings of the run's
+ * start were measured in a slow moment, and it is counted as late. Returns
+ * 1 for either, with the warning (over) or the note (late) in `warning`
+ * (one line, no newline); 0 otherwise, `warning` then empty. */
 int ceiling_check_winner(const rooflines *r, ceiling_check *c, const char *problem, double gbps, double read_bytes,
-                         double write_bytes, double median_us, double spread_us, char *warning, size_t size);
+                         double write_bytes, double median_us, double spread_us, double paired,
+                         double paired_spread, char *warning, size_t size);
 
 /* Counts one winner's fraction of the streaming pass timed in its own
  * rounds (NaN: it had none, and nothing is counted), with the median

@@ -334,7 +334,8 @@ static void check_ceilings(revalidation *r, const ardb_stored_winner *w, const o
     printf("\n");
     for (size_t i = 0; i < n; i++) {
         if (ceiling_check_winner(&r->roof, &c, w[i].problem_key, o[i].gbps, o[i].read_bytes, o[i].write_bytes,
-                                 o[i].median_us, o[i].spread_us, line, sizeof line))
+                                 o[i].median_us, o[i].spread_us, o[i].paired, o[i].paired_spread, line,
+                                 sizeof line))
             printf("%s\n", line);
         if (ceiling_check_paired(&c, w[i].problem_key, o[i].paired, o[i].paired_spread, line, sizeof line))
             printf("%s\n", line);
