@@ -55,15 +55,22 @@ tc=$((l2 / 2 / token_bytes))
 # About as many tokens in all as the memory runs move.
 repeats=$(((4096 + tc - 1) / tc))
 
-# The median GB/s of each binary in one mix_ab.sh run, as "name value".
+# The median GB/s of each binary in one mix_ab.sh run (a failed run stops
+# the script), as "name value" lines in file $2.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 medians() {
-  bash "$root/bench/mix_ab.sh" - "$1" "${variants[@]}" | awk '/ GB\/s /{sub(/^after-/, "", $1); print $1, $2}'
+  bash "$root/bench/mix_ab.sh" - "$1" "${variants[@]}" >"$work/run.txt"
+  awk '/ GB\/s /{sub(/^after-/, "", $1); print $1, $2}' "$work/run.txt" >"$2"
 }
 variants=("$@")
 declare -A cache mem1 memall
-while read -r b v; do cache[$b]=$v; done < <(medians "$d $tc $n 1 $repeats $heads")
-while read -r b v; do mem1[$b]=$v; done < <(medians "$d 4096 $n 1 1 $heads")
-while read -r b v; do memall[$b]=$v; done < <(medians "$d 4096 $n $threads 1 $heads")
+medians "$d $tc $n 1 $repeats $heads" "$work/cache.txt"
+medians "$d 4096 $n 1 1 $heads" "$work/mem1.txt"
+medians "$d 4096 $n $threads 1 $heads" "$work/memall.txt"
+while read -r b v; do cache[$b]=$v; done <"$work/cache.txt"
+while read -r b v; do mem1[$b]=$v; done <"$work/mem1.txt"
+while read -r b v; do memall[$b]=$v; done <"$work/memall.txt"
 
 echo "d=$d N=$n H=$heads, $esize-byte elements, $rows rows a token; in cache: T=$tc x $repeats launches;"
 echo "GB/s of the rows moved, medians of $ROUNDS rounds; in (): of the read-only loop from memory;"
