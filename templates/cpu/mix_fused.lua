@@ -86,7 +86,7 @@
 --           stream while it computes (each line is asked for twice; the
 --           second request finds it on its way). On the Zen 4 guest, two
 --           threads from memory, medians of 9 interleaved rounds: the f32
---           N = 25 mix 8% faster than "both", the f16 mix with the norm 6%,
+--           N = 25 mix 8% faster than "both", the f16 mix with the norm 7%,
 --           K3's and MHAR's within the noise; 4% slower from L2
 --           (bench/results/cpu-balance-2026-12-04.md). The same without the
 --           L1 prefetches ran as fast and is not kept. Fused mix only, and
