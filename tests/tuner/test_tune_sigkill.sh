@@ -77,14 +77,18 @@ while [ "$landed" -lt "$kills" ] && [ "$i" -lt $((3 * kills + 10)) ]; do
   m0=$(measurements)
   "$cli" tune --device cpu --problems "$problems" --strategy exhaustive --db "$db" --quiet >/dev/null 2>&1 &
   tuner=$!
+  # The first kill aims at compilation: a fresh database has nothing
+  # compiled, so the first run surely compiles; later runs compile only
+  # when they reach a problem no run reached before.
   case $((i % 3)) in
-    0) aim=compile ;;
-    1) aim=measure ;;
+    1) aim=compile ;;
+    2) aim=measure ;;
     *) aim=any ;;
   esac
   # Startup (the bandwidth measurements) takes from 1 to several seconds on
-  # a loaded machine, so aimed kills wait for their phase to show: up to
-  # 10 s for a compiler process, up to 60 s for a new measurement row. A
+  # a loaded machine, and over 10 s in a sanitizer build (one such run hit
+  # no compiler in 10 s), so aimed kills wait for their phase to show: up
+  # to 30 s for a compiler process, up to 60 s for a new measurement row. A
   # run first compiles the candidates of its first problems that no run
   # before it stored; when that took longer than the kills' 10 s (135 f32
   # mix candidates, once), every kill fell into compilation.
@@ -94,7 +98,7 @@ while [ "$landed" -lt "$kills" ] && [ "$i" -lt $((3 * kills + 10)) ]; do
   if [ "$aim" = any ]; then
     sleep "$(rnd 0.2 2.5)"
   else
-    polls=100
+    polls=300
     [ "$aim" = measure ] && polls=600
     for _ in $(seq 1 "$polls"); do
       kill -0 "$tuner" 2>/dev/null || break
