@@ -13,12 +13,15 @@
 --             in registers (each block of the n rows is re-read from L1 for
 --             every site). "sourceouter": for each column block, load each
 --             source's lanes once and fold them into all S sites' sums (the
---             S sums live in a small stack array). "tiled": per column block,
---             the sums of a group of sites (12 for 16 lanes, 6 below) in
---             registers while the n rows' lanes are folded in; each row's
---             lanes are loaded once per group.
+--             S sums live in a small stack array). "tiled": per group of
+--             sites (6 for 16 lanes, 3 below), one pass along the row with
+--             a register tile of the group's sums over 4 vectors of
+--             columns, into which the n rows' lanes are folded; each row's
+--             lanes are loaded once per group, and each site's o1 row is
+--             written whole lines at a time (see mix_tiled).
 --   stream    1 (tiled schedule only): o1 rows are stored past the caches,
---             two vectors at a time so each row gets whole lines in turn.
+--             four vectors at a time (two in a head's last steps), so each
+--             row gets whole lines in turn.
 --             They are S times the rows read, written once and read back
 --             only by a later phase 2, so at larger T ordinary stores spend
 --             as much again reading each line in before writing it.
@@ -266,43 +269,76 @@ local function scores(p)
         }]]
 end
 
+-- Sites per group and vectors per step of the tiled mix: a register tile
+-- of sites x columns. 16 lanes (32 registers): 6 sites x 4 vectors, 24
+-- sums; 8 lanes (AVX2's 16): 3 x 4, 12.
+local MIX_TILE = { [16] = { sites = 6, vecs = 4 }, [8] = { sites = 3, vecs = 4 } }
+
+-- The tiled mix: for a group of sites, one pass along the row, each step
+-- the group's sums over `vecs` vectors of columns in registers while the n
+-- rows' lanes are folded in, then stored. Why this order and this tile: S
+-- output rows are written per token (24 of K3's 14 KiB rows against 8
+-- read), and a schedule that stored one vector of every site per column
+-- block kept 24 rows' partial lines in flight; on the Zen 4 guest its mix
+-- took twice as long with the stores as without them. A group's few rows,
+-- each written several vectors (whole lines) at a time, cost little more
+-- than the arithmetic (docs/cpu_kernels.md).
 local function mix_tiled(p)
-  local w = p.stream == 1 and 2 or 1
-  local sb = p.vec == 16 and 12 or 6
+  local tile = MIX_TILE[p.vec]
+  -- Streaming stores need whole lines: the last steps go by two vectors.
+  local tail = p.stream == 1 and 2 or 1
+  local function step(w, indent)
+    return gen.indent(gen.subst([==[
+vf acc[${W}][${SB}];
+#pragma GCC unroll ${W}
+for (int c = 0; c < ${W}; c++)
+#pragma GCC unroll ${SB}
+    for (int b = 0; b < ${SB}; b++)
+        acc[c][b] = (vf){0};
+for (int i = 0; i < n; i++) {
+    const float *wi = weight + (int64_t)i * sites * heads;
+#pragma GCC unroll ${W}
+    for (int c = 0; c < ${W}; c++) {
+        const vf x = load_row(rows[i] + kb + c * ${VEC});
+#pragma GCC unroll ${SB}
+        for (int b = 0; b < ${SB}; b++)
+            acc[c][b] += wi[wj[b]] * x;
+    }
+}
+#pragma GCC unroll ${SB}
+for (int b = 0; b < ${SB}; b++)
+    if (j0 + b < sites)
+#pragma GCC unroll ${W}
+        for (int c = 0; c < ${W}; c++)
+            ${STORE}(orow[b] + kb + c * ${VEC}, acc[c][b]);
+]==], { W = w, SB = tile.sites, VEC = p.vec,
+        STORE = p.stream == 1 and "stream_row" or "store_row" }), indent):gsub("\n +#", "\n#")
+  end
   return gen.subst([==[
-        /* Per column block, the sums of ${SB} sites at a time in registers;
-         * the n rows' lanes are folded into all of them. A group at the
-         * edge repeats the last site's weights and drops those sums. */
+        /* Per group of ${SB} sites, one pass along each head's columns: the
+         * group's sums over ${W} vectors of columns in registers while the
+         * n rows' lanes are folded in, then stored, whole lines to each of
+         * the group's rows. A group at the edge repeats the last site's
+         * weights and drops those sums. */
         for (int h = 0; h < heads; h++) {
             const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
-            for (int64_t kb = k0; kb < k1; kb += ${STEP}) {
-                for (int j0 = 0; j0 < sites; j0 += ${SB}) {
-                    int64_t wj[${SB}];
-                    for (int b = 0; b < ${SB}; b++)
-                        wj[b] = (int64_t)(j0 + b < sites ? j0 + b : sites - 1) * heads + h;
-                    vf acc[${W}][${SB}];
-#pragma GCC unroll ${W}
-                    for (int c = 0; c < ${W}; c++)
-#pragma GCC unroll ${SB}
-                        for (int b = 0; b < ${SB}; b++)
-                            acc[c][b] = (vf){0};
-                    for (int i = 0; i < n; i++) {
-                        const float *wi = weight + (int64_t)i * sites * heads;
-#pragma GCC unroll ${W}
-                        for (int c = 0; c < ${W}; c++) {
-                            const vf x = load_row(rows[i] + kb + c * ${VEC});
-#pragma GCC unroll ${SB}
-                            for (int b = 0; b < ${SB}; b++)
-                                acc[c][b] += wi[wj[b]] * x;
-                        }
-                    }
-                    for (int b = 0; b < ${SB} && j0 + b < sites; b++)
-                        for (int c = 0; c < ${W}; c++)
-                            ${STORE}((storage_t *)a->o1[j0 + b] + t * a->o1_stride + kb + c * ${VEC}, acc[c][b]);
+            for (int j0 = 0; j0 < sites; j0 += ${SB}) {
+                int64_t wj[${SB}];
+                storage_t *orow[${SB}];
+                for (int b = 0; b < ${SB}; b++) {
+                    const int j = j0 + b < sites ? j0 + b : sites - 1;
+                    wj[b] = (int64_t)j * heads + h;
+                    orow[b] = (storage_t *)a->o1[j] + t * a->o1_stride;
                 }
+                int64_t kb = k0;
+                for (; kb + ${STEP} <= k1; kb += ${STEP}) {
+${whole}                }
+                for (; kb < k1; kb += ${TAIL_STEP}) {
+${tail}                }
             }
-        }]==], { SB = sb, VEC = p.vec, W = w, STEP = w * p.vec,
-                  STORE = p.stream == 1 and "stream_row" or "store_row" })
+        }]==], { SB = tile.sites, W = tile.vecs, STEP = tile.vecs * p.vec,
+                 TAIL_STEP = tail * p.vec,
+                 whole = step(tile.vecs, 20), tail = step(tail, 20) })
 end
 
 function T.emit(p)
