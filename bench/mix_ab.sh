@@ -9,7 +9,7 @@
 # into bench/phase2_kernel.c instead, next to its row-moving loop, with
 # its arguments as SHAPE: "D T THREADS NORM"; phase 1 variants
 # (phase1_c_bf16_...) into bench/phase1_kernel.c, next to its row-moving
-# loop, with "D T N S THREADS REPEATS"; one run takes one op.
+# loop, with "D T N S THREADS REPEATS [HEADS]"; one run takes one op.
 #
 #   bash bench/mix_ab.sh HEAD~3 "4096 1 9 1 2000 8" mix_c_bf16_fused_v16_g4_pt_dfma_ss_t1
 #   bash bench/mix_ab.sh HEAD~1 "7168 16384 2 0" phase2_c_bf16_v16_u2_p1_ss_t2

@@ -1,6 +1,7 @@
 /*
  * phase1_kernel.c - times one generated bf16 CPU phase 1 kernel, outside
- * the runtime, on K3-shaped inputs (N sources, S sites, one head); or, built
+ * the runtime, on K3-shaped inputs (N sources, S sites, one head unless
+ * HEADS says otherwise); or, built
  * without KERNEL, a loop that reads the N source rows and writes the S
  * output rows with no arithmetic to speak of (what the traffic alone takes;
  * phase 1 is bound by its arithmetic, S dot products and mixes per row).
@@ -9,7 +10,7 @@
  *   attnres gen phase1_c_bf16_tiled_tiled_v16_u1_t1 > /tmp/k.c
  *   cc -O3 -march=native -pthread -DKERNEL_SOURCE='"/tmp/k.c"' \
  *      -DKERNEL=attnres_phase1_c_bf16_tiled_tiled_v16_u1_t1 bench/phase1_kernel.c -o /tmp/k -lm
- *   /tmp/k D T N S THREADS REPEATS
+ *   /tmp/k D T N S THREADS REPEATS [HEADS]
  *
  * Splits the T tokens evenly over THREADS threads, each calling the kernel
  * REPEATS times on its tokens; prints the median of 9 timed launches after
@@ -79,16 +80,18 @@ static uint16_t bf16_value(uint64_t *state)
 
 int main(int argc, char **argv)
 {
-    if (argc != 7) {
-        fprintf(stderr, "usage: %s D T N S THREADS REPEATS\n", argv[0]);
+    if (argc != 7 && argc != 8) {
+        fprintf(stderr, "usage: %s D T N S THREADS REPEATS [HEADS]\n", argv[0]);
         return 2;
     }
     const int64_t d = atoll(argv[1]), T = atoll(argv[2]);
     const int n = atoi(argv[3]), s = atoi(argv[4]), threads = atoi(argv[5]), repeats = atoi(argv[6]);
+    const int heads = argc == 8 ? atoi(argv[7]) : 1;
     if (d <= 0 || d % 64 || d > 65536 || T <= 0 || T > (1 << 20) || n < 1 || n > 64 || s < 1 || s > 64 ||
-        threads < 1 || threads > 64 || repeats < 1 || repeats > 1000000) {
+        threads < 1 || threads > 64 || repeats < 1 || repeats > 1000000 || heads < 1 || heads > 64 ||
+        d % (64 * heads)) {
         fprintf(stderr, "%s: D must be a multiple of 64 up to 65536, T 1..2^20, N and S 1..64, THREADS 1..64, "
-                        "REPEATS 1..10^6\n", argv[0]);
+                        "REPEATS 1..10^6, HEADS 1..64 with D / HEADS a multiple of 64\n", argv[0]);
         return 2;
     }
     /* Freed at exit. */
@@ -115,22 +118,22 @@ int main(int argc, char **argv)
         src[i] = bank + (size_t)(i * T * d);
         stride[i] = d;
     }
-    /* The S outputs lie back to back too, [S, T, d] and [S, T], as the
+    /* The S outputs lie back to back too, [S, T, d] and [S, T, H], as the
      * runtime's callers hold them. */
     uint16_t *out = aligned_alloc(4096, ((size_t)(s * T * d) * 2 + 4095) / 4096 * 4096);
-    float *lse_all = aligned_alloc(64, ((size_t)(s * T) * 4 + 63) / 64 * 64);
+    float *lse_all = aligned_alloc(64, ((size_t)(s * T * heads) * 4 + 63) / 64 * 64);
     if (!out || !lse_all)
         return 1;
     for (int j = 0; j < s; j++) {
         o1[j] = out + (size_t)(j * T * d);
-        lse[j] = lse_all + (size_t)(j * T);
+        lse[j] = lse_all + (size_t)(j * T * heads);
     }
     struct attnres_cpu_phase1_args args = {
-        .d = d, .n = n, .heads = 1, .s = s, .src = src, .src_stride = stride, .queries = queries,
-        .scale = 1.0f, .eps = 1e-6f, .o1 = o1, .o1_stride = d, .lse = lse, .lse_stride = 1};
+        .d = d, .n = n, .heads = heads, .s = s, .src = src, .src_stride = stride, .queries = queries,
+        .scale = 1.0f, .eps = 1e-6f, .o1 = o1, .o1_stride = d, .lse = lse, .lse_stride = heads};
     const double seconds = launch_median(run_range, &args, T, threads, repeats);
     const double bytes = (double)(n + s) * (double)(T * d) * 2.0 * repeats;
-    printf("%-40s d=%lld T=%lld N=%d S=%d threads=%d: %8.1f us  %5.1f GB/s\n", argv[0], (long long)d,
-           (long long)T, n, s, threads, seconds * 1e6 / repeats, bytes / seconds / 1e9);
+    printf("%-40s d=%lld T=%lld N=%d S=%d H=%d threads=%d: %8.1f us  %5.1f GB/s\n", argv[0], (long long)d,
+           (long long)T, n, s, heads, threads, seconds * 1e6 / repeats, bytes / seconds / 1e9);
     return 0;
 }
