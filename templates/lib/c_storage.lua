@@ -403,4 +403,76 @@ function M.store_pair_call(stream, dst, lo, hi, indent)
   return string.format("%s%s(%s, %s, %s);\n", indent, stream and "stream_pair" or "store_pair", dst, lo, hi)
 end
 
+-- lane_sums(v, count, out): out[i] = the sum of v[i]'s lanes, for count
+-- vectors. A kernel that sums many vectors at once (phase 1's tiles of dot
+-- products: 24 per tile and head, for each of MHAR's 8 heads) pays
+-- log2(vec) shuffles and adds for each with hsum(); summed vec at a time,
+-- the vectors transpose into one whose lane i holds v[i]'s sum, in log2(vec)
+-- levels that each halve the vector count: 2 * (vec - 1) two-source
+-- shuffles and vec - 1 adds for vec sums (16 lanes: 45 operations where
+-- hsum() takes 128). Each level pairs u[i] with u[i + m/2] and adds,
+-- blockwise, the block of lanes that each keeps to the one that moves. A
+-- last group of a few vectors takes hsum(). (The fused mix's per-head sums,
+-- 81 a token at MHAR's shape, gained nothing from it: they are off its
+-- critical path, bench/results/cpu-tune-2026-12-05.md.)
+function M.lane_sums(vec)
+  local levels = {}
+  local block, m = vec // 2, vec
+  while block >= 1 do
+    local lo, hi = {}, {}
+    for lane = 0, vec - 1 do
+      local b, r = lane // block, lane % block
+      local from_b = b % 2 == 1 and vec or 0
+      lo[#lo + 1] = tostring(from_b + (b - b % 2) * block + r)
+      hi[#hi + 1] = tostring(from_b + (b - b % 2 + 1) * block + r)
+    end
+    levels[#levels + 1] = gen.subst([[
+    for (int i = 0; i < ${HALF}; i++)
+        u[i] = SHUFFLE2(u[i], u[i + ${HALF}], ${LO}) +
+               SHUFFLE2(u[i], u[i + ${HALF}], ${HI});
+]], { HALF = m // 2, LO = table.concat(lo, ", "), HI = table.concat(hi, ", ") })
+    block, m = block // 2, m // 2
+  end
+  return gen.subst([[
+/* Two-source lane permutations: index i < ${VEC} picks a's lane i, else b's
+ * lane i - ${VEC}. */
+#if defined(__clang__)
+#define SHUFFLE2(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUFFLE2(a, b, ...) __builtin_shuffle(a, b, (vi){__VA_ARGS__})
+#endif
+
+/* The ${VEC} vectors at v summed lane-wise into one: lane i holds the sum of
+ * v[i]'s lanes. */
+static inline vf transpose_sum(const vf *v)
+{
+    vf u[${VEC}];
+    for (int i = 0; i < ${VEC}; i++)
+        u[i] = v[i];
+${levels}    return u[0];
+}
+
+/* out[i] = the sum of v[i]'s lanes for i < count: ${VEC} at a time, and a
+ * last few (a quarter of ${VEC} or fewer) one by one. v is not const: GCC 12
+ * takes a const pointer to an array that loops in other functions fill
+ * for a read of uninitialised memory, and warns. */
+static inline void lane_sums(vf *v, int count, float *out)
+{
+    int i = 0;
+    for (; i + ${VEC} <= count; i += ${VEC})
+        store_f32(out + i, transpose_sum(v + i));
+    if (count - i > ${QUARTER}) {
+        vf pad[${VEC}], sum;
+        for (int j = 0; j < ${VEC}; j++)
+            pad[j] = i + j < count ? v[i + j] : (vf){0};
+        sum = transpose_sum(pad);
+        memcpy(out + i, &sum, (size_t)(count - i) * sizeof *out);
+        return;
+    }
+    for (; i < count; i++)
+        out[i] = hsum(v[i]);
+}
+]], { VEC = vec, QUARTER = vec // 4, levels = table.concat(levels) })
+end
+
 return M
