@@ -406,15 +406,17 @@ end
 -- lane_sums(v, count, out): out[i] = the sum of v[i]'s lanes, for count
 -- vectors. A kernel that sums many vectors at once (phase 1's tiles of dot
 -- products: 24 per tile and head, for each of MHAR's 8 heads) pays
--- log2(vec) shuffles and adds for each with hsum(); summed vec at a time,
+-- log2(vec) shuffles and adds for each with hsum(). Summed vec at a time,
 -- the vectors transpose into one whose lane i holds v[i]'s sum, in log2(vec)
 -- levels that each halve the vector count: 2 * (vec - 1) two-source
 -- shuffles and vec - 1 adds for vec sums (16 lanes: 45 operations where
--- hsum() takes 128). Each level pairs u[i] with u[i + m/2] and adds,
--- blockwise, the block of lanes that each keeps to the one that moves. A
--- last group of a few vectors takes hsum(). (The fused mix's per-head sums,
--- 81 a token at MHAR's shape, gained nothing from it: they are off its
--- critical path, bench/results/cpu-tune-2026-12-05.md.)
+-- hsum() takes 128). A level with blocks of b lanes pairs u[i] with
+-- u[i + m/2]: one shuffle takes the even-numbered blocks of both, the
+-- other the odd-numbered ones, each in the other's places, so their sum
+-- holds, in blocks of b lanes that alternate between the two, partial sums
+-- of both; the next level halves b. (The fused mix's per-head sums, 81 a
+-- token at MHAR's shape, gained nothing from it: they are off its critical
+-- path, bench/results/cpu-tune-2026-12-05.md.)
 function M.lane_sums(vec)
   local levels = {}
   local block, m = vec // 2, vec
@@ -452,27 +454,22 @@ static inline vf transpose_sum(const vf *v)
 ${levels}    return u[0];
 }
 
-/* out[i] = the sum of v[i]'s lanes for i < count: ${VEC} at a time, and a
- * last few (a quarter of ${VEC} or fewer) one by one. v is not const: GCC 12
- * takes a const pointer to an array that loops in other functions fill
- * for a read of uninitialised memory, and warns. */
-static inline void lane_sums(vf *v, int count, float *out)
+/* out[i] = the sum of v[i]'s lanes for i < count, ${VEC} at a time; the last
+ * group is padded with zero vectors. */
+static inline void lane_sums(const vf *v, int count, float *out)
 {
     int i = 0;
     for (; i + ${VEC} <= count; i += ${VEC})
         store_f32(out + i, transpose_sum(v + i));
-    if (count - i > ${QUARTER}) {
-        vf pad[${VEC}], sum;
+    if (i < count) {
+        vf pad[${VEC}];
         for (int j = 0; j < ${VEC}; j++)
             pad[j] = i + j < count ? v[i + j] : (vf){0};
-        sum = transpose_sum(pad);
+        const vf sum = transpose_sum(pad);
         memcpy(out + i, &sum, (size_t)(count - i) * sizeof *out);
-        return;
     }
-    for (; i < count; i++)
-        out[i] = hsum(v[i]);
 }
-]], { VEC = vec, QUARTER = vec // 4, levels = table.concat(levels) })
+]], { VEC = vec, levels = table.concat(levels) })
 end
 
 return M
