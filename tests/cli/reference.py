@@ -140,3 +140,11 @@ def phase2(o1, lse, partial, query, gain=None, heads=1, eps=1e-6, scale=1.0, sub
             rs = _inv_rms(o, out_eps)
             normed.append([o[k] * rs * out_gain[k] for k in range(d)])
     return out, normed, partial_new
+
+
+def worst(errors):
+    """The largest of the errors, or NaN if any is NaN: max() keeps whichever
+    argument it met first when the other is a NaN, so a NaN in an output
+    compared after the first would pass unseen."""
+    errors = list(errors)
+    return math.nan if any(math.isnan(e) for e in errors) else max(errors)

@@ -107,7 +107,7 @@ def check_phase1(name, n, s, t, d, heads=1, dtype="f32", gains=True, scale=1.0):
         report(False, name, "shapes %s %s" % (shape_o, shape_l))
         return
     tol = 1e-5 if dtype == "f32" else 1e-2
-    err = max(rel_err(got_o, flat(want_o)), rel_err(got_l, flat(want_l)))
+    err = reference.worst([rel_err(got_o, flat(want_o)), rel_err(got_l, flat(want_l))])
     report(err <= tol, name, "rel err %.2e (tol %.0e)" % (err, tol))
 
 
@@ -157,7 +157,7 @@ def check_phase2(name, t, d, heads=1, dtype="f32", fuse=False, epilogue=False, g
             report(False, name, "wrote a partial without --partial-out")
             return
     tol = 1e-5 if dtype == "f32" else 1e-2
-    err = max(errs)
+    err = reference.worst(errs)
     report(err <= tol, name, "rel err %.2e (tol %.0e)" % (err, tol))
 
 
@@ -214,11 +214,12 @@ def check_identity(name, n, s, t, d, heads=1, fuse=False, epilogue=False):
                 if res.returncode != 0:
                     report(False, name, "%s exit %d: %s" % (what, res.returncode, res.stderr.strip()))
                     return
-            worst = max(worst, rel_err(read(p("two_%d.npy" % j))[1], read(p("mix_%d.npy" % j))[1]))
+            worst = reference.worst([worst, rel_err(read(p("two_%d.npy" % j))[1], read(p("mix_%d.npy" % j))[1])])
             if epilogue:
-                worst = max(worst, rel_err(read(p("two_n_%d.npy" % j))[1], read(p("mix_n_%d.npy" % j))[1]))
+                worst = reference.worst([worst, rel_err(read(p("two_n_%d.npy" % j))[1],
+                                                        read(p("mix_n_%d.npy" % j))[1])])
             if fuse:
-                worst = max(worst, rel_err(read(p("b2_%d.npy" % j))[1], flat(b)))
+                worst = reference.worst([worst, rel_err(read(p("b2_%d.npy" % j))[1], flat(b))])
     report(worst <= 1e-5, name, "phase1+phase2 vs mix rel err %.2e (tol 1e-05)" % worst)
 
 
