@@ -292,7 +292,7 @@ local function mix_tiled(p)
   -- Streaming stores need whole lines: the last steps go by two vectors.
   local tail = p.stream == 1 and 2 or 1
   local function step(w, indent)
-    return gen.indent(gen.subst([==[
+    return (gen.indent(gen.subst([==[
 vf acc[${W}][${SB}];
 #pragma GCC unroll ${W}
 for (int c = 0; c < ${W}; c++)
@@ -316,7 +316,7 @@ for (int b = 0; b < ${SB}; b++)
         for (int c = 0; c < ${W}; c++)
             ${STORE}(orow[b] + kb + c * ${VEC}, acc[c][b]);
 ]==], { W = w, SB = tile.sites, VEC = p.vec,
-        STORE = p.stream == 1 and "stream_row" or "store_row" }), indent):gsub("\n +#", "\n#")
+        STORE = p.stream == 1 and "stream_row" or "store_row" }), indent):gsub("\n +#", "\n#"))
   end
   return gen.subst([==[
         /* Per group of ${SB} sites, one pass along each head's columns: the
@@ -350,10 +350,10 @@ function T.emit(p)
   local sweep = ({ siteouter = mix_siteouter, sourceouter = mix_sourceouter,
                    tiled = mix_tiled })[p.schedule](p)
   local vars = {
-    helpers = storage.helpers(p.dtype, p.vec) .. (p.vec > 1 and storage.lane_sums(p.vec) or ""),
+    helpers = storage.helpers(p.dtype, p.vec),
     row_stats = rowops.row_stats(p),
     head_dot = p.scores == "persite" and rowops.head_dot(p) or "",
-    tiled = p.scores == "tiled" and tiled_dots(p) or "",
+    tiled = p.scores == "tiled" and (storage.lane_sums(p.vec) .. tiled_dots(p)) or "",
     scores = scores(p),
     stream = p.stream == 0 and "" or storage.stream_helpers(p.vec),
     fence = p.stream == 0 and "" or [[
