@@ -310,6 +310,8 @@ static void print_runs_long(const ardb_run_info *r, size_t n)
         printf("  roofline     %.1f GB/s copy, %s, %.2f us empty launch\n", r[i].copy_gbps, read, r[i].launch_us);
         if (r[i].ceilings)
             printf("  ceilings     %s\n", r[i].ceilings);
+        if (r[i].stages)
+            printf("  stages       %s\n", r[i].stages);
         printf("  recorded     %" PRId64 " measurement(s), %" PRId64 " winner(s)\n\n", r[i].measurements,
                r[i].winners);
     }
@@ -335,7 +337,8 @@ void db_print_run_json(FILE *out, const ardb_run_info *r)
              {"policy_json", r->policy_json},
              {"device", r->device_name},
              {"device_fingerprint", r->device_fingerprint},
-             {"ceilings", r->ceilings}};
+             {"ceilings", r->ceilings},
+             {"stages", r->stages}};
     fprintf(out, "{\"id\": %" PRId64, r->id);
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         fprintf(out, ", \"%s\": ", s[i].k);

@@ -647,9 +647,10 @@ int ardb_run_finish(ardb *db, int64_t run_id, const char *status)
     return ARDB_DONE;
 }
 
-int ardb_run_set_ceilings(ardb *db, int64_t run_id, const char *json)
+/* Sets one JSON column of a run (the column and statement are fixed by the
+ * callers below, never from input). */
+static int run_set_json(ardb *db, int stmt, const char *sql, const char *what, int64_t run_id, const char *json)
 {
-    static const char sql[] = "UPDATE runs SET ceilings = ? WHERE id = ?";
     sqlite3_stmt *st;
     ardb_binder b;
     int code;
@@ -657,22 +658,32 @@ int ardb_run_set_ceilings(ardb *db, int64_t run_id, const char *json)
     if (!db)
         return ARDB_EINVAL;
     if (!json || json[0] != '{')
-        return ardb__fail(db, ARDB_EINVAL,
-                          "ardb_run_set_ceilings: the ceilings must be a JSON object");
+        return ardb__fail(db, ARDB_EINVAL, "recording the run's %s: it must be a JSON object", what);
     if ((code = ardb__check_writable(db)) ||
-        (code = ardb__stmt(db, ST_RUN_CEILINGS, sql, &st)))
+        (code = ardb__stmt(db, stmt, sql, &st)))
         return code;
     b = (ardb_binder){st, SQLITE_OK, 0};
     ardb__bind_text(&b, json);
     ardb__bind_int64(&b, run_id);
     if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "run ceilings");
-    if ((code = step_done(db, st, "run ceilings")))
+        return bind_fail(db, st, b.rc, what);
+    if ((code = step_done(db, st, what)))
         return code;
     if (sqlite3_changes(db->h) == 0)
         return ardb__fail(db, ARDB_ENOTFOUND, "no run with id %" PRId64,
                           run_id);
     return ARDB_DONE;
+}
+
+int ardb_run_set_ceilings(ardb *db, int64_t run_id, const char *json)
+{
+    return run_set_json(db, ST_RUN_CEILINGS, "UPDATE runs SET ceilings = ? WHERE id = ?", "ceilings", run_id,
+                        json);
+}
+
+int ardb_run_set_stages(ardb *db, int64_t run_id, const char *json)
+{
+    return run_set_json(db, ST_RUN_STAGES, "UPDATE runs SET stages = ? WHERE id = ?", "stages", run_id, json);
 }
 
 /* ---- problems --------------------------------------------------------------- */

@@ -26,7 +26,7 @@
  * read-write open migrates an older file in place, keeping a copy as
  * PATH.v<N>.bak; a read-only open reads it as it is (every device of a file
  * older than v4 is real). */
-#define ARDB_SCHEMA_VERSION 6
+#define ARDB_SCHEMA_VERSION 7
 
 /* Return codes of every ardb_ function. */
 enum {
@@ -124,6 +124,10 @@ int ardb_run_finish(ardb *db, int64_t run_id, const char *status);
  * recorded before (a run records them when it starts and again with the
  * check of its winners). EINVAL unless json starts with '{'. */
 int ardb_run_set_ceilings(ardb *db, int64_t run_id, const char *json);
+/* Records where the run's time went (schema v7): a JSON object of seconds
+ * and counts per stage (tuner/include/tune_stages.h), replacing what was
+ * recorded before. EINVAL unless json starts with '{'. */
+int ardb_run_set_stages(ardb *db, int64_t run_id, const char *json);
 
 /* ---- problems --------------------------------------------------------- */
 typedef struct ardb_problem {

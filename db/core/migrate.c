@@ -91,13 +91,21 @@ static const char delta_v6[] =
     "UPDATE attnres_meta SET value = '6' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 6;\n";
 
+/* v6 -> v7: runs.stages, where the run's time went (JSON: seconds and
+ * counts per stage, tuner/include/tune_stages.h). Runs recorded before v7,
+ * and revalidation runs, hold NULL. */
+static const char delta_v7[] =
+    "ALTER TABLE runs ADD COLUMN stages TEXT;\n"
+    "UPDATE attnres_meta SET value = '7' WHERE key = 'schema_version';\n"
+    "PRAGMA user_version = 7;\n";
+
 typedef struct delta {
     int64_t to;
     const char *sql;
 } delta;
 
 static const delta deltas[] = {
-    {2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}, {6, delta_v6}};
+    {2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}, {6, delta_v6}, {7, delta_v7}};
 
 int ardb__user_version(ardb *db, const char *schema, int64_t *version)
 {

@@ -46,6 +46,8 @@ typedef struct ardb_run_info {
                                       not recorded */
     char *ceilings;                /* the ceilings JSON (v6); NULL where not
                                       recorded */
+    char *stages;                  /* where the run's time went, JSON (v7);
+                                      NULL where not recorded */
     int64_t measurements;          /* recorded in this run */
     int64_t winners;               /* problems this run chose a winner for */
     int device_simulated;          /* 1: the run's device is simulated (v4);

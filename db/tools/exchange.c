@@ -173,12 +173,13 @@ int ardb_export_json(ardb *db, unsigned flags, ardb_write_fn fn, void *ctx)
              " AS device_simulated,"
              " r.policy_json AS policy_json, r.strategy AS strategy,"
              " r.copy_gbps AS copy_gbps, r.launch_us AS launch_us,"
-             " %s AS read_gbps, %s AS note, %s AS ceilings"
+             " %s AS read_gbps, %s AS note, %s AS ceilings, %s AS stages"
              " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
              " ORDER BY r.id",
              uid, sim, ardb__run_read_gbps_expr(version),
              version >= 2 ? "r.note" : "NULL",
-             version >= 6 ? "r.ceilings" : "NULL");
+             version >= 6 ? "r.ceilings" : "NULL",
+             version >= 7 ? "r.stages" : "NULL");
     snprintf(sql[2], sizeof sql[2],
              "SELECT m.id AS id, %s AS run, p.key AS problem,"
              " c.variant AS variant, c.source_hash AS source_hash,"
@@ -470,11 +471,11 @@ static const char *const merge_steps[] = {
     "INSERT INTO main.runs(started_at, finished_at, status, user, host,"
     " command, project_version, templates_hash, compiler, driver, device_id,"
     " policy_json, strategy, copy_gbps, launch_us, uid, note, read_gbps,"
-    " ceilings)"
+    " ceilings, stages)"
     " SELECT r.started_at, r.finished_at, r.status, r.user, r.host,"
     " r.command, r.project_version, r.templates_hash, r.compiler, r.driver,"
     " md.dst, r.policy_json, r.strategy, r.copy_gbps, r.launch_us, %1$s, %2$s,"
-    " %3$s, %4$s"
+    " %3$s, %4$s, %5$s"
     " FROM ardb_src.runs r LEFT JOIN temp.ardb_map_device md"
     " ON md.src = r.device_id"
     " WHERE NOT EXISTS (SELECT 1 FROM main.runs x WHERE x.uid = %1$s)"
@@ -535,13 +536,14 @@ static const char *const merge_steps[] = {
     " ON CONFLICT(run_id, problem_id, device_id) DO NOTHING",
 };
 
-/* Substitutes %1$s to %4$s of a step (snprintf's positional form; a step
+/* Substitutes %1$s to %5$s of a step (snprintf's positional form; a step
  * may use only the leading ones). */
 static int format_step(char *buf, size_t len, const char *step,
                        const char *uid, const char *note,
-                       const char *read_gbps, const char *ceilings)
+                       const char *read_gbps, const char *ceilings,
+                       const char *stages)
 {
-    int n = snprintf(buf, len, step, uid, note, read_gbps, ceilings);
+    int n = snprintf(buf, len, step, uid, note, read_gbps, ceilings, stages);
     return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
@@ -566,13 +568,14 @@ static int merge_attached(ardb *db, int64_t src_version,
         if (strstr(merge_steps[i], "ardb_src.devices s")) {
             if (format_step(sql, sizeof sql, merge_steps[i],
                             ardb__device_simulated_expr(src_version, "s"),
-                            NULL, NULL, NULL))
+                            NULL, NULL, NULL, NULL))
                 return ardb__fail(db, ARDB_ESQL, "merge: statement too long");
         } else if (strstr(merge_steps[i], "%1$s")) {
             if (format_step(sql, sizeof sql, merge_steps[i], uid,
                             src_version >= 2 ? "r.note" : "NULL",
                             ardb__run_read_gbps_expr(src_version),
-                            src_version >= 6 ? "r.ceilings" : "NULL"))
+                            src_version >= 6 ? "r.ceilings" : "NULL",
+                            src_version >= 7 ? "r.stages" : "NULL"))
                 return ardb__fail(db, ARDB_ESQL, "merge: statement too long");
         } else {
             snprintf(sql, sizeof sql, "%s", merge_steps[i]);
@@ -703,7 +706,7 @@ static const char staging_ddl[] =
     " user TEXT, host TEXT, command TEXT, project_version TEXT,"
     " templates_hash TEXT, compiler TEXT, driver TEXT, device_id INTEGER,"
     " policy_json TEXT, strategy TEXT, copy_gbps REAL, launch_us REAL,"
-    " read_gbps REAL, ceilings TEXT);"
+    " read_gbps REAL, ceilings TEXT, stages TEXT);"
     "CREATE TABLE ardb_src.measurements(id INTEGER PRIMARY KEY,"
     " run_id INTEGER NOT NULL, candidate_id INTEGER NOT NULL,"
     " problem_id INTEGER NOT NULL, device_id INTEGER NOT NULL,"
@@ -781,7 +784,9 @@ static const import_field run_fields[] = {
     /* Optional, as the devices' own: absent means a real device. */
     {"device_simulated", 'i', 0, 0},
     /* Optional: exports of builds before schema v6 do not carry it. */
-    {"ceilings", 's', 0, 0}};
+    {"ceilings", 's', 0, 0},
+    /* Optional: exports of builds before schema v7 do not carry it. */
+    {"stages", 's', 0, 0}};
 static const import_field measurement_fields[] = {
     {"id", 'i', 1, 0},         {"run", 's', 1, 0},       {"problem", 's', 1, 0},
     {"variant", 's', 1, 0},    {"source_hash", 's', 1, 0}, {"device", 's', 1, 0},
@@ -819,12 +824,12 @@ static const import_section sections[] = {
      "INSERT INTO ardb_src.runs(uid, note, started_at, finished_at, status,"
      " user, host, command, project_version, templates_hash, compiler, driver,"
      " device_id, policy_json, strategy, copy_gbps, launch_us, read_gbps,"
-     " ceilings)"
+     " ceilings, stages)"
      " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,"
      " CASE WHEN ?13 IS NULL THEN NULL ELSE"
      "  (SELECT id FROM ardb_src.devices WHERE fingerprint = ?13"
      "   AND simulated = COALESCE(?19, 0)) END,"
-     " ?14, ?15, ?16, ?17, CASE WHEN ?18 > 0 THEN ?18 END, ?20)",
+     " ?14, ?15, ?16, ?17, CASE WHEN ?18 > 0 THEN ?18 END, ?20, ?21)",
      run_fields, COUNT_OF(run_fields), NULL},
     {"measurements",
      "INSERT INTO ardb_src.measurements(id, run_id, problem_id, candidate_id,"

@@ -25,6 +25,7 @@ void ardb_run_info_clear(ardb_run_info *r)
     free(r->uid);
     free(r->note);
     free(r->ceilings);
+    free(r->stages);
     free(r->started_at);
     free(r->finished_at);
     free(r->status);
@@ -85,6 +86,7 @@ static int read_run(sqlite3_stmt *st, ardb_run_info *r)
     r->winners = sqlite3_column_int64(st, c++);
     r->device_simulated = sqlite3_column_int(st, c++) != 0;
     r->ceilings = ardb__col_dup(st, c++, &oom);
+    r->stages = ardb__col_dup(st, c++, &oom);
     if (oom) {
         ardb_run_info_clear(r);
         return -1;
@@ -113,13 +115,13 @@ static int query_runs(ardb *db, int64_t run_id, ardb_run_info **out,
              " r.copy_gbps, r.launch_us, %s,"
              " (SELECT count(*) FROM measurements m WHERE m.run_id = r.id),"
              " (SELECT count(*) FROM winners w WHERE w.run_id = r.id),"
-             " COALESCE(%s, 0), %s"
+             " COALESCE(%s, 0), %s, %s"
              " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
              " WHERE ?1 = 0 OR r.id = ?1 ORDER BY r.id",
              ardb__run_uid_expr(version), version >= 2 ? "r.note" : "NULL",
              ardb__run_read_gbps_expr(version),
              ardb__device_simulated_expr(version, "d"),
-             version >= 6 ? "r.ceilings" : "NULL");
+             version >= 6 ? "r.ceilings" : "NULL", version >= 7 ? "r.stages" : "NULL");
     if ((code = ardb__prepare(db, sql, &st, "list runs")))
         return code;
     if ((rc = sqlite3_bind_int64(st, 1, run_id)) != SQLITE_OK)

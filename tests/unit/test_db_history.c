@@ -291,7 +291,7 @@ static void test_v1_file_read_only_then_migrated(void)
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'read_gbps'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
     char *v = NULL;
-    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "6") == 0);
+    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "7") == 0);
     free(v);
     v = NULL;
     CHECK(ardb_meta_get(db, "migrated_from_v1", &v) == ARDB_DONE && v && strstr(v, "backup") &&
@@ -357,12 +357,12 @@ static void test_v1_file_read_only_then_migrated(void)
 
     /* A newer file is refused, read-only or not, and left alone. */
     REQUIRE(make_v1("newer.db", path, sizeof path) == 0);
-    REQUIRE(raw_exec(path, "PRAGMA user_version = 7;") == SQLITE_OK);
+    REQUIRE(raw_exec(path, "PRAGMA user_version = 8;") == SQLITE_OK);
     db = (ardb *)1;
     CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_ENEWER && db == NULL);
-    CHECK(strstr(msg, "database schema version 7 is newer than this build (6)") != NULL);
+    CHECK(strstr(msg, "database schema version 8 is newer than this build (7)") != NULL);
     CHECK(ardb_open(path, ARDB_READONLY, &db, msg, sizeof msg) == ARDB_ENEWER);
-    CHECK(raw_int(path, "PRAGMA user_version") == 7);
+    CHECK(raw_int(path, "PRAGMA user_version") == 8);
 }
 
 static void test_v2_file_read_only_then_migrated(void)
@@ -552,7 +552,7 @@ static void test_v3_file_read_only_then_migrated(void)
     CHECK(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE name = 'ardb_v4_devices'") == 0);
     {
         char *v = NULL;
-        CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "6") == 0);
+        CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "7") == 0);
         free(v);
         v = NULL;
         CHECK(ardb_meta_get(db, "migrated_from_v3", &v) == ARDB_DONE && v && strstr(v, "v3.db.v3.bak"));
@@ -833,7 +833,7 @@ static void test_merge_without_duplicates(void)
     path_in_tmp(path, sizeof path, "missing.db");
     CHECK(ardb_merge(db, path, &s) == ARDB_ENOTDB && strstr(ardb_errmsg(db), "no such database file"));
     REQUIRE(make_v1("newer-src.db", path, sizeof path) == 0);
-    REQUIRE(raw_exec(path, "PRAGMA user_version = 7;") == SQLITE_OK);
+    REQUIRE(raw_exec(path, "PRAGMA user_version = 8;") == SQLITE_OK);
     CHECK(ardb_merge(db, path, &s) == ARDB_ENEWER);
     CHECK(ardb_begin(db) == ARDB_DONE);
     CHECK(ardb_merge(db, shard, &s) == ARDB_EINVAL && strstr(ardb_errmsg(db), "transaction"));
@@ -1070,9 +1070,12 @@ static void test_csv_export(void)
 
 int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    if (argc < 2 || !(fixture_sql = read_text(argv[1]))) {
-        fprintf(stderr, "usage: test_db_history FIXTURE.sql (tests/unit/fixtures/db_v1.sql)\n");
+    /* --list runs no case, so it needs no fixture. */
+    if (!check_listing && (argc < 2 || !(fixture_sql = read_text(argv[1])))) {
+        fprintf(stderr, "usage: test_db_history [--list] [--case NAME]... FIXTURE.sql "
+                        "(tests/unit/fixtures/db_v1.sql)\n");
         return 2;
     }
     snprintf(tmpdir, sizeof tmpdir, "%s/test_db_history.XXXXXX", base);

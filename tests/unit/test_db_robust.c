@@ -475,6 +475,7 @@ static void test_v4_file_migrated_to_v5(void)
     CHECK(ardb_run_begin(db, &r, &id) == ARDB_DONE);
     ardb_close(db);
     REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN owner; ALTER TABLE runs DROP COLUMN ceilings;"
+                           " ALTER TABLE runs DROP COLUMN stages;"
                            " PRAGMA user_version = 4;"
                            " UPDATE attnres_meta SET value = '4' WHERE key = 'schema_version'") == SQLITE_OK);
     db = open_db(path, ARDB_READONLY);
@@ -488,7 +489,7 @@ static void test_v4_file_migrated_to_v5(void)
     CHECK(stat(bak, &sb) == 0);
     char *v = raw_text(path, "PRAGMA user_version"), *bv = raw_text(bak, "PRAGMA user_version");
     char *col = raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'owner'");
-    CHECK(v && strcmp(v, "6") == 0 && bv && strcmp(bv, "4") == 0 && col && strcmp(col, "1") == 0);
+    CHECK(v && atoi(v) == ARDB_SCHEMA_VERSION && bv && strcmp(bv, "4") == 0 && col && strcmp(col, "1") == 0);
     free(v);
     free(bv);
     free(col);
@@ -511,7 +512,7 @@ static void test_v5_file_migrated_to_v6(void)
     CHECK(ardb_run_begin(db, &r, &old_id) == ARDB_DONE);
     CHECK(ardb_run_finish(db, old_id, "complete") == ARDB_DONE);
     ardb_close(db);
-    REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN ceilings; PRAGMA user_version = 5;"
+    REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN ceilings; ALTER TABLE runs DROP COLUMN stages; PRAGMA user_version = 5;"
                            " UPDATE attnres_meta SET value = '5' WHERE key = 'schema_version'") == SQLITE_OK);
     db = open_db(path, ARDB_READONLY);
     REQUIRE(db != NULL);
@@ -525,7 +526,7 @@ static void test_v5_file_migrated_to_v6(void)
     REQUIRE(db != NULL);
     CHECK(stat(bak, &sb) == 0);
     char *v = raw_text(path, "PRAGMA user_version"), *bv = raw_text(bak, "PRAGMA user_version");
-    CHECK(v && strcmp(v, "6") == 0 && bv && strcmp(bv, "5") == 0);
+    CHECK(v && atoi(v) == ARDB_SCHEMA_VERSION && bv && strcmp(bv, "5") == 0);
     free(v);
     free(bv);
     CHECK(ardb_run_get(db, old_id, &info) == ARDB_DONE && info.ceilings == NULL);
@@ -573,8 +574,9 @@ static void test_v5_file_migrated_to_v6(void)
     ardb_close(db);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(tmpdir, sizeof tmpdir, "%s/test_db_robust.XXXXXX", base);
     if (!mkdtemp(tmpdir)) {
