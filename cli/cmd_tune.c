@@ -216,6 +216,15 @@ static void record_ceilings(tuner *t, const ceiling_check *c)
         cli_error("tune", "recording the ceilings: %s", ardb_errmsg(t->db));
 }
 
+/* Records where the run's time went (tune_stages.h) with the run. */
+static void record_stages(tuner *t)
+{
+    char json[1024];
+    tune_stages_json(&t->stages, json, sizeof json);
+    if (ardb_run_set_stages(t->db, t->run_id, json) != ARDB_DONE)
+        cli_error("tune", "recording where the time went: %s", ardb_errmsg(t->db));
+}
+
 static int begin_run(tuner *t, int argc, char **argv)
 {
     ardb_device d = {.backend = t->dev->backend, .name = t->dev->name, .arch = t->dev->arch,
@@ -311,10 +320,12 @@ int cmd_tune(int argc, char **argv)
     measure_policy_default(&t.policy, t.dev);
     if (load_templates(&t))
         goto done;
+    double c0 = now_s();
     if (rooflines_measure(t.dev, &t.roof) != ATTNRES_OK) {
         cli_error("tune", "measuring the device: %s", attnres_device_errmsg(t.dev));
         goto done;
     }
+    tune_stages_add(&t.stages, STAGE_CEILINGS, now_s() - c0, 0);
     char roof[200];
     rooflines_format(&t.roof, roof, sizeof roof);
     log_line(&t, "device %s: %s, %s", spec, t.dev->name, roof);
@@ -331,10 +342,15 @@ int cmd_tune(int argc, char **argv)
     char report[4096];
     check_winners(&t, rows, set.count, &check, report, sizeof report);
     record_ceilings(&t, &check);
+    t.stages.total_s = now_s() - start;
+    record_stages(&t);
     ardb_run_finish(t.db, t.run_id, ok ? "complete" : "failed");
     print_table(&t, rows, set.count, &check, report);
+    char stages[2048];
+    tune_stages_format(&t.stages, stages, sizeof stages);
+    printf("\n%s", stages);
     printf("\nrun %" PRId64 ": %zu measured, %zu reused, %zu not ok, %.1f s; database %s\n", t.run_id, t.measured,
-           t.reused, t.failed, now_s() - start, t.opt.db);
+           t.reused, t.failed, t.stages.total_s, t.opt.db);
     exit_code = ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 done:
     free(rows);

@@ -12,6 +12,8 @@
  *   device.h  the device handle, its backend vtable, loaded kernels
  *             (ar_kernel) and launches of a kernel that is not in a plan;
  *   sha256.h  the hash of sources and build keys;
+ *   binary_cache.h  compiled kernels on disk by build key, and their seal,
+ *             which the tuner reads before it compiles;
  *   miss_file.h  the record of untuned problems the runtime writes, which
  *             `attnres tune --from-misses` reads back;
  *   nvrtc.h   NVRTC and the compiler's resource report. Its functions
@@ -21,6 +23,7 @@
 #ifndef ATTNRES_IMPL_H
 #define ATTNRES_IMPL_H
 
+#include "../src/binary_cache.h"
 #include "../src/device.h"
 #include "../src/miss_file.h"
 #include "../src/sha256.h"

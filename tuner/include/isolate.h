@@ -36,6 +36,9 @@ typedef struct job_result {
      * median absolute deviation of that ratio, and the pass's median GB/s;
      * NaN without a pass. */
     double paired, paired_spread, pair_gbps;
+    /* Seconds the measurement spent verifying and timing (in the child,
+     * when isolated), for the run's breakdown (tune_stages.h). */
+    double verify_s, time_s;
     char message[512];
 } job_result;
 

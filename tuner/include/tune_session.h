@@ -16,6 +16,7 @@
 #include "measure.h"
 #include "problems.h"
 #include "rooflines.h"
+#include "tune_stages.h"
 
 typedef enum strategy {
     STRATEGY_HALVING,    /* screen all cheaply, measure the best fully */
@@ -60,6 +61,7 @@ typedef struct tuner {
     source_entry **sources; /* stable pointers: candidates keep them */
     size_t nsources;
     size_t reused, measured, failed; /* candidate counts over the run */
+    tune_stages stages;              /* where the run's time went */
 } tuner;
 
 /* One row of the winners table. */

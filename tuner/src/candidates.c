@@ -118,6 +118,14 @@ typedef struct compile_pool {
     pthread_mutex_t store; /* one worker at a time uses the database */
 } compile_pool;
 
+/* The kernel cache (binary_cache.h) holds what the runtime loaded or the
+ * tuner compiled, by build key, for every database of the machine. Only
+ * sealed binaries (the CPU's) are taken from it: the seal proves the bytes
+ * are what a compiler wrote, and a CPU build has no resource report to
+ * lose. A GPU build's report (registers, spills) exists only when it is
+ * compiled, so GPU variants are always compiled. */
+static int kernel_cache_usable(const tuner *t) { return strcmp(t->dev->backend, "cpu") == 0; }
+
 /* Stores e's fresh binary (one short transaction) and frees it. A variant
  * that the GPU compiler reports as spilling is pruned, and its binary still
  * stored, so that a resumed run does not compile it again. */
@@ -140,8 +148,30 @@ static void store_binary(tuner *t, source_entry *e)
                      .size = e->blob_size, .resources_json = e->resources[0] ? e->resources : NULL};
     if (ardb_binary_put(t->db, &b) == ARDB_DONE)
         e->have_binary = 1;
+    /* Into the kernel cache too, where another database's run (or this
+     * one's, killed before it measured) finds it (from_kernel_cache). */
+    char path[4200];
+    if (kernel_cache_usable(t) && ar_cache_path(e->build_key, "", path, sizeof path) == 0)
+        ar_cache_store(path, e->blob, e->blob_size); /* best effort: a miss costs a compile */
     free(e->blob);
     e->blob = NULL;
+}
+
+/* Takes e's binary from the kernel cache and stores it in the database;
+ * 0 when it was there, intact. */
+static int from_kernel_cache(tuner *t, source_entry *e)
+{
+    char path[4200];
+    if (!kernel_cache_usable(t) || ar_cache_path(e->build_key, "", path, sizeof path) != 0 ||
+        ar_read_file(path, &e->blob, &e->blob_size) != 0)
+        return -1;
+    if (ar_blob_check(e->blob, e->blob_size) != 0) {
+        free(e->blob);
+        e->blob = NULL;
+        return -1;
+    }
+    store_binary(t, e);
+    return e->have_binary ? 0 : -1;
 }
 
 static void *compile_worker(void *arg)
@@ -170,13 +200,9 @@ static void *compile_worker(void *arg)
     }
 }
 
-/* Compiles every source that has no binary yet, jobs at a time, storing
- * each binary as it is built. */
-void compile_missing(tuner *t, source_entry **todo, size_t count)
+/* Runs the compile pool over todo[0..count). */
+static void compile_pool_run(tuner *t, source_entry **todo, size_t count)
 {
-    if (count == 0)
-        return;
-    double t0 = now_s();
     compile_pool cp = {t, todo, count, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
     int jobs = t->opt.jobs < (int)count ? t->opt.jobs : (int)count;
     pthread_t th[256];
@@ -188,9 +214,67 @@ void compile_missing(tuner *t, source_entry **todo, size_t count)
         compile_worker(&cp);
     for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
+}
+
+/* e has the build key of a variant compile_missing just handled: it takes
+ * that variant's outcome (the binary is stored by build key already). */
+static void share_outcome(tuner *t, source_entry *e)
+{
+    for (size_t i = 0; i < t->nsources; i++) {
+        source_entry *o = t->sources[i];
+        if (o == e || strcmp(o->build_key, e->build_key) != 0 || (!o->have_binary && !o->compile_failed))
+            continue;
+        e->have_binary = o->have_binary;
+        e->compile_failed = o->compile_failed;
+        e->pruned = o->pruned;
+        snprintf(e->resources, sizeof e->resources, "%s", o->resources);
+        if (o->compile_log && !e->compile_log)
+            e->compile_log = strdup(o->compile_log);
+        return;
+    }
+}
+
+/* Compiles every source that has no binary yet, jobs at a time, storing
+ * each binary as it is built. */
+void compile_missing(tuner *t, source_entry **todo, size_t count)
+{
+    if (count == 0)
+        return;
+    double t0 = now_s();
+    /* Variants with one source (CPU variants that differ only in their
+     * thread count) share one build key: the first is compiled, the others
+     * take its outcome afterwards. What the kernel cache holds is not
+     * compiled again. The rest keeps its order. */
+    source_entry **same = malloc(count * sizeof *same);
+    char *dup = calloc(count, 1);
+    size_t cached = 0, left = 0, nsame = 0;
+    for (size_t i = 0; same && dup && i < count; i++)
+        for (size_t j = 0; j < i && !dup[i]; j++)
+            dup[i] = strcmp(todo[j]->build_key, todo[i]->build_key) == 0;
+    for (size_t i = 0; i < count; i++) {
+        if (same && dup && dup[i])
+            same[nsame++] = todo[i];
+        else if (from_kernel_cache(t, todo[i]) == 0)
+            cached++;
+        else
+            todo[left++] = todo[i];
+    }
+    free(dup);
+    if (left)
+        compile_pool_run(t, todo, left);
+    for (size_t i = 0; i < nsame; i++)
+        share_outcome(t, same[i]);
+    free(same);
     size_t failed = 0;
-    for (size_t i = 0; i < count; i++)
+    for (size_t i = 0; i < left; i++)
         failed += todo[i]->compile_failed;
-    log_line(t, "compiled %zu variant(s) in %.1f s with %d job(s)%s", count, now_s() - t0, jobs,
-             failed ? " (some failed, recorded as compile_failed)" : "");
+    tune_stages_add(&t->stages, STAGE_COMPILE, now_s() - t0, left);
+    if (cached)
+        log_line(t, "%zu variant(s) found in the kernel cache", cached);
+    if (left)
+        log_line(t, "compiled %zu variant(s) in %.1f s with %d job(s)%s", left, now_s() - t0,
+                 t->opt.jobs < (int)left ? t->opt.jobs : (int)left,
+                 failed ? " (some failed, recorded as compile_failed)" : "");
+    if (nsame)
+        log_line(t, "%zu variant(s) share the source of one compiled or found above", nsame);
 }

@@ -1,6 +1,7 @@
 /* isolate.c - see isolate.h. */
 #define _GNU_SOURCE
 #include "isolate.h"
+#include "tuner_base.h"
 
 #include <errno.h>
 #include <math.h>
@@ -51,7 +52,9 @@ static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *
     if (load(dev, k, &kern, r) != ATTNRES_OK)
         return;
     if (opt->verify) {
+        double t0 = now_s();
         int rc = bench_case_verify(bc, &kern, &r->rel_err);
+        r->verify_s = now_s() - t0;
         if (rc != ATTNRES_OK) {
             r->status = ARDB_STATUS_LAUNCH_FAILED;
             set_message(r, "launch failed: %s", attnres_device_errmsg(dev));
@@ -67,7 +70,9 @@ static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *
         }
     }
     if (opt->policy.max_reps > 0) {
+        double t0 = now_s();
         int rc = bench_case_time(bc, &kern, &opt->policy, &r->tm);
+        r->time_s = now_s() - t0;
         if (rc != ATTNRES_OK) {
             r->status = ARDB_STATUS_LAUNCH_FAILED;
             set_message(r, "timed launch failed: %s", attnres_device_errmsg(dev));
@@ -178,13 +183,6 @@ static int write_all(int fd, const void *p, size_t n)
         n -= (size_t)w;
     }
     return 0;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Runs fn in a child with its own CPU device and collects k results. */

@@ -79,9 +79,10 @@ static int job_kernel_for(tuner *t, source_entry *e, job_kernel *k, void **blob)
     return 0;
 }
 
-/* Measures one candidate (verifying it when `verify`) and records it. */
+/* Measures one candidate (verifying it when `verify`) and records it;
+ * its time goes to stage `st` of the run's breakdown. */
 static void measure_one(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref *c, const measure_policy *pol,
-                        int verify, const char *stage)
+                        int verify, const char *stage, tune_stage st)
 {
     job_result r;
     memset(&r, 0, sizeof r);
@@ -108,7 +109,12 @@ static void measure_one(tuner *t, bench_case *bc, int64_t problem_id, candidate_
     }
     job_options opt = {.verify = verify, .policy = *pol, .time_limit_s = t->opt.time_limit_s,
                        .isolate = t->opt.isolate};
+    double t0 = now_s();
     job_measure(t->dev, bc, &k, &opt, &r);
+    double wall = now_s() - t0;
+    tune_stages_add(&t->stages, STAGE_VERIFY, r.verify_s, verify);
+    tune_stages_add(&t->stages, st, r.time_s, 1);
+    tune_stages_add(&t->stages, STAGE_ISOLATION, wall - r.verify_s - r.time_s, 1);
     free(blob);
     record(t, problem_id, c, &r, bc, stage);
 }
@@ -351,8 +357,11 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
     }
     candidate_ref *cands;
     size_t n;
+    double g0 = now_s();
+    size_t emitted = t->nsources;
     if (collect(t, tp, &cands, &n))
         return -1;
+    tune_stages_add(&t->stages, STAGE_GENERATION, now_s() - g0, t->nsources - emitted);
     double t0 = now_s();
     /* Resume: the database is the cache. A candidate measured before with
      * the same build key (source, compiler, options, target) is reused. */
@@ -437,7 +446,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
                 continue;
             }
             measure_one(t, bc, problem_id, &cands[i], halving ? &quick : &t->policy, 1,
-                        halving ? "screening" : "full");
+                        halving ? "screening" : "full", STAGE_SCREENING);
         }
         progress(t, desc, fresh, fresh, round_start);
         if (skipped)
@@ -454,14 +463,16 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
             size_t keep = search_halving_keep(nok, t->opt.budget_candidates);
             for (size_t i = 0; i < keep; i++)
                 if (!ok[i]->reused)
-                    measure_one(t, bc, problem_id, ok[i], &t->policy, 0, "full");
+                    measure_one(t, bc, problem_id, ok[i], &t->policy, 0, "full", STAGE_FULL);
             nok = keep;
             qsort(ok, nok, sizeof *ok, search_by_median);
         }
         /* Round 3: the best three, interleaved, decide. */
         size_t k = ok ? search_finalists(ok, nok) : 0;
         if (k > 0) {
+            double f0 = now_s();
             final_round(t, bc, problem_id, ok, k);
+            tune_stages_add(&t->stages, STAGE_FINAL, now_s() - f0, 1);
             best = search_choose(ok, k, equivalent, sizeof equivalent);
         }
         free(ok);
