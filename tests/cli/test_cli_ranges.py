@@ -10,6 +10,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(__file__))
+import one_case  # noqa: E402
+
+one_case.take_args(1)
 CLI = os.path.abspath(sys.argv[1])
 passed = failures = 0
 tmp = tempfile.mkdtemp(prefix="attnres-ranges-")
@@ -28,6 +32,8 @@ def run(args, timeout=60):
 def expect(name, args, code, needles):
     """Passes when the CLI exits with `code` and stderr holds every needle."""
     global passed, failures
+    if not one_case.wanted(name):
+        return
     res = run(args)
     problems = []
     if res is None:
@@ -41,6 +47,7 @@ def expect(name, args, code, needles):
     if problems:
         failures += 1
         print("FAIL %s: %s" % (name, "; ".join(problems)))
+        one_case.failed()
     else:
         passed += 1
         print("ok   %s: %s" % (name, res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "exit %d" % code))
@@ -89,5 +96,4 @@ if os.path.exists(P("t.db")):
     failures += 1
     print("FAIL a refused tune created its database")
 
-print("%d passed, %d failed" % (passed, failures))
-sys.exit(1 if failures else 0)
+one_case.finish(passed, failures)

@@ -13,7 +13,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import npyio  # noqa: E402
+import one_case  # noqa: E402
 
+one_case.take_args(1)
 CLI = sys.argv[1]
 passed = failures = 0
 tmp = tempfile.mkdtemp(prefix="attnres-bad-")
@@ -49,6 +51,8 @@ base = ["run", "--device", "cpu", "--sources", P("s.npy"), "--query", P("w.npy")
 def expect_refusal(name, args, needle):
     """Runs the CLI; passes when it fails, says `needle`, and wrote nothing."""
     global passed, failures
+    if not one_case.wanted(name):
+        return
     out = P("out.npy")
     normed = P("normed.npy")
     for f in (out, normed):
@@ -66,6 +70,7 @@ def expect_refusal(name, args, needle):
     if problems:
         failures += 1
         print("FAIL %s: %s" % (name, "; ".join(problems)))
+        one_case.failed()
     else:
         passed += 1
         print("ok   %s: %s" % (name, res.stderr.strip().splitlines()[-1]))
@@ -105,25 +110,27 @@ expect_refusal("unknown device", replace_arg(base, "--device", "tpu"), "unknown 
 
 
 # NaN in one token's source row: only that token's output is NaN.
-vals = [((i * 7) % 11 - 5) / 3.0 for i in range(N * T * D)]
-vals[1 * T * D + 2 * D + 5] = float("nan")  # source 1, token 2
-npyio.write_f32(P("s_nan.npy"), (N, T, D), vals)
-res = subprocess.run([CLI] + replace_arg(base, "--sources", P("s_nan.npy")) + ["--out", P("nan_out.npy")],
-                     capture_output=True, text=True)
-if res.returncode != 0:
-    failures += 1
-    print("FAIL NaN in data: exit %d %s" % (res.returncode, res.stderr))
-else:
-    _, out = npyio.read_f32(P("nan_out.npy"))
-    rows = [out[t * D:(t + 1) * D] for t in range(T)]
-    nan_rows = [t for t in range(T) if any(math.isnan(x) for x in rows[t])]
-    all_nan_2 = all(math.isnan(x) for x in rows[2])
-    if nan_rows == [2] and all_nan_2:
-        passed += 1
-        print("ok   NaN in token 2 of source 1 reaches token 2 only")
-    else:
+if one_case.wanted("NaN in token 2 of source 1 reaches token 2 only"):
+    vals = [((i * 7) % 11 - 5) / 3.0 for i in range(N * T * D)]
+    vals[1 * T * D + 2 * D + 5] = float("nan")  # source 1, token 2
+    npyio.write_f32(P("s_nan.npy"), (N, T, D), vals)
+    res = subprocess.run([CLI] + replace_arg(base, "--sources", P("s_nan.npy")) + ["--out", P("nan_out.npy")],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
         failures += 1
-        print("FAIL NaN propagation: rows with NaN %s" % nan_rows)
+        print("FAIL NaN in data: exit %d %s" % (res.returncode, res.stderr))
+        one_case.failed()
+    else:
+        _, out = npyio.read_f32(P("nan_out.npy"))
+        rows = [out[t * D:(t + 1) * D] for t in range(T)]
+        nan_rows = [t for t in range(T) if any(math.isnan(x) for x in rows[t])]
+        all_nan_2 = all(math.isnan(x) for x in rows[2])
+        if nan_rows == [2] and all_nan_2:
+            passed += 1
+            print("ok   NaN in token 2 of source 1 reaches token 2 only")
+        else:
+            failures += 1
+            print("FAIL NaN propagation: rows with NaN %s" % nan_rows)
+            one_case.failed()
 
-print("%d passed, %d failed" % (passed, failures))
-sys.exit(1 if failures else 0)
+one_case.finish(passed, failures)

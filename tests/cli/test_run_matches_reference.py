@@ -14,8 +14,10 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import npyio  # noqa: E402
+import one_case  # noqa: E402
 import reference  # noqa: E402
 
+one_case.take_args(1)
 CLI = sys.argv[1]
 # The device under test: the CPU by default; tests/cudasim runs this file on
 # the simulated CUDA device too.
@@ -32,6 +34,8 @@ def rel_err(got, want):
 
 def check(name, n, t, d, heads=1, additive=False, epilogue=False, dtype="f32", db=None):
     global failures, passed
+    if not one_case.wanted(name):
+        return
     rng = random.Random()
     rnd = reference.ROUND[dtype]
     sources = []
@@ -64,6 +68,7 @@ def check(name, n, t, d, heads=1, additive=False, epilogue=False, dtype="f32", d
         if res.returncode != 0:
             print("FAIL %s: exit %d: %s" % (name, res.returncode, res.stderr.strip()))
             failures += 1
+            one_case.failed()
             return
         want_out, want_normed = reference.mix(sources, query, gain, heads, 1e-5, 1.0, partial, 0.5, out_gain, 1e-5)
         shape, got = npyio.read_f32(p("out.npy"))
@@ -71,6 +76,7 @@ def check(name, n, t, d, heads=1, additive=False, epilogue=False, dtype="f32", d
         if shape != (t, d):
             print("FAIL %s: out shape %s" % (name, shape))
             failures += 1
+            one_case.failed()
             return
         if epilogue:
             _, got_n = npyio.read_f32(p("normed.npy"))
@@ -83,6 +89,7 @@ def check(name, n, t, d, heads=1, additive=False, epilogue=False, dtype="f32", d
         passed += 1
     else:
         failures += 1
+        one_case.failed()
 
 
 db = sys.argv[2] if len(sys.argv) > 2 else None
@@ -103,5 +110,4 @@ if db:
     check("tuned: f32 d=256 N=5 T=301", 5, 301, 256, db=db)
     check("tuned: bf16 d=512 N=9 H=4 additive epilogue T=64", 9, 64, 512, heads=4, additive=True, epilogue=True,
           dtype="bf16", db=db)
-print("%d passed, %d failed" % (passed, failures))
-sys.exit(1 if failures else 0)
+one_case.finish(passed, failures)

@@ -18,7 +18,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import npyio  # noqa: E402
+import one_case  # noqa: E402
 
+one_case.take_args(1)
 CLI = sys.argv[1]
 passed = failures = 0
 tmp = tempfile.mkdtemp(prefix="attnres-atomic-")
@@ -56,6 +58,8 @@ def snapshot():
 def expect_untouched(name, args, outputs):
     """outputs: the output paths that already hold OLD before the run."""
     global passed, failures
+    if not one_case.wanted(name):
+        return
     for path in outputs:
         with open(path, "wb") as f:
             f.write(OLD)
@@ -79,6 +83,7 @@ def expect_untouched(name, args, outputs):
     if problems:
         failures += 1
         print("FAIL %s: %s (stderr: %s)" % (name, "; ".join(problems), res.stderr.strip()))
+        one_case.failed()
     else:
         passed += 1
         print("ok   %s: %s" % (name, res.stderr.strip().splitlines()[-1]))
@@ -109,19 +114,20 @@ phase1 = ["run", "--device", "cpu", "--op", "phase1", "--sources", P("s.npy"), "
 expect_untouched("phase1, --lse is a directory", phase1 + ["--lse", P("is_a_dir.npy")], [P("out.npy")])
 
 # And a run that succeeds replaces the earlier results and leaves nothing else.
-with open(P("out.npy"), "wb") as f:
-    f.write(OLD)
-before = set(snapshot())
-res = subprocess.run([CLI] + mix + ["--normed", P("normed_ok.npy")], capture_output=True, text=True)
-after = snapshot()
-extra = sorted(set(after) - before - {"normed_ok.npy"})
-if res.returncode == 0 and after.get("out.npy") != OLD and npyio.read_f32(P("out.npy"))[0] == (T, D) and not extra:
-    passed += 1
-    print("ok   a successful run replaces the earlier output and leaves no temporaries")
-else:
-    failures += 1
-    print("FAIL successful run: exit %d, extra files %s, %s" % (res.returncode, extra, res.stderr.strip()))
+if one_case.wanted("a successful run replaces the earlier output and leaves no temporaries"):
+    with open(P("out.npy"), "wb") as f:
+        f.write(OLD)
+    before = set(snapshot())
+    res = subprocess.run([CLI] + mix + ["--normed", P("normed_ok.npy")], capture_output=True, text=True)
+    after = snapshot()
+    extra = sorted(set(after) - before - {"normed_ok.npy"})
+    if res.returncode == 0 and after.get("out.npy") != OLD and npyio.read_f32(P("out.npy"))[0] == (T, D) and not extra:
+        passed += 1
+        print("ok   a successful run replaces the earlier output and leaves no temporaries")
+    else:
+        failures += 1
+        print("FAIL successful run: exit %d, extra files %s, %s" % (res.returncode, extra, res.stderr.strip()))
+        one_case.failed()
 
 os.chmod(locked, stat.S_IRWXU)
-print("%d passed, %d failed" % (passed, failures))
-sys.exit(1 if failures else 0)
+one_case.finish(passed, failures)

@@ -18,8 +18,10 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import npyio  # noqa: E402
+import one_case  # noqa: E402
 import reference  # noqa: E402
 
+one_case.take_args(1)
 CLI = sys.argv[1]
 # The device under test (the CPU by default; tests/cudasim runs this file on
 # the simulated CUDA device) and an optional database of tuned winners.
@@ -37,6 +39,7 @@ def report(ok, name, detail):
         passed += 1
     else:
         failures += 1
+        one_case.failed()
 
 
 def flat(x):
@@ -82,6 +85,8 @@ def read(path):
 # ---- phase1 against the reference -------------------------------------------
 
 def check_phase1(name, n, s, t, d, heads=1, dtype="f32", gains=True, scale=1.0):
+    if not one_case.wanted(name):
+        return
     rnd = reference.ROUND[dtype]
     sources = [rows(t, d, rnd) for _ in range(n)]
     queries = [vec(d, 0.0, 3 / math.sqrt(d)) for _ in range(s)]
@@ -114,6 +119,8 @@ def check_phase1(name, n, s, t, d, heads=1, dtype="f32", gains=True, scale=1.0):
 # ---- phase2 against the reference -------------------------------------------
 
 def check_phase2(name, t, d, heads=1, dtype="f32", fuse=False, epilogue=False, gain=True):
+    if not one_case.wanted(name):
+        return
     rnd = reference.ROUND[dtype]
     o1 = rows(t, d, rnd)
     lse = [[reference.round_f32(rng.gauss(0, 2) + math.log(5)) for _ in range(heads)] for _ in range(t)]
@@ -166,6 +173,8 @@ def check_phase2(name, t, d, heads=1, dtype="f32", fuse=False, epilogue=False, g
 def check_identity(name, n, s, t, d, heads=1, fuse=False, epilogue=False):
     """Runs phase1 for s sites, then phase2 per site, and compares each site's
     output with --op mix over the n sources plus b (after the fused add)."""
+    if not one_case.wanted(name):
+        return
     sources = [rows(t, d, reference.round_f32) for _ in range(n)]
     queries = [vec(d, 0.0, 3 / math.sqrt(d)) for _ in range(s)]
     gains = [vec(d, 1.0, 0.2) for _ in range(s)]
@@ -226,6 +235,8 @@ def check_identity(name, n, s, t, d, heads=1, fuse=False, epilogue=False):
 # ---- NaN stays in its token ---------------------------------------------------
 
 def check_nan():
+    if not one_case.wanted("NaN stays in its token"):
+        return
     n, s, t, d = 3, 2, 4, 16
     sources = [rows(t, d, reference.round_f32) for _ in range(n)]
     sources[1][2][5] = math.nan  # source 1, token 2
@@ -269,6 +280,8 @@ def check_cuda_routing():
     """--op phase1/phase2 on a CUDA device goes to that device (no CPU-only
     gate any more): with a driver library that does not exist, the run fails
     opening cuda:0, naming the library, and writes nothing."""
+    if not one_case.wanted("phase ops on cuda:0 reach the CUDA backend"):
+        return
     tmp = tempfile.mkdtemp(prefix="attnres-phase-cuda-")
     p = lambda x: os.path.join(tmp, x)  # noqa: E731
     n, s, t, d = 2, 2, 3, 32
@@ -306,6 +319,8 @@ def check_cuda_routing():
 
 
 def check_refusals():
+    if not one_case.wanted("bad input is refused, and nothing is written"):
+        return
     tmp = tempfile.mkdtemp(prefix="attnres-phase-bad-")
     p = lambda x: os.path.join(tmp, x)  # noqa: E731
     n, s, t, d = 3, 2, 4, 16
@@ -380,6 +395,8 @@ def check_refusals():
 
 def check_empty():
     """T = 0 is a successful no-op that writes empty arrays."""
+    if not one_case.wanted("T = 0 writes empty outputs"):
+        return
     with tempfile.TemporaryDirectory() as tmp:
         p = lambda x: os.path.join(tmp, x)  # noqa: E731
         npyio.write_f32(p("s.npy"), (2, 0, 8), [])
@@ -419,5 +436,4 @@ check_empty()
 if DEVICE == "cpu":
     check_cuda_routing()
 check_refusals()
-print("%d passed, %d failed" % (passed, failures))
-sys.exit(1 if failures else 0)
+one_case.finish(passed, failures)

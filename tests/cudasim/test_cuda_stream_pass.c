@@ -170,8 +170,21 @@ static void test_tuner_pass_on_cuda(void)
     paired_stream_free(dev, ps);
 }
 
-int main(void)
+/* The cases, run once the device is open, or at once under --list. */
+static void run_cases(void)
 {
+    RUN_CASE(test_pass_copies_and_reads);
+    RUN_CASE(test_bad_steps_are_refused);
+    RUN_CASE(test_tuner_pass_on_cuda);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK_ARGS(argc, argv);
+    if (check_listing) { /* needs neither NVRTC nor a device */
+        run_cases();
+        CHECK_EXIT();
+    }
     setvbuf(stdout, NULL, _IOLBF, 0);
     char why[512];
     if (ar_nvrtc_available(why, sizeof why) != 0) {
@@ -189,9 +202,7 @@ int main(void)
         return 77;
     }
     printf("device cuda:0: %s%s, %d SMs\n", dev->name, dev->simulated ? " (simulated)" : "", dev->units);
-    RUN_CASE(test_pass_copies_and_reads);
-    RUN_CASE(test_bad_steps_are_refused);
-    RUN_CASE(test_tuner_pass_on_cuda);
+    run_cases();
     attnres_device_close(dev);
     CHECK_EXIT();
 }

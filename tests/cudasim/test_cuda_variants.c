@@ -24,6 +24,8 @@
  * device is present and ATTNRES_CUDA_DRIVER is unset. Compiles on two
  * threads while the main thread runs what is compiled.
  *
+ * One variant alone: --case test_every_variant/VARIANT_ID (tests/unit/check.h).
+ *
  * Environment, for diagnosis (ctest sets none of them):
  *   ATTNRES_VARIANTS_ONLY=S     only the variants whose id contains S;
  *   ATTNRES_VARIANTS_VERBOSE=1  one line per run: problem, error, time;
@@ -887,7 +889,9 @@ static void test_every_variant(void)
             if (argen_generic(g, dts[d], &generic[d]) != 0)
                 generic[d] = NULL;
         for (size_t i = 0; i < count; i++) {
-            if (only && !strstr(list[i].id, only))
+            /* Each variant is a unit: --case test_every_variant/VARIANT_ID
+             * runs it alone. */
+            if ((only && !strstr(list[i].id, only)) || !check_unit(list[i].id))
                 continue;
             if (nv == cap) {
                 cap = cap ? 2 * cap : 512;
@@ -930,6 +934,7 @@ static void test_every_variant(void)
             per_op[op]++;
             nv++;
         }
+        check_units_end();
         for (int d = 0; d < 3; d++)
             free(generic[d]);
         argen_variants_free(list, count);
@@ -938,7 +943,7 @@ static void test_every_variant(void)
     printf("variants: %zu (mix %d, phase1 %d, phase2 %d); problems chosen in %.2f s\n", nv, per_op[0], per_op[1],
            per_op[2], now_s() - t_start);
     REQUIRE(nv > 0);
-    if (!only)
+    if (!only && check_every_unit())
         CHECK(per_op[0] > 0 && per_op[1] > 0 && per_op[2] > 0);
 
     /* Jobs: every variant for sm_90 with all its problems, and for sm_80
@@ -1052,6 +1057,7 @@ static void test_every_variant(void)
         if (variant_failed && !v->failed) {
             failed_variants++;
             v->failed = 1;
+            check_unit_failed(v->id);
         }
         free(jb->blob);
         jb->blob = NULL;
@@ -1094,8 +1100,13 @@ static void test_every_variant(void)
         argen_close(gens[i]);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
+    if (check_listing) { /* needs neither NVRTC nor a device */
+        RUN_CASE(test_every_variant);
+        CHECK_EXIT();
+    }
     setvbuf(stdout, NULL, _IOLBF, 0);
     char why[512];
     if (ar_nvrtc_available(why, sizeof why) != 0) {

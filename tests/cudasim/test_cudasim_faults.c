@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../unit/check.h"
 #include "cudasim.h"
 #include "selftest.h"
 
@@ -613,8 +614,9 @@ static void test_sticky(void)
     cuModuleUnload(mgood);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     setvbuf(stdout, NULL, _IOLBF, 0);
     unsetenv("ATTNRES_CUDASIM_CHECKS");
     CUdevice dev;
@@ -623,14 +625,15 @@ int main(void)
         printf("cannot set up the simulated device\n0 passed, 1 failed\n");
         return 1;
     }
-    test_global();
-    test_coordinates();
-    test_shared();
-    test_barriers();
-    test_shuffle_faults();
-    test_sticky();
+    RUN_CASE_COUNTING(test_global, g_fail);
+    RUN_CASE_COUNTING(test_coordinates, g_fail);
+    RUN_CASE_COUNTING(test_shared, g_fail);
+    RUN_CASE_COUNTING(test_barriers, g_fail);
+    RUN_CASE_COUNTING(test_shuffle_faults, g_fail);
+    RUN_CASE_COUNTING(test_sticky, g_fail);
     cuCtxPopCurrent_v2(NULL);
     cuDevicePrimaryCtxRelease_v2(dev);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    if (!check_listing)
+        printf("%d passed, %d failed\n", g_pass, g_fail);
+    return check_exit_status(g_fail);
 }

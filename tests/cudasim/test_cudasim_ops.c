@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../unit/check.h"
 #include "cudasim.h"
 /* The case tables leave the approximation fields of exact cases unset. */
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -991,8 +992,9 @@ static void test_refusals(void)
     expect_refusal("a good module after refusals", good, CUDA_SUCCESS, NULL, NULL);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     setvbuf(stdout, NULL, _IOLBF, 0);
     CUdevice dev;
     CUcontext ctx;
@@ -1000,17 +1002,18 @@ int main(void)
         printf("cannot set up the simulated device\n0 passed, 1 failed\n");
         return 1;
     }
-    test_integer();
-    test_float();
-    test_loads_stores();
-    test_shuffles();
-    test_shared_and_barriers();
-    test_params();
-    test_divergence();
-    test_grid();
-    test_refusals();
+    RUN_CASE_COUNTING(test_integer, g_fail);
+    RUN_CASE_COUNTING(test_float, g_fail);
+    RUN_CASE_COUNTING(test_loads_stores, g_fail);
+    RUN_CASE_COUNTING(test_shuffles, g_fail);
+    RUN_CASE_COUNTING(test_shared_and_barriers, g_fail);
+    RUN_CASE_COUNTING(test_params, g_fail);
+    RUN_CASE_COUNTING(test_divergence, g_fail);
+    RUN_CASE_COUNTING(test_grid, g_fail);
+    RUN_CASE_COUNTING(test_refusals, g_fail);
     cuCtxPopCurrent_v2(NULL);
     cuDevicePrimaryCtxRelease_v2(dev);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    if (!check_listing)
+        printf("%d passed, %d failed\n", g_pass, g_fail);
+    return check_exit_status(g_fail);
 }

@@ -3,7 +3,12 @@
  * ctest does on every build: the regression test of the fuzz targets, with
  * no libFuzzer needed (any C compiler).
  *
- * Usage: fuzz_replay_TARGET DIR...
+ * Usage: fuzz_replay_TARGET [--list] [--case FILE]... DIR...
+ *
+ * --case FILE replays only the corpus file of that name (may repeat);
+ * --list prints the names of the files instead of replaying them. A file
+ * that fails is followed by the command that replays it alone (the
+ * harness of tests/unit/check.h).
  *
  * A corpus file's name says what the loader must answer:
  *   ok-...    must be accepted;
@@ -22,6 +27,7 @@
  *
  * Exit status: 0 when every ordinary file met its expectation, 1 otherwise.
  */
+#include "../unit/check.h"
 #include "fuzz.h"
 
 #include <dirent.h>
@@ -131,8 +137,9 @@ static int run_in_child(const char *path, const char *name, enum expect e)
 
 int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     if (argc < 2) {
-        fprintf(stderr, "usage: %s CORPUS_DIR...\n", argv[0]);
+        fprintf(stderr, "usage: %s [--list] [--case FILE]... CORPUS_DIR...\n", argv[0]);
         return 2;
     }
     const char *strict_env = getenv("ATTNRES_FUZZ_STRICT");
@@ -162,6 +169,13 @@ int main(int argc, char **argv)
         /* Sorted, so that runs are reproducible and reports comparable. */
         qsort(names, n, sizeof *names, cmp_names);
         for (size_t i = 0; i < n; i++) {
+            const int selected = check_name_selected(names[i]);
+            if (selected && check_listing)
+                printf("%s\n", names[i]);
+            if (!selected || check_listing) {
+                free(names[i]);
+                continue;
+            }
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", argv[a], names[i]);
             const char *rest = names[i];
@@ -190,12 +204,14 @@ int main(int argc, char **argv)
             } else if (run_one(path, names[i], e)) {
                 failed++;
                 printf("FAILED: %s\n", names[i]);
+                check_print_rerun(names[i]);
             }
             free(names[i]);
         }
         free(names);
     }
-    printf("replay: %d files, %d failed, %d known defects still present, %d known defects fixed\n", files,
-           failed, known_open, known_fixed);
-    return failed ? 1 : 0;
+    if (!check_listing)
+        printf("replay: %d files, %d failed, %d known defects still present, %d known defects fixed\n", files,
+               failed, known_open, known_fixed);
+    return check_exit_status(failed);
 }

@@ -2,7 +2,7 @@
  * oom_runtime.c - out-of-memory injection for the runtime's public API, in
  * the manner of SQLite's malloc tests (issue 13).
  *
- * Usage: test_oom_runtime DB
+ * Usage: test_oom_runtime [--list] [--case POINT]... DB
  *
  * One scenario is what an engine does at model load and on the hot path:
  * open the CPU device, open the tuning database DB, plan a tuned problem
@@ -26,6 +26,12 @@
  * and installs the same counting allocator into SQLite through
  * sqlite3_config(SQLITE_CONFIG_MALLOC). The library itself is unchanged.
  * Allocations made inside libc (fopen's buffer, dlopen) are not counted.
+ *
+ * Each failure point is a case of tests/unit/check.h's harness, named
+ * "transient/K" or "persistent/K": --case transient/37 runs the warm-up,
+ * the count and that one point; --case persistent runs every persistent
+ * point; --list prints the points up to the count's total (so it needs
+ * DB). A point with a defect is followed by the command that reruns it.
  */
 #define _GNU_SOURCE
 #include <ftw.h>
@@ -38,6 +44,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../unit/check.h"
 #include "attnres.h"
 
 /* ---- the hook -------------------------------------------------------- */
@@ -381,8 +388,9 @@ static void scenario(long k, int persist)
 
 int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     if (argc != 2) {
-        fprintf(stderr, "usage: %s DB\n", argv[0]);
+        fprintf(stderr, "usage: %s [--list] [--case transient/K|persistent/K]... DB\n", argv[0]);
         return 2;
     }
     db_path = argv[1];
@@ -430,7 +438,26 @@ int main(int argc, char **argv)
     long points = 0;
     for (int persist = 0; persist < 2; persist++) {
         for (long k = 1;; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s/%ld", persist ? "persistent" : "transient", k);
+            /* Selected points go up to the count's total, past which no
+             * failure is injected. A run may allocate less than the count
+             * (the full sweep ends at the first point a run no longer
+             * reaches), and a point run alone starts from the state the
+             * count left, not the one the points before it left: its rerun
+             * is close to, not always the same as, the sweep's run. */
+            if (check_listing || check_nselected) {
+                if (k > total)
+                    break;
+                if (!check_name_selected(name))
+                    continue;
+                if (check_listing) {
+                    printf("%s\n", name);
+                    continue;
+                }
+            }
             const long before = live_count;
+            const int defects_before = defects;
             scenario(k, persist);
             if (!injected)
                 break; /* the scenario no longer reaches its k-th allocation */
@@ -442,6 +469,8 @@ int main(int argc, char **argv)
                 live_count = before; /* report each leaking k once */
                 memset(live, 0, sizeof live);
             }
+            if (defects != defects_before)
+                check_print_rerun(name);
             if (defects > 50) {
                 printf("too many defects, stopping\n");
                 goto done;
@@ -450,10 +479,12 @@ int main(int argc, char **argv)
     }
 done:
     nftw(cache_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (check_listing)
+        return check_exit_status(0);
     for (int i = 1; i <= ATTNRES_EMISMATCH; i++)
         if (refusals[i])
             printf("oom: %ld calls returned %s\n", refusals[i], attnres_errstr(i));
     printf("oom: %ld allocations per scenario, %ld failure points injected (transient and persistent), %d defects\n",
            total, points, defects);
-    return defects ? 1 : 0;
+    return check_exit_status(defects);
 }

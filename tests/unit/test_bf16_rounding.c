@@ -193,8 +193,9 @@ static void test_bf16_stores_round_to_nearest_even_on_every_path(void)
     printf("%d variant(s) took AVX512-BF16's rounding on this host\n", native_paths);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     if (!mkdtemp(work_dir)) {
         fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
         return 1;

@@ -280,8 +280,9 @@ static void test_record_of_every_point_is_whole(void)
     CHECK(points == AR_CEILING_POINTS);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     RUN_CASE(test_blend_read_above_copy);
     RUN_CASE(test_blend_read_below_copy);
     RUN_CASE(test_blend_edges);

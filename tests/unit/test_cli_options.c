@@ -232,11 +232,13 @@ static void dtype_values(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: test_cli_options SCRATCH_DIR\n");
+    CHECK_ARGS(argc, argv);
+    /* --list runs no case, so it needs no scratch directory. */
+    if (argc != 2 && !check_listing) {
+        fprintf(stderr, "usage: test_cli_options [--list] [--case NAME]... SCRATCH_DIR\n");
         return 2;
     }
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", argv[1]);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", argc == 2 ? argv[1] : ".");
     RUN_CASE(every_kind_of_value);
     RUN_CASE(nothing_given_changes_nothing);
     RUN_CASE(later_flags_override);

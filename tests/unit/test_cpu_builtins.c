@@ -294,8 +294,9 @@ static int host_has(const char *name)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
 #if defined(__x86_64__)
     static const char *const levels[] = {"avx512bf16", "avx512", "avx2", "sse2", "scalar"};
 #elif defined(__aarch64__)
@@ -306,24 +307,27 @@ int main(void)
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
         level = levels[i];
         level_present = host_has(level);
-        if (!level_present)
+        if (!level_present && !check_listing)
             printf("skip %s: this CPU lacks it (plans take the next level down)\n", level);
         setenv("ATTNRES_CPU_BUILTIN_ISA", level, 1);
         char msg[512];
         if (attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
             /* A compiler without -mavx512bf16 builds no such level. */
             if (strcmp(level, "avx512bf16") == 0 && strstr(msg, "is not an ISA level of this build")) {
-                printf("skip %s: this build has no such level (%s)\n", level, msg);
+                if (!check_listing)
+                    printf("skip %s: this build has no such level (%s)\n", level, msg);
                 continue;
             }
             fprintf(stderr, "cannot open the CPU device with ATTNRES_CPU_BUILTIN_ISA=%s: %s\n", level, msg);
             return 1;
         }
-        printf("level %s\n", level);
-        RUN_CASE(test_mix_every_dtype_form_and_epilogue);
-        RUN_CASE(test_phase1_every_dtype);
-        RUN_CASE(test_phase2_every_dtype_fuse_and_epilogue);
-        RUN_CASE(test_launches_split_over_workers);
+        if (!check_listing)
+            printf("level %s\n", level);
+        /* Named "LEVEL/CASE": --case avx2 runs every case at that level. */
+        RUN_CASE_IN(level, test_mix_every_dtype_form_and_epilogue);
+        RUN_CASE_IN(level, test_phase1_every_dtype);
+        RUN_CASE_IN(level, test_phase2_every_dtype_fuse_and_epilogue);
+        RUN_CASE_IN(level, test_launches_split_over_workers);
         attnres_device_close(cpu);
     }
     RUN_CASE(test_unknown_level_fails_the_open_with_its_name);

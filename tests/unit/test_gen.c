@@ -605,8 +605,9 @@ static void test_files_read_name_every_required_template_once(void)
     argen_close(g);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     const char *base = getenv("TMPDIR");
     snprintf(tmpdir, sizeof tmpdir, "%s/attnres-test-gen-XXXXXX", base && *base ? base : "/tmp");
     if (!mkdtemp(tmpdir)) {

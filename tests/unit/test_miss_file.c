@@ -212,8 +212,9 @@ static void test_off_records_nothing_and_long_path_is_refused(void)
     free(huge);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     const char *base = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/attnres-test-miss-XXXXXX", base && *base ? base : "/tmp");
     if (!mkdtemp(dir)) {

@@ -616,15 +616,18 @@ static void test_cuda_device(void)
     attnres_device_close(dev);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     RUN_CASE(test_parse_resources);
     RUN_CASE(test_abi_header);
-    RUN_CASE(test_enumerate);
+    /* test_applies and test_compile_all use the templates it loads. */
+    RUN_FIXTURE(test_enumerate);
     RUN_CASE(test_applies);
     RUN_CASE(test_cuda_device);
     char why[512];
-    if (ar_nvrtc_available(why, sizeof why) != 0) {
+    /* --list names the cases that need NVRTC too. */
+    if (!check_listing && ar_nvrtc_available(why, sizeof why) != 0) {
         free_mix_templates();
         if (check_failures)
             CHECK_EXIT();

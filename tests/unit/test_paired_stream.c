@@ -233,8 +233,9 @@ static void test_paired_check(void)
     CHECK(strstr(json, "\"paired\": 4, \"paired_over\": 1, \"paired_median\": 1.0950}}") != NULL);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     char msg[256];
     if (attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
         fprintf(stderr, "cannot open the CPU device: %s\n", msg);

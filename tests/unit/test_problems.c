@@ -154,12 +154,14 @@ static void test_accepted_forms(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: test_problems DOCS/problems.md SCRATCH_DIR\n");
+    CHECK_ARGS(argc, argv);
+    /* --list runs no case, so it needs neither file. */
+    if (argc != 3 && !check_listing) {
+        fprintf(stderr, "usage: test_problems [--list] [--case NAME]... DOCS/problems.md SCRATCH_DIR\n");
         return 2;
     }
-    doc_path = argv[1];
-    snprintf(scratch, sizeof scratch, "%s", argv[2]);
+    doc_path = argc == 3 ? argv[1] : "";
+    snprintf(scratch, sizeof scratch, "%s", argc == 3 ? argv[2] : ".");
     RUN_CASE(test_doc_example_parses);
     RUN_CASE(test_fields_are_range_checked);
     RUN_CASE(test_lines_are_read_whole);

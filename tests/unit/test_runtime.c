@@ -1142,8 +1142,9 @@ static void test_failure_messages_are_each_threads_own(void)
     attnres_plan_destroy(plan);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     const char *base = getenv("TMPDIR");
     snprintf(tmpdir, sizeof tmpdir, "%s/attnres-test-runtime-XXXXXX", base && *base ? base : "/tmp");
     if (!mkdtemp(tmpdir)) {

@@ -305,8 +305,9 @@ static void choose_equivalent_list_is_bounded(void)
     CHECK(strncmp(big, small, strlen(small)) == 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    CHECK_ARGS(argc, argv);
     RUN_CASE(timing_odd_count);
     RUN_CASE(timing_even_count);
     RUN_CASE(timing_one_sample);
