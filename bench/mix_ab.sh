@@ -78,7 +78,10 @@ for id in "$@"; do
     templates=$root/templates
     [ "$side" = before ] && templates=$work/before/templates
     ATTNRES_TEMPLATE_DIR=$templates "$build/bin/attnres" gen "$id" >"$work/$side-$id.c"
-    "$cc" -O3 -march=native -pthread "$elem" -DKERNEL_SOURCE="\"$work/$side-$id.c\"" -DKERNEL="attnres_$id" \
+    # The entry point as the generated file names it (CPU kernels are named
+    # without their thread count, which is set at launch; older ones with it).
+    kernel=$(sed -n 's/^void \(attnres_[A-Za-z0-9_]*\)(.*/\1/p' "$work/$side-$id.c" | head -n 1)
+    "$cc" -O3 -march=native -pthread "$elem" -DKERNEL_SOURCE="\"$work/$side-$id.c\"" -DKERNEL="$kernel" \
       "$root/bench/$harness" -o "$work/$side-$id" -lm
     bins+=("$side-$id")
   done

@@ -7,10 +7,13 @@
  * bench/mix_kernels.sh builds and runs it for the figures in
  * docs/cpu_kernels.md.
  *
- *   attnres gen mix_c_bf16_fused_v16_g8_a2048_t2 > /tmp/k.c
+ *   attnres gen mix_c_bf16_fused_v16_g8_pn_dfma_sc_t2 > /tmp/k.c
  *   cc -O3 -march=native -pthread -DKERNEL_SOURCE='"/tmp/k.c"' \
- *      -DKERNEL=attnres_mix_c_bf16_fused_v16_g8_a2048_t2 bench/mix_kernel.c -o /tmp/k -lm
+ *      -DKERNEL=attnres_mix_c_bf16_fused_v16_g8_pn_dfma_sc bench/mix_kernel.c -o /tmp/k -lm
  *   /tmp/k D T N THREADS REPEATS [HEADS]
+ *
+ * The kernel is named after the variant id without its thread count
+ * (_tN), which is a launch parameter: THREADS sets it here.
  *
  * Splits the T tokens evenly over THREADS threads, each calling the kernel
  * REPEATS times on its tokens (repeat small T to time data held in cache);

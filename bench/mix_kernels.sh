@@ -22,7 +22,10 @@ for id in mix_c_bf16_pipelined_v16_u1_t2 mix_c_bf16_fused_v16_g8_pn_dfma_sc_t2 \
   mix_c_bf16_fused_v16_g8_pt_dfma_sc_t2 mix_c_bf16_fused_v16_g8_pt_dbf16_sc_t2 mix_c_bf16_fused_v16_g8_pt_dbf16_ss_t2 \
   mix_c_bf16_fused_v16_g8_pb_dbf16_ss_t2; do
   "$build/bin/attnres" gen "$id" >"$work/$id.c"
-  "$cc" -O3 -march=native -pthread -DKERNEL_SOURCE="\"$work/$id.c\"" -DKERNEL="attnres_$id" \
+  # The entry point as the generated file names it (CPU kernels are named
+  # without their thread count, which is set at launch; older ones with it).
+  kernel=$(sed -n 's/^void \(attnres_[A-Za-z0-9_]*\)(.*/\1/p' "$work/$id.c" | head -n 1)
+  "$cc" -O3 -march=native -pthread -DKERNEL_SOURCE="\"$work/$id.c\"" -DKERNEL="$kernel" \
     "$root/bench/mix_kernel.c" -o "$work/$id" -lm
   bins+=("$work/$id")
 done

@@ -32,7 +32,10 @@ cc=${CC:-cc}
 bins=(read_only)
 for id in "$@"; do
   "$build/bin/attnres" gen "$id" >"$work/$id.c"
-  "$cc" -O3 -march=native -pthread -DKERNEL_SOURCE="\"$work/$id.c\"" -DKERNEL="attnres_$id" \
+  # The entry point as the generated file names it (CPU kernels are named
+  # without their thread count, which is set at launch; older ones with it).
+  kernel=$(sed -n 's/^void \(attnres_[A-Za-z0-9_]*\)(.*/\1/p' "$work/$id.c" | head -n 1)
+  "$cc" -O3 -march=native -pthread -DKERNEL_SOURCE="\"$work/$id.c\"" -DKERNEL="$kernel" \
     "$root/bench/mix_kernel.c" -o "$work/$id" -lm
   bins+=("$id")
 done

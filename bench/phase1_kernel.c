@@ -9,8 +9,11 @@
  *
  *   attnres gen phase1_c_bf16_tiled_tiled_v16_u1_t1 > /tmp/k.c
  *   cc -O3 -march=native -pthread -DKERNEL_SOURCE='"/tmp/k.c"' \
- *      -DKERNEL=attnres_phase1_c_bf16_tiled_tiled_v16_u1_t1 bench/phase1_kernel.c -o /tmp/k -lm
+ *      -DKERNEL=attnres_phase1_c_bf16_tiled_tiled_v16_u1 bench/phase1_kernel.c -o /tmp/k -lm
  *   /tmp/k D T N S THREADS REPEATS [HEADS]
+ *
+ * The kernel is named after the variant id without its thread count
+ * (_tN), which is a launch parameter: THREADS sets it here.
  *
  * Splits the T tokens evenly over THREADS threads, each calling the kernel
  * REPEATS times on its tokens; prints the median of 9 timed launches after

@@ -8,8 +8,11 @@
  *
  *   attnres gen phase2_c_bf16_v16_u2_p1_t2 > /tmp/k.c
  *   cc -O3 -march=native -pthread -DKERNEL_SOURCE='"/tmp/k.c"' \
- *      -DKERNEL=attnres_phase2_c_bf16_v16_u2_p1_t2 bench/phase2_kernel.c -o /tmp/k -lm
+ *      -DKERNEL=attnres_phase2_c_bf16_v16_u2_p1 bench/phase2_kernel.c -o /tmp/k -lm
  *   /tmp/k D T THREADS NORM
+ *
+ * The kernel is named after the variant id without its thread count
+ * (_tN), which is a launch parameter: THREADS sets it here.
  *
  * Splits the T tokens evenly over THREADS threads; prints the median of 9
  * timed launches after one warm-up, in GB/s of the traffic the tuner counts

@@ -384,10 +384,38 @@ static void *open_object(const void *blob, size_t size, const char *key, char *e
     return h;
 }
 
+/* The most workers a kernel's thread count may ask for: what the built-in
+ * kernels ask for to mean "all of them". */
+#define CPU_MAX_KERNEL_THREADS (1 << 20)
+
+/* A loaded kernel's thread count. It is a launch parameter: the variant's
+ * parameters carry it ("threads" in params_json), so that variants that
+ * differ only in it share one source and one binary. Binaries generated
+ * before that export it as <kernel>_threads, which wins where present.
+ * 0 with a message in dev when neither gives a usable count. */
+static int kernel_threads(attnres_device *dev, void *module, const char *kernel_name, const char *params_json)
+{
+    char sym[256];
+    snprintf(sym, sizeof sym, "%s_threads", kernel_name);
+    const int *exported = dlsym(module, sym);
+    const int64_t none = INT64_MIN;
+    const int64_t threads = exported ? *exported : ar_json_int(params_json, "threads", none);
+    if (threads >= 1 && threads <= CPU_MAX_KERNEL_THREADS)
+        return (int)threads;
+    if (threads == none)
+        ar_device_fail(dev, ATTNRES_ELOAD,
+                       "kernel %s has no thread count: its binary exports no %s and its parameters (%.200s) "
+                       "hold no \"threads\"",
+                       kernel_name, sym, params_json ? params_json : "none given");
+    else
+        ar_device_fail(dev, ATTNRES_ELOAD, "kernel %s asks for %lld threads in its %s (1 to %d)", kernel_name,
+                       (long long)threads, exported ? "binary" : "parameters", CPU_MAX_KERNEL_THREADS);
+    return 0;
+}
+
 static int cpu_load(attnres_device *dev, const void *blob, size_t size, const char *source,
                     const char *kernel_name, const char *params_json, ar_kernel *k)
 {
-    (void)params_json;
     (void)source; /* the host compiler's output always suits the host */
     /* Only what the compiler wrote, intact, reaches dlopen: a damaged
      * shared object can crash the dynamic loader or the kernel. */
@@ -403,12 +431,10 @@ static int cpu_load(attnres_device *dev, const void *blob, size_t size, const ch
     char sym[256];
     snprintf(sym, sizeof sym, "%s_abi", kernel_name);
     const int *abi = dlsym(h, sym);
-    snprintf(sym, sizeof sym, "%s_threads", kernel_name);
-    const int *threads = dlsym(h, sym);
     void *entry = dlsym(h, kernel_name);
-    if (!abi || !threads || !entry) {
+    if (!abi || !entry) {
         dlclose(h);
-        return ar_device_fail(dev, ATTNRES_ELOAD, "binary does not define kernel %s and its metadata", kernel_name);
+        return ar_device_fail(dev, ATTNRES_ELOAD, "binary does not define kernel %s and its ABI version", kernel_name);
     }
     snprintf(sym, sizeof sym, "%s_abi_op", kernel_name);
     const int *abi_op = dlsym(h, sym);
@@ -417,9 +443,14 @@ static int cpu_load(attnres_device *dev, const void *blob, size_t size, const ch
         dlclose(h);
         return ar_device_fail(dev, ATTNRES_ELOAD, "kernel %s: %s", kernel_name, why);
     }
+    const int threads = kernel_threads(dev, h, kernel_name, params_json);
+    if (threads == 0) {
+        dlclose(h);
+        return ATTNRES_ELOAD;
+    }
     k->module = h;
     k->entry = entry;
-    k->threads = *threads;
+    k->threads = threads;
     snprintf(k->kernel_name, sizeof k->kernel_name, "%s", kernel_name);
     return ATTNRES_OK;
 }
@@ -430,6 +461,19 @@ typedef struct generic_entry {
     void *entry[3];          /* by attnres_dtype */
     const char *variant[3];
 } generic_entry;
+
+/* The length of a CPU variant id without its thread count (a trailing
+ * "_t" and digits): what its kernel symbol is named after, since the
+ * thread count is set at launch. */
+static int id_without_threads(const char *id)
+{
+    size_t n = strlen(id), digits = 0;
+    while (digits < n && id[n - 1 - digits] >= '0' && id[n - 1 - digits] <= '9')
+        digits++;
+    if (digits > 0 && n >= digits + 2 && id[n - digits - 2] == '_' && id[n - digits - 1] == 't')
+        n -= digits + 2;
+    return (int)n;
+}
 
 static int cpu_load_generic(attnres_device *dev, const attnres_problem *p, ar_kernel *k)
 {
@@ -452,9 +496,10 @@ static int cpu_load_generic(attnres_device *dev, const attnres_problem *p, ar_ke
     if (p->heads > 0 &&
         ar_cpu_builtin_find(st->builtin_level, (int)p->op, dt, p->d / p->heads, &entry, &variant, &level) == 0) {
         k->entry = entry;
-        k->threads = 1 << 20; /* all workers */
+        k->threads = CPU_MAX_KERNEL_THREADS; /* all workers */
         snprintf(k->variant, sizeof k->variant, "%s", variant);
-        snprintf(k->kernel_name, sizeof k->kernel_name, "attnres_%s_%s (built in, %s)", variant, level, level);
+        snprintf(k->kernel_name, sizeof k->kernel_name, "attnres_%.*s_%s (built in, %s)", id_without_threads(variant),
+                 variant, level, level);
         return ATTNRES_OK;
     }
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
@@ -463,9 +508,10 @@ static int cpu_load_generic(attnres_device *dev, const attnres_problem *p, ar_ke
         if (dt < 0 || dt > 2)
             break;
         k->entry = table[i].entry[dt];
-        k->threads = 1 << 20; /* all workers */
+        k->threads = CPU_MAX_KERNEL_THREADS; /* all workers */
         snprintf(k->variant, sizeof k->variant, "%s", table[i].variant[dt]);
-        snprintf(k->kernel_name, sizeof k->kernel_name, "attnres_%s (built in, scalar)", table[i].variant[dt]);
+        snprintf(k->kernel_name, sizeof k->kernel_name, "attnres_%.*s (built in, scalar)",
+                 id_without_threads(table[i].variant[dt]), table[i].variant[dt]);
         return ATTNRES_OK;
     }
     return ar_device_fail(dev, ATTNRES_EINVAL, "no generic kernel for op %d, dtype %d", (int)p->op, dt);

@@ -5,8 +5,12 @@
  * compile-time layout checks come from kernel_abi.h, which the build
  * writes from templates/lib/kernel_abi.lua, the file every template pastes
  * the same struct from. Each kernel also exports `<kernel>_abi` (the
- * version), `<kernel>_abi_op` (the op) and `<kernel>_threads`; the runtime
- * refuses a kernel whose version differs from its own for that op.
+ * version) and `<kernel>_abi_op` (the op); the runtime refuses a kernel
+ * whose version differs from its own for that op. The thread count a
+ * launch spreads tokens over is not part of the binary: the runtime reads
+ * it from the variant's parameters ("threads"), or from `<kernel>_threads`
+ * where a binary generated before exports it. Neither changes the argument
+ * struct, so the version stays.
  */
 #ifndef AR_CPU_KERNEL_ABI_H
 #define AR_CPU_KERNEL_ABI_H

@@ -10,7 +10,8 @@
 --             statistics of token t + 1, so memory streams while it computes.
 --   vec       fp32 lanes per vector (1 = scalar code, 8 = AVX2, 16 = AVX-512).
 --   unroll    independent accumulators per loop, to hide FMA latency.
---   threads   the most worker threads the launch spreads tokens over.
+--   threads   the most worker threads the launch spreads tokens over: a
+--             launch parameter, not part of the source (lib/cpu_space.lua).
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
 local storage = require("lib/c_storage")
@@ -27,7 +28,7 @@ local T = {
     { name = "schedule", values = { "online", "twopass", "pipelined" } },
     { name = "vec", values = { 1, 8, 16 } },
     { name = "unroll", values = { 1, 2, 4 } },
-    { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
+    space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
   },
   -- The runtime's built-in fallback: scalar code that fits every d and H,
   -- spread over all cores.
@@ -39,9 +40,13 @@ function T.constraint(p)
   return space.constraint(p) and not (p.schedule == "pipelined" and p.unroll ~= 1)
 end
 
+-- The id of a variant's source: its id without the thread count.
+local function source_id(p)
+  return string.format("mix_c_%s_%s_v%d_u%d", p.dtype, p.schedule, p.vec, p.unroll)
+end
+
 function T.id(p)
-  return string.format("mix_c_%s_%s_v%d_u%d_t%d", p.dtype, p.schedule, p.vec,
-                       p.unroll, p.threads)
+  return space.id(source_id(p), p)
 end
 
 function T.launch(p)
@@ -213,7 +218,7 @@ end
 local bodies = { online = body_online, twopass = body_twopass, pipelined = body_pipelined }
 
 function T.emit(p)
-  local name = "attnres_" .. T.id(p)
+  local name = space.kernel_name(source_id(p))
   local body = bodies[p.schedule](p)
   local src = kernel.source {
     ctype = storage.ctype[p.dtype],
@@ -227,7 +232,6 @@ ${softmax}
       softmax = rowops.depth_softmax(p.vec),
     }),
     name = name,
-    threads = p.threads,
     abi = "cpu_mix",
     doc = [[
 /* Mixes tokens [t0, t1): depth softmax of the folded query against the

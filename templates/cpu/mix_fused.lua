@@ -109,7 +109,8 @@
 --           skip that read and leave the rows out of the cache (a reader
 --           soon after, at small T, then misses; the tuner times both per
 --           T bucket).
---   threads the most worker threads the launch spreads tokens over.
+--   threads the most worker threads the launch spreads tokens over: a
+--           launch parameter, not part of the source (lib/cpu_space.lua).
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
 local storage = require("lib/c_storage")
@@ -131,7 +132,7 @@ local T = {
     { name = "prefetch", values = { "none", "token", "both", "sweep", "all" } },
     { name = "dot", values = { "fma", "bf16" } },
     { name = "store", values = { "cached", "stream" } },
-    { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
+    space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
   },
   -- The runtime's built-in kernels per ISA level (compiled into the library
   -- with that level's flags, chosen at device open), spread over all cores;
@@ -170,13 +171,18 @@ local token_ahead = { token = true, both = true, all = true }
 local near_l1 = { both = true, all = true }
 local from_mix = { all = true }
 
--- Bursts of one step and the fused mix leave the id as it was before
--- either choice existed, so an id keeps naming the same kernel.
-function T.id(p)
-  return string.format("mix_c_%s_fused_v%d_g%d%s%s_p%s_d%s_s%s_t%d", p.dtype, p.vec, p.group,
+-- The id of a variant's source: its id without the thread count. Bursts
+-- of one step and the fused mix leave the id as it was before either
+-- choice existed, so an id keeps naming the same kernel.
+local function source_id(p)
+  return string.format("mix_c_%s_fused_v%d_g%d%s%s_p%s_d%s_s%s", p.dtype, p.vec, p.group,
                        p.mix == "fused" and "" or "_ma",
                        p.burst == 1 and "" or "_b" .. p.burst, prefetch_letter[p.prefetch],
-                       p.dot, p.store:sub(1, 1), p.threads)
+                       p.dot, p.store:sub(1, 1))
+end
+
+function T.id(p)
+  return space.id(source_id(p), p)
 end
 
 -- Whether p is one of T.builtin's variants (of any dtype).
@@ -715,7 +721,7 @@ ${stat_cases}        }
 end
 
 function T.emit(p)
-  local name = "attnres_" .. T.id(p)
+  local name = space.kernel_name(source_id(p))
   local src = kernel.source {
     ctype = storage.ctype[p.dtype],
     decls = gen.subst([[
@@ -789,7 +795,6 @@ ${mix_apart}    for (int s = 0, i0 = 0; s < sweeps; s++) {
       rows_alias = p.burst == "auto" and ROWS_ALIAS or "",
     }),
     name = name,
-    threads = p.threads,
     abi = "cpu_mix",
     doc = [[
 /* Mixes tokens [t0, t1): depth softmax of the folded query against the

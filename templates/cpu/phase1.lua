@@ -34,7 +34,8 @@
 --             once per 4 (or 2) rows.
 --   vec       fp32 lanes per vector (1 = scalar code, 8 = AVX2, 16 = AVX-512).
 --   unroll    independent accumulators per loop, to hide FMA latency.
---   threads   the most worker threads the launch spreads tokens over.
+--   threads   the most worker threads the launch spreads tokens over: a
+--             launch parameter, not part of the source (lib/cpu_space.lua).
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 --
 -- Numerics: fp32 reductions, the running max starts at -1e30f (never -inf),
@@ -56,7 +57,7 @@ local T = {
     { name = "stream", values = { 0, 1 } },
     { name = "vec", values = { 1, 8, 16 } },
     { name = "unroll", values = { 1, 2, 4 } },
-    { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
+    space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
   },
   -- The runtime's built-in fallback: scalar code that fits every d, H and S,
   -- spread over all cores.
@@ -86,9 +87,14 @@ function T.constraint(p)
          not (p.stream == 1 and p.schedule ~= "tiled")
 end
 
+-- The id of a variant's source: its id without the thread count.
+local function source_id(p)
+  return string.format("phase1_c_%s_%s_%s%s_v%d_u%d", p.dtype, p.schedule, p.scores,
+                       p.stream == 1 and "_nt" or "", p.vec, p.unroll)
+end
+
 function T.id(p)
-  return string.format("phase1_c_%s_%s_%s%s_v%d_u%d_t%d", p.dtype, p.schedule, p.scores,
-                       p.stream == 1 and "_nt" or "", p.vec, p.unroll, p.threads)
+  return space.id(source_id(p), p)
 end
 
 -- A loop step: two vectors when streaming, so the head width must hold them.
@@ -346,7 +352,7 @@ ${tail}                }
 end
 
 function T.emit(p)
-  local name = "attnres_" .. T.id(p)
+  local name = space.kernel_name(source_id(p))
   local sweep = ({ siteouter = mix_siteouter, sourceouter = mix_sourceouter,
                    tiled = mix_tiled })[p.schedule](p)
   local vars = {
@@ -372,7 +378,6 @@ ${row_stats}
 ${head_dot}
 ${tiled}${stream}]], vars),
     name = name,
-    threads = p.threads,
     abi = "cpu_phase1",
     -- With GCC 12's -march=native on the Zen 4 guest (tuning for znver3), the
     -- tiled loops' pointers overflowed the general registers into vector

@@ -24,7 +24,8 @@
 --             kernel moves with the fused add, and its read-for-ownership
 --             a sixth more) and leave the row out of the cache. b, read
 --             again at once, always takes plain stores.
---   threads   the most worker threads the launch spreads tokens over.
+--   threads   the most worker threads the launch spreads tokens over: a
+--             launch parameter, not part of the source (lib/cpu_space.lua).
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 --
 -- bf16 vectors move in pairs (lib/c_storage.lua's pair helpers): one load
@@ -58,7 +59,7 @@ local T = {
     { name = "unroll", values = { 1, 2, 4 } },
     { name = "prefetch", values = { 0, 1 } },
     { name = "store", values = { "cached", "stream" } },
-    { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 } },
+    space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
   },
   -- The runtime's built-in fallback: scalar code that fits every d and H,
   -- spread over all cores.
@@ -81,13 +82,15 @@ function T.constraint(p)
   return space.constraint(p) and not (p.vec == 1 and (p.prefetch == 1 or p.store == "stream"))
 end
 
+-- The id of a variant's source: its id without the thread count. Cached
+-- stores keep the ids that databases already hold.
+local function source_id(p)
+  return string.format("phase2_c_%s_v%d_u%d_p%d%s", p.dtype, p.vec, p.unroll, p.prefetch,
+                       p.store == "stream" and "_ss" or "")
+end
+
 function T.id(p)
-  local id = string.format("phase2_c_%s_v%d_u%d_p%d_t%d", p.dtype, p.vec, p.unroll, p.prefetch, p.threads)
-  -- Cached stores keep the ids that databases already hold.
-  if p.store == "stream" then
-    id = id:gsub("_t(%d+)$", "_ss_t%1")
-  end
-  return id
+  return space.id(source_id(p), p)
 end
 
 -- Stores vector `x`, or the pair `lo`, `hi`, at `dst`: past the caches for
@@ -179,7 +182,7 @@ ${store}            }
 end
 
 function T.emit(p)
-  local name = "attnres_" .. T.id(p)
+  local name = space.kernel_name(source_id(p))
   local u = p.unroll
   local paired = pairs_of(p)
   local vars = {
@@ -253,7 +256,6 @@ ${row_stats}
 ${sigmoid}
 ]], vars),
     name = name,
-    threads = p.threads,
     abi = "cpu_phase2",
     doc = [[
 /* Phase 2 of tokens [t0, t1): merges o1/lse with the partial sum b. */]],

@@ -2,11 +2,14 @@
 -- cpu/mix_fused.lua, cpu/phase1.lua, cpu/phase2.lua).
 --
 -- The CPU backend loads each kernel from a shared object by name and finds
--- beside it three constants, <name>_abi and <name>_abi_op (the version of
--- its argument struct and the op it serves, lib/kernel_abi.lua) and
--- <name>_threads, and calls
+-- beside it two constants, <name>_abi and <name>_abi_op (the version of its
+-- argument struct and the op it serves, lib/kernel_abi.lua), and calls
 --   void <name>(const struct <args> *a, int64_t t0, int64_t t1)
--- for a range of tokens it chose. That contract is the same for every
+-- for a range of tokens it chose. How many workers share the tokens is not
+-- in the source: the runtime reads the thread count from the variant's
+-- parameters (lib/cpu_space.lua), so that one binary serves every thread
+-- count. (Kernels generated before exported it as <name>_threads, which
+-- the runtime still honours.) That contract is the same for every
 -- operation, so it is written here once, with the argument struct from its
 -- one definition; a template supplies only what differs: the declarations
 -- before the entry (helpers), the comment that says what the entry does, and
@@ -22,8 +25,8 @@ local M = {}
 --            "cpu_phase1", "cpu_phase2")
 --   decls    text between the argument struct and the entry's constants;
 --            it ends with its own line break
---   name     the entry symbol
---   threads  the most worker threads the runtime should spread tokens over
+--   name     the entry symbol; like everything else here, independent of
+--            the thread count (lib/cpu_space.lua's kernel_name)
 --   doc      the comment above the entry's definition
 --   body     the entry's statements, each line indented and ended
 --   tune     optional; "generic" compiles the kernel scheduled for a generic
@@ -45,6 +48,11 @@ function M.source(spec)
   elseif spec.tune ~= nil then
     error("lib/c_kernel: tune must be nil or \"generic\", not " .. tostring(spec.tune))
   end
+  -- A thread count in the source would give every thread count its own
+  -- source and its own compile of the same machine code.
+  if spec.threads ~= nil then
+    error("lib/c_kernel: the thread count is a launch parameter, not part of the source")
+  end
   return tune .. gen.subst([[
 #include <math.h>
 #include <stdint.h>
@@ -53,8 +61,7 @@ function M.source(spec)
 typedef ${CTYPE} storage_t;
 
 ${struct}
-${decls}${abi_symbols}const int ${NAME}_threads = ${THREADS};
-
+${decls}${abi_symbols}
 void ${NAME}(const struct ${ARGS} *a, int64_t t0, int64_t t1);
 
 ${doc}
@@ -67,7 +74,6 @@ ${body}}
     decls = spec.decls,
     abi_symbols = kabi.cpu_symbols(spec.abi, spec.name),
     NAME = spec.name,
-    THREADS = spec.threads,
     ARGS = kabi.structs[spec.abi].name,
     doc = spec.doc,
     body = spec.body,

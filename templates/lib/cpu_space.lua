@@ -1,7 +1,25 @@
 -- lib/cpu_space.lua: the rules every CPU template's parameter space shares
--- (cpu/mix.lua, cpu/phase1.lua, cpu/phase2.lua).
+-- (cpu/mix.lua, cpu/mix_fused.lua, cpu/phase1.lua, cpu/phase2.lua).
 
 local M = {}
+
+-- The most worker threads a launch spreads tokens over: a launch parameter
+-- (gen/prelude.lua). The runtime reads it from the variant's parameters,
+-- so the source and the kernel name do not depend on it, and the variants
+-- that differ only in it share one source and are compiled once.
+M.threads = { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 }, launch = true }
+
+-- A variant's id: the id of its source, which names the kernel, and the
+-- thread count, so that ids, the database's candidates and winners keep
+-- naming the thread count they were measured with.
+function M.id(source_id, p)
+  return string.format("%s_t%d", source_id, p.threads)
+end
+
+-- The entry symbol of the kernel generated for source_id.
+function M.kernel_name(source_id)
+  return "attnres_" .. source_id
+end
 
 -- True when p is the template's generic variant (T.generic, any dtype);
 -- a template without one (cpu/mix_fused.lua) has none.

@@ -533,6 +533,67 @@ static void test_kernel_abi_is_checked_per_op(void)
     argen_close(g);
 }
 
+/* Replaces the first "\"threads\":N" of a params JSON by "\"threads\":to". */
+static void set_threads(char **json, const char *to)
+{
+    char *at = strstr(*json, "\"threads\":");
+    REQUIRE(at != NULL);
+    const char *num = at + strlen("\"threads\":");
+    char from[64];
+    snprintf(from, sizeof from, "\"threads\":%.*s", (int)strspn(num, "-0123456789"), num);
+    char repl[64];
+    snprintf(repl, sizeof repl, "\"threads\":%s", to);
+    replace_once(json, from, repl);
+}
+
+/* A CPU kernel's thread count is a launch parameter: the loader takes it
+ * from the variant's parameters, so that one binary serves every thread
+ * count; a binary generated before, which exports <kernel>_threads, keeps
+ * the count it exports; with neither the load fails naming the kernel. */
+static void test_kernel_threads_come_from_params_or_an_older_binary(void)
+{
+    char msg[2048], *id = NULL, *src = NULL, *name = NULL, *json = NULL;
+    argen *g;
+    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/phase2", &g, msg, sizeof msg) == 0);
+    REQUIRE(argen_generic(g, "f32", &id) == 0);
+    REQUIRE(argen_emit(g, id, &src, &name, &json) == 0);
+    CHECK(strstr(src, "_threads") == NULL);
+    ar_kernel k;
+    CHECK(compile_and_load(src, name, json, &k) == ATTNRES_OK);
+    CHECK(k.threads == (int)ar_json_int(json, "threads", -1));
+    cpu->ops->unload(cpu, &k);
+    set_threads(&json, "3");
+    CHECK(compile_and_load(src, name, json, &k) == ATTNRES_OK);
+    CHECK(k.threads == 3);
+    cpu->ops->unload(cpu, &k);
+    set_threads(&json, "0");
+    CHECK(compile_and_load(src, name, json, &k) == ATTNRES_ELOAD);
+    CHECK(strstr(attnres_device_errmsg(cpu), name) && strstr(attnres_device_errmsg(cpu), "0 threads"));
+    CHECK(compile_and_load(src, name, "{\"vec\":1}", &k) == ATTNRES_ELOAD);
+    CHECK(strstr(attnres_device_errmsg(cpu), name) && strstr(attnres_device_errmsg(cpu), "no thread count"));
+    CHECK(compile_and_load(src, name, NULL, &k) == ATTNRES_ELOAD);
+    CHECK(strstr(attnres_device_errmsg(cpu), "no thread count") != NULL);
+
+    /* An older binary: its exported count wins over the parameters. */
+    char old[300];
+    snprintf(old, sizeof old, "void %s(", name);
+    char with_symbol[400];
+    snprintf(with_symbol, sizeof with_symbol, "const int %s_threads = 5;\n\nvoid %s(", name, name);
+    replace_once(&src, old, with_symbol);
+    set_threads(&json, "2");
+    CHECK(compile_and_load(src, name, json, &k) == ATTNRES_OK);
+    CHECK(k.threads == 5);
+    cpu->ops->unload(cpu, &k);
+    CHECK(compile_and_load(src, name, NULL, &k) == ATTNRES_OK);
+    CHECK(k.threads == 5);
+    cpu->ops->unload(cpu, &k);
+    free(id);
+    free(src);
+    free(name);
+    free(json);
+    argen_close(g);
+}
+
 /* Which variants to try: all f32 schedules, widths and unrolls with two
  * threads, and a few widths for bf16 and f16 (the compiler is slow). */
 static int variant_selected(const char *id)
@@ -920,6 +981,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_phase1_applies_refuses_other_ops_and_widths);
     RUN_CASE(test_time_slot_runs_phase_ops);
     RUN_CASE(test_kernel_abi_is_checked_per_op);
+    RUN_CASE(test_kernel_threads_come_from_params_or_an_older_binary);
     RUN_CASE(test_phase1_template_variants_match_reference);
     RUN_CASE(test_phase2_template_variants_match_reference);
     attnres_device_close(cpu);

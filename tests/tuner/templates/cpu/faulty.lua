@@ -21,6 +21,12 @@ local function base(p)
   return { dtype = p.dtype, schedule = "online", vec = 1, unroll = 1, threads = 1 }
 end
 
+-- The runtime reads a CPU kernel's thread count from its parameters; these
+-- variants run on one thread, as their base does.
+function T.launch(p)
+  return { threads = base(p).threads }
+end
+
 function T.applies(p, problem, device)
   return mix.applies(base(p), problem, device)
 end
