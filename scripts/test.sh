@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
-# Quick start, step 2: build and run the whole test suite. ctest prints the
-# closing summary of passed and failed tests; then the Python package is
-# installed into a virtual environment under build/ (linking the libattnres
-# just built, so only the extension is compiled) and pytest prints its own.
+# Quick start, step 2: build and run the fast test tier (docs/testing.md),
+# or with --full every test. ctest prints the closing summary of passed and
+# failed tests, then this script the ten slowest; then the Python package
+# is installed into a virtual environment under build/ (linking the
+# libattnres just built, so only the extension is compiled) and pytest
+# prints its own summary. Other arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tier=(-L fast)
+args=()
+for a in "$@"; do
+  if [ "$a" = --full ]; then tier=(); else args+=("$a"); fi
+done
 bash scripts/build.sh
-(cd build && ctest --output-on-failure -j"$(nproc)" "$@")
+log=build/ctest-last.log
+set +e
+(cd build && ctest --output-on-failure -j"$(nproc)" "${tier[@]}" "${args[@]}") 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+echo "the ten slowest tests:"
+sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) [.* ]*\([A-Za-z*]*[^0-9]*\) *\([0-9.]*\) sec$/\3 \1/p' "$log" |
+  sort -rn | head -10 | awk '{printf "  %8.1f s  %s\n", $1, $2}'
+[ "$rc" -eq 0 ] || exit "$rc"
 
 # The Python tests. PyPI provides the build backend, NumPy and pytest; torch
 # is not installed here (its tests skip, saying so).

@@ -34,7 +34,9 @@ cli="$1"
 fixture="$2"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-export ATTNRES_CACHE_DIR="$dir/cache"
+# The suite's kernel cache where ctest names one: compiling is not under
+# test here, and the suite compiles each variant once.
+export ATTNRES_CACHE_DIR="${ATTNRES_TEST_KERNEL_CACHE:-$dir/cache}"
 templates="${ATTNRES_TEMPLATE_DIR:?ATTNRES_TEMPLATE_DIR must name the templates}"
 db="$dir/t.db"
 key="mix:f32:d256:n5:h1:replace:epi0:s0:t64"
