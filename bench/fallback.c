@@ -3,7 +3,7 @@
  * the tuned winners, at the shapes of the `default` preset.
  *
  *   build/bin/fallback --db DB [--rounds R] [--gap BYTES] [--scalar] [--only SUBSTRING]
- *                      [--against LEVEL]
+ *                      [--against LEVEL] [--versus DB2]
  *
  * DB must hold winners tuned on this machine for the `default` preset
  * (attnres tune --preset default --db DB). For each problem and T bucket
@@ -18,6 +18,12 @@
  * tuned median of the same run. The N sources of a launch lie back to
  * back in one buffer, as in an engine's bank of block representations, or
  * --gap BYTES (a multiple of 64) apart.
+ *
+ * --versus DB2 puts DB2's tuned winner (exact level too) in the built-in's
+ * place, so that two tunes of the preset (say the default strategy and an
+ * exhaustive one, bench/tune_quality.sh) are compared kernel against
+ * kernel in the same interleaved rounds: the ratio column is DB2's median
+ * over DB's, and the row is the same kernel where both chose one.
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -165,7 +171,7 @@ enum { CONFIGS = 4, MAX_ROUNDS = 64 };
 
 int main(int argc, char **argv)
 {
-    const char *db_path = NULL, *only = NULL;
+    const char *db_path = NULL, *only = NULL, *versus = NULL;
     const char *against = "avx2";
     int rounds = 7, scalar = 0;
     for (int i = 1; i < argc; i++) {
@@ -181,9 +187,11 @@ int main(int argc, char **argv)
             scalar = 1;
         else if (strcmp(argv[i], "--against") == 0 && i + 1 < argc)
             against = argv[++i];
+        else if (strcmp(argv[i], "--versus") == 0 && i + 1 < argc)
+            versus = argv[++i];
         else {
             fprintf(stderr, "usage: fallback --db DB [--rounds R] [--gap BYTES] [--scalar] [--only SUBSTRING] "
-                            "[--against LEVEL]\n");
+                            "[--against LEVEL] [--versus DB2]\n");
             return 2;
         }
     }
@@ -196,7 +204,7 @@ int main(int argc, char **argv)
     const char *const isa[CONFIGS] = {"", "", against, "scalar"};
     char against_name[80];
     snprintf(against_name, sizeof against_name, "built-in %s", against);
-    const char *const config_names[CONFIGS] = {"tuned", "built-in", against_name, "scalar"};
+    const char *const config_names[CONFIGS] = {"tuned", versus ? "versus" : "built-in", against_name, "scalar"};
     for (int c = 0; c < CONFIGS; c++) {
         if (c == 1)
             continue; /* the tuned plan's device: the widest level */
@@ -210,13 +218,18 @@ int main(int argc, char **argv)
         }
     }
     dev[1] = dev[0];
-    attnres_db *db = NULL;
-    if (attnres_db_open(db_path, &db, msg, sizeof msg) != ATTNRES_OK) {
+    attnres_db *db = NULL, *db2 = NULL;
+    if (attnres_db_open(db_path, &db, msg, sizeof msg) != ATTNRES_OK ||
+        (versus && attnres_db_open(versus, &db2, msg, sizeof msg) != ATTNRES_OK)) {
         fprintf(stderr, "fallback: %s\n", msg);
         return 1;
     }
-    printf("| problem | T | tuned winner | tuned µs | built-in (level) | built-in µs | ratio | %s µs | ratio %s |%s\n",
-           against, against, scalar ? " scalar µs | ratio scalar |" : "");
+    if (versus)
+        printf("| problem | T | winner of %s | µs | winner of %s | µs | ratio | %s µs | ratio %s |%s\n", db_path,
+               versus, against, against, scalar ? " scalar µs | ratio scalar |" : "");
+    else
+        printf("| problem | T | tuned winner | tuned µs | built-in (level) | built-in µs | ratio | %s µs | ratio %s |%s\n",
+               against, against, scalar ? " scalar µs | ratio scalar |" : "");
     printf("|---|---|---|---|---|---|---|---|---|%s\n", scalar ? "---|---|" : "");
     /* The default preset's problems with their CPU T buckets, as the tuner
      * expands them (tuner/src/problems.c): one row per problem and bucket. */
@@ -244,8 +257,9 @@ int main(int argc, char **argv)
         for (int c = 0; c < CONFIGS && ok; c++) {
             if (c == 3 && !scalar)
                 continue;
-            if (attnres_plan_create(dev[c], c == 0 ? db : NULL, &p, c == 0 ? ATTNRES_PLAN_REQUIRE_EXACT : 0,
-                                    &plan[c], msg, sizeof msg) != ATTNRES_OK) {
+            attnres_db *from = c == 0 ? db : c == 1 ? db2 : NULL;
+            if (attnres_plan_create(dev[c], from, &p, from ? ATTNRES_PLAN_REQUIRE_EXACT : 0, &plan[c], msg,
+                                    sizeof msg) != ATTNRES_OK) {
                 printf("| %s | - | %s: %s |\n", name, config_names[c], msg);
                 ok = 0;
             }
@@ -296,8 +310,10 @@ int main(int argc, char **argv)
             if (at)
                 sscanf(at + strlen(key), "%255s", tuned);
             attnres_plan_explain(plan[1], text, sizeof text);
-            at = strstr(text, "(built in, ");
-            if (at)
+            at = versus ? strstr(text, key) : strstr(text, "(built in, ");
+            if (at && versus)
+                sscanf(at + strlen(key), "%63s", level);
+            else if (at)
                 sscanf(at + strlen("(built in, "), "%63[^)]", level);
             printf("| %s | %" PRId64 " | %s | %.2f | %s | %.2f | **%.2f** | %.2f | %.2f |", name, T, tuned, med[0],
                    level, med[1], med[1] / med[0], med[2], med[2] / med[0]);
@@ -312,6 +328,7 @@ int main(int argc, char **argv)
     }
     problems_free(&set);
     attnres_db_close(db);
+    attnres_db_close(db2);
     attnres_device_close(dev[0]);
     attnres_device_close(dev[2]);
     attnres_device_close(dev[3]);

@@ -57,8 +57,10 @@ mkdir -p "$dir/slow"
 cp -r "$templates/." "$dir/slow/"
 # cpu/mix_fused.lua has no scalar variants: the slow set leaves it out.
 rm "$dir/slow/cpu/mix_fused.lua"
+# The thread count is the one CPU templates share (lib/cpu_space.lua, a
+# launch parameter): the copy of mix.lua gets its own, with one value.
 sed -i -E 's/\{ name = "vec", values = \{[^}]*\} \}/{ name = "vec", values = { 1 } }/;
-           s/\{ name = "threads", values = \{[^}]*\} \}/{ name = "threads", values = { 1 } }/' \
+           s/^( *)space\.threads,.*/\1{ name = "threads", values = { 1 }, launch = true },/' \
   "$dir/slow/cpu/mix.lua"
 # Its sources carry a mark: new source hashes and build keys.
 if [ "$(tail -n 1 "$dir/slow/cpu/mix.lua")" = "return T" ]; then
@@ -73,7 +75,7 @@ return T
 LUA
 fi
 if grep -q 'name = "vec", values = { 1 } }' "$dir/slow/cpu/mix.lua" &&
-   grep -q 'name = "threads", values = { 1 } }' "$dir/slow/cpu/mix.lua" &&
+   grep -q 'name = "threads", values = { 1 }, launch = true }' "$dir/slow/cpu/mix.lua" &&
    grep -q "scalar-only copy" "$dir/slow/cpu/mix.lua"; then
   ok "slow template copy restricts vec and threads to 1 and marks its sources"
 else
@@ -239,8 +241,8 @@ expect_rc 1 "regress reads a v1 file read-only" -- "$cli" db regress --db "$dir/
 [ ! -e "$dir/old.db.v1.bak" ] && ok "read-only use leaves the v1 file alone" || bad "read-only use migrated"
 expect_rc 0 "note migrates it in place" -- "$cli" db note 1 "before the driver update" --db "$dir/old.db"
 [ -e "$dir/old.db.v1.bak" ] && ok "the v1 file was backed up" || bad "no backup"
-python3 -c 'import sqlite3,sys; assert sqlite3.connect(sys.argv[1]).execute("pragma user_version").fetchone()[0]==6; assert sqlite3.connect(sys.argv[2]).execute("pragma user_version").fetchone()[0]==1' "$dir/old.db" "$dir/old.db.v1.bak" &&
-  ok "migrated to v6, backup still v1" || bad "versions after migration"
+python3 -c 'import sqlite3,sys; assert sqlite3.connect(sys.argv[1]).execute("pragma user_version").fetchone()[0]==7; assert sqlite3.connect(sys.argv[2]).execute("pragma user_version").fetchone()[0]==1' "$dir/old.db" "$dir/old.db.v1.bak" &&
+  ok "migrated to v7, backup still v1" || bad "versions after migration"
 python3 -c 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute("pragma user_version = 9"); c.commit()' "$dir/old.db"
 expect_rc 1 "a newer file is refused" -- "$cli" db runs --db "$dir/old.db"
 grep -q 'newer than this build' "$dir/err.txt" && ok "with a clear message" || bad "message: $(cat "$dir/err.txt")"
