@@ -21,7 +21,7 @@ static const char tune_usage[] =
     "                    [--preset NAME | --problems FILE | --from-misses FILE]\n"
     "                    [--strategy halving|exhaustive|random] [--budget N | --budget SECONDSs]\n"
     "                    [--seed S] [--shard I/N] [--jobs N] [--time-limit SECONDS]\n"
-    "                    [--no-isolate] [--quiet]\n"
+    "                    [--no-isolate] [--no-prune] [--explain-pruning] [--quiet]\n"
     "       attnres tune --revalidate [--device cpu|cuda:N] [--db FILE] [--quiet]\n"
     "\n"
     "  Strategies: halving (default) times every candidate cheaply, then the best\n"
@@ -36,6 +36,10 @@ static const char tune_usage[] =
     "  databases with `attnres db merge`. On the CPU each candidate runs in its own\n"
     "  process, so one that crashes or hangs (past --time-limit, default 60 s) is\n"
     "  recorded as launch_failed or timeout and the run goes on.\n"
+    "  Templates may prune variants that run a problem right but cannot win there\n"
+    "  (a cost model: bursts on short head slices, prefetches from the mix in\n"
+    "  cache): they are not compiled or measured. --explain-pruning lists each with\n"
+    "  its reason; --no-prune tunes them too.\n"
     "  --revalidate re-measures only the stored winners of the device (fast) and\n"
     "  records them as a run that `attnres db regress` can compare.\n"
     "\n"
@@ -110,6 +114,8 @@ static int parse(int argc, char **argv, tune_opts *o)
         CLI_OPT_FLAG("--quiet", &o->quiet),
         CLI_OPT_FLAG("--no-isolate", &no_isolate),
         CLI_OPT_FLAG("--revalidate", &o->revalidate),
+        CLI_OPT_FLAG("--no-prune", &o->no_prune),
+        CLI_OPT_FLAG("--explain-pruning", &o->explain_pruning),
         CLI_OPT_CHOICE("--strategy", &strat, strategies),
         CLI_OPT_CUSTOM("--budget", o, parse_budget),
         CLI_OPT_INT64("--seed", &seed, 0, INT64_MAX),

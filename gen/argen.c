@@ -278,6 +278,25 @@ int argen_applies(argen *g, const char *id, const argen_problem *problem,
     return ok;
 }
 
+int argen_prune(argen *g, const char *id, const argen_problem *problem,
+                const argen_device *device, char *why, size_t why_len)
+{
+    lua_State *L = sandbox_state(g->sb);
+    push_call(g, "prune");
+    lua_pushstring(L, id);
+    push_problem(L, problem);
+    push_device(L, device);
+    if (sandbox_call(g->sb, 4, 1, g->msg, sizeof g->msg)) {
+        snprintf(why, why_len, "%s", g->msg);
+        return -1;
+    }
+    const char *reason = lua_tostring(L, -1);
+    const int pruned = reason != NULL;
+    snprintf(why, why_len, "%s", pruned ? reason : "");
+    lua_pop(L, 1);
+    return pruned;
+}
+
 int argen_emit(argen *g, const char *id, char **source, char **kernel_name,
                char **params_json)
 {

@@ -58,6 +58,13 @@ const char *argen_op(const argen *g);      /* "mix", "phase1", "phase2" */
 int argen_enumerate(argen *g, argen_variant **out, size_t *count);
 void argen_variants_free(argen_variant *v, size_t count);
 
+/* 1 if the template prunes variant `id` for `problem` on `device` (it
+ * applies, but the template's cost model says it cannot win there; why is
+ * the reason), 0 if it is to be tuned, negative on a template error (why
+ * holds the message). Templates without T.prune prune nothing. */
+int argen_prune(argen *g, const char *id, const argen_problem *problem,
+                const argen_device *device, char *why, size_t why_len);
+
 /* 1 if variant `id` can run `problem` on `device`, 0 if not (why is set),
  * negative on a template error. */
 int argen_applies(argen *g, const char *id, const argen_problem *problem,

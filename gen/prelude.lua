@@ -193,6 +193,22 @@ function prelude.applies(T, id, problem, device)
   return ok and true or false, why
 end
 
+-- Whether the tuner may leave variant id out of a problem although it
+-- applies: a reason string when the template's T.prune says the variant
+-- cannot win there (a cost model: its traffic, or where it was measured to
+-- lose), nil when it is to be tuned. The tuner honours it unless told not
+-- to (`attnres tune --no-prune`) and lists it (`--explain-pruning`).
+function prelude.prune(T, id, problem, device)
+  local p = prelude.find(T, id)
+  if not p then error("no variant '" .. id .. "'", 0) end
+  if not T.prune then return nil end
+  local why = T.prune(p, problem, device)
+  if why ~= nil and type(why) ~= "string" then
+    error("prune() must return nil or a reason string, not a " .. type(why), 0)
+  end
+  return why
+end
+
 -- The id of the template's generic variant for a dtype: the one the
 -- runtime compiles in as its fallback. Templates name it in T.generic.
 function prelude.generic(T, file, dtype)

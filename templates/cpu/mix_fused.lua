@@ -225,6 +225,19 @@ function T.step(p)
   return 2 * p.vec
 end
 
+function T.applies(p, problem, device)
+  if p.dot == "bf16" and device.arch ~= "x86_64-avx512" then
+    return false, "the bf16 dot products need AVX-512"
+  end
+  if p.burst == "auto" then
+    return false, "bursts \"auto\" are the built-ins' choice per launch; tuning measures 1 and 4"
+  end
+  return space.applies(T, p, problem, device)
+end
+
+-- What the tuner leaves out unless told not to (attnres tune --no-prune):
+-- variants that run the problem right but were measured not to win there.
+
 -- Bursts of 4 are tuned where they were measured, on head slices of 512
 -- elements and more (MHAR's heads and up); shorter slices keep bursts of 1,
 -- so that small shapes (the ci preset's) tune as fast as before bursts.
@@ -236,16 +249,10 @@ local BURST_MIN_SLICE = 512
 -- instructions spent for nothing (4% slower from L2 on the Zen 4 guest).
 local FROM_MIX_MIN_BYTES = 64 * 1024 * 1024
 
-function T.applies(p, problem, device)
-  if p.dot == "bf16" and device.arch ~= "x86_64-avx512" then
-    return false, "the bf16 dot products need AVX-512"
-  end
-  if p.burst == "auto" then
-    return false, "bursts \"auto\" are the built-ins' choice per launch; tuning measures 1 and 4"
-  end
-  if p.burst > 1 and problem.d // problem.heads < BURST_MIN_SLICE then
-    return false, string.format("bursts of %d are tuned for head slices of %d elements and more",
-                                p.burst, BURST_MIN_SLICE)
+function T.prune(p, problem, device)
+  if p.burst ~= "auto" and p.burst > 1 and problem.d // problem.heads < BURST_MIN_SLICE then
+    return string.format("bursts of %d are tuned for head slices of %d elements and more", p.burst,
+                         BURST_MIN_SLICE)
   end
   if from_mix[p.prefetch] then
     -- The rows a launch reads and writes: sources, output, and the partial
@@ -253,11 +260,11 @@ function T.applies(p, problem, device)
     local rows = problem.n + 1 + (problem.form == "additive" and 1 or 0) + (problem.epilogue and 1 or 0)
     local bytes = rows * problem.t * problem.d * storage.size[p.dtype]
     if bytes < FROM_MIX_MIN_BYTES then
-      return false, string.format("prefetch \"%s\" is tuned for launches of %d MiB and more, not %.1f",
-                                  p.prefetch, FROM_MIX_MIN_BYTES // (1024 * 1024), bytes / (1024 * 1024))
+      return string.format("prefetch \"%s\" is tuned for launches of %d MiB and more, not %.1f", p.prefetch,
+                           FROM_MIX_MIN_BYTES // (1024 * 1024), bytes / (1024 * 1024))
     end
   end
-  return space.applies(T, p, problem, device)
+  return nil
 end
 
 -- Prefetches of every line of a sweep step: for "token" and "both", at

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The kernel cache spares compiles across databases: a run on a new
+# What spares a tune its compiles. The kernel cache: a run on a new
 # database takes every variant an earlier run compiled from the cache,
 # compiles again the one whose cached binary was damaged (its seal does not
-# match), and records where its time went, with the run.
+# match), and records where its time went, with the run. Pruning: the
+# variants a template prunes are listed with their reasons and tuned with
+# --no-prune.
 set -euo pipefail
 cli="$1"
 dir=$(mktemp -d)
@@ -45,5 +47,22 @@ if grep -q '"compile": {"s": [0-9.]*, "n": 1}' <<<"$stages" && grep -q '"total_s
   ok "the run recorded its stages: compile n = 1"
 else
   bad "recorded stages: '$stages'"
+fi
+# Pruning, on a mix with short head slices in cache: bursts and the
+# prefetches from the mix are pruned, said why, and tuned with --no-prune.
+printf 'mix f32 256 5 1 replace 0 64\n' >"$dir/mix.txt"
+"$cli" tune --device cpu --problems "$dir/mix.txt" --shard 0/8 --db "$dir/c.db" --explain-pruning \
+  >"$dir/pruned.txt" 2>"$dir/pruned.log"
+"$cli" tune --device cpu --problems "$dir/mix.txt" --shard 0/8 --db "$dir/d.db" --no-prune \
+  >"$dir/unpruned.txt" 2>"$dir/unpruned.log"
+npruned=$(grep -c '^  pruned .*: bursts of 4 are tuned for head slices' "$dir/pruned.log" || true)
+kept=$(sed -n 's/^\[1\/1\] [^:]*: \([0-9]*\) candidate.*/\1/p' "$dir/pruned.log")
+all=$(sed -n 's/^\[1\/1\] [^:]*: \([0-9]*\) candidate.*/\1/p' "$dir/unpruned.log")
+listed=$(grep -c '^  pruned ' "$dir/pruned.log" || true)
+if [ "$npruned" -gt 0 ] && [ -n "$kept" ] && [ -n "$all" ] && [ $((kept + listed)) = "$all" ] &&
+   grep -q "candidate(s) pruned before compiling" "$dir/pruned.txt"; then
+  ok "$listed pruned with reasons ($npruned for bursts), $kept tuned; --no-prune tuned all $all"
+else
+  bad "pruned: listed '$listed', bursts '$npruned', tuned '$kept', with --no-prune '$all'"
 fi
 finish

@@ -187,6 +187,32 @@ static void test_emit_starts_with_generator_header_naming_file_variant_params(vo
     CHECK(argen_applies(g, "x_f32_v1_a", &prob, &dev, why, sizeof why) == 1);
     CHECK(argen_applies(g, "no_such_variant", &prob, &dev, why, sizeof why) < 0);
     CHECK(strstr(why, "no_such_variant") != NULL);
+    /* Without T.prune nothing is pruned. */
+    CHECK(argen_prune(g, "x_f32_v1_a", &prob, &dev, why, sizeof why) == 0 && why[0] == 0);
+    CHECK(argen_prune(g, "no_such_variant", &prob, &dev, why, sizeof why) < 0);
+    argen_close(g);
+}
+
+/* The fused mix prunes what applies but was measured not to win: bursts on
+ * head slices under 512 elements, prefetches from the mix for launches
+ * under 64 MiB; the same variants are tuned where those hold. */
+static void test_fused_mix_prunes_with_reasons(void)
+{
+    char msg[1024] = "";
+    argen *g = NULL;
+    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/mix_fused", &g, msg, sizeof msg) == 0);
+    argen_device dev = {.backend = "cpu", .arch = "x86_64-avx512", .units = 2};
+    argen_problem small = {.op = "mix", .dtype = "bf16", .form = "replace", .d = 256, .t = 64, .n = 9, .heads = 1};
+    argen_problem big = {.op = "mix", .dtype = "bf16", .form = "replace", .d = 7168, .t = 4096, .n = 9, .heads = 1};
+    char why[256];
+    const char *burst = "mix_c_bf16_fused_v16_g8_b4_pn_dfma_sc_t2", *all = "mix_c_bf16_fused_v16_g8_pa_dfma_sc_t2";
+    const char *plain = "mix_c_bf16_fused_v16_g8_pn_dfma_sc_t2";
+    CHECK(argen_applies(g, burst, &small, &dev, why, sizeof why) == 1);
+    CHECK(argen_prune(g, burst, &small, &dev, why, sizeof why) == 1 && strstr(why, "head slices of 512"));
+    CHECK(argen_prune(g, burst, &big, &dev, why, sizeof why) == 0);
+    CHECK(argen_prune(g, all, &small, &dev, why, sizeof why) == 1 && strstr(why, "64 MiB"));
+    CHECK(argen_prune(g, all, &big, &dev, why, sizeof why) == 0);
+    CHECK(argen_prune(g, plain, &small, &dev, why, sizeof why) == 0 && why[0] == 0);
     argen_close(g);
 }
 
@@ -777,6 +803,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_non_string_error_is_reported_not_crashed);
     RUN_CASE(test_real_cpu_mix_enumerates_and_every_f32_variant_emits);
     RUN_CASE(test_phase1_asks_for_generic_tuning_and_the_mix_does_not);
+    RUN_CASE(test_fused_mix_prunes_with_reasons);
     RUN_CASE(test_cpu_variants_differing_only_in_threads_emit_one_source);
     RUN_CASE(test_files_read_name_every_required_template_once);
 

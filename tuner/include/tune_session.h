@@ -27,6 +27,8 @@ typedef enum strategy {
 typedef struct tune_opts {
     const char *device, *db, *preset, *problems, *misses;
     int jobs, quiet, isolate, revalidate;
+    int no_prune;        /* tune what the templates would prune (T.prune) */
+    int explain_pruning; /* list each pruned variant and why */
     strategy strategy;
     int64_t budget_candidates; /* 0: no limit */
     double budget_seconds;     /* per problem; 0: no limit */

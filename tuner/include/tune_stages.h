@@ -31,6 +31,7 @@ typedef struct tune_stages {
     double seconds[STAGE_COUNT];
     size_t items[STAGE_COUNT];
     double total_s;     /* the run's wall time, set when it ends */
+    size_t pruned;      /* candidates left out before compiling (T.prune) */
 } tune_stages;
 
 /* The stage's name as printed and recorded ("ceilings", "generation", ...). */

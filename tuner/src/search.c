@@ -161,6 +161,20 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
             }
             if (!ok || seen++ % (size_t)t->opt.shard_count != (size_t)t->opt.shard_index)
                 continue;
+            if (!t->opt.no_prune) {
+                int pruned = argen_prune(t->templates[g], v[i].id, &ap, &ad, why, sizeof why);
+                if (pruned < 0) {
+                    cli_error("tune", "%s", why);
+                    argen_variants_free(v, nv);
+                    return -1;
+                }
+                if (pruned) {
+                    t->stages.pruned++;
+                    if (t->opt.explain_pruning)
+                        log_line(t, "  pruned %s: %s", v[i].id, why);
+                    continue;
+                }
+            }
             source_entry *e = get_source(t, t->templates[g], v[i].id);
             candidate_ref *grown = e ? realloc(*out, (*count + 1) * sizeof *grown) : NULL;
             if (!grown) {
