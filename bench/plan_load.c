@@ -8,8 +8,13 @@
  * is reported apart from the median of the following ones. Opening the
  * device and the database is timed separately: an engine does that once.
  *
+ * The database handle remembers its lookups, so a later load on the same
+ * handle does no SQL at all. --reopen opens the database again before each
+ * load (timed apart), so that every load starts with nothing remembered,
+ * as an engine's one model load does.
+ *
  * Usage: plan_load [--db FILE] [--form phase|mix] [--dtype f32|bf16]
- *                  [--d D] [--loads R] [--require-exact]
+ *                  [--d D] [--loads R] [--require-exact] [--reopen]
  * Links libattnres.so, as an engine would.
  */
 #include <stdio.h>
@@ -37,7 +42,7 @@ static int cmp_double(const void *a, const void *b)
 static int usage(void)
 {
     fprintf(stderr, "usage: plan_load [--db FILE] [--form phase|mix] [--dtype f32|bf16] [--d D] [--loads R] "
-                    "[--require-exact]\n");
+                    "[--require-exact] [--reopen]\n");
     return 2;
 }
 
@@ -49,10 +54,15 @@ int main(int argc, char **argv)
     int64_t d = 256;
     int loads = 21;
     unsigned flags = 0;
+    int reopen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--require-exact")) {
             flags |= ATTNRES_PLAN_REQUIRE_EXACT;
+            continue;
+        }
+        if (!strcmp(a, "--reopen")) {
+            reopen = 1;
             continue;
         }
         if (!v)
@@ -91,7 +101,18 @@ int main(int argc, char **argv)
         goto done;
     }
     const double db_ms = now_ms() - t0;
+    double reopen_ms = 0;
     for (int r = 0; r < loads; r++) {
+        if (reopen && db && r > 0) {
+            t0 = now_ms();
+            attnres_db_close(db);
+            db = NULL;
+            if (attnres_db_open(dbpath, &db, msg, sizeof msg)) {
+                fprintf(stderr, "plan_load: %s\n", msg);
+                goto done;
+            }
+            reopen_ms += now_ms() - t0;
+        }
         t0 = now_ms();
         for (int s = 0; s < K3_SITES; s++) {
             attnres_problem p = k3_site_problem(form, dtype, d, s);
@@ -113,14 +134,16 @@ int main(int argc, char **argv)
     const double first = times[0];
     qsort(times + 1, (size_t)loads - 1, sizeof *times, cmp_double);
     const double med = times[1 + (loads - 1) / 2];
-    printf("model load, K3-shaped (%d sites, %s form), %s d = %lld, %s\n", K3_SITES,
+    printf("model load, K3-shaped (%d sites, %s form), %s d = %lld, %s%s\n", K3_SITES,
            form == K3_FORM_PHASE ? "two-phase" : "mix", attnres_dtype_name(dtype), (long long)d,
-           dbpath ? dbpath : "no database");
+           dbpath ? dbpath : "no database", reopen && db ? ", database opened again for each load" : "");
     printf("plan levels: %d exact, %d same architecture, %d same backend, %d built-in generic\n", levels[0],
            levels[1], levels[2], levels[3]);
     printf("%-34s %10s %12s\n", "step", "ms", "us per site");
     printf("%-34s %10.3f %12s\n", "open device (once)", dev_ms, "");
     printf("%-34s %10.3f %12s\n", "open database (once)", db_ms, "");
+    if (reopen && db)
+        printf("%-34s %10.3f %12s\n", "close and open again (mean)", reopen_ms / (loads - 1), "");
     printf("%-34s %10.3f %12.1f\n", "plan all sites, first load", first, 1e3 * first / K3_SITES);
     printf("%-34s %10.3f %12.1f\n", "plan all sites, median of later", med, 1e3 * med / K3_SITES);
     printf("%-34s %10.3f %12.1f\n", "plan all sites, fastest later", times[1], 1e3 * times[1] / K3_SITES);

@@ -241,6 +241,12 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
                         size_t *count);
 void ardb_winners_free(ardb_winner *w, size_t count);
 
+/* SQLite's data version of the main database (PRAGMA data_version): it
+ * changes whenever another connection commits to the file, so that a caller
+ * that keeps what it looked up can tell when to look again. It reads the
+ * file as a lookup does (a short read transaction). */
+int ardb_data_version(ardb *db, int64_t *version);
+
 /* Row callback for listings: column names and values as text (SQL NULL is
  * ""; numbers are formatted). Pointers are valid during the call only. A
  * non-zero return stops the listing, which still returns ARDB_DONE. */

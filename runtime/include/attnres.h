@@ -283,7 +283,8 @@ ATTNRES_API int attnres_db_open(const char *path, attnres_db **out, char *msg,
                                 size_t msg_len);
 
 /* Closes the database. NULL is a no-op. Plans do not keep the database
- * open: it may be closed as soon as planning is done. */
+ * open: it may be closed as soon as planning is done. Closing also frees
+ * what the handle remembers of its lookups (see attnres_plan_create). */
 ATTNRES_API void attnres_db_close(attnres_db *db);
 
 /* ------------------------------------------------------------------------
@@ -329,6 +330,16 @@ typedef enum attnres_plan_level {
  *                compiler), or their source does not match its hash.
  * None of this touches plans made before: they stay valid whatever happens
  * to the database file afterwards.
+ *
+ * Planning many sites of few shapes (a model load) is cheap after the first
+ * plan of each shape: the database handle remembers the winners it looked
+ * up (up to 64 lookups, until attnres_db_close), and plans on one device
+ * that use the same tuned kernel share it, loaded once. Before it uses
+ * what it remembers, each plan asks SQLite whether another connection has
+ * committed to the file since (a tuner, say), and forgets all of it if so:
+ * a plan always gets the winners committed before it started, as if it
+ * were the handle's first. A shared kernel is unloaded with the last plan
+ * that uses it, so plans stay independent: destroy them in any order.
  *
  * Side effects (see "Environment, files and processes" at the top): reads
  * and writes the binary cache under $ATTNRES_CACHE_DIR (else

@@ -5,8 +5,14 @@
  * the fallback chain (exact device, same architecture, same backend, built-in
  * generic kernel), fetching or compiling each T bucket's binary, loading it.
  * attnres_run_mix then only checks arguments, picks a bucket and launches.
+ *
+ * A model plans many sites of few shapes. The database handle remembers its
+ * lookups (db_handle.h), and plans of one device share each tuned kernel
+ * they load (the registry below), so the second plan of a shape reads no
+ * file and loads nothing.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,10 +29,13 @@
 
 #define AR_MAX_BUCKETS 32
 
+typedef struct ar_shared_kernel ar_shared_kernel;
+
 typedef struct plan_bucket {
     int64_t t_bucket; /* T the kernel was tuned at (0 for generic) */
     int64_t t_max;    /* this bucket serves T <= t_max */
     ar_kernel kernel;
+    ar_shared_kernel *shared; /* the registry's record that owns kernel's module; NULL: the plan owns it */
 } plan_bucket;
 
 struct attnres_plan {
@@ -68,11 +77,119 @@ static void explain(attnres_plan *plan, const char *fmt, ...)
         plan->explain_len = sizeof plan->explain - 1;
 }
 
+/* ---- tuned kernels shared by the plans of a device --------------------- */
+
+/* One loaded tuned kernel and the plans that use it. The plans own it
+ * together: the last one destroyed unloads it, so that plans stay
+ * independent handles, destroyed in any order, and nothing outlives them
+ * (a device outlives its plans, and the database may be closed at once). A
+ * loaded kernel is never changed, so plans on several threads can launch it
+ * at once. It is found by what its binary is built from: the recorded
+ * source hash (the build key's part that differs between kernels), the
+ * entry point and the launch parameters. */
+struct ar_shared_kernel {
+    ar_shared_kernel *next;
+    const attnres_device *dev;
+    int refs;               /* plans using it, under shared_lock */
+    char source_hash[65];
+    char origin[32];        /* where its binary came from: "binary cache", "database", "compiled now" */
+    ar_kernel kernel;
+    char *params_json;      /* points into text, NULL for none */
+    char text[];            /* kernel name, then the parameters */
+};
+
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static ar_shared_kernel *shared_kernels;
+
+static int same_text(const char *a, const char *b) { return a == b || (a && b && strcmp(a, b) == 0); }
+
+static int shared_matches(const ar_shared_kernel *s, const attnres_device *dev, const ardb_winner *w)
+{
+    return s->dev == dev && strcmp(s->source_hash, w->source_hash) == 0 && same_text(s->text, w->kernel_name) &&
+           same_text(s->params_json, w->params_json);
+}
+
+/* The loaded kernel of winner w on dev, with one more user; NULL when no
+ * plan of the device has it loaded. */
+static ar_shared_kernel *shared_acquire(const attnres_device *dev, const ardb_winner *w)
+{
+    pthread_mutex_lock(&shared_lock);
+    ar_shared_kernel *s = shared_kernels;
+    while (s && !shared_matches(s, dev, w))
+        s = s->next;
+    if (s)
+        s->refs++;
+    pthread_mutex_unlock(&shared_lock);
+    return s;
+}
+
+/* Hands kernel k, just loaded for winner w, to the registry, with the
+ * calling plan as its one user. NULL when it stays the plan's own: out of
+ * memory (sharing only saves time), or another thread registered the same
+ * kernel meanwhile. */
+static ar_shared_kernel *shared_add(const attnres_device *dev, const ardb_winner *w, const ar_kernel *k,
+                                    const char *origin)
+{
+    const size_t name_len = strlen(w->kernel_name) + 1, params_len = w->params_json ? strlen(w->params_json) + 1 : 0;
+    ar_shared_kernel *s = malloc(sizeof *s + name_len + params_len);
+    if (!s)
+        return NULL;
+    memset(s, 0, sizeof *s);
+    s->dev = dev;
+    s->refs = 1;
+    snprintf(s->source_hash, sizeof s->source_hash, "%s", w->source_hash);
+    snprintf(s->origin, sizeof s->origin, "%s", origin);
+    s->kernel = *k;
+    memcpy(s->text, w->kernel_name, name_len);
+    if (w->params_json) {
+        s->params_json = s->text + name_len;
+        memcpy(s->params_json, w->params_json, params_len);
+    }
+    pthread_mutex_lock(&shared_lock);
+    ar_shared_kernel *have = shared_kernels;
+    while (have && !shared_matches(have, dev, w))
+        have = have->next;
+    if (!have) {
+        s->next = shared_kernels;
+        shared_kernels = s;
+    }
+    pthread_mutex_unlock(&shared_lock);
+    if (have) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Drops one user; the last one unloads the kernel. */
+static void shared_release(attnres_device *dev, ar_shared_kernel *s)
+{
+    pthread_mutex_lock(&shared_lock);
+    const int last = --s->refs == 0;
+    if (last) {
+        ar_shared_kernel **p = &shared_kernels;
+        while (*p != s)
+            p = &(*p)->next;
+        *p = s->next;
+    }
+    pthread_mutex_unlock(&shared_lock);
+    if (!last)
+        return;
+    if (dev->ops->unload)
+        dev->ops->unload(dev, &s->kernel);
+    free(s);
+}
+
 static void unload_all(attnres_plan *plan)
 {
-    for (int i = 0; i < plan->nbuckets; i++)
-        if (plan->dev->ops->unload)
-            plan->dev->ops->unload(plan->dev, &plan->buckets[i].kernel);
+    for (int i = 0; i < plan->nbuckets; i++) {
+        plan_bucket *b = &plan->buckets[i];
+        if (b->shared)
+            shared_release(plan->dev, b->shared);
+        else if (plan->dev->ops->unload)
+            plan->dev->ops->unload(plan->dev, &b->kernel);
+        b->shared = NULL;
+    }
     plan->nbuckets = 0;
 }
 
@@ -116,14 +233,26 @@ static void fill_ardb_device(const attnres_device *dev, ardb_device *d)
  * not load (damaged, or sealed by no attnres) is passed over for the next
  * one, and a cache entry that does not load is replaced by the copy that
  * does, so a damaged cache heals instead of costing the tuned kernel. */
-static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w, ar_kernel *k)
+static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w, plan_bucket *b)
 {
     attnres_device *dev = plan->dev;
+    ar_kernel *k = &b->kernel;
     /* The build key names the binary by the recorded source hash; the
      * source itself is only checked against it when it has to be compiled
      * (binaries carry their own seal). */
     if (!w->source_hash || strlen(w->source_hash) != 64 || strspn(w->source_hash, "0123456789abcdef") != 64)
         return ar_device_fail(dev, ATTNRES_EDB, "the recorded source hash of %s is damaged", w->variant);
+    b->shared = shared_acquire(dev, w);
+    if (b->shared) {
+        *k = b->shared->kernel;
+        snprintf(k->variant, sizeof k->variant, "%s", w->variant);
+        /* In brackets: where the plan that loaded it got the binary. */
+        explain(plan, "  T bucket %" PRId64 ": %s (loaded already by another plan [%s], tuned on %s, "
+                      "%.2f us, %.0f%% of roofline)\n",
+                w->t_bucket, w->variant, b->shared->origin, w->device_fingerprint ? w->device_fingerprint : "?",
+                w->median_us, 100.0 * w->roofline);
+        return ATTNRES_OK;
+    }
     memset(k, 0, sizeof *k);
     ar_build_key(dev, w->source_hash, k->build_key);
     snprintf(k->variant, sizeof k->variant, "%s", w->variant);
@@ -176,11 +305,14 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
             ar_device_fail(dev, st, "%.500s%.500s", attnres_device_errmsg(dev), why);
         }
     }
-    if (st == ATTNRES_OK)
-        explain(plan, "  T bucket %" PRId64 ": %s (%s%s, tuned on %s, %.2f us, %.0f%% of roofline)\n", w->t_bucket,
-                w->variant, origin, why, w->device_fingerprint ? w->device_fingerprint : "?", w->median_us,
-                100.0 * w->roofline);
-    return st;
+    if (st != ATTNRES_OK)
+        return st;
+    if (w->kernel_name)
+        b->shared = shared_add(dev, w, k, origin);
+    explain(plan, "  T bucket %" PRId64 ": %s (%s%s, tuned on %s, %.2f us, %.0f%% of roofline)\n", w->t_bucket,
+            w->variant, origin, why, w->device_fingerprint ? w->device_fingerprint : "?", w->median_us,
+            100.0 * w->roofline);
+    return ATTNRES_OK;
 }
 
 /* Tries one level of the fallback chain. Returns OK when every bucket
@@ -191,10 +323,11 @@ static int try_level(attnres_plan *plan, attnres_db *db, attnres_plan_level leve
     ardb_device d;
     fill_ardb_problem(&plan->problem, &q);
     fill_ardb_device(plan->dev, &d);
-    ardb_winner *w = NULL;
+    const ardb_winner *w = NULL;
+    ardb_winner *owned = NULL;
     size_t count = 0;
     pthread_mutex_lock(&db->lock);
-    int rc = ardb_winners_lookup(db->db, &q, &d, (ardb_level)level, &w, &count);
+    int rc = ar_db_winners(db, &q, &d, (ardb_level)level, &w, &count, &owned);
     if (rc != ARDB_DONE) {
         int st = ar_device_fail(plan->dev, ar_status_from_ardb(rc), "database lookup failed: %s", ardb_errmsg(db->db));
         pthread_mutex_unlock(&db->lock);
@@ -203,22 +336,22 @@ static int try_level(attnres_plan *plan, attnres_db *db, attnres_plan_level leve
     }
     if (count == 0) {
         pthread_mutex_unlock(&db->lock);
+        ardb_winners_free(owned, count);
         explain(plan, "no tuned kernel at level '%s'\n", level_name(level));
         return ATTNRES_ENOTFOUND;
     }
-    if (count > AR_MAX_BUCKETS)
-        count = AR_MAX_BUCKETS;
-    explain(plan, "level '%s': %zu T bucket(s)\n", level_name(level), count);
+    const size_t used = count > AR_MAX_BUCKETS ? AR_MAX_BUCKETS : count;
+    explain(plan, "level '%s': %zu T bucket(s)\n", level_name(level), used);
     int st = ATTNRES_OK;
-    for (size_t i = 0; i < count && st == ATTNRES_OK; i++) {
-        st = load_winner(plan, db, &w[i], &plan->buckets[i].kernel);
+    for (size_t i = 0; i < used && st == ATTNRES_OK; i++) {
+        st = load_winner(plan, db, &w[i], &plan->buckets[i]);
         if (st == ATTNRES_OK) {
             plan->buckets[i].t_bucket = w[i].t_bucket;
             plan->nbuckets = (int)i + 1;
         }
     }
     pthread_mutex_unlock(&db->lock);
-    ardb_winners_free(w, count);
+    ardb_winners_free(owned, count);
     if (st != ATTNRES_OK) {
         explain(plan, "  level '%s' unusable: %s\n", level_name(level), attnres_device_errmsg(plan->dev));
         unload_all(plan);

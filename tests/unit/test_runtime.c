@@ -894,6 +894,98 @@ static void test_tuned_db_gives_exact_plans_that_match_reference(void)
     attnres_plan_destroy(fallback);
 }
 
+/* Plans of one shape share what the database handle looked up and the
+ * kernels they load: the second plan says so, the plans are destroyed in
+ * any order and the one left still runs. What the handle remembers never
+ * hides a change: a problem tuned while the handle is open plans exactly
+ * from that handle at once. */
+static void test_plans_share_kernels_and_see_a_database_tuned_meanwhile(void)
+{
+    char db_path[700], problems[700], log_path[700], cmd[3200], msg[1024] = "";
+    snprintf(db_path, sizeof db_path, "%s/share.db", tmpdir);
+    snprintf(problems, sizeof problems, "%s/share.problems", tmpdir);
+    snprintf(log_path, sizeof log_path, "%s/share.log", tmpdir);
+    /* The ci database: the suite's fixture, else the one the case before
+     * this one tuned. */
+    const char *suite_db = getenv("ATTNRES_TEST_CI_DB");
+    char ci_db[700];
+    snprintf(ci_db, sizeof ci_db, "%s", suite_db && *suite_db ? suite_db : "");
+    if (!ci_db[0])
+        snprintf(ci_db, sizeof ci_db, "%s/t.db", tmpdir);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", ci_db, db_path);
+    int rc = system(cmd);
+    CHECK(rc == 0);
+    if (rc != 0) {
+        fprintf(stderr, "  no tuned ci database to copy (%s)\n", ci_db);
+        return;
+    }
+    attnres_db *db = NULL;
+    rc = attnres_db_open(db_path, &db, msg, sizeof msg);
+    REQUIRE(rc == ATTNRES_OK);
+
+    attnres_problem p;
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, 256, 5); /* tuned by the ci preset */
+    attnres_plan *plans[3];
+    for (int i = 0; i < 3; i++)
+        plans[i] = plan_for(&p, db, ATTNRES_PLAN_REQUIRE_EXACT);
+    CHECK(plans[0] && plans[1] && plans[2]);
+    if (plans[0] && plans[1] && plans[2]) {
+        char first[8192], second[8192];
+        attnres_plan_explain(plans[0], first, sizeof first);
+        attnres_plan_explain(plans[1], second, sizeof second);
+        CHECK(strstr(first, "loaded already") == NULL);
+        CHECK(strstr(second, "loaded already by another plan") != NULL);
+        if (!strstr(second, "loaded already by another plan"))
+            fprintf(stderr, "  the second plan of a shape loaded its own kernels:\n%s", second);
+        const mix_case c = {ATTNRES_DTYPE_F32, 256, 5, 1, ATTNRES_FORM_REPLACE, 0, 17, 0, 0, 0, 0, 0, 91};
+        /* The plan that loaded the kernels goes first; the others keep them. */
+        attnres_plan_destroy(plans[0]);
+        check_plan_on_case(plans[2], &c);
+        attnres_plan_destroy(plans[2]);
+        check_plan_on_case(plans[1], &c);
+        attnres_plan_destroy(plans[1]);
+    } else {
+        for (int i = 0; i < 3; i++)
+            attnres_plan_destroy(plans[i]);
+    }
+
+    /* A shape the ci preset does not tune: refused while it is untuned... */
+    attnres_problem q;
+    attnres_problem_init(&q, ATTNRES_DTYPE_F32, 64, 2);
+    attnres_plan *plan = NULL;
+    rc = attnres_plan_create(cpu, db, &q, ATTNRES_PLAN_REQUIRE_EXACT, &plan, msg, sizeof msg);
+    CHECK(rc == ATTNRES_ENOTFOUND);
+    attnres_plan_destroy(plan);
+    plan = NULL;
+    /* ...and exact once another process has tuned it. */
+    FILE *f = fopen(problems, "w");
+    CHECK(f != NULL);
+    if (!f) {
+        attnres_db_close(db);
+        return;
+    }
+    fprintf(f, "mix f32 64 2 1 replace 0 1\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "'%s' tune --device cpu --problems '%s' --db '%s' --strategy random --budget 1 --quiet > '%s' 2>&1",
+             ATTNRES_CLI, problems, db_path, log_path);
+    rc = system(cmd);
+    CHECK(rc == 0);
+    if (rc != 0)
+        fprintf(stderr, "  '%s' failed (%d)\n", cmd, rc);
+    rc = attnres_plan_create(cpu, db, &q, ATTNRES_PLAN_REQUIRE_EXACT, &plan, msg, sizeof msg);
+    CHECK(rc == ATTNRES_OK);
+    if (rc != ATTNRES_OK)
+        fprintf(stderr, "  a problem tuned while the database was open: %s (%s)\n", attnres_errstr(rc), msg);
+    if (plan) {
+        CHECK(attnres_plan_level_get(plan) == ATTNRES_LEVEL_EXACT);
+        const mix_case cq = {ATTNRES_DTYPE_F32, 64, 2, 1, ATTNRES_FORM_REPLACE, 0, 3, 0, 0, 0, 0, 0, 92};
+        check_plan_on_case(plan, &cq);
+    }
+    attnres_plan_destroy(plan);
+    attnres_db_close(db);
+}
+
 /* ------------------------------------------------------------------------
  * Threads
  * ---------------------------------------------------------------------- */
@@ -1190,6 +1282,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_failure_messages_are_each_threads_own);
     RUN_CASE(test_struct_size_is_checked_with_a_clear_message);
     RUN_CASE(test_tuned_db_gives_exact_plans_that_match_reference);
+    RUN_CASE(test_plans_share_kernels_and_see_a_database_tuned_meanwhile);
 
     attnres_device_close(cpu);
     nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
