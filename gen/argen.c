@@ -259,18 +259,29 @@ static void push_device(lua_State *L, const argen_device *d)
     lua_setfield(L, -2, "units");
 }
 
+/* Calls the prelude's fn(T, id, problem, device) for nresults results,
+ * left on the stack; -1 with the message in why on a template error. */
+static int call_for_problem(argen *g, const char *fn, const char *id, const argen_problem *problem,
+                            const argen_device *device, int nresults, char *why, size_t why_len)
+{
+    lua_State *L = sandbox_state(g->sb);
+    push_call(g, fn);
+    lua_pushstring(L, id);
+    push_problem(L, problem);
+    push_device(L, device);
+    if (sandbox_call(g->sb, 4, nresults, g->msg, sizeof g->msg)) {
+        snprintf(why, why_len, "%s", g->msg);
+        return -1;
+    }
+    return 0;
+}
+
 int argen_applies(argen *g, const char *id, const argen_problem *problem,
                   const argen_device *device, char *why, size_t why_len)
 {
     lua_State *L = sandbox_state(g->sb);
-    push_call(g, "applies");
-    lua_pushstring(L, id);
-    push_problem(L, problem);
-    push_device(L, device);
-    if (sandbox_call(g->sb, 4, 2, g->msg, sizeof g->msg)) {
-        snprintf(why, why_len, "%s", g->msg);
+    if (call_for_problem(g, "applies", id, problem, device, 2, why, why_len))
         return -1;
-    }
     int ok = lua_toboolean(L, -2);
     const char *reason = lua_tostring(L, -1);
     snprintf(why, why_len, "%s", ok ? "" : (reason ? reason : "not applicable"));
@@ -282,14 +293,8 @@ int argen_prune(argen *g, const char *id, const argen_problem *problem,
                 const argen_device *device, char *why, size_t why_len)
 {
     lua_State *L = sandbox_state(g->sb);
-    push_call(g, "prune");
-    lua_pushstring(L, id);
-    push_problem(L, problem);
-    push_device(L, device);
-    if (sandbox_call(g->sb, 4, 1, g->msg, sizeof g->msg)) {
-        snprintf(why, why_len, "%s", g->msg);
+    if (call_for_problem(g, "prune", id, problem, device, 1, why, why_len))
         return -1;
-    }
     const char *reason = lua_tostring(L, -1);
     const int pruned = reason != NULL;
     snprintf(why, why_len, "%s", pruned ? reason : "");
