@@ -87,7 +87,8 @@ void templates_hash(tuner *t, char out[65]);
 /* The source of variant id of template g, emitted and recorded once. */
 source_entry *get_source(tuner *t, argen *g, const char *id);
 /* Compiles the sources that have no binary yet, jobs at a time, and
- * stores the binaries. */
+ * stores the binaries: once per build key, and none the kernel cache
+ * holds intact (CPU). todo is reordered. */
 void compile_missing(tuner *t, source_entry **todo, size_t count);
 
 /* search.c: measures one problem and records its winner in w. */

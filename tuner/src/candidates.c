@@ -234,8 +234,8 @@ static void share_outcome(tuner *t, source_entry *e)
     }
 }
 
-/* Compiles every source that has no binary yet, jobs at a time, storing
- * each binary as it is built. */
+/* Compiles every source that has no binary yet and is not in the kernel
+ * cache, jobs at a time, storing each binary as it is built. */
 void compile_missing(tuner *t, source_entry **todo, size_t count)
 {
     if (count == 0)
