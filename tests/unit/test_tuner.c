@@ -136,6 +136,21 @@ static void halving_keep_count(void)
     CHECK(search_halving_keep(2, 5) == 2);
 }
 
+static void screening_stops_far_behind_the_fastest(void)
+{
+    /* No fastest yet (the first candidate, or none timed right): never
+     * stop. Else stop beyond one and a half times it. */
+    CHECK(search_stop_above(INFINITY) == 0);
+    CHECK(search_stop_above(NAN) == 0);
+    CHECK(search_stop_above(0) == 0);
+    CHECK(search_stop_above(-5) == 0);
+    CHECK(search_stop_above(100) == 150);
+    CHECK(search_stop_above(2.0) == 3.0);
+    /* A candidate within the finalists' margin of the fastest is never
+     * stopped: the threshold lies beyond it. */
+    CHECK(search_stop_above(100) > 100 * 1.10);
+}
+
 static void finalists_within_margin(void)
 {
     /* Sorted medians 100 105 109 110 111 200: 100, 105, 109 and 110 are
@@ -314,6 +329,7 @@ int main(int argc, char **argv)
     RUN_CASE(timing_constant_samples);
     RUN_CASE(sort_by_median);
     RUN_CASE(halving_keep_count);
+    RUN_CASE(screening_stops_far_behind_the_fastest);
     RUN_CASE(finalists_within_margin);
     RUN_CASE(finalists_at_least_two_at_most_six);
     RUN_CASE(resources_from_parameters);

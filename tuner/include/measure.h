@@ -18,6 +18,9 @@ typedef struct measure_policy {
     int flush;           /* flush caches between repetitions (GPUs) */
     int64_t verify_tokens; /* tokens verified against the reference */
     int simulated;       /* the device is simulated: times are a model */
+    /* Screening: when the first timed launch takes longer than this, stop
+     * there (timing.stopped) instead of timing the rest; 0 never stops. */
+    double stop_above_us;
 } measure_policy;
 
 /* The policy for dev: many flushed repetitions on GPUs, fewer on the CPU,
@@ -51,6 +54,7 @@ double bench_case_tolerance(const bench_case *bc);
 typedef struct timing {
     double median_us, min_us, max_us, spread_us;
     int reps;
+    int stopped; /* stopped after one launch (measure_policy.stop_above_us) */
 } timing;
 
 int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *pol, timing *out);

@@ -108,6 +108,17 @@ typedef struct candidate_ref {
 /* The search's decisions, apart from any measurement so that they can be
  * checked on given timings (search.c, docs/tuning.md). */
 
+/* Screening stops timing a candidate after one launch slower than this
+ * multiple of the fastest screening of its problem so far. Its one launch
+ * already ranks it far outside the quarter the second round times unless
+ * that quarter reaches that far (then it is timed fully there). A
+ * disturbance must slow a launch by half to stop a candidate that could
+ * win; one that stops a winner this way is caught by nothing else either. */
+#define SEARCH_STOP_FACTOR 1.5
+/* The screening's stop threshold (measure_policy.stop_above_us) given the
+ * fastest screening median so far; 0 (never stop) when there is none. */
+double search_stop_above(double fastest_us);
+
 /* qsort order of candidate_ref pointers: by median, fastest first. */
 int search_by_median(const void *a, const void *b);
 /* How many of nok screened candidates the second halving round times

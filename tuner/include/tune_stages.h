@@ -32,6 +32,7 @@ typedef struct tune_stages {
     size_t items[STAGE_COUNT];
     double total_s;     /* the run's wall time, set when it ends */
     size_t pruned;      /* candidates left out before compiling (T.prune) */
+    size_t stopped;     /* screenings stopped after one timed launch */
 } tune_stages;
 
 /* The stage's name as printed and recorded ("ceilings", "generation", ...). */

@@ -116,6 +116,13 @@ static void measure_one(tuner *t, bench_case *bc, int64_t problem_id, candidate_
     tune_stages_add(&t->stages, st, r.time_s, 1);
     tune_stages_add(&t->stages, STAGE_ISOLATION, wall - r.verify_s - r.time_s, 1);
     free(blob);
+    char stopped[200];
+    if (r.status == ARDB_STATUS_OK && r.tm.stopped) {
+        snprintf(stopped, sizeof stopped, "%s (stopped after one timed launch: slower than %.0f us, %.1fx the fastest "
+                 "so far)", stage, pol->stop_above_us, SEARCH_STOP_FACTOR);
+        stage = stopped;
+        t->stages.stopped++;
+    }
     record(t, problem_id, c, &r, bc, stage);
 }
 
@@ -237,6 +244,11 @@ size_t search_halving_keep(size_t nok, int64_t budget_candidates)
     if (keep > nok)
         keep = nok;
     return keep;
+}
+
+double search_stop_above(double fastest_us)
+{
+    return isfinite(fastest_us) && fastest_us > 0 ? SEARCH_STOP_FACTOR * fastest_us : 0;
 }
 
 size_t search_finalists(candidate_ref *const *ok, size_t nok)
@@ -451,6 +463,12 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
         int halving = t->opt.strategy == STRATEGY_HALVING;
         size_t skipped = 0, fresh = n - reused, done = 0;
         double round_start = now_s();
+        /* The fastest screening so far, on record or from this round: a
+         * candidate far behind it stops after one timed launch. */
+        double fastest = INFINITY;
+        for (size_t i = 0; i < n; i++)
+            if (cands[i].reused && cands[i].status == ARDB_STATUS_OK && cands[i].median_us < fastest)
+                fastest = cands[i].median_us;
         for (size_t i = 0; i < n; i++) {
             if (cands[i].reused)
                 continue;
@@ -459,8 +477,11 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
                 skipped++;
                 continue;
             }
+            quick.stop_above_us = search_stop_above(fastest);
             measure_one(t, bc, problem_id, &cands[i], halving ? &quick : &t->policy, 1,
                         halving ? "screening" : "full", STAGE_SCREENING);
+            if (cands[i].status == ARDB_STATUS_OK && cands[i].median_us < fastest)
+                fastest = cands[i].median_us;
         }
         progress(t, desc, fresh, fresh, round_start);
         if (skipped)

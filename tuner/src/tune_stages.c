@@ -61,6 +61,9 @@ void tune_stages_format(const tune_stages *st, char *buf, size_t len)
     double other = other_s(st);
     put(buf, len, &used, "  %-13s %8.1f s %5.1f%%  (database, resume, reference data)\n", "other", other,
         100.0 * other / total);
+    if (st->stopped)
+        put(buf, len, &used, "  %zu screening(s) stopped after one timed launch, far behind the fastest so far\n",
+            st->stopped);
     if (st->pruned)
         put(buf, len, &used, "  %zu candidate(s) pruned before compiling (--explain-pruning lists them, --no-prune "
                              "tunes them)\n", st->pruned);
@@ -75,5 +78,6 @@ void tune_stages_json(const tune_stages *st, char *buf, size_t len)
     put(buf, len, &used, "{\"total_s\": %.3f", st->total_s);
     for (int s = 0; s < STAGE_COUNT; s++)
         put(buf, len, &used, ", \"%s\": {\"s\": %.3f, \"n\": %zu}", names[s], st->seconds[s], st->items[s]);
-    put(buf, len, &used, ", \"other_s\": %.3f, \"pruned\": %zu}", other_s(st), st->pruned);
+    put(buf, len, &used, ", \"other_s\": %.3f, \"pruned\": %zu, \"stopped\": %zu}", other_s(st), st->pruned,
+        st->stopped);
 }
