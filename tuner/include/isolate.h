@@ -1,9 +1,10 @@
 /*
  * isolate.h - measuring candidates so that a bad one cannot end the run.
  *
- * On the CPU a candidate runs in a forked child process: a kernel that
- * crashes kills only the child (launch_failed, with the signal), one that
- * hangs is killed at the time limit (timeout). The child inherits the
+ * On the CPU a candidate runs in a forked child process (one child takes a
+ * batch of them in turn): a kernel that crashes kills only the child
+ * (launch_failed, with the signal), one that hangs is killed at the time
+ * limit (timeout). The child inherits the
  * problem's buffers copy-on-write and opens its own CPU device, so the
  * parent's worker threads are never shared across fork. On CUDA, where a
  * context cannot cross fork, candidates run in-process.
@@ -54,6 +55,26 @@ typedef struct job_options {
  * whole: the result's status says what happened. */
 void job_measure(attnres_device *dev, bench_case *bc, const job_kernel *k, const job_options *opt,
                  job_result *out);
+
+/* Candidates measured one after another (job_measure_batch). */
+typedef struct job_batch {
+    const job_kernel *ks;
+    size_t k;
+    const job_options *opt;
+    /* The fastest median known before the batch (INFINITY: none), and the
+     * stop threshold it gives a candidate's first timed launch
+     * (measure_policy.stop_above_us); NULL: never stop. */
+    double fastest_us;
+    double (*stop_above)(double fastest_us);
+} job_batch;
+
+/* Measures a batch as job_measure would each of them, in order, with each
+ * candidate's stop threshold from the fastest of those before it. On the
+ * CPU one child process measures them all, so its start and its first
+ * touch of the problem's buffers are paid once a batch: a candidate that
+ * crashes or overruns the time limit ends that child, is recorded as such,
+ * and a new child measures the rest. out has b->k results. */
+void job_measure_batch(attnres_device *dev, bench_case *bc, const job_batch *b, job_result *out);
 
 /* Times k candidates interleaved (A B C A B C ...) for `rounds` rounds, so
  * that drift in the machine's state affects them all alike; with

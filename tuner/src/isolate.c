@@ -185,20 +185,19 @@ static int write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-/* Runs fn in a child with its own CPU device and collects k results. */
-typedef void (*child_fn)(attnres_device *dev, bench_case *bc, const void *arg, job_result *out);
+/* What a measuring child runs once it has its own CPU device: fd is the
+ * pipe to the parent, for its results. */
+typedef void (*child_body)(attnres_device *dev, bench_case *bc, const void *arg, int fd);
 
-static void run_isolated(bench_case *bc, child_fn fn, const void *arg, size_t k, double limit_s, job_result *out)
+/* Forks a measuring child that opens its own CPU device, runs body and
+ * exits. Returns its pid with the pipe's read end in *rfd, or -1 with the
+ * reason in err. */
+static pid_t fork_child(bench_case *bc, child_body body, const void *arg, int *rfd, char *err, size_t err_len)
 {
-    for (size_t i = 0; i < k; i++) {
-        result_clear(&out[i]);
-        out[i].status = ARDB_STATUS_LAUNCH_FAILED;
-    }
     int fds[2];
     if (pipe(fds) != 0) {
-        for (size_t i = 0; i < k; i++)
-            set_message(&out[i], "cannot create a pipe: %s", strerror(errno));
-        return;
+        snprintf(err, err_len, "cannot create a pipe: %s", strerror(errno));
+        return -1;
     }
     fflush(NULL);
     /* The child must not outlive the tuner: a hanging kernel would spin on
@@ -212,9 +211,8 @@ static void run_isolated(bench_case *bc, child_fn fn, const void *arg, size_t k,
     if (pid < 0) {
         close(fds[0]);
         close(fds[1]);
-        for (size_t i = 0; i < k; i++)
-            set_message(&out[i], "cannot fork: %s", strerror(errno));
-        return;
+        snprintf(err, err_len, "cannot fork: %s", strerror(errno));
+        return -1;
     }
     if (pid == 0) {
         /* PR_SET_PDEATHSIG fires when the thread that forked ends, not
@@ -225,65 +223,122 @@ static void run_isolated(bench_case *bc, child_fn fn, const void *arg, size_t k,
         close(fds[0]);
         attnres_device *dev;
         char msg[256];
-        job_result *res = calloc(k, sizeof *res);
-        if (!res || attnres_device_open("cpu", &dev, msg, sizeof msg) != ATTNRES_OK)
+        if (attnres_device_open("cpu", &dev, msg, sizeof msg) != ATTNRES_OK)
             _exit(3);
         bench_case_set_device(bc, dev);
-        fn(dev, bc, arg, res);
-        int bad = write_all(fds[1], res, k * sizeof *res);
-        _exit(bad ? 4 : 0);
+        body(dev, bc, arg, fds[1]);
+        _exit(0);
     }
     close(fds[1]);
-    size_t want = k * sizeof(job_result), got = 0;
-    char *buf = (char *)out;
-    job_result *tmp = malloc(want);
-    double deadline = limit_s > 0 ? now_s() + limit_s : 0;
-    int timed_out = 0;
-    while (tmp && got < want) {
+    *rfd = fds[0];
+    return pid;
+}
+
+/* Reads want bytes from fd before the deadline (0: none). 0 when all came;
+ * -1 at the end of the pipe, an error or the deadline (*timed_out then). */
+static int read_by(int fd, void *buf, size_t want, double deadline, int *timed_out)
+{
+    size_t got = 0;
+    *timed_out = 0;
+    while (got < want) {
         int wait_ms = -1;
         if (deadline) {
             double left = deadline - now_s();
             if (left <= 0) {
-                timed_out = 1;
-                break;
+                *timed_out = 1;
+                return -1;
             }
             wait_ms = (int)(left * 1000) + 1;
         }
-        struct pollfd pfd = {fds[0], POLLIN, 0};
+        struct pollfd pfd = {fd, POLLIN, 0};
         int pr = poll(&pfd, 1, wait_ms);
         if (pr < 0 && errno == EINTR)
             continue;
         if (pr == 0)
             continue;
-        ssize_t r = read(fds[0], (char *)tmp + got, want - got);
+        ssize_t r = read(fd, (char *)buf + got, want - got);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
-            break;
+            return -1;
         got += (size_t)r;
     }
-    if (timed_out)
+    return 0;
+}
+
+/* Ends a child: killed first when it timed out; its wait status. */
+static int reap(pid_t pid, int fd, int kill_it)
+{
+    if (kill_it)
         kill(pid, SIGKILL);
-    close(fds[0]);
+    close(fd);
     int ws = 0;
     while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
         ;
-    if (tmp && got == want) {
-        memcpy(buf, tmp, want);
+    return ws;
+}
+
+/* Why a child gave no result: the time limit, a signal or its exit. */
+static void child_failed(job_result *r, int timed_out, int ws, double limit_s)
+{
+    if (timed_out) {
+        r->status = ARDB_STATUS_TIMEOUT;
+        snprintf(r->message, sizeof r->message, "killed after the %.0f s time limit", limit_s);
+    } else if (WIFSIGNALED(ws)) {
+        r->status = ARDB_STATUS_LAUNCH_FAILED;
+        snprintf(r->message, sizeof r->message, "crashed with signal %d (%s)", WTERMSIG(ws), strsignal(WTERMSIG(ws)));
     } else {
-        for (size_t i = 0; i < k; i++) {
-            if (timed_out) {
-                out[i].status = ARDB_STATUS_TIMEOUT;
-                snprintf(out[i].message, sizeof out[i].message, "killed after the %.0f s time limit", limit_s);
-            } else if (WIFSIGNALED(ws)) {
-                snprintf(out[i].message, sizeof out[i].message, "crashed with signal %d (%s)", WTERMSIG(ws),
-                         strsignal(WTERMSIG(ws)));
-            } else {
-                snprintf(out[i].message, sizeof out[i].message, "measuring process exited with status %d",
-                         WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
-            }
-        }
+        r->status = ARDB_STATUS_LAUNCH_FAILED;
+        snprintf(r->message, sizeof r->message, "measuring process exited with status %d",
+                 WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
     }
+}
+
+/* Runs fn in a child with its own CPU device and collects k results. */
+typedef void (*child_fn)(attnres_device *dev, bench_case *bc, const void *arg, job_result *out);
+
+typedef struct whole_arg {
+    child_fn fn;
+    const void *arg;
+    size_t k;
+} whole_arg;
+
+static void child_whole(attnres_device *dev, bench_case *bc, const void *argp, int fd)
+{
+    const whole_arg *a = argp;
+    job_result *res = calloc(a->k, sizeof *res);
+    if (!res)
+        _exit(3);
+    a->fn(dev, bc, a->arg, res);
+    if (write_all(fd, res, a->k * sizeof *res))
+        _exit(4);
+}
+
+static void run_isolated(bench_case *bc, child_fn fn, const void *arg, size_t k, double limit_s, job_result *out)
+{
+    for (size_t i = 0; i < k; i++) {
+        result_clear(&out[i]);
+        out[i].status = ARDB_STATUS_LAUNCH_FAILED;
+    }
+    whole_arg wa = {fn, arg, k};
+    int fd = -1;
+    char err[256];
+    pid_t pid = fork_child(bc, child_whole, &wa, &fd, err, sizeof err);
+    if (pid < 0) {
+        for (size_t i = 0; i < k; i++)
+            set_message(&out[i], "%s", err);
+        return;
+    }
+    size_t want = k * sizeof(job_result);
+    job_result *tmp = malloc(want);
+    int timed_out = 0;
+    int got = tmp ? read_by(fd, tmp, want, limit_s > 0 ? now_s() + limit_s : 0, &timed_out) : -1;
+    int ws = reap(pid, fd, timed_out);
+    if (got == 0)
+        memcpy(out, tmp, want);
+    else
+        for (size_t i = 0; i < k; i++)
+            child_failed(&out[i], timed_out, ws, limit_s);
     free(tmp);
 }
 
@@ -332,3 +387,84 @@ void job_interleave(attnres_device *dev, bench_case *bc, const job_kernel *ks, s
         interleave_here(dev, bc, ks, k, rounds, opt, out);
     }
 }
+
+/* ---- a batch of candidates, one after another ----------------------- */
+
+/* The stop threshold for the next candidate of a batch. */
+static double batch_stop(const job_batch *b, double fastest)
+{
+    return b->stop_above ? b->stop_above(fastest) : 0;
+}
+
+/* Measures candidates [from, k) in order, tracking the fastest. */
+static void measure_run(attnres_device *dev, bench_case *bc, const job_batch *b, size_t from, double fastest,
+                        job_result *out, int fd)
+{
+    for (size_t i = from; i < b->k; i++) {
+        job_options o = *b->opt;
+        o.policy.stop_above_us = batch_stop(b, fastest);
+        job_result r;
+        measure_here(dev, bc, &b->ks[i], &o, &r);
+        if (r.status == ARDB_STATUS_OK && r.tm.median_us < fastest)
+            fastest = r.tm.median_us;
+        if (fd >= 0 && write_all(fd, &r, sizeof r))
+            _exit(4);
+        if (out)
+            out[i] = r;
+    }
+}
+
+typedef struct batch_child_arg {
+    const job_batch *b;
+    size_t from;
+    double fastest;
+} batch_child_arg;
+
+static void child_batch(attnres_device *dev, bench_case *bc, const void *argp, int fd)
+{
+    const batch_child_arg *a = argp;
+    measure_run(dev, bc, a->b, a->from, a->fastest, NULL, fd);
+}
+
+void job_measure_batch(attnres_device *dev, bench_case *bc, const job_batch *b, job_result *out)
+{
+    double fastest = b->fastest_us;
+    if (!(b->opt->isolate && strcmp(dev->backend, "cpu") == 0)) {
+        measure_run(dev, bc, b, 0, fastest, out, -1);
+        return;
+    }
+    /* One child measures the batch, each result sent as it is done; a
+     * child that dies or overruns a candidate's time limit costs that
+     * candidate only, and a new child goes on after it. */
+    size_t next = 0;
+    while (next < b->k) {
+        batch_child_arg a = {b, next, fastest};
+        int fd = -1;
+        char err[256];
+        pid_t pid = fork_child(bc, child_batch, &a, &fd, err, sizeof err);
+        if (pid < 0) {
+            for (; next < b->k; next++) {
+                result_clear(&out[next]);
+                out[next].status = ARDB_STATUS_LAUNCH_FAILED;
+                set_message(&out[next], "%s", err);
+            }
+            return;
+        }
+        int timed_out = 0;
+        while (next < b->k) {
+            double limit = b->opt->time_limit_s;
+            if (read_by(fd, &out[next], sizeof out[next], limit > 0 ? now_s() + limit : 0, &timed_out))
+                break;
+            if (out[next].status == ARDB_STATUS_OK && out[next].tm.median_us < fastest)
+                fastest = out[next].tm.median_us;
+            next++;
+        }
+        int ws = reap(pid, fd, timed_out);
+        if (next < b->k) {
+            result_clear(&out[next]);
+            child_failed(&out[next], timed_out, ws, b->opt->time_limit_s);
+            next++;
+        }
+    }
+}
+

@@ -79,51 +79,129 @@ static int job_kernel_for(tuner *t, source_entry *e, job_kernel *k, void **blob)
     return 0;
 }
 
-/* Measures one candidate (verifying it when `verify`) and records it;
- * its time goes to stage `st` of the run's breakdown. */
-static void measure_one(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref *c, const measure_policy *pol,
-                        int verify, const char *stage, tune_stage st)
+/* Fills k with a candidate's kernel when it can be launched; otherwise
+ * records why not (compile failure, pruned, binary missing) and returns -1. */
+static int launchable(tuner *t, int64_t problem_id, candidate_ref *c, job_kernel *k, void **blob,
+                      const char *stage)
 {
     job_result r;
     memset(&r, 0, sizeof r);
     r.rel_err = NAN;
+    *blob = NULL;
     if (c->e->compile_failed) {
         r.status = ARDB_STATUS_COMPILE_FAILED;
         snprintf(r.message, sizeof r.message, "%.480s", c->e->compile_log ? c->e->compile_log : "compilation failed");
         record(t, problem_id, c, &r, NULL, "compile");
-        return;
+        return -1;
     }
     if (c->e->pruned) {
         r.status = ARDB_STATUS_SKIPPED;
         snprintf(r.message, sizeof r.message, "pruned by its resource report: %s", c->e->resources);
         record(t, problem_id, c, &r, NULL, "compile");
-        return;
+        return -1;
     }
-    job_kernel k;
-    void *blob;
-    if (job_kernel_for(t, c->e, &k, &blob)) {
+    if (job_kernel_for(t, c->e, k, blob)) {
         r.status = ARDB_STATUS_LAUNCH_FAILED;
         snprintf(r.message, sizeof r.message, "binary %s is missing from the database", c->e->build_key);
         record(t, problem_id, c, &r, NULL, stage);
-        return;
+        return -1;
     }
-    job_options opt = {.verify = verify, .policy = *pol, .time_limit_s = t->opt.time_limit_s,
-                       .isolate = t->opt.isolate};
-    double t0 = now_s();
-    job_measure(t->dev, bc, &k, &opt, &r);
-    double wall = now_s() - t0;
-    tune_stages_add(&t->stages, STAGE_VERIFY, r.verify_s, verify);
-    tune_stages_add(&t->stages, st, r.time_s, 1);
-    tune_stages_add(&t->stages, STAGE_ISOLATION, wall - r.verify_s - r.time_s, 1);
-    free(blob);
+    return 0;
+}
+
+/* Records a measured candidate, its time going to stage `st` of the run's
+ * breakdown (verification apart). */
+static void measured(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref *c, job_result *r,
+                     const char *stage, tune_stage st, int verify)
+{
+    tune_stages_add(&t->stages, STAGE_VERIFY, r->verify_s, verify);
+    tune_stages_add(&t->stages, st, r->time_s, 1);
     char stopped[200];
-    if (r.status == ARDB_STATUS_OK && r.tm.stopped) {
-        snprintf(stopped, sizeof stopped, "%s (stopped after one timed launch: slower than %.0f us, %.1fx the fastest "
-                 "so far)", stage, pol->stop_above_us, SEARCH_STOP_FACTOR);
+    if (r->status == ARDB_STATUS_OK && r->tm.stopped) {
+        snprintf(stopped, sizeof stopped, "%s (stopped after one timed launch, %.1fx slower than the fastest so far)",
+                 stage, SEARCH_STOP_FACTOR);
         stage = stopped;
         t->stages.stopped++;
     }
-    record(t, problem_id, c, &r, bc, stage);
+    record(t, problem_id, c, r, bc, stage);
+}
+
+/* Measures one candidate (verifying it when `verify`) and records it. */
+static void measure_one(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref *c, const measure_policy *pol,
+                        int verify, const char *stage, tune_stage st)
+{
+    job_kernel k;
+    void *blob;
+    if (launchable(t, problem_id, c, &k, &blob, stage))
+        return;
+    job_options opt = {.verify = verify, .policy = *pol, .time_limit_s = t->opt.time_limit_s,
+                       .isolate = t->opt.isolate};
+    job_result r;
+    double t0 = now_s();
+    job_measure(t->dev, bc, &k, &opt, &r);
+    tune_stages_add(&t->stages, STAGE_ISOLATION, now_s() - t0 - r.verify_s - r.time_s, 1);
+    free(blob);
+    measured(t, bc, problem_id, c, &r, stage, st, verify);
+}
+
+/* Candidates one measuring process takes in turn (isolate.h): enough that
+ * its start and its first touch of the buffers are paid rarely, few enough
+ * that a time budget is checked often. */
+#define MEASURE_BATCH 16
+
+/* The first round: every candidate not on record, verified and timed by
+ * pol (stop thresholds from the fastest so far when `stop`), in batches.
+ * Returns how many were left unmeasured when the time budget ran out. */
+static size_t screen(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref *cands, size_t n,
+                     const measure_policy *pol, int stop, const char *stage, const char *desc, double t0)
+{
+    double fastest = INFINITY;
+    size_t fresh = 0, done = 0, skipped = 0;
+    for (size_t i = 0; i < n; i++) {
+        fresh += !cands[i].reused;
+        if (cands[i].reused && cands[i].status == ARDB_STATUS_OK && cands[i].median_us < fastest)
+            fastest = cands[i].median_us;
+    }
+    job_options opt = {.verify = 1, .policy = *pol, .time_limit_s = t->opt.time_limit_s, .isolate = t->opt.isolate};
+    double started = now_s();
+    for (size_t i = 0; i < n;) {
+        candidate_ref *batch[MEASURE_BATCH];
+        job_kernel ks[MEASURE_BATCH];
+        void *blobs[MEASURE_BATCH];
+        job_result res[MEASURE_BATCH];
+        size_t nb = 0;
+        for (; i < n && nb < MEASURE_BATCH; i++) {
+            if (cands[i].reused)
+                continue;
+            if (t->opt.budget_seconds > 0 && now_s() - t0 > t->opt.budget_seconds) {
+                skipped++;
+                continue;
+            }
+            if (launchable(t, problem_id, &cands[i], &ks[nb], &blobs[nb], stage) == 0)
+                batch[nb++] = &cands[i];
+            else
+                done++;
+        }
+        if (nb == 0)
+            continue;
+        progress(t, desc, done, fresh, started);
+        job_batch b = {.ks = ks, .k = nb, .opt = &opt, .fastest_us = fastest,
+                       .stop_above = stop ? search_stop_above : NULL};
+        double b0 = now_s();
+        job_measure_batch(t->dev, bc, &b, res);
+        double inside = 0;
+        for (size_t j = 0; j < nb; j++) {
+            inside += res[j].verify_s + res[j].time_s;
+            measured(t, bc, problem_id, batch[j], &res[j], stage, STAGE_SCREENING, 1);
+            if (batch[j]->status == ARDB_STATUS_OK && batch[j]->median_us < fastest)
+                fastest = batch[j]->median_us;
+            free(blobs[j]);
+        }
+        tune_stages_add(&t->stages, STAGE_ISOLATION, now_s() - b0 - inside, 1);
+        done += nb;
+    }
+    progress(t, desc, fresh, fresh, started);
+    return skipped;
 }
 
 static void to_ardb_problem(const tune_problem *tp, ardb_problem *q)
@@ -461,29 +539,8 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
                                           : strcmp(t->dev->backend, "cpu") == 0 ? 5 : 10;
         quick.target_ms = 0;
         int halving = t->opt.strategy == STRATEGY_HALVING;
-        size_t skipped = 0, fresh = n - reused, done = 0;
-        double round_start = now_s();
-        /* The fastest screening so far, on record or from this round: a
-         * candidate far behind it stops after one timed launch. */
-        double fastest = INFINITY;
-        for (size_t i = 0; i < n; i++)
-            if (cands[i].reused && cands[i].status == ARDB_STATUS_OK && cands[i].median_us < fastest)
-                fastest = cands[i].median_us;
-        for (size_t i = 0; i < n; i++) {
-            if (cands[i].reused)
-                continue;
-            progress(t, desc, done++, fresh, round_start);
-            if (t->opt.budget_seconds > 0 && now_s() - t0 > t->opt.budget_seconds) {
-                skipped++;
-                continue;
-            }
-            quick.stop_above_us = search_stop_above(fastest);
-            measure_one(t, bc, problem_id, &cands[i], halving ? &quick : &t->policy, 1,
-                        halving ? "screening" : "full", STAGE_SCREENING);
-            if (cands[i].status == ARDB_STATUS_OK && cands[i].median_us < fastest)
-                fastest = cands[i].median_us;
-        }
-        progress(t, desc, fresh, fresh, round_start);
+        size_t skipped = screen(t, bc, problem_id, cands, n, halving ? &quick : &t->policy, halving,
+                                halving ? "screening" : "full", desc, t0);
         if (skipped)
             log_line(t, "  time budget spent: %zu candidate(s) left unmeasured", skipped);
         candidate_ref **ok = malloc(n * sizeof *ok);
