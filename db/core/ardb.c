@@ -358,17 +358,27 @@ static int check_file_kinds(ardb *db, int create)
     return ARDB_DONE;
 }
 
-/* 1 when this process cannot create files in the directory of path. */
+/* 1 when this process cannot create files in the directory of path. A
+ * relative path is taken from the working directory's name, as SQLite
+ * takes it: the directory reached by name may be a read-only mount over
+ * the one the process entered. */
 static int directory_read_only(const char *path)
 {
     const char *slash = strrchr(path, '/');
-    char dir[4096];
+    char dir[4096] = ".";
+    size_t used = 0;
+    if (path[0] != '/' && getcwd(dir, sizeof dir - 2)) {
+        used = strlen(dir);
+        dir[used++] = '/';
+        dir[used] = '\0';
+    }
     if (!slash)
-        snprintf(dir, sizeof dir, ".");
+        snprintf(dir + used, sizeof dir - used, ".");
     else if (slash == path)
         snprintf(dir, sizeof dir, "/");
     else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+        snprintf(dir + used, sizeof dir - used, "%.*s", (int)(slash - path),
+                 path);
     return access(dir, W_OK) != 0;
 }
 
