@@ -119,7 +119,9 @@ int dlpack_check_tensor(const dl_tensor *t, int ndim, const char *name, dlpack_v
                           "%s: DLPack strides[%d] = %lld over shape %s reach beyond the address space", name, i,
                           (long long)v->strides[i], shape_text(v->shape, ndim, text, sizeof text));
     }
-    if (hi > PTRDIFF_MAX - itemsize || lo < -PTRDIFF_MAX || (uintptr_t)(-lo) > base ||
+    /* The lowest element must not sit at address 0: a pointer computed to
+     * NULL is undefined, and no array lives there. */
+    if (hi > PTRDIFF_MAX - itemsize || lo < -PTRDIFF_MAX || (uintptr_t)(-lo) >= base ||
         (uintptr_t)(hi + itemsize - 1) > UINTPTR_MAX - base)
         return refuse(err, err_len, "%s: DLPack strides over shape %s reach beyond the address space", name,
                       shape_text(v->shape, ndim, text, sizeof text));

@@ -19,7 +19,7 @@
  * Invariants: a refusal has a message that starts with the argument's
  * name. An accepted tensor has the ndim asked for, a scalar dtype of whole
  * bytes, the sizes given, and an extent that wide arithmetic (__int128)
- * confirms: every element address lies in [0, UINTPTR_MAX] and
+ * confirms: every element address lies in [1, UINTPTR_MAX] and
  * dlpack_view_item gives the exact address of each index along the first
  * axis. When the extent lies in the harness's buffer, the first element of
  * each of the first 64 indices is read (ASan checks the addresses).
@@ -81,7 +81,7 @@ static void check_accepted(const dl_tensor *t, const dlpack_view *v, int ndim, c
             lo += reach;
         compact *= v->shape[i];
     }
-    if (base + lo < 0 || base + hi + size - 1 > (__int128)UINTPTR_MAX || hi + size > (__int128)PTRDIFF_MAX ||
+    if (base + lo <= 0 || base + hi + size - 1 > (__int128)UINTPTR_MAX || hi + size > (__int128)PTRDIFF_MAX ||
         -lo > (__int128)PTRDIFF_MAX)
         fuzz_fail("accepted view whose elements leave the address space", NULL);
     /* The addresses _core.c computes for a bank's views. */

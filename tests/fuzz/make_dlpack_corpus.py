@@ -73,6 +73,9 @@ CASES = {
     "bad-strides-sum-overflows": tensor(shape=(3, 3, 16), strides=(2**59, 2**59, 1)),
     "bad-negative-strides-below-zero": tensor(form=VERSIONED, data=4096, strides=(-(2**44), 16, 1)),
     "bad-top-of-memory": tensor(form=VERSIONED, data=2**64 - 64),
+    # Found by fuzz_dlpack: the lowest element at address 0 (UBSan: a
+    # pointer computed to NULL).
+    "bad-element-at-address-0": tensor(form=VERSIONED, data=2048, strides=(-256, 16, 1)),
     # Lies about the element type, the device and the data.
     "bad-lanes-4": tensor(lanes=4),
     "bad-lanes-0": tensor(lanes=0),
