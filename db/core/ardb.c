@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define ARDB_BUSY_TIMEOUT_MS 10000
 
@@ -197,8 +198,8 @@ static int exec_pragma(ardb *db, const char *sql)
 }
 
 /* Reads the file's first page so that a non-SQLite file is refused before
- * anything is written to it. */
-static int probe(ardb *db)
+ * anything is written to it. *sqlite_rc receives SQLite's own answer. */
+static int probe(ardb *db, int *sqlite_rc)
 {
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(db->h, "SELECT count(*) FROM sqlite_schema",
@@ -208,6 +209,7 @@ static int probe(ardb *db)
         if (rc == SQLITE_ROW)
             rc = SQLITE_OK;
     }
+    *sqlite_rc = rc;
     if (rc != SQLITE_OK) {
         int prim = rc & 0xff, code;
         if (prim == SQLITE_NOTADB || prim == SQLITE_CORRUPT)
@@ -318,11 +320,18 @@ static void mark_interrupted_runs(ardb *db)
         (void)sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
 }
 
-static int open_connection(ardb *db, unsigned flags)
+/* The companions SQLite opens beside a database file. */
+static const char *const companion_suffix[] = {"-wal", "-shm", "-journal"};
+
+/* Refuses, before SQLite opens anything, what is not a regular file: the
+ * open of a FIFO blocks until a writer comes and a device never ends, and
+ * SQLite opens the file and its companions without O_NONBLOCK. stat never
+ * opens the file, so this never blocks. */
+static int check_file_kinds(ardb *db, int create)
 {
-    int create = (flags & ARDB_CREATE) != 0;
-    int oflags, rc, code;
     struct stat sb;
+    char companion[4096];
+    size_t i;
 
     if (stat(db->path, &sb) != 0) {
         if (errno == ENOENT && !create)
@@ -331,12 +340,112 @@ static int open_connection(ardb *db, unsigned flags)
     } else if (S_ISDIR(sb.st_mode)) {
         return ardb__fail(db, ARDB_ENOTDB, "%s is a directory, not a database",
                           db->path);
+    } else if (!S_ISREG(sb.st_mode)) {
+        return ardb__fail(db, ARDB_ENOTDB,
+                          "%s is not a regular file (a FIFO, device or "
+                          "socket), so it is not a database",
+                          db->path);
     }
+    for (i = 0; i < sizeof companion_suffix / sizeof *companion_suffix; i++) {
+        snprintf(companion, sizeof companion, "%s%s", db->path,
+                 companion_suffix[i]);
+        if (stat(companion, &sb) == 0 && !S_ISREG(sb.st_mode))
+            return ardb__fail(db, ARDB_ENOTDB,
+                              "%s is not a regular file, so SQLite cannot "
+                              "use it beside the database %s",
+                              companion, db->path);
+    }
+    return ARDB_DONE;
+}
 
-    oflags = db->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
-    if (create)
-        oflags |= SQLITE_OPEN_CREATE;
-    rc = sqlite3_open_v2(db->path, &db->h, oflags, NULL);
+/* 1 when this process cannot create files in the directory of path. A
+ * relative path is taken from the working directory's name, as SQLite
+ * takes it: the directory reached by name may be a read-only mount over
+ * the one the process entered. */
+static int directory_read_only(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096] = ".";
+    size_t used = 0;
+    if (path[0] != '/' && getcwd(dir, sizeof dir - 2)) {
+        used = strlen(dir);
+        dir[used++] = '/';
+        dir[used] = '\0';
+    }
+    if (!slash)
+        snprintf(dir + used, sizeof dir - used, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir + used, sizeof dir - used, "%.*s", (int)(slash - path),
+                 path);
+    return access(dir, W_OK) != 0;
+}
+
+/* "file:PATH?immutable=1" with PATH percent-encoded, malloc'ed. */
+static char *immutable_uri(const char *path)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = strlen(path);
+    char *uri = malloc(3 * n + 32), *o = uri;
+    if (!uri)
+        return NULL;
+    /* "file://" and an empty authority before an absolute path, so that a
+     * path starting with two slashes is not taken for an authority. */
+    const char *scheme = path[0] == '/' ? "file://" : "file:";
+    strcpy(o, scheme);
+    o += strlen(scheme);
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+            (*p >= '0' && *p <= '9') || strchr("/-._~", *p)) {
+            *o++ = (char)*p;
+        } else {
+            *o++ = '%';
+            *o++ = hex[*p >> 4];
+            *o++ = hex[*p & 15];
+        }
+    }
+    strcpy(o, "?immutable=1");
+    return uri;
+}
+
+/* A read-only connection to a WAL database needs the -shm file, which
+ * SQLite cannot create in a directory this process cannot write (a
+ * read-only mount, a directory of another user): it answers "unable to
+ * open database file". The file can then be read as immutable, which
+ * SQLite reads without the -shm file and without locks. That is right only
+ * while nobody writes the file: nobody can where the directory is
+ * read-only to everyone, since a writer must create the -wal file beside
+ * it; a user who can write there must not tune into it meanwhile (see
+ * attnres_db_open). A -wal file that holds changes is refused instead:
+ * the immutable reader would not see them. Returns 1 when the connection
+ * may be reopened that way, 0 with the message set when not. */
+static int may_read_immutable(ardb *db, int probe_rc)
+{
+    char wal[4096];
+    struct stat sb;
+    int prim = probe_rc & 0xff;
+    if (!db->readonly || (prim != SQLITE_CANTOPEN && prim != SQLITE_READONLY) ||
+        !directory_read_only(db->path))
+        return 0;
+    snprintf(wal, sizeof wal, "%s-wal", db->path);
+    if (stat(wal, &sb) == 0 && sb.st_size > 0) {
+        ardb__fail(db, ARDB_ESQL,
+                   "cannot read %s: its directory cannot be written here "
+                   "and %s holds changes not yet in the file; open it once "
+                   "where the directory can be written",
+                   db->path, wal);
+        return 0;
+    }
+    return 1;
+}
+
+/* Opens db->h (name is a path, or a URI with SQLITE_OPEN_URI in oflags)
+ * and configures the connection. */
+static int open_handle(ardb *db, const char *name, int oflags, int create)
+{
+    struct stat sb;
+    int rc = sqlite3_open_v2(name, &db->h, oflags, NULL);
     if (rc != SQLITE_OK) {
         if (!db->h)
             return ardb__fail(db, ARDB_ENOMEM, "out of memory opening %s",
@@ -355,9 +464,36 @@ static int open_connection(ardb *db, unsigned flags)
         (rc = sqlite3_db_config(db->h, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0,
                                 (int *)NULL)) != SQLITE_OK)
         return ardb__sql_fail(db, rc, "cannot configure the connection");
-    /* Nothing touches the file before the probe has read it. */
-    if ((code = probe(db)))
+    return ARDB_DONE;
+}
+
+static int open_connection(ardb *db, unsigned flags)
+{
+    int create = (flags & ARDB_CREATE) != 0;
+    int oflags, code, probe_rc = SQLITE_OK;
+
+    if ((code = check_file_kinds(db, create)))
         return code;
+    oflags = db->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
+    if (create)
+        oflags |= SQLITE_OPEN_CREATE;
+    if ((code = open_handle(db, db->path, oflags, create)))
+        return code;
+    /* Nothing touches the file before the probe has read it. */
+    if ((code = probe(db, &probe_rc))) {
+        char *uri;
+        if (!may_read_immutable(db, probe_rc))
+            return code;
+        sqlite3_close_v2(db->h);
+        db->h = NULL;
+        if (!(uri = immutable_uri(db->path)))
+            return ardb__fail(db, ARDB_ENOMEM, "out of memory opening %s",
+                              db->path);
+        code = open_handle(db, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, 0);
+        free(uri);
+        if (code || (code = probe(db, &probe_rc)))
+            return code;
+    }
     if ((code = exec_pragma(db, "PRAGMA foreign_keys = ON")))
         return code;
     if (!db->readonly) {

@@ -60,7 +60,13 @@ typedef struct ardb ardb;
  * user_version is ENEWER. flags 0 opens an existing file read-write;
  * ARDB_READONLY with ARDB_CREATE is EINVAL. Read-write connections use WAL
  * and a busy timeout so that several tuner processes can share one file.
- * On failure *out is NULL and msg (may be NULL) is set. */
+ * Anything but a regular file at path, or at path-wal, -shm, -journal, is
+ * ENOTDB before SQLite opens it (a FIFO's open would block). A read-only
+ * open in a directory this process cannot write, where SQLite cannot make
+ * the -shm file a WAL reader needs, reads the file as immutable (no -shm,
+ * no locks: right while nobody writes it), unless a -wal file there holds
+ * changes (ESQL, naming it). On failure *out is NULL and msg (may be NULL)
+ * is set. */
 int ardb_open(const char *path, unsigned flags, ardb **out, char *msg,
               size_t msg_len);
 /* A read-write open also decides the state of runs left 'running': a run

@@ -32,70 +32,10 @@
 
 #include "attnres.h"
 
-/* ---- DLPack ----------------------------------------------------------------
- * Both ABIs of the specification: DLPack 1.0's versioned managed tensor
- * (capsule "dltensor_versioned", with a version and flags such as
- * read-only), asked for with __dlpack__(max_version=(1, 0)), and the legacy
- * unversioned one of dlpack.h v0.8 (capsule "dltensor") that producers from
- * before 1.0 return. Written here from the specification so that the
- * package needs no header of another project. Only the fields read below
- * matter; the layouts must match the specification exactly. */
-
-enum {
-    DL_CPU = 1,
-    DL_CUDA = 2,
-    DL_CUDA_HOST = 3,
-    DL_CUDA_MANAGED = 13,
-};
-
-enum { DL_FLOAT = 2, DL_BFLOAT = 4 };
-
-typedef struct {
-    int32_t device_type;
-    int32_t device_id;
-} dl_device;
-
-typedef struct {
-    uint8_t code;
-    uint8_t bits;
-    uint16_t lanes;
-} dl_dtype;
-
-typedef struct {
-    void *data;
-    dl_device device;
-    int32_t ndim;
-    dl_dtype dtype;
-    int64_t *shape;
-    int64_t *strides; /* in elements; NULL means compact row-major */
-    uint64_t byte_offset;
-} dl_tensor;
-
-typedef struct dl_managed {
-    dl_tensor dl_tensor;
-    void *manager_ctx;
-    void (*deleter)(struct dl_managed *self);
-} dl_managed;
-
-typedef struct {
-    uint32_t major;
-    uint32_t minor;
-} dl_version;
-
-typedef struct dl_managed_versioned {
-    dl_version version;
-    void *manager_ctx;
-    void (*deleter)(struct dl_managed_versioned *self);
-    uint64_t flags;
-    dl_tensor dl_tensor;
-} dl_managed_versioned;
-
-/* The flags of a versioned tensor that matter here. */
-#define DL_FLAG_READ_ONLY ((uint64_t)1 << 0)
-#define DL_FLAG_IS_COPIED ((uint64_t)1 << 1)
-
-/* The DLPack major version this module reads. */
-#define DL_MAJOR 1
+/* DLPack's structures and the checks of a borrowed tensor live in
+ * dlpack_check.c, which has no Python in it so that a fuzz target can drive
+ * it (tests/fuzz/fuzz_dlpack.c). */
+#include "dlpack_check.h"
 
 /* ---- module globals ----------------------------------------------------
  * The module supports one interpreter (single-phase init), so its state can
@@ -796,16 +736,8 @@ static void *ctx_alloc(call_ctx *c, size_t bytes)
 }
 
 /* An array as the kernels see it: a pointer and up to three dimensions with
- * element strides. */
-typedef struct {
-    PyObject *obj;
-    char *data;
-    int ndim;
-    int64_t shape[3];
-    int64_t strides[3];
-    dl_dtype dtype;
-    dl_device device;
-} view;
+ * element strides, every field checked (dlpack_check.h). */
+typedef dlpack_view view;
 
 static const char *dtype_text(dl_dtype t, char *buf, size_t len)
 {
@@ -897,8 +829,8 @@ static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, int wr
         Py_XDECREF(tb);
         return -1;
     }
-    const dl_tensor *t;
-    uint64_t flags = 0;
+    char err[512];
+    int rc;
     if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
         dl_managed_versioned *m = PyCapsule_GetPointer(capsule, "dltensor_versioned");
         if (PyCapsule_SetName(capsule, "used_dltensor_versioned") || list_push(&c->vtensors, m)) {
@@ -906,13 +838,7 @@ static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, int wr
             return -1;
         }
         Py_DECREF(capsule);
-        if (m->version.major != DL_MAJOR) {
-            PyErr_Format(PyExc_ValueError, "%s was exported as DLPack %u.%u, which this package cannot read (it reads %d.x)",
-                         name, (unsigned)m->version.major, (unsigned)m->version.minor, DL_MAJOR);
-            return -1;
-        }
-        t = &m->dl_tensor;
-        flags = m->flags;
+        rc = dlpack_check_versioned(m, ndim, writable, name, v, err, sizeof err);
     } else if (PyCapsule_IsValid(capsule, "dltensor")) {
         dl_managed *m = PyCapsule_GetPointer(capsule, "dltensor");
         if (PyCapsule_SetName(capsule, "used_dltensor") || list_push(&c->tensors, m)) {
@@ -920,7 +846,7 @@ static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, int wr
             return -1;
         }
         Py_DECREF(capsule);
-        t = &m->dl_tensor;
+        rc = dlpack_check_legacy(m, ndim, name, v, err, sizeof err);
     } else {
         Py_DECREF(capsule);
         PyErr_Clear();
@@ -930,30 +856,9 @@ static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, int wr
                      name);
         return -1;
     }
-    if (writable && (flags & DL_FLAG_READ_ONLY)) {
-        PyErr_Format(PyExc_ValueError, "%s is read-only (its DLPack export says so); it is written, so it must be writable",
-                     name);
+    if (rc) {
+        PyErr_SetString(PyExc_ValueError, err);
         return -1;
-    }
-    if (writable && (flags & DL_FLAG_IS_COPIED)) {
-        PyErr_Format(PyExc_ValueError, "%s was exported as a copy; it is written, and the writes would be lost", name);
-        return -1;
-    }
-    if (t->ndim != ndim) {
-        PyErr_Format(PyExc_ValueError, "%s must have %d dimension%s, got %d", name, ndim, ndim == 1 ? "" : "s",
-                     (int)t->ndim);
-        return -1;
-    }
-    v->obj = obj;
-    v->ndim = ndim;
-    v->data = (char *)t->data + t->byte_offset;
-    v->dtype = t->dtype;
-    v->device = t->device;
-    int64_t compact = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
-        v->shape[i] = t->shape[i];
-        v->strides[i] = t->strides ? t->strides[i] : compact;
-        compact *= t->shape[i];
     }
     return 0;
 }
@@ -1000,24 +905,11 @@ static int check_kind(call_ctx *c, const view *v, const char *name, dl_dtype wan
  * the kernels read each row as width consecutive elements. */
 static int row_stride(const view *v, int axis, const char *name, int64_t *stride)
 {
-    const int64_t width = v->shape[axis + 1], t = v->shape[axis];
-    /* An empty view has nothing to read; libraries give it any strides. */
-    if (t == 0) {
-        *stride = width;
-        return 0;
-    }
-    if (width > 1 && v->strides[axis + 1] != 1) {
-        PyErr_Format(PyExc_ValueError, "%s rows are not contiguous (element stride %lld); the kernels need stride 1",
-                     name, (long long)v->strides[axis + 1]);
+    char err[256];
+    if (dlpack_row_stride(v, axis, name, stride, err, sizeof err)) {
+        PyErr_SetString(PyExc_ValueError, err);
         return -1;
     }
-    int64_t s = t > 1 ? v->strides[axis] : width;
-    if (s < width) {
-        PyErr_Format(PyExc_ValueError, "%s token stride %lld is less than the row width %lld (rows would overlap)",
-                     name, (long long)s, (long long)width);
-        return -1;
-    }
-    *stride = s;
     return 0;
 }
 
@@ -1090,9 +982,8 @@ static int borrow_bank(call_ctx *c, PyObject *obj, const char *name, int64_t cou
         int64_t st;
         if (row_stride(&v, 1, name, &st))
             return -1;
-        const size_t es = v.dtype.bits / 8;
         for (int64_t i = 0; i < count; i++) {
-            p[i] = v.data + (ptrdiff_t)(i * v.strides[0]) * (ptrdiff_t)es;
+            p[i] = dlpack_view_item(&v, i);
             s[i] = st;
         }
         *t = v.shape[1];

@@ -268,14 +268,25 @@ ATTNRES_API const char *attnres_device_errmsg(attnres_device *dev);
 typedef struct attnres_db attnres_db;
 
 /* Opens a tuning database read-only. *out is owned by the caller
- * (attnres_db_close). The file is only read, so a read-only file works.
+ * (attnres_db_close). The file is only read, so a read-only file works,
+ * and so does a file in a directory this process cannot write (a read-only
+ * mount): the database is in WAL mode, whose readers need a -shm file
+ * beside it, and where SQLite can neither open nor create one the file is
+ * read as immutable (SQLite's immutable=1: no -shm, no locks). That is
+ * right while nobody writes the file, as nobody can on a read-only mount;
+ * whoever can write that directory must not tune into the file while it is
+ * read that way. A -wal file there that holds changes is refused (EDB)
+ * rather than read past: open the file once where it can be written.
+ * Anything but a regular file (a FIFO, a device) is refused at once, as is
+ * a FIFO or device in place of the -wal, -shm or -journal file: the open
+ * never blocks.
  * Returns:
  *   EINVAL      path or out is NULL;
  *   ENOMEM      out of memory;
- *   EDB         a missing file, a directory, a file that is not SQLite or
- *               not an attnres database (truncated, zeroed, corrupt), or a
- *               file another process keeps locked past the busy timeout
- *               (10 s);
+ *   EDB         a missing file, a directory, anything not a regular file,
+ *               a file that is not SQLite or not an attnres database
+ *               (truncated, zeroed, corrupt), or a file another process
+ *               keeps locked past the busy timeout (10 s);
  *   EDBVERSION  a schema newer than this library;
  * each with a message in msg (if not NULL); *out is then NULL. Damage the
  * open does not see is reported by attnres_plan_create. */

@@ -11,12 +11,13 @@ set(ATTNRES_FUZZ_DIR ${CMAKE_CURRENT_LIST_DIR})
 # target compiles in itself: the command line's loaders (cli/npy.c,
 # cli/svg_plot.c), which no library holds, and the problems-file parser,
 # taken alone rather than with the whole tuner library.
+# INCLUDES are further include directories of the target's sources.
 # RUNTIME marks a target that links the runtime, whose generated kernels
 # use _Float16: clang before 15 does not have it on x86-64, so with such a
 # clang only the replayer of that target is built (by the normal compiler
 # tree) and the libFuzzer binary is left out with a notice.
 function(fuzz_add name)
-  cmake_parse_arguments(F "RUNTIME" "" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(F "RUNTIME" "" "SOURCES;LIBS;INCLUDES" ${ARGN})
   set(srcs ${ATTNRES_FUZZ_DIR}/fuzz_${name}.c ${ATTNRES_FUZZ_DIR}/fuzz_util.c ${F_SOURCES})
   add_executable(fuzz_replay_${name} ${ATTNRES_FUZZ_DIR}/replay.c ${srcs})
   set(targets fuzz_replay_${name})
@@ -33,7 +34,8 @@ function(fuzz_add name)
   endif()
   foreach(t ${targets})
     target_include_directories(${t} PRIVATE ${ATTNRES_FUZZ_DIR} ${PROJECT_SOURCE_DIR}/cli
-                               ${PROJECT_SOURCE_DIR}/tuner/include ${PROJECT_SOURCE_DIR}/db/core ${PROJECT_SOURCE_DIR}/db/tools)
+                               ${PROJECT_SOURCE_DIR}/tuner/include ${PROJECT_SOURCE_DIR}/db/core ${PROJECT_SOURCE_DIR}/db/tools
+                               ${F_INCLUDES})
     target_link_libraries(${t} PRIVATE ${F_LIBS} m)
   endforeach()
   add_test(NAME fuzz_corpus_${name} COMMAND fuzz_replay_${name} ${ATTNRES_FUZZ_DIR}/corpus/${name})
@@ -46,3 +48,7 @@ fuzz_add(problems RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/tuner/src/problems.c LIB
 fuzz_add(db_import LIBS ardb)
 fuzz_add(misses RUNTIME LIBS attnres_impl Threads::Threads)
 fuzz_add(damaged_db RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/cli/svg_plot.c LIBS attnres_static ardb Threads::Threads)
+# The Python extension's checks of borrowed DLPack tensors, which need no
+# Python: the target builds the managed tensors a lying producer could.
+fuzz_add(dlpack SOURCES ${PROJECT_SOURCE_DIR}/python/attnres/dlpack_check.c
+         INCLUDES ${PROJECT_SOURCE_DIR}/python/attnres)

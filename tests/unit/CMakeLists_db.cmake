@@ -33,3 +33,32 @@ endif()
 add_test(NAME db_robust_unit COMMAND test_db_robust)
 set_tests_properties(db_robust_unit PROPERTIES TIMEOUT 120 LABELS "unit;db"
   ENVIRONMENT "ASAN_OPTIONS=abort_on_error=0:detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+
+# Opening a database at an odd path: FIFOs and devices are refused without
+# blocking (under an alarm), and a database in a read-only directory is
+# read. The read-only cases skip (77), saying why, where the test can make
+# no read-only directory (root without mount namespaces).
+attnres_unit_test(db_open_refuses_fifos_and_devices test_db_open_paths.c TIMEOUT 60 LABEL db
+  LIBS attnres_static ardb Threads::Threads m
+  ARGS --case test_fifo_is_refused_without_blocking --case test_device_is_refused
+       --case test_fifo_beside_the_file_is_refused)
+add_test(NAME db_open_read_only_directory COMMAND test_db_open_paths
+  --case test_read_only_directory_is_read --case test_unfolded_log_in_read_only_directory_is_refused)
+set_tests_properties(db_open_read_only_directory PROPERTIES TIMEOUT 60 LABELS "unit;db" SKIP_RETURN_CODE 77)
+
+# The command line on the same odd paths: `plan`, `db show` and `run` with a
+# FIFO as --db (refused at once), and with a database in a read-only
+# directory (read; skipped, saying why, where none can be made).
+add_test(NAME cli_db_fifo_refused_at_once
+  COMMAND ${CMAKE_COMMAND} -E env ${ATTNRES_TEST_ENV}
+          ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/cli/test_db_odd_files.py
+          --case "plan --db FIFO is refused at once" --case "db show --db FIFO is refused at once"
+          --case "run --db FIFO is refused at once" $<TARGET_FILE:attnres_cli>)
+add_test(NAME cli_db_read_only_directory
+  COMMAND ${CMAKE_COMMAND} -E env ${ATTNRES_TEST_ENV}
+          ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/cli/test_db_odd_files.py
+          --case "plan reads a database in a read-only directory"
+          --case "db show reads a database in a read-only directory"
+          --case "run reads a database in a read-only directory" $<TARGET_FILE:attnres_cli>)
+set_tests_properties(cli_db_fifo_refused_at_once cli_db_read_only_directory PROPERTIES TIMEOUT 200 LABELS cli)
+set_tests_properties(cli_db_read_only_directory PROPERTIES SKIP_RETURN_CODE 77)
