@@ -14,8 +14,8 @@ set_tests_properties(cli_integer_ranges PROPERTIES TIMEOUT 300 LABELS cli)
 
 # The .npy reader alone, on files each case writes into a scratch directory.
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/npy)
-attnres_unit_test(tuner_npy_reader test_npy.c TIMEOUT 60 LABEL tuner SOURCES ${CMAKE_SOURCE_DIR}/cli/npy.c
-  INCLUDES ${CMAKE_SOURCE_DIR}/cli ARGS ${CMAKE_BINARY_DIR}/test-data/npy)
+attnres_unit_test(tuner_npy_reader test_npy.c TIMEOUT 60 LABEL tuner
+  SOURCES ${CMAKE_SOURCE_DIR}/cli/npy.c ${CMAKE_SOURCE_DIR}/cli/atomic_file.c INCLUDES ${CMAKE_SOURCE_DIR}/cli ARGS ${CMAKE_BINARY_DIR}/test-data/npy)
 
 # The problems-file parser alone, and the example of docs/problems.md.
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/problems)

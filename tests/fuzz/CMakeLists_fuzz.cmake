@@ -41,7 +41,7 @@ function(fuzz_add name)
     ENVIRONMENT "ATTNRES_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache/fuzz;ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR}")
 endfunction()
 
-fuzz_add(npy SOURCES ${PROJECT_SOURCE_DIR}/cli/npy.c)
+fuzz_add(npy SOURCES ${PROJECT_SOURCE_DIR}/cli/npy.c ${PROJECT_SOURCE_DIR}/cli/atomic_file.c)
 fuzz_add(problems RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/tuner/src/problems.c LIBS attnres_impl)
 fuzz_add(db_import LIBS ardb)
 fuzz_add(misses RUNTIME LIBS attnres_impl Threads::Threads)
