@@ -45,33 +45,17 @@ static const ardb_run_info *find_run(const plot_ctx *c, int64_t id)
     return NULL;
 }
 
-/* The steps of atomic_file.h, each printing its failure. */
-static int out_open(atomic_file *o, const char *path)
+/* A step of atomic_file.h as the plot takes it: its failure printed. */
+static char step_msg[1024];
+static int step(int rc)
 {
-    char msg[1024];
-    if (atomic_file_open(o, path, msg, sizeof msg) == 0)
-        return 0;
-    cli_error("db", "%s", msg);
-    return -1;
+    if (rc)
+        cli_error("db", "%s", step_msg);
+    return rc;
 }
-
-static int out_close(atomic_file *o)
-{
-    char msg[1024];
-    if (atomic_file_close(o, msg, sizeof msg) == 0)
-        return 0;
-    cli_error("db", "%s", msg);
-    return -1;
-}
-
-static int out_commit(atomic_file *o)
-{
-    char msg[1024];
-    if (atomic_file_commit(o, msg, sizeof msg) == 0)
-        return 0;
-    cli_error("db", "%s", msg);
-    return -1;
-}
+#define out_open(o, path) step(atomic_file_open(o, path, step_msg, sizeof step_msg))
+#define out_close(o) step(atomic_file_close(o, step_msg, sizeof step_msg))
+#define out_commit(o) step(atomic_file_commit(o, step_msg, sizeof step_msg))
 
 /* Opens a temporary for DIR/name and notes the chart in the index; the
  * chart is c->outs[c->nouts - 1] until close_output. */
