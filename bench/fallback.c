@@ -10,7 +10,7 @@
  * it plans the tuned kernel (exact level required), the built-in kernel
  * at the widest ISA level the CPU has, at avx2 (or --against LEVEL, say
  * avx512 next to avx512bf16), and with --scalar the
- * scalar generic kernel (the only built-in before issue 15), each on a
+ * scalar generic kernel (what serves shapes no vectorised built-in fits), each on a
  * device opened with ATTNRES_CPU_BUILTIN_ISA naming that level. Rounds
  * interleave the configurations; each times a batch of launches of at
  * least 5 ms (one launch when a launch is longer); the medians over the

@@ -1,5 +1,5 @@
-# tests/fuzz: one fuzz target for every loader a user can hand a file to
-# (issue 13). Each target (fuzz_TARGET.c, an LLVMFuzzerTestOneInput) is
+# tests/fuzz: one fuzz target for every loader a user can hand a file to.
+# Each target (fuzz_TARGET.c, an LLVMFuzzerTestOneInput) is
 # always built into fuzz_replay_TARGET, which replays the committed corpus
 # corpus/TARGET/ under ctest on every build (see replay.c for what the file
 # names expect); with -DATTNRES_FUZZ=ON (clang) it is also built into

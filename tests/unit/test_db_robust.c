@@ -1,6 +1,6 @@
 /*
  * test_db_robust.c - the tuning database against hostile and damaged
- * input (issue 13): the defects that a sanitizer build and mutated files
+ * input: the defects that a sanitizer build and mutated files
  * found, each as a case that failed before its fix.
  *
  *   - an import of an export version this build does not read (it read the
