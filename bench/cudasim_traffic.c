@@ -61,6 +61,7 @@
 #include "cudasim.h"
 #include "device.h"
 #include "nvrtc.h"
+#include "storage_convert.h"
 
 #ifndef ATTNRES_TEMPLATE_DIR
 #define ATTNRES_TEMPLATE_DIR "templates"
@@ -89,13 +90,6 @@ static float uniform(float lo, float hi)
     return lo + (hi - lo) * (float)((rng >> 40) * 0x1.0p-24);
 }
 
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* finite inputs only */
-}
-
 enum fill { POISON, BF16_RANDOM, F32_RANDOM };
 
 /* Every allocation of the current run, freed together. */
@@ -116,7 +110,7 @@ static void *dbuf(size_t bytes, enum fill f, float lo, float hi)
     memset(host, 0xff, bytes);
     if (f == BF16_RANDOM)
         for (size_t i = 0; i < bytes / 2; i++)
-            ((uint16_t *)host)[i] = to_bf16(uniform(-1.0f, 1.0f));
+            ((uint16_t *)host)[i] = ar_bf16_from_f32(uniform(-1.0f, 1.0f));
     else if (f == F32_RANDOM)
         for (size_t i = 0; i < bytes / 4; i++)
             ((float *)host)[i] = uniform(lo, hi);

@@ -10,7 +10,7 @@
  * it plans the tuned kernel (exact level required), the built-in kernel
  * at the widest ISA level the CPU has, at avx2 (or --against LEVEL, say
  * avx512 next to avx512bf16), and with --scalar the
- * scalar generic kernel (the only built-in before issue 15), each on a
+ * scalar generic kernel (what serves shapes no vectorised built-in fits), each on a
  * device opened with ATTNRES_CPU_BUILTIN_ISA naming that level. Rounds
  * interleave the configurations; each times a batch of launches of at
  * least 5 ms (one launch when a launch is longer); the medians over the
@@ -37,6 +37,7 @@
 
 #include "attnres.h"
 #include "problems.h"
+#include "storage_convert.h"
 
 
 static double now_us(void)
@@ -58,15 +59,7 @@ static void fill(void *buf, attnres_dtype dt, size_t count, uint64_t *s)
     for (size_t i = 0; i < count; i++) {
         *s = *s * 6364136223846793005ull + 1442695040888963407ull;
         float f = (float)((int)(*s >> 40) % 2001 - 1000) / 700.0f;
-        if (dt == ATTNRES_DTYPE_F32) {
-            ((float *)buf)[i] = f;
-        } else if (dt == ATTNRES_DTYPE_BF16) {
-            uint32_t u;
-            memcpy(&u, &f, sizeof u);
-            ((uint16_t *)buf)[i] = (uint16_t)(u >> 16);
-        } else {
-            ((_Float16 *)buf)[i] = (_Float16)f;
-        }
+        ar_storage_store(dt, buf, (int64_t)i, f);
     }
 }
 

@@ -71,7 +71,9 @@ if [ -n "${READ_GROUP:-}" ]; then
   group=-DREAD_GROUP=$READ_GROUP
 fi
 # shellcheck disable=SC2086 # empty or one flag
-"$cc" -O3 -march=native -pthread "$elem" $group "$root/bench/$harness" -o "$work/$reference" -lm
+# The reference loop takes its argument struct from the build's kernel_abi.h.
+"$cc" -O3 -march=native -pthread -I"$build/runtime/include" "$elem" $group "$root/bench/$harness" \
+  -o "$work/$reference" -lm
 bins=("$reference")
 for id in "$@"; do
   for side in $sides; do

@@ -12,6 +12,9 @@
  *      -DKERNEL=attnres_mix_c_bf16_fused_v16_g8_pn_dfma_sc bench/mix_kernel.c -o /tmp/k -lm
  *   /tmp/k D T N THREADS REPEATS [HEADS]
  *
+ * Built without KERNEL it needs -I BUILD/runtime/include, for the argument
+ * struct in the generated kernel_abi.h.
+ *
  * The kernel is named after the variant id without its thread count
  * (_tN), which is a launch parameter: THREADS sets it here.
  *
@@ -68,16 +71,9 @@ static uint32_t elem_value(int64_t k, int i) { return 0x3f80u + (uint32_t)((k * 
 #endif
 typedef int32_t vec_t __attribute__((vector_size(VEC_BYTES), may_alias, aligned(1)));
 
-struct attnres_cpu_mix_args { /* the fields the read-only kernel uses */
-    int64_t d;
-    int32_t n, heads;
-    const void *const *src;
-    const int64_t *src_stride;
-    const float *query;
-    float scale, eps;
-    void *out;
-    int64_t out_stride;
-};
+/* The argument struct as the runtime fills it (templates/lib/kernel_abi.lua,
+ * generated into the build's runtime/include/kernel_abi.h). */
+#include "kernel_abi.h"
 
 /* Reads every source row of tokens [t0, t1), a vector of every row in turn
  * as the fused kernels do, and adds the words up so nothing is skipped.

@@ -16,7 +16,8 @@ trap 'rm -rf "$work"' EXIT
 export ATTNRES_TEMPLATE_DIR=$root/templates
 cc=${CC:-cc}
 
-"$cc" -O3 -march=native -pthread "$root/bench/mix_kernel.c" -o "$work/read_only"
+# The read-only loop takes its argument struct from the build's kernel_abi.h.
+"$cc" -O3 -march=native -pthread -I"$build/runtime/include" "$root/bench/mix_kernel.c" -o "$work/read_only"
 bins=("$work/read_only")
 for id in mix_c_bf16_pipelined_v16_u1_t2 mix_c_bf16_fused_v16_g8_pn_dfma_sc_t2 \
   mix_c_bf16_fused_v16_g8_pt_dfma_sc_t2 mix_c_bf16_fused_v16_g8_pt_dbf16_sc_t2 mix_c_bf16_fused_v16_g8_pt_dbf16_ss_t2 \

@@ -28,7 +28,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cc=${CC:-cc}
 
-"$cc" -O3 -march=native -pthread "$root/bench/mix_kernel.c" -o "$work/read_only"
+# The read-only loop takes its argument struct from the build's kernel_abi.h.
+"$cc" -O3 -march=native -pthread -I"$build/runtime/include" "$root/bench/mix_kernel.c" -o "$work/read_only"
 bins=(read_only)
 for id in "$@"; do
   "$build/bin/attnres" gen "$id" >"$work/$id.c"

@@ -12,6 +12,9 @@
  *      -DKERNEL=attnres_phase1_c_bf16_tiled_tiled_v16_u1 bench/phase1_kernel.c -o /tmp/k -lm
  *   /tmp/k D T N S THREADS REPEATS [HEADS]
  *
+ * Built without KERNEL it needs -I BUILD/runtime/include, for the argument
+ * struct in the generated kernel_abi.h.
+ *
  * The kernel is named after the variant id without its thread count
  * (_tN), which is a launch parameter: THREADS sets it here.
  *
@@ -35,21 +38,9 @@
 #else
 #include "row_lines.h"
 
-struct attnres_cpu_phase1_args { /* the fields the moving loop uses */
-    int64_t d;
-    int32_t n;
-    int32_t heads;
-    int32_t s;
-    const void *const *src;
-    const int64_t *src_stride;
-    const float *queries;
-    float scale;
-    float eps;
-    void *const *o1;
-    int64_t o1_stride;
-    float *const *lse;
-    int64_t lse_stride;
-};
+/* The argument struct as the runtime fills it (templates/lib/kernel_abi.lua,
+ * generated into the build's runtime/include/kernel_abi.h). */
+#include "kernel_abi.h"
 
 /* Integer adds of the raw words: every source row read, every output row
  * written with their sum; the bytes move, nothing is computed. */

@@ -11,6 +11,9 @@
  *      -DKERNEL=attnres_phase2_c_bf16_v16_u2_p1 bench/phase2_kernel.c -o /tmp/k -lm
  *   /tmp/k D T THREADS NORM
  *
+ * Built without KERNEL it needs -I BUILD/runtime/include, for the argument
+ * struct in the generated kernel_abi.h.
+ *
  * The kernel is named after the variant id without its thread count
  * (_tN), which is a launch parameter: THREADS sets it here.
  *
@@ -36,27 +39,9 @@
 #else
 #include "row_lines.h"
 
-struct attnres_cpu_phase2_args { /* the fields the moving loop uses */
-    int64_t d;
-    int32_t heads;
-    const void *o1;
-    int64_t o1_stride;
-    const float *lse;
-    int64_t lse_stride;
-    void *partial;
-    int64_t partial_stride;
-    const void *sublayer;
-    int64_t sublayer_stride;
-    const float *query;
-    float scale;
-    float eps;
-    void *out;
-    int64_t out_stride;
-    const float *out_gain;
-    float out_eps;
-    void *normed;
-    int64_t normed_stride;
-};
+/* The argument struct as the runtime fills it (templates/lib/kernel_abi.lua,
+ * generated into the build's runtime/include/kernel_abi.h). */
+#include "kernel_abi.h"
 
 #ifndef PASSES
 #define PASSES 2

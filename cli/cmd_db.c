@@ -10,8 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "ardb.h"
 #include "ardb_tools.h"
@@ -64,108 +62,6 @@ int db_open(const char *path, unsigned flags, ardb **db)
         return -1;
     }
     return 0;
-}
-
-int db_out_open(db_out_file *o, const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
-    struct stat sb;
-    memset(o, 0, sizeof *o);
-    if (!*path || (slash && !slash[1])) {
-        cli_error("db", "cannot write '%s': not a file name", path);
-        return -1;
-    }
-    o->path = strdup(path);
-    /* DIR/.NAME.tmp-XXXXXX: hidden, and beside the target so that the
-     * rename replaces it in one step. */
-    size_t n = strlen(path) + 16;
-    o->tmp = malloc(n);
-    if (!o->path || !o->tmp) {
-        cli_error("db", "out of memory");
-        db_out_discard(o);
-        return -1;
-    }
-    snprintf(o->tmp, n, "%.*s.%s.tmp-XXXXXX", (int)dir_len, path, path + dir_len);
-    if (stat(path, &sb) == 0) {
-        if (!S_ISREG(sb.st_mode)) {
-            cli_error("db", "cannot write %s: not a regular file", path);
-            db_out_discard(o);
-            return -1;
-        }
-        o->mode = (int)(sb.st_mode & 07777);
-    } else {
-        /* A new file gets what fopen would give it. The umask can only be
-         * read by setting it; the command line is single-threaded here. */
-        mode_t mask = umask(022);
-        umask(mask);
-        o->mode = (int)(0666 & ~mask);
-    }
-    int fd = mkstemp(o->tmp);
-    if (fd < 0) {
-        cli_error("db", "cannot write %s: %s", path, strerror(errno));
-        free(o->tmp);
-        o->tmp = NULL;
-        db_out_discard(o);
-        return -1;
-    }
-    if (fchmod(fd, (mode_t)o->mode) != 0 || !(o->f = fdopen(fd, "wb"))) {
-        cli_error("db", "cannot write %s: %s", path, strerror(errno));
-        close(fd);
-        db_out_discard(o);
-        return -1;
-    }
-    return 0;
-}
-
-int db_out_close(db_out_file *o)
-{
-    int failed = 0;
-    if (!o->f)
-        return o->tmp ? 0 : -1;
-    /* Synced before the rename, so that a crash after it cannot leave an
-     * empty or partial file under the target's name. */
-    if (fflush(o->f) != 0 || ferror(o->f) || fsync(fileno(o->f)) != 0)
-        failed = 1;
-    if (fclose(o->f) != 0)
-        failed = 1;
-    o->f = NULL;
-    if (failed) {
-        cli_error("db", "writing %s failed: %s", o->path, strerror(errno));
-        remove(o->tmp);
-        free(o->tmp);
-        o->tmp = NULL;
-        return -1;
-    }
-    return 0;
-}
-
-int db_out_commit(db_out_file *o)
-{
-    if (!o->tmp || o->f)
-        return -1;
-    if (rename(o->tmp, o->path) != 0) {
-        cli_error("db", "cannot write %s: %s", o->path, strerror(errno));
-        remove(o->tmp);
-        free(o->tmp);
-        o->tmp = NULL;
-        return -1;
-    }
-    free(o->tmp);
-    o->tmp = NULL;
-    return 0;
-}
-
-void db_out_discard(db_out_file *o)
-{
-    if (o->f)
-        fclose(o->f);
-    o->f = NULL;
-    if (o->tmp)
-        remove(o->tmp);
-    free(o->tmp);
-    free(o->path);
-    o->tmp = o->path = NULL;
 }
 
 int db_resolve_run(ardb *db, const char *text, int64_t *run_id)

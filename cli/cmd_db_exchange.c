@@ -10,6 +10,7 @@
 
 #include "ardb.h"
 #include "ardb_tools.h"
+#include "atomic_file.h"
 #include "cli.h"
 #include "cmd_db.h"
 
@@ -71,10 +72,12 @@ int db_cmd_export(int argc, char **argv)
     /* A file is written through a temporary and renamed into place only
      * when the whole export succeeded: a failure (a damaged database, a
      * full disk) leaves an existing file as it was, never truncated. */
-    db_out_file file = {0};
+    atomic_file file = {0};
+    char msg[1024];
     FILE *out = stdout;
     if (out_path && strcmp(out_path, "-") != 0) {
-        if (db_out_open(&file, out_path)) {
+        if (atomic_file_open(&file, out_path, msg, sizeof msg)) {
+            cli_error("db", "%s", msg);
             ardb_close(db);
             return CLI_EXIT_FAIL;
         }
@@ -88,10 +91,12 @@ int db_cmd_export(int argc, char **argv)
             cli_error("db", "writing standard output failed");
             rc = ARDB_ESQL;
         }
-    } else if (rc != ARDB_DONE || db_out_close(&file) || db_out_commit(&file)) {
-        rc = rc == ARDB_DONE ? ARDB_ESQL : rc;
+    } else if (rc == ARDB_DONE &&
+               (atomic_file_close(&file, msg, sizeof msg) || atomic_file_commit(&file, msg, sizeof msg))) {
+        cli_error("db", "%s", msg);
+        rc = ARDB_ESQL;
     }
-    db_out_discard(&file);
+    atomic_file_discard(&file);
     ardb_close(db);
     return rc == ARDB_DONE ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }

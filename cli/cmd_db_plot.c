@@ -16,20 +16,21 @@
 
 #include "ardb.h"
 #include "ardb_tools.h"
+#include "atomic_file.h"
 #include "cli.h"
 #include "cmd_db.h"
 #include "svg_plot.h"
 
 #define DEFAULT_RUNS 8
 
-/* Every file of a plot is written to a temporary first (db_out_file) and
+/* Every file of a plot is written to a temporary first (atomic_file.h) and
  * the temporaries are renamed into place only when all of them were
  * written, so a failure leaves each file in DIR as it was. */
 typedef struct plot_ctx {
     const char *dir;
-    db_out_file index;
+    atomic_file index;
     int has_index;
-    db_out_file *outs; /* the charts written, closed, not yet renamed */
+    atomic_file *outs; /* the charts written, closed, not yet renamed */
     size_t nouts, cap;
     size_t files;
     const ardb_run_info *runs;
@@ -44,6 +45,18 @@ static const ardb_run_info *find_run(const plot_ctx *c, int64_t id)
     return NULL;
 }
 
+/* A step of atomic_file.h as the plot takes it: its failure printed. */
+static char step_msg[1024];
+static int step(int rc)
+{
+    if (rc)
+        cli_error("db", "%s", step_msg);
+    return rc;
+}
+#define out_open(o, path) step(atomic_file_open(o, path, step_msg, sizeof step_msg))
+#define out_close(o) step(atomic_file_close(o, step_msg, sizeof step_msg))
+#define out_commit(o) step(atomic_file_commit(o, step_msg, sizeof step_msg))
+
 /* Opens a temporary for DIR/name and notes the chart in the index; the
  * chart is c->outs[c->nouts - 1] until close_output. */
 static FILE *open_output(plot_ctx *c, const char *name, const char *caption)
@@ -52,7 +65,7 @@ static FILE *open_output(plot_ctx *c, const char *name, const char *caption)
     snprintf(path, sizeof path, "%s/%s", c->dir, name);
     if (c->nouts == c->cap) {
         size_t ncap = c->cap ? 2 * c->cap : 16;
-        db_out_file *n = realloc(c->outs, ncap * sizeof *n);
+        atomic_file *n = realloc(c->outs, ncap * sizeof *n);
         if (!n) {
             cli_error("db", "out of memory");
             return NULL;
@@ -60,7 +73,7 @@ static FILE *open_output(plot_ctx *c, const char *name, const char *caption)
         c->outs = n;
         c->cap = ncap;
     }
-    if (db_out_open(&c->outs[c->nouts], path))
+    if (out_open(&c->outs[c->nouts], path))
         return NULL;
     c->nouts++;
     if (c->has_index)
@@ -72,7 +85,7 @@ static FILE *open_output(plot_ctx *c, const char *name, const char *caption)
 /* Closes the chart open_output opened; -1 when it could not be written. */
 static int close_output(plot_ctx *c)
 {
-    return db_out_close(&c->outs[c->nouts - 1]);
+    return out_close(&c->outs[c->nouts - 1]);
 }
 
 static void slug(const char *key, char *out, size_t len)
@@ -262,7 +275,7 @@ int db_cmd_plot(int argc, char **argv)
     char index_path[4200];
     snprintf(index_path, sizeof index_path, "%s/index.html", dir);
     /* The index is part of the plot: without it the plot fails. */
-    if (db_out_open(&c.index, index_path))
+    if (out_open(&c.index, index_path))
         goto done;
     c.has_index = 1;
     fprintf(c.index.f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>attnres: %s</title>"
@@ -279,17 +292,17 @@ int db_cmd_plot(int argc, char **argv)
         lo = hi;
     }
     fputs("</body></html>\n", c.index.f);
-    if (db_out_close(&c.index))
+    if (out_close(&c.index))
         ok = 0;
     /* Only now, with every file written, do they replace the old ones. */
     for (size_t i = 0; i < c.nouts && ok; i++) {
-        ok = db_out_commit(&c.outs[i]) == 0;
+        ok = out_commit(&c.outs[i]) == 0;
         if (ok) {
             printf("%s\n", c.outs[i].path);
             c.files++;
         }
     }
-    if (ok && db_out_commit(&c.index) == 0) {
+    if (ok && out_commit(&c.index) == 0) {
         printf("%s\n", index_path);
         c.files++;
     } else {
@@ -301,10 +314,10 @@ int db_cmd_plot(int argc, char **argv)
     code = ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 done:
     for (size_t i = 0; i < c.nouts; i++)
-        db_out_discard(&c.outs[i]);
+        atomic_file_discard(&c.outs[i]);
     free(c.outs);
     if (c.has_index)
-        db_out_discard(&c.index);
+        atomic_file_discard(&c.index);
     ardb_winner_points_free(p, n);
     ardb_run_infos_free(runs, nruns);
     ardb_close(db);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomic_file.h"
 #include "attnres.h"
 #include "cli.h"
 #include "convert.h"
@@ -341,14 +342,13 @@ typedef struct out_file {
 } out_file;
 
 /* One output's way into place: the new content waits in a temporary beside
- * the path, and an earlier file at the path is kept as a backup until every
- * output is in place, so that a failure can put it back. */
+ * the path (atomic_file.h), and an earlier file at the path is kept as a
+ * backup until every output is in place, so that a failure can put it back. */
 typedef struct out_commit {
-    char tmp[4200], backup[4200];
-    int have_tmp;    /* tmp holds the new content */
+    atomic_file file; /* the new content, until it is renamed onto the path */
+    char backup[4200];
     int have_backup; /* backup holds the earlier file (a hard link, or moved aside) */
     int moved_aside; /* the earlier file was renamed to backup, not linked */
-    int renamed;     /* tmp has been renamed onto the path */
 } out_commit;
 
 /* Puts back what path held before: the backup when there was an earlier
@@ -357,7 +357,7 @@ static int restore_one(const char *path, out_commit *c)
 {
     /* A path not yet replaced still holds its earlier file (a hard-linked
      * backup is only a second name for it): nothing to do. */
-    if (!c->renamed && !c->moved_aside)
+    if (!c->file.renamed && !c->moved_aside)
         return 0;
     if (c->have_backup) {
         if (rename(c->backup, path) != 0)
@@ -365,7 +365,7 @@ static int restore_one(const char *path, out_commit *c)
         c->have_backup = 0;
         return 0;
     }
-    if (c->renamed && unlink(path) != 0 && errno != ENOENT)
+    if (c->file.renamed && unlink(path) != 0 && errno != ENOENT)
         return -1;
     return 0;
 }
@@ -385,28 +385,27 @@ static int write_outputs(const out_file *files, int count)
     for (int i = 0; i < n; i++) {
         if (!files[i].path)
             continue;
-        int a = snprintf(c[i].tmp, sizeof c[i].tmp, "%s.attnres-new-%ld", files[i].path, (long)getpid());
         int b = snprintf(c[i].backup, sizeof c[i].backup, "%s.attnres-old-%ld", files[i].path, (long)getpid());
-        if (a < 0 || b < 0 || (size_t)a >= sizeof c[i].tmp || (size_t)b >= sizeof c[i].backup) {
+        if (b < 0 || (size_t)b >= sizeof c[i].backup) {
             cli_error("run", "%s: path too long", files[i].path);
             goto cleanup;
         }
-        if (npy_write_f32(c[i].tmp, files[i].data, files[i].ndim, files[i].shape, msg, sizeof msg)) {
-            /* The message names the temporary; the user knows the path. */
-            size_t tl = strlen(c[i].tmp);
-            const char *why = strncmp(msg, c[i].tmp, tl) == 0 && msg[tl] == ':' ? msg + tl + 1 : msg;
-            cli_error("run", "%s:%s", files[i].path, why);
+        if (atomic_file_open(&c[i].file, files[i].path, msg, sizeof msg)) {
+            cli_error("run", "%s", msg);
             goto cleanup;
         }
-        c[i].have_tmp = 1;
+        errno = 0;
+        if (npy_write_f32_stream(c[i].file.f, files[i].data, files[i].ndim, files[i].shape) != 0) {
+            cli_error("run", "cannot write %s: %s", files[i].path, errno ? strerror(errno) : "write error");
+            goto cleanup;
+        }
+        if (atomic_file_close(&c[i].file, msg, sizeof msg)) {
+            cli_error("run", "%s", msg);
+            goto cleanup;
+        }
     }
     for (int i = 0; i < n; i++) {
         if (!files[i].path)
-            continue;
-        /* A directory in the way is never moved aside: its rename below fails
-         * (EISDIR), and the outputs renamed before it are put back. */
-        struct stat sb;
-        if (lstat(files[i].path, &sb) == 0 && S_ISDIR(sb.st_mode))
             continue;
         if (link(files[i].path, c[i].backup) == 0) {
             c[i].have_backup = 1;
@@ -433,12 +432,10 @@ static int write_outputs(const out_file *files, int count)
                 goto restore;
             }
         }
-        if (rename(c[i].tmp, files[i].path) != 0) {
-            cli_error("run", "%s: cannot write: %s", files[i].path, strerror(errno));
+        if (atomic_file_commit(&c[i].file, msg, sizeof msg)) {
+            cli_error("run", "%s", msg);
             goto restore;
         }
-        c[i].have_tmp = 0;
-        c[i].renamed = 1;
     }
     rc = 0;
     goto cleanup;
@@ -458,8 +455,7 @@ cleanup:
     if (rc != 0 && restored)
         cli_error("run", "no output was written: every output path holds what it held before");
     for (int i = 0; i < n; i++) {
-        if (c[i].have_tmp)
-            unlink(c[i].tmp);
+        atomic_file_discard(&c[i].file);
         if (c[i].have_backup)
             unlink(c[i].backup);
     }

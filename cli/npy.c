@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
+
+#include "atomic_file.h"
 
 static int fail(char *err, size_t len, const char *path, const char *what)
 {
@@ -429,7 +430,7 @@ void npy_free(npy_array *a)
     memset(a, 0, sizeof *a);
 }
 
-int npy_write_f32(const char *path, const float *data, int ndim, const int64_t *shape, char *err, size_t len)
+int npy_write_f32_stream(FILE *f, const float *data, int ndim, const int64_t *shape)
 {
     char dict[256];
     int n = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
@@ -444,13 +445,6 @@ int npy_write_f32(const char *path, const float *data, int ndim, const int64_t *
     size_t total = 10 + (size_t)n + 1;
     size_t pad = (64 - total % 64) % 64;
     size_t hlen = (size_t)n + pad + 1;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        snprintf(err, len, "%s: cannot write: %s", path, strerror(errno));
-        return -1;
-    }
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
                              (unsigned char)(hlen >> 8)};
     int bad = fwrite(pre, 1, 10, f) != 10 || fwrite(dict, 1, (size_t)n, f) != (size_t)n;
@@ -458,11 +452,21 @@ int npy_write_f32(const char *path, const float *data, int ndim, const int64_t *
         bad = fputc(' ', f) == EOF;
     bad = bad || fputc('\n', f) == EOF;
     bad = bad || fwrite(data, 4, (size_t)count, f) != (size_t)count;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        snprintf(err, len, "%s: cannot write: %s", path, strerror(errno));
+    return bad ? -1 : 0;
+}
+
+int npy_write_f32(const char *path, const float *data, int ndim, const int64_t *shape, char *err, size_t len)
+{
+    atomic_file out;
+    if (atomic_file_open(&out, path, err, len))
+        return -1;
+    errno = 0;
+    if (npy_write_f32_stream(out.f, data, ndim, shape) != 0) {
+        snprintf(err, len, "cannot write %s: %s", path, errno ? strerror(errno) : "write error");
+        atomic_file_discard(&out);
         return -1;
     }
-    return 0;
+    const int rc = atomic_file_close(&out, err, len) || atomic_file_commit(&out, err, len) ? -1 : 0;
+    atomic_file_discard(&out);
+    return rc;
 }

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define NPY_MAX_DIMS 8
 
@@ -31,8 +32,11 @@ int npy_parse_header(const char *text, size_t len, npy_array *out, char *err, si
 int npy_read_f32(const char *path, npy_array *out, char *err, size_t err_len);
 void npy_free(npy_array *a);
 
-/* Writes atomically (temporary file + rename), so a failure leaves no file
- * and never a partial one. */
+/* Writes the array to f as a .npy file; 0, or -1 on a write error. */
+int npy_write_f32_stream(FILE *f, const float *data, int ndim, const int64_t *shape);
+
+/* Writes path whole or not at all (atomic_file.h): a failure leaves the
+ * earlier file, or no file, and never a partial one. */
 int npy_write_f32(const char *path, const float *data, int ndim,
                   const int64_t *shape, char *err, size_t err_len);
 

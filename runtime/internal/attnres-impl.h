@@ -12,6 +12,8 @@
  *   device.h  the device handle, its backend vtable, loaded kernels
  *             (ar_kernel) and launches of a kernel that is not in a plan;
  *   sha256.h  the hash of sources and build keys;
+ *   storage_convert.h  fp32 to and from bf16 and f16, one element at a
+ *             time (header-only);
  *   binary_cache.h  compiled kernels on disk by build key, and their seal,
  *             which the tuner reads before it compiles;
  *   miss_file.h  the record of untuned problems the runtime writes, which
@@ -27,6 +29,7 @@
 #include "../src/device.h"
 #include "../src/miss_file.h"
 #include "../src/sha256.h"
+#include "../src/storage_convert.h"
 #ifdef ATTNRES_HAVE_CUDA
 #include "../src/nvrtc.h"
 #endif

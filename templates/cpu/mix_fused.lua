@@ -10,6 +10,9 @@
 -- registers. Every row of the next token is read from memory exactly once
 -- and from L2 once more; nothing is spilled to a scratch row.
 --
+-- What each choice does and what it was measured to gain, on which CPU:
+-- docs/cpu_kernels.md, section templates/cpu/mix_fused.lua.
+--
 -- Parameters:
 --   vec     fp32 lanes per vector (8 = AVX2, 16 = AVX-512); each step of the
 --           sweep handles 2 * vec elements as a pair of vectors, in the
@@ -19,96 +22,44 @@
 --           2 * group vector accumulators must fit in the registers. More
 --           sources than that take further sweeps over the extra rows.
 --   mix     where the mix of token t runs: "fused" in the first statistics
---           sweep, so that one pass over the row both mixes and gathers;
---           "apart" in a sweep of its own before the statistics sweeps (8
---           lanes; 16 with prefetch "sweep"). With 16 vector registers
---           (AVX2), a fused sweep holds the mix's sums and temporaries next
---           to the statistics' 2 * g accumulators and the query, more than
---           fit: GCC keeps the sums of squares on the stack, each step a
---           store and a reload on their chains. Apart, each sweep's working
---           set fits, and the statistics sweeps take up to `group` rows,
---           not the sweep's share of them less the mix. On the Zen 3
---           guest, K3's shape ran 5-12% faster apart from L2 on one thread,
---           and within the noise of fused from memory
---           (bench/results/cpu-avx2-2026-12-02.md); the tuner keeps both.
---           16 lanes have 32 registers (AVX-512): there the mix apart
---           pays only with prefetch "sweep", which has memory stream while
---           the mix reads L2 (below).
+--           sweep, one pass over the row; "apart" in a sweep of its own
+--           before the statistics sweeps, for 16 vector registers (AVX2),
+--           where a fused sweep's working set does not fit and spills.
 --   burst   the mix's steps per burst. 1: each step reads all n sources at
 --           the same offset, one line each. 4: a burst reads 4 steps' lines
---           of one source, then of the next, into 4 independent sums. When
---           the sources' rows start at the same offset within a 4 KiB page
---           (rows of one bank, or of tensors with a power-of-two size), the
---           n lines of a step fall into the same L1 set, which has 8 ways;
---           a burst spreads the lines in flight over 4 sets. The MHAR shape
---           (d = 4096, rows 8 KiB apart) ran 5-19% faster out of cache on
---           two Zen 4 threads in bursts of 4, K3's 13-23% slower
---           (docs/cpu_kernels.md): the tuner keeps both, for head slices of
---           512 elements and more. The steps after the last whole burst of a
---           slice run one at a time. "auto" (the built-ins', which no tune
---           measures) bursts by 4 in launches whose every source's rows lie
---           a multiple of 4 KiB apart, and steps one at a time otherwise:
---           out of cache the tuned winners burst at MHAR's, the f32 N = 25
---           and the f16 shapes (rows of 8, 4 and 4 KiB) and not at K3's
---           (14 KiB; bench/results/cpu-tune-2026-12-04.md), and a built-in
---           meets every layout, so it decides per launch.
+--           of one source, then of the next, into 4 independent sums, so
+--           that rows starting at the same page offset (one L1 set, 8
+--           ways) spread their lines in flight over 4 sets. The steps after
+--           the last whole burst of a head slice run one at a time. "auto"
+--           (the built-ins' only) bursts in launches whose sources' rows
+--           lie a multiple of 4 KiB apart, and steps one at a time
+--           otherwise: a built-in meets every layout.
 --   prefetch  what software prefetches ask for while a sweep streams the
---           next token's rows: "none" leaves it to the hardware
---           prefetchers; "token" asks for the rows of the token after next
---           (and the next partial row) at the sweep's offset, a whole token
---           ahead, into L2; "both" does what "token" does and also asks for
---           the next token's rows 1024 bytes ahead of the sweep into L1
---           (they are in L2 by then). The sweep spends several
---           instructions on each 64-byte line it reads from memory, so the
---           out-of-order window alone keeps too few lines in flight to
---           stream at the rate a read-only loop reaches; a token ahead, the
---           lines have a token's compute time to arrive. (A form that only
---           prefetched 2048 bytes ahead in the row, which matched reading
---           alone on an Intel guest, lost to "none" on the Zen 4 guest and
---           was never a winner in three full tunes there; "both" does its
---           part closer, bench/results/cpu-tune-2026-12-01.md.) "sweep"
---           (the mix apart only) has each sweep ask, into L2, for the rows
---           that the sweep after it reads first, at its own offset: the mix
---           of token t for the first statistics group of token t + 1, each
---           group for the next. Apart, only the statistics sweeps stream
---           from memory, and memory idles while the mix reads L2; asked a
---           sweep early, the rows arrive while the mix computes. On the Zen
---           3 guest, K3's shape from memory ran 8% faster than "none" on two
---           threads and 14% on one (bench/results/cpu-avx2-2026-12-03.md);
---           from L2 at T = 1, within the noise to 5% slower (the prefetches
---           cost instructions): the tuner keeps both.
---           "all" does what "both" does, and the fused mix also asks, into
---           L2, for the rows of the token after next at its own offset.
---           The statistics sweeps alone ask at the pace of their own
---           steps, and the first sweep, which also mixes all n rows from
---           L2, takes several times as long a step: for much of the token
---           memory had few requests. Asked from the mix as well, the rows
---           stream while it computes (each line is asked for twice; the
---           second request finds it on its way). On the Zen 4 guest, two
---           threads from memory, medians of 9 interleaved rounds: the f32
---           N = 25 mix 8% faster than "both", the f16 mix with the norm 7%,
---           K3's and MHAR's within the noise; 4% slower from L2
---           (bench/results/cpu-balance-2026-12-04.md). The same without the
---           L1 prefetches ran as fast and is not kept. Fused mix only, and
---           tuned for launches that move 64 MiB and more
---           (FROM_MIX_MIN_BYTES).
+--           next token's rows, since the sweep's instructions per line
+--           leave too few lines in flight for the out-of-order window
+--           alone: "none" leaves it to the hardware prefetchers; "token"
+--           asks, into L2, for the rows of the token after next (and the
+--           next partial row) at the sweep's offset; "both" also asks for
+--           the next token's rows 1024 bytes ahead into L1; "sweep" (mix
+--           apart only) has each sweep ask for the rows the sweep after it
+--           reads first, so that memory streams while the mix reads L2;
+--           "all" (fused only) does what "both" does and has the mix ask
+--           for the token after next as well, since the first sweep's long
+--           steps leave memory idle. "all" is tuned only for launches that
+--           move FROM_MIX_MIN_BYTES and more.
 --   dot     how the statistics are summed: "fma" widens each bf16 pair to
 --           fp32 and multiplies-adds (4 vector FMAs per 64-byte line);
 --           "bf16" (bf16 rows, 16 lanes) uses AVX512-BF16's pair dot
 --           products: x.x in one, and x.q in two against the query split
 --           into high and low bf16 halves (q - hi is exact in bf16 to 2^-16
---           of q), so the products are the fp32 ones. On Zen 4, which runs
---           512-bit operations as two halves, that is 3 operations per line
---           instead of 4 FMAs and 2 widenings. A compiler without
+--           of q), so the products are the fp32 ones. A compiler without
 --           __AVX512BF16__ (the CPU lacks it) builds the "fma" sums.
 --   store   how the output rows (out, and normed with the epilogue) are
 --           written: "cached" with plain stores, which first read each
---           fresh line into the cache (a tenth more traffic for K3's nine
---           rows read and one written); "stream" with non-temporal stores
+--           fresh line into the cache; "stream" with non-temporal stores
 --           where the row is aligned to them (lib/c_storage.lua), which
---           skip that read and leave the rows out of the cache (a reader
---           soon after, at small T, then misses; the tuner times both per
---           T bucket).
+--           skip that read but leave the rows out of the cache for a reader
+--           soon after. The tuner times both per T bucket.
 --   threads the most worker threads the launch spreads tokens over: a
 --           launch parameter, not part of the source (lib/cpu_space.lua).
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
@@ -137,19 +88,10 @@ local T = {
   -- The runtime's built-in kernels per ISA level (compiled into the library
   -- with that level's flags, chosen at device open), spread over all cores;
   -- head widths that are not a multiple of the step take cpu/mix.lua's
-  -- scalar generic kernel. No software prefetch: with the N sources back to
-  -- back in one bank (rows 64 KiB-multiples apart, the same L1 sets), the
-  -- form that prefetched 2048 bytes ahead in the row ran K3's T = 64 at
-  -- 2.5-3.8x the plain one's time (bench/results/fallback-2026-12-01.md).
-  -- Bursts chosen per launch ("auto"): K3's shape ran 13-23% slower out of
-  -- cache in bursts of 4 (docs/cpu_kernels.md), and the f32 N = 25 mix's
-  -- built-in 1.6-2.3x the tuned winner's time without them
-  -- (bench/results/cpu-tune-2026-12-04.md). FMA statistics and plain
-  -- stores: every CPU of the level has them, and small T, where a fallback
-  -- is most likely met, does not gain from the others
-  -- (bench/results/cpu-tune-2026-12-01.md: within 2x of every tuned
-  -- winner). AVX2 mixes apart: its fused sweep overfills the 16 registers
-  -- (see `mix` above).
+  -- scalar generic kernel. Each takes what every CPU of its level has and
+  -- what serves small T, where a fallback is most likely met: no software
+  -- prefetch, bursts chosen per launch, FMA statistics, plain stores, and
+  -- for AVX2 the mix apart (docs/cpu_kernels.md, "The built-in kernels").
   builtin = {
     avx512 = { vec = 16, group = 8, mix = "fused", burst = "auto", prefetch = "none", dot = "fma", store = "cached", threads = 64 },
     avx2 = { vec = 8, group = 8, mix = "apart", burst = "auto", prefetch = "none", dot = "fma", store = "cached", threads = 64 },
@@ -197,17 +139,12 @@ local function builtin_form(p)
   return false
 end
 
--- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only;
--- the sweep-ahead prefetches were measured with the mix apart only, the
--- prefetches from the mix ("all") fused only. The mix
--- apart is for 8 lanes, whose registers a fused sweep overfills, and at 16
--- lanes with the sweep-ahead prefetches, where it was measured: on the Zen 4
--- guest, out of cache, the f16 mix with the norm ran 3-10% faster than the
--- fused variants, MHAR's shape as fast as the best of them, K3's within the
--- noise (it won K3's T = 4096 in a full tune) and the f32 N = 25 mix slower
--- (bench/results/cpu-tune-2026-12-04.md). Bursts "auto" exist as the
--- built-ins alone (tests/unit/test_cpu_builtins.c runs them at every ISA
--- level the host has).
+-- The bf16 pair dot products exist for bf16 rows in 512-bit vectors only.
+-- The mix apart is for 8 lanes, whose registers a fused sweep overfills,
+-- and for 16 lanes with the sweep-ahead prefetches, the one pairing where
+-- it won at 16 lanes; "sweep" needs the mix apart and "all" the mix fused.
+-- Bursts "auto" exist as the built-ins alone (tests/unit/test_cpu_builtins.c
+-- runs them at every ISA level the host has).
 function T.constraint(p)
   return (p.dot == "fma" or (p.dtype == "bf16" and p.vec == 16)) and
       (p.mix == "fused" or p.vec == 8 or p.prefetch == "sweep") and
@@ -240,13 +177,13 @@ end
 
 -- Bursts of 4 are tuned where they were measured, on head slices of 512
 -- elements and more (MHAR's heads and up); shorter slices keep bursts of 1,
--- so that small shapes (the ci preset's) tune as fast as before bursts.
+-- so that small shapes (the ci preset's) do not tune twice as many variants.
 local BURST_MIN_SLICE = 512
 
 -- The prefetches from the mix are tuned for launches that move at least
 -- this many bytes (twice the 32 MiB L3 of the CPUs measured): their rows
 -- come from memory, where the prefetches pay. In cache they are
--- instructions spent for nothing (4% slower from L2 on the Zen 4 guest).
+-- instructions spent for nothing.
 local FROM_MIX_MIN_BYTES = 64 * 1024 * 1024
 
 function T.prune(p, problem, device)
@@ -603,10 +540,8 @@ end
 -- stay in registers across the row. With a runtime n, every step loads each
 -- source's pointer and broadcasts its weight again (a store through `out`
 -- or `keep` might have changed them): 7 instructions per source and step
--- instead of 5. K3's shape mixed apart ran 8% faster that way, from L2 on
--- one thread and from memory on two, on the Zen 3 guest
--- (bench/results/cpu-avx2-2026-12-03.md). The sums run in the same order,
--- so the output's bits are those of the runtime-n sweep.
+-- instead of 5. The sums run in the same order, so the output's bits are
+-- those of the runtime-n sweep.
 local function mix_fixed(p)
   if not mix_fixed_applies(p) then return "" end
   return gen.subst([[

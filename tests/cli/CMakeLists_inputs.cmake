@@ -14,8 +14,8 @@ set_tests_properties(cli_integer_ranges PROPERTIES TIMEOUT 300 LABELS cli)
 
 # The .npy reader alone, on files each case writes into a scratch directory.
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/npy)
-attnres_unit_test(tuner_npy_reader test_npy.c TIMEOUT 60 LABEL tuner SOURCES ${CMAKE_SOURCE_DIR}/cli/npy.c
-  INCLUDES ${CMAKE_SOURCE_DIR}/cli ARGS ${CMAKE_BINARY_DIR}/test-data/npy)
+attnres_unit_test(tuner_npy_reader test_npy.c TIMEOUT 60 LABEL tuner
+  SOURCES ${CMAKE_SOURCE_DIR}/cli/npy.c ${CMAKE_SOURCE_DIR}/cli/atomic_file.c INCLUDES ${CMAKE_SOURCE_DIR}/cli ARGS ${CMAKE_BINARY_DIR}/test-data/npy)
 
 # The problems-file parser alone, and the example of docs/problems.md.
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/problems)
@@ -43,3 +43,10 @@ attnres_unit_test(tuner_ceilings test_ceilings.c TIMEOUT 120 LABEL tuner LIBS ar
 # the ceilings, what a pass copies and reads, refused steps, the fraction
 # the interleaved rounds report, and the paired check (paired_stream.h).
 attnres_unit_test(tuner_paired_stream test_paired_stream.c TIMEOUT 120 LABEL tuner TEMPLATES LIBS artuner)
+
+# docs/templates.md's minimal template, taken out of the page: listed,
+# emitted, compiled and tuned (about 10 s, most of it the ceilings).
+add_test(NAME gen_templates_doc_example
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_templates_doc.sh $<TARGET_FILE:attnres_cli>
+          ${CMAKE_SOURCE_DIR}/docs/templates.md ${ATTNRES_TEMPLATE_DIR})
+set_tests_properties(gen_templates_doc_example PROPERTIES TIMEOUT 300 LABELS "gen;cli")

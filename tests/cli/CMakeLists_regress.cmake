@@ -20,13 +20,13 @@ set_tests_properties(cli_regress_finds_real_slowdown PROPERTIES TIMEOUT 600 LABE
   ENVIRONMENT "ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR}")
 
 # `db export --out` and `db plot --out` replace their files whole or not at
-# all (issue 13 #4).
+# all (cli/atomic_file.c).
 add_test(NAME cli_db_outputs_atomic
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_db_outputs_atomic.py $<TARGET_FILE:attnres_cli>)
 set_tests_properties(cli_db_outputs_atomic PROPERTIES TIMEOUT 120 LABELS cli)
 
 # Killed runs become 'interrupted'; regress refuses runs that did not
-# complete (issue 13 #6).
+# complete, since their winners are partial.
 add_test(NAME cli_regress_refuses_incomplete_runs
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_regress_incomplete.sh $<TARGET_FILE:attnres_cli>)
 set_tests_properties(cli_regress_refuses_incomplete_runs PROPERTIES TIMEOUT 300 LABELS cli

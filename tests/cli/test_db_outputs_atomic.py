@@ -1,5 +1,5 @@
 """`attnres db export --out FILE` and `attnres db plot --out DIR` write whole
-files or nothing (issue 13 #4): when an export fails midway (a database damaged
+files or nothing (cli/atomic_file.c): when an export fails midway (a database damaged
 after the first sections) or a plot fails at its second chart, every target
 file keeps the bytes it had, and no temporary is left beside it.
 

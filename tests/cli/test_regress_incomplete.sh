@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Killed runs and `attnres db regress` (issue 13 #6): a tuning run killed with
+# Killed runs and `attnres db regress`: a tuning run killed with
 # SIGKILL stays 'running' only until the next attnres opens the database for
 # writing, which marks it 'interrupted'; regress refuses a baseline or a
 # candidate that did not complete (running, interrupted, failed) with exit 2

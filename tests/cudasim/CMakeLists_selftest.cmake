@@ -1,5 +1,5 @@
-# tests/cudasim/CMakeLists_selftest.cmake: the simulator's own tests (issue
-# 11, item 4). Included by tests/cudasim/CMakeLists.txt.
+# tests/cudasim/CMakeLists_selftest.cmake: the simulator's own tests, its
+# opcodes and its fault checks. Included by tests/cudasim/CMakeLists.txt.
 foreach(t ops faults)
   add_executable(test_cudasim_${t} ${CMAKE_CURRENT_LIST_DIR}/test_cudasim_${t}.c)
   target_include_directories(test_cudasim_${t} PRIVATE ${CMAKE_CURRENT_LIST_DIR})

@@ -1,8 +1,8 @@
 /*
  * test_cudasim_faults.c - the simulator's own tests, part 2: one
  * deliberately broken kernel per fault class, each caught with the right
- * CUresult and a message naming the kernel, block, thread and PTX line
- * (issue 11, item 4); the negative cases that must not fault; the sticky
+ * CUresult and a message naming the kernel, block, thread and PTX line,
+ * as compute-sanitizer would report it; the negative cases that must not fault; the sticky
  * error and its reset; ATTNRES_CUDASIM_CHECKS=0.
  *
  * Each broken kernel is also run in a corrected form (where one exists), so

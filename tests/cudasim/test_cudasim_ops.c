@@ -1,7 +1,6 @@
 /*
  * test_cudasim_ops.c - the simulator's own tests, part 1: hand-written PTX
- * per opcode group with known results, checked bit for bit (issue 11, item
- * 4). Every expected value below is written out from the PTX ISA's
+ * per opcode group with known results, checked bit for bit. Every expected value below is written out from the PTX ISA's
  * semantics, not computed by the code under test.
  *
  * Scalar cases run in one thread: each case loads its inputs a, b, c from

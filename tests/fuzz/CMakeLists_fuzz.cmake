@@ -1,5 +1,5 @@
-# tests/fuzz: one fuzz target for every loader a user can hand a file to
-# (issue 13). Each target (fuzz_TARGET.c, an LLVMFuzzerTestOneInput) is
+# tests/fuzz: one fuzz target for every loader a user can hand a file to.
+# Each target (fuzz_TARGET.c, an LLVMFuzzerTestOneInput) is
 # always built into fuzz_replay_TARGET, which replays the committed corpus
 # corpus/TARGET/ under ctest on every build (see replay.c for what the file
 # names expect); with -DATTNRES_FUZZ=ON (clang) it is also built into
@@ -43,7 +43,7 @@ function(fuzz_add name)
     ENVIRONMENT "ATTNRES_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache/fuzz;ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR}")
 endfunction()
 
-fuzz_add(npy SOURCES ${PROJECT_SOURCE_DIR}/cli/npy.c)
+fuzz_add(npy SOURCES ${PROJECT_SOURCE_DIR}/cli/npy.c ${PROJECT_SOURCE_DIR}/cli/atomic_file.c)
 fuzz_add(problems RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/tuner/src/problems.c LIBS attnres_impl)
 fuzz_add(db_import LIBS ardb)
 fuzz_add(misses RUNTIME LIBS attnres_impl Threads::Threads)

@@ -16,8 +16,8 @@
  *   anything else: either, as long as nothing breaks (a sanitizer report,
  *             a crash or a broken invariant of the target is a failure).
  * A name may start with "known-REF--" (e.g. "known-i13.10--bad-shape.npy"):
- * the input shows a defect that is known and tracked as REF (issue 13,
- * item 10) but not fixed on this branch. Such a file runs in a child
+ * the input shows a defect that is known and tracked as REF (the issue
+ * and item that track it) but not fixed on this branch. Such a file runs in a child
  * process; when it still fails, the replayer prints the child's report and
  * "KNOWN DEFECT ... still present" and goes on, so that the suite passes
  * until the fix lands; once it passes, the replayer says to drop the

@@ -1,5 +1,5 @@
-# tests/oom: out-of-memory injection for the runtime's public API (issue 13;
-# see oom_runtime.c). The allocation hook is -Wl,--wrap on this test binary
+# tests/oom: out-of-memory injection for the runtime's public API (see
+# oom_runtime.c). The allocation hook is -Wl,--wrap on this test binary
 # only: the runtime's static library is linked in unchanged and its calls to
 # the allocator are rerouted to the test's counting, failing wrappers.
 # Included from tests/CMakeLists.txt.

@@ -1,6 +1,6 @@
 /*
  * oom_runtime.c - out-of-memory injection for the runtime's public API, in
- * the manner of SQLite's malloc tests (issue 13).
+ * the manner of SQLite's malloc tests.
  *
  * Usage: test_oom_runtime [--list] [--case POINT]... DB
  *

@@ -17,11 +17,10 @@
 #   - the work stored grew across the kills (each binary and measurement is
 #     kept as it is made), and the final run reused all of it;
 #   - no C compiler directory is left under $TMPDIR;
-#   - killed runs are marked: once this build marks any run `interrupted`
-#     (issue 13 part 6, the db/ layer), every run but the final one must be
-#     `interrupted` and none left `running`; a build that never marks runs
-#     says so and skips that check, so that this test passes before and
-#     after that change lands.
+#   - killed runs are marked: when the database marks any run `interrupted`
+#     (the db/ layer does, on the next open for writing), every run but the
+#     final one must be `interrupted` and none left `running`; a build that
+#     marks no run says so and skips that check.
 #
 # usage: test_tune_sigkill.sh ATTNRES_CLI [KILLS]
 set -euo pipefail

@@ -2,7 +2,7 @@
 # tests/CMakeLists.txt.
 attnres_unit_test(db_unit test_db.c TIMEOUT 120 LABEL db LIBS ardb m)
 
-# The database defects that sanitizers found (issue 13): a use after free
+# The database defects that sanitizers found: a use after free
 # in import, undefined float-to-int conversions in the SVG charts, imports
 # of impossible values. The test compiles its own copy of db/ and of the
 # chart writer with AddressSanitizer and UndefinedBehaviorSanitizer where the

@@ -15,6 +15,7 @@
  * neighbouring bf16 values, over chosen edge cases and random bit
  * patterns.
  */
+#define _GNU_SOURCE /* nftw */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 
 #include "argen.h"
 #include "check.h"
+#include "test_scratch.h"
 
 /* The driver: included after the generated source, which defines VEC's
  * vector type vf and store_row. Prints "path native|portable" and one line
@@ -201,9 +203,6 @@ int main(int argc, char **argv)
         return 1;
     }
     RUN_CASE(test_bf16_stores_round_to_nearest_even_on_every_path);
-    char command[600];
-    snprintf(command, sizeof command, "rm -rf '%s'", work_dir);
-    if (system(command) != 0)
-        fprintf(stderr, "could not remove %s\n", work_dir);
+    scratch_remove(work_dir);
     CHECK_EXIT();
 }

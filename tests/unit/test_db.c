@@ -7,7 +7,6 @@
 #define _GNU_SOURCE /* nftw, FTW_PHYS */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdint.h>
@@ -22,21 +21,13 @@
 #include "ardb.h"
 #include "ardb_tools.h"
 #include "check.h"
+#include "test_scratch.h"
 
 static char tmpdir[512];
 
 static void path_in_tmp(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s/%s", tmpdir, name);
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int flag,
-                    struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
 }
 
 static void write_file(const char *path, const void *data, size_t n)
@@ -1493,7 +1484,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_concurrent_writers);
     RUN_CASE(test_reader_during_write);
     if (!getenv("TEST_DB_KEEP"))
-        nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        scratch_remove(tmpdir);
     else
         printf("kept %s\n", tmpdir);
     CHECK_EXIT();

@@ -8,7 +8,6 @@
  * it. Every file lives in a fresh mkdtemp directory, removed at the end.
  */
 #define _GNU_SOURCE /* nftw, FTW_PHYS */
-#include <ftw.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdint.h>
@@ -22,6 +21,7 @@
 #include "ardb_tools.h"
 #include "check.h"
 #include "test_buffer.h"
+#include "test_scratch.h"
 
 static char tmpdir[512];
 static char *fixture_sql;
@@ -31,14 +31,6 @@ static char *fixture_sql;
 static void path_in_tmp(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s/%s", tmpdir, name);
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
 }
 
 static char *read_text(const char *path)
@@ -1092,7 +1084,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_merge_without_duplicates);
     RUN_CASE(test_export_import_round_trip);
     RUN_CASE(test_csv_export);
-    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    scratch_remove(tmpdir);
     free(fixture_sql);
     CHECK_EXIT();
 }

@@ -1,6 +1,6 @@
 /*
  * test_db_robust.c - the tuning database against hostile and damaged
- * input (issue 13): the defects that a sanitizer build and mutated files
+ * input: the defects that a sanitizer build and mutated files
  * found, each as a case that failed before its fix.
  *
  *   - an import of an export version this build does not read (it read the
@@ -19,7 +19,6 @@
  * Every file lives in a fresh mkdtemp directory, removed at the end.
  */
 #define _GNU_SOURCE /* nftw, FTW_PHYS, open_memstream */
-#include <ftw.h>
 #include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -36,6 +35,7 @@
 #include "check.h"
 #include "svg_plot.h"
 #include "test_buffer.h"
+#include "test_scratch.h"
 
 static char tmpdir[512];
 
@@ -44,14 +44,6 @@ static char tmpdir[512];
 static void path_in_tmp(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s/%s", tmpdir, name);
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
 }
 
 static ardb *open_db(const char *path, unsigned flags)
@@ -592,6 +584,6 @@ int main(int argc, char **argv)
     RUN_CASE(test_killed_runs_become_interrupted);
     RUN_CASE(test_v4_file_migrated_to_v5);
     RUN_CASE(test_v5_file_migrated_to_v6);
-    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    scratch_remove(tmpdir);
     CHECK_EXIT();
 }

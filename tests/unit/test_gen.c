@@ -8,7 +8,6 @@
  * so the test does not depend on the working directory or the environment.
  */
 #define _GNU_SOURCE /* nftw, FTW_PHYS */
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,20 +16,13 @@
 
 #include "argen.h"
 #include "check.h"
+#include "test_scratch.h"
 
 #ifndef TEMPLATE_DIR
 #error "TEMPLATE_DIR must name the project's templates/ directory"
 #endif
 
 static char tmpdir[512];
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
 
 /* Writes text to <tmpdir>/<rel>; returns 0 on success. */
 static int write_text(const char *rel, const char *text)
@@ -786,7 +778,7 @@ int main(int argc, char **argv)
     bad |= write_text("lib/y.lua", lib_y);
     if (bad) {
         fprintf(stderr, "cannot lay out %s\n", tmpdir);
-        nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        scratch_remove(tmpdir);
         return 1;
     }
 
@@ -807,6 +799,6 @@ int main(int argc, char **argv)
     RUN_CASE(test_cpu_variants_differing_only_in_threads_emit_one_source);
     RUN_CASE(test_files_read_name_every_required_template_once);
 
-    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    scratch_remove(tmpdir);
     CHECK_EXIT();
 }

@@ -21,6 +21,7 @@
 #include "attnres.h"
 #include "check.h"
 #include "miss_file.h"
+#include "test_scratch.h"
 
 static attnres_device *cpu;
 static char dir[512];
@@ -232,9 +233,6 @@ int main(int argc, char **argv)
     RUN_CASE(test_cut_last_line_is_closed_and_skipped);
     RUN_CASE(test_off_records_nothing_and_long_path_is_refused);
     attnres_device_close(cpu);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    scratch_remove(dir);
     CHECK_EXIT();
 }

@@ -29,6 +29,7 @@
 #include "cuda_phase_abi.h"
 #include "device.h"
 #include "nvrtc.h"
+#include "storage_convert.h"
 
 #ifndef ATTNRES_TEMPLATE_DIR
 #define ATTNRES_TEMPLATE_DIR "templates"
@@ -458,34 +459,6 @@ static void test_diagnostics(void)
 
 /* ---- the CUDA device, when there is one --------------------------------- */
 
-static uint16_t to_half_bits(float x, attnres_dtype dt)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if (dt == ATTNRES_DTYPE_BF16)
-        return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    _Float16 h = (_Float16)x;
-    uint16_t b;
-    memcpy(&b, &h, 2);
-    return b;
-}
-
-static double from_bits(const void *p, int64_t i, attnres_dtype dt)
-{
-    if (dt == ATTNRES_DTYPE_F32)
-        return ((const float *)p)[i];
-    uint16_t b = ((const uint16_t *)p)[i];
-    if (dt == ATTNRES_DTYPE_BF16) {
-        uint32_t u = (uint32_t)b << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    _Float16 h;
-    memcpy(&h, &b, 2);
-    return (double)h;
-}
-
 /* Runs the generic kernel of dtype on the device and compares with the
  * fp64 reference (computed from the rounded inputs). */
 static void check_generic_run(attnres_device *dev, attnres_dtype dt, int64_t d, int n, int heads, int64_t T,
@@ -512,11 +485,8 @@ static void check_generic_run(attnres_device *dev, attnres_dtype dt, int64_t d, 
         for (size_t j = 0; j < rows; j++) {
             seed = seed * 1103515245u + 12345u;
             float v = ((float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f) * (1.0f + 0.25f * (float)i);
-            if (es == 4)
-                ((float *)hbuf)[j] = v;
-            else
-                ((uint16_t *)hbuf)[j] = to_half_bits(v, dt);
-            hd[i][j] = from_bits(hbuf, (int64_t)j, dt);
+            ar_storage_store(dt, hbuf, (int64_t)j, v);
+            hd[i][j] = (double)ar_storage_load(dt, hbuf, (int64_t)j);
         }
         CHECK(ops->mem_alloc(dev, rows * es, &dsrc[i]) == 0);
         CHECK(ops->copy_to_device(dev, dsrc[i], hbuf, rows * es) == 0);
@@ -529,11 +499,8 @@ static void check_generic_run(attnres_device *dev, attnres_dtype dt, int64_t d, 
     }
     for (size_t j = 0; j < rows; j++) {
         float v = (float)((j * 13) % 17) / 17.0f - 0.5f;
-        if (es == 4)
-            ((float *)hbuf)[j] = v;
-        else
-            ((uint16_t *)hbuf)[j] = to_half_bits(v, dt);
-        hp[j] = from_bits(hbuf, (int64_t)j, dt);
+        ar_storage_store(dt, hbuf, (int64_t)j, v);
+        hp[j] = (double)ar_storage_load(dt, hbuf, (int64_t)j);
     }
     CHECK(ops->mem_alloc(dev, rows * es, &dpart) == 0 && ops->copy_to_device(dev, dpart, hbuf, rows * es) == 0);
     CHECK(ops->mem_alloc(dev, d * 4, &dq) == 0 && ops->copy_to_device(dev, dq, fq, d * 4) == 0);
@@ -562,7 +529,7 @@ static void check_generic_run(attnres_device *dev, attnres_dtype dt, int64_t d, 
         CHECK(ops->copy_to_host(dev, hbuf, which ? dnorm : dout, rows * es) == 0);
         double num = 0, den = 0;
         for (size_t j = 0; j < rows; j++) {
-            double e = from_bits(hbuf, (int64_t)j, dt) - (which ? refn : ref)[j];
+            double e = (double)ar_storage_load(dt, hbuf, (int64_t)j) - (which ? refn : ref)[j];
             num += e * e;
             den += (which ? refn : ref)[j] * (which ? refn : ref)[j];
         }

@@ -14,7 +14,6 @@
  */
 #define _GNU_SOURCE /* nftw, FTW_PHYS, setenv */
 #include <errno.h>
-#include <ftw.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -27,6 +26,7 @@
 #include "attnres.h"
 #include "check.h"
 #include "test_data.h"
+#include "test_scratch.h"
 
 #ifndef ATTNRES_CLI
 #error "ATTNRES_CLI must name the attnres command line"
@@ -34,14 +34,6 @@
 
 static char tmpdir[512];
 static attnres_device *cpu; /* opened once in main */
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
 
 
 /* ------------------------------------------------------------------------
@@ -1260,7 +1252,7 @@ int main(int argc, char **argv)
     int rc = attnres_device_open("cpu", &cpu, msg, sizeof msg);
     if (rc != ATTNRES_OK) {
         fprintf(stderr, "cannot open the CPU device: %s (%s)\n", attnres_errstr(rc), msg);
-        nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        scratch_remove(tmpdir);
         return 1;
     }
 
@@ -1285,6 +1277,6 @@ int main(int argc, char **argv)
     RUN_CASE(test_plans_share_kernels_and_see_a_database_tuned_meanwhile);
 
     attnres_device_close(cpu);
-    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    scratch_remove(tmpdir);
     CHECK_EXIT();
 }

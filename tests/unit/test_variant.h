@@ -7,17 +7,18 @@
 #ifndef ATTNRES_TEST_VARIANT_H
 #define ATTNRES_TEST_VARIANT_H
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "argen.h"
 #include "device.h"
+#include "test_scratch.h"
 
 /* Makes a scratch directory "$TMPDIR/attnres-test-NAME-XXXXXX" in dir
  * (len bytes), points ATTNRES_CACHE_DIR at a cache inside it, and opens
- * the CPU device as *dev; 0 on success, else the failure is printed. */
+ * the CPU device as *dev; 0 on success, else the failure is printed.
+ * scratch_remove (test_scratch.h) removes it. */
 static inline int scratch_cpu_open(const char *name, char *dir, size_t len, attnres_device **dev)
 {
     const char *base = getenv("TMPDIR");
@@ -36,15 +37,6 @@ static inline int scratch_cpu_open(const char *name, char *dir, size_t len, attn
     }
     return 0;
 }
-
-static inline int scratch_remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-/* Removes the scratch directory and all it holds. */
-static inline void scratch_remove(const char *dir) { nftw(dir, scratch_remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 /* Compiles and loads variant id of template g on dev; 0 on success, else
  * the failure is printed with the variant's id. */

@@ -1,24 +1,9 @@
-/* convert.c - see convert.h. bf16 rounds to nearest even, NaN kept. */
+/* convert.c - see convert.h. One element converts as storage_convert.h says. */
 #include "convert.h"
 
 #include <string.h>
 
-static uint16_t f32_to_bf16(float x)
-{
-    uint32_t w;
-    memcpy(&w, &x, 4);
-    if ((w & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((w >> 16) | 0x40u);
-    return (uint16_t)((w + 0x7fffu + ((w >> 16) & 1u)) >> 16);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t w = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &w, 4);
-    return x;
-}
+#include "attnres-impl.h"
 
 void convert_to_storage(attnres_dtype dtype, const float *src, void *dst, size_t n)
 {
@@ -28,11 +13,11 @@ void convert_to_storage(attnres_dtype dtype, const float *src, void *dst, size_t
         break;
     case ATTNRES_DTYPE_BF16:
         for (size_t i = 0; i < n; i++)
-            ((uint16_t *)dst)[i] = f32_to_bf16(src[i]);
+            ((uint16_t *)dst)[i] = ar_bf16_from_f32(src[i]);
         break;
     case ATTNRES_DTYPE_F16:
         for (size_t i = 0; i < n; i++)
-            ((_Float16 *)dst)[i] = (_Float16)src[i];
+            ((uint16_t *)dst)[i] = ar_f16_from_f32(src[i]);
         break;
     }
 }
@@ -45,11 +30,11 @@ void convert_from_storage(attnres_dtype dtype, const void *src, float *dst, size
         break;
     case ATTNRES_DTYPE_BF16:
         for (size_t i = 0; i < n; i++)
-            dst[i] = bf16_to_f32(((const uint16_t *)src)[i]);
+            dst[i] = ar_bf16_to_f32(((const uint16_t *)src)[i]);
         break;
     case ATTNRES_DTYPE_F16:
         for (size_t i = 0; i < n; i++)
-            dst[i] = (float)((const _Float16 *)src)[i];
+            dst[i] = ar_f16_to_f32(((const uint16_t *)src)[i]);
         break;
     }
 }
