@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,14 +24,13 @@
 #include <unistd.h>
 
 #include "binary_cache.h"
+#include "cpu_compiler.h"
 #include "cpu_builtin.h"
 #include "cpu_kernel_abi.h"
 #include "cpu_phase_abi.h"
 #include "cpu_ceilings.h"
 #include "cpu_pool.h"
 #include "device.h"
-
-extern char **environ;
 
 /* Generated at build time from templates/cpu/mix.lua (see CMakeLists). */
 extern void (*const ar_generic_mix_f32)(const struct attnres_cpu_mix_args *, int64_t, int64_t);
@@ -315,22 +313,39 @@ static int cpu_compile(attnres_device *dev, const char *source,
         status = ar_device_fail(dev, ATTNRES_EIO, "cannot write %s", src);
         goto done;
     }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    char *argv[] = {st->cc, "-O3", "-march=native", "-std=gnu11", "-fPIC",
-                    "-shared", "-Wno-psabi", "-o", obj, src, "-lm", NULL};
-    pid_t pid;
-    int rc = posix_spawnp(&pid, st->cc, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-        status = ar_device_fail(dev, ATTNRES_ECOMPILE, "cannot run the C compiler '%s': %s", st->cc, strerror(rc));
+    /* The precompiled header where one can be had (cpu_compiler.h); a
+     * compile that fails with it is tried once more without it, in case
+     * the precompiled file is what is wrong, and then it goes (a kernel
+     * that fails both ways leaves it be). */
+    char pch[4200];
+    int with_pch = ar_cpu_pch(st->cc, dev->compiler, dir, pch, sizeof pch) == 0;
+    int spawn_error = 0, ws;
+    for (;;) {
+        char *const options[] = {AR_CPU_CC_OPTIONS};
+        char *argv[32];
+        size_t a = 0;
+        argv[a++] = st->cc;
+        for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+            argv[a++] = options[i];
+        if (with_pch == 1) {
+            argv[a++] = "-include";
+            argv[a++] = pch;
+        }
+        char *const tail[] = {"-shared", "-o", obj, src, "-lm", NULL};
+        memcpy(argv + a, tail, sizeof tail);
+        ws = ar_cc_run(argv, logp, &spawn_error);
+        int compiled = ws >= 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+        if (with_pch == 2 && compiled)
+            ar_cpu_pch_drop(pch);
+        if (ws < 0 || compiled || with_pch != 1)
+            break;
+        with_pch = 2; /* the retry, without it */
+    }
+    if (ws < 0) {
+        status = ar_device_fail(dev, ATTNRES_ECOMPILE, "cannot run the C compiler '%s': %s", st->cc,
+                                strerror(spawn_error));
         goto done;
     }
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
-        ;
     void *text = NULL;
     size_t text_len = 0;
     if (ar_read_file(logp, &text, &text_len) == 0 && log && text_len)

@@ -4,7 +4,8 @@
 # compiles again the one whose cached binary was damaged (its seal does not
 # match), and records where its time went, with the run. Pruning: the
 # variants a template prunes are listed with their reasons and tuned with
-# --no-prune.
+# --no-prune. The precompiled header of the kernels' system headers: made
+# once in the cache, and a damaged one costs no compile its result.
 set -euo pipefail
 cli="$1"
 dir=$(mktemp -d)
@@ -64,5 +65,25 @@ if [ "$npruned" -gt 0 ] && [ -n "$kept" ] && [ -n "$all" ] && [ $((kept + listed
   ok "$listed pruned with reasons ($npruned for bursts), $kept tuned; --no-prune tuned all $all"
 else
   bad "pruned: listed '$listed', bursts '$npruned', tuned '$kept', with --no-prune '$all'"
+fi
+
+# The precompiled header the compiles above shared.
+gch=$(ls "$dir/cache" | grep '^pch-.*\.h\.gch$' | head -1 || true)
+if [ -n "$gch" ] && [ -f "$dir/cache/${gch%.gch}" ]; then ok "the compiles shared a precompiled header ($gch)"; else
+  bad "no precompiled header in the cache: $(ls "$dir/cache" | grep '^pch-' || true)"; fi
+# Damaged (zeros over its middle), it still leaves every compile right:
+# the compiler ignores it or fails and the compile is retried without it.
+if [ -n "$gch" ]; then
+  size=$(stat -c %s "$dir/cache/$gch")
+  dd if=/dev/zero of="$dir/cache/$gch" bs=4096 seek=$((size / 8192)) count=64 conv=notrunc status=none
+  find "$dir/cache" -maxdepth 1 -type f ! -name '*.*' -delete
+  tune "$dir/e.db" damaged_pch
+  again=$(sed -n 's/^compiled \([0-9]*\) variant.*/\1/p' "$dir/damaged_pch.log")
+  if [ "$again" = "$compiled" ] && grep -Eq ', 0 not ok,' "$dir/damaged_pch.txt"; then
+    ok "with a damaged precompiled header all $again variants compiled again and verified"
+  else
+    bad "with a damaged precompiled header: compiled '$again' of $compiled; $(grep '^run ' "$dir/damaged_pch.txt")"
+    cat "$dir/damaged_pch.log"
+  fi
 fi
 finish
