@@ -66,6 +66,12 @@ typedef struct job_batch {
      * (measure_policy.stop_above_us); NULL: never stop. */
     double fastest_us;
     double (*stop_above)(double fastest_us);
+    /* Once the fastest so far is above this many microseconds, a child's
+     * candidates after its first time without warm-up launches (0: they
+     * always warm up): what a warm-up is for, the first touch of the
+     * timing buffers, the first of the child did, and verification has
+     * just run the candidate. */
+    double warm_once_above_us;
 } job_batch;
 
 /* Measures a batch as job_measure would each of them, in order, with each

@@ -119,6 +119,12 @@ typedef struct candidate_ref {
  * fastest screening median so far; 0 (never stop) when there is none. */
 double search_stop_above(double fastest_us);
 
+/* Screening launches longer than this skip the warm-up after a measuring
+ * process's first candidate (job_batch.warm_once_above_us): the first
+ * launch's own costs (waking the workers, cold instruction caches) are far
+ * below their noise. Shorter ones keep it; it costs them next to nothing. */
+#define SEARCH_WARM_ONCE_ABOVE_US 1000.0
+
 /* qsort order of candidate_ref pointers: by median, fastest first. */
 int search_by_median(const void *a, const void *b);
 /* How many of nok screened candidates the second halving round times

@@ -403,6 +403,8 @@ static void measure_run(attnres_device *dev, bench_case *bc, const job_batch *b,
     for (size_t i = from; i < b->k; i++) {
         job_options o = *b->opt;
         o.policy.stop_above_us = batch_stop(b, fastest);
+        if (i > from && b->warm_once_above_us > 0 && fastest > b->warm_once_above_us)
+            o.policy.warmup = 0;
         job_result r;
         measure_here(dev, bc, &b->ks[i], &o, &r);
         if (r.status == ARDB_STATUS_OK && r.tm.median_us < fastest)

@@ -186,7 +186,8 @@ static size_t screen(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref
             continue;
         progress(t, desc, done, fresh, started);
         job_batch b = {.ks = ks, .k = nb, .opt = &opt, .fastest_us = fastest,
-                       .stop_above = stop ? search_stop_above : NULL};
+                       .stop_above = stop ? search_stop_above : NULL,
+                       .warm_once_above_us = stop ? SEARCH_WARM_ONCE_ABOVE_US : 0};
         double b0 = now_s();
         job_measure_batch(t->dev, bc, &b, res);
         double inside = 0;
