@@ -393,7 +393,10 @@ ATTNRES_API const char *attnres_plan_errmsg(const attnres_plan *plan);
  * descriptor opened with O_APPEND, so several processes may share the
  * file. A line already in the file is not written again, and nothing is
  * appended once the file holds 1 MiB. Recording never fails a plan or a
- * run: a file that cannot be written loses the line, silently. Later runs
+ * run, and never blocks one: a file that cannot be written loses the line,
+ * silently, and a path that is not a regular file (a FIFO, /dev/stdout, a
+ * directory) is opened without blocking, refused and never written; the
+ * explanation of a plan made then says so. Later runs
  * of a bucket already recorded cost one atomic load. Process-wide and
  * thread-safe. Returns EINVAL for a path of 4096 bytes or more. */
 ATTNRES_API int attnres_miss_file_set(const char *path);

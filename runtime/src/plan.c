@@ -388,9 +388,13 @@ static int load_generic(attnres_plan *plan)
                   "kernel can be far slower than a tuned one (tune it: attnres tune, or record misses with "
                   "ATTNRES_MISS_FILE and run attnres tune --from-misses)\n");
     ar_miss_site_arm(&plan->miss, &plan->problem, plan->dev->fingerprint);
-    char miss_path[512];
-    if (ar_miss_file_path(miss_path, sizeof miss_path) == 0)
+    char miss_path[4096], why[4200];
+    if (ar_miss_file_path(miss_path, sizeof miss_path) != 0)
+        return ATTNRES_OK;
+    if (ar_miss_file_usable(miss_path, why, sizeof why))
         explain(plan, "untuned runs are recorded in the miss file %s\n", miss_path);
+    else
+        explain(plan, "the miss file %s\n", why);
     return ATTNRES_OK;
 }
 
