@@ -163,6 +163,27 @@ typedef struct attnres_problem {
                             * partial sum (b += f, written back); else 0 */
 } attnres_problem;
 
+/* The limits of a problem on every device: attnres_problem_check refuses
+ * beyond them, the miss file records nothing beyond them, and `attnres
+ * tune` reads nothing beyond them (problems files, --from-misses). They lie
+ * far above every model but keep every size inside 64 bits. A device may
+ * take less: attnres_plan_create refuses with EINVAL, and a message naming
+ * the limit, a problem that no kernel of the device can run. The CPU takes
+ *   N <= 256 sources (mix, phase1), n * S * H <= 32768 (phase1), and
+ *   per-token state that its kernels keep on the stack of the thread that
+ *   runs them (the caller's, and the device's workers, which it starts
+ *   with stacks of at least 8 MiB) of at most ATTNRES_CPU_STACK_MAX bytes:
+ *   16 d + 8 N H + 16 H + 192 N bytes (mix; phase2 with N = 1),
+ *   4 (N S H + 4 H + d) + 16 N bytes (phase1).
+ * For example d = H = 65536 with N = 2 fits (3 MiB); d = 262144 never
+ * does. CUDA
+ * takes N <= 64 and, for phase2, H <= 1024. */
+#define ATTNRES_MAX_D (1 << 24)     /* row width d */
+#define ATTNRES_MAX_N (1 << 20)     /* sources N */
+#define ATTNRES_MAX_HEADS (1 << 20) /* heads H */
+#define ATTNRES_MAX_S 4096          /* phase1: sites S of a block */
+#define ATTNRES_CPU_STACK_MAX (4 << 20) /* bytes */
+
 /* Fills p with a replace-form, single-head, no-epilogue mix problem, and
  * its struct_size. */
 ATTNRES_API void attnres_problem_init(attnres_problem *p, attnres_dtype dtype,
@@ -328,7 +349,8 @@ typedef enum attnres_plan_level {
  * of the fallback chain whose kernels still do not load, or whose stored
  * source does not match its hash, is skipped for the next level, and the
  * explanation says why. Returns:
- *   EINVAL       dev or out is NULL, or the problem is invalid;
+ *   EINVAL       dev, problem or out is NULL, the problem is invalid, or
+ *                no kernel of the device can run it (see ATTNRES_MAX_D);
  *   EUNSUPPORTED the device has no kernels for the problem's op;
  *   ENOMEM       out of memory;
  *   EDB          a database lookup failed (the file is damaged where the

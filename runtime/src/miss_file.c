@@ -387,7 +387,7 @@ int ar_miss_parse_line(const char *line, size_t len, ar_miss *out, char *err, si
         return -1;
     }
     static const struct { const char *name; int64_t lo, hi; } ints[] = {
-        {"d", 1, 1 << 24}, {"n", 1, 1 << 20}, {"heads", 1, 1 << 20}, {"s", 0, 4096},
+        {"d", 1, ATTNRES_MAX_D}, {"n", 1, ATTNRES_MAX_N}, {"heads", 1, ATTNRES_MAX_HEADS}, {"s", 0, ATTNRES_MAX_S},
     };
     const char *s = c, *v;
     size_t n;

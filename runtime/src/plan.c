@@ -420,6 +420,10 @@ int attnres_plan_create(attnres_device *dev, attnres_db *db, const attnres_probl
         ar_device_fail(dev, st, "%s", msg);
         return st;
     }
+    if (dev->ops->check_problem && (st = dev->ops->check_problem(dev, problem)) != ATTNRES_OK) {
+        snprintf(msg, msg_len, "%s", attnres_device_errmsg(dev));
+        return st;
+    }
     attnres_plan *plan = calloc(1, sizeof *plan);
     if (!plan) {
         snprintf(msg, msg_len, "out of memory");
