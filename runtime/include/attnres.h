@@ -23,6 +23,22 @@
  *   - The library never aborts, exits or prints.
  *   - Buffers (sources, queries, outputs) are owned by the caller and are
  *     only borrowed for the duration of a call.
+ *   - Views and aliasing. A run's [T, w] argument with token stride s
+ *     (elements) spans (T - 1) * s + w elements from its pointer; every
+ *     such extent, in elements and in bytes, and its last address must be
+ *     representable (at most PTRDIFF_MAX bytes), else the run fails with
+ *     EINVAL naming the argument and its stride, before anything is read
+ *     or written. An output (mix: out, normed; phase1: every o1[j] and
+ *     lse[j]; phase2: out, normed, and partial with fuse_add) must share
+ *     no byte with any other argument, input or output, with one
+ *     exception: mix's out may be exactly partial (same pointer and
+ *     stride), which updates the partial sum in place. Inputs may share
+ *     memory with each other. Overlap is judged by the bytes each view's
+ *     rows cover where two views have the same stride (so the interleaved
+ *     halves of a [T, 2d] buffer are distinct views), else by the whole
+ *     range [pointer, pointer + extent); with more than 64 phase-1 sites,
+ *     by whole ranges among the o1 and lse views. A run that breaks these
+ *     rules fails with EINVAL naming both arguments, and writes nothing.
  *   - Handles are safe to use from several threads once created: any number
  *     of threads may plan on one device and run one plan at the same time
  *     (each with its own buffers). A handle must not be destroyed while
@@ -424,7 +440,9 @@ ATTNRES_API const char *attnres_plan_errmsg(const attnres_plan *plan);
 ATTNRES_API int attnres_miss_file_set(const char *path);
 
 /* Arguments of one mix launch. Pointers are device pointers for the plan's
- * device (host pointers on the CPU). Strides count elements, not bytes. */
+ * device (host pointers on the CPU). Strides count elements, not bytes.
+ * out and normed overlap no other argument, but out may be exactly partial
+ * (see "Views and aliasing" at the top). */
 typedef struct attnres_mix_args {
     size_t struct_size;           /* sizeof(attnres_mix_args); _init sets it */
     const void *const *sources;   /* n pointers, each a [T, d] view */
@@ -454,8 +472,9 @@ ATTNRES_API void attnres_fold_query(const float *w, const float *gain,
 
 /* Runs the plan on T tokens. stream is a CUstream for CUDA plans (NULL for
  * the default stream) and ignored on the CPU. T = 0 is a successful no-op.
- * Checks that the arguments match the plan (EINVAL/EMISMATCH otherwise) but
- * never allocates, reads the database or compiles. On CUDA the launch is
+ * Checks that the arguments match the plan (EINVAL/EMISMATCH otherwise),
+ * that their extents are representable and that no output overlaps another
+ * argument (EINVAL), but never allocates, reads the database or compiles. On CUDA the launch is
  * asynchronous and safe to capture in a graph. */
 ATTNRES_API int attnres_run_mix(attnres_plan *plan, int64_t T,
                                 const attnres_mix_args *args, void *stream);
@@ -487,7 +506,8 @@ ATTNRES_API int attnres_run_mix(attnres_plan *plan, int64_t T,
 
 /* Arguments of one phase-1 launch. Pointers are device pointers for the
  * plan's device (host pointers on the CPU), borrowed for the call. Strides
- * count elements, not bytes. No output may overlap an input. */
+ * count elements, not bytes. No output may overlap another argument (see
+ * "Views and aliasing" at the top). */
 typedef struct attnres_phase1_args {
     size_t struct_size;            /* sizeof(attnres_phase1_args); _init sets it */
     const void *const *sources;    /* n pointers, each a [T, d] view */
@@ -505,8 +525,9 @@ typedef struct attnres_phase1_args {
  * strides 0. args must not be NULL. */
 ATTNRES_API void attnres_phase1_args_init(attnres_phase1_args *args);
 
-/* Arguments of one phase-2 launch (one site), with the same conventions.
- * out and normed must not overlap any input. */
+/* Arguments of one phase-2 launch (one site), with the same conventions:
+ * out and normed overlap no other argument, nor does partial with
+ * fuse_add. */
 typedef struct attnres_phase2_args {
     size_t struct_size;        /* sizeof(attnres_phase2_args); _init sets it */
     const void *o1;            /* [T, d] this site's phase-1 output */

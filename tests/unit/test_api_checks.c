@@ -1,8 +1,10 @@
 /*
  * test_api_checks.c - what the public API refuses before anything runs:
- * problems beyond the limits of attnres.h or of the CPU's kernels, refused
- * when the plan is made with EINVAL and a message naming the limit; the
- * largest shapes accepted still run.
+ * problems beyond the limits of attnres.h or of the CPU's kernels (refused
+ * when the plan is made, with a message naming the limit), views whose
+ * extent overflows, and outputs that overlap other buffers. Each refusal is EINVAL with a message naming the argument; the
+ * legitimate cases next to each (in-place out = partial, interleaved rows)
+ * still run.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -160,6 +162,253 @@ static void test_many_heads_refused_at_plan_not_crashing(void)
     attnres_plan_destroy(plan);
 }
 
+/* ---- view extents ----------------------------------------------------- */
+
+static void test_stride_times_tokens_overflow_is_refused(void)
+{
+    enum { D = 16, N = 2 };
+    attnres_problem p;
+    mix_problem(&p, D, N, 1);
+    p.form = ATTNRES_FORM_ADDITIVE;
+    p.epilogue = 1;
+    attnres_plan *plan = NULL;
+    REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
+    static float src[N][2 * D], q[D], part[2 * D], out[2 * D], gain[D], normed[2 * D];
+    const void *views[N] = {src[0], src[1]};
+    int64_t strides[N] = {0, 0};
+    attnres_mix_args a;
+    attnres_mix_args_init(&a);
+    a.sources = views;
+    a.source_strides = strides;
+    a.query = q;
+    a.partial = part;
+    a.out = out;
+    a.out_gain = gain;
+    a.normed = normed;
+    CHECK(attnres_run_mix(plan, 2, &a, NULL) == ATTNRES_OK);
+    /* Each overflows the extent in bytes (f32: 4 * 2^61 = 2^63) if not in
+     * elements; a stride that fits but points at unmapped memory is the
+     * caller's lie, which no check can see. */
+    const int64_t huge[] = {INT64_MAX, INT64_MAX / 2, INT64_MAX / 4 + 1, (int64_t)1 << 61};
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        a.out_stride = huge[i];
+        CHECK(attnres_run_mix(plan, 2, &a, NULL) == ATTNRES_EINVAL);
+        CHECK(strstr(attnres_plan_errmsg(plan), "out_stride") != NULL);
+        a.out_stride = 0;
+        strides[1] = huge[i];
+        CHECK(attnres_run_mix(plan, 2, &a, NULL) == ATTNRES_EINVAL);
+        CHECK(strstr(attnres_plan_errmsg(plan), "source 1") != NULL);
+        strides[1] = 0;
+        a.partial_stride = huge[i];
+        CHECK(attnres_run_mix(plan, 2, &a, NULL) == ATTNRES_EINVAL);
+        CHECK(strstr(attnres_plan_errmsg(plan), "partial_stride") != NULL);
+        a.partial_stride = 0;
+        a.normed_stride = huge[i];
+        CHECK(attnres_run_mix(plan, 2, &a, NULL) == ATTNRES_EINVAL);
+        CHECK(strstr(attnres_plan_errmsg(plan), "normed_stride") != NULL);
+        a.normed_stride = 0;
+    }
+    /* T itself can overflow the extent with an ordinary stride. */
+    CHECK(attnres_run_mix(plan, INT64_MAX / 8, &a, NULL) == ATTNRES_EINVAL);
+    CHECK(attnres_run_mix(plan, 2, &a, NULL) == ATTNRES_OK);
+    attnres_plan_destroy(plan);
+
+    /* Phase 2's views, and phase 1's. */
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, D, 1);
+    p.op = ATTNRES_OP_PHASE2;
+    p.heads = 2;
+    REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
+    static float o1[2 * D], lse[4], b[2 * D];
+    attnres_phase2_args a2;
+    attnres_phase2_args_init(&a2);
+    a2.o1 = o1;
+    a2.lse = lse;
+    a2.partial = b;
+    a2.query = q;
+    a2.out = out;
+    CHECK(attnres_run_phase2(plan, 2, &a2, NULL) == ATTNRES_OK);
+    a2.lse_stride = INT64_MAX;
+    CHECK(attnres_run_phase2(plan, 2, &a2, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "lse_stride") != NULL);
+    a2.lse_stride = 0;
+    a2.o1_stride = INT64_MAX / 2;
+    CHECK(attnres_run_phase2(plan, 2, &a2, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "o1_stride") != NULL);
+    a2.o1_stride = 0;
+    CHECK(attnres_run_phase2(plan, 2, &a2, NULL) == ATTNRES_OK);
+    attnres_plan_destroy(plan);
+
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, D, N);
+    p.op = ATTNRES_OP_PHASE1;
+    p.s = 1;
+    REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
+    void *o1s[1] = {o1};
+    float *lses[1] = {lse};
+    attnres_phase1_args a1;
+    attnres_phase1_args_init(&a1);
+    a1.sources = views;
+    a1.source_strides = strides;
+    a1.queries = q;
+    a1.o1 = o1s;
+    a1.lse = lses;
+    CHECK(attnres_run_phase1(plan, 2, &a1, NULL) == ATTNRES_OK);
+    a1.o1_stride = INT64_MAX;
+    CHECK(attnres_run_phase1(plan, 2, &a1, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "o1_stride") != NULL);
+    a1.o1_stride = 0;
+    strides[0] = INT64_MAX / 2;
+    CHECK(attnres_run_phase1(plan, 2, &a1, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "source 0") != NULL);
+    strides[0] = 0;
+    attnres_plan_destroy(plan);
+}
+
+/* ---- overlap ---------------------------------------------------------- */
+
+static void test_overlapping_outputs_are_refused(void)
+{
+    enum { D = 32, N = 2, T = 4 };
+    attnres_problem p;
+    mix_problem(&p, D, N, 2);
+    p.form = ATTNRES_FORM_ADDITIVE;
+    attnres_plan *plan = NULL;
+    REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
+    /* One buffer holds everything, as views of a [T, 2D] tensor do. */
+    static float big[8 * T * D], q[D];
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
+        big[i] = (float)(i % 13) * 0.25f - 1.0f;
+    for (int k = 0; k < D; k++)
+        q[k] = 0.1f * (float)(k % 5);
+    const void *views[N] = {big, big + T * D};
+    attnres_mix_args a;
+    attnres_mix_args_init(&a);
+    a.sources = views;
+    a.query = q;
+    a.partial = big + 2 * T * D;
+    a.out = big + 3 * T * D;
+    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_OK);
+    /* In place: out is partial. */
+    a.out = (void *)a.partial;
+    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_OK);
+    /* out shifted by one element from partial. */
+    a.out = big + 2 * T * D + 1;
+    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "out") && strstr(attnres_plan_errmsg(plan), "partial"));
+    /* The query inside out. */
+    a.out = big + 3 * T * D;
+    a.query = big + 3 * T * D + D;
+    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "query") && strstr(attnres_plan_errmsg(plan), "out"));
+    a.query = q;
+    /* out over a source, by its last row. */
+    a.out = big + T * D + (T - 1) * D;
+    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "source 1") && strstr(attnres_plan_errmsg(plan), "out"));
+    /* Interleaved rows of one [T, 2D] buffer do not overlap: source 1 in
+     * the even half-rows, out in the odd ones. */
+    int64_t strides[N] = {0, 2 * D};
+    a.source_strides = strides;
+    views[1] = big + 4 * T * D;
+    a.out = big + 4 * T * D + D;
+    a.out_stride = 2 * D;
+    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_OK);
+    a.out = big + 4 * T * D + D - 1;
+    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_EINVAL);
+    attnres_plan_destroy(plan);
+
+    /* out and normed as one buffer. */
+    mix_problem(&p, D, N, 1);
+    p.epilogue = 1;
+    REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
+    attnres_mix_args_init(&a);
+    views[1] = big + T * D;
+    a.sources = views;
+    a.query = q;
+    a.out = big + 3 * T * D;
+    a.out_gain = q;
+    a.normed = big + 3 * T * D;
+    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "normed") && strstr(attnres_plan_errmsg(plan), "out"));
+    a.normed = big + 4 * T * D;
+    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_OK);
+    a.out_gain = big + 4 * T * D + D;
+    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "out_gain") && strstr(attnres_plan_errmsg(plan), "normed"));
+    attnres_plan_destroy(plan);
+
+    /* Phase 1: two sites' o1 as one buffer; an lse over a source. */
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, D, N);
+    p.op = ATTNRES_OP_PHASE1;
+    p.s = 2;
+    REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
+    static float qs[2 * D], o1[2 * T * D], lse[2 * T];
+    void *o1s[2] = {o1, o1 + T * D};
+    float *lses[2] = {lse, lse + T};
+    attnres_phase1_args a1;
+    attnres_phase1_args_init(&a1);
+    a1.sources = views;
+    a1.queries = qs;
+    a1.o1 = o1s;
+    a1.lse = lses;
+    CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_OK);
+    o1s[1] = o1;
+    CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "o1[0]") && strstr(attnres_plan_errmsg(plan), "o1[1]"));
+    o1s[1] = o1 + T * D;
+    lses[1] = big + 1;
+    CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "lse[1]") && strstr(attnres_plan_errmsg(plan), "source 0"));
+    lses[1] = lse + T;
+    CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_OK);
+    attnres_plan_destroy(plan);
+
+    /* Past 64 sites the outputs are compared by sorted address ranges. */
+    enum { S = 100 };
+    p.s = S;
+    REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
+    float *many = calloc((size_t)S * (T * D + T) + (size_t)S * D, sizeof(float));
+    REQUIRE(many);
+    void *o1m[S];
+    float *lsem[S];
+    for (int j = 0; j < S; j++) {
+        o1m[S - 1 - j] = many + (size_t)j * T * D; /* descending, to give the sort work */
+        lsem[j] = many + (size_t)S * T * D + (size_t)j * T;
+    }
+    a1.queries = many + (size_t)S * (T * D + T);
+    a1.o1 = o1m;
+    a1.lse = lsem;
+    CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_OK);
+    lsem[70] = lsem[3] + 1;
+    CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "lse[3]") && strstr(attnres_plan_errmsg(plan), "lse[70]"));
+    lsem[70] = many + (size_t)S * T * D + 70 * T;
+    o1m[5] = (float *)o1m[6] + (T - 1) * D;
+    CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "o1[5]") && strstr(attnres_plan_errmsg(plan), "o1[6]"));
+    attnres_plan_destroy(plan);
+    free(many);
+
+    /* Phase 2: out over o1. */
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, D, 1);
+    p.op = ATTNRES_OP_PHASE2;
+    REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
+    attnres_phase2_args a2;
+    attnres_phase2_args_init(&a2);
+    a2.o1 = o1;
+    a2.lse = lse;
+    a2.partial = big;
+    a2.query = q;
+    a2.out = big + T * D;
+    CHECK(attnres_run_phase2(plan, T, &a2, NULL) == ATTNRES_OK);
+    a2.out = o1;
+    CHECK(attnres_run_phase2(plan, T, &a2, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "o1") && strstr(attnres_plan_errmsg(plan), "out"));
+    a2.out = big;
+    CHECK(attnres_run_phase2(plan, T, &a2, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "partial") && strstr(attnres_plan_errmsg(plan), "out"));
+    attnres_plan_destroy(plan);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
@@ -171,6 +420,8 @@ int main(int argc, char **argv)
     RUN_CASE(test_plan_refuses_more_sources_than_cpu_kernels_take);
     RUN_CASE(test_limits_are_one_table_for_plans_and_miss_lines);
     RUN_CASE(test_many_heads_refused_at_plan_not_crashing);
+    RUN_CASE(test_stride_times_tokens_overflow_is_refused);
+    RUN_CASE(test_overlapping_outputs_are_refused);
     attnres_device_close(cpu);
     CHECK_EXIT();
 }
