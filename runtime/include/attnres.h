@@ -23,6 +23,23 @@
  *   - The library never aborts, exits or prints.
  *   - Buffers (sources, queries, outputs) are owned by the caller and are
  *     only borrowed for the duration of a call.
+ *   - NULL, in one place for every function. A NULL pointer never
+ *     crashes the library: a function that returns a status returns
+ *     EINVAL (with a message where it has a buffer or handle for one)
+ *     when a pointer it needs is NULL; a void function given a NULL struct
+ *     or buffer does nothing; destructors, *_errmsg, attnres_plan_level_get
+ *     and attnres_plan_explain accept a NULL handle. Needed, so never
+ *     NULL: the handle a call works on (dev, plan), every out parameter
+ *     (out of *_open, *_create and attnres_dtype_parse), the problem, a
+ *     run's args, and in args the buffers its problem uses: sources and
+ *     each sources[i], query or queries, out, each o1[j] and lse[j], o1
+ *     and lse of phase 2, partial (additive form, phase 2), sublayer
+ *     (fuse_add), out_gain and normed (epilogue); the same for the fp64
+ *     references. May be NULL: msg (msg_len is then ignored),
+ *     source_strides (every stride d), attnres_plan_create's db (built-in
+ *     kernels only), attnres_fold_query's gain (all ones), the path of
+ *     attnres_miss_file_set (recording off), and the buffers a problem
+ *     does not use.
  *   - Views and aliasing. A run's [T, w] argument with token stride s
  *     (elements) spans (T - 1) * s + w elements from its pointer; every
  *     such extent, in elements and in bytes, and its last address must be
@@ -213,7 +230,8 @@ ATTNRES_API int attnres_problem_check(const attnres_problem *p, char *msg,
 /* Size in bytes of one element of a storage type, 0 for an unknown type. */
 ATTNRES_API size_t attnres_dtype_size(attnres_dtype dtype);
 
-/* Short names "f32", "bf16", "f16" and back; parse returns EINVAL if unknown. */
+/* Short names "f32", "bf16", "f16" and back; parse returns EINVAL if the
+ * name is unknown or out is NULL. */
 ATTNRES_API const char *attnres_dtype_name(attnres_dtype dtype);
 ATTNRES_API int attnres_dtype_parse(const char *name, attnres_dtype *out);
 
@@ -522,7 +540,7 @@ typedef struct attnres_phase1_args {
 } attnres_phase1_args;
 
 /* Fills args with defaults: struct_size, scale 1, eps 1e-6, pointers NULL,
- * strides 0. args must not be NULL. */
+ * strides 0. */
 ATTNRES_API void attnres_phase1_args_init(attnres_phase1_args *args);
 
 /* Arguments of one phase-2 launch (one site), with the same conventions:
@@ -550,7 +568,7 @@ typedef struct attnres_phase2_args {
 } attnres_phase2_args;
 
 /* Fills args with defaults: struct_size, scale 1, eps 1e-6, out_eps 1e-6,
- * pointers NULL, strides 0. args must not be NULL. */
+ * pointers NULL, strides 0. */
 ATTNRES_API void attnres_phase2_args_init(attnres_phase2_args *args);
 
 /* Runs phase 1 of a plan made for an ATTNRES_OP_PHASE1 problem on T tokens:

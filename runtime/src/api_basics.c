@@ -52,6 +52,8 @@ int attnres_dtype_parse(const char *name, attnres_dtype *out)
 {
     static const attnres_dtype all[] = {ATTNRES_DTYPE_F32, ATTNRES_DTYPE_BF16,
                                         ATTNRES_DTYPE_F16};
+    if (!out)
+        return ATTNRES_EINVAL;
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
         if (strcmp(name, attnres_dtype_name(all[i])) == 0) {
             *out = all[i];
@@ -63,6 +65,8 @@ int attnres_dtype_parse(const char *name, attnres_dtype *out)
 void attnres_problem_init(attnres_problem *p, attnres_dtype dtype, int64_t d,
                           int32_t n)
 {
+    if (!p)
+        return;
     memset(p, 0, sizeof *p);
     p->struct_size = sizeof *p;
     p->op = ATTNRES_OP_MIX;
@@ -178,6 +182,8 @@ int ar_struct_size_check(size_t got, size_t want, const char *type, const char *
 
 void attnres_mix_args_init(attnres_mix_args *a)
 {
+    if (!a)
+        return;
     memset(a, 0, sizeof *a);
     a->struct_size = sizeof *a;
     a->scale = 1.0f;
@@ -188,12 +194,16 @@ void attnres_mix_args_init(attnres_mix_args *a)
 
 void attnres_fold_query(const float *w, const float *gain, float *u, int64_t d)
 {
+    if (!w || !u)
+        return;
     for (int64_t k = 0; k < d; k++)
         u[k] = gain ? gain[k] * w[k] : w[k];
 }
 
 void attnres_phase1_args_init(attnres_phase1_args *a)
 {
+    if (!a)
+        return;
     memset(a, 0, sizeof *a);
     a->struct_size = sizeof *a;
     a->scale = 1.0f;
@@ -202,6 +212,8 @@ void attnres_phase1_args_init(attnres_phase1_args *a)
 
 void attnres_phase2_args_init(attnres_phase2_args *a)
 {
+    if (!a)
+        return;
     memset(a, 0, sizeof *a);
     a->struct_size = sizeof *a;
     a->scale = 1.0f;

@@ -2,7 +2,8 @@
  * test_api_checks.c - what the public API refuses before anything runs:
  * problems beyond the limits of attnres.h or of the CPU's kernels (refused
  * when the plan is made, with a message naming the limit), views whose
- * extent overflows, and outputs that overlap other buffers. Each refusal is EINVAL with a message naming the argument; the
+ * extent overflows, NULL arguments, and outputs that overlap other
+ * buffers. Each refusal is EINVAL with a message naming the argument; the
  * legitimate cases next to each (in-place out = partial, interleaved rows)
  * still run.
  */
@@ -263,6 +264,74 @@ static void test_stride_times_tokens_overflow_is_refused(void)
     attnres_plan_destroy(plan);
 }
 
+/* ---- NULL arguments --------------------------------------------------- */
+
+static void test_null_arguments_are_refused_or_ignored(void)
+{
+    CHECK(attnres_dtype_parse("f32", NULL) == ATTNRES_EINVAL);
+    attnres_dtype dt;
+    CHECK(attnres_dtype_parse(NULL, &dt) == ATTNRES_EINVAL);
+    attnres_problem_init(NULL, ATTNRES_DTYPE_F32, 4, 1);
+    attnres_mix_args_init(NULL);
+    attnres_phase1_args_init(NULL);
+    attnres_phase2_args_init(NULL);
+    float u[4] = {1, 2, 3, 4};
+    attnres_fold_query(NULL, NULL, u, 4);
+    attnres_fold_query(u, NULL, NULL, 4);
+    CHECK(u[0] == 1 && u[3] == 4);
+    CHECK(attnres_problem_check(NULL, NULL, 0) == ATTNRES_EINVAL);
+    CHECK(attnres_errstr(-5) != NULL && attnres_dtype_name((attnres_dtype)9) != NULL);
+    CHECK(attnres_device_count(NULL) == 0);
+    attnres_device *dev = (attnres_device *)1;
+    char msg[256];
+    CHECK(attnres_device_open(NULL, &dev, msg, sizeof msg) == ATTNRES_EINVAL && dev == NULL);
+    CHECK(attnres_device_open("cpu", NULL, msg, sizeof msg) == ATTNRES_EINVAL);
+    attnres_device_info info = {.struct_size = sizeof info};
+    CHECK(attnres_device_info_get(NULL, &info) == ATTNRES_EINVAL);
+    CHECK(attnres_device_info_get(cpu, NULL) == ATTNRES_EINVAL);
+    CHECK(attnres_device_errmsg(NULL) != NULL);
+    attnres_db *db = (attnres_db *)1;
+    CHECK(attnres_db_open(NULL, &db, msg, sizeof msg) == ATTNRES_EINVAL);
+    CHECK(attnres_db_open("x.db", NULL, NULL, 0) == ATTNRES_EINVAL);
+    attnres_problem p;
+    mix_problem(&p, 8, 1, 1);
+    attnres_plan *plan = (attnres_plan *)1;
+    CHECK(attnres_plan_create(NULL, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_EINVAL && plan == NULL);
+    CHECK(attnres_plan_create(cpu, NULL, NULL, 0, &plan, NULL, 0) == ATTNRES_EINVAL);
+    CHECK(attnres_plan_create(cpu, NULL, &p, 0, NULL, NULL, 0) == ATTNRES_EINVAL);
+    CHECK(attnres_plan_explain(NULL, NULL, 0) == 0);
+    CHECK(attnres_plan_errmsg(NULL) != NULL);
+    CHECK(attnres_run_mix(NULL, 1, NULL, NULL) == ATTNRES_EINVAL);
+    CHECK(attnres_run_phase1(NULL, 1, NULL, NULL) == ATTNRES_EINVAL);
+    CHECK(attnres_run_phase2(NULL, 1, NULL, NULL) == ATTNRES_EINVAL);
+    REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
+    CHECK(attnres_plan_explain(plan, NULL, 0) > 0);
+    CHECK(attnres_run_mix(plan, 1, NULL, NULL) == ATTNRES_EINVAL);
+    attnres_mix_args a;
+    attnres_mix_args_init(&a);
+    const void *none[1] = {NULL};
+    static float q[8], out[8];
+    a.sources = none;
+    a.query = q;
+    a.out = out;
+    CHECK(attnres_run_mix(plan, 1, &a, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "source 0") != NULL);
+    attnres_plan_destroy(plan);
+    /* The references. */
+    double dq[8] = {0}, dout[8];
+    const double *dsrc[1] = {NULL};
+    CHECK(attnres_reference_mix(NULL, 1, dsrc, dq, 1, 1e-6, NULL, 1, NULL, 1e-6, dout, NULL) == ATTNRES_EINVAL);
+    CHECK(attnres_reference_mix(&p, 1, dsrc, dq, 1, 1e-6, NULL, 1, NULL, 1e-6, dout, NULL) == ATTNRES_EINVAL);
+    CHECK(attnres_reference_mix(&p, 1, NULL, dq, 1, 1e-6, NULL, 1, NULL, 1e-6, dout, NULL) == ATTNRES_EINVAL);
+    CHECK(attnres_reference_phase1(NULL, 1, NULL, NULL, 1, 1e-6, NULL, NULL) == ATTNRES_EINVAL);
+    CHECK(attnres_reference_phase2(NULL, 1, NULL, NULL, NULL, NULL, NULL, 1, 1e-6, NULL, 1e-6, NULL, NULL) ==
+          ATTNRES_EINVAL);
+    attnres_plan_destroy(NULL);
+    attnres_device_close(NULL);
+    attnres_db_close(NULL);
+    CHECK(attnres_plan_level_get(NULL) == ATTNRES_LEVEL_GENERIC);
+}
+
 /* ---- overlap ---------------------------------------------------------- */
 
 static void test_overlapping_outputs_are_refused(void)
@@ -421,6 +490,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_limits_are_one_table_for_plans_and_miss_lines);
     RUN_CASE(test_many_heads_refused_at_plan_not_crashing);
     RUN_CASE(test_stride_times_tokens_overflow_is_refused);
+    RUN_CASE(test_null_arguments_are_refused_or_ignored);
     RUN_CASE(test_overlapping_outputs_are_refused);
     attnres_device_close(cpu);
     CHECK_EXIT();
