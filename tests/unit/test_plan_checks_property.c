@@ -4,6 +4,10 @@
  * refuses with EINVAL (EMISMATCH for a stride below d) or computes what the
  * fp64 reference computes, and writes nothing outside its outputs.
  *
+ * The cases: view extents and overlap (views.h) against exact models;
+ * plans around the limits of attnres.h and the CPU's; runs of mix, phase 1
+ * and phase 2 with random T, strides, offsets and aliasing.
+ *
  * Each case draws its trials from a fixed seed; trial i draws from the
  * seed and i alone, so that `--case CASE/i` reruns one trial. The test's
  * own model says which trials must be refused: exact 128-bit arithmetic
@@ -320,34 +324,185 @@ static void test_plans_at_the_limits_refuse_or_match_reference(void)
     printf("  %d plans made and run, %d refused\n", made, refused);
 }
 
-/* ---- mix runs: strides, offsets, T ------------------------------------ */
+/* ---- runs: strides, offsets, T ---------------------------------------- */
 
-/* One view of a mix run as the test lays it out. */
+/* One argument of a run as a trial lays it out in the arena. */
 typedef struct layout {
     int64_t offset; /* elements into the arena */
-    int64_t stride; /* as passed: 0 means d */
+    int64_t stride; /* as passed: 0 means width */
     int64_t width;
-    int output;
+    int rows_t;     /* 1: T rows; 0: one row (a vector) */
+    int output;     /* written by the run */
+    int used;       /* read or written by the problem */
 } layout;
 
-static int64_t eff(const layout *l, int64_t d) { return l->stride ? l->stride : d; }
+enum { ARENA = 1 << 16, MAXV = 12, MAXS = 70 };
 
-/* The view of l in the test's own terms, through the same model as above;
- * 0 when its extent must be refused. */
-static int model_view(const layout *l, float *arena, int64_t T, int64_t d, ar_view *v)
+static int64_t eff(const layout *l) { return l->stride ? l->stride : l->width; }
+
+/* The view of l as the library must see it; 0 when its extent must be
+ * refused (the exact model above). */
+static int model_view(const layout *l, float *arena, int64_t T, ar_view *v)
 {
-    const int64_t rows = l->width == d && l->output >= 0 ? T : 1;
-    if (!model_extent_ok((uintptr_t)(arena + l->offset), rows, rows == 1 ? l->width : eff(l, d), l->width, 4))
+    const int64_t rows = l->rows_t ? T : 1, stride = l->rows_t ? eff(l) : l->width;
+    if (!model_extent_ok((uintptr_t)(arena + l->offset), rows, stride, l->width, 4))
         return 0;
-    return ar_view_make(v, arena + l->offset, rows, rows == 1 ? l->width : eff(l, d), l->width, 4) == 0;
+    return ar_view_make(v, arena + l->offset, rows, stride, l->width, 4) == 0;
+}
+
+/* Draws every strided view's stride (mostly valid: the width, padded,
+ * doubled for interleaving; now and then short, negative, or past every
+ * extent) and every view's place (apart, or onto another view: the same
+ * place, a few elements off, its next row). */
+static void draw_layout(layout *lay, int count, int64_t T, int huge_t)
+{
+    for (int k = 0; k < count; k++) {
+        const int64_t w = lay[k].width, r = below(40);
+        lay[k].stride = 0;
+        if (!lay[k].rows_t || r < 12)
+            continue;
+        if (r < 20)
+            lay[k].stride = w;
+        else if (r < 28)
+            lay[k].stride = w + below(9);
+        else if (r < 34)
+            lay[k].stride = 2 * w;
+        else if (r < 35)
+            lay[k].stride = w > 1 ? w - 1 : -1;
+        else if (r < 36)
+            lay[k].stride = -PICK(1, w, INT64_MAX);
+        else
+            lay[k].stride = PICK(INT64_MAX, INT64_MAX / 2, INT64_MAX / 4 + 1, (int64_t)1 << 61,
+                                 near(PTRDIFF_MAX / 4 / (T > 1 ? T - 1 : 1)) + w);
+    }
+    int64_t at = 64;
+    for (int k = 0; k < count; k++) {
+        const int64_t s = eff(&lay[k]) > 0 && eff(&lay[k]) < ((int64_t)1 << 20) ? eff(&lay[k]) : lay[k].width;
+        const int64_t rows = lay[k].rows_t && !huge_t ? T : 1;
+        if (k > 0 && below(count > 16 ? 4 * count : 4) == 0) { /* about once a trial with many views */
+            const layout *o = &lay[below(k)];
+            const int64_t next_row = eff(o) > 0 && eff(o) < ((int64_t)1 << 20) ? eff(o) : o->width;
+            lay[k].offset = o->offset + PICK(0, below(3), o->width, -below(3), next_row);
+            if (lay[k].offset < 0)
+                lay[k].offset = 0;
+        } else {
+            lay[k].offset = at;
+            at += s * rows + 16;
+        }
+    }
+}
+
+/* What the library must answer: EMISMATCH for a stride below its view's
+ * width (checked whether or not the problem uses the view), EINVAL for an
+ * extent that overflows or an output that shares a byte with another view
+ * (but the pair `inplace`, outputs first, when they are the same view), OK
+ * otherwise; -1 when a valid view does not fit the arena (not drawn). */
+static int model_verdict(const layout *lay, int count, float *arena, int64_t T, int inplace_out, int inplace_in,
+                         int outputs_by_range)
+{
+    ar_view mv[count];
+    for (int k = 0; k < count; k++)
+        if (lay[k].rows_t && lay[k].stride && lay[k].stride < lay[k].width)
+            return ATTNRES_EMISMATCH;
+    int extent_bad = 0, fits = 1;
+    for (int k = 0; k < count; k++) {
+        if (!lay[k].used)
+            continue;
+        if (!model_view(&lay[k], arena, T, &mv[k]))
+            extent_bad = 1;
+        else if (mv[k].start + mv[k].extent > (uintptr_t)(arena + ARENA))
+            fits = 0;
+    }
+    if (extent_bad)
+        return ATTNRES_EINVAL;
+    if (!fits)
+        return -1;
+    for (int a = 0; a < count; a++)
+        for (int b = 0; b < count; b++) {
+            if (a == b || !lay[a].used || !lay[b].used || !lay[a].output)
+                continue;
+            if (a == inplace_out && b == inplace_in && ar_views_same(&mv[a], &mv[b]))
+                continue;
+            if (outputs_by_range && lay[b].output) {
+                if (mv[a].start < mv[b].start + mv[b].extent && mv[b].start < mv[a].start + mv[a].extent)
+                    return ATTNRES_EINVAL;
+            } else if (model_overlap(&mv[a], &mv[b], (uintptr_t)arena, sizeof(float) * ARENA))
+                return ATTNRES_EINVAL;
+        }
+    return ATTNRES_OK;
+}
+
+/* Copies view l as it was (from `before`) into T contiguous rows. */
+static void gather(const layout *l, const float *before, int64_t T, double *to)
+{
+    const int64_t rows = l->rows_t ? T : 1;
+    for (int64_t t = 0; t < rows; t++)
+        for (int64_t e = 0; e < l->width; e++)
+            to[t * l->width + e] = l->used ? before[l->offset + t * eff(l) + e] : 0.0;
+}
+
+/* Whether output view l now holds `want` (T contiguous rows). */
+static int matches(const layout *l, const float *arena, int64_t T, const double *want)
+{
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t e = 0; e < l->width; e++)
+            if (!close_enough(arena[l->offset + t * eff(l) + e], want[t * l->width + e]))
+                return 0;
+    return 1;
+}
+
+/* Whether anything outside the used output views changed. */
+static int stray_writes(const layout *lay, int count, const float *arena, const float *before, int64_t T)
+{
+    unsigned char *written = calloc(ARENA, 1);
+    if (!written)
+        return 1;
+    for (int k = 0; k < count; k++)
+        if (lay[k].used && lay[k].output)
+            for (int64_t t = 0; t < (lay[k].rows_t ? T : 1); t++)
+                memset(written + lay[k].offset + t * eff(&lay[k]), 1, (size_t)lay[k].width);
+    int stray = 0;
+    for (int64_t k = 0; k < ARENA && !stray; k++)
+        stray = !written[k] && memcmp(&arena[k], &before[k], sizeof(float)) != 0;
+    free(written);
+    return stray;
+}
+
+/* The tally of a case's trials. */
+typedef struct tally {
+    int ran, refused_short, refused_einval, not_drawn, ran_by_range;
+} tally;
+
+/* Checks a run's status against the model's verdict; 1 when the run went
+ * ahead and its outputs are to be compared. */
+static int judge(int st, int want, const float *arena, const float *before, attnres_plan *plan, tally *tl,
+                 const char *what)
+{
+    CHECK(st == want);
+    if (st != want)
+        fprintf(stderr, "  %s: status %d (%s), model %d\n", what, st, attnres_plan_errmsg(plan), want);
+    if (st == ATTNRES_OK)
+        return 1;
+    if (st == ATTNRES_EMISMATCH)
+        tl->refused_short++;
+    else
+        tl->refused_einval++;
+    CHECK(memcmp(arena, before, sizeof(float) * ARENA) == 0); /* refused: nothing written */
+    return 0;
+}
+
+static int64_t draw_t(int *huge_t)
+{
+    *huge_t = below(10) == 0;
+    return *huge_t ? PICK(INT64_MAX, INT64_MAX / 2, (int64_t)1 << 62, near(PTRDIFF_MAX / 4 / 64 + 1))
+                   : PICK(1, 2, 3, 7, 16);
 }
 
 static void test_mix_runs_refuse_or_match_reference(void)
 {
-    enum { ARENA = 1 << 16 };
     float *arena = malloc(sizeof(float) * ARENA), *before = malloc(sizeof(float) * ARENA);
     REQUIRE(arena && before);
-    int ran = 0, refused[3] = {0}, skipped = 0;
+    tally tl = {0};
     for (int i = 0; i < 3000; i++) {
         if (!trial(4, i))
             continue;
@@ -361,110 +516,27 @@ static void test_mix_runs_refuse_or_match_reference(void)
         p.heads = heads;
         p.form = below(2) ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
         p.epilogue = (int32_t)below(2);
-        attnres_plan *plan = NULL;
-        REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
-        int64_t T = PICK(1, 2, 3, 7, 16);
-        const int huge_T = below(10) == 0;
-        if (huge_T)
-            T = PICK(INT64_MAX, INT64_MAX / 2, near(PTRDIFF_MAX / 4 / d + 1), (int64_t)1 << 62);
-        /* Views: n sources, query, partial, out_gain, out, normed. */
-        enum { MAXV = 10 };
+        int huge_t;
+        const int64_t T = draw_t(&huge_t);
+        /* n sources, query, partial, out_gain, out, normed. */
         layout lay[MAXV];
         int count = 0;
         for (int k = 0; k < n; k++)
-            lay[count++] = (layout){0, 0, d, 0};
-        const int iq = count;
-        lay[count++] = (layout){0, 0, d, -1};
-        const int ip = count;
-        lay[count++] = (layout){0, 0, d, 0};
-        const int ig = count;
-        lay[count++] = (layout){0, 0, d, -1};
-        const int io = count;
-        lay[count++] = (layout){0, 0, d, 1};
-        const int in = count;
-        lay[count++] = (layout){0, 0, d, 1};
-        /* Strides: default, padded, interleaved with another view, short,
-         * negative, or past every extent. */
-        for (int k = 0; k < count; k++) {
-            if (lay[k].output < 0)
-                continue;
-            const int64_t r = below(40);
-            if (r < 12)
-                lay[k].stride = 0;
-            else if (r < 20)
-                lay[k].stride = d;
-            else if (r < 28)
-                lay[k].stride = d + below(9);
-            else if (r < 34)
-                lay[k].stride = 2 * d;
-            else if (r < 35)
-                lay[k].stride = d > 1 ? d - 1 : -1;
-            else if (r < 36)
-                lay[k].stride = -PICK(1, d, INT64_MAX);
-            else
-                lay[k].stride = PICK(INT64_MAX, INT64_MAX / 2, INT64_MAX / 4 + 1, (int64_t)1 << 61,
-                                     near(PTRDIFF_MAX / 4 / (T > 1 ? T - 1 : 1)) + d);
+            lay[count++] = (layout){0, 0, d, 1, 0, 1};
+        const int iq = count, ip = count + 1, ig = count + 2, io = count + 3, in = count + 4;
+        lay[count++] = (layout){0, 0, d, 0, 0, 1};
+        lay[count++] = (layout){0, 0, d, 1, 0, p.form == ATTNRES_FORM_ADDITIVE};
+        lay[count++] = (layout){0, 0, d, 0, 0, p.epilogue};
+        lay[count++] = (layout){0, 0, d, 1, 1, 1};
+        lay[count++] = (layout){0, 0, d, 1, 1, p.epilogue};
+        draw_layout(lay, count, T, huge_t);
+        const int want = model_verdict(lay, count, arena, T, io, ip, 0);
+        if (want < 0) {
+            tl.not_drawn++;
+            continue;
         }
-        /* Offsets: apart, or onto another view (the same place, a few
-         * elements off, the next half-row). */
-        int64_t at = 64;
-        for (int k = 0; k < count; k++) {
-            const int64_t s = eff(&lay[k], d) > 0 ? eff(&lay[k], d) : d;
-            const int64_t rows = lay[k].output >= 0 && !huge_T ? T : 1;
-            if (k > 0 && below(4) == 0) {
-                const layout *o = &lay[below(k)];
-                const int64_t next_row = eff(o, d) > 0 && eff(o, d) < ((int64_t)1 << 20) ? eff(o, d) : d;
-                lay[k].offset = o->offset + PICK(0, below(3), d, -below(3), next_row);
-                if (lay[k].offset < 0)
-                    lay[k].offset = 0;
-            } else {
-                lay[k].offset = at;
-                at += (s < (int64_t)1 << 20 ? s : d) * rows + 16;
-            }
-        }
-        /* Only what the problem uses counts. */
-        int used[MAXV];
-        for (int k = 0; k < count; k++)
-            used[k] = 1;
-        used[ip] = p.form == ATTNRES_FORM_ADDITIVE;
-        used[ig] = used[in] = p.epilogue;
-        /* The model: strides below d (EMISMATCH), extents that overflow,
-         * and overlaps (EINVAL); everything else must match the
-         * reference. An extent the arena cannot hold is not drawn unless
-         * it must be refused. */
-        int mismatch = 0, extent_bad = 0, overlap = 0, fits = 1;
-        ar_view mv[MAXV];
-        for (int k = 0; k < count; k++) {
-            if (lay[k].output < 0)
-                continue;
-            if (lay[k].stride && lay[k].stride < d && (used[k] || k == ip || k == in))
-                mismatch = 1;
-        }
-        for (int k = 0; k < count && !mismatch; k++) {
-            if (!used[k])
-                continue;
-            if (!model_view(&lay[k], arena, T, d, &mv[k])) {
-                extent_bad = 1;
-                continue;
-            }
-            if (mv[k].start + mv[k].extent > (uintptr_t)(arena + ARENA))
-                fits = 0;
-        }
-        if (!mismatch && !extent_bad && !fits) {
-            skipped++;
-            attnres_plan_destroy(plan);
-            continue; /* a valid view larger than the arena: not drawn */
-        }
-        for (int a = 0; a < count && !mismatch && !extent_bad; a++)
-            for (int b = 0; b < count; b++) {
-                if (a == b || !used[a] || !used[b] || lay[a].output != 1)
-                    continue;
-                const int inplace = (a == io && b == ip) && ar_views_same(&mv[a], &mv[b]);
-                if (!inplace && model_overlap(&mv[a], &mv[b], (uintptr_t)arena, sizeof(float) * ARENA))
-                    overlap = 1;
-            }
-        const int must_refuse = mismatch || extent_bad || overlap;
-        /* Fill, run, compare. */
+        attnres_plan *plan = NULL;
+        REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
         for (int64_t k = 0; k < ARENA; k++)
             arena[k] = (float)rand_unit();
         memcpy(before, arena, sizeof(float) * ARENA);
@@ -486,70 +558,230 @@ static void test_mix_runs_refuse_or_match_reference(void)
         a.out_stride = lay[io].stride;
         a.normed = arena + lay[in].offset;
         a.normed_stride = lay[in].stride;
-        const int st = attnres_run_mix(plan, T, &a, NULL);
-        const int want = mismatch ? ATTNRES_EMISMATCH : must_refuse ? ATTNRES_EINVAL : ATTNRES_OK;
-        CHECK(st == want);
-        if (st != want)
-            fprintf(stderr, "  d %lld N %d H %d T %lld form %d epilogue %d: status %d (%s), model %d%s%s%s\n",
-                    (long long)d, n, heads, (long long)T, (int)p.form, p.epilogue, st, attnres_plan_errmsg(plan),
-                    want, mismatch ? " (short stride)" : "", extent_bad ? " (extent)" : "",
-                    overlap ? " (overlap)" : "");
-        if (st != ATTNRES_OK) {
-            refused[mismatch ? 0 : extent_bad ? 1 : 2]++;
-            CHECK(memcmp(arena, before, sizeof(float) * ARENA) == 0); /* refused: nothing written */
-            attnres_plan_destroy(plan);
-            continue;
-        }
-        /* The reference, on contiguous fp64 copies of the views as they
-         * were before the run. */
-        double *ds = malloc(sizeof(double) * (size_t)(T * d * (n + 3) + 2 * d));
-        REQUIRE(ds);
-        const double *dsrc[n];
-        for (int k = 0; k < n; k++) {
-            double *row = ds + k * T * d;
-            for (int64_t t = 0; t < T; t++)
-                for (int64_t e = 0; e < d; e++)
-                    row[t * d + e] = before[lay[k].offset + t * eff(&lay[k], d) + e];
-            dsrc[k] = row;
-        }
-        double *dpart = ds + n * T * d, *dout = dpart + T * d, *dnorm = dout + T * d, *dq = dnorm + T * d,
-               *dg = dq + d;
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t e = 0; e < d; e++)
-                dpart[t * d + e] = used[ip] ? before[lay[ip].offset + t * eff(&lay[ip], d) + e] : 0.0;
-        for (int64_t e = 0; e < d; e++) {
-            dq[e] = before[lay[iq].offset + e];
-            dg[e] = used[ig] ? before[lay[ig].offset + e] : 1.0;
-        }
-        CHECK(attnres_reference_mix(&p, T, dsrc, dq, 1, 1e-6, dpart, 1, dg, 1e-6, dout, dnorm) == ATTNRES_OK);
-        int bad = 0;
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t e = 0; e < d; e++) {
-                bad |= !close_enough(arena[lay[io].offset + t * eff(&lay[io], d) + e], dout[t * d + e]);
-                if (p.epilogue)
-                    bad |= !close_enough(arena[lay[in].offset + t * eff(&lay[in], d) + e], dnorm[t * d + e]);
+        char what[160];
+        snprintf(what, sizeof what, "mix d %lld N %d H %d T %lld form %d epilogue %d", (long long)d, n, heads,
+                 (long long)T, (int)p.form, p.epilogue);
+        if (judge(attnres_run_mix(plan, T, &a, NULL), want, arena, before, plan, &tl, what)) {
+            double *ds = malloc(sizeof(double) * (size_t)(T * d * (n + 3) + 2 * d));
+            REQUIRE(ds);
+            const double *dsrc[n];
+            for (int k = 0; k < n; k++) {
+                gather(&lay[k], before, T, ds + k * T * d);
+                dsrc[k] = ds + k * T * d;
             }
-        CHECK(!bad);
-        ran++;
-        /* Nothing outside the outputs changed. */
-        unsigned char *written = calloc(ARENA, 1);
-        REQUIRE(written);
-        for (int k = 0; k < count; k++)
-            if (used[k] && lay[k].output == 1)
-                for (int64_t t = 0; t < T; t++)
-                    memset(written + lay[k].offset + t * eff(&lay[k], d), 1, (size_t)d);
-        int stray = 0;
-        for (int64_t k = 0; k < ARENA && !stray; k++)
-            stray = !written[k] && memcmp(&arena[k], &before[k], sizeof(float)) != 0;
-        CHECK(!stray);
-        free(written);
-        free(ds);
+            double *dpart = ds + n * T * d, *dout = dpart + T * d, *dnorm = dout + T * d, *dq = dnorm + T * d,
+                   *dg = dq + d;
+            gather(&lay[ip], before, T, dpart);
+            gather(&lay[iq], before, T, dq);
+            gather(&lay[ig], before, T, dg);
+            CHECK(attnres_reference_mix(&p, T, dsrc, dq, 1, 1e-6, dpart, 1, dg, 1e-6, dout, dnorm) ==
+                  ATTNRES_OK);
+            CHECK(matches(&lay[io], arena, T, dout));
+            CHECK(!p.epilogue || matches(&lay[in], arena, T, dnorm));
+            CHECK(!stray_writes(lay, count, arena, before, T));
+            tl.ran++;
+            free(ds);
+        }
         attnres_plan_destroy(plan);
     }
     free(arena);
     free(before);
-    printf("  %d runs matched the reference; refused: %d short strides, %d extents, %d overlaps; %d not drawn\n",
-           ran, refused[0], refused[1], refused[2], skipped);
+    printf("  %d runs matched the reference; refused: %d short strides, %d extents or overlaps; %d not drawn\n",
+           tl.ran, tl.refused_short, tl.refused_einval, tl.not_drawn);
+}
+
+static void test_phase2_runs_refuse_or_match_reference(void)
+{
+    float *arena = malloc(sizeof(float) * ARENA), *before = malloc(sizeof(float) * ARENA);
+    REQUIRE(arena && before);
+    tally tl = {0};
+    for (int i = 0; i < 2000; i++) {
+        if (!trial(5, i))
+            continue;
+        const int64_t d = PICK(4, 16, 24, 64);
+        int32_t heads = (int32_t)PICK(1, 2, 4);
+        if (d % heads)
+            heads = 1;
+        attnres_problem p;
+        attnres_problem_init(&p, ATTNRES_DTYPE_F32, d, 1);
+        p.op = ATTNRES_OP_PHASE2;
+        p.heads = heads;
+        p.fuse_add = (int32_t)below(2);
+        p.epilogue = (int32_t)below(2);
+        int huge_t;
+        const int64_t T = draw_t(&huge_t);
+        /* o1, lse, partial (written with the fused add), sublayer, query,
+         * out_gain, out, normed. */
+        enum { O1, LSE, PART, SUB, QUERY, GAIN, OUT, NORMED, COUNT };
+        layout lay[COUNT] = {
+            [O1] = {0, 0, d, 1, 0, 1},
+            [LSE] = {0, 0, heads, 1, 0, 1},
+            [PART] = {0, 0, d, 1, p.fuse_add, 1},
+            [SUB] = {0, 0, d, 1, 0, p.fuse_add},
+            [QUERY] = {0, 0, d, 0, 0, 1},
+            [GAIN] = {0, 0, d, 0, 0, p.epilogue},
+            [OUT] = {0, 0, d, 1, 1, 1},
+            [NORMED] = {0, 0, d, 1, 1, p.epilogue},
+        };
+        draw_layout(lay, COUNT, T, huge_t);
+        const int want = model_verdict(lay, COUNT, arena, T, -1, -1, 0);
+        if (want < 0) {
+            tl.not_drawn++;
+            continue;
+        }
+        attnres_plan *plan = NULL;
+        REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
+        for (int64_t k = 0; k < ARENA; k++)
+            arena[k] = (float)rand_unit();
+        memcpy(before, arena, sizeof(float) * ARENA);
+        attnres_phase2_args a;
+        attnres_phase2_args_init(&a);
+        a.o1 = arena + lay[O1].offset;
+        a.o1_stride = lay[O1].stride;
+        a.lse = arena + lay[LSE].offset;
+        a.lse_stride = lay[LSE].stride;
+        a.partial = arena + lay[PART].offset;
+        a.partial_stride = lay[PART].stride;
+        a.sublayer = arena + lay[SUB].offset;
+        a.sublayer_stride = lay[SUB].stride;
+        a.query = arena + lay[QUERY].offset;
+        a.out_gain = arena + lay[GAIN].offset;
+        a.out = arena + lay[OUT].offset;
+        a.out_stride = lay[OUT].stride;
+        a.normed = arena + lay[NORMED].offset;
+        a.normed_stride = lay[NORMED].stride;
+        char what[160];
+        snprintf(what, sizeof what, "phase2 d %lld H %d T %lld fuse %d epilogue %d", (long long)d, heads,
+                 (long long)T, p.fuse_add, p.epilogue);
+        if (judge(attnres_run_phase2(plan, T, &a, NULL), want, arena, before, plan, &tl, what)) {
+            double *ds = malloc(sizeof(double) * (size_t)(T * (6 * d + heads) + 2 * d));
+            REQUIRE(ds);
+            double *o1 = ds, *part = o1 + T * d, *sub = part + T * d, *out = sub + T * d, *norm = out + T * d,
+                   *lse = norm + T * d, *q = lse + T * heads, *g = q + d;
+            gather(&lay[O1], before, T, o1);
+            gather(&lay[LSE], before, T, lse);
+            gather(&lay[PART], before, T, part);
+            gather(&lay[SUB], before, T, sub);
+            gather(&lay[QUERY], before, T, q);
+            gather(&lay[GAIN], before, T, g);
+            CHECK(attnres_reference_phase2(&p, T, o1, lse, part, sub, q, 1, 1e-6, g, 1e-6, out, norm) ==
+                  ATTNRES_OK);
+            CHECK(matches(&lay[OUT], arena, T, out));
+            CHECK(!p.epilogue || matches(&lay[NORMED], arena, T, norm));
+            CHECK(!p.fuse_add || matches(&lay[PART], arena, T, part));
+            CHECK(!stray_writes(lay, COUNT, arena, before, T));
+            tl.ran++;
+            free(ds);
+        }
+        attnres_plan_destroy(plan);
+    }
+    free(arena);
+    free(before);
+    printf("  %d runs matched the reference; refused: %d short strides, %d extents or overlaps; %d not drawn\n",
+           tl.ran, tl.refused_short, tl.refused_einval, tl.not_drawn);
+}
+
+/* Phase 1's outputs share one o1 stride and one lse stride: the first
+ * site's, as drawn. Past 64 sites the library compares the outputs with
+ * each other by whole ranges, and so does the model. */
+static void test_phase1_runs_refuse_or_match_reference(void)
+{
+    float *arena = malloc(sizeof(float) * ARENA), *before = malloc(sizeof(float) * ARENA);
+    REQUIRE(arena && before);
+    tally tl = {0};
+    for (int i = 0; i < 1500; i++) {
+        if (!trial(6, i))
+            continue;
+        const int64_t d = PICK(4, 16, 24);
+        int32_t heads = (int32_t)PICK(1, 2, 4);
+        if (d % heads)
+            heads = 1;
+        const int n = (int)PICK(1, 2, 3), S = (int)PICK(1, 2, 3, 5, 65, MAXS);
+        attnres_problem p;
+        attnres_problem_init(&p, ATTNRES_DTYPE_F32, d, n);
+        p.op = ATTNRES_OP_PHASE1;
+        p.heads = heads;
+        p.s = S;
+        int huge_t;
+        const int64_t T = S > 5 ? PICK(1, 2) : draw_t(&huge_t);
+        huge_t = T > 16;
+        /* n sources, the queries, S o1 views, S lse views. */
+        layout lay[3 + 1 + 2 * MAXS];
+        int count = 0;
+        for (int k = 0; k < n; k++)
+            lay[count++] = (layout){0, 0, d, 1, 0, 1};
+        const int iq = count, io1 = count + 1, ilse = count + 1 + S;
+        lay[count++] = (layout){0, 0, S * d, 0, 0, 1};
+        for (int j = 0; j < S; j++)
+            lay[count++] = (layout){0, 0, d, 1, 1, 1};
+        for (int j = 0; j < S; j++)
+            lay[count++] = (layout){0, 0, heads, 1, 1, 1};
+        draw_layout(lay, count, T, huge_t);
+        for (int j = 1; j < S; j++) {
+            lay[io1 + j].stride = lay[io1].stride;
+            lay[ilse + j].stride = lay[ilse].stride;
+        }
+        const int want = model_verdict(lay, count, arena, T, -1, -1, S > 64);
+        if (want < 0) {
+            tl.not_drawn++;
+            continue;
+        }
+        attnres_plan *plan = NULL;
+        REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
+        for (int64_t k = 0; k < ARENA; k++)
+            arena[k] = (float)rand_unit();
+        memcpy(before, arena, sizeof(float) * ARENA);
+        const void *src[n];
+        int64_t strides[n];
+        void *o1[S];
+        float *lse[S];
+        for (int k = 0; k < n; k++) {
+            src[k] = arena + lay[k].offset;
+            strides[k] = lay[k].stride;
+        }
+        for (int j = 0; j < S; j++) {
+            o1[j] = arena + lay[io1 + j].offset;
+            lse[j] = arena + lay[ilse + j].offset;
+        }
+        attnres_phase1_args a;
+        attnres_phase1_args_init(&a);
+        a.sources = src;
+        a.source_strides = strides;
+        a.queries = arena + lay[iq].offset;
+        a.o1 = o1;
+        a.o1_stride = lay[io1].stride;
+        a.lse = lse;
+        a.lse_stride = lay[ilse].stride;
+        char what[160];
+        snprintf(what, sizeof what, "phase1 d %lld N %d H %d S %d T %lld", (long long)d, n, heads, S, (long long)T);
+        if (judge(attnres_run_phase1(plan, T, &a, NULL), want, arena, before, plan, &tl, what)) {
+            double *ds = malloc(sizeof(double) * (size_t)(T * d * n + S * d + S * T * (d + heads)));
+            REQUIRE(ds);
+            const double *dsrc[n];
+            for (int k = 0; k < n; k++) {
+                gather(&lay[k], before, T, ds + k * T * d);
+                dsrc[k] = ds + k * T * d;
+            }
+            double *q = ds + n * T * d, *do1 = q + S * d, *dlse = do1 + S * T * d;
+            gather(&lay[iq], before, T, q);
+            CHECK(attnres_reference_phase1(&p, T, dsrc, q, 1, 1e-6, do1, dlse) == ATTNRES_OK);
+            int bad = 0;
+            for (int j = 0; j < S; j++)
+                bad |= !matches(&lay[io1 + j], arena, T, do1 + j * T * d) ||
+                       !matches(&lay[ilse + j], arena, T, dlse + j * T * heads);
+            CHECK(!bad);
+            CHECK(!stray_writes(lay, count, arena, before, T));
+            tl.ran++;
+            tl.ran_by_range += S > 64;
+            free(ds);
+        }
+        attnres_plan_destroy(plan);
+    }
+    free(arena);
+    free(before);
+    printf("  %d runs matched the reference (%d with more than 64 sites); refused: %d short strides, %d extents or "
+           "overlaps; %d not drawn\n",
+           tl.ran, tl.ran_by_range, tl.refused_short, tl.refused_einval, tl.not_drawn);
 }
 
 int main(int argc, char **argv)
@@ -564,6 +796,8 @@ int main(int argc, char **argv)
     RUN_CASE(test_view_overlap_matches_byte_model);
     RUN_CASE(test_plans_at_the_limits_refuse_or_match_reference);
     RUN_CASE(test_mix_runs_refuse_or_match_reference);
+    RUN_CASE(test_phase1_runs_refuse_or_match_reference);
+    RUN_CASE(test_phase2_runs_refuse_or_match_reference);
     attnres_device_close(cpu);
     CHECK_EXIT();
 }
