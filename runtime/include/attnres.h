@@ -208,9 +208,10 @@ typedef struct attnres_problem {
  *   with stacks of at least 8 MiB) of at most ATTNRES_CPU_STACK_MAX bytes:
  *   16 d + 8 N H + 16 H + 192 N bytes (mix; phase2 with N = 1),
  *   4 (N S H + 4 H + d) + 16 N bytes (phase1).
- * For example d = H = 65536 with N = 2 fits (3 MiB); d = 262144 never
- * does. CUDA
- * takes N <= 64 and, for phase2, H <= 1024. */
+ * For example a mix of d = H = 65536 with N = 2 fits (3 MiB), one of
+ * d = 262144 does not. CUDA takes N <= 64 (mix, phase1), S <= 64 and
+ * 4 (N S H + N H + N) <= 49152 bytes of shared memory (phase1), and
+ * H <= 1024 (phase2). */
 #define ATTNRES_MAX_D (1 << 24)     /* row width d */
 #define ATTNRES_MAX_N (1 << 20)     /* sources N */
 #define ATTNRES_MAX_HEADS (1 << 20) /* heads H */

@@ -65,7 +65,8 @@ static int enabled = -1; /* -1 not yet known, 0 off, 1 on; atomic */
 static char seen_path[MISS_PATH_MAX];
 static uint64_t seen[MISS_SEEN_MAX];
 static size_t seen_count;
-/* The last path found not to be a regular file: nothing is written to it. */
+/* The last path found not to be a regular file: nothing is written to it
+ * until attnres_miss_file_set is called again. */
 static char refused_path[MISS_PATH_MAX];
 
 /* Under miss_lock: the path in force, or NULL. */
@@ -89,6 +90,7 @@ int attnres_miss_file_set(const char *path)
     pthread_mutex_lock(&miss_lock);
     api_chosen = 1;
     snprintf(api_path, sizeof api_path, "%s", path ? path : "");
+    refused_path[0] = 0;
     __atomic_store_n(&enabled, api_path[0] ? 1 : 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&miss_lock);
     return ATTNRES_OK;
@@ -145,9 +147,10 @@ static int line_content(const char *line, size_t len, const char **content, size
     return 0;
 }
 
-/* Opens the miss file for appending without ever blocking: O_NONBLOCK,
- * so that a FIFO's open returns at once, then anything but a regular file
- * is closed and refused. -1 when it cannot be used. */
+/* Opens the miss file without ever blocking: O_NONBLOCK, so that a FIFO's
+ * open returns at once, then anything but a regular file is closed and
+ * refused. The descriptor; -1 when the open fails, -2 when the path is not
+ * a regular file. */
 static int open_miss_file(const char *path, int flags)
 {
     int fd = open(path, flags | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
@@ -156,7 +159,6 @@ static int open_miss_file(const char *path, int flags)
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
-        errno = EINVAL;
         return -2;
     }
     return fd;

@@ -733,8 +733,8 @@ static int check_eps(attnres_plan *plan, const char *name, float eps)
 #define PHASE1_PAIRWISE_SITES 64
 _Static_assert(2 * ATTNRES_MAX_S <= 65536, "phase 1's outputs are sorted by uint16_t index");
 
-/* Output v of phase 1 (o1[v] for v < S, else lse[v - S]) as a view; its
- * extent was checked with the first site's. */
+/* Output v of phase 1 (o1[v] for v < S, else lse[v - S]) as a view, whose
+ * extent check_phase1_views has checked already. */
 static void phase1_output(const attnres_problem *p, int64_t T, const attnres_phase1_args *a, int v, run_view *rv)
 {
     const int site = v < p->s ? v : v - p->s;
