@@ -42,10 +42,10 @@
  *     does not use.
  *   - Views and aliasing. A run's [T, w] argument with token stride s
  *     (elements) spans (T - 1) * s + w elements from its pointer; every
- *     such extent, in elements and in bytes, and its last address must be
- *     representable (at most PTRDIFF_MAX bytes), else the run fails with
- *     EINVAL naming the argument and its stride, before anything is read
- *     or written. An output (mix: out, normed; phase1: every o1[j] and
+ *     such extent, in elements and in bytes (at most PTRDIFF_MAX), its
+ *     last address, and s in bytes (even for T = 1) must be
+ *     representable, else the run fails with EINVAL naming the argument
+ *     and its stride, before anything is read or written. An output (mix: out, normed; phase1: every o1[j] and
  *     lse[j]; phase2: out, normed, and partial with fuse_add) must share
  *     no byte with any other argument, input or output, with one
  *     exception: mix's out may be exactly partial (same pointer and

@@ -3,9 +3,12 @@
 
 int ar_view_make(ar_view *v, const void *ptr, int64_t rows, int64_t stride, int64_t width, size_t elem_size)
 {
-    int64_t span, elems, bytes;
+    int64_t span, elems, bytes, stride_bytes;
     uintptr_t last;
     if (rows < 1 || width < 1 || (rows > 1 && stride < width) || elem_size == 0 || elem_size > 16)
+        return -1;
+    /* Kernels scale the stride to bytes even for one row. */
+    if (__builtin_mul_overflow(stride, (int64_t)elem_size, &stride_bytes))
         return -1;
     if (rows == 1)
         stride = width;

@@ -26,8 +26,10 @@ typedef struct ar_view {
 
 /* Describes rows x width elements of elem_size bytes at ptr, stride
  * elements apart (rows >= 1, width >= 1, stride >= width or rows == 1).
- * 0, or -1 when the extent in elements or in bytes, or the view's last
- * address, does not fit (the extent must stay within PTRDIFF_MAX). */
+ * 0, or -1 when the stride in bytes, the extent in elements or in bytes,
+ * or the view's last address does not fit (the extent must stay within
+ * PTRDIFF_MAX; the stride in bytes, which kernels compute even for one
+ * row, within int64_t). */
 int ar_view_make(ar_view *v, const void *ptr, int64_t rows, int64_t stride, int64_t width, size_t elem_size);
 
 /* 1 when the two views share a byte, else 0. */

@@ -209,6 +209,11 @@ static void test_stride_times_tokens_overflow_is_refused(void)
         CHECK(strstr(attnres_plan_errmsg(plan), "normed_stride") != NULL);
         a.normed_stride = 0;
     }
+    /* One token spans no stride, but kernels scale it to bytes anyway. */
+    strides[0] = (int64_t)1 << 61;
+    CHECK(attnres_run_mix(plan, 1, &a, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "source 0") != NULL);
+    strides[0] = 0;
     /* T itself can overflow the extent with an ordinary stride. */
     CHECK(attnres_run_mix(plan, INT64_MAX / 8, &a, NULL) == ATTNRES_EINVAL);
     CHECK(attnres_run_mix(plan, 2, &a, NULL) == ATTNRES_OK);

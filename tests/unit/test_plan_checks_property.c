@@ -64,6 +64,8 @@ static int model_extent_ok(uintptr_t ptr, int64_t rows, int64_t stride, int64_t 
 {
     if (rows < 1 || width < 1 || (rows > 1 && stride < width))
         return 0;
+    if ((__int128)stride * (__int128)es > INT64_MAX || (__int128)stride * (__int128)es < INT64_MIN)
+        return 0; /* the stride in bytes, which kernels compute even for one row */
     const __int128 s = rows == 1 ? width : stride;
     const __int128 elems = (__int128)(rows - 1) * s + width;
     if (elems > INT64_MAX)
@@ -72,10 +74,17 @@ static int model_extent_ok(uintptr_t ptr, int64_t rows, int64_t stride, int64_t 
     return bytes <= PTRDIFF_MAX && (__int128)ptr + bytes - 1 <= (__int128)UINTPTR_MAX;
 }
 
+/* a + b, held inside int64_t: the draws must not overflow themselves. */
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? (b > 0 ? INT64_MAX : INT64_MIN) : r;
+}
+
 /* A value at or next to a boundary of v. */
 static int64_t near(int64_t v)
 {
-    const int64_t r = v + below(5) - 2;
+    const int64_t r = sat_add(v, below(5) - 2);
     return r < 1 ? 1 : r;
 }
 
@@ -90,7 +99,7 @@ static void test_view_extents_match_exact_arithmetic(void)
         int64_t stride;
         switch (below(5)) {
         case 0: stride = width; break;
-        case 1: stride = width + below(100); break;
+        case 1: stride = sat_add(width, below(100)); break;
         case 2: stride = width - 1 - below(3); break;
         case 3: /* the largest stride whose extent still fits in bytes, give or take */
             stride = rows > 1 ? near((PTRDIFF_MAX / (int64_t)es - width) / (rows - 1)) : width;
