@@ -23,6 +23,39 @@
  *   - The library never aborts, exits or prints.
  *   - Buffers (sources, queries, outputs) are owned by the caller and are
  *     only borrowed for the duration of a call.
+ *   - NULL, in one place for every function. A NULL pointer never
+ *     crashes the library: a function that returns a status returns
+ *     EINVAL (with a message where it has a buffer or handle for one)
+ *     when a pointer it needs is NULL; a void function given a NULL struct
+ *     or buffer does nothing; destructors, *_errmsg, attnres_plan_level_get
+ *     and attnres_plan_explain accept a NULL handle. Needed, so never
+ *     NULL: the handle a call works on (dev, plan), every out parameter
+ *     (out of *_open, *_create and attnres_dtype_parse), the problem, a
+ *     run's args, and in args the buffers its problem uses: sources and
+ *     each sources[i], query or queries, out, each o1[j] and lse[j], o1
+ *     and lse of phase 2, partial (additive form, phase 2), sublayer
+ *     (fuse_add), out_gain and normed (epilogue); the same for the fp64
+ *     references. May be NULL: msg (msg_len is then ignored),
+ *     source_strides (every stride d), attnres_plan_create's db (built-in
+ *     kernels only), attnres_fold_query's gain (all ones), the path of
+ *     attnres_miss_file_set (recording off), and the buffers a problem
+ *     does not use.
+ *   - Views and aliasing. A run's [T, w] argument with token stride s
+ *     (elements) spans (T - 1) * s + w elements from its pointer; every
+ *     such extent, in elements and in bytes (at most PTRDIFF_MAX), its
+ *     last address, and s in bytes (even for T = 1) must be
+ *     representable, else the run fails with EINVAL naming the argument
+ *     and its stride, before anything is read or written. An output (mix: out, normed; phase1: every o1[j] and
+ *     lse[j]; phase2: out, normed, and partial with fuse_add) must share
+ *     no byte with any other argument, input or output, with one
+ *     exception: mix's out may be exactly partial (same pointer and
+ *     stride), which updates the partial sum in place. Inputs may share
+ *     memory with each other. Overlap is judged by the bytes each view's
+ *     rows cover where two views have the same stride (so the interleaved
+ *     halves of a [T, 2d] buffer are distinct views), else by the whole
+ *     range [pointer, pointer + extent); with more than 64 phase-1 sites,
+ *     by whole ranges among the o1 and lse views. A run that breaks these
+ *     rules fails with EINVAL naming both arguments, and writes nothing.
  *   - Handles are safe to use from several threads once created: any number
  *     of threads may plan on one device and run one plan at the same time
  *     (each with its own buffers). A handle must not be destroyed while
@@ -163,6 +196,28 @@ typedef struct attnres_problem {
                             * partial sum (b += f, written back); else 0 */
 } attnres_problem;
 
+/* The limits of a problem on every device: attnres_problem_check refuses
+ * beyond them, the miss file records nothing beyond them, and `attnres
+ * tune` reads nothing beyond them (problems files, --from-misses). They lie
+ * far above every model but keep every size inside 64 bits. A device may
+ * take less: attnres_plan_create refuses with EINVAL, and a message naming
+ * the limit, a problem that no kernel of the device can run. The CPU takes
+ *   N <= 256 sources (mix, phase1), n * S * H <= 32768 (phase1), and
+ *   per-token state that its kernels keep on the stack of the thread that
+ *   runs them (the caller's, and the device's workers, which it starts
+ *   with stacks of at least 8 MiB) of at most ATTNRES_CPU_STACK_MAX bytes:
+ *   16 d + 8 N H + 16 H + 192 N bytes (mix; phase2 with N = 1),
+ *   4 (N S H + 4 H + d) + 16 N bytes (phase1).
+ * For example a mix of d = H = 65536 with N = 2 fits (3 MiB), one of
+ * d = 262144 does not. CUDA takes N <= 64 (mix, phase1), S <= 64 and
+ * 4 (N S H + N H + N) <= 49152 bytes of shared memory (phase1), and
+ * H <= 1024 (phase2). */
+#define ATTNRES_MAX_D (1 << 24)     /* row width d */
+#define ATTNRES_MAX_N (1 << 20)     /* sources N */
+#define ATTNRES_MAX_HEADS (1 << 20) /* heads H */
+#define ATTNRES_MAX_S 4096          /* phase1: sites S of a block */
+#define ATTNRES_CPU_STACK_MAX (4 << 20) /* bytes */
+
 /* Fills p with a replace-form, single-head, no-epilogue mix problem, and
  * its struct_size. */
 ATTNRES_API void attnres_problem_init(attnres_problem *p, attnres_dtype dtype,
@@ -176,7 +231,8 @@ ATTNRES_API int attnres_problem_check(const attnres_problem *p, char *msg,
 /* Size in bytes of one element of a storage type, 0 for an unknown type. */
 ATTNRES_API size_t attnres_dtype_size(attnres_dtype dtype);
 
-/* Short names "f32", "bf16", "f16" and back; parse returns EINVAL if unknown. */
+/* Short names "f32", "bf16", "f16" and back; parse returns EINVAL if the
+ * name is unknown or out is NULL. */
 ATTNRES_API const char *attnres_dtype_name(attnres_dtype dtype);
 ATTNRES_API int attnres_dtype_parse(const char *name, attnres_dtype *out);
 
@@ -328,7 +384,8 @@ typedef enum attnres_plan_level {
  * of the fallback chain whose kernels still do not load, or whose stored
  * source does not match its hash, is skipped for the next level, and the
  * explanation says why. Returns:
- *   EINVAL       dev or out is NULL, or the problem is invalid;
+ *   EINVAL       dev, problem or out is NULL, the problem is invalid, or
+ *                no kernel of the device can run it (see ATTNRES_MAX_D);
  *   EUNSUPPORTED the device has no kernels for the problem's op;
  *   ENOMEM       out of memory;
  *   EDB          a database lookup failed (the file is damaged where the
@@ -393,13 +450,18 @@ ATTNRES_API const char *attnres_plan_errmsg(const attnres_plan *plan);
  * descriptor opened with O_APPEND, so several processes may share the
  * file. A line already in the file is not written again, and nothing is
  * appended once the file holds 1 MiB. Recording never fails a plan or a
- * run: a file that cannot be written loses the line, silently. Later runs
+ * run, and never blocks one: a file that cannot be written loses the line,
+ * silently, and a path that is not a regular file (a FIFO, /dev/stdout, a
+ * directory) is opened without blocking, refused and never written; the
+ * explanation of a plan made then says so. Later runs
  * of a bucket already recorded cost one atomic load. Process-wide and
  * thread-safe. Returns EINVAL for a path of 4096 bytes or more. */
 ATTNRES_API int attnres_miss_file_set(const char *path);
 
 /* Arguments of one mix launch. Pointers are device pointers for the plan's
- * device (host pointers on the CPU). Strides count elements, not bytes. */
+ * device (host pointers on the CPU). Strides count elements, not bytes.
+ * out and normed overlap no other argument, but out may be exactly partial
+ * (see "Views and aliasing" at the top). */
 typedef struct attnres_mix_args {
     size_t struct_size;           /* sizeof(attnres_mix_args); _init sets it */
     const void *const *sources;   /* n pointers, each a [T, d] view */
@@ -429,8 +491,9 @@ ATTNRES_API void attnres_fold_query(const float *w, const float *gain,
 
 /* Runs the plan on T tokens. stream is a CUstream for CUDA plans (NULL for
  * the default stream) and ignored on the CPU. T = 0 is a successful no-op.
- * Checks that the arguments match the plan (EINVAL/EMISMATCH otherwise) but
- * never allocates, reads the database or compiles. On CUDA the launch is
+ * Checks that the arguments match the plan (EINVAL/EMISMATCH otherwise),
+ * that their extents are representable and that no output overlaps another
+ * argument (EINVAL), but never allocates, reads the database or compiles. On CUDA the launch is
  * asynchronous and safe to capture in a graph. */
 ATTNRES_API int attnres_run_mix(attnres_plan *plan, int64_t T,
                                 const attnres_mix_args *args, void *stream);
@@ -462,7 +525,8 @@ ATTNRES_API int attnres_run_mix(attnres_plan *plan, int64_t T,
 
 /* Arguments of one phase-1 launch. Pointers are device pointers for the
  * plan's device (host pointers on the CPU), borrowed for the call. Strides
- * count elements, not bytes. No output may overlap an input. */
+ * count elements, not bytes. No output may overlap another argument (see
+ * "Views and aliasing" at the top). */
 typedef struct attnres_phase1_args {
     size_t struct_size;            /* sizeof(attnres_phase1_args); _init sets it */
     const void *const *sources;    /* n pointers, each a [T, d] view */
@@ -477,11 +541,12 @@ typedef struct attnres_phase1_args {
 } attnres_phase1_args;
 
 /* Fills args with defaults: struct_size, scale 1, eps 1e-6, pointers NULL,
- * strides 0. args must not be NULL. */
+ * strides 0. */
 ATTNRES_API void attnres_phase1_args_init(attnres_phase1_args *args);
 
-/* Arguments of one phase-2 launch (one site), with the same conventions.
- * out and normed must not overlap any input. */
+/* Arguments of one phase-2 launch (one site), with the same conventions:
+ * out and normed overlap no other argument, nor does partial with
+ * fuse_add. */
 typedef struct attnres_phase2_args {
     size_t struct_size;        /* sizeof(attnres_phase2_args); _init sets it */
     const void *o1;            /* [T, d] this site's phase-1 output */
@@ -504,7 +569,7 @@ typedef struct attnres_phase2_args {
 } attnres_phase2_args;
 
 /* Fills args with defaults: struct_size, scale 1, eps 1e-6, out_eps 1e-6,
- * pointers NULL, strides 0. args must not be NULL. */
+ * pointers NULL, strides 0. */
 ATTNRES_API void attnres_phase2_args_init(attnres_phase2_args *args);
 
 /* Runs phase 1 of a plan made for an ATTNRES_OP_PHASE1 problem on T tokens:

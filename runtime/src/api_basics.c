@@ -52,6 +52,8 @@ int attnres_dtype_parse(const char *name, attnres_dtype *out)
 {
     static const attnres_dtype all[] = {ATTNRES_DTYPE_F32, ATTNRES_DTYPE_BF16,
                                         ATTNRES_DTYPE_F16};
+    if (!out)
+        return ATTNRES_EINVAL;
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
         if (strcmp(name, attnres_dtype_name(all[i])) == 0) {
             *out = all[i];
@@ -63,6 +65,8 @@ int attnres_dtype_parse(const char *name, attnres_dtype *out)
 void attnres_problem_init(attnres_problem *p, attnres_dtype dtype, int64_t d,
                           int32_t n)
 {
+    if (!p)
+        return;
     memset(p, 0, sizeof *p);
     p->struct_size = sizeof *p;
     p->op = ATTNRES_OP_MIX;
@@ -74,18 +78,15 @@ void attnres_problem_init(attnres_problem *p, attnres_dtype dtype, int64_t d,
     p->epilogue = 0;
 }
 
-/* The most sites one phase-1 problem may batch. */
-#define AR_MAX_PHASE1_SITES 4096
-
 /* The fields that only the two-phase ops use: S for phase1, fuse_add for
  * phase2; each must be 0 for the other ops so that keys stay canonical. */
 static int check_phase_fields(const attnres_problem *p, char *msg, size_t msg_len)
 {
     const char *op = p->op == ATTNRES_OP_MIX ? "mix" : p->op == ATTNRES_OP_PHASE1 ? "phase1" : "phase2";
     if (p->op == ATTNRES_OP_PHASE1) {
-        if (p->s < 1 || p->s > AR_MAX_PHASE1_SITES) {
-            snprintf(msg, msg_len, "phase1 needs S (sites of the block) between 1 and %d (got %d)",
-                     AR_MAX_PHASE1_SITES, p->s);
+        if (p->s < 1 || p->s > ATTNRES_MAX_S) {
+            snprintf(msg, msg_len, "phase1 needs S (sites of the block) between 1 and %d (ATTNRES_MAX_S; got %d)",
+                     ATTNRES_MAX_S, p->s);
             return ATTNRES_EINVAL;
         }
     } else if (p->s != 0) {
@@ -136,8 +137,20 @@ int attnres_problem_check(const attnres_problem *p, char *msg, size_t msg_len)
         snprintf(msg, msg_len, "d must be at least 1 (got %lld)", (long long)p->d);
         return ATTNRES_EINVAL;
     }
+    if (p->d > ATTNRES_MAX_D) {
+        snprintf(msg, msg_len, "d = %lld is more than ATTNRES_MAX_D = %d", (long long)p->d, ATTNRES_MAX_D);
+        return ATTNRES_EINVAL;
+    }
     if (p->n < 1) {
         snprintf(msg, msg_len, "N (number of sources) must be at least 1 (got %d)", p->n);
+        return ATTNRES_EINVAL;
+    }
+    if (p->n > ATTNRES_MAX_N) {
+        snprintf(msg, msg_len, "N = %d sources is more than ATTNRES_MAX_N = %d", p->n, ATTNRES_MAX_N);
+        return ATTNRES_EINVAL;
+    }
+    if (p->heads > ATTNRES_MAX_HEADS) {
+        snprintf(msg, msg_len, "heads H = %d is more than ATTNRES_MAX_HEADS = %d", p->heads, ATTNRES_MAX_HEADS);
         return ATTNRES_EINVAL;
     }
     if (p->heads < 1 || p->d % p->heads != 0) {
@@ -169,6 +182,8 @@ int ar_struct_size_check(size_t got, size_t want, const char *type, const char *
 
 void attnres_mix_args_init(attnres_mix_args *a)
 {
+    if (!a)
+        return;
     memset(a, 0, sizeof *a);
     a->struct_size = sizeof *a;
     a->scale = 1.0f;
@@ -179,12 +194,16 @@ void attnres_mix_args_init(attnres_mix_args *a)
 
 void attnres_fold_query(const float *w, const float *gain, float *u, int64_t d)
 {
+    if (!w || !u)
+        return;
     for (int64_t k = 0; k < d; k++)
         u[k] = gain ? gain[k] * w[k] : w[k];
 }
 
 void attnres_phase1_args_init(attnres_phase1_args *a)
 {
+    if (!a)
+        return;
     memset(a, 0, sizeof *a);
     a->struct_size = sizeof *a;
     a->scale = 1.0f;
@@ -193,6 +212,8 @@ void attnres_phase1_args_init(attnres_phase1_args *a)
 
 void attnres_phase2_args_init(attnres_phase2_args *a)
 {
+    if (!a)
+        return;
     memset(a, 0, sizeof *a);
     a->struct_size = sizeof *a;
     a->scale = 1.0f;

@@ -470,6 +470,39 @@ static int cpu_load(attnres_device *dev, const void *blob, size_t size, const ch
     return ATTNRES_OK;
 }
 
+/* Most sources on the stack of a launch; larger N would need the heap,
+ * which the hot path must not touch. */
+#define CPU_MAX_SOURCES 256
+
+/* An upper bound of the per-token state the CPU kernels keep on the stack
+ * of the thread that runs them (the arrays the templates size by d, N, H
+ * and S, and a few vectors per source): the formula attnres.h states. */
+static int64_t cpu_stack_bytes(const attnres_problem *p)
+{
+    const int64_t d = p->d, n = p->n, h = p->heads;
+    if (p->op == ATTNRES_OP_PHASE1)
+        return 4 * (n * p->s * h + 4 * h + d) + 16 * n;
+    return 16 * d + 8 * n * h + 16 * h + 192 * n;
+}
+
+static int cpu_check_problem(attnres_device *dev, const attnres_problem *p)
+{
+    if (p->op != ATTNRES_OP_PHASE2 && p->n > CPU_MAX_SOURCES)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the CPU kernels take at most %d sources (N = %d)",
+                              CPU_MAX_SOURCES, p->n);
+    if (p->op == ATTNRES_OP_PHASE1 && (int64_t)p->n * p->s * p->heads > AR_CPU_PHASE1_MAX_WEIGHTS)
+        return ar_device_fail(dev, ATTNRES_EINVAL,
+                              "phase1 with n*S*H = %lld softmax weights per token exceeds the CPU kernels' %d",
+                              (long long)p->n * p->s * p->heads, AR_CPU_PHASE1_MAX_WEIGHTS);
+    const int64_t stack = cpu_stack_bytes(p);
+    if (stack > ATTNRES_CPU_STACK_MAX)
+        return ar_device_fail(dev, ATTNRES_EINVAL,
+                              "d = %lld, N = %d, H = %d needs %lld bytes of per-token state on the stack, more "
+                              "than the CPU kernels may use (ATTNRES_CPU_STACK_MAX = %d)",
+                              (long long)p->d, p->n, p->heads, (long long)stack, ATTNRES_CPU_STACK_MAX);
+    return ATTNRES_OK;
+}
+
 /* One row of the table of built-in kernels: an op's three dtypes. */
 typedef struct generic_entry {
     attnres_op op;
@@ -565,9 +598,6 @@ static int launch_parts(const ar_kernel *k, const attnres_problem *p, int64_t T,
     return parts;
 }
 
-/* Most sources on the stack of a launch; larger N would need the heap,
- * which the hot path must not touch. */
-#define CPU_MAX_SOURCES 256
 
 static int cpu_launch_mix(attnres_device *dev, const ar_kernel *k,
                           const attnres_problem *p, int64_t T,
@@ -835,6 +865,7 @@ const ar_backend ar_cpu_backend = {
     .close = cpu_close,
     .compile = cpu_compile,
     .load = cpu_load,
+    .check_problem = cpu_check_problem,
     .load_generic = cpu_load_generic,
     .unload = cpu_unload,
     .launch = cpu_launch,

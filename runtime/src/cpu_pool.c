@@ -14,6 +14,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "attnres.h"
+
 /* Iterations a worker spins before sleeping (roughly 100-200 us). */
 #define POOL_SPIN_ITERATIONS 20000
 
@@ -111,21 +113,31 @@ int cpu_pool_create(int nworkers, cpu_pool **out)
     atomic_init(&p->generation, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->stop, 0);
+    /* Kernels keep up to ATTNRES_CPU_STACK_MAX bytes of state on the stack:
+     * workers get at least twice that, whatever RLIMIT_STACK says. */
+    pthread_attr_t attr;
+    size_t stack = 0;
+    pthread_attr_init(&attr);
+    if (pthread_attr_getstacksize(&attr, &stack) == 0 && stack < 2 * (size_t)ATTNRES_CPU_STACK_MAX)
+        pthread_attr_setstacksize(&attr, 2 * (size_t)ATTNRES_CPU_STACK_MAX);
     for (int i = 0; i < nworkers; i++) {
         worker_arg *arg = malloc(sizeof *arg);
         if (!arg) {
+            pthread_attr_destroy(&attr);
             cpu_pool_destroy(p);
             return -1;
         }
         arg->pool = p;
         arg->index = i + 1;
-        if (pthread_create(&p->threads[i], NULL, worker_main, arg) != 0) {
+        if (pthread_create(&p->threads[i], &attr, worker_main, arg) != 0) {
             free(arg);
+            pthread_attr_destroy(&attr);
             cpu_pool_destroy(p);
             return -1;
         }
         p->nworkers = i + 1;
     }
+    pthread_attr_destroy(&attr);
     *out = p;
     return 0;
 }

@@ -662,6 +662,38 @@ static void cuda_unload(attnres_device *dev, ar_kernel *k)
     k->entry = NULL;
 }
 
+/* The dynamic shared memory phase 1's softmax weights take per block. */
+static int64_t phase1_weights_smem(const attnres_problem *p)
+{
+    return ((int64_t)p->n * p->s * p->heads + (int64_t)p->n * p->heads + p->n) * (int64_t)sizeof(float);
+}
+
+/* What no CUDA kernel runs, refused when the plan is made: the launch
+ * checks below stay for launches outside a plan (the tuner's). */
+static int cuda_check_problem(attnres_device *dev, const attnres_problem *p)
+{
+    const int n = p->n, S = p->s, H = p->heads;
+    if (p->op == ATTNRES_OP_MIX && n > AR_CUDA_MAX_SOURCES)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA kernels take at most %d sources (N = %d)",
+                              AR_CUDA_MAX_SOURCES, n);
+    if (p->op == ATTNRES_OP_PHASE1) {
+        if (n > AR_CUDA_PHASE1_MAX_SOURCES || S > AR_CUDA_PHASE1_MAX_SITES)
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "the CUDA phase1 kernels take at most %d sources and %d sites (N = %d, S = %d)",
+                                  AR_CUDA_PHASE1_MAX_SOURCES, AR_CUDA_PHASE1_MAX_SITES, n, S);
+        const int64_t smem = phase1_weights_smem(p);
+        if (smem > AR_CUDA_PHASE1_MAX_SMEM)
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "phase1 with N = %d, S = %d, H = %d needs %lld bytes of shared memory, over the %d "
+                                  "a CUDA phase1 kernel may use",
+                                  n, S, H, (long long)smem, AR_CUDA_PHASE1_MAX_SMEM);
+    }
+    if (p->op == ATTNRES_OP_PHASE2 && H > AR_CUDA_PHASE2_MAX_HEADS)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA phase2 kernels take at most %d heads (H = %d)",
+                              AR_CUDA_PHASE2_MAX_HEADS, H);
+    return ATTNRES_OK;
+}
+
 /* ---- launch ------------------------------------------------------------ */
 
 static int misaligned(const void *p, int64_t align)
@@ -761,7 +793,7 @@ static int fill_phase1(attnres_device *dev, const ar_kernel *k, const attnres_pr
                               AR_CUDA_PHASE1_MAX_SITES, S);
     if (H < 1 || p->d < 1 || p->d > ((int64_t)1 << 30) || p->d % H)
         return ar_device_fail(dev, ATTNRES_EINVAL, "d = %lld and H = %d are not a valid shape", (long long)p->d, H);
-    const int64_t smem = ((int64_t)n * S * H + (int64_t)n * H + n) * (int64_t)sizeof(float);
+    const int64_t smem = phase1_weights_smem(p);
     if (smem > AR_CUDA_PHASE1_MAX_SMEM)
         return ar_device_fail(dev, ATTNRES_EUNSUPPORTED,
                               "phase1 with n = %d, S = %d, H = %d needs %lld bytes of shared memory, over the %d "
@@ -1440,6 +1472,7 @@ const ar_backend ar_cuda_backend = {
     .close = cuda_close,
     .compile = cuda_compile,
     .load = cuda_load,
+    .check_problem = cuda_check_problem,
     .load_generic = cuda_load_generic,
     .unload = cuda_unload,
     .launch = cuda_launch,

@@ -138,6 +138,10 @@ struct ar_backend {
     int (*load)(attnres_device *dev, const void *blob, size_t size,
                 const char *source, const char *kernel_name,
                 const char *params_json, ar_kernel *k);
+    /* Refuses, with EINVAL and a message naming the limit, a problem that
+     * attnres_problem_check accepts but no kernel of the device can run,
+     * so that a plan is never made for it. NULL: every problem runs. */
+    int (*check_problem)(attnres_device *dev, const attnres_problem *p);
     /* Loads the built-in generic kernel of the problem's op and dtype. */
     int (*load_generic)(attnres_device *dev, const attnres_problem *p, ar_kernel *k);
     void (*unload)(attnres_device *dev, ar_kernel *k);

@@ -9,6 +9,10 @@
  * lines this process wrote are not written again; two processes meeting
  * the same miss at the same moment may both write it, and readers keep
  * one.
+ *
+ * The hot path must never wait on the file: it is opened non-blocking and
+ * used only if it is a regular file (a FIFO nobody reads would block an
+ * open or a write forever), and no system call on it runs under the lock.
  */
 #define _GNU_SOURCE
 #include "miss_file.h"
@@ -61,6 +65,9 @@ static int enabled = -1; /* -1 not yet known, 0 off, 1 on; atomic */
 static char seen_path[MISS_PATH_MAX];
 static uint64_t seen[MISS_SEEN_MAX];
 static size_t seen_count;
+/* The last path found not to be a regular file: nothing is written to it
+ * until attnres_miss_file_set is called again. */
+static char refused_path[MISS_PATH_MAX];
 
 /* Under miss_lock: the path in force, or NULL. */
 static const char *current_path(void)
@@ -83,6 +90,7 @@ int attnres_miss_file_set(const char *path)
     pthread_mutex_lock(&miss_lock);
     api_chosen = 1;
     snprintf(api_path, sizeof api_path, "%s", path ? path : "");
+    refused_path[0] = 0;
     __atomic_store_n(&enabled, api_path[0] ? 1 : 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&miss_lock);
     return ATTNRES_OK;
@@ -139,23 +147,45 @@ static int line_content(const char *line, size_t len, const char **content, size
     return 0;
 }
 
-/* Under miss_lock: remembers the lines already in the file at path. */
-static void load_seen(const char *path)
+/* Opens the miss file without ever blocking: O_NONBLOCK, so that a FIFO's
+ * open returns at once, then anything but a regular file is closed and
+ * refused. The descriptor; -1 when the open fails, -2 when the path is not
+ * a regular file. */
+static int open_miss_file(const char *path, int flags)
 {
-    if (strcmp(seen_path, path) == 0)
-        return;
-    memset(seen, 0, sizeof seen);
-    seen_count = 0;
-    snprintf(seen_path, sizeof seen_path, "%s", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, flags | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
     if (fd < 0)
+        return -1;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return -2;
+    }
+    return fd;
+}
+
+/* Remembers the lines already in the file open at fd, which is the file at
+ * path. It reads without the lock and takes it for each line, so that no
+ * other thread waits on the disk; a line another thread writes meanwhile
+ * may be written twice, which readers tolerate. */
+static void load_seen(int fd, const char *path)
+{
+    pthread_mutex_lock(&miss_lock);
+    const int loaded = strcmp(seen_path, path) == 0;
+    if (!loaded) {
+        memset(seen, 0, sizeof seen);
+        seen_count = 0;
+        snprintf(seen_path, sizeof seen_path, "%s", path);
+    }
+    pthread_mutex_unlock(&miss_lock);
+    if (loaded)
         return;
     char buf[4096], line[AR_MISS_LINE_MAX];
     size_t used = 0;
     int64_t total = 0;
     int skipping = 0; /* inside a line too long to be ours */
     ssize_t got;
-    while (total < AR_MISS_FILE_MAX && (got = read(fd, buf, sizeof buf)) > 0) {
+    while (total < AR_MISS_FILE_MAX && (got = pread(fd, buf, sizeof buf, (off_t)total)) > 0) {
         total += got;
         for (ssize_t i = 0; i < got; i++) {
             if (buf[i] != '\n') {
@@ -167,13 +197,17 @@ static void load_seen(const char *path)
             }
             const char *c;
             size_t clen;
-            if (!skipping && line_content(line, used, &c, &clen) == 0)
-                (void)seen_insert(fnv1a64(c, clen));
+            if (!skipping && line_content(line, used, &c, &clen) == 0) {
+                const uint64_t h = fnv1a64(c, clen);
+                pthread_mutex_lock(&miss_lock);
+                if (strcmp(seen_path, path) == 0)
+                    (void)seen_insert(h);
+                pthread_mutex_unlock(&miss_lock);
+            }
             used = 0;
             skipping = 0;
         }
     }
-    close(fd);
 }
 
 /* ---- writing ---------------------------------------------------------- */
@@ -205,7 +239,7 @@ void ar_miss_site_arm(ar_miss_site *site, const attnres_problem *p, const char *
 
 static void append_line(const ar_miss_site *site, int64_t t)
 {
-    char content[AR_MISS_LINE_MAX], line[AR_MISS_LINE_MAX + 2];
+    char content[AR_MISS_LINE_MAX], line[AR_MISS_LINE_MAX + 2], path[MISS_PATH_MAX];
     int clen = snprintf(content, sizeof content, "%s t=%" PRId64 " device=%s", site->key, t, site->device);
     if (clen < 0 || (size_t)clen >= sizeof content)
         return;
@@ -214,17 +248,27 @@ static void append_line(const ar_miss_site *site, int64_t t)
     if (len < 0 || len > AR_MISS_LINE_MAX)
         return;
     pthread_mutex_lock(&miss_lock);
-    const char *path = current_path();
-    if (!path)
-        goto out;
-    load_seen(path);
-    if (seen_insert(fnv1a64(content, (size_t)clen)) != 0)
-        goto out; /* written before, or too many to remember */
-    int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    const char *cur = current_path();
+    const int usable = cur && strcmp(cur, refused_path) != 0;
+    if (usable)
+        snprintf(path, sizeof path, "%s", cur);
+    pthread_mutex_unlock(&miss_lock);
+    if (!usable)
+        return;
+    int fd = open_miss_file(path, O_RDWR | O_APPEND | O_CREAT);
+    if (fd == -2) {
+        pthread_mutex_lock(&miss_lock);
+        snprintf(refused_path, sizeof refused_path, "%s", path);
+        pthread_mutex_unlock(&miss_lock);
+    }
     if (fd < 0)
-        goto out;
+        return;
+    load_seen(fd, path);
+    pthread_mutex_lock(&miss_lock);
+    const int fresh = seen_insert(fnv1a64(content, (size_t)clen)) == 0;
+    pthread_mutex_unlock(&miss_lock);
     struct stat sb;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size + len + (int)sizeof MISS_CUT <= AR_MISS_FILE_MAX) {
+    if (fresh && fstat(fd, &sb) == 0 && sb.st_size + len + (int)sizeof MISS_CUT <= AR_MISS_FILE_MAX) {
         /* A last line cut short (a writer died, a disk filled) is closed
          * and marked, so that this line stays whole and readers skip it. */
         char last = '\n';
@@ -245,8 +289,19 @@ static void append_line(const ar_miss_site *site, int64_t t)
         while (w < 0 && errno == EINTR);
     }
     close(fd);
-out:
-    pthread_mutex_unlock(&miss_lock);
+}
+
+int ar_miss_file_usable(const char *path, char *why, size_t why_len)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || S_ISREG(sb.st_mode))
+        return 1; /* a file not there yet is created by the first line */
+    snprintf(why, why_len, "%s is not a regular file (%s): nothing is recorded in it", path,
+             S_ISFIFO(sb.st_mode)  ? "a FIFO"
+             : S_ISDIR(sb.st_mode) ? "a directory"
+             : S_ISCHR(sb.st_mode) ? "a character device"
+                                   : "not a plain file");
+    return 0;
 }
 
 void ar_miss_site_note(ar_miss_site *site, int64_t T)
@@ -334,7 +389,7 @@ int ar_miss_parse_line(const char *line, size_t len, ar_miss *out, char *err, si
         return -1;
     }
     static const struct { const char *name; int64_t lo, hi; } ints[] = {
-        {"d", 1, 1 << 24}, {"n", 1, 1 << 20}, {"heads", 1, 1 << 20}, {"s", 0, 4096},
+        {"d", 1, ATTNRES_MAX_D}, {"n", 1, ATTNRES_MAX_N}, {"heads", 1, ATTNRES_MAX_HEADS}, {"s", 0, ATTNRES_MAX_S},
     };
     const char *s = c, *v;
     size_t n;
@@ -460,7 +515,8 @@ int ar_miss_read_file(const char *path, ar_miss **out, size_t *count, int *torn,
     *out = NULL;
     *count = 0;
     *torn = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Non-blocking: a FIFO's open would wait for a writer. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         snprintf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
         return -1;

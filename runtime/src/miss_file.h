@@ -49,6 +49,12 @@ void ar_miss_site_note(ar_miss_site *site, int64_t T);
  * to buf; 0 if there is one, -1 if recording is off. */
 int ar_miss_file_path(char *buf, size_t len);
 
+/* 0 with the reason in why when path names something that is not a
+ * regular file (a FIFO, a device, a directory), which the writer never
+ * opens for writing; 1 otherwise. For the plan's explanation: it only
+ * stats the path, so it never blocks on a FIFO. */
+int ar_miss_file_usable(const char *path, char *why, size_t why_len);
+
 /* One parsed line. */
 typedef struct ar_miss {
     attnres_problem p;

@@ -26,6 +26,7 @@
 #include "errmsg.h"
 #include "miss_file.h"
 #include "sha256.h"
+#include "views.h"
 
 #define AR_MAX_BUCKETS 32
 
@@ -388,9 +389,13 @@ static int load_generic(attnres_plan *plan)
                   "kernel can be far slower than a tuned one (tune it: attnres tune, or record misses with "
                   "ATTNRES_MISS_FILE and run attnres tune --from-misses)\n");
     ar_miss_site_arm(&plan->miss, &plan->problem, plan->dev->fingerprint);
-    char miss_path[512];
-    if (ar_miss_file_path(miss_path, sizeof miss_path) == 0)
+    char miss_path[4096], why[4200];
+    if (ar_miss_file_path(miss_path, sizeof miss_path) != 0)
+        return ATTNRES_OK;
+    if (ar_miss_file_usable(miss_path, why, sizeof why))
         explain(plan, "untuned runs are recorded in the miss file %s\n", miss_path);
+    else
+        explain(plan, "the miss file %s\n", why);
     return ATTNRES_OK;
 }
 
@@ -414,6 +419,10 @@ int attnres_plan_create(attnres_device *dev, attnres_db *db, const attnres_probl
     int st = attnres_problem_check(problem, msg, msg_len);
     if (st != ATTNRES_OK) {
         ar_device_fail(dev, st, "%s", msg);
+        return st;
+    }
+    if (dev->ops->check_problem && (st = dev->ops->check_problem(dev, problem)) != ATTNRES_OK) {
+        snprintf(msg, msg_len, "%s", attnres_device_errmsg(dev));
         return st;
     }
     attnres_plan *plan = calloc(1, sizeof *plan);
@@ -531,6 +540,83 @@ static const plan_bucket *pick_bucket(attnres_plan *plan, int64_t T)
     return b;
 }
 
+/* ---- the memory a run's arguments span ------------------------------- */
+
+/* One argument's view, with its name for messages: "out", "source 3",
+ * "o1[2]". */
+typedef struct run_view {
+    ar_view v;
+    const char *name;
+    int index;  /* -1: the name alone */
+    int output; /* written by the launch */
+} run_view;
+
+static void view_name(const run_view *rv, char *buf, size_t len)
+{
+    if (rv->index < 0)
+        snprintf(buf, len, "%s", rv->name);
+    else if (strcmp(rv->name, "source") == 0)
+        snprintf(buf, len, "source %d", rv->index);
+    else
+        snprintf(buf, len, "%s[%d]", rv->name, rv->index);
+}
+
+/* Describes one argument; EINVAL naming it and its stride when its extent,
+ * (T - 1) * stride + width elements, overflows in elements or bytes or
+ * runs past the end of the address space. */
+static int add_view(attnres_plan *plan, run_view *rv, const char *name, int index, int output, const void *ptr,
+                    int64_t T, int64_t stride, int64_t width, size_t es, const char *stride_name)
+{
+    rv->name = name;
+    rv->index = index;
+    rv->output = output;
+    if (ar_view_make(&rv->v, ptr, T, stride, width, es) == 0)
+        return ATTNRES_OK;
+    char what[48];
+    view_name(rv, what, sizeof what);
+    return run_fail(plan, ATTNRES_EINVAL,
+                    "%s %" PRId64 " of %s with T = %" PRId64 ": (T - 1) * stride + %" PRId64
+                    " elements of %zu bytes overflow or run past the address space",
+                    stride_name, stride, what, T, width, es);
+}
+
+/* Whether a and b may overlap: only mix's in-place form, out exactly
+ * partial (each token's partial row is read before its out row is
+ * written). */
+static int may_alias(const attnres_plan *plan, const run_view *a, const run_view *b)
+{
+    if (plan->problem.op != ATTNRES_OP_MIX || !ar_views_same(&a->v, &b->v))
+        return 0;
+    return (strcmp(a->name, "out") == 0 && strcmp(b->name, "partial") == 0) ||
+           (strcmp(a->name, "partial") == 0 && strcmp(b->name, "out") == 0);
+}
+
+static int overlap_fail(attnres_plan *plan, const run_view *a, const run_view *b)
+{
+    char an[48], bn[48];
+    view_name(a, an, sizeof an);
+    view_name(b, bn, sizeof bn);
+    return run_fail(plan, ATTNRES_EINVAL, "%s and %s overlap: %s", an, bn,
+                    plan->problem.op == ATTNRES_OP_MIX
+                        ? "an output may share memory with no other argument but out with partial, exactly"
+                        : "an output may share memory with no other argument");
+}
+
+/* Refuses every pair of views, one of them an output, that share a byte,
+ * but those may_alias allows. */
+static int check_overlaps(attnres_plan *plan, const run_view *views, int count)
+{
+    for (int i = 0; i < count; i++) {
+        if (!views[i].output)
+            continue;
+        for (int j = 0; j < count; j++)
+            if (j != i && (!views[j].output || j < i) && ar_views_overlap(&views[i].v, &views[j].v) &&
+                !may_alias(plan, &views[i], &views[j]))
+                return overlap_fail(plan, &views[i], &views[j]);
+    }
+    return ATTNRES_OK;
+}
+
 /* Refuses a run whose entry point does not match the plan's op. */
 /* The checks every run entry starts with: a plan, T >= 0, and the plan's
  * own operation. The caller returns at once unless this is OK and T > 0. */
@@ -563,6 +649,37 @@ static int check_sources(attnres_plan *plan, const void *const *sources, const i
     return ATTNRES_OK;
 }
 
+/* The views of a mix: n sources, query, partial, out_gain, out, normed. */
+static int check_mix_views(attnres_plan *plan, int64_t T, const attnres_mix_args *a)
+{
+    const attnres_problem *p = &plan->problem;
+    const size_t es = attnres_dtype_size(p->dtype);
+    run_view views[p->n + 5];
+    int count = 0, st;
+    for (int i = 0; i < p->n; i++) {
+        const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
+        if ((st = add_view(plan, &views[count++], "source", i, 0, a->sources[i], T, stride, p->d, es, "stride")))
+            return st;
+    }
+    if ((st = add_view(plan, &views[count++], "query", -1, 0, a->query, 1, p->d, p->d, 4, "stride")))
+        return st;
+    if ((st = add_view(plan, &views[count++], "out", -1, 1, a->out, T, a->out_stride ? a->out_stride : p->d, p->d,
+                       es, "out_stride")))
+        return st;
+    if (p->form == ATTNRES_FORM_ADDITIVE &&
+        (st = add_view(plan, &views[count++], "partial", -1, 0, a->partial, T,
+                       a->partial_stride ? a->partial_stride : p->d, p->d, es, "partial_stride")))
+        return st;
+    if (p->epilogue) {
+        if ((st = add_view(plan, &views[count++], "out_gain", -1, 0, a->out_gain, 1, p->d, p->d, 4, "stride")))
+            return st;
+        if ((st = add_view(plan, &views[count++], "normed", -1, 1, a->normed, T,
+                           a->normed_stride ? a->normed_stride : p->d, p->d, es, "normed_stride")))
+            return st;
+    }
+    return check_overlaps(plan, views, count);
+}
+
 int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, void *stream)
 {
     int st = check_call(plan, T, ATTNRES_OP_MIX, "attnres_run_mix");
@@ -592,6 +709,8 @@ int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, vo
             return run_fail(plan, ATTNRES_EINVAL, "out_eps must be positive and finite (got %g)",
                             (double)a->out_eps);
     }
+    if ((st = check_mix_views(plan, T, a)) != ATTNRES_OK)
+        return st;
     const plan_bucket *b = pick_bucket(plan, T);
     const ar_op_args args = ar_op_mix(a);
     st = plan->dev->ops->launch(plan->dev, &b->kernel, p, T, &args, stream);
@@ -607,6 +726,122 @@ static int check_eps(attnres_plan *plan, const char *name, float eps)
     if (!(eps > 0.0f) || !(eps < 1e30f))
         return run_fail(plan, ATTNRES_EINVAL, "%s must be positive and finite (got %g)", name, (double)eps);
     return ATTNRES_OK;
+}
+
+/* Sites up to which phase 1's outputs are compared pair by pair; beyond,
+ * by sorted address ranges, so that S = 4096 costs no 16 million pairs. */
+#define PHASE1_PAIRWISE_SITES 64
+_Static_assert(2 * ATTNRES_MAX_S <= 65536, "phase 1's outputs are sorted by uint16_t index");
+
+/* Output v of phase 1 (o1[v] for v < S, else lse[v - S]) as a view, whose
+ * extent check_phase1_views has checked already. */
+static void phase1_output(const attnres_problem *p, int64_t T, const attnres_phase1_args *a, int v, run_view *rv)
+{
+    const int site = v < p->s ? v : v - p->s;
+    const int64_t o1_stride = a->o1_stride ? a->o1_stride : p->d, lse_stride = a->lse_stride ? a->lse_stride : p->heads;
+    rv->index = site;
+    rv->output = 1;
+    if (v < p->s) {
+        rv->name = "o1";
+        (void)ar_view_make(&rv->v, a->o1[site], T, o1_stride, p->d, attnres_dtype_size(p->dtype));
+    } else {
+        rv->name = "lse";
+        (void)ar_view_make(&rv->v, a->lse[site], T, lse_stride, p->heads, 4);
+    }
+}
+
+/* Heapsort's sift-down of order[r] within order[0, n), by start. */
+static void sift_down(uint16_t *order, const uintptr_t *start, int r, int n)
+{
+    for (int c; (c = 2 * r + 1) < n; r = c) {
+        if (c + 1 < n && start[order[c + 1]] > start[order[c]])
+            c++;
+        if (start[order[r]] >= start[order[c]])
+            return;
+        const uint16_t t = order[r];
+        order[r] = order[c];
+        order[c] = t;
+    }
+}
+
+/* Sorts the outputs of phase 1 by first address (heapsort: no allocation)
+ * and refuses the first two whose address ranges meet. */
+static int phase1_outputs_by_range(attnres_plan *plan, int64_t T, const attnres_phase1_args *a)
+{
+    const int count = 2 * plan->problem.s; /* at most 2 * ATTNRES_MAX_S, which uint16_t holds */
+    uint16_t order[count];
+    uintptr_t start[count], end[count];
+    for (int v = 0; v < count; v++) {
+        run_view rv;
+        phase1_output(&plan->problem, T, a, v, &rv);
+        order[v] = (uint16_t)v;
+        start[v] = rv.v.start;
+        end[v] = rv.v.start + rv.v.extent;
+    }
+    for (int r = count / 2 - 1; r >= 0; r--)
+        sift_down(order, start, r, count);
+    for (int n = count - 1; n > 0; n--) {
+        const uint16_t t = order[0];
+        order[0] = order[n];
+        order[n] = t;
+        sift_down(order, start, 0, n);
+    }
+    int reach = order[0]; /* of the views so far, the one whose range ends last */
+    for (int i = 1; i < count; i++) {
+        const int v = order[i];
+        if (start[v] < end[reach]) {
+            run_view x, y;
+            phase1_output(&plan->problem, T, a, reach, &x);
+            phase1_output(&plan->problem, T, a, v, &y);
+            return overlap_fail(plan, &x, &y);
+        }
+        if (end[v] > end[reach])
+            reach = v;
+    }
+    return ATTNRES_OK;
+}
+
+/* The views of phase 1: n sources and the S queries read; S o1 and S lse
+ * views written. */
+static int check_phase1_views(attnres_plan *plan, int64_t T, const attnres_phase1_args *a)
+{
+    const attnres_problem *p = &plan->problem;
+    const size_t es = attnres_dtype_size(p->dtype);
+    const int pairwise = p->s <= PHASE1_PAIRWISE_SITES;
+    run_view views[p->n + 1 + (pairwise ? 2 * p->s : 0)];
+    int count = 0, st;
+    for (int i = 0; i < p->n; i++) {
+        const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
+        if ((st = add_view(plan, &views[count++], "source", i, 0, a->sources[i], T, stride, p->d, es, "stride")))
+            return st;
+    }
+    int64_t qwidth;
+    if (__builtin_mul_overflow((int64_t)p->s, p->d, &qwidth) ||
+        (st = add_view(plan, &views[count++], "queries", -1, 0, a->queries, 1, qwidth, qwidth, 4, "stride")))
+        return st ? st : run_fail(plan, ATTNRES_EINVAL, "queries: S * d overflows");
+    const int inputs = count;
+    for (int j = 0; j < p->s; j++) {
+        run_view o1, lse;
+        if ((st = add_view(plan, &o1, "o1", j, 1, a->o1[j], T, a->o1_stride ? a->o1_stride : p->d, p->d, es,
+                           "o1_stride")) ||
+            (st = add_view(plan, &lse, "lse", j, 1, a->lse[j], T, a->lse_stride ? a->lse_stride : p->heads,
+                           p->heads, 4, "lse_stride")))
+            return st;
+        for (int k = 0; k < inputs; k++) {
+            if (ar_views_overlap(&o1.v, &views[k].v))
+                return overlap_fail(plan, &o1, &views[k]);
+            if (ar_views_overlap(&lse.v, &views[k].v))
+                return overlap_fail(plan, &lse, &views[k]);
+        }
+        if (pairwise) {
+            views[inputs + j] = o1;
+            views[inputs + p->s + j] = lse;
+        }
+    }
+    if (!pairwise)
+        return phase1_outputs_by_range(plan, T, a);
+    /* Inputs against outputs are done: only outputs against each other. */
+    return check_overlaps(plan, views + inputs, 2 * p->s);
 }
 
 int attnres_run_phase1(attnres_plan *plan, int64_t T, const attnres_phase1_args *a, void *stream)
@@ -639,12 +874,43 @@ int attnres_run_phase1(attnres_plan *plan, int64_t T, const attnres_phase1_args 
                         p->heads);
     if (check_eps(plan, "eps", a->eps))
         return ATTNRES_EINVAL;
+    if ((st = check_phase1_views(plan, T, a)) != ATTNRES_OK)
+        return st;
     const plan_bucket *b = pick_bucket(plan, T);
     const ar_op_args args = ar_op_phase1(a);
     st = plan->dev->ops->launch(plan->dev, &b->kernel, p, T, &args, stream);
     if (st != ATTNRES_OK)
         return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, attnres_device_errmsg(plan->dev));
     return ATTNRES_OK;
+}
+
+/* The views of phase 2: o1, lse, query, sublayer and out_gain read;
+ * partial read (and written with the fused add); out and normed written. */
+static int check_phase2_views(attnres_plan *plan, int64_t T, const attnres_phase2_args *a)
+{
+    const attnres_problem *p = &plan->problem;
+    const size_t es = attnres_dtype_size(p->dtype);
+    run_view views[8];
+    int count = 0, st;
+    if ((st = add_view(plan, &views[count++], "o1", -1, 0, a->o1, T, a->o1_stride ? a->o1_stride : p->d, p->d, es,
+                       "o1_stride")) ||
+        (st = add_view(plan, &views[count++], "lse", -1, 0, a->lse, T, a->lse_stride ? a->lse_stride : p->heads,
+                       p->heads, 4, "lse_stride")) ||
+        (st = add_view(plan, &views[count++], "partial", -1, p->fuse_add, a->partial, T,
+                       a->partial_stride ? a->partial_stride : p->d, p->d, es, "partial_stride")) ||
+        (st = add_view(plan, &views[count++], "query", -1, 0, a->query, 1, p->d, p->d, 4, "stride")) ||
+        (st = add_view(plan, &views[count++], "out", -1, 1, a->out, T, a->out_stride ? a->out_stride : p->d, p->d,
+                       es, "out_stride")))
+        return st;
+    if (p->fuse_add && (st = add_view(plan, &views[count++], "sublayer", -1, 0, a->sublayer, T,
+                                      a->sublayer_stride ? a->sublayer_stride : p->d, p->d, es, "sublayer_stride")))
+        return st;
+    if (p->epilogue &&
+        ((st = add_view(plan, &views[count++], "out_gain", -1, 0, a->out_gain, 1, p->d, p->d, 4, "stride")) ||
+         (st = add_view(plan, &views[count++], "normed", -1, 1, a->normed, T,
+                        a->normed_stride ? a->normed_stride : p->d, p->d, es, "normed_stride"))))
+        return st;
+    return check_overlaps(plan, views, count);
 }
 
 int attnres_run_phase2(attnres_plan *plan, int64_t T, const attnres_phase2_args *a, void *stream)
@@ -679,6 +945,8 @@ int attnres_run_phase2(attnres_plan *plan, int64_t T, const attnres_phase2_args 
         if (check_eps(plan, "out_eps", a->out_eps))
             return ATTNRES_EINVAL;
     }
+    if ((st = check_phase2_views(plan, T, a)) != ATTNRES_OK)
+        return st;
     const plan_bucket *b = pick_bucket(plan, T);
     const ar_op_args args = ar_op_phase2(a);
     st = plan->dev->ops->launch(plan->dev, &b->kernel, p, T, &args, stream);

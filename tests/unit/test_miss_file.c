@@ -8,7 +8,8 @@
  * written again. Tuned-level plans record nothing. A file that cannot be
  * written never fails a run; a file at the size bound gets nothing more; a
  * last line cut short is closed and marked, and the reader skips it while
- * keeping every whole line. Every line the writer wrote parses.
+ * keeping every whole line. Every line the writer wrote parses. A FIFO as
+ * the miss file blocks neither a run nor the reader.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -190,6 +191,51 @@ static void test_cut_last_line_is_closed_and_skipped(void)
     attnres_plan_destroy(plan);
 }
 
+/* A FIFO as the miss file (nobody reads it) must not block a run: the
+ * child gets 10 seconds, then SIGALRM ends it and the case fails. The plan
+ * says once that the file is not a regular file, and nothing is written. */
+static void test_fifo_never_blocks_a_run(void)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    REQUIRE(mkfifo(path, 0600) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        if (attnres_miss_file_set(path) != ATTNRES_OK)
+            _exit(3);
+        attnres_plan *plan = plan_mix(40, 2);
+        if (!plan)
+            _exit(4);
+        char text[4096];
+        attnres_plan_explain(plan, text, sizeof text);
+        const char *said = strstr(text, "not a regular file");
+        if (!said || strstr(said + 1, "not a regular file"))
+            _exit(5);
+        for (int64_t T = 1; T <= 8; T++)
+            if (run_mix(plan, 40, 2, T) != ATTNRES_OK)
+                _exit(6);
+        attnres_plan_destroy(plan);
+        /* The reader refuses it at once too, rather than wait for a writer. */
+        ar_miss *m = NULL;
+        size_t n = 0;
+        int torn = 0;
+        char err[512] = "";
+        if (ar_miss_read_file(path, &m, &n, &torn, err, sizeof err) != -1 || !strstr(err, "not a regular file"))
+            _exit(7);
+        _exit(0);
+    }
+    int ws = 0;
+    REQUIRE(waitpid(pid, &ws, 0) == pid);
+    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    if (WIFSIGNALED(ws))
+        fprintf(stderr, "  the child ended by signal %d (14: SIGALRM, it blocked)\n", WTERMSIG(ws));
+    else if (WIFEXITED(ws) && WEXITSTATUS(ws) != 0)
+        fprintf(stderr, "  the child exited %d\n", WEXITSTATUS(ws));
+    unlink(path);
+}
+
 static void test_off_records_nothing_and_long_path_is_refused(void)
 {
     char path[600];
@@ -231,6 +277,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_unwritable_file_never_fails_a_run);
     RUN_CASE(test_full_file_gets_nothing_more);
     RUN_CASE(test_cut_last_line_is_closed_and_skipped);
+    RUN_CASE(test_fifo_never_blocks_a_run);
     RUN_CASE(test_off_records_nothing_and_long_path_is_refused);
     attnres_device_close(cpu);
     scratch_remove(dir);

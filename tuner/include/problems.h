@@ -27,15 +27,16 @@
 
 #define PROBLEM_MAX_BUCKETS 8
 
-/* What a user may ask for, on the command line and in problems files. The
- * bounds lie far above every model (DESIGN §1: d <= 7168, N <= 73, T up to
+/* What a user may ask for, on the command line and in problems files: the
+ * limits of attnres.h, which the runtime's plans and miss file share. They
+ * lie far above every model (DESIGN §1: d <= 7168, N <= 73, T up to
  * 16384+) but keep every value inside the 32-bit fields of attnres_problem
  * and every buffer size inside 64 bits, so nothing is ever truncated. */
-#define PROBLEM_MAX_D (1 << 24)     /* row width d */
-#define PROBLEM_MAX_N (1 << 20)     /* sources N */
-#define PROBLEM_MAX_HEADS (1 << 20) /* heads H */
-#define PROBLEM_MAX_S 4096          /* phase1 sites per block S */
-#define PROBLEM_MAX_T (1 << 24)     /* tokens T of a bucket */
+#define PROBLEM_MAX_D ATTNRES_MAX_D         /* row width d */
+#define PROBLEM_MAX_N ATTNRES_MAX_N         /* sources N */
+#define PROBLEM_MAX_HEADS ATTNRES_MAX_HEADS /* heads H */
+#define PROBLEM_MAX_S ATTNRES_MAX_S         /* phase1 sites per block S */
+#define PROBLEM_MAX_T (1 << 24)             /* tokens T of a bucket: the miss file's AR_MISS_MAX_T */
 
 typedef struct tune_problem {
     attnres_problem p;

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A T bucket the tuner reads from a miss file is one the runtime records. */
+_Static_assert(PROBLEM_MAX_T == AR_MISS_MAX_T, "the tuner's and the miss file's largest T bucket differ");
+
 const char *const preset_names[] = {"ci", "default", "k3", "mhar-8b", "delta-small", NULL};
 
 /* One preset line: the shape and its T buckets for the CPU and for GPUs. */
