@@ -139,11 +139,12 @@ int attnres_db_open(const char *path, attnres_db **out, char *msg, size_t msg_le
         msg = scratch;
         msg_len = sizeof scratch;
     }
+    if (out)
+        *out = NULL; /* on every failure, a caller's handle is NULL */
     if (!out || !path) {
-        snprintf(msg, msg_len, "database path or out is NULL");
+        snprintf(msg, msg_len, "%s is NULL", out ? "the database path" : "out");
         return ATTNRES_EINVAL;
     }
-    *out = NULL;
     attnres_db *h = calloc(1, sizeof *h);
     if (!h) {
         snprintf(msg, msg_len, "out of memory");

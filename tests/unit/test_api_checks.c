@@ -296,7 +296,7 @@ static void test_null_arguments_are_refused_or_ignored(void)
     CHECK(attnres_device_info_get(cpu, NULL) == ATTNRES_EINVAL);
     CHECK(attnres_device_errmsg(NULL) != NULL);
     attnres_db *db = (attnres_db *)1;
-    CHECK(attnres_db_open(NULL, &db, msg, sizeof msg) == ATTNRES_EINVAL);
+    CHECK(attnres_db_open(NULL, &db, msg, sizeof msg) == ATTNRES_EINVAL && db == NULL);
     CHECK(attnres_db_open("x.db", NULL, NULL, 0) == ATTNRES_EINVAL);
     attnres_problem p;
     mix_problem(&p, 8, 1, 1);
