@@ -269,6 +269,7 @@ static void tuner_free(tuner *t)
     for (size_t i = 0; i < t->nsources; i++) {
         source_entry *e = t->sources[i];
         free(e->id);
+        free(e->spec);
         free(e->source);
         free(e->kernel);
         free(e->json);

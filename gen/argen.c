@@ -302,8 +302,31 @@ int argen_prune(argen *g, const char *id, const argen_problem *problem,
     return pruned;
 }
 
+int argen_specialize(argen *g, const char *id, const argen_problem *problem,
+                     const argen_device *device, char *spec, size_t spec_len)
+{
+    lua_State *L = sandbox_state(g->sb);
+    if (call_for_problem(g, "specialize", id, problem, device, 1, spec, spec_len))
+        return -1;
+    const char *text = lua_tostring(L, -1);
+    int n = snprintf(spec, spec_len, "%s", text ? text : "");
+    lua_pop(L, 1);
+    if (n < 0 || (size_t)n >= spec_len) {
+        snprintf(g->msg, sizeof g->msg, "%s: specialization of %s too long", g->file, id);
+        snprintf(spec, spec_len, "%s", g->msg);
+        return -1;
+    }
+    return 0;
+}
+
 int argen_emit(argen *g, const char *id, char **source, char **kernel_name,
                char **params_json)
+{
+    return argen_emit_for(g, id, NULL, source, kernel_name, params_json);
+}
+
+int argen_emit_for(argen *g, const char *id, const char *spec, char **source, char **kernel_name,
+                   char **params_json)
 {
     *source = *kernel_name = NULL;
     if (params_json)
@@ -312,7 +335,11 @@ int argen_emit(argen *g, const char *id, char **source, char **kernel_name,
     push_call(g, "emit");
     lua_pushstring(L, g->file);
     lua_pushstring(L, id);
-    if (sandbox_call(g->sb, 3, 3, g->msg, sizeof g->msg))
+    if (spec)
+        lua_pushstring(L, spec);
+    else
+        lua_pushnil(L);
+    if (sandbox_call(g->sb, 4, 3, g->msg, sizeof g->msg))
         return 1;
     *source = dup_str(lua_tostring(L, -3));
     *kernel_name = dup_str(lua_tostring(L, -2));

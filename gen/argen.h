@@ -75,6 +75,16 @@ int argen_applies(argen *g, const char *id, const argen_problem *problem,
 int argen_emit(argen *g, const char *id, char **source, char **kernel_name,
                char **params_json);
 
+/* The facts of a problem that variant id's source may be specialized for
+ * (the template's `specialize`), as "name=value,..." in spec; "" when none.
+ * 0, or -1 with the message in spec on a template error. */
+int argen_specialize(argen *g, const char *id, const argen_problem *problem,
+                     const argen_device *device, char *spec, size_t spec_len);
+
+/* argen_emit for the facts spec (from argen_specialize; NULL or "": none). */
+int argen_emit_for(argen *g, const char *id, const char *spec, char **source, char **kernel_name,
+                   char **params_json);
+
 /* The id of the template's generic variant (its fallback kernel) for a
  * storage dtype, in *id. */
 int argen_generic(argen *g, const char *dtype, char **id);

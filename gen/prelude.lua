@@ -51,6 +51,9 @@ function prelude.validate(T, file)
   if type(T) ~= "table" then error(file .. ": template must return a table", 0) end
   need("backend", "string"); need("op", "string"); need("params", "table")
   need("id", "function"); need("emit", "function")
+  if T.specialize ~= nil and type(T.specialize) ~= "function" then
+    error(file .. ": 'specialize' must be a function or absent", 0)
+  end
   for i, p in ipairs(T.params) do
     if type(p.name) ~= "string" or type(p.values) ~= "table" or #p.values == 0 then
       error(file .. ": params[" .. i .. "] needs a name and a non-empty values list", 0)
@@ -155,10 +158,19 @@ end
 -- Variants that differ only in launch parameters then have one source, one
 -- build key and one binary. Their header names the kernel and the other
 -- parameters instead of the variant id, which names the launch parameters.
-function prelude.emit(T, file, id)
+--
+-- spec, when given, is what prelude.specialize returned for a problem: the
+-- source may then fix those facts of the problem (T.emit(p, facts)), and
+-- says so in its header.
+function prelude.emit(T, file, id, spec)
   local p = prelude.find(T, id)
   if not p then error("no variant '" .. id .. "' in " .. file, 0) end
-  local body, kernel = T.emit(p)
+  local facts = nil
+  if spec and spec ~= "" then
+    facts = {}
+    for k, v in spec:gmatch("([%w_]+)=(%-?%d+)") do facts[k] = tonumber(v) end
+  end
+  local body, kernel = T.emit(p, facts)
   if type(body) ~= "string" or type(kernel) ~= "string" then
     error(file .. ": emit must return the source and the kernel name", 0)
   end
@@ -170,6 +182,7 @@ function prelude.emit(T, file, id)
       names[#names + 1] = spec.name .. "=" .. tostring(p[spec.name])
     end
   end
+  if facts then names[#names + 1] = "specialized for " .. spec end
   local header
   if #launch == 0 then
     header = string.format(
@@ -207,6 +220,33 @@ function prelude.prune(T, id, problem, device)
     error("prune() must return nil or a reason string, not a " .. type(why), 0)
   end
   return why
+end
+
+-- The facts of a problem that variant id's source may be specialized for
+-- (T.specialize(p, problem, device) returns a table of integers, or nil),
+-- as a string "name=value,..." in name order; "" when none. A specialized
+-- source stays right for every problem (it keeps a general path) and is
+-- only quicker to compile: the tuner keeps one source per variant and
+-- specialization, so problems with the same facts share it.
+function prelude.specialize(T, id, problem, device)
+  local p = prelude.find(T, id)
+  if not p then error("no variant '" .. id .. "'", 0) end
+  if not T.specialize then return "" end
+  local facts = T.specialize(p, problem, device)
+  if facts == nil then return "" end
+  if type(facts) ~= "table" then
+    error("specialize() must return nil or a table, not a " .. type(facts), 0)
+  end
+  local keys = {}
+  for k, v in pairs(facts) do
+    if type(k) ~= "string" or not k:match("^[%w_]+$") or math.type(v) ~= "integer" then
+      error("specialize() must map names to integers", 0)
+    end
+    keys[#keys + 1] = k
+  end
+  table.sort(keys)
+  for i, k in ipairs(keys) do keys[i] = k .. "=" .. facts[k] end
+  return table.concat(keys, ",")
 end
 
 -- The id of the template's generic variant for a dtype: the one the

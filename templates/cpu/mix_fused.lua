@@ -153,6 +153,12 @@ function T.constraint(p)
       (p.burst ~= "auto" or builtin_form(p))
 end
 
+-- Tuned sources fix the problem's source count (see dispatch()); the
+-- built-ins and every other use of the template emit the general source.
+function T.specialize(p, problem, device)
+  return { n = problem.n }
+end
+
 function T.launch(p)
   return { abi = kabi.version("cpu_mix") }
 end
@@ -619,9 +625,21 @@ static int rows_alias(const struct attnres_cpu_mix_args *a)
 -- A switch that calls sweep() with a constant group size, with and
 -- without the mix, so each case compiles to register-resident code. The
 -- mix alone (g = 0) takes mix_fixed() with a constant n where it applies.
-local function dispatch(p)
+-- Each case is a whole copy of the sweep, and the copies were most of a
+-- compile (about 1.2 s of gcc -O3 each on the Zen 4 guest): a source
+-- specialized for one n (T.specialize) has the cases that n reaches and a
+-- general one (a runtime g) for every other n.
+local function dispatch(p, facts)
+  local n = facts and facts.n
+  -- The group sizes token rows of n split into (stats_and_mix()).
+  local reached = {}
+  if n then
+    local sweeps = (n + p.group - 1) // p.group
+    reached[n // sweeps] = true
+    reached[(n + sweeps - 1) // sweeps] = true
+  end
   local function cases(mix)
-    return gen.each(p.group + 1, function(i)
+    local text = gen.each(p.group + 1, function(i)
       local g = i - 1
       if g == 0 and not mix then return "" end
       if g == 0 and mix_fixed_applies(p) then
@@ -633,14 +651,35 @@ ${fixed}            default: sweep(a, q, cur, weight, partial, partial_next, out
             break;
 ]], { N = p.burst == "auto" and "q->bursts ? 0 : a->n" or "a->n",
         fixed = gen.each(MIX_FIXED_MAX, function(m)
+          if n and m ~= n then return "" end
           return string.format("            case %d: mix_fixed(a, cur, weight, partial, partial_next, out, keep, sq, ahead, n_ahead, %d); break;\n", m, m)
         end) })
       end
+      if n and g > 0 and not reached[g] then return "" end
       return string.format(
         "        case %d: sweep(a, q, %s, g, rows, next, ss_out, dp_out, ahead, n_ahead); break;\n", g,
         mix and "cur, weight, partial, partial_next, out, keep, sq"
             or "NULL, NULL, NULL, 0, NULL, NULL, NULL")
     end)
+    if n and mix then
+      -- Another group size: the mix alone (case 0), then its statistics.
+      text = text .. [[
+        default:
+            sweep_group(a, q, cur, weight, partial, partial_next, out, keep, sq, 0, NULL, NULL, NULL, NULL, NULL, 0);
+            sweep_group(a, q, NULL, NULL, NULL, 0, NULL, NULL, NULL, g, rows, next, ss_out, dp_out, ahead, n_ahead);
+            break;
+]]
+    elseif n then
+      -- Another group size: its statistics a row at a time.
+      text = text .. [[
+        default:
+            for (int j = 0; j < g; j++)
+                sweep(a, q, NULL, NULL, NULL, 0, NULL, NULL, NULL, 1, rows + j, next ? next + j : NULL, ss_out + j,
+                      dp_out + (int64_t)j * a->heads, j + 1 < g ? rows + j + 1 : ahead, j + 1 < g ? 1 : n_ahead);
+            break;
+]]
+    end
+    return text
   end
   return gen.subst([[
 /* sweep() for a group of g <= ${G} rows; cur == NULL skips the mix. */
@@ -662,7 +701,7 @@ ${stat_cases}        }
 ]], { G = p.group, mix_cases = cases(true), stat_cases = cases(false) })
 end
 
-function T.emit(p)
+function T.emit(p, facts)
   local name = space.kernel_name(source_id(p))
   local src = kernel.source {
     ctype = storage.ctype[p.dtype],
@@ -721,7 +760,7 @@ ${mix_apart}    for (int s = 0, i0 = 0; s < sweeps; s++) {
       softmax = rowops.depth_softmax(p.vec),
       sweep = sweep(p),
       mix_fixed = mix_fixed(p),
-      dispatch = dispatch(p),
+      dispatch = dispatch(p, facts),
       dot_helpers = dot_helpers(p),
       stream = p.store == "stream" and storage.stream_helpers(p.vec, true) or "",
       G = p.group,

@@ -208,6 +208,44 @@ static void test_fused_mix_prunes_with_reasons(void)
     argen_close(g);
 }
 
+static void test_specialize_fixes_facts_the_source_and_its_header_name(void)
+{
+    char msg[1024] = "";
+    argen *g = NULL;
+    REQUIRE(open_x("return { backend = 'cpu', op = 'mix', params = { { name = 'v', values = { 1 } } },\n"
+                   "  id = function(p) return 'x_' .. p.v end,\n"
+                   "  specialize = function(p, problem) if problem.n > 1 then return { n = problem.n, v = p.v } end end,\n"
+                   "  emit = function(p, facts)\n"
+                   "    return 'int k(void) { return ' .. (facts and facts.n or 0) .. '; }\\n', 'k' end }\n",
+                   &g, msg, sizeof msg) == 0);
+    argen_device dev = {.backend = "cpu", .arch = "x86_64", .units = 2};
+    argen_problem p9 = {.op = "mix", .dtype = "f32", .form = "replace", .d = 64, .t = 1, .n = 9, .heads = 1};
+    argen_problem p1 = p9;
+    p1.n = 1;
+    char spec[64];
+    /* Facts in name order; none when specialize returns nil. */
+    CHECK(argen_specialize(g, "x_1", &p9, &dev, spec, sizeof spec) == 0 && strcmp(spec, "n=9,v=1") == 0);
+    CHECK(argen_specialize(g, "x_1", &p1, &dev, spec, sizeof spec) == 0 && strcmp(spec, "") == 0);
+    char *src = NULL, *kernel = NULL;
+    REQUIRE(argen_emit_for(g, "x_1", "n=9,v=1", &src, &kernel, NULL) == 0);
+    CHECK(strstr(src, "specialized for n=9,v=1") && strstr(src, "return 9;"));
+    free(src);
+    free(kernel);
+    REQUIRE(argen_emit(g, "x_1", &src, &kernel, NULL) == 0);
+    CHECK(!strstr(src, "specialized") && strstr(src, "return 0;"));
+    free(src);
+    free(kernel);
+    argen_close(g);
+    /* Anything but names to integers is the template's error, said. */
+    REQUIRE(open_x("return { backend = 'cpu', op = 'mix', params = { { name = 'v', values = { 1 } } },\n"
+                   "  id = function(p) return 'x_' .. p.v end,\n"
+                   "  specialize = function(p, problem) return { n = 'nine' } end,\n"
+                   "  emit = function(p) return '', 'k' end }\n",
+                   &g, msg, sizeof msg) == 0);
+    CHECK(argen_specialize(g, "x_1", &p9, &dev, spec, sizeof spec) < 0 && strstr(spec, "names to integers"));
+    argen_close(g);
+}
+
 static void test_list_templates_finds_dialect_templates_only(void)
 {
     char msg[1024] = "";
@@ -784,6 +822,7 @@ int main(int argc, char **argv)
 
     RUN_CASE(test_enumerate_cartesian_product_under_constraint_in_stable_order);
     RUN_CASE(test_emit_starts_with_generator_header_naming_file_variant_params);
+    RUN_CASE(test_specialize_fixes_facts_the_source_and_its_header_name);
     RUN_CASE(test_list_templates_finds_dialect_templates_only);
     RUN_CASE(test_subst_unknown_key_reports_template_file_and_line);
     RUN_CASE(test_syntax_error_reports_template_file_and_line);

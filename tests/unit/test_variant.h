@@ -13,6 +13,7 @@
 
 #include "argen.h"
 #include "device.h"
+#include "sha256.h"
 #include "test_scratch.h"
 
 /* Makes a scratch directory "$TMPDIR/attnres-test-NAME-XXXXXX" in dir
@@ -38,20 +39,27 @@ static inline int scratch_cpu_open(const char *name, char *dir, size_t len, attn
     return 0;
 }
 
-/* Compiles and loads variant id of template g on dev; 0 on success, else
- * the failure is printed with the variant's id. */
-static inline int compile_variant_on(attnres_device *dev, argen *g, const char *id, ar_kernel *k)
+/* Compiles and loads variant id of template g on dev, its source
+ * specialized for spec (argen_specialize's form; NULL: the general one);
+ * 0 on success, else the failure is printed with the variant's id. */
+static inline int compile_variant_for(attnres_device *dev, argen *g, const char *id, const char *spec, ar_kernel *k)
 {
     char *src = NULL, *name = NULL, *json = NULL, *log = NULL;
     void *blob = NULL;
     size_t size = 0;
     memset(k, 0, sizeof *k);
-    int rc = argen_emit(g, id, &src, &name, &json);
+    int rc = argen_emit_for(g, id, spec, &src, &name, &json);
     if (rc) {
         fprintf(stderr, "  %s: %s\n", id, argen_errmsg(g));
         return rc;
     }
     rc = dev->ops->compile(dev, src, name, &blob, &size, &log);
+    /* Loaded under its build key, as the tuner loads it: two sources with
+     * one kernel name (a general one and a specialized one) are two
+     * objects, where a load under the kernel's name would reuse the first. */
+    char hash[65];
+    ar_sha256_string(src, hash);
+    ar_build_key(dev, hash, k->build_key);
     if (rc == 0)
         rc = dev->ops->load(dev, blob, size, src, name, json, k);
     if (rc)
@@ -62,6 +70,12 @@ static inline int compile_variant_on(attnres_device *dev, argen *g, const char *
     free(log);
     free(blob);
     return rc;
+}
+
+/* compile_variant_for's general source. */
+static inline int compile_variant_on(attnres_device *dev, argen *g, const char *id, ar_kernel *k)
+{
+    return compile_variant_for(dev, g, id, NULL, k);
 }
 
 #endif

@@ -40,6 +40,7 @@ typedef struct tune_opts {
 /* One variant's source, emitted once per run and shared by its problems. */
 typedef struct source_entry {
     char *id, *source, *kernel, *json, *template_name;
+    char *spec;         /* the facts its source is specialized for ("" none) */
     char hash[65], build_key[65];
     int64_t candidate_id;
     int have_binary;    /* in the database */
@@ -85,7 +86,7 @@ const char *strategy_name(strategy s);
 int load_templates(tuner *t);
 void templates_hash(tuner *t, char out[65]);
 /* The source of variant id of template g, emitted and recorded once. */
-source_entry *get_source(tuner *t, argen *g, const char *id);
+source_entry *get_source(tuner *t, argen *g, const char *id, const char *spec);
 /* Compiles the sources that have no binary yet, jobs at a time, and
  * stores the binaries: once per build key, and none the kernel cache
  * holds intact (CPU). todo is reordered. */

@@ -62,18 +62,19 @@ void templates_hash(tuner *t, char out[65])
     ar_sha256_hex(&s, out);
 }
 
-static source_entry *find_source(tuner *t, const char *id)
+static source_entry *find_source(tuner *t, const char *id, const char *spec)
 {
     for (size_t i = 0; i < t->nsources; i++)
-        if (strcmp(t->sources[i]->id, id) == 0)
+        if (strcmp(t->sources[i]->id, id) == 0 && strcmp(t->sources[i]->spec, spec) == 0)
             return t->sources[i];
     return NULL;
 }
 
-/* Emits (once) and records the candidate for variant `id` of template g. */
-source_entry *get_source(tuner *t, argen *g, const char *id)
+/* Emits (once per specialization, argen_specialize) and records the
+ * candidate for variant `id` of template g. */
+source_entry *get_source(tuner *t, argen *g, const char *id, const char *spec)
 {
-    source_entry *e = find_source(t, id);
+    source_entry *e = find_source(t, id, spec);
     if (e)
         return e;
     source_entry **grown = realloc(t->sources, (t->nsources + 1) * sizeof *grown);
@@ -84,8 +85,9 @@ source_entry *get_source(tuner *t, argen *g, const char *id)
     if (!e)
         return NULL;
     t->sources[t->nsources++] = e; /* owned by the tuner from here on */
-    if (argen_emit(g, id, &e->source, &e->kernel, &e->json)) {
-        cli_error("tune", "%s", argen_errmsg(g));
+    e->spec = strdup(spec);
+    if (!e->spec || argen_emit_for(g, id, spec, &e->source, &e->kernel, &e->json)) {
+        cli_error("tune", "%s", e->spec ? argen_errmsg(g) : "out of memory");
         return NULL;
     }
     e->id = strdup(id);

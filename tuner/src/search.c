@@ -261,7 +261,13 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
                     continue;
                 }
             }
-            source_entry *e = get_source(t, t->templates[g], v[i].id);
+            char spec[256];
+            if (argen_specialize(t->templates[g], v[i].id, &ap, &ad, spec, sizeof spec) < 0) {
+                cli_error("tune", "%s", spec);
+                argen_variants_free(v, nv);
+                return -1;
+            }
+            source_entry *e = get_source(t, t->templates[g], v[i].id, spec);
             candidate_ref *grown = e ? realloc(*out, (*count + 1) * sizeof *grown) : NULL;
             if (!grown) {
                 argen_variants_free(v, nv);
