@@ -4,9 +4,9 @@
  * winners, export, import and merge (DESIGN §5).
  *
  * These live in the ardb library (db/tools/), which the tuner and the
- * command line link; the runtime links only ardb_core (db/core/, declared
- * in ardb.h), so none of this is in libattnres. Ownership and status codes
- * are those of ardb.h.
+ * command line link; it links ardb_write (ardb_write.h), which links
+ * ardb_core (ardb.h). The runtime links only ardb_core, so none of this is
+ * in libattnres. Ownership and status codes are those of ardb.h.
  */
 #ifndef ARDB_TOOLS_H
 #define ARDB_TOOLS_H
@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ardb.h"
+#include "ardb_write.h"
 
 /* ==== resume (db/tools/resume.c) ======================================= */
 
@@ -25,6 +25,26 @@ int ardb_measurement_find_final(ardb *db, int64_t candidate_id,
                                 int64_t problem_id, int64_t device_id,
                                 const char *build_key, double *median_us,
                                 double *spread_us, int64_t *measurement_id);
+
+/* ==== listings (db/tools/listings.c) ================================== */
+
+/* Row callback for listings: column names and values as text (SQL NULL is
+ * ""; numbers are formatted). Pointers are valid during the call only. A
+ * non-zero return stops the listing, which still returns ARDB_DONE. */
+typedef int (*ardb_row_fn)(void *ctx, int ncol, const char *const *names,
+                           const char *const *values);
+/* The latest winner of every problem for every device (or the winners of
+ * one run), joined with its measurement: columns problem (key), device
+ * (name, with " (simulated)" after a simulated device's), variant,
+ * median_us, gbps, roofline; in problem key order with numeric fields
+ * compared as numbers. */
+int ardb_list_winners(ardb *db, int64_t run_id /* 0: all */, ardb_row_fn fn,
+                      void *ctx);
+/* All runs, newest last: id, started_at, finished_at, status, device
+ * (marked " (simulated)" as in ardb_list_winners), strategy, project_version, compiler, copy_gbps, read_gbps (GB/s with one
+ * decimal; "" where not recorded, e.g. every run of a file older than
+ * schema v3 opened read-only). */
+int ardb_list_runs(ardb *db, ardb_row_fn fn, void *ctx);
 
 /* ==== history: runs, comparisons, revalidation (db/tools/history.c) ==== */
 

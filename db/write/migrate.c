@@ -70,7 +70,7 @@ static const char delta_v4[] =
     "UPDATE attnres_meta SET value = '4' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 4;\n";
 
-/* v4 -> v5: runs.owner, the process that records a run (db/core/liveness.c:
+/* v4 -> v5: runs.owner, the process that records a run (db/write/liveness.c:
  * machine, boot, pid namespace, pid and the process's start time), so that
  * a run whose process was killed can be told from one still going and
  * marked 'interrupted' instead of staying 'running' forever. Runs recorded
@@ -106,23 +106,6 @@ typedef struct delta {
 
 static const delta deltas[] = {
     {2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}, {6, delta_v6}, {7, delta_v7}};
-
-int ardb__user_version(ardb *db, const char *schema, int64_t *version)
-{
-    char sql[96];
-    sqlite3_stmt *st = NULL;
-    int rc;
-    snprintf(sql, sizeof sql, "PRAGMA \"%s\".user_version", schema);
-    rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        *version = sqlite3_column_int64(st, 0);
-        rc = SQLITE_OK;
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_OK)
-        return ardb__sql_fail(db, rc, "cannot read the schema version");
-    return ARDB_DONE;
-}
 
 int ardb__schema_upgrade(ardb *db, int64_t from)
 {

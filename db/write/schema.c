@@ -1,9 +1,8 @@
 /*
- * schema.c - the tuning database schema: the v1 DDL (later versions are the
- * deltas of migrate.c), creation, version and format checks, and the
- * migration of older files at open.
+ * schema.c - the creation of the tuning database schema: the v1 DDL (later
+ * versions are the deltas of migrate.c), run on a new file, and the
+ * migration of an older one, when a writer opens it.
  */
-#include "schema.h"
 #include "migrate.h"
 
 #include <string.h>
@@ -128,84 +127,6 @@ static const char schema_v1[] =
     "  ('created_at', " ARDB_NOW ");\n"
     "PRAGMA user_version = 1;\n";
 
-/* What the file holds, read without a write lock. */
-typedef struct schema_state {
-    int64_t objects;      /* rows of sqlite_schema */
-    int64_t user_version;
-    int has_meta;         /* attnres_meta table present */
-    int format_ok;        /* attnres_meta.format is the magic value */
-} schema_state;
-
-/* Errors met while probing a file at open: a file SQLite cannot parse is
- * "not an SQLite database"; others keep their mapped code. */
-static int probe_fail(ardb *db, int rc)
-{
-    int prim = rc & 0xff;
-    if (prim == SQLITE_NOTADB || prim == SQLITE_CORRUPT)
-        return ardb__fail(db, ARDB_ENOTDB, "%s is not an SQLite database (%s)",
-                          db->path, sqlite3_errmsg(db->h));
-    return ardb__fail(db, ardb__map_rc(rc), "cannot read %s: %s", db->path,
-                      sqlite3_errmsg(db->h));
-}
-
-/* Runs a one-value query; *val gets column 0 as int64 or text match. */
-static int query_int(ardb *db, const char *sql, int64_t *val, int *found)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
-    if (rc != SQLITE_OK)
-        return probe_fail(db, rc);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *val = sqlite3_column_int64(st, 0);
-        if (found)
-            *found = 1;
-        rc = SQLITE_DONE;
-    } else if (found) {
-        *found = 0;
-    }
-    if (rc != SQLITE_DONE) {
-        int code = probe_fail(db, rc);
-        sqlite3_finalize(st);
-        return code;
-    }
-    sqlite3_finalize(st);
-    return ARDB_DONE;
-}
-
-static int read_state(ardb *db, schema_state *s)
-{
-    int64_t v = 0;
-    int found = 0, code;
-    memset(s, 0, sizeof *s);
-    if ((code = query_int(db, "SELECT count(*) FROM sqlite_schema", &s->objects,
-                          NULL)))
-        return code;
-    if ((code = query_int(db, "PRAGMA user_version", &s->user_version, NULL)))
-        return code;
-    if ((code = query_int(db,
-                          "SELECT 1 FROM sqlite_schema WHERE type = 'table' "
-                          "AND name = 'attnres_meta'",
-                          &v, &found)))
-        return code;
-    s->has_meta = found;
-    if (!s->has_meta)
-        return ARDB_DONE;
-    if ((code = query_int(db,
-                          "SELECT 1 FROM attnres_meta WHERE key = 'format' "
-                          "AND value = '" ARDB_FORMAT_MAGIC "'",
-                          &v, &found))) {
-        /* An attnres_meta of another shape is not ours. */
-        if (code == ARDB_ESQL) {
-            s->has_meta = 0;
-            return ARDB_DONE;
-        }
-        return code;
-    }
-    s->format_ok = found;
-    return ARDB_DONE;
-}
-
 static int exec(ardb *db, const char *sql, const char *what)
 {
     int rc = sqlite3_exec(db->h, sql, NULL, NULL, NULL);
@@ -219,14 +140,14 @@ static int create_schema(ardb *db, schema_state *s)
     int code;
     if ((code = exec(db, "BEGIN IMMEDIATE", "cannot create the schema")))
         return code;
-    /* Another process may have created it since read_state. */
-    if ((code = read_state(db, s)))
+    /* Another process may have created it since it was read. */
+    if ((code = ardb__schema_read(db, s)))
         goto fail;
     if (s->objects == 0 && s->user_version == 0) {
         if ((code = exec(db, schema_v1, "cannot create the schema")) ||
             (code = ardb__schema_upgrade(db, 1)))
             goto fail;
-        if ((code = read_state(db, s)))
+        if ((code = ardb__schema_read(db, s)))
             goto fail;
     }
     if ((code = exec(db, "COMMIT", "cannot create the schema")))
@@ -241,34 +162,16 @@ fail:
 int ardb__schema_init(ardb *db, int create)
 {
     schema_state s;
-    int code = read_state(db, &s);
+    int code = ardb__schema_read(db, &s);
     if (code)
         return code;
-    if (s.objects == 0 && s.user_version == 0) {
-        if (!create || db->readonly)
-            return ardb__fail(db, ARDB_ENOTDB,
-                              "%s is not an attnres database (it is empty)",
-                              db->path);
-        if ((code = create_schema(db, &s)))
-            return code;
-    }
-    if (!s.has_meta || !s.format_ok)
-        return ardb__fail(db, ARDB_ENOTDB, "%s is not an attnres database",
-                          db->path);
-    if (s.user_version > ARDB_SCHEMA_VERSION)
-        return ardb__fail(db, ARDB_ENEWER,
-                          "database schema version %lld is newer than this "
-                          "build (%d): open it with a newer attnres",
-                          (long long)s.user_version, ARDB_SCHEMA_VERSION);
-    if (s.user_version < 1)
-        return ardb__fail(db, ARDB_ENOTDB,
-                          "%s is not an attnres database (schema version "
-                          "%lld)",
-                          db->path, (long long)s.user_version);
-    /* An older file: a read-write open migrates it in place (with a
-     * backup); a read-only one reads it as it is, since every delta only
-     * adds, and the readers that need a later column check the version. */
-    if (s.user_version < ARDB_SCHEMA_VERSION && !db->readonly)
+    if (s.objects == 0 && s.user_version == 0 && create &&
+        (code = create_schema(db, &s)))
+        return code;
+    if ((code = ardb__schema_check(db, &s)))
+        return code;
+    /* An older file is migrated in place, with a backup. */
+    if (s.user_version < ARDB_SCHEMA_VERSION)
         return ardb__migrate(db, s.user_version);
     return ARDB_DONE;
 }

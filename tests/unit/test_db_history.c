@@ -85,7 +85,7 @@ static int make_v1(const char *name, char *path, size_t len)
 }
 
 /* Writes the v1 fixture migrated to v2 exactly as a build of schema v2
- * did it (the v2 delta of db/core/migrate.c, copied here so that the file stays
+ * did it (the v2 delta of db/write/migrate.c, copied here so that the file stays
  * what v2 wrote when later deltas come). */
 static int make_v2(const char *name, char *path, size_t len)
 {
@@ -410,7 +410,7 @@ static void test_v2_file_read_only_then_migrated(void)
 }
 
 /* Writes the v2 fixture migrated to v3 exactly as a build of schema v3 did
- * it (the v3 delta of db/core/migrate.c, copied here so that the file stays what
+ * it (the v3 delta of db/write/migrate.c, copied here so that the file stays what
  * v3 wrote), plus a real CUDA device with a gap in the ids (5), a run on it
  * and its winner, so that a migration that renumbered devices would show. */
 static int make_v3(const char *name, char *path, size_t len)

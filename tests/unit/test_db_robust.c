@@ -361,7 +361,7 @@ static int status_is(const char *path, int64_t id, const char *want)
 }
 
 /* Sets run id's owner to this process's owner with field k (0-based, of
- * "v1|MACHINE|BOOT|PIDNS|PID|START", db/core/liveness.c) replaced by value. */
+ * "v1|MACHINE|BOOT|PIDNS|PID|START", db/write/liveness.c) replaced by value. */
 static int set_owner_field(const char *path, int64_t id, int64_t from, int k, const char *value)
 {
     char sql[1024], *owner, *parts[8], *save = NULL;
