@@ -25,11 +25,12 @@
 
 /* Version 2 added runs.uid and runs.note, version 3 runs.read_gbps,
  * version 4 devices.simulated, version 5 runs.owner, version 6
- * runs.ceilings, version 7 runs.stages (db/write/migrate.c). A writer's
+ * runs.ceilings, version 7 runs.stages, version 8 measurements.final_round
+ * (db/write/migrate.c). A writer's
  * open (ardb_open, ardb_write.h) migrates an older file in place, keeping
  * a copy as PATH.v<N>.bak; a read-only open reads it as it is (every
  * device of a file older than v4 is real). */
-#define ARDB_SCHEMA_VERSION 7
+#define ARDB_SCHEMA_VERSION 8
 
 /* Return codes of every ardb_ function. */
 enum {

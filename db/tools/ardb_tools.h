@@ -19,7 +19,7 @@
 /* ==== resume (db/tools/resume.c) ======================================= */
 
 /* The newest ok measurement of a candidate taken in a final (interleaved)
- * round, whose message starts with "final": the most trustworthy timing
+ * round (measurements.final_round, schema v8): the most trustworthy timing
  * the database holds. ENOTFOUND when there is none. */
 int ardb_measurement_find_final(ardb *db, int64_t candidate_id,
                                 int64_t problem_id, int64_t device_id,

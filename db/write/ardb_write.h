@@ -133,12 +133,17 @@ typedef struct ardb_measurement {
                                   the run's copy_gbps before */
     double rel_err;            /* ||out-ref|| / ||ref|| */
     const char *message;       /* why it failed, may be NULL */
+    /* 1 for a timing of the interleaved final round (schema v8), 0 for
+     * any other; any other non-zero value is recorded as 1. Last, so that
+     * a caller that zero-initialises the struct records an ordinary one. */
+    int final_round;
 } ardb_measurement;
 int ardb_measurement_add(ardb *db, const ardb_measurement *m, int64_t *id);
 
 /* Finds the newest measurement of (candidate, problem, device, build_key)
  * from any run: the tuner's resume cache. build_key NULL matches a NULL
- * build key. ENOTFOUND when there is none. String fields of *m are
+ * build key. ENOTFOUND when there is none. On a read-only handle of a file
+ * older than v8, final_round is what the migration would set. String fields of *m are
  * malloc'ed; free them with ardb_measurement_clear. Doubles stored as NaN
  * (SQL NULL) come back as NaN. */
 int ardb_measurement_find(ardb *db, int64_t candidate_id, int64_t problem_id,

@@ -99,13 +99,29 @@ static const char delta_v7[] =
     "UPDATE attnres_meta SET value = '7' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 7;\n";
 
+/* v7 -> v8: measurements.final_round, 1 for a timing taken in the
+ * interleaved final round of a problem (the tuner's most trustworthy one,
+ * which a resumed run decides from), 0 for any other. Before v8 the mark
+ * was only the message's first word ("final ..."); a migrated file gets the
+ * flag from it. Measurements are append-only, so the trigger that refuses
+ * updates steps aside for this one and is put back as it was. */
+static const char delta_v8[] =
+    "ALTER TABLE measurements ADD COLUMN final_round INTEGER NOT NULL\n"
+    "  DEFAULT 0 CHECK(final_round IN (0, 1));\n"
+    "DROP TRIGGER measurements_append_only;\n"
+    "UPDATE measurements SET final_round = " ARDB_LEGACY_FINAL_ROUND("message") ";\n"
+    "CREATE TRIGGER measurements_append_only BEFORE UPDATE ON measurements\n"
+    "BEGIN SELECT RAISE(ABORT, 'measurements are append-only'); END;\n"
+    "UPDATE attnres_meta SET value = '8' WHERE key = 'schema_version';\n"
+    "PRAGMA user_version = 8;\n";
+
 typedef struct delta {
     int64_t to;
     const char *sql;
 } delta;
 
 static const delta deltas[] = {
-    {2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}, {6, delta_v6}, {7, delta_v7}};
+    {2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}, {6, delta_v6}, {7, delta_v7}, {8, delta_v8}};
 
 int ardb__schema_upgrade(ardb *db, int64_t from)
 {

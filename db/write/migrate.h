@@ -23,6 +23,15 @@
     "printf('v1:%s:%s:%d', " r ".started_at, COALESCE(" r ".host, ''), " r    \
     ".id)"
 
+/* Whether a measurement recorded before schema v8 (no final_round column)
+ * was taken in a final round: its message starts with "final", as the
+ * tuner wrote it then. The migration to v8 sets the column from this, and
+ * readers of an older file opened read-only, merges and imports from one
+ * use it, so that they all agree. `message` is the SQL expression of the
+ * measurement's message. */
+#define ARDB_LEGACY_FINAL_ROUND(message)                                      \
+    "COALESCE(substr(" message ", 1, 5) = 'final', 0)"
+
 /* Runs the deltas that take a database from version `from` to
  * ARDB_SCHEMA_VERSION, on the caller's open transaction. No backup. */
 int ardb__schema_upgrade(ardb *db, int64_t from);

@@ -9,6 +9,7 @@
 #include "ardb_write.h"
 #include "ardb_internal.h"
 #include "liveness.h"
+#include "migrate.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -412,8 +413,8 @@ int ardb_measurement_add(ardb *db, const ardb_measurement *m, int64_t *id)
     static const char sql[] =
         "INSERT INTO measurements(run_id, candidate_id, problem_id, device_id,"
         " build_key, status, median_us, min_us, max_us, spread_us, reps, gbps,"
-        " roofline, rel_err, message, created_at)"
-        " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " ARDB_NOW ")";
+        " roofline, rel_err, message, final_round, created_at)"
+        " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " ARDB_NOW ")";
     sqlite3_stmt *st;
     ardb_binder b;
     int code, rc;
@@ -444,6 +445,7 @@ int ardb_measurement_add(ardb *db, const ardb_measurement *m, int64_t *id)
     ardb__bind_double(&b, m->roofline);
     ardb__bind_double(&b, m->rel_err);
     ardb__bind_text(&b, m->message);
+    ardb__bind_int64(&b, m->final_round != 0);
     if (b.rc != SQLITE_OK)
         return bind_fail(db, st, b.rc, "measurement add");
     rc = sqlite3_step(st);
@@ -471,15 +473,22 @@ int ardb_measurement_find_ex(ardb *db, int64_t candidate_id,
                              const char *build_key, ardb_measurement *m,
                              int64_t *measurement_id)
 {
-    static const char sql[] =
-        "SELECT id, run_id, status, median_us, min_us, max_us, spread_us,"
-        " reps, gbps, roofline, rel_err, message, build_key"
-        " FROM measurements"
-        " WHERE candidate_id = ? AND problem_id = ? AND device_id = ?"
-        " AND build_key IS ?"
-        " ORDER BY id DESC LIMIT 1";
+#define MEASUREMENT_FIND_SQL(final_round)                                     \
+    "SELECT id, run_id, status, median_us, min_us, max_us, spread_us,"       \
+    " reps, gbps, roofline, rel_err, message, build_key, " final_round       \
+    " FROM measurements"                                                      \
+    " WHERE candidate_id = ? AND problem_id = ? AND device_id = ?"           \
+    " AND build_key IS ?"                                                     \
+    " ORDER BY id DESC LIMIT 1"
+    static const char sql[] = MEASUREMENT_FIND_SQL("final_round");
+    /* A writer's handle is always of the current version (its open
+     * migrates); a reader's may be of an older file, read as it is. */
+    static const char sql_pre_v8[] =
+        MEASUREMENT_FIND_SQL(ARDB_LEGACY_FINAL_ROUND("message"));
+#undef MEASUREMENT_FIND_SQL
     sqlite3_stmt *st;
     ardb_binder b;
+    int64_t version = ARDB_SCHEMA_VERSION;
     int code = ARDB_DONE, rc, oom = 0;
 
     if (!db)
@@ -488,7 +497,13 @@ int ardb_measurement_find_ex(ardb *db, int64_t candidate_id,
         return ardb__fail(db, ARDB_EINVAL,
                           "ardb_measurement_find: invalid argument");
     memset(m, 0, sizeof *m);
-    if ((code = ardb__stmt(db, ST_MEASUREMENT_FIND, sql, &st)))
+    if (db->readonly && (code = ardb__user_version(db, "main", &version)))
+        return code;
+    if (version >= 8)
+        code = ardb__stmt(db, ST_MEASUREMENT_FIND, sql, &st);
+    else
+        code = ardb__stmt(db, ST_MEASUREMENT_FIND_PRE_V8, sql_pre_v8, &st);
+    if (code)
         return code;
     b = (ardb_binder){st, SQLITE_OK, 0};
     ardb__bind_int64(&b, candidate_id);
@@ -522,6 +537,7 @@ int ardb_measurement_find_ex(ardb *db, int64_t candidate_id,
         m->rel_err = ardb__col_double(st, 10);
         m->message = ardb__col_dup(st, 11, &oom);
         m->build_key = ardb__col_dup(st, 12, &oom);
+        m->final_round = sqlite3_column_int(st, 13) != 0;
         if (oom && !code)
             code = ardb__fail(db, ARDB_ENOMEM,
                               "measurement find: out of memory");
