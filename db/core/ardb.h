@@ -105,7 +105,8 @@ typedef struct ardb_winner {
     char *variant, *kernel_name, *source, *source_hash, *params_json;
     char *device_fingerprint, *device_arch;
     int64_t run_id;
-    double median_us, gbps, roofline;
+    double median_us, gbps;
+    double roofline; /* gbps over the ceiling matching its traffic (v6) */
 } ardb_winner;
 
 /* The winners for a problem (t_bucket ignored) at one fallback level:

@@ -115,7 +115,7 @@ typedef struct ardb_diff_row {
     char *variant_a, *variant_b;   /* NULL without a winner */
     double us_a, us_b;             /* winner median; NaN without a winner */
     double spread_a, spread_b;     /* median abs deviation; NaN if unknown */
-    double roofline_a, roofline_b; /* fraction of the run's copy bandwidth */
+    double roofline_a, roofline_b; /* the winner's roofline (ardb_measurement) */
     char *status_b;                /* without a winner in b: the status of
                                       b's last measurement of it, or NULL */
 } ardb_diff_row;
@@ -233,8 +233,9 @@ int ardb_import_json(ardb *db, const char *text, size_t len,
  *     that time, and within the int32 of ardb_measurement;
  *   - bandwidths (gbps, copy_gbps, read_gbps): at most 1e6 GB/s, 200 times
  *     the fastest memory of today (H200: 4.8 TB/s);
- *   - roofline (a measured bandwidth over the run's copy bandwidth, above 1
- *     when a problem fits in a cache): at most 1e6;
+ *   - roofline (a measured bandwidth over the ceiling that matches its
+ *     traffic, or over the run's copy bandwidth before v6; above 1 when a
+ *     problem fits in a cache): at most 1e6;
  *   - rel_err: finite. */
 #define ARDB_IMPORT_MAX_US 1e9
 #define ARDB_IMPORT_MAX_REPS 1e9
