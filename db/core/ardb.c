@@ -1,12 +1,12 @@
 /*
- * ardb.c - connection handling, errors and the write side of the access
- * layer: devices, runs, problems, candidates, binaries, measurements.
+ * ardb.c - the connection (open, close, errors, the statement cache and
+ * the binding helpers every part of db/ uses) and the binaries a plan
+ * loads. The writes of a tuning run are db/write's.
  *
  * Library code: never prints, aborts or exits; every failure is a return
  * code plus a message in db->err.
  */
 #include "ardb_internal.h"
-#include "liveness.h"
 #include "schema.h"
 
 #include <errno.h>
@@ -18,8 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define ARDB_BUSY_TIMEOUT_MS 10000
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -226,100 +224,6 @@ static int probe(ardb *db, int *sqlite_rc)
     return ARDB_DONE;
 }
 
-/* The current journal mode into buf ("wal", "delete", ...). */
-static int journal_mode(ardb *db, const char *sql, char *buf, size_t len)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
-    buf[0] = '\0';
-    if (rc == SQLITE_OK) {
-        rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            const unsigned char *t = sqlite3_column_text(st, 0);
-            if (t)
-                snprintf(buf, len, "%s", (const char *)t);
-            rc = SQLITE_OK;
-        } else if (rc == SQLITE_DONE) {
-            rc = SQLITE_OK;
-        }
-    }
-    sqlite3_finalize(st);
-    return rc;
-}
-
-/* Switches the file to WAL (persistent in the file). The switch needs an
- * exclusive lock and SQLite does not always run the busy handler for it,
- * so a busy answer is retried here until the busy timeout. */
-static int set_wal(ardb *db)
-{
-    char mode[32];
-    int waited = 0, rc;
-    rc = journal_mode(db, "PRAGMA journal_mode", mode, sizeof mode);
-    if (rc == SQLITE_OK && !strcmp(mode, "wal"))
-        return ARDB_DONE;
-    for (;;) {
-        rc = journal_mode(db, "PRAGMA journal_mode = WAL", mode, sizeof mode);
-        if (rc == SQLITE_OK)
-            return ARDB_DONE; /* "wal", or a mode the file system forces */
-        if (((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) ||
-            waited >= ARDB_BUSY_TIMEOUT_MS)
-            return ardb__fail(db, ardb__map_rc(rc),
-                              "cannot switch %s to WAL: %s", db->path,
-                              sqlite3_errmsg(db->h));
-        waited += sqlite3_sleep(5 + waited / 50);
-    }
-}
-
-/* The most runs one open marks; any others are marked by the next. */
-#define MAX_MARKED_RUNS 256
-
-/* Marks 'interrupted' every running run whose owning process is gone (see
- * ardb_open). Best effort: a failure leaves the runs to the next read-write
- * open and does not fail this one, since a busy file is no reason to refuse
- * a tuner its database. */
-static void mark_interrupted_runs(ardb *db)
-{
-    sqlite3_stmt *st = NULL;
-    int64_t ids[MAX_MARKED_RUNS];
-    size_t n = 0, i;
-    int rc;
-
-    /* Read first, without a write lock: usually no run is left running. */
-    rc = sqlite3_prepare_v2(db->h,
-                            "SELECT id, owner FROM runs WHERE status = "
-                            "'running' AND owner IS NOT NULL ORDER BY id",
-                            -1, &st, NULL);
-    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW &&
-           n < MAX_MARKED_RUNS) {
-        rc = SQLITE_OK;
-        if (ardb__owner_gone((const char *)sqlite3_column_text(st, 1)))
-            ids[n++] = sqlite3_column_int64(st, 0);
-    }
-    sqlite3_finalize(st);
-    st = NULL;
-    if (n == 0)
-        return;
-    if (sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
-        return;
-    /* "AND status = 'running'": another process may have decided the run
-     * (or the run itself finished) since it was read. finished_at stays
-     * NULL: when the process ended is not known. */
-    rc = sqlite3_prepare_v2(db->h,
-                            "UPDATE runs SET status = 'interrupted' WHERE id "
-                            "= ? AND status = 'running'",
-                            -1, &st, NULL);
-    for (i = 0; rc == SQLITE_OK && i < n; i++) {
-        rc = sqlite3_bind_int64(st, 1, ids[i]);
-        if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_DONE)
-            rc = SQLITE_OK;
-        sqlite3_reset(st);
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_OK ||
-        sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-        (void)sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
-}
-
 /* The companions SQLite opens beside a database file. */
 static const char *const companion_suffix[] = {"-wal", "-shm", "-journal"};
 
@@ -467,9 +371,8 @@ static int open_handle(ardb *db, const char *name, int oflags, int create)
     return ARDB_DONE;
 }
 
-static int open_connection(ardb *db, unsigned flags)
+static int open_connection(ardb *db, int create)
 {
-    int create = (flags & ARDB_CREATE) != 0;
     int oflags, code, probe_rc = SQLITE_OK;
 
     if ((code = check_file_kinds(db, create)))
@@ -494,18 +397,7 @@ static int open_connection(ardb *db, unsigned flags)
         if (code || (code = probe(db, &probe_rc)))
             return code;
     }
-    if ((code = exec_pragma(db, "PRAGMA foreign_keys = ON")))
-        return code;
-    if (!db->readonly) {
-        if ((code = set_wal(db)) ||
-            (code = exec_pragma(db, "PRAGMA synchronous = NORMAL")))
-            return code;
-    }
-    if ((code = ardb__schema_init(db, create)))
-        return code;
-    if (!db->readonly)
-        mark_interrupted_runs(db);
-    return ARDB_DONE;
+    return exec_pragma(db, "PRAGMA foreign_keys = ON");
 }
 
 static char *dup_string(const char *s)
@@ -517,16 +409,16 @@ static char *dup_string(const char *s)
     return d;
 }
 
-int ardb_open(const char *path, unsigned flags, ardb **out, char *msg,
-              size_t msg_len)
+int ardb__open(const char *path, int readonly, int create,
+               int (*setup)(ardb *db, int create), ardb **out, char *msg,
+               size_t msg_len)
 {
     ardb *db;
     int code;
 
     if (out)
         *out = NULL;
-    if (!path || !out || !*path || (flags & ~(ARDB_READONLY | ARDB_CREATE)) ||
-        ((flags & ARDB_READONLY) && (flags & ARDB_CREATE))) {
+    if (!path || !out || !*path || (readonly && create)) {
         copy_msg(msg, msg_len, "ardb_open: invalid argument");
         return ARDB_EINVAL;
     }
@@ -536,8 +428,10 @@ int ardb_open(const char *path, unsigned flags, ardb **out, char *msg,
         copy_msg(msg, msg_len, "out of memory");
         return ARDB_ENOMEM;
     }
-    db->readonly = (flags & ARDB_READONLY) != 0;
-    code = open_connection(db, flags);
+    db->readonly = readonly;
+    code = open_connection(db, create);
+    if (code == ARDB_DONE)
+        code = setup(db, create);
     if (code != ARDB_DONE) {
         copy_msg(msg, msg_len, db->err);
         ardb_close(db);
@@ -546,6 +440,24 @@ int ardb_open(const char *path, unsigned flags, ardb **out, char *msg,
     db->err[0] = '\0';
     *out = db;
     return ARDB_DONE;
+}
+
+/* A reader checks the schema and never changes the file: an older version
+ * is read as it is (every delta only adds, and the readers that need a
+ * later column check the version). */
+static int check_schema(ardb *db, int create)
+{
+    schema_state s;
+    int code;
+    (void)create;
+    if ((code = ardb__schema_read(db, &s)))
+        return code;
+    return ardb__schema_check(db, &s);
+}
+
+int ardb_open_readonly(const char *path, ardb **out, char *msg, size_t msg_len)
+{
+    return ardb__open(path, 1, 0, check_schema, out, msg, msg_len);
 }
 
 void ardb_close(ardb *db)
@@ -562,406 +474,7 @@ void ardb_close(ardb *db)
     free(db);
 }
 
-/* ---- transactions ------------------------------------------------------- */
-
-static int exec_tx(ardb *db, const char *sql)
-{
-    int rc = sqlite3_exec(db->h, sql, NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return ardb__fail(db, ardb__map_rc(rc), "%s failed: %s", sql,
-                          sqlite3_errmsg(db->h));
-    return ARDB_DONE;
-}
-
-int ardb_begin(ardb *db)
-{
-    if (!db)
-        return ARDB_EINVAL;
-    /* IMMEDIATE: a writer takes the lock up front (through the busy
-     * timeout) instead of failing when a read upgrades. */
-    return exec_tx(db, db->readonly ? "BEGIN DEFERRED" : "BEGIN IMMEDIATE");
-}
-
-int ardb_commit(ardb *db)
-{
-    if (!db)
-        return ARDB_EINVAL;
-    return exec_tx(db, "COMMIT");
-}
-
-int ardb_rollback(ardb *db)
-{
-    if (!db)
-        return ARDB_EINVAL;
-    if (sqlite3_get_autocommit(db->h))
-        return ARDB_DONE; /* nothing open (or SQLite already rolled back) */
-    return exec_tx(db, "ROLLBACK");
-}
-
-/* ---- shared helpers ----------------------------------------------------- */
-
-/* Steps an INSERT/UPDATE to completion. */
-static int step_done(ardb *db, sqlite3_stmt *st, const char *what)
-{
-    int rc = sqlite3_step(st);
-    int code = ARDB_DONE;
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        code = ardb__sql_fail(db, rc, what);
-    ardb__release(st);
-    return code;
-}
-
-/* Steps a one-column id SELECT. */
-static int step_id(ardb *db, sqlite3_stmt *st, const char *what, int64_t *id)
-{
-    int rc = sqlite3_step(st);
-    int code = ARDB_DONE;
-    if (rc == SQLITE_ROW)
-        *id = sqlite3_column_int64(st, 0);
-    else if (rc == SQLITE_DONE)
-        code = ardb__fail(db, ARDB_ENOTFOUND, "%s: no such row", what);
-    else
-        code = ardb__sql_fail(db, rc, what);
-    ardb__release(st);
-    return code;
-}
-
-static int bind_fail(ardb *db, sqlite3_stmt *st, int rc, const char *what)
-{
-    int code = ardb__sql_fail(db, rc, what);
-    ardb__release(st);
-    return code;
-}
-
-/* INSERT ... ON CONFLICT DO NOTHING, then SELECT the id: race-free across
- * processes because rows are never deleted. */
-#define UPSERT_ID(db, ins, sel, what, id)                                     \
-    do {                                                                      \
-        int c_ = step_done((db), (ins), (what));                              \
-        if (c_)                                                               \
-            return c_;                                                        \
-        return step_id((db), (sel), (what), (id));                            \
-    } while (0)
-
-/* ---- devices -------------------------------------------------------------- */
-
-int ardb_device_upsert(ardb *db, const ardb_device *dev, int64_t *id)
-{
-    /* A device is (fingerprint, simulated): the same fingerprint recorded
-     * by a simulated driver and by hardware names two devices, so that
-     * nothing measured on one is ever taken for the other. */
-    static const char ins_sql[] =
-        "INSERT INTO devices(backend, name, arch, units, memory, driver,"
-        " fingerprint, simulated, created_at)"
-        " VALUES(?, ?, ?, ?, ?, ?, ?, ?, " ARDB_NOW ")"
-        " ON CONFLICT(fingerprint, simulated) DO NOTHING";
-    static const char sel_sql[] =
-        "SELECT id FROM devices WHERE fingerprint = ? AND simulated = ?";
-    sqlite3_stmt *ins, *sel;
-    ardb_binder b;
-    int code;
-
-    if (!db)
-        return ARDB_EINVAL;
-    if (!dev || !id || !dev->backend || !dev->fingerprint)
-        return ardb__fail(db, ARDB_EINVAL,
-                          "ardb_device_upsert: backend and fingerprint are "
-                          "required");
-    if ((code = ardb__check_writable(db)) ||
-        (code = ardb__stmt(db, ST_DEVICE_INSERT, ins_sql, &ins)) ||
-        (code = ardb__stmt(db, ST_DEVICE_SELECT, sel_sql, &sel)))
-        return code;
-    b = (ardb_binder){ins, SQLITE_OK, 0};
-    ardb__bind_text(&b, dev->backend);
-    ardb__bind_text(&b, dev->name);
-    ardb__bind_text(&b, dev->arch);
-    ardb__bind_int64(&b, dev->units);
-    ardb__bind_int64(&b, dev->memory);
-    ardb__bind_text(&b, dev->driver);
-    ardb__bind_text(&b, dev->fingerprint);
-    ardb__bind_int64(&b, dev->simulated ? 1 : 0);
-    if (b.rc != SQLITE_OK)
-        return bind_fail(db, ins, b.rc, "device upsert");
-    b = (ardb_binder){sel, SQLITE_OK, 0};
-    ardb__bind_text(&b, dev->fingerprint);
-    ardb__bind_int64(&b, dev->simulated ? 1 : 0);
-    if (b.rc != SQLITE_OK) {
-        ardb__release(ins);
-        return bind_fail(db, sel, b.rc, "device upsert");
-    }
-    UPSERT_ID(db, ins, sel, "device upsert", id);
-}
-
-/* ---- runs ------------------------------------------------------------------ */
-
-int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id)
-{
-    static const char sql[] =
-        "INSERT INTO runs(started_at, status, user, host, command,"
-        " project_version, templates_hash, compiler, driver, device_id,"
-        " policy_json, strategy, copy_gbps, launch_us, read_gbps, owner)"
-        " VALUES(" ARDB_NOW ", 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-        " ?, ?)";
-    char owner[512];
-    sqlite3_stmt *st;
-    ardb_binder b;
-    int code;
-
-    if (!db)
-        return ARDB_EINVAL;
-    if (!run || !run_id)
-        return ardb__fail(db, ARDB_EINVAL, "ardb_run_begin: invalid argument");
-    if ((code = ardb__check_writable(db)) ||
-        (code = ardb__stmt(db, ST_RUN_INSERT, sql, &st)))
-        return code;
-    b = (ardb_binder){st, SQLITE_OK, 0};
-    ardb__bind_text(&b, run->user);
-    ardb__bind_text(&b, run->host);
-    ardb__bind_text(&b, run->command);
-    ardb__bind_text(&b, run->project_version);
-    ardb__bind_text(&b, run->templates_hash);
-    ardb__bind_text(&b, run->compiler);
-    ardb__bind_text(&b, run->driver);
-    ardb__bind_id(&b, run->device_id);
-    ardb__bind_text(&b, run->policy_json);
-    ardb__bind_text(&b, run->strategy);
-    ardb__bind_double(&b, run->copy_gbps);
-    ardb__bind_double(&b, run->launch_us);
-    /* Not measured (NaN, or 0 from a caller that zero-initializes the
-     * struct and predates the field) is NULL, never a zero roofline. */
-    ardb__bind_double(&b, isfinite(run->read_gbps) && run->read_gbps > 0
-                              ? run->read_gbps
-                              : NAN);
-    /* Without an owner (no /proc) the run is never marked interrupted by
-     * another process: nothing could tell that this one is gone. */
-    ardb__bind_text(&b, ardb__owner_self(owner, sizeof owner) == 0 ? owner
-                                                                    : NULL);
-    if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "run begin");
-    /* The rowid is read before the statement is reset: same connection. */
-    {
-        int rc = sqlite3_step(st);
-        if (rc != SQLITE_DONE) {
-            code = ardb__sql_fail(db, rc, "run begin");
-            ardb__release(st);
-            return code;
-        }
-        *run_id = sqlite3_last_insert_rowid(db->h);
-        ardb__release(st);
-    }
-    return ARDB_DONE;
-}
-
-int ardb_run_finish(ardb *db, int64_t run_id, const char *status)
-{
-    static const char sql[] =
-        "UPDATE runs SET status = ?, finished_at = " ARDB_NOW " WHERE id = ?";
-    sqlite3_stmt *st;
-    ardb_binder b;
-    int code;
-
-    if (!db)
-        return ARDB_EINVAL;
-    if (!status || (strcmp(status, "complete") && strcmp(status, "failed") &&
-                    strcmp(status, "interrupted")))
-        return ardb__fail(db, ARDB_EINVAL,
-                          "ardb_run_finish: status must be complete, failed "
-                          "or interrupted");
-    if ((code = ardb__check_writable(db)) ||
-        (code = ardb__stmt(db, ST_RUN_FINISH, sql, &st)))
-        return code;
-    b = (ardb_binder){st, SQLITE_OK, 0};
-    ardb__bind_text(&b, status);
-    ardb__bind_int64(&b, run_id);
-    if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "run finish");
-    if ((code = step_done(db, st, "run finish")))
-        return code;
-    if (sqlite3_changes(db->h) == 0)
-        return ardb__fail(db, ARDB_ENOTFOUND, "no run with id %" PRId64,
-                          run_id);
-    return ARDB_DONE;
-}
-
-/* Sets one JSON column of a run (the column and statement are fixed by the
- * callers below, never from input). */
-static int run_set_json(ardb *db, int stmt, const char *sql, const char *what, int64_t run_id, const char *json)
-{
-    sqlite3_stmt *st;
-    ardb_binder b;
-    int code;
-
-    if (!db)
-        return ARDB_EINVAL;
-    if (!json || json[0] != '{')
-        return ardb__fail(db, ARDB_EINVAL, "recording the run's %s: it must be a JSON object", what);
-    if ((code = ardb__check_writable(db)) ||
-        (code = ardb__stmt(db, stmt, sql, &st)))
-        return code;
-    b = (ardb_binder){st, SQLITE_OK, 0};
-    ardb__bind_text(&b, json);
-    ardb__bind_int64(&b, run_id);
-    if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, what);
-    if ((code = step_done(db, st, what)))
-        return code;
-    if (sqlite3_changes(db->h) == 0)
-        return ardb__fail(db, ARDB_ENOTFOUND, "no run with id %" PRId64,
-                          run_id);
-    return ARDB_DONE;
-}
-
-int ardb_run_set_ceilings(ardb *db, int64_t run_id, const char *json)
-{
-    return run_set_json(db, ST_RUN_CEILINGS, "UPDATE runs SET ceilings = ? WHERE id = ?", "ceilings", run_id,
-                        json);
-}
-
-int ardb_run_set_stages(ardb *db, int64_t run_id, const char *json)
-{
-    return run_set_json(db, ST_RUN_STAGES, "UPDATE runs SET stages = ? WHERE id = ?", "stages", run_id, json);
-}
-
-/* ---- problems --------------------------------------------------------------- */
-
-void ardb_problem_key(const ardb_problem *p, char *buf, size_t len)
-{
-    if (!buf || !len)
-        return;
-    if (!p) {
-        buf[0] = '\0';
-        return;
-    }
-    snprintf(buf, len, "%s:%s:d%" PRId64 ":n%" PRId32 ":h%" PRId32
-             ":%s:epi%" PRId32 ":s%" PRId32 ":t%" PRId64,
-             p->op ? p->op : "?", p->dtype ? p->dtype : "?", p->d, p->n,
-             p->heads, p->form ? p->form : "?", p->epilogue, p->s,
-             p->t_bucket);
-}
-
-int ardb_problem_upsert(ardb *db, const ardb_problem *p, int64_t *id)
-{
-    static const char ins_sql[] =
-        "INSERT INTO problems(key, op, dtype, form, d, n, heads, epilogue, s,"
-        " t_bucket) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT(key) DO NOTHING";
-    static const char sel_sql[] = "SELECT id FROM problems WHERE key = ?";
-    char key[256];
-    sqlite3_stmt *ins, *sel;
-    ardb_binder b;
-    int code;
-
-    if (!db)
-        return ARDB_EINVAL;
-    if (!p || !id || !p->op || !p->dtype || !p->form)
-        return ardb__fail(db, ARDB_EINVAL,
-                          "ardb_problem_upsert: op, dtype and form are "
-                          "required");
-    ardb_problem_key(p, key, sizeof key);
-    if ((code = ardb__check_writable(db)) ||
-        (code = ardb__stmt(db, ST_PROBLEM_INSERT, ins_sql, &ins)) ||
-        (code = ardb__stmt(db, ST_PROBLEM_SELECT, sel_sql, &sel)))
-        return code;
-    b = (ardb_binder){ins, SQLITE_OK, 0};
-    ardb__bind_text(&b, key);
-    ardb__bind_text(&b, p->op);
-    ardb__bind_text(&b, p->dtype);
-    ardb__bind_text(&b, p->form);
-    ardb__bind_int64(&b, p->d);
-    ardb__bind_int64(&b, p->n);
-    ardb__bind_int64(&b, p->heads);
-    ardb__bind_int64(&b, p->epilogue);
-    ardb__bind_int64(&b, p->s);
-    ardb__bind_int64(&b, p->t_bucket);
-    if (b.rc != SQLITE_OK)
-        return bind_fail(db, ins, b.rc, "problem upsert");
-    b = (ardb_binder){sel, SQLITE_OK, 0};
-    ardb__bind_text(&b, key);
-    if (b.rc != SQLITE_OK) {
-        ardb__release(ins);
-        return bind_fail(db, sel, b.rc, "problem upsert");
-    }
-    UPSERT_ID(db, ins, sel, "problem upsert", id);
-}
-
-/* ---- candidates ---------------------------------------------------------------- */
-
-int ardb_candidate_upsert(ardb *db, const ardb_candidate *c, int64_t *id)
-{
-    static const char ins_sql[] =
-        "INSERT INTO candidates(backend, template_name, variant, params_json,"
-        " source_hash, source, kernel_name, created_at)"
-        " VALUES(?, ?, ?, ?, ?, ?, ?, " ARDB_NOW ")"
-        " ON CONFLICT(variant, source_hash) DO NOTHING";
-    static const char sel_sql[] =
-        "SELECT id FROM candidates WHERE variant = ? AND source_hash = ?";
-    sqlite3_stmt *ins, *sel;
-    ardb_binder b;
-    int code;
-
-    if (!db)
-        return ARDB_EINVAL;
-    if (!c || !id || !c->variant || !c->source_hash)
-        return ardb__fail(db, ARDB_EINVAL,
-                          "ardb_candidate_upsert: variant and source_hash are "
-                          "required");
-    if ((code = ardb__check_writable(db)) ||
-        (code = ardb__stmt(db, ST_CANDIDATE_INSERT, ins_sql, &ins)) ||
-        (code = ardb__stmt(db, ST_CANDIDATE_SELECT, sel_sql, &sel)))
-        return code;
-    b = (ardb_binder){ins, SQLITE_OK, 0};
-    ardb__bind_text(&b, c->backend);
-    ardb__bind_text(&b, c->template_name);
-    ardb__bind_text(&b, c->variant);
-    ardb__bind_text(&b, c->params_json);
-    ardb__bind_text(&b, c->source_hash);
-    ardb__bind_text(&b, c->source);
-    ardb__bind_text(&b, c->kernel_name);
-    if (b.rc != SQLITE_OK)
-        return bind_fail(db, ins, b.rc, "candidate upsert");
-    b = (ardb_binder){sel, SQLITE_OK, 0};
-    ardb__bind_text(&b, c->variant);
-    ardb__bind_text(&b, c->source_hash);
-    if (b.rc != SQLITE_OK) {
-        ardb__release(ins);
-        return bind_fail(db, sel, b.rc, "candidate upsert");
-    }
-    UPSERT_ID(db, ins, sel, "candidate upsert", id);
-}
-
-/* ---- binaries ------------------------------------------------------------------ */
-
-int ardb_binary_put(ardb *db, const ardb_binary *bin)
-{
-    static const char sql[] =
-        "INSERT INTO binaries(build_key, candidate_id, compiler, options,"
-        " target, blob, resources_json, created_at)"
-        " VALUES(?, ?, ?, ?, ?, ?, ?, " ARDB_NOW ")"
-        " ON CONFLICT(build_key) DO NOTHING";
-    sqlite3_stmt *st;
-    ardb_binder b;
-    int code;
-
-    if (!db)
-        return ARDB_EINVAL;
-    if (!bin || !bin->build_key || (bin->size && !bin->blob))
-        return ardb__fail(db, ARDB_EINVAL,
-                          "ardb_binary_put: build_key and blob are required");
-    if ((code = ardb__check_writable(db)) ||
-        (code = ardb__stmt(db, ST_BINARY_INSERT, sql, &st)))
-        return code;
-    b = (ardb_binder){st, SQLITE_OK, 0};
-    ardb__bind_text(&b, bin->build_key);
-    ardb__bind_id(&b, bin->candidate_id);
-    ardb__bind_text(&b, bin->compiler);
-    ardb__bind_text(&b, bin->options);
-    ardb__bind_text(&b, bin->target);
-    ardb__bind_blob(&b, bin->blob, bin->size);
-    ardb__bind_text(&b, bin->resources_json);
-    if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "binary put");
-    return step_done(db, st, "binary put");
-}
+/* ---- binaries ---------------------------------------------------------- */
 
 int ardb_binary_get(ardb *db, const char *build_key, void **blob, size_t *size)
 {
@@ -980,8 +493,11 @@ int ardb_binary_get(ardb *db, const char *build_key, void **blob, size_t *size)
         return code;
     b = (ardb_binder){st, SQLITE_OK, 0};
     ardb__bind_text(&b, build_key);
-    if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "binary get");
+    if (b.rc != SQLITE_OK) {
+        code = ardb__sql_fail(db, b.rc, "binary get");
+        ardb__release(st);
+        return code;
+    }
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         const void *p = sqlite3_column_blob(st, 0);
@@ -1008,167 +524,4 @@ int ardb_binary_get(ardb *db, const char *build_key, void **blob, size_t *size)
     }
     ardb__release(st);
     return code;
-}
-
-/* ---- measurements ----------------------------------------------------------------- */
-
-static const char *const status_names[] = {
-    "ok", "compile_failed", "launch_failed", "wrong_result", "skipped",
-    "timeout"};
-#define N_STATUS (sizeof status_names / sizeof status_names[0])
-
-const char *ardb_status_name(ardb_status s)
-{
-    if ((unsigned)s < N_STATUS)
-        return status_names[s];
-    return "unknown";
-}
-
-static int status_from_name(const char *name, ardb_status *s)
-{
-    size_t i;
-    for (i = 0; name && i < N_STATUS; i++)
-        if (!strcmp(name, status_names[i])) {
-            *s = (ardb_status)i;
-            return 1;
-        }
-    return 0;
-}
-
-int ardb_measurement_add(ardb *db, const ardb_measurement *m, int64_t *id)
-{
-    static const char sql[] =
-        "INSERT INTO measurements(run_id, candidate_id, problem_id, device_id,"
-        " build_key, status, median_us, min_us, max_us, spread_us, reps, gbps,"
-        " roofline, rel_err, message, created_at)"
-        " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " ARDB_NOW ")";
-    sqlite3_stmt *st;
-    ardb_binder b;
-    int code, rc;
-
-    if (!db)
-        return ARDB_EINVAL;
-    if (!m || (unsigned)m->status >= N_STATUS || m->run_id <= 0 ||
-        m->candidate_id <= 0 || m->problem_id <= 0 || m->device_id <= 0)
-        return ardb__fail(db, ARDB_EINVAL,
-                          "ardb_measurement_add: ids and a valid status are "
-                          "required");
-    if ((code = ardb__check_writable(db)) ||
-        (code = ardb__stmt(db, ST_MEASUREMENT_INSERT, sql, &st)))
-        return code;
-    b = (ardb_binder){st, SQLITE_OK, 0};
-    ardb__bind_int64(&b, m->run_id);
-    ardb__bind_int64(&b, m->candidate_id);
-    ardb__bind_int64(&b, m->problem_id);
-    ardb__bind_int64(&b, m->device_id);
-    ardb__bind_text(&b, m->build_key);
-    ardb__bind_text(&b, status_names[m->status]);
-    ardb__bind_double(&b, m->median_us);
-    ardb__bind_double(&b, m->min_us);
-    ardb__bind_double(&b, m->max_us);
-    ardb__bind_double(&b, m->spread_us);
-    ardb__bind_int64(&b, m->reps);
-    ardb__bind_double(&b, m->gbps);
-    ardb__bind_double(&b, m->roofline);
-    ardb__bind_double(&b, m->rel_err);
-    ardb__bind_text(&b, m->message);
-    if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "measurement add");
-    rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE) {
-        code = ardb__sql_fail(db, rc, "measurement add");
-        ardb__release(st);
-        return code;
-    }
-    if (id)
-        *id = sqlite3_last_insert_rowid(db->h);
-    ardb__release(st);
-    return ARDB_DONE;
-}
-
-int ardb_measurement_find(ardb *db, int64_t candidate_id, int64_t problem_id,
-                          int64_t device_id, const char *build_key,
-                          ardb_measurement *m)
-{
-    return ardb_measurement_find_ex(db, candidate_id, problem_id, device_id,
-                                    build_key, m, NULL);
-}
-
-int ardb_measurement_find_ex(ardb *db, int64_t candidate_id,
-                             int64_t problem_id, int64_t device_id,
-                             const char *build_key, ardb_measurement *m,
-                             int64_t *measurement_id)
-{
-    static const char sql[] =
-        "SELECT id, run_id, status, median_us, min_us, max_us, spread_us,"
-        " reps, gbps, roofline, rel_err, message, build_key"
-        " FROM measurements"
-        " WHERE candidate_id = ? AND problem_id = ? AND device_id = ?"
-        " AND build_key IS ?"
-        " ORDER BY id DESC LIMIT 1";
-    sqlite3_stmt *st;
-    ardb_binder b;
-    int code = ARDB_DONE, rc, oom = 0;
-
-    if (!db)
-        return ARDB_EINVAL;
-    if (!m)
-        return ardb__fail(db, ARDB_EINVAL,
-                          "ardb_measurement_find: invalid argument");
-    memset(m, 0, sizeof *m);
-    if ((code = ardb__stmt(db, ST_MEASUREMENT_FIND, sql, &st)))
-        return code;
-    b = (ardb_binder){st, SQLITE_OK, 0};
-    ardb__bind_int64(&b, candidate_id);
-    ardb__bind_int64(&b, problem_id);
-    ardb__bind_int64(&b, device_id);
-    ardb__bind_text(&b, build_key);
-    if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "measurement find");
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        ardb_status s = ARDB_STATUS_OK;
-        const char *sname = (const char *)sqlite3_column_text(st, 2);
-        m->candidate_id = candidate_id;
-        m->problem_id = problem_id;
-        m->device_id = device_id;
-        m->run_id = sqlite3_column_int64(st, 1);
-        if (measurement_id)
-            *measurement_id = sqlite3_column_int64(st, 0);
-        if (!status_from_name(sname, &s))
-            code = ardb__fail(db, ARDB_ESQL,
-                              "measurement find: unknown status '%s'",
-                              sname ? sname : "(null)");
-        m->status = s;
-        m->median_us = ardb__col_double(st, 3);
-        m->min_us = ardb__col_double(st, 4);
-        m->max_us = ardb__col_double(st, 5);
-        m->spread_us = ardb__col_double(st, 6);
-        m->reps = (int32_t)sqlite3_column_int64(st, 7);
-        m->gbps = ardb__col_double(st, 8);
-        m->roofline = ardb__col_double(st, 9);
-        m->rel_err = ardb__col_double(st, 10);
-        m->message = ardb__col_dup(st, 11, &oom);
-        m->build_key = ardb__col_dup(st, 12, &oom);
-        if (oom && !code)
-            code = ardb__fail(db, ARDB_ENOMEM,
-                              "measurement find: out of memory");
-        if (code)
-            ardb_measurement_clear(m);
-    } else if (rc == SQLITE_DONE) {
-        code = ardb__fail(db, ARDB_ENOTFOUND, "no such measurement");
-    } else {
-        code = ardb__sql_fail(db, rc, "measurement find");
-    }
-    ardb__release(st);
-    return code;
-}
-
-void ardb_measurement_clear(ardb_measurement *m)
-{
-    if (!m)
-        return;
-    free((char *)m->build_key);
-    free((char *)m->message);
-    memset(m, 0, sizeof *m);
 }

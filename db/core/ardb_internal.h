@@ -8,6 +8,9 @@
 
 #include "ardb.h"
 
+/* How long a connection waits for another's lock. */
+#define ARDB_BUSY_TIMEOUT_MS 10000
+
 /* The ISO-8601 UTC timestamp expression used by every INSERT/UPDATE. */
 #define ARDB_NOW "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
 
@@ -28,6 +31,7 @@ enum ardb_stmt_id {
     ST_BINARY_SELECT,
     ST_MEASUREMENT_INSERT,
     ST_MEASUREMENT_FIND,
+    ST_MEASUREMENT_FIND_PRE_V8,
     ST_WINNER_SET,
     ST_WINNERS_LOOKUP,
     ST_WINNERS_LOOKUP_PRE_V4,
@@ -46,6 +50,15 @@ struct ardb {
     sqlite3_stmt *stmts[ST_COUNT];
     char err[1024];
 };
+
+/* Opens a connection (ardb_open_readonly and db/write's ardb_open): checks
+ * what lies at path, opens it (read-only as immutable where a reader must,
+ * see ardb_open), turns foreign keys on and hands the connection to setup,
+ * which checks or prepares the schema. readonly with create is EINVAL. On
+ * failure *out is NULL and msg (may be NULL) holds the message. */
+int ardb__open(const char *path, int readonly, int create,
+               int (*setup)(ardb *db, int create), ardb **out, char *msg,
+               size_t msg_len);
 
 /* Formats the message into db->err and returns code. */
 int ardb__fail(ardb *db, int code, const char *fmt, ...)

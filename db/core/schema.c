@@ -1,140 +1,11 @@
 /*
- * schema.c - the tuning database schema: the v1 DDL (later versions are the
- * deltas of migrate.c), creation, version and format checks, and the
- * migration of older files at open.
+ * schema.c - what a file holds: whether it is an attnres database, and of
+ * which schema version. Creating and migrating the schema is db/write's.
  */
 #include "schema.h"
-#include "migrate.h"
 
+#include <stdio.h>
 #include <string.h>
-
-/* Schema v1, exactly as version 1 wrote it; a new database runs it and
- * then the deltas of migrate.c up to ARDB_SCHEMA_VERSION. Tables are
- * append-only by convention (history is compared across runs);
- * measurements are protected by a trigger. Times are ISO-8601 UTC text
- * written by the access layer. */
-static const char schema_v1[] =
-    "CREATE TABLE attnres_meta(\n"
-    "  key   TEXT PRIMARY KEY NOT NULL,\n"
-    "  value TEXT\n"
-    ");\n"
-    "CREATE TABLE devices(\n"
-    "  id          INTEGER PRIMARY KEY,\n"
-    "  backend     TEXT NOT NULL,\n"
-    "  name        TEXT,\n"
-    "  arch        TEXT,\n"
-    "  units       INTEGER,\n"
-    "  memory      INTEGER,\n"
-    "  driver      TEXT,\n"
-    "  fingerprint TEXT NOT NULL UNIQUE,\n"
-    "  created_at  TEXT NOT NULL\n"
-    ");\n"
-    "CREATE INDEX devices_backend_arch ON devices(backend, arch);\n"
-    "CREATE TABLE runs(\n"
-    "  id              INTEGER PRIMARY KEY,\n"
-    "  started_at      TEXT NOT NULL,\n"
-    "  finished_at     TEXT,\n"
-    "  status          TEXT NOT NULL DEFAULT 'running' CHECK(status IN\n"
-    "                    ('running','complete','failed','interrupted')),\n"
-    "  user            TEXT,\n"
-    "  host            TEXT,\n"
-    "  command         TEXT,\n"
-    "  project_version TEXT,\n"
-    "  templates_hash  TEXT,\n"
-    "  compiler        TEXT,\n"
-    "  driver          TEXT,\n"
-    "  device_id       INTEGER REFERENCES devices(id),\n"
-    "  policy_json     TEXT,\n"
-    "  strategy        TEXT,\n"
-    "  copy_gbps       REAL,\n"
-    "  launch_us       REAL\n"
-    ");\n"
-    "CREATE TABLE problems(\n"
-    "  id       INTEGER PRIMARY KEY,\n"
-    "  key      TEXT NOT NULL UNIQUE,\n"
-    "  op       TEXT NOT NULL,\n"
-    "  dtype    TEXT NOT NULL,\n"
-    "  form     TEXT NOT NULL,\n"
-    "  d        INTEGER NOT NULL,\n"
-    "  n        INTEGER NOT NULL,\n"
-    "  heads    INTEGER NOT NULL,\n"
-    "  epilogue INTEGER NOT NULL,\n"
-    "  s        INTEGER NOT NULL,\n"
-    "  t_bucket INTEGER NOT NULL\n"
-    ");\n"
-    "CREATE INDEX problems_shape ON problems(op, dtype, form, d, n, heads,\n"
-    "                                        epilogue, s, t_bucket);\n"
-    "CREATE TABLE candidates(\n"
-    "  id            INTEGER PRIMARY KEY,\n"
-    "  backend       TEXT,\n"
-    "  template_name TEXT,\n"
-    "  variant       TEXT NOT NULL,\n"
-    "  params_json   TEXT,\n"
-    "  source_hash   TEXT NOT NULL,\n"
-    "  source        TEXT,\n"
-    "  kernel_name   TEXT,\n"
-    "  created_at    TEXT NOT NULL,\n"
-    "  UNIQUE(variant, source_hash)\n"
-    ");\n"
-    "CREATE TABLE binaries(\n"
-    "  build_key      TEXT PRIMARY KEY NOT NULL,\n"
-    "  candidate_id   INTEGER REFERENCES candidates(id),\n"
-    "  compiler       TEXT,\n"
-    "  options        TEXT,\n"
-    "  target         TEXT,\n"
-    "  blob           BLOB NOT NULL,\n"
-    "  resources_json TEXT,\n"
-    "  created_at     TEXT NOT NULL\n"
-    ");\n"
-    "CREATE INDEX binaries_candidate ON binaries(candidate_id);\n"
-    "CREATE TABLE measurements(\n"
-    "  id           INTEGER PRIMARY KEY,\n"
-    "  run_id       INTEGER NOT NULL REFERENCES runs(id),\n"
-    "  candidate_id INTEGER NOT NULL REFERENCES candidates(id),\n"
-    "  problem_id   INTEGER NOT NULL REFERENCES problems(id),\n"
-    "  device_id    INTEGER NOT NULL REFERENCES devices(id),\n"
-    "  build_key    TEXT,\n"
-    "  status       TEXT NOT NULL CHECK(status IN ('ok','compile_failed',\n"
-    "                 'launch_failed','wrong_result','skipped','timeout')),\n"
-    "  median_us    REAL,\n"
-    "  min_us       REAL,\n"
-    "  max_us       REAL,\n"
-    "  spread_us    REAL,\n"
-    "  reps         INTEGER,\n"
-    "  gbps         REAL,\n"
-    "  roofline     REAL,\n"
-    "  rel_err      REAL,\n"
-    "  message      TEXT,\n"
-    "  created_at   TEXT NOT NULL\n"
-    ");\n"
-    "CREATE INDEX measurements_key ON measurements(candidate_id, problem_id,\n"
-    "                                              device_id, build_key);\n"
-    "CREATE INDEX measurements_run ON measurements(run_id);\n"
-    "CREATE TRIGGER measurements_append_only BEFORE UPDATE ON measurements\n"
-    "BEGIN SELECT RAISE(ABORT, 'measurements are append-only'); END;\n"
-    "CREATE TABLE winners(\n"
-    "  run_id         INTEGER NOT NULL REFERENCES runs(id),\n"
-    "  problem_id     INTEGER NOT NULL REFERENCES problems(id),\n"
-    "  device_id      INTEGER NOT NULL REFERENCES devices(id),\n"
-    "  candidate_id   INTEGER NOT NULL REFERENCES candidates(id),\n"
-    "  measurement_id INTEGER NOT NULL REFERENCES measurements(id),\n"
-    "  created_at     TEXT NOT NULL,\n"
-    "  PRIMARY KEY(run_id, problem_id, device_id)\n"
-    ");\n"
-    "CREATE INDEX winners_problem ON winners(problem_id, device_id, run_id);\n"
-    "INSERT INTO attnres_meta(key, value) VALUES\n"
-    "  ('format', '" ARDB_FORMAT_MAGIC "'),\n"
-    "  ('schema_version', '1'),\n"
-    "  ('created_at', " ARDB_NOW ");\n"
-    "PRAGMA user_version = 1;\n";
-
-/* What the file holds, read without a write lock. */
-typedef struct schema_state {
-    int64_t objects;      /* rows of sqlite_schema */
-    int64_t user_version;
-    int has_meta;         /* attnres_meta table present */
-    int format_ok;        /* attnres_meta.format is the magic value */
-} schema_state;
 
 /* Errors met while probing a file at open: a file SQLite cannot parse is
  * "not an SQLite database"; others keep their mapped code. */
@@ -173,7 +44,7 @@ static int query_int(ardb *db, const char *sql, int64_t *val, int *found)
     return ARDB_DONE;
 }
 
-static int read_state(ardb *db, schema_state *s)
+int ardb__schema_read(ardb *db, schema_state *s)
 {
     int64_t v = 0;
     int found = 0, code;
@@ -206,69 +77,41 @@ static int read_state(ardb *db, schema_state *s)
     return ARDB_DONE;
 }
 
-static int exec(ardb *db, const char *sql, const char *what)
+int ardb__schema_check(ardb *db, const schema_state *s)
 {
-    int rc = sqlite3_exec(db->h, sql, NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return ardb__sql_fail(db, rc, what);
-    return ARDB_DONE;
-}
-
-static int create_schema(ardb *db, schema_state *s)
-{
-    int code;
-    if ((code = exec(db, "BEGIN IMMEDIATE", "cannot create the schema")))
-        return code;
-    /* Another process may have created it since read_state. */
-    if ((code = read_state(db, s)))
-        goto fail;
-    if (s->objects == 0 && s->user_version == 0) {
-        if ((code = exec(db, schema_v1, "cannot create the schema")) ||
-            (code = ardb__schema_upgrade(db, 1)))
-            goto fail;
-        if ((code = read_state(db, s)))
-            goto fail;
-    }
-    if ((code = exec(db, "COMMIT", "cannot create the schema")))
-        goto fail;
-    return ARDB_DONE;
-fail:
-    if (!sqlite3_get_autocommit(db->h))
-        (void)sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
-    return code;
-}
-
-int ardb__schema_init(ardb *db, int create)
-{
-    schema_state s;
-    int code = read_state(db, &s);
-    if (code)
-        return code;
-    if (s.objects == 0 && s.user_version == 0) {
-        if (!create || db->readonly)
-            return ardb__fail(db, ARDB_ENOTDB,
-                              "%s is not an attnres database (it is empty)",
-                              db->path);
-        if ((code = create_schema(db, &s)))
-            return code;
-    }
-    if (!s.has_meta || !s.format_ok)
+    if (s->objects == 0 && s->user_version == 0)
+        return ardb__fail(db, ARDB_ENOTDB,
+                          "%s is not an attnres database (it is empty)",
+                          db->path);
+    if (!s->has_meta || !s->format_ok)
         return ardb__fail(db, ARDB_ENOTDB, "%s is not an attnres database",
                           db->path);
-    if (s.user_version > ARDB_SCHEMA_VERSION)
+    if (s->user_version > ARDB_SCHEMA_VERSION)
         return ardb__fail(db, ARDB_ENEWER,
                           "database schema version %lld is newer than this "
                           "build (%d): open it with a newer attnres",
-                          (long long)s.user_version, ARDB_SCHEMA_VERSION);
-    if (s.user_version < 1)
+                          (long long)s->user_version, ARDB_SCHEMA_VERSION);
+    if (s->user_version < 1)
         return ardb__fail(db, ARDB_ENOTDB,
                           "%s is not an attnres database (schema version "
                           "%lld)",
-                          db->path, (long long)s.user_version);
-    /* An older file: a read-write open migrates it in place (with a
-     * backup); a read-only one reads it as it is, since every delta only
-     * adds, and the readers that need a later column check the version. */
-    if (s.user_version < ARDB_SCHEMA_VERSION && !db->readonly)
-        return ardb__migrate(db, s.user_version);
+                          db->path, (long long)s->user_version);
+    return ARDB_DONE;
+}
+
+int ardb__user_version(ardb *db, const char *schema, int64_t *version)
+{
+    char sql[96];
+    sqlite3_stmt *st = NULL;
+    int rc;
+    snprintf(sql, sizeof sql, "PRAGMA \"%s\".user_version", schema);
+    rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        *version = sqlite3_column_int64(st, 0);
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_OK)
+        return ardb__sql_fail(db, rc, "cannot read the schema version");
     return ARDB_DONE;
 }

@@ -4,9 +4,9 @@
  * winners, export, import and merge (DESIGN §5).
  *
  * These live in the ardb library (db/tools/), which the tuner and the
- * command line link; the runtime links only ardb_core (db/core/, declared
- * in ardb.h), so none of this is in libattnres. Ownership and status codes
- * are those of ardb.h.
+ * command line link; it links ardb_write (ardb_write.h), which links
+ * ardb_core (ardb.h). The runtime links only ardb_core, so none of this is
+ * in libattnres. Ownership and status codes are those of ardb.h.
  */
 #ifndef ARDB_TOOLS_H
 #define ARDB_TOOLS_H
@@ -14,17 +14,37 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ardb.h"
+#include "ardb_write.h"
 
 /* ==== resume (db/tools/resume.c) ======================================= */
 
 /* The newest ok measurement of a candidate taken in a final (interleaved)
- * round, whose message starts with "final": the most trustworthy timing
+ * round (measurements.final_round, schema v8): the most trustworthy timing
  * the database holds. ENOTFOUND when there is none. */
 int ardb_measurement_find_final(ardb *db, int64_t candidate_id,
                                 int64_t problem_id, int64_t device_id,
                                 const char *build_key, double *median_us,
                                 double *spread_us, int64_t *measurement_id);
+
+/* ==== listings (db/tools/listings.c) ================================== */
+
+/* Row callback for listings: column names and values as text (SQL NULL is
+ * ""; numbers are formatted). Pointers are valid during the call only. A
+ * non-zero return stops the listing, which still returns ARDB_DONE. */
+typedef int (*ardb_row_fn)(void *ctx, int ncol, const char *const *names,
+                           const char *const *values);
+/* The latest winner of every problem for every device (or the winners of
+ * one run), joined with its measurement: columns problem (key), device
+ * (name, with " (simulated)" after a simulated device's), variant,
+ * median_us, gbps, roofline; in problem key order with numeric fields
+ * compared as numbers. */
+int ardb_list_winners(ardb *db, int64_t run_id /* 0: all */, ardb_row_fn fn,
+                      void *ctx);
+/* All runs, newest last: id, started_at, finished_at, status, device
+ * (marked " (simulated)" as in ardb_list_winners), strategy, project_version, compiler, copy_gbps, read_gbps (GB/s with one
+ * decimal; "" where not recorded, e.g. every run of a file older than
+ * schema v3 opened read-only). */
+int ardb_list_runs(ardb *db, ardb_row_fn fn, void *ctx);
 
 /* ==== history: runs, comparisons, revalidation (db/tools/history.c) ==== */
 
@@ -95,7 +115,7 @@ typedef struct ardb_diff_row {
     char *variant_a, *variant_b;   /* NULL without a winner */
     double us_a, us_b;             /* winner median; NaN without a winner */
     double spread_a, spread_b;     /* median abs deviation; NaN if unknown */
-    double roofline_a, roofline_b; /* fraction of the run's copy bandwidth */
+    double roofline_a, roofline_b; /* the winner's roofline (ardb_measurement) */
     char *status_b;                /* without a winner in b: the status of
                                       b's last measurement of it, or NULL */
 } ardb_diff_row;
@@ -213,8 +233,9 @@ int ardb_import_json(ardb *db, const char *text, size_t len,
  *     that time, and within the int32 of ardb_measurement;
  *   - bandwidths (gbps, copy_gbps, read_gbps): at most 1e6 GB/s, 200 times
  *     the fastest memory of today (H200: 4.8 TB/s);
- *   - roofline (a measured bandwidth over the run's copy bandwidth, above 1
- *     when a problem fits in a cache): at most 1e6;
+ *   - roofline (a measured bandwidth over the ceiling that matches its
+ *     traffic, or over the run's copy bandwidth before v6; above 1 when a
+ *     problem fits in a cache): at most 1e6;
  *   - rel_err: finite. */
 #define ARDB_IMPORT_MAX_US 1e9
 #define ARDB_IMPORT_MAX_REPS 1e9

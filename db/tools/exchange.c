@@ -189,12 +189,13 @@ int ardb_export_json(ardb *db, unsigned flags, ardb_write_fn fn, void *ctx)
              " m.min_us AS min_us, m.max_us AS max_us,"
              " m.spread_us AS spread_us, m.reps AS reps, m.gbps AS gbps,"
              " m.roofline AS roofline, m.rel_err AS rel_err,"
-             " m.message AS message, m.created_at AS created_at"
+             " m.message AS message, %s AS final_round,"
+             " m.created_at AS created_at"
              " FROM measurements m JOIN runs r ON r.id = m.run_id"
              " JOIN problems p ON p.id = m.problem_id"
              " JOIN candidates c ON c.id = m.candidate_id"
              " JOIN devices d ON d.id = m.device_id ORDER BY m.id",
-             uid, sim);
+             uid, sim, ardb__final_round_expr(version));
     snprintf(sql[3], sizeof sql[3],
              "SELECT %s AS run, p.key AS problem, d.fingerprint AS device,"
              " %s AS device_simulated,"
@@ -310,12 +311,13 @@ int ardb_export_csv(ardb *db, ardb_csv_table table, ardb_write_fn fn,
                  " m.roofline AS roofline, m.rel_err AS rel_err,"
                  " EXISTS (SELECT 1 FROM winners w WHERE w.run_id = m.run_id"
                  "  AND w.measurement_id = m.id) AS is_winner,"
+                 " %s AS final_round,"
                  " m.message AS message, m.created_at AS created_at"
                  " FROM measurements m JOIN runs r ON r.id = m.run_id"
                  " JOIN problems p ON p.id = m.problem_id"
                  " JOIN candidates c ON c.id = m.candidate_id"
                  " JOIN devices d ON d.id = m.device_id ORDER BY m.id",
-                 uid, sim);
+                 uid, sim, ardb__final_round_expr(version));
         break;
     case ARDB_CSV_WINNERS:
         snprintf(sql, sizeof sql,
@@ -425,9 +427,11 @@ static const char drop_maps[] =
     "DROP TABLE IF EXISTS temp.ardb_map_meas;";
 
 /* The statements of a merge, in order. A step that names the source runs
- * (alias r) has %1$s for their uid expression, %2$s for their note and %3$s
- * for their read bandwidth; a step that names the source devices (alias s)
- * has %1$s for whether each is simulated; the others have no
+ * (alias r) has %1$s for their uid expression, %2$s for their note, %3$s
+ * for their read bandwidth, %4$s and %5$s for their ceilings and stages; a
+ * step that names the source devices (alias s) has %1$s for whether each is
+ * simulated; the one that copies the source measurements (alias s) has
+ * %1$s for whether each is of a final round; the others have no
  * conversions. */
 static const char *const merge_steps[] = {
     /* Devices, problems, candidates, binaries: by their natural keys. A
@@ -509,10 +513,10 @@ static const char *const merge_steps[] = {
     " AND m.status = s.status AND m.created_at = s.created_at)",
     "INSERT INTO main.measurements(run_id, candidate_id, problem_id,"
     " device_id, build_key, status, median_us, min_us, max_us, spread_us,"
-    " reps, gbps, roofline, rel_err, message, created_at)"
+    " reps, gbps, roofline, rel_err, message, final_round, created_at)"
     " SELECT mm.run, mm.cand, mm.prob, mm.dev, s.build_key, s.status,"
     " s.median_us, s.min_us, s.max_us, s.spread_us, s.reps, s.gbps,"
-    " s.roofline, s.rel_err, s.message, s.created_at"
+    " s.roofline, s.rel_err, s.message, %1$s, s.created_at"
     " FROM temp.ardb_map_meas mm JOIN ardb_src.measurements s"
     " ON s.id = mm.src WHERE mm.dst IS NULL ORDER BY s.id",
     "UPDATE temp.ardb_map_meas SET dst = (SELECT min(m.id)"
@@ -563,11 +567,17 @@ static int merge_attached(ardb *db, int64_t src_version,
         (code = ardb__exec(db, drop_maps, "merge")))
         return code;
     for (i = 0; i < sizeof merge_steps / sizeof merge_steps[0]; i++) {
-        /* Only steps that name the source runs (alias r) or devices
-         * (alias s) take arguments; the others have no conversions. */
+        /* Only steps that name the source runs (alias r), devices or
+         * measurements (alias s) take arguments. */
         if (strstr(merge_steps[i], "ardb_src.devices s")) {
             if (format_step(sql, sizeof sql, merge_steps[i],
                             ardb__device_simulated_expr(src_version, "s"),
+                            NULL, NULL, NULL, NULL))
+                return ardb__fail(db, ARDB_ESQL, "merge: statement too long");
+        } else if (strstr(merge_steps[i], "ardb_src.measurements s")) {
+            if (format_step(sql, sizeof sql, merge_steps[i],
+                            src_version >= 8 ? "s.final_round"
+                                             : ARDB_LEGACY_FINAL_ROUND("s.message"),
                             NULL, NULL, NULL, NULL))
                 return ardb__fail(db, ARDB_ESQL, "merge: statement too long");
         } else if (strstr(merge_steps[i], "%1$s")) {
@@ -714,7 +724,8 @@ static const char staging_ddl[] =
     "  'compile_failed','launch_failed','wrong_result','skipped','timeout')),"
     " median_us REAL, min_us REAL, max_us REAL, spread_us REAL,"
     " reps INTEGER, gbps REAL, roofline REAL, rel_err REAL, message TEXT,"
-    " created_at TEXT NOT NULL);"
+    " created_at TEXT NOT NULL,"
+    " final_round INTEGER NOT NULL DEFAULT 0 CHECK(final_round IN (0, 1)));"
     "CREATE TABLE ardb_src.winners(run_id INTEGER NOT NULL,"
     " problem_id INTEGER NOT NULL, device_id INTEGER NOT NULL,"
     " candidate_id INTEGER NOT NULL, measurement_id INTEGER NOT NULL,"
@@ -796,7 +807,10 @@ static const import_field measurement_fields[] = {
     {"reps", 'i', 0, RANGE_REPS},          {"gbps", 'r', 0, RANGE_BANDWIDTH},
     {"roofline", 'r', 0, RANGE_ROOFLINE},  {"rel_err", 'r', 0, RANGE_FINITE},
     {"message", 's', 0, 0},   {"created_at", 's', 1, 0},
-    {"device_simulated", 'i', 0, 0}};
+    {"device_simulated", 'i', 0, 0},
+    /* Optional: exports of builds before schema v8 do not carry it; their
+     * measurements are marked from the message as the migration does. */
+    {"final_round", 'i', 0, 0}};
 static const import_field winner_fields[] = {
     {"run", 's', 1, 0},         {"problem", 's', 1, 0}, {"device", 's', 1, 0},
     {"variant", 's', 1, 0},     {"source_hash", 's', 1, 0},
@@ -834,14 +848,15 @@ static const import_section sections[] = {
     {"measurements",
      "INSERT INTO ardb_src.measurements(id, run_id, problem_id, candidate_id,"
      " device_id, build_key, status, median_us, min_us, max_us, spread_us,"
-     " reps, gbps, roofline, rel_err, message, created_at)"
+     " reps, gbps, roofline, rel_err, message, created_at, final_round)"
      " VALUES(?1, (SELECT id FROM ardb_src.runs WHERE uid = ?2),"
      " (SELECT id FROM ardb_src.problems WHERE key = ?3),"
      " (SELECT id FROM ardb_src.candidates WHERE variant = ?4"
      "  AND source_hash = ?5),"
      " (SELECT id FROM ardb_src.devices WHERE fingerprint = ?6"
      "  AND simulated = COALESCE(?19, 0)),"
-     " ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+     " ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,"
+     " COALESCE(?20, " ARDB_LEGACY_FINAL_ROUND("?17") "))",
      measurement_fields, COUNT_OF(measurement_fields),
      "names a run, problem, candidate or device that the file does not "
      "define"},

@@ -102,3 +102,8 @@ const char *ardb__device_simulated_expr(int64_t version, const char *alias)
         return "x.simulated";
     return NULL;
 }
+
+const char *ardb__final_round_expr(int64_t version)
+{
+    return version >= 8 ? "m.final_round" : ARDB_LEGACY_FINAL_ROUND("m.message");
+}

@@ -40,6 +40,10 @@ const char *ardb__run_read_gbps_expr(int64_t version);
  * is real hardware. Returns a static string per alias it knows ("d", "s",
  * "x"), NULL for another. */
 const char *ardb__device_simulated_expr(int64_t version, const char *alias);
+/* The SQL expression of whether a measurement is of a final round for a
+ * schema version, measurements aliased `m`: the column from v8 on, else
+ * what the migration to v8 derives from the message. */
+const char *ardb__final_round_expr(int64_t version);
 /* The order of problems in every listing: key fields compared as numbers.
  * `p` is the alias of the problems table. */
 #define ARDB_PROBLEM_ORDER                                                    \

@@ -3,22 +3,32 @@
  */
 #include "ardb_internal.h"
 #include "ardb_tools.h"
-
+#include "migrate.h"
 
 int ardb_measurement_find_final(ardb *db, int64_t candidate_id, int64_t problem_id, int64_t device_id,
                                 const char *build_key, double *median_us, double *spread_us,
                                 int64_t *measurement_id)
 {
-    /* The newest ok measurement of a final (interleaved) round. */
-    static const char sql[] =
-        "SELECT id, median_us, spread_us FROM measurements"
-        " WHERE candidate_id = ?1 AND problem_id = ?2 AND device_id = ?3"
-        " AND build_key IS ?4 AND status = 'ok' AND message LIKE 'final%'"
-        " ORDER BY id DESC LIMIT 1";
+    /* The newest ok measurement of a final (interleaved) round; a reader
+     * of a file older than v8 tells one as the migration would. */
+#define FIND_FINAL_SQL(final_round)                                           \
+    "SELECT id, median_us, spread_us FROM measurements"                       \
+    " WHERE candidate_id = ?1 AND problem_id = ?2 AND device_id = ?3"        \
+    " AND build_key IS ?4 AND status = 'ok' AND " final_round                \
+    " ORDER BY id DESC LIMIT 1"
+    static const char sql[] = FIND_FINAL_SQL("final_round = 1");
+    static const char sql_pre_v8[] = FIND_FINAL_SQL(ARDB_LEGACY_FINAL_ROUND("message"));
+#undef FIND_FINAL_SQL
     sqlite3_stmt *st = NULL;
+    int64_t version = ARDB_SCHEMA_VERSION;
     if (!db || !median_us || !spread_us || !measurement_id)
         return ARDB_EINVAL;
-    int rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
+    if (db->readonly) {
+        int code = ardb__user_version(db, "main", &version);
+        if (code)
+            return code;
+    }
+    int rc = sqlite3_prepare_v2(db->h, version >= 8 ? sql : sql_pre_v8, -1, &st, NULL);
     if (rc != SQLITE_OK)
         return ardb__sql_fail(db, rc, "final measurement");
     sqlite3_bind_int64(st, 1, candidate_id);

@@ -150,7 +150,7 @@ int attnres_db_open(const char *path, attnres_db **out, char *msg, size_t msg_le
         snprintf(msg, msg_len, "out of memory");
         return ATTNRES_ENOMEM;
     }
-    int rc = ardb_open(path, ARDB_READONLY, &h->db, msg, msg_len);
+    int rc = ardb_open_readonly(path, &h->db, msg, msg_len);
     if (rc != ARDB_DONE) {
         free(h);
         return ar_status_from_ardb(rc);

@@ -1,5 +1,5 @@
 # History, comparison and exchange of tuning databases: the unit tests of
-# db/tools/history.c, db/tools/exchange.c and db/core/migrate.c, and the
+# db/tools/history.c, db/tools/exchange.c and db/write/migrate.c, and the
 # end-to-end test of `attnres db regress` on a real slowdown. Included from
 # tests/CMakeLists.txt.
 set(ATTNRES_DB_V1_FIXTURE ${CMAKE_CURRENT_SOURCE_DIR}/unit/fixtures/db_v1.sql)

@@ -50,10 +50,14 @@ if ! diff -u "$work/declared.txt" "$work/exported.txt"; then
 fi
 echo "   $(wc -l <"$work/exported.txt") functions"
 
-step "libattnres.a holds the database layer"
+step "libattnres.a holds the read side of the database layer and none of its writers"
 nm "$prefix/$libdir/libattnres.a" >"$work/static-symbols.txt" 2>/dev/null
-grep -q ' T ardb_open$' "$work/static-symbols.txt" || fail "libattnres.a lacks ardb_open"
+grep -q ' T ardb_open_readonly$' "$work/static-symbols.txt" || fail "libattnres.a lacks ardb_open_readonly"
 grep -q ' T attnres_plan_create$' "$work/static-symbols.txt" || fail "libattnres.a lacks the API"
+# db/write's: a writer's open (creation, migration), the records of a run.
+for writer in ardb_open ardb__migrate ardb__schema_init ardb_run_begin ardb_measurement_add ardb_winner_set; do
+  if grep -q " T $writer\$" "$work/static-symbols.txt"; then fail "libattnres.a carries $writer, a writer"; fi
+done
 
 step "the installed command line runs"
 "$prefix/bin/attnres" devices >"$work/devices.txt" 2>&1 || { cat "$work/devices.txt"; fail "attnres devices"; }

@@ -161,7 +161,7 @@ fi
 reused=$(sed -n 's/.* \([0-9]*\) reused.*/\1/p' "$dir/final.txt" | awk '{ s += $1 } END { print s + 0 }')
 if [ "$reused" -ge "$before" ]; then ok "the final run reused all $before candidate/problem pairs measured before";
 else bad "the final run reused $reused of $before"; fi
-dups=$(sqlite3 "$db" "select count(*) from (select 1 from measurements where message not like 'final%'
+dups=$(sqlite3 "$db" "select count(*) from (select 1 from measurements where final_round = 0
                        group by candidate_id, problem_id, device_id, build_key,
                                 case when message like 'screening%' then 's' when message like 'full%' then 'f' else 'c' end
                        having count(*) > 1)")

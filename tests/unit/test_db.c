@@ -179,10 +179,10 @@ static void test_create_reopen(void)
     REQUIRE(db != NULL);
     CHECK(strcmp(ardb_errmsg(db), "") == 0);
     ardb_close(db);
-    CHECK(ARDB_SCHEMA_VERSION == 7);
-    CHECK(raw_int(path, "PRAGMA user_version") == 7);
+    CHECK(ARDB_SCHEMA_VERSION == 8);
+    CHECK(raw_int(path, "PRAGMA user_version") == 8);
     CHECK(raw_int(path, "SELECT count(*) FROM attnres_meta WHERE key = "
-                        "'schema_version' AND value = '7'") == 1);
+                        "'schema_version' AND value = '8'") == 1);
     /* A new file has the shape of a migrated one: v1 plus every delta. */
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') "
                         "WHERE name IN ('uid', 'note', 'read_gbps')") == 3);
@@ -363,12 +363,12 @@ static void test_open_errors(void)
     db = create_db("newer.db", path, sizeof path);
     REQUIRE(db != NULL);
     ardb_close(db);
-    CHECK(raw_exec(path, "PRAGMA user_version = 8") == SQLITE_OK);
+    CHECK(raw_exec(path, "PRAGMA user_version = 9") == SQLITE_OK);
     EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENEWER,
-                "database schema version 8 is newer than this build (7)");
+                "database schema version 9 is newer than this build (8)");
     EXPECT_OPEN(path, 0, ARDB_ENEWER, "is newer than this build");
     EXPECT_OPEN(path, ARDB_CREATE, ARDB_ENEWER, "is newer than this build");
-    CHECK(raw_int(path, "PRAGMA user_version") == 8);
+    CHECK(raw_int(path, "PRAGMA user_version") == 9);
 }
 
 static void test_upserts(void)

@@ -85,7 +85,7 @@ static int make_v1(const char *name, char *path, size_t len)
 }
 
 /* Writes the v1 fixture migrated to v2 exactly as a build of schema v2
- * did it (the v2 delta of db/core/migrate.c, copied here so that the file stays
+ * did it (the v2 delta of db/write/migrate.c, copied here so that the file stays
  * what v2 wrote when later deltas come). */
 static int make_v2(const char *name, char *path, size_t len)
 {
@@ -231,7 +231,7 @@ static void test_classify_noise_and_threshold(void)
 
 static void test_v1_file_read_only_then_migrated(void)
 {
-    char path[600], bak[700], msg[700];
+    char path[600], bak[700], msg[700], sql[160];
     REQUIRE(make_v1("v1.db", path, sizeof path) == 0);
     snprintf(bak, sizeof bak, "%s.v1.bak", path);
 
@@ -283,7 +283,7 @@ static void test_v1_file_read_only_then_migrated(void)
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'read_gbps'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
     char *v = NULL;
-    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "7") == 0);
+    CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && atoi(v) == ARDB_SCHEMA_VERSION);
     free(v);
     v = NULL;
     CHECK(ardb_meta_get(db, "migrated_from_v1", &v) == ARDB_DONE && v && strstr(v, "backup") &&
@@ -349,12 +349,15 @@ static void test_v1_file_read_only_then_migrated(void)
 
     /* A newer file is refused, read-only or not, and left alone. */
     REQUIRE(make_v1("newer.db", path, sizeof path) == 0);
-    REQUIRE(raw_exec(path, "PRAGMA user_version = 8;") == SQLITE_OK);
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d;", ARDB_SCHEMA_VERSION + 1);
+    REQUIRE(raw_exec(path, sql) == SQLITE_OK);
     db = (ardb *)1;
     CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_ENEWER && db == NULL);
-    CHECK(strstr(msg, "database schema version 8 is newer than this build (7)") != NULL);
+    snprintf(sql, sizeof sql, "database schema version %d is newer than this build (%d)", ARDB_SCHEMA_VERSION + 1,
+             ARDB_SCHEMA_VERSION);
+    CHECK(strstr(msg, sql) != NULL);
     CHECK(ardb_open(path, ARDB_READONLY, &db, msg, sizeof msg) == ARDB_ENEWER);
-    CHECK(raw_int(path, "PRAGMA user_version") == 8);
+    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION + 1);
 }
 
 static void test_v2_file_read_only_then_migrated(void)
@@ -410,7 +413,7 @@ static void test_v2_file_read_only_then_migrated(void)
 }
 
 /* Writes the v2 fixture migrated to v3 exactly as a build of schema v3 did
- * it (the v3 delta of db/core/migrate.c, copied here so that the file stays what
+ * it (the v3 delta of db/write/migrate.c, copied here so that the file stays what
  * v3 wrote), plus a real CUDA device with a gap in the ids (5), a run on it
  * and its winner, so that a migration that renumbered devices would show. */
 static int make_v3(const char *name, char *path, size_t len)
@@ -544,7 +547,7 @@ static void test_v3_file_read_only_then_migrated(void)
     CHECK(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE name = 'ardb_v4_devices'") == 0);
     {
         char *v = NULL;
-        CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && strcmp(v, "7") == 0);
+        CHECK(ardb_meta_get(db, "schema_version", &v) == ARDB_DONE && v && atoi(v) == ARDB_SCHEMA_VERSION);
         free(v);
         v = NULL;
         CHECK(ardb_meta_get(db, "migrated_from_v3", &v) == ARDB_DONE && v && strstr(v, "v3.db.v3.bak"));
@@ -582,6 +585,197 @@ static void test_v3_file_read_only_then_migrated(void)
     CHECK(ardb_merge(db, path, &s) == ARDB_DONE && s.devices == 1 && s.runs == 0 && s.winners == 0);
     CHECK(raw_int(fresh, "SELECT count(*) FROM devices WHERE simulated = 1") == 1);
     ardb_close(db);
+}
+
+/* ---- the final-round mark (schema v8) ----------------------------------------------- */
+
+/* A database with one candidate of one problem measured once per message,
+ * each with the given final-round flag: ids[i] gets the id of the i-th. */
+static ardb *make_measured(const char *name, char *path, size_t len, const char *const *messages,
+                           const int *final, size_t n, int64_t *ids)
+{
+    path_in_tmp(path, len, name);
+    ardb *db = open_db(path, ARDB_CREATE);
+    if (!db)
+        return NULL;
+    ardb_device d = {.backend = "cpu", .name = "Final CPU", .fingerprint = "cpu|Final CPU"};
+    ardb_problem p = {.op = "mix", .dtype = "f32", .form = "replace", .d = 256, .n = 5, .heads = 1, .t_bucket = 64};
+    ardb_candidate c = {.template_name = "cpu/mix", .variant = "v_final", .source_hash = "hf", .source = "int f;",
+                        .kernel_name = "kf", .backend = "cpu"};
+    ardb_run r = {.strategy = "halving", .host = "final"};
+    int64_t dev, pid, cid, run;
+    if (ardb_device_upsert(db, &d, &dev) || ardb_problem_upsert(db, &p, &pid) || ardb_candidate_upsert(db, &c, &cid))
+        goto fail;
+    r.device_id = dev;
+    if (ardb_run_begin(db, &r, &run))
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        /* The last one failed, to show that a failure in a final round is
+         * marked too, and that the look-up of a final timing skips it. */
+        ardb_measurement m = {.run_id = run, .candidate_id = cid, .problem_id = pid, .device_id = dev,
+                              .build_key = "bk", .status = i + 1 < n ? ARDB_STATUS_OK : ARDB_STATUS_LAUNCH_FAILED,
+                              .median_us = 10.0 + (double)i, .reps = 5, .rel_err = 0, .message = messages[i],
+                              .final_round = final[i]};
+        if (ardb_measurement_add(db, &m, &ids[i]))
+            goto fail;
+    }
+    if (ardb_run_finish(db, run, "complete"))
+        goto fail;
+    return db;
+fail:
+    fprintf(stderr, "make_measured: %s\n", ardb_errmsg(db));
+    ardb_close(db);
+    return NULL;
+}
+
+/* The final-round flags of every measurement in id order, as digits. */
+static long long final_flags(const char *path)
+{
+    return raw_int(path, "SELECT group_concat(final_round, '') FROM (SELECT final_round FROM measurements ORDER BY id)");
+}
+
+/* A file as schema v6 or v7 wrote it: before v8 the final round was told
+ * only by the message's first word. A current file with what the later
+ * deltas added taken away again (v7 and v8 each add one column) has exactly
+ * the older shape. It migrates with the flag set from the message; read
+ * only, it is read as it is, with the same flags. */
+static void test_final_round_from_v6_and_v7_files(void)
+{
+    static const char *const messages[] = {"final (interleaved with 3, 11 rounds)", "screening", NULL,
+                                           "full (stopped after one timed launch)", "finalist, not final",
+                                           "final (interleaved with 2, 3 rounds): launch failed"};
+    static const int unset[6] = {0};
+    const size_t n = sizeof messages / sizeof messages[0];
+    for (int version = 6; version <= 7; version++) {
+        char name[32], path[600], bak[700], sql[256], msg[512];
+        int64_t ids[6];
+        snprintf(name, sizeof name, "final-v%d.db", version);
+        ardb *db = make_measured(name, path, sizeof path, messages, unset, n, ids);
+        REQUIRE(db != NULL);
+        ardb_close(db);
+        snprintf(sql, sizeof sql,
+                 "ALTER TABLE measurements DROP COLUMN final_round;%s"
+                 "UPDATE attnres_meta SET value = '%d' WHERE key = 'schema_version';"
+                 "PRAGMA user_version = %d;",
+                 version < 7 ? "ALTER TABLE runs DROP COLUMN stages;" : "", version, version);
+        REQUIRE(raw_exec(path, sql) == SQLITE_OK);
+        REQUIRE(raw_int(path, "SELECT count(*) FROM pragma_table_info('measurements') WHERE name = 'final_round'") ==
+                0);
+
+        /* Read-only: never written, the flag read from the message. */
+        db = open_db(path, ARDB_READONLY);
+        REQUIRE(db != NULL);
+        {
+            ardb_measurement m;
+            double median = 0, spread = 0;
+            int64_t mid = 0, cand = raw_int(path, "SELECT id FROM candidates"),
+                    prob = raw_int(path, "SELECT id FROM problems"), dev = raw_int(path, "SELECT id FROM devices");
+            buffer e = {0};
+            CHECK(ardb_measurement_find(db, cand, prob, dev, "bk", &m) == ARDB_DONE && m.final_round == 1 &&
+                  m.status == ARDB_STATUS_LAUNCH_FAILED);
+            ardb_measurement_clear(&m);
+            CHECK(ardb_measurement_find_final(db, cand, prob, dev, "bk", &median, &spread, &mid) == ARDB_DONE);
+            /* The newest ok one marked: "finalist, not final". */
+            CHECK(mid == ids[4] && median == 14.0);
+            CHECK(ardb_export_json(db, 0, buffer_write, &e) == ARDB_DONE);
+            CHECK(e.data && strstr(e.data, "\"message\": \"screening\", \"final_round\": 0,") &&
+                  strstr(e.data, "\"message\": \"final (interleaved with 3, 11 rounds)\", \"final_round\": 1,") &&
+                  strstr(e.data, "\"message\": \"finalist, not final\", \"final_round\": 1,"));
+            free(e.data);
+        }
+        ardb_close(db);
+        CHECK(raw_int(path, "PRAGMA user_version") == version);
+
+        /* Read-write: migrated in place, with a backup. "finalist" starts
+         * with "final" as the tuner's old test read it: marked, as then. */
+        snprintf(bak, sizeof bak, "%s.v%d.bak", path, version);
+        db = NULL;
+        CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_DONE);
+        if (!db)
+            fprintf(stderr, "open %s: %s\n", path, msg);
+        ardb_close(db);
+        CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
+        CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == version);
+        CHECK(final_flags(path) == 100011);
+        CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('measurements') WHERE name = 'final_round' "
+                            "AND \"notnull\" = 1 AND dflt_value = '0'") == 1);
+        /* Measurements are append-only again after the migration. */
+        CHECK(raw_exec(path, "UPDATE measurements SET final_round = 0") != SQLITE_OK);
+        CHECK(final_flags(path) == 100011);
+    }
+}
+
+/* Removes every "final_round": N member, as an export of a build before v8. */
+static void strip_final_round(char *text)
+{
+    char *p;
+    while ((p = strstr(text, "\"final_round\": "))) {
+        char *end = strstr(p, ", ");
+        if (!end)
+            break;
+        memmove(p, end + 2, strlen(end + 2) + 1);
+    }
+}
+
+/* The flag is what was recorded, not what the message says: export and
+ * import, and merge, carry it as it is; an export without it (from a build
+ * before v8) is marked from the message, as the migration does. */
+static void test_final_round_travels_with_export_import_and_merge(void)
+{
+    static const char *const messages[] = {"interleaved", "final words, not a final round", NULL, "x"};
+    static const int final[] = {1, 0, 7, 0};
+    char src[600], path[600];
+    int64_t ids[4];
+    buffer a = {0}, again = {0};
+    ardb_merge_stats s;
+    ardb *db = make_measured("final-src.db", src, sizeof src, messages, final, 4, ids);
+    REQUIRE(db != NULL);
+    CHECK(final_flags(src) == 1010); /* any non-zero flag is recorded as 1 */
+    CHECK(ardb_export_json(db, 0, buffer_write, &a) == ARDB_DONE);
+    ardb_close(db);
+    REQUIRE(a.data != NULL);
+
+    path_in_tmp(path, sizeof path, "final-imported.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && s.measurements == 4);
+    CHECK(final_flags(path) == 1010);
+    CHECK(ardb_export_json(db, 0, buffer_write, &again) == ARDB_DONE);
+    CHECK(again.data && strcmp(a.data, again.data) == 0);
+    ardb_close(db);
+
+    path_in_tmp(path, sizeof path, "final-merged.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_merge(db, src, &s) == ARDB_DONE && s.measurements == 4);
+    CHECK(final_flags(path) == 1010);
+    ardb_close(db);
+
+    strip_final_round(a.data);
+    a.len = strlen(a.data);
+    CHECK(strstr(a.data, "final_round") == NULL);
+    path_in_tmp(path, sizeof path, "final-older-export.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && s.measurements == 4);
+    CHECK(final_flags(path) == 100); /* leading zero: "0100" */
+    {
+        static const char bad[] =
+            "{\"format\": \"attnres-export\", \"version\": 1,"
+            " \"devices\": [{\"backend\": \"cpu\", \"fingerprint\": \"fb\"}],"
+            " \"problems\": [{\"key\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\", \"op\": \"mix\", \"dtype\": \"f32\","
+            " \"form\": \"replace\", \"d\": 1, \"n\": 1, \"heads\": 1, \"epilogue\": 0, \"s\": 0, \"t_bucket\": 1}],"
+            " \"candidates\": [{\"variant\": \"v\", \"source_hash\": \"h\"}],"
+            " \"runs\": [{\"uid\": \"rb\", \"started_at\": \"t\", \"status\": \"complete\"}],"
+            " \"measurements\": [{\"id\": 1, \"run\": \"rb\", \"problem\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\","
+            " \"variant\": \"v\", \"source_hash\": \"h\", \"device\": \"fb\", \"status\": \"ok\","
+            " \"created_at\": \"t\", \"final_round\": 2}]}";
+        CHECK(ardb_import_json(db, bad, strlen(bad), &s) == ARDB_EINVAL);
+        CHECK(strstr(ardb_errmsg(db), "inconsistent") != NULL);
+    }
+    ardb_close(db);
+    free(a.data);
+    free(again.data);
 }
 
 /* ---- runs, diff ----------------------------------------------------------------- */
@@ -825,7 +1019,7 @@ static void test_merge_without_duplicates(void)
     path_in_tmp(path, sizeof path, "missing.db");
     CHECK(ardb_merge(db, path, &s) == ARDB_ENOTDB && strstr(ardb_errmsg(db), "no such database file"));
     REQUIRE(make_v1("newer-src.db", path, sizeof path) == 0);
-    REQUIRE(raw_exec(path, "PRAGMA user_version = 8;") == SQLITE_OK);
+    REQUIRE(raw_exec(path, "PRAGMA user_version = 99;") == SQLITE_OK);
     CHECK(ardb_merge(db, path, &s) == ARDB_ENEWER);
     CHECK(ardb_begin(db) == ARDB_DONE);
     CHECK(ardb_merge(db, shard, &s) == ARDB_EINVAL && strstr(ardb_errmsg(db), "transaction"));
@@ -1079,6 +1273,8 @@ int main(int argc, char **argv)
     RUN_CASE(test_v1_file_read_only_then_migrated);
     RUN_CASE(test_v2_file_read_only_then_migrated);
     RUN_CASE(test_v3_file_read_only_then_migrated);
+    RUN_CASE(test_final_round_from_v6_and_v7_files);
+    RUN_CASE(test_final_round_travels_with_export_import_and_merge);
     RUN_CASE(test_diff_and_resolve);
     RUN_CASE(test_stored_winners_fall_back_like_the_runtime);
     RUN_CASE(test_merge_without_duplicates);

@@ -28,7 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ardb.h"
+#include "ardb_tools.h"
 #include "attnres.h"
 
 #define CASE_SECONDS 20

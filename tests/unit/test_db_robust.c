@@ -361,7 +361,7 @@ static int status_is(const char *path, int64_t id, const char *want)
 }
 
 /* Sets run id's owner to this process's owner with field k (0-based, of
- * "v1|MACHINE|BOOT|PIDNS|PID|START", db/core/liveness.c) replaced by value. */
+ * "v1|MACHINE|BOOT|PIDNS|PID|START", db/write/liveness.c) replaced by value. */
 static int set_owner_field(const char *path, int64_t id, int64_t from, int k, const char *value)
 {
     char sql[1024], *owner, *parts[8], *save = NULL;
@@ -467,7 +467,7 @@ static void test_v4_file_migrated_to_v5(void)
     CHECK(ardb_run_begin(db, &r, &id) == ARDB_DONE);
     ardb_close(db);
     REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN owner; ALTER TABLE runs DROP COLUMN ceilings;"
-                           " ALTER TABLE runs DROP COLUMN stages;"
+                           " ALTER TABLE runs DROP COLUMN stages; ALTER TABLE measurements DROP COLUMN final_round;"
                            " PRAGMA user_version = 4;"
                            " UPDATE attnres_meta SET value = '4' WHERE key = 'schema_version'") == SQLITE_OK);
     db = open_db(path, ARDB_READONLY);
@@ -504,7 +504,8 @@ static void test_v5_file_migrated_to_v6(void)
     CHECK(ardb_run_begin(db, &r, &old_id) == ARDB_DONE);
     CHECK(ardb_run_finish(db, old_id, "complete") == ARDB_DONE);
     ardb_close(db);
-    REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN ceilings; ALTER TABLE runs DROP COLUMN stages; PRAGMA user_version = 5;"
+    REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN ceilings; ALTER TABLE runs DROP COLUMN stages;"
+                           " ALTER TABLE measurements DROP COLUMN final_round; PRAGMA user_version = 5;"
                            " UPDATE attnres_meta SET value = '5' WHERE key = 'schema_version'") == SQLITE_OK);
     db = open_db(path, ARDB_READONLY);
     REQUIRE(db != NULL);

@@ -14,7 +14,7 @@
 
 #include <stddef.h>
 
-#include "ardb.h"
+#include "ardb_write.h"
 #include "attnres-impl.h"
 #include "measure.h"
 #include "paired_stream.h"

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "argen.h"
-#include "ardb.h"
+#include "ardb_write.h"
 #include "attnres-impl.h"
 #include "measure.h"
 #include "problems.h"

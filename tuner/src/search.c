@@ -59,7 +59,7 @@ static void record(tuner *t, int64_t problem_id, candidate_ref *c, const job_res
                           .max_us = tm ? tm->max_us : 0, .spread_us = tm ? tm->spread_us : 0,
                           .reps = tm ? tm->reps : 0, .gbps = gbps,
                           .roofline = ceiling > 0 ? gbps / ceiling : 0, .rel_err = r->rel_err,
-                          .message = message};
+                          .message = message, .final_round = c->final_round};
     if (ardb_measurement_add(t->db, &m, &c->measurement_id) != ARDB_DONE)
         cli_error("tune", "recording a measurement: %s", ardb_errmsg(t->db));
     c->status = r->status;
@@ -489,7 +489,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
             cands[i].median_us = m.median_us;
             cands[i].spread_us = m.spread_us;
             cands[i].measurement_id = mid;
-            cands[i].final_round = m.message && strncmp(m.message, "final", 5) == 0;
+            cands[i].final_round = m.final_round;
             ardb_measurement_clear(&m);
             reused++;
         } else if (!cands[i].e->have_binary && !cands[i].e->compile_failed && todo) {

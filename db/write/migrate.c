@@ -70,7 +70,7 @@ static const char delta_v4[] =
     "UPDATE attnres_meta SET value = '4' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 4;\n";
 
-/* v4 -> v5: runs.owner, the process that records a run (db/core/liveness.c:
+/* v4 -> v5: runs.owner, the process that records a run (db/write/liveness.c:
  * machine, boot, pid namespace, pid and the process's start time), so that
  * a run whose process was killed can be told from one still going and
  * marked 'interrupted' instead of staying 'running' forever. Runs recorded
@@ -99,30 +99,29 @@ static const char delta_v7[] =
     "UPDATE attnres_meta SET value = '7' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 7;\n";
 
+/* v7 -> v8: measurements.final_round, 1 for a timing taken in the
+ * interleaved final round of a problem (the tuner's most trustworthy one,
+ * which a resumed run decides from), 0 for any other. Before v8 the mark
+ * was only the message's first word ("final ..."); a migrated file gets the
+ * flag from it. Measurements are append-only, so the trigger that refuses
+ * updates steps aside for this one and is put back as it was. */
+static const char delta_v8[] =
+    "ALTER TABLE measurements ADD COLUMN final_round INTEGER NOT NULL\n"
+    "  DEFAULT 0 CHECK(final_round IN (0, 1));\n"
+    "DROP TRIGGER measurements_append_only;\n"
+    "UPDATE measurements SET final_round = " ARDB_LEGACY_FINAL_ROUND("message") ";\n"
+    "CREATE TRIGGER measurements_append_only BEFORE UPDATE ON measurements\n"
+    "BEGIN SELECT RAISE(ABORT, 'measurements are append-only'); END;\n"
+    "UPDATE attnres_meta SET value = '8' WHERE key = 'schema_version';\n"
+    "PRAGMA user_version = 8;\n";
+
 typedef struct delta {
     int64_t to;
     const char *sql;
 } delta;
 
 static const delta deltas[] = {
-    {2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}, {6, delta_v6}, {7, delta_v7}};
-
-int ardb__user_version(ardb *db, const char *schema, int64_t *version)
-{
-    char sql[96];
-    sqlite3_stmt *st = NULL;
-    int rc;
-    snprintf(sql, sizeof sql, "PRAGMA \"%s\".user_version", schema);
-    rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        *version = sqlite3_column_int64(st, 0);
-        rc = SQLITE_OK;
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_OK)
-        return ardb__sql_fail(db, rc, "cannot read the schema version");
-    return ARDB_DONE;
-}
+    {2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}, {6, delta_v6}, {7, delta_v7}, {8, delta_v8}};
 
 int ardb__schema_upgrade(ardb *db, int64_t from)
 {

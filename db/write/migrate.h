@@ -1,6 +1,7 @@
 /*
- * migrate.h - schema versions after v1 and the in-place migration of older
- * files. Internal to db/.
+ * migrate.h - the creation of the schema, the versions after v1 and the
+ * in-place migration of older files: what a writer's open does to a file
+ * (db/write). Internal to db/.
  *
  * Each version after v1 is a delta script: a new database runs the v1 DDL
  * and then every delta, in the transaction that creates it, so a new file
@@ -12,6 +13,7 @@
 #include <stdint.h>
 
 #include "ardb_internal.h"
+#include "schema.h"
 
 /* The identity that schema v2 gives a run recorded under v1 (no uid
  * column): derived from what v1 recorded, so that the migration and a merge
@@ -20,6 +22,15 @@
 #define ARDB_LEGACY_RUN_UID(r)                                                \
     "printf('v1:%s:%s:%d', " r ".started_at, COALESCE(" r ".host, ''), " r    \
     ".id)"
+
+/* Whether a measurement recorded before schema v8 (no final_round column)
+ * was taken in a final round: its message starts with "final", as the
+ * tuner wrote it then. The migration to v8 sets the column from this, and
+ * readers of an older file opened read-only, merges and imports from one
+ * use it, so that they all agree. `message` is the SQL expression of the
+ * measurement's message. */
+#define ARDB_LEGACY_FINAL_ROUND(message)                                      \
+    "COALESCE(substr(" message ", 1, 5) = 'final', 0)"
 
 /* Runs the deltas that take a database from version `from` to
  * ARDB_SCHEMA_VERSION, on the caller's open transaction. No backup. */
@@ -34,7 +45,12 @@ int ardb__schema_upgrade(ardb *db, int64_t from);
  * table) and commits. A failure leaves the file as it was. */
 int ardb__migrate(ardb *db, int64_t from);
 
-/* PRAGMA <schema>.user_version of an attached schema ("main", ...). */
-int ardb__user_version(ardb *db, const char *schema, int64_t *version);
+/* Checks that db->h is an attnres database this build can write. With
+ * create != 0 an empty database gets the current schema (race-free between
+ * processes: the creation runs in a BEGIN IMMEDIATE transaction that checks
+ * again); an older one is migrated (ardb__migrate). Returns ARDB_DONE,
+ * ENOTDB (not SQLite / not attnres / empty), ENEWER, or an SQLite failure,
+ * with the message in db->err. */
+int ardb__schema_init(ardb *db, int create);
 
 #endif
