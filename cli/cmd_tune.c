@@ -219,8 +219,10 @@ static void record_ceilings(tuner *t, const ceiling_check *c)
 {
     char json[CEILING_CHECK_JSON_SIZE];
     ceiling_check_json(&t->roof, c, json, sizeof json);
-    if (ardb_run_set_ceilings(t->db, t->run_id, json) != ARDB_DONE)
+    if (ardb_run_set_ceilings(t->db, t->run_id, json) != ARDB_DONE) {
         cli_error("tune", "recording the ceilings: %s", ardb_errmsg(t->db));
+        t->unrecorded++;
+    }
 }
 
 /* Records where the run's time went (tune_stages.h) with the run. */
@@ -228,8 +230,10 @@ static void record_stages(tuner *t)
 {
     char json[1024];
     tune_stages_json(&t->stages, json, sizeof json);
-    if (ardb_run_set_stages(t->db, t->run_id, json) != ARDB_DONE)
+    if (ardb_run_set_stages(t->db, t->run_id, json) != ARDB_DONE) {
         cli_error("tune", "recording where the time went: %s", ardb_errmsg(t->db));
+        t->unrecorded++;
+    }
 }
 
 static int begin_run(tuner *t, int argc, char **argv)
@@ -344,7 +348,9 @@ int cmd_tune(int argc, char **argv)
     if (!rows)
         goto done;
     int ok = 1;
-    for (size_t i = 0; i < set.count && ok; i++)
+    /* A result the database refused (a full disk, an I/O error) ends the
+     * run: what follows would be lost the same way. */
+    for (size_t i = 0; i < set.count && ok && !t.unrecorded; i++)
         ok = tune_problem_one(&t, &set.items[i], i, set.count, &rows[i]) == 0;
     ceiling_check check;
     char report[4096];
@@ -352,13 +358,21 @@ int cmd_tune(int argc, char **argv)
     record_ceilings(&t, &check);
     t.stages.total_s = now_s() - start;
     record_stages(&t);
-    ardb_run_finish(t.db, t.run_id, ok ? "complete" : "failed");
+    ok = ok && !t.unrecorded;
+    if (ardb_run_finish(t.db, t.run_id, ok ? "complete" : "failed") != ARDB_DONE) {
+        cli_error("tune", "recording the end of the run: %s", ardb_errmsg(t.db));
+        t.unrecorded++;
+        ok = 0;
+    }
     print_table(&t, rows, set.count, &check, report);
     char stages[2048];
     tune_stages_format(&t.stages, stages, sizeof stages);
     printf("\n%s", stages);
     printf("\nrun %" PRId64 ": %zu measured, %zu reused, %zu not ok, %.1f s; database %s\n", t.run_id, t.measured,
            t.reused, t.failed, t.stages.total_s, t.opt.db);
+    if (t.unrecorded)
+        cli_error("tune", "%zu result(s) could not be written to %s (above): the run is not complete", t.unrecorded,
+                  t.opt.db);
     exit_code = ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 done:
     free(rows);

@@ -64,6 +64,7 @@ typedef struct tuner {
     source_entry **sources; /* stable pointers: candidates keep them */
     size_t nsources;
     size_t reused, measured, failed; /* candidate counts over the run */
+    size_t unrecorded;               /* results a database write lost: the run fails */
     tune_stages stages;              /* where the run's time went */
 } tuner;
 

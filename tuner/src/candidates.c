@@ -150,6 +150,10 @@ static void store_binary(tuner *t, source_entry *e)
                      .size = e->blob_size, .resources_json = e->resources[0] ? e->resources : NULL};
     if (ardb_binary_put(t->db, &b) == ARDB_DONE)
         e->have_binary = 1;
+    else {
+        cli_error("tune", "storing the binary of %s: %s", e->id, ardb_errmsg(t->db));
+        t->unrecorded++;
+    }
     /* Into the kernel cache too, where another database's run (or this
      * one's, killed before it measured) finds it (from_kernel_cache). */
     char path[4200];

@@ -40,6 +40,7 @@ typedef struct revalidation {
     rooflines roof;
     measure_policy policy;
     int quiet;
+    size_t unrecorded; /* results a database write lost: the run fails */
 } revalidation;
 
 /* The outcome for one stored winner, for the table. */
@@ -179,12 +180,15 @@ static void record(revalidation *r, const ardb_stored_winner *w, const char *bui
     snprintf(o->message, sizeof o->message, "%s", message ? message : "");
     if (ardb_measurement_add(r->db, &m, &mid) != ARDB_DONE) {
         cli_error("tune", "recording a measurement: %s", ardb_errmsg(r->db));
+        r->unrecorded++;
         return;
     }
     o->measured = 1;
     if (status == ARDB_STATUS_OK &&
-        ardb_winner_set(r->db, r->run_id, w->problem_id, r->device_id, w->candidate_id, mid) != ARDB_DONE)
+        ardb_winner_set(r->db, r->run_id, w->problem_id, r->device_id, w->candidate_id, mid) != ARDB_DONE) {
         cli_error("tune", "recording the winner: %s", ardb_errmsg(r->db));
+        r->unrecorded++;
+    }
 }
 
 /* The binary of a stored winner for this device's build key: from the
@@ -204,8 +208,10 @@ static int binary_for(revalidation *r, const ardb_stored_winner *w, const char *
     free(log);
     ardb_binary b = {.build_key = build_key, .candidate_id = w->candidate_id, .compiler = r->dev->compiler,
                      .options = r->dev->options, .target = r->dev->target, .blob = *blob, .size = *size};
-    if (ardb_binary_put(r->db, &b) != ARDB_DONE)
+    if (ardb_binary_put(r->db, &b) != ARDB_DONE) {
         cli_error("tune", "storing the binary of %s: %s", w->variant, ardb_errmsg(r->db));
+        r->unrecorded++;
+    }
     return 0;
 }
 
@@ -344,8 +350,10 @@ static void check_ceilings(revalidation *r, const ardb_stored_winner *w, const o
     printf("%s\n", line);
     char json[CEILING_CHECK_JSON_SIZE];
     ceiling_check_json(&r->roof, &c, json, sizeof json);
-    if (ardb_run_set_ceilings(r->db, r->run_id, json) != ARDB_DONE)
+    if (ardb_run_set_ceilings(r->db, r->run_id, json) != ARDB_DONE) {
         cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
+        r->unrecorded++;
+    }
 }
 
 int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
@@ -401,12 +409,18 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
         bad += o[i].status != ARDB_STATUS_OK;
         note(&r, "[%zu/%zu] %s: %s %s", i + 1, n, w[i].problem_key, w[i].variant, ardb_status_name(o[i].status));
     }
-    ardb_run_finish(r.db, r.run_id, "complete");
     print_table(&r, w, o, n);
     check_ceilings(&r, w, o, n);
+    if (ardb_run_finish(r.db, r.run_id, r.unrecorded ? "failed" : "complete") != ARDB_DONE) {
+        cli_error("tune", "recording the end of the run: %s", ardb_errmsg(r.db));
+        r.unrecorded++;
+    }
     printf("\nrun %" PRId64 ": %zu winner(s) re-validated, %zu not ok; database %s\n", r.run_id, n - bad, bad,
            db_path);
-    exit_code = bad ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    if (r.unrecorded)
+        cli_error("tune", "%zu result(s) could not be written to %s (above): the run is not complete", r.unrecorded,
+                  db_path);
+    exit_code = bad || r.unrecorded ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 done:
     free(o);
     ardb_stored_winners_free(w, n);

@@ -60,8 +60,10 @@ static void record(tuner *t, int64_t problem_id, candidate_ref *c, const job_res
                           .reps = tm ? tm->reps : 0, .gbps = gbps,
                           .roofline = ceiling > 0 ? gbps / ceiling : 0, .rel_err = r->rel_err,
                           .message = message, .final_round = c->final_round};
-    if (ardb_measurement_add(t->db, &m, &c->measurement_id) != ARDB_DONE)
+    if (ardb_measurement_add(t->db, &m, &c->measurement_id) != ARDB_DONE) {
         cli_error("tune", "recording a measurement: %s", ardb_errmsg(t->db));
+        t->unrecorded++;
+    }
     c->status = r->status;
     c->median_us = m.median_us;
     c->spread_us = m.spread_us;
@@ -580,8 +582,10 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
     free(todo);
     if (best) {
         if (ardb_winner_set(t->db, t->run_id, problem_id, t->device_id, best->e->candidate_id,
-                            best->measurement_id) != ARDB_DONE)
+                            best->measurement_id) != ARDB_DONE) {
             cli_error("tune", "recording the winner: %s", ardb_errmsg(t->db));
+            t->unrecorded++;
+        }
         double rd, wr;
         problem_traffic(tp, &rd, &wr);
         w->found = 1;
