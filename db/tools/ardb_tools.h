@@ -182,7 +182,8 @@ void ardb_stored_winners_free(ardb_stored_winner *w, size_t count);
 
 /* ==== exchange: export, import, merge (db/tools/exchange.c) ============ */
 
-/* Where exports go: returns 0 when all len bytes were written. */
+/* Where exports go: returns 0 when all len bytes were written; on a
+ * failure errno, where set, says why (the export's message gives it). */
 typedef int (*ardb_write_fn)(void *ctx, const void *data, size_t len);
 
 /* Export flags. */

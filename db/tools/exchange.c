@@ -15,6 +15,7 @@
  * Library code: never prints; exports go through the caller's writer.
  */
 #define _GNU_SOURCE /* realpath */
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -39,14 +40,23 @@ typedef struct writer {
     int failed;
 } writer;
 
+/* The output's writer failed; errno, where it set one, says why (a full
+ * disk, a file-size limit). */
+static int write_failed(writer *w, int why)
+{
+    ardb__fail(w->db, ARDB_ESQL, "export: writing the output failed%s%s", why > 0 ? ": " : "",
+               why > 0 ? strerror(why) : "");
+    return -1;
+}
+
 static int w_raw(writer *w, const char *s, size_t n)
 {
     if (w->failed)
         return -1;
+    errno = 0;
     if (n && w->fn(w->ctx, s, n) != 0) {
         w->failed = 1;
-        ardb__fail(w->db, ARDB_ESQL, "export: writing the output failed");
-        return -1;
+        return write_failed(w, errno);
     }
     return 0;
 }
@@ -57,10 +67,10 @@ static int w_json_string(writer *w, const char *s, size_t n)
 {
     if (w->failed)
         return -1;
+    errno = 0;
     if (ardb__json_write_string((ardb_json_out)w->fn, w->ctx, s, n) != 0) {
         w->failed = 1;
-        ardb__fail(w->db, ARDB_ESQL, "export: writing the output failed");
-        return -1;
+        return write_failed(w, errno);
     }
     return 0;
 }
