@@ -135,7 +135,7 @@ def sweep(name, args, pattern, check_after, user_file=True, ops=("write", "sync"
     wrong, or None. A database command may exit 0 under a fault that came
     after its commit (a checkpoint at close: the data are in the WAL);
     check_after then checks that its change is there."""
-    runs = problems = 0
+    runs = problems = reached = 0
     for op in ops:
         for errno_name in errnos:
             n_list = list(ns) if ns else range(1, MAX_N + 1)
@@ -154,6 +154,7 @@ def sweep(name, args, pattern, check_after, user_file=True, ops=("write", "sync"
                     if persist or ns:
                         continue
                     break  # past the last counted call: every write point was hit
+                reached += 1
                 wrong = None
                 if rc < 0 or rc >= 128:
                     wrong = "crashed (exit %d)" % rc
@@ -168,8 +169,12 @@ def sweep(name, args, pattern, check_after, user_file=True, ops=("write", "sync"
                 if wrong:
                     bad(where + ": " + wrong, out + err + "\n" + "\n".join(fired))
                     problems += 1
-    if problems == 0:
-        ok("%s: %d faulted runs, every one failed cleanly%s" % (name, runs, "" if user_file else " (the run went on)"))
+    if reached == 0:
+        # A sweep whose fault never fires tests nothing: the library did not
+        # load, or the command no longer writes where the test looks.
+        bad("%s: no fault was reached in %d runs" % (name, runs))
+    elif problems == 0:
+        ok("%s: %d faulted runs, every one failed cleanly%s" % (name, reached, "" if user_file else " (the run went on)"))
 
 
 # ---------------------------------------------------------------------------
