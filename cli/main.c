@@ -1,6 +1,7 @@
 /*
  * main.c - the `attnres` command line: one binary, one subcommand a job.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,6 +33,10 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    /* Past a file-size limit (ulimit -f) a write then fails with EFBIG,
+     * which every writer reports and recovers from, instead of the signal
+     * killing the command with its temporaries left behind. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return CLI_EXIT_USAGE;
