@@ -26,6 +26,13 @@ int ardb_measurement_find_final(ardb *db, int64_t candidate_id,
                                 const char *build_key, double *median_us,
                                 double *spread_us, int64_t *measurement_id);
 
+/* The candidate that won the nearest other T bucket of a problem (same
+ * op, dtype, form, d, n, heads, epilogue and s; nearest by the ratio of
+ * the buckets, then the newest run) on a device: where the tuner starts
+ * screening. ENOTFOUND when no such bucket has a winner. */
+int ardb_winner_nearest_bucket(ardb *db, int64_t problem_id, int64_t device_id,
+                               int64_t *candidate_id);
+
 /* ==== listings (db/tools/listings.c) ================================== */
 
 /* Row callback for listings: column names and values as text (SQL NULL is

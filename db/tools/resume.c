@@ -52,3 +52,34 @@ int ardb_measurement_find_final(ardb *db, int64_t candidate_id, int64_t problem_
     sqlite3_finalize(st);
     return code;
 }
+
+int ardb_winner_nearest_bucket(ardb *db, int64_t problem_id, int64_t device_id, int64_t *candidate_id)
+{
+    static const char sql[] =
+        "SELECT w.candidate_id FROM problems q"
+        " JOIN problems p ON p.op = q.op AND p.dtype = q.dtype AND p.form = q.form AND p.d = q.d"
+        " AND p.n = q.n AND p.heads = q.heads AND p.epilogue = q.epilogue AND p.s = q.s"
+        " AND p.t_bucket != q.t_bucket"
+        " JOIN winners w ON w.problem_id = p.id AND w.device_id = ?2"
+        " WHERE q.id = ?1"
+        " ORDER BY MAX(p.t_bucket * 1.0 / q.t_bucket, q.t_bucket * 1.0 / p.t_bucket), w.run_id DESC"
+        " LIMIT 1";
+    if (!db || !candidate_id)
+        return ARDB_EINVAL;
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return ardb__sql_fail(db, rc, "nearest bucket's winner");
+    sqlite3_bind_int64(st, 1, problem_id);
+    sqlite3_bind_int64(st, 2, device_id);
+    rc = sqlite3_step(st);
+    int code = ARDB_DONE;
+    if (rc == SQLITE_ROW)
+        *candidate_id = sqlite3_column_int64(st, 0);
+    else if (rc == SQLITE_DONE)
+        code = ARDB_ENOTFOUND;
+    else
+        code = ardb__sql_fail(db, rc, "nearest bucket's winner");
+    sqlite3_finalize(st);
+    return code;
+}

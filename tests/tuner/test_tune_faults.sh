@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A template whose variants crash, hang, fail to compile or compute wrong
-# results: each is recorded with its status, and the run completes with a
-# correct winner from the real templates.
+# A template whose variants crash, hang, fail to compile, compute wrong
+# results or run far too slowly: each is recorded with its status, and the
+# run completes with a correct winner from the real templates.
 set -euo pipefail
 cli="$1"; src_templates="$2"; here="$(cd "$(dirname "$0")" && pwd)"
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
@@ -24,11 +24,18 @@ expect faulty_c_f32_crash launch_failed
 expect faulty_c_f32_hang timeout
 expect faulty_c_f32_nocompile compile_failed
 expect faulty_c_f32_wrong wrong_result
+expect faulty_c_f32_slow skipped
 winner=$(sqlite3 "$dir/t.db" "select c.variant from winners w join candidates c on c.id = w.candidate_id")
 if [[ "$winner" == mix_c_f32_* ]]; then echo "ok   winner $winner"; pass=$((pass+1));
 else echo "FAIL winner '$winner'"; fail=$((fail+1)); fi
 grep -q "crashed with signal" <(sqlite3 "$dir/t.db" "select message from measurements where status = 'launch_failed'") \
   && { echo "ok   the crash message names the signal"; pass=$((pass+1)); } \
   || { echo "FAIL no signal in the crash message"; fail=$((fail+1)); }
+grep -q "stopped during a launch" <(sqlite3 "$dir/t.db" "select m.message from measurements m join candidates c on c.id = m.candidate_id where c.variant = 'faulty_c_f32_slow'") \
+  && { echo "ok   the slow variant was cut during its launch"; pass=$((pass+1)); } \
+  || { echo "FAIL the slow variant was not cut during its launch"; fail=$((fail+1)); }
+grep -q "cut short during a launch" "$dir/out.txt" \
+  && { echo "ok   the breakdown counts the cut"; pass=$((pass+1)); } \
+  || { echo "FAIL the breakdown does not count the cut"; fail=$((fail+1)); }
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -28,7 +28,7 @@ cp -r "$src_templates/lib" "$dir/templates/lib"
 cp "$src_templates/cpu/mix.lua" "$dir/templates/lib/orphan_test_mix.lua"
 sed -e 's|require("cpu/mix")|require("lib/orphan_test_mix")|' \
     -e 's|values = { "f32", "bf16", "f16" }|values = { "f32" }|' \
-    -e 's|values = { "crash", "wrong", "hang", "nocompile" }|values = { "hang" }|' \
+    -e 's|values = { "crash", "wrong", "hang", "nocompile", "slow" }|values = { "hang" }|' \
     "$here/templates/cpu/faulty.lua" >"$dir/templates/cpu/faulty.lua"
 export ATTNRES_TEMPLATE_DIR="$dir/templates" ATTNRES_CACHE_DIR="$dir/cache"
 if [ "$("$cli" gen --list)" != faulty_c_f32_hang ]; then

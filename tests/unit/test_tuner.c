@@ -151,6 +151,58 @@ static void screening_stops_far_behind_the_fastest(void)
     CHECK(search_stop_above(100) > 100 * 1.10);
 }
 
+static void screening_cuts_launches_far_past_the_fastest(void)
+{
+    /* No fastest yet, or no launch: never cut. Else 4x the fastest per
+     * launch before the stop decision (warm-up and first timed launch),
+     * never sooner than 20 ms. */
+    CHECK(search_cut_after(INFINITY, 2) == 0);
+    CHECK(search_cut_after(NAN, 2) == 0);
+    CHECK(search_cut_after(0, 2) == 0);
+    CHECK(search_cut_after(1000, 0) == 0);
+    CHECK(search_cut_after(12500, 1) == 50000);  /* 4 x 12.5 ms */
+    CHECK(search_cut_after(12500, 2) == 100000); /* with a warm-up */
+    CHECK(search_cut_after(2000, 2) == 20000);   /* 16 ms, raised to the floor */
+    CHECK(search_cut_after(4, 2) == 20000);
+    /* A launch the stop rule would still time again is never cut. */
+    CHECK(search_cut_after(30000, 1) > search_stop_above(30000));
+}
+
+static void screening_order_puts_wide_variants_and_the_neighbour_first(void)
+{
+    /* Candidates 1-5 in template order with lanes (vec x unroll) and
+     * threads: 1 (1x1, t1), 2 (16x1, t1), 3 (8x2, t2), 4 (1x1, t2),
+     * 5 (16x1, t2). By lanes, then threads, most first, equals in template
+     * order: 3 (16 lanes, t2) and 5 (16, t2) tie, template order keeps 3
+     * before 5; then 2 (16, t1), 4 (1, t2), 1 (1, t1). */
+    static source_entry e[5] = {
+        {.candidate_id = 1, .json = "{\"vec\":1,\"unroll\":1,\"threads\":1}"},
+        {.candidate_id = 2, .json = "{\"vec\":16,\"unroll\":1,\"threads\":1}"},
+        {.candidate_id = 3, .json = "{\"vec\":8,\"unroll\":2,\"threads\":2}"},
+        {.candidate_id = 4, .json = "{\"vec\":1,\"unroll\":1,\"threads\":2}"},
+        {.candidate_id = 5, .json = "{\"vec\":16,\"unroll\":1,\"threads\":2}"},
+    };
+    candidate_ref c[5];
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < 5; i++)
+        c[i].e = &e[i];
+    search_order(c, 5, 0);
+    int64_t want[5] = {3, 5, 2, 4, 1};
+    for (int i = 0; i < 5; i++)
+        CHECK(c[i].e->candidate_id == want[i]);
+    /* The nearest bucket's winner, 1 (the slowest by the prior), goes
+     * first; the rest keep their order. */
+    search_order(c, 5, 1);
+    int64_t want_first[5] = {1, 3, 5, 2, 4};
+    for (int i = 0; i < 5; i++)
+        CHECK(c[i].e->candidate_id == want_first[i]);
+    /* An id that is not among them changes nothing. */
+    search_order(c, 5, 99);
+    int64_t want_same[5] = {3, 5, 2, 4, 1};
+    for (int i = 0; i < 5; i++)
+        CHECK(c[i].e->candidate_id == want_same[i]);
+}
+
 static void finalists_within_margin(void)
 {
     /* Sorted medians 100 105 109 110 111 200: 100, 105, 109 and 110 are
@@ -330,6 +382,8 @@ int main(int argc, char **argv)
     RUN_CASE(sort_by_median);
     RUN_CASE(halving_keep_count);
     RUN_CASE(screening_stops_far_behind_the_fastest);
+    RUN_CASE(screening_cuts_launches_far_past_the_fastest);
+    RUN_CASE(screening_order_puts_wide_variants_and_the_neighbour_first);
     RUN_CASE(finalists_within_margin);
     RUN_CASE(finalists_at_least_two_at_most_six);
     RUN_CASE(resources_from_parameters);

@@ -40,6 +40,10 @@ typedef struct job_result {
     /* Seconds the measurement spent verifying and timing (in the child,
      * when isolated), for the run's breakdown (tune_stages.h). */
     double verify_s, time_s;
+    /* A screening launch cut short at its deadline (job_batch.cut_after):
+     * status skipped, tm.stopped set; the measuring process ended after
+     * sending this result. */
+    int cut;
     char message[512];
 } job_result;
 
@@ -72,14 +76,20 @@ typedef struct job_batch {
      * timing buffers, the first of the child did, and verification has
      * just run the candidate. */
     double warm_once_above_us;
+    /* The deadline of a candidate's launches before its stop decision
+     * (the warm-up, if any, and the first timed one), in microseconds, from
+     * the fastest before it; past it the launch is cut short (job_result.
+     * cut). Applies in a measuring process only; NULL or 0: never cut. */
+    double (*cut_after)(double fastest_us, int launches);
 } job_batch;
 
 /* Measures a batch as job_measure would each of them, in order, with each
- * candidate's stop threshold from the fastest of those before it. On the
- * CPU one child process measures them all, so its start and its first
- * touch of the problem's buffers are paid once a batch: a candidate that
- * crashes or overruns the time limit ends that child, is recorded as such,
- * and a new child measures the rest. out has b->k results. */
+ * candidate's stop threshold and deadline from the fastest of those before
+ * it. On the CPU one child process measures them all, so its start and its
+ * first touch of the problem's buffers are paid once a batch: a candidate
+ * that crashes, overruns the time limit or is cut at its deadline ends that
+ * child, is recorded as such, and a new child measures the rest. out has
+ * b->k results. */
 void job_measure_batch(attnres_device *dev, bench_case *bc, const job_batch *b, job_result *out);
 
 /* Times k candidates interleaved (A B C A B C ...) for `rounds` rounds, so

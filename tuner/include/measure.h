@@ -21,6 +21,10 @@ typedef struct measure_policy {
     /* Screening: when the first timed launch takes longer than this, stop
      * there (timing.stopped) instead of timing the rest; 0 never stops. */
     double stop_above_us;
+    /* Called once the warm-up and the stop decision are behind, before
+     * the rest of the launches are timed (NULL: nothing): a deadline for
+     * those first launches ends there (isolate.c). Never recorded. */
+    void (*decided)(void);
 } measure_policy;
 
 /* The policy for dev: many flushed repetitions on GPUs, fewer on the CPU,

@@ -104,6 +104,7 @@ typedef struct candidate_ref {
     ardb_status status;
     double median_us, spread_us;
     int final_round;       /* took part in the interleaved round */
+    int cut;               /* screening cut short during a launch (ranked last) */
     double paired, paired_spread, pair_gbps; /* job_result's, from this run's final round */
 } candidate_ref;
 
@@ -120,6 +121,32 @@ typedef struct candidate_ref {
 /* The screening's stop threshold (measure_policy.stop_above_us) given the
  * fastest screening median so far; 0 (never stop) when there is none. */
 double search_stop_above(double fastest_us);
+
+/* A screening launch still running at SEARCH_CUT_FACTOR times the fastest
+ * screening of its problem so far (counting every launch before the stop
+ * decision: a warm-up, if any, and the first timed one) is cut short: its
+ * measuring process ends, the candidate is recorded as skipped ("stopped
+ * during a launch"), and a new process takes the rest of its batch. Such a
+ * candidate is already out of the race by SEARCH_STOP_FACTOR, and the
+ * scalar and one-thread variants that run 4-200x slower than the best took
+ * most of a long problem's screening waiting for those launches to end.
+ * Never sooner than SEARCH_CUT_FLOOR_US, so that a short launch preempted
+ * once is not cut; only in a measuring process (isolate.h), where ending
+ * the process is safe. */
+#define SEARCH_CUT_FACTOR 4.0
+#define SEARCH_CUT_FLOOR_US 20000.0
+/* The deadline of a candidate's `launches` screening launches before its
+ * stop decision, in microseconds; 0 (never cut) when nothing is fastest. */
+double search_cut_after(double fastest_us, int launches);
+
+/* Screening order: where a problem's nearest T bucket has a winner on
+ * record for the device, that candidate goes first; the rest follow by
+ * vector lanes (vec x unroll), then threads, most first, keeping the
+ * templates' order among equals. The thresholds above are set by the
+ * fastest so far, so a fast candidate early spares every slow one after it
+ * all but one launch. first_candidate_id: 0 when there is none. Order
+ * changes nothing else: every candidate is screened under the same rules. */
+void search_order(candidate_ref *cands, size_t n, int64_t first_candidate_id);
 
 /* Screening launches longer than this skip the warm-up after a measuring
  * process's first candidate (job_batch.warm_once_above_us): the first

@@ -33,6 +33,7 @@ typedef struct tune_stages {
     double total_s;     /* the run's wall time, set when it ends */
     size_t pruned;      /* candidates left out before compiling (T.prune) */
     size_t stopped;     /* screenings stopped after one timed launch */
+    size_t cut;         /* screenings cut short during a launch */
 } tune_stages;
 
 /* The stage's name as printed and recorded ("ceilings", "generation", ...). */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,8 +45,101 @@ static int load(attnres_device *dev, const job_kernel *k, ar_kernel *out, job_re
     return rc;
 }
 
+/* ---- cutting a screening launch short, in a measuring child --------- */
+
+/* When the deadline passes, SIGALRM's handler (in whichever thread takes
+ * it) sends the result prepared here and ends the process; the kernel's
+ * threads end with it. Whoever first moves cut_state from CUT_ARMED owns
+ * the candidate's result: the handler (to CUT_FIRED), or cut_disarm once
+ * the launches ended in time (to CUT_IDLE), so exactly one result is
+ * sent. */
+enum { CUT_IDLE, CUT_ARMED, CUT_FIRED };
+static volatile sig_atomic_t cut_state;
+static int cut_fd = -1;
+static job_result cut_result;
+static struct timespec cut_started;
+
+static void cut_now(int sig)
+{
+    (void)sig;
+    sig_atomic_t armed = CUT_ARMED;
+    if (!__atomic_compare_exchange_n(&cut_state, &armed, CUT_FIRED, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        return;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    cut_result.time_s =
+        (double)(now.tv_sec - cut_started.tv_sec) + (double)(now.tv_nsec - cut_started.tv_nsec) * 1e-9;
+    const char *p = (const char *)&cut_result;
+    size_t n = sizeof cut_result;
+    while (n) {
+        ssize_t w = write(cut_fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        p += w;
+        n -= (size_t)w;
+    }
+    _exit(0);
+}
+
+/* Arms the deadline: after_us from now, r (so far) goes to fd as cut. */
+static int cut_arm(int fd, const job_result *r, double after_us)
+{
+    cut_result = *r;
+    cut_result.status = ARDB_STATUS_SKIPPED;
+    cut_result.tm.stopped = 1;
+    cut_result.cut = 1;
+    snprintf(cut_result.message, sizeof cut_result.message,
+             "stopped during a launch, still running at its deadline of %.1f ms from the fastest so far",
+             after_us / 1e3);
+    cut_fd = fd;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = cut_now;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGALRM, &sa, NULL) != 0)
+        return -1;
+    clock_gettime(CLOCK_MONOTONIC, &cut_started);
+    struct itimerval it;
+    memset(&it, 0, sizeof it);
+    it.it_value.tv_sec = (time_t)(after_us / 1e6);
+    it.it_value.tv_usec = (suseconds_t)fmod(after_us, 1e6);
+    if (it.it_value.tv_sec == 0 && it.it_value.tv_usec == 0)
+        it.it_value.tv_usec = 1;
+    cut_state = CUT_ARMED;
+    if (setitimer(ITIMER_REAL, &it, NULL) != 0) {
+        cut_state = CUT_IDLE;
+        return -1;
+    }
+    return 0;
+}
+
+/* Disarms the deadline once the launches it covers ended (a second call
+ * does nothing); if the handler has claimed the result, it is sending it
+ * and ending the process, so this waits for that. */
+static void cut_disarm(void)
+{
+    sig_atomic_t armed = CUT_ARMED;
+    if (__atomic_compare_exchange_n(&cut_state, &armed, CUT_IDLE, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+        struct itimerval off;
+        memset(&off, 0, sizeof off);
+        setitimer(ITIMER_REAL, &off, NULL);
+        return;
+    }
+    while (armed == CUT_FIRED)
+        pause();
+}
+
+/* The deadline of one measurement in a child: its pipe and microseconds
+ * (0: none). */
+typedef struct cut_plan {
+    int fd;
+    double after_us;
+} cut_plan;
+
 static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *k, const job_options *opt,
-                         job_result *r)
+                         const cut_plan *cut, job_result *r)
 {
     result_clear(r);
     ar_kernel kern;
@@ -71,7 +165,14 @@ static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *
     }
     if (opt->policy.max_reps > 0) {
         double t0 = now_s();
-        int rc = bench_case_time(bc, &kern, &opt->policy, &r->tm);
+        /* The deadline covers the launches up to the stop decision. */
+        measure_policy pol = opt->policy;
+        int armed = cut && cut->after_us > 0 && cut_arm(cut->fd, r, cut->after_us) == 0;
+        if (armed)
+            pol.decided = cut_disarm;
+        int rc = bench_case_time(bc, &kern, &pol, &r->tm);
+        if (armed)
+            cut_disarm();
         r->time_s = now_s() - t0;
         if (rc != ATTNRES_OK) {
             r->status = ARDB_STATUS_LAUNCH_FAILED;
@@ -350,7 +451,7 @@ typedef struct measure_arg {
 static void child_measure(attnres_device *dev, bench_case *bc, const void *argp, job_result *out)
 {
     const measure_arg *a = argp;
-    measure_here(dev, bc, a->k, a->opt, out);
+    measure_here(dev, bc, a->k, a->opt, NULL, out);
 }
 
 typedef struct interleave_arg {
@@ -372,7 +473,7 @@ void job_measure(attnres_device *dev, bench_case *bc, const job_kernel *k, const
         measure_arg a = {k, opt};
         run_isolated(bc, child_measure, &a, 1, opt->time_limit_s, out);
     } else {
-        measure_here(dev, bc, k, opt, out);
+        measure_here(dev, bc, k, opt, NULL, out);
     }
 }
 
@@ -405,8 +506,10 @@ static void measure_run(attnres_device *dev, bench_case *bc, const job_batch *b,
         o.policy.stop_above_us = batch_stop(b, fastest);
         if (i > from && b->warm_once_above_us > 0 && fastest > b->warm_once_above_us)
             o.policy.warmup = 0;
+        /* Only a measuring child may end itself at a deadline. */
+        cut_plan cut = {fd, fd >= 0 && b->cut_after ? b->cut_after(fastest, o.policy.warmup + 1) : 0};
         job_result r;
-        measure_here(dev, bc, &b->ks[i], &o, &r);
+        measure_here(dev, bc, &b->ks[i], &o, &cut, &r);
         if (r.status == ARDB_STATUS_OK && r.tm.median_us < fastest)
             fastest = r.tm.median_us;
         if (fd >= 0 && write_all(fd, &r, sizeof r))
@@ -452,17 +555,18 @@ void job_measure_batch(attnres_device *dev, bench_case *bc, const job_batch *b, 
             }
             return;
         }
-        int timed_out = 0;
-        while (next < b->k) {
+        int timed_out = 0, cut = 0;
+        while (next < b->k && !cut) {
             double limit = b->opt->time_limit_s;
             if (read_by(fd, &out[next], sizeof out[next], limit > 0 ? now_s() + limit : 0, &timed_out))
                 break;
             if (out[next].status == ARDB_STATUS_OK && out[next].tm.median_us < fastest)
                 fastest = out[next].tm.median_us;
+            cut = out[next].cut;
             next++;
         }
         int ws = reap(pid, fd, timed_out);
-        if (next < b->k) {
+        if (!cut && next < b->k) {
             result_clear(&out[next]);
             child_failed(&out[next], timed_out, ws, b->opt->time_limit_s);
             next++;

@@ -327,36 +327,45 @@ void timing_summarize(double *t, int n, timing *out)
 int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *pol, timing *out)
 {
     memset(out, 0, sizeof *out);
+    int max_reps = pol->max_reps > 0 ? pol->max_reps : 1;
     double warm[64];
     int warmup = pol->warmup < 64 ? pol->warmup : 64;
     int rc = warmup ? time_launches(bc, k, warmup, pol->flush, warm) : ATTNRES_OK;
     if (rc != ATTNRES_OK)
         return rc;
-    /* Estimate the launches that fill the time target from the warm-up. */
-    double one = warmup ? warm[warmup - 1] : 1.0;
-    int reps = one > 0 ? (int)(pol->target_ms * 1e3 / one) : pol->max_reps;
-    if (reps < pol->min_reps)
-        reps = pol->min_reps;
-    if (reps > pol->max_reps)
-        reps = pol->max_reps;
-    double *t = malloc(sizeof(double) * (size_t)reps);
+    double *t = malloc(sizeof(double) * (size_t)max_reps);
     if (!t)
         return ATTNRES_ENOMEM;
+    /* The first timed launch goes alone where it decides something: how
+     * many launches fill the time target when there was no warm-up, and
+     * whether to stop. */
+    double one = warmup ? warm[warmup - 1] : 0;
+    int first = 0;
+    if (!warmup || pol->stop_above_us > 0) {
+        rc = time_launches(bc, k, 1, pol->flush, t);
+        first = 1;
+        if (!warmup)
+            one = t[0];
+    }
+    int reps = one > 0 ? (int)(pol->target_ms * 1e3 / one) : max_reps;
+    if (reps < pol->min_reps)
+        reps = pol->min_reps;
+    if (reps > max_reps)
+        reps = max_reps;
+    if (reps < 1)
+        reps = 1;
     /* A candidate whose first timed launch is already far behind the best
      * of its problem cannot win: the rest of its launches would only
      * measure by how much it loses. */
-    int first = 0;
-    if (pol->stop_above_us > 0 && reps > 1) {
-        rc = time_launches(bc, k, 1, pol->flush, t);
-        first = 1;
-        if (rc == ATTNRES_OK && t[0] > pol->stop_above_us) {
-            timing_summarize(t, 1, out);
-            out->stopped = 1;
-            free(t);
-            return rc;
-        }
+    if (rc == ATTNRES_OK && pol->stop_above_us > 0 && reps > 1 && t[0] > pol->stop_above_us) {
+        timing_summarize(t, 1, out);
+        out->stopped = 1;
+        free(t);
+        return rc;
     }
-    if (rc == ATTNRES_OK)
+    if (rc == ATTNRES_OK && pol->decided)
+        pol->decided();
+    if (rc == ATTNRES_OK && reps > first)
         rc = time_launches(bc, k, reps - first, pol->flush, t + first);
     if (rc == ATTNRES_OK)
         timing_summarize(t, reps, out);

@@ -119,7 +119,10 @@ static void measured(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref
     tune_stages_add(&t->stages, STAGE_VERIFY, r->verify_s, verify);
     tune_stages_add(&t->stages, st, r->time_s, 1);
     char stopped[200];
-    if (r->status == ARDB_STATUS_OK && r->tm.stopped) {
+    if (r->cut) {
+        t->stages.cut++;
+        c->cut = 1;
+    } else if (r->status == ARDB_STATUS_OK && r->tm.stopped) {
         snprintf(stopped, sizeof stopped, "%s (stopped after one timed launch, %.1fx slower than the fastest so far)",
                  stage, SEARCH_STOP_FACTOR);
         stage = stopped;
@@ -128,43 +131,33 @@ static void measured(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref
     record(t, problem_id, c, r, bc, stage);
 }
 
-/* Measures one candidate (verifying it when `verify`) and records it. */
-static void measure_one(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref *c, const measure_policy *pol,
-                        int verify, const char *stage, tune_stage st)
-{
-    job_kernel k;
-    void *blob;
-    if (launchable(t, problem_id, c, &k, &blob, stage))
-        return;
-    job_options opt = {.verify = verify, .policy = *pol, .time_limit_s = t->opt.time_limit_s,
-                       .isolate = t->opt.isolate};
-    job_result r;
-    double t0 = now_s();
-    job_measure(t->dev, bc, &k, &opt, &r);
-    tune_stages_add(&t->stages, STAGE_ISOLATION, now_s() - t0 - r.verify_s - r.time_s, 1);
-    free(blob);
-    measured(t, bc, problem_id, c, &r, stage, st, verify);
-}
-
 /* Candidates one measuring process takes in turn (isolate.h): enough that
  * its start and its first touch of the buffers are paid rarely, few enough
  * that a time budget is checked often. */
 #define MEASURE_BATCH 16
 
-/* The first round: every candidate not on record, verified and timed by
- * pol (stop thresholds from the fastest so far when `stop`), in batches.
- * Returns how many were left unmeasured when the time budget ran out. */
-static size_t screen(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref *cands, size_t n,
-                     const measure_policy *pol, int stop, const char *stage, const char *desc, double t0)
+/* How a list of candidates is measured: verified or not, by which policy,
+ * with the screening's stop and cut rules or not, recorded under which
+ * stage name and counted in which stage. */
+typedef struct batch_plan {
+    const measure_policy *pol;
+    int verify, screening;
+    const char *stage;
+    tune_stage st;
+} batch_plan;
+
+/* Measures list[0..n) in batches and records them: each candidate not
+ * reused, until the time budget runs out (from t0; 0: no budget). fastest: the fastest
+ * median known before them (INFINITY: none). Returns how many were left
+ * unmeasured when the time budget ran out. */
+static size_t measure_list(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref **list, size_t n,
+                           const batch_plan *plan, double fastest, const char *desc, double t0)
 {
-    double fastest = INFINITY;
     size_t fresh = 0, done = 0, skipped = 0;
-    for (size_t i = 0; i < n; i++) {
-        fresh += !cands[i].reused;
-        if (cands[i].reused && cands[i].status == ARDB_STATUS_OK && cands[i].median_us < fastest)
-            fastest = cands[i].median_us;
-    }
-    job_options opt = {.verify = 1, .policy = *pol, .time_limit_s = t->opt.time_limit_s, .isolate = t->opt.isolate};
+    for (size_t i = 0; i < n; i++)
+        fresh += !list[i]->reused;
+    job_options opt = {.verify = plan->verify, .policy = *plan->pol, .time_limit_s = t->opt.time_limit_s,
+                       .isolate = t->opt.isolate};
     double started = now_s();
     for (size_t i = 0; i < n;) {
         candidate_ref *batch[MEASURE_BATCH];
@@ -173,29 +166,33 @@ static size_t screen(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref
         job_result res[MEASURE_BATCH];
         size_t nb = 0;
         for (; i < n && nb < MEASURE_BATCH; i++) {
-            if (cands[i].reused)
+            if (list[i]->reused)
                 continue;
-            if (t->opt.budget_seconds > 0 && now_s() - t0 > t->opt.budget_seconds) {
+            if (t0 > 0 && t->opt.budget_seconds > 0 && now_s() - t0 > t->opt.budget_seconds) {
                 skipped++;
                 continue;
             }
-            if (launchable(t, problem_id, &cands[i], &ks[nb], &blobs[nb], stage) == 0)
-                batch[nb++] = &cands[i];
+            if (launchable(t, problem_id, list[i], &ks[nb], &blobs[nb], plan->stage) == 0)
+                batch[nb++] = list[i];
             else
                 done++;
         }
         if (nb == 0)
             continue;
-        progress(t, desc, done, fresh, started);
+        if (desc)
+            progress(t, desc, done, fresh, started);
+        /* Launches long enough skip the warm-up after a process's first
+         * candidate; only screening stops or cuts a candidate. */
         job_batch b = {.ks = ks, .k = nb, .opt = &opt, .fastest_us = fastest,
-                       .stop_above = stop ? search_stop_above : NULL,
-                       .warm_once_above_us = stop ? SEARCH_WARM_ONCE_ABOVE_US : 0};
+                       .stop_above = plan->screening ? search_stop_above : NULL,
+                       .warm_once_above_us = SEARCH_WARM_ONCE_ABOVE_US,
+                       .cut_after = plan->screening ? search_cut_after : NULL};
         double b0 = now_s();
         job_measure_batch(t->dev, bc, &b, res);
         double inside = 0;
         for (size_t j = 0; j < nb; j++) {
             inside += res[j].verify_s + res[j].time_s;
-            measured(t, bc, problem_id, batch[j], &res[j], stage, STAGE_SCREENING, 1);
+            measured(t, bc, problem_id, batch[j], &res[j], plan->stage, plan->st, plan->verify);
             if (batch[j]->status == ARDB_STATUS_OK && batch[j]->median_us < fastest)
                 fastest = batch[j]->median_us;
             free(blobs[j]);
@@ -203,7 +200,29 @@ static size_t screen(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref
         tune_stages_add(&t->stages, STAGE_ISOLATION, now_s() - b0 - inside, 1);
         done += nb;
     }
-    progress(t, desc, fresh, fresh, started);
+    if (desc)
+        progress(t, desc, fresh, fresh, started);
+    return skipped;
+}
+
+/* The first round: every candidate not on record, verified and timed by
+ * pol (screening's stop and cut rules when `screening`), in batches.
+ * Returns how many were left unmeasured when the time budget ran out. */
+static size_t screen(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref *cands, size_t n,
+                     const measure_policy *pol, int screening, const char *stage, const char *desc, double t0)
+{
+    double fastest = INFINITY;
+    candidate_ref **list = malloc((n ? n : 1) * sizeof *list);
+    if (!list)
+        return n;
+    for (size_t i = 0; i < n; i++) {
+        list[i] = &cands[i];
+        if (cands[i].reused && cands[i].status == ARDB_STATUS_OK && cands[i].median_us < fastest)
+            fastest = cands[i].median_us;
+    }
+    batch_plan plan = {pol, 1, screening, stage, screening ? STAGE_SCREENING : STAGE_FULL};
+    size_t skipped = measure_list(t, bc, problem_id, list, n, &plan, fastest, desc, t0);
+    free(list);
     return skipped;
 }
 
@@ -336,6 +355,42 @@ size_t search_halving_keep(size_t nok, int64_t budget_candidates)
 double search_stop_above(double fastest_us)
 {
     return isfinite(fastest_us) && fastest_us > 0 ? SEARCH_STOP_FACTOR * fastest_us : 0;
+}
+
+double search_cut_after(double fastest_us, int launches)
+{
+    if (!(isfinite(fastest_us) && fastest_us > 0) || launches < 1)
+        return 0;
+    double us = SEARCH_CUT_FACTOR * fastest_us * launches;
+    return us > SEARCH_CUT_FLOOR_US ? us : SEARCH_CUT_FLOOR_US;
+}
+
+/* Vector lanes, then threads: the screening order's prior. */
+static int64_t lanes_first(const source_entry *e)
+{
+    int64_t lanes = ar_json_int(e->json, "vec", 1) * ar_json_int(e->json, "unroll", 1);
+    int64_t threads = ar_json_int(e->json, "threads", 1);
+    return lanes * 1000000 + (threads < 1000000 ? threads : 999999);
+}
+
+void search_order(candidate_ref *cands, size_t n, int64_t first_candidate_id)
+{
+    /* An insertion sort: stable, and n is a few hundred at most. */
+    for (size_t i = 1; i < n; i++) {
+        candidate_ref c = cands[i];
+        int64_t key = lanes_first(c.e);
+        int first = first_candidate_id && c.e->candidate_id == first_candidate_id;
+        size_t j = i;
+        while (j > 0) {
+            const candidate_ref *p = &cands[j - 1];
+            int p_first = first_candidate_id && p->e->candidate_id == first_candidate_id;
+            if (p_first || (!first && lanes_first(p->e) >= key))
+                break;
+            cands[j] = cands[j - 1];
+            j--;
+        }
+        cands[j] = c;
+    }
 }
 
 size_t search_finalists(candidate_ref *const *ok, size_t nok)
@@ -548,6 +603,12 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
                                           : strcmp(t->dev->backend, "cpu") == 0 ? 5 : 10;
         quick.target_ms = 0;
         int halving = t->opt.strategy == STRATEGY_HALVING;
+        if (halving) {
+            int64_t first = 0;
+            if (ardb_winner_nearest_bucket(t->db, problem_id, t->device_id, &first) != ARDB_DONE)
+                first = 0;
+            search_order(cands, n, first);
+        }
         size_t skipped = screen(t, bc, problem_id, cands, n, halving ? &quick : &t->policy, halving,
                                 halving ? "screening" : "full", desc, t0);
         if (skipped)
@@ -559,12 +620,17 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
                 ok[nok++] = &cands[i];
         if (ok)
             qsort(ok, nok, sizeof *ok, search_by_median);
-        /* Round 2 (halving): the best quarter, fully timed. */
+        /* Round 2 (halving): the best quarter, fully timed. Candidates
+         * cut short were screened too, as the slowest: they count. */
         if (halving && ok) {
-            size_t keep = search_halving_keep(nok, t->opt.budget_candidates);
-            for (size_t i = 0; i < keep; i++)
-                if (!ok[i]->reused)
-                    measure_one(t, bc, problem_id, ok[i], &t->policy, 0, "full", STAGE_FULL);
+            size_t screened = nok;
+            for (size_t i = 0; i < n; i++)
+                screened += cands[i].cut;
+            size_t keep = search_halving_keep(screened, t->opt.budget_candidates);
+            if (keep > nok)
+                keep = nok;
+            batch_plan full = {&t->policy, 0, 0, "full", STAGE_FULL};
+            measure_list(t, bc, problem_id, ok, keep, &full, nok ? ok[0]->median_us : INFINITY, NULL, 0);
             nok = keep;
             qsort(ok, nok, sizeof *ok, search_by_median);
         }
@@ -604,7 +670,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
     }
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)
-        bad += cands[i].status != ARDB_STATUS_OK;
+        bad += cands[i].status != ARDB_STATUS_OK && cands[i].status != ARDB_STATUS_SKIPPED;
     t->failed += bad;
     t->measured += n - reused;
     char tie[1100] = "";

@@ -64,6 +64,9 @@ void tune_stages_format(const tune_stages *st, char *buf, size_t len)
     if (st->stopped)
         put(buf, len, &used, "  %zu screening(s) stopped after one timed launch, far behind the fastest so far\n",
             st->stopped);
+    if (st->cut)
+        put(buf, len, &used, "  %zu screening(s) cut short during a launch still running at its deadline\n",
+            st->cut);
     if (st->pruned)
         put(buf, len, &used, "  %zu candidate(s) pruned before compiling (--explain-pruning lists them, --no-prune "
                              "tunes them)\n", st->pruned);
@@ -78,6 +81,6 @@ void tune_stages_json(const tune_stages *st, char *buf, size_t len)
     put(buf, len, &used, "{\"total_s\": %.3f", st->total_s);
     for (int s = 0; s < STAGE_COUNT; s++)
         put(buf, len, &used, ", \"%s\": {\"s\": %.3f, \"n\": %zu}", names[s], st->seconds[s], st->items[s]);
-    put(buf, len, &used, ", \"other_s\": %.3f, \"pruned\": %zu, \"stopped\": %zu}", other_s(st), st->pruned,
-        st->stopped);
+    put(buf, len, &used, ", \"other_s\": %.3f, \"pruned\": %zu, \"stopped\": %zu, \"cut\": %zu}", other_s(st),
+        st->pruned, st->stopped, st->cut);
 }

@@ -1,5 +1,7 @@
 -- cpu/faulty.lua: a test template whose variants misbehave on purpose, to
--- show that the tuner records each failure with its status and goes on.
+-- show that the tuner records each failure with its status and goes on,
+-- and one that is right but far too slow, to show that screening cuts it
+-- short during its launch.
 -- It reuses the real cpu/mix template and injects one fault per variant.
 
 local mix = require("cpu/mix")
@@ -9,7 +11,7 @@ local T = {
   op = "mix",
   params = {
     { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "fault", values = { "crash", "wrong", "hang", "nocompile" } },
+    { name = "fault", values = { "crash", "wrong", "hang", "nocompile", "slow" } },
   },
 }
 
@@ -41,6 +43,7 @@ function T.emit(p)
     hang = "    for (volatile int spin = 1; spin;) { } /* fault: never returns */\n",
     nocompile = "    this is not C; /* fault: compile error */\n",
     wrong = "",
+    slow = "    for (volatile long spin = 0; spin < 300000000L; spin++) { } /* fault: far too slow */\n",
   }
   src = src:gsub(entry:gsub("%p", "%%%0"), function(m) return m .. inject[p.fault] end, 1)
   if p.fault == "wrong" then
