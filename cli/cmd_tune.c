@@ -5,6 +5,7 @@
  * docs/tuning.md describes the whole.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,7 +180,9 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
     char roof[200];
     rooflines_format(&t->roof, roof, sizeof roof);
     printf("\nwinners on %s (%s)\n%s\n", t->dev->name, t->dev->backend, roof);
-    if (t->roof.ceil.n > 0) {
+    if (t->roof_carried_from)
+        printf("(ceilings as run %" PRId64 " measured them: this run measured nothing new)\n", t->roof_carried_from);
+    else if (t->roof.ceil.n > 0) {
         char detail[4096];
         rooflines_detail(&t->roof, detail, sizeof detail);
         printf("ceilings (best of each streaming kernel by threads):\n%s\n", detail);
@@ -211,18 +214,6 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
     char summary[640];
     ceiling_check_summary(c, summary, sizeof summary);
     printf("\n%s%s\n", report, summary);
-}
-
-/* Records the ceilings with the run, and the check's outcome once the
- * winners are known (c NULL: not yet). */
-static void record_ceilings(tuner *t, const ceiling_check *c)
-{
-    char json[CEILING_CHECK_JSON_SIZE];
-    ceiling_check_json(&t->roof, c, json, sizeof json);
-    if (ardb_run_set_ceilings(t->db, t->run_id, json) != ARDB_DONE) {
-        cli_error("tune", "recording the ceilings: %s", ardb_errmsg(t->db));
-        t->unrecorded++;
-    }
 }
 
 /* Records where the run's time went (tune_stages.h) with the run. */
@@ -259,8 +250,7 @@ static int begin_run(tuner *t, int argc, char **argv)
     ardb_run r = {.device_id = t->device_id, .user = user, .host = host, .command = cmdline,
                   .project_version = attnres_version(), .templates_hash = hash, .compiler = t->dev->compiler,
                   .driver = t->dev->driver, .policy_json = policy, .strategy = strategy_name(t->opt.strategy),
-                  .copy_gbps = t->roof.copy_gbps, .read_gbps = t->roof.read_gbps,
-                  .launch_us = t->roof.launch_us};
+                  .copy_gbps = NAN, .read_gbps = NAN, .launch_us = NAN}; /* tuner_ceilings_* */
     if (ardb_run_begin(t->db, &r, &t->run_id) != ARDB_DONE) {
         cli_error("tune", "recording the run: %s", ardb_errmsg(t->db));
         return -1;
@@ -283,9 +273,13 @@ static void tuner_free(tuner *t)
         free(e);
     }
     free(t->sources);
-    for (size_t i = 0; i < t->ntemplates; i++)
+    for (size_t i = 0; i < t->ntemplates; i++) {
+        argen_variants_free(t->variants[i], t->nvariants[i]);
         argen_close(t->templates[i]);
+    }
     free(t->templates);
+    free(t->variants);
+    free(t->nvariants);
     ardb_close(t->db);
     attnres_device_close(t->dev);
 }
@@ -332,18 +326,8 @@ int cmd_tune(int argc, char **argv)
     measure_policy_default(&t.policy, t.dev);
     if (load_templates(&t))
         goto done;
-    double c0 = now_s();
-    if (rooflines_measure(t.dev, &t.roof) != ATTNRES_OK) {
-        cli_error("tune", "measuring the device: %s", attnres_device_errmsg(t.dev));
-        goto done;
-    }
-    tune_stages_add(&t.stages, STAGE_CEILINGS, now_s() - c0, 0);
-    char roof[200];
-    rooflines_format(&t.roof, roof, sizeof roof);
-    log_line(&t, "device %s: %s, %s", spec, t.dev->name, roof);
     if (begin_run(&t, argc, argv))
         goto done;
-    record_ceilings(&t, NULL);
     rows = calloc(set.count, sizeof *rows);
     if (!rows)
         goto done;
@@ -352,10 +336,18 @@ int cmd_tune(int argc, char **argv)
      * run: what follows would be lost the same way. */
     for (size_t i = 0; i < set.count && ok && !t.unrecorded; i++)
         ok = tune_problem_one(&t, &set.items[i], i, set.count, &rows[i]) == 0;
+    /* A run that measured nothing has not measured the ceilings either. */
+    if (ok && !t.unrecorded && tuner_ceilings_carry(&t))
+        ok = 0;
+    for (size_t i = 0; i < set.count; i++) {
+        double ceiling = rooflines_ceiling(&t.roof, rows[i].read_bytes, rows[i].write_bytes);
+        rows[i].roofline = rows[i].found && ceiling > 0 ? rows[i].gbps / ceiling : 0;
+    }
     ceiling_check check;
     char report[4096];
     check_winners(&t, rows, set.count, &check, report, sizeof report);
-    record_ceilings(&t, &check);
+    if (t.roof_ready)
+        tuner_ceilings_record(&t, &check);
     t.stages.total_s = now_s() - start;
     record_stages(&t);
     ok = ok && !t.unrecorded;

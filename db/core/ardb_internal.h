@@ -21,6 +21,7 @@ enum ardb_stmt_id {
     ST_RUN_INSERT,
     ST_RUN_FINISH,
     ST_RUN_CEILINGS,
+    ST_RUN_ROOFS,
     ST_RUN_STAGES,
     ST_DATA_VERSION,
     ST_PROBLEM_INSERT,

@@ -105,6 +105,11 @@ int ardb_run_latest_on_device(ardb *db, int64_t device_id, int64_t after_id,
 /* Sets the free-text note of a run (schema v2): a label such as "driver
  * 560.35". NULL clears it. ENOTFOUND for an unknown run. */
 int ardb_run_set_note(ardb *db, int64_t run_id, const char *note);
+/* The newest run before before_id on device device_id that measured the
+ * device's ceilings itself (copy bandwidth, launch time and the ceilings
+ * JSON, not carried from another run): where a run that measures nothing
+ * takes them from. ENOTFOUND when there is none. */
+int ardb_run_latest_with_ceilings(ardb *db, int64_t device_id, int64_t before_id, int64_t *run_id);
 
 /* The noise rule of comparisons: a difference is beyond the noise when
  * |median_b - median_a| > ARDB_NOISE_K * (spread_a + spread_b), spread

@@ -290,6 +290,30 @@ int ardb_run_latest_on_device(ardb *db, int64_t device_id, int64_t after_id,
     return code;
 }
 
+int ardb_run_latest_with_ceilings(ardb *db, int64_t device_id, int64_t before_id, int64_t *run_id)
+{
+    if (!db)
+        return ARDB_EINVAL;
+    if (!run_id)
+        return ardb__fail(db, ARDB_EINVAL, "ardb_run_latest_with_ceilings: invalid argument");
+    int64_t version = ARDB_SCHEMA_VERSION;
+    int code = db->readonly ? ardb__user_version(db, "main", &version) : ARDB_DONE;
+    if (code)
+        return code;
+    if (version < 6)
+        return ardb__fail(db, ARDB_ENOTFOUND, "no run recorded its ceilings (schema version %" PRId64 ")",
+                          version);
+    code = ardb__query_int(db,
+                           "SELECT id FROM runs WHERE device_id = ?1 AND id < ?2 AND ceilings IS NOT NULL"
+                           " AND copy_gbps IS NOT NULL AND launch_us IS NOT NULL"
+                           " AND ceilings NOT LIKE '%\"carried_from_run\"%' ORDER BY id DESC LIMIT 1",
+                           device_id, before_id, run_id, "latest run with ceilings");
+    if (code == ARDB_ENOTFOUND)
+        return ardb__fail(db, ARDB_ENOTFOUND, "no run before run %" PRId64 " measured its device's ceilings",
+                          before_id);
+    return code;
+}
+
 int ardb_run_set_note(ardb *db, int64_t run_id, const char *note)
 {
     sqlite3_stmt *st = NULL;

@@ -77,6 +77,10 @@ int ardb_run_finish(ardb *db, int64_t run_id, const char *status);
  * recorded before (a run records them when it starts and again with the
  * check of its winners). EINVAL unless json starts with '{'. */
 int ardb_run_set_ceilings(ardb *db, int64_t run_id, const char *json);
+/* Records the run's copy and read bandwidth and empty-launch time, as
+ * ardb_run_begin does (NaN: NULL; read_gbps <= 0 too), for a run that
+ * measures them after it began or carries them from an earlier run. */
+int ardb_run_set_roofs(ardb *db, int64_t run_id, double copy_gbps, double read_gbps, double launch_us);
 /* Records where the run's time went (schema v7): a JSON object of seconds
  * and counts per stage (tuner/include/tune_stages.h), replacing what was
  * recorded before. EINVAL unless json starts with '{'. */

@@ -236,6 +236,31 @@ int ardb_run_set_ceilings(ardb *db, int64_t run_id, const char *json)
                         json);
 }
 
+int ardb_run_set_roofs(ardb *db, int64_t run_id, double copy_gbps, double read_gbps, double launch_us)
+{
+    sqlite3_stmt *st;
+    ardb_binder b;
+    int code;
+    if (!db)
+        return ARDB_EINVAL;
+    if ((code = ardb__check_writable(db)) ||
+        (code = ardb__stmt(db, ST_RUN_ROOFS, "UPDATE runs SET copy_gbps = ?, read_gbps = ?, launch_us = ? WHERE id = ?",
+                           &st)))
+        return code;
+    b = (ardb_binder){st, SQLITE_OK, 0};
+    ardb__bind_double(&b, copy_gbps);
+    ardb__bind_double(&b, isfinite(read_gbps) && read_gbps > 0 ? read_gbps : NAN);
+    ardb__bind_double(&b, launch_us);
+    ardb__bind_int64(&b, run_id);
+    if (b.rc != SQLITE_OK)
+        return bind_fail(db, st, b.rc, "the run's ceilings");
+    if ((code = step_done(db, st, "the run's ceilings")))
+        return code;
+    if (sqlite3_changes(db->h) == 0)
+        return ardb__fail(db, ARDB_ENOTFOUND, "no run with id %" PRId64, run_id);
+    return ARDB_DONE;
+}
+
 int ardb_run_set_stages(ardb *db, int64_t run_id, const char *json)
 {
     return run_set_json(db, ST_RUN_STAGES, "UPDATE runs SET stages = ? WHERE id = ?", "stages", run_id, json);

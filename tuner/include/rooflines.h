@@ -72,6 +72,12 @@ void rooflines_json(const rooflines *r, char *buf, size_t size);
  * each) and of the figures before them. */
 enum { ROOFLINES_JSON_SIZE = 1024 + AR_CEILING_POINTS * 128 };
 
+/* Restores a run's recorded ceilings: copy, read and launch from its
+ * columns, the fastest runs, FMA peak and cache size from the
+ * rooflines_json text it recorded. The per-kernel points are not restored
+ * (ceil.n = 0). -1 when json holds no copy bandwidth. */
+int rooflines_from_record(const char *json, double copy_gbps, double read_gbps, double launch_us, rooflines *out);
+
 /* One line per kernel: "memcpy  1 thread 12.3 GB/s, 2 threads 20.1 GB/s";
  * written to buf, lines separated by '\n'. */
 void rooflines_detail(const rooflines *r, char *buf, size_t size);

@@ -57,10 +57,15 @@ typedef struct tuner {
     attnres_device *dev;
     ardb *db;
     int64_t device_id, run_id;
-    rooflines roof; /* measured before the first candidate */
+    rooflines roof; /* measured before the first compile or measurement
+                       (run_ceilings.c), or carried */
+    int roof_ready;
+    int64_t roof_carried_from; /* the run they were carried from (0: measured) */
     measure_policy policy;
     argen **templates;
     size_t ntemplates;
+    argen_variant **variants; /* per template, enumerated once a run */
+    size_t *nvariants;
     source_entry **sources; /* stable pointers: candidates keep them */
     size_t nsources;
     size_t reused, measured, failed; /* candidate counts over the run */
@@ -153,6 +158,18 @@ void search_order(candidate_ref *cands, size_t n, int64_t first_candidate_id);
  * launch's own costs (waking the workers, cold instruction caches) are far
  * below their noise. Shorter ones keep it; it costs them next to nothing. */
 #define SEARCH_WARM_ONCE_ABOVE_US 1000.0
+
+/* The run's ceilings (run_ceilings.c). tuner_ceilings_measure measures and
+ * records them once, before the run's first compile or measurement, so a
+ * run that finds everything on record spends no time on them;
+ * tuner_ceilings_carry gives such a run those of the device's latest run
+ * that measured them (measuring them where none did). 0, or -1 said. */
+int tuner_ceilings_measure(tuner *t);
+int tuner_ceilings_carry(tuner *t);
+/* Records the ceilings with the run, and the check's outcome once the
+ * winners are known (c NULL: not yet); carried ones name their run. */
+struct ceiling_check;
+void tuner_ceilings_record(tuner *t, const struct ceiling_check *c);
 
 /* qsort order of candidate_ref pointers: by median, fastest first. */
 int search_by_median(const void *a, const void *b);

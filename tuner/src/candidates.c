@@ -29,7 +29,14 @@ int load_templates(tuner *t)
         return -1;
     }
     t->templates = calloc(count, sizeof *t->templates);
-    for (size_t i = 0; t->templates && i < count; i++) {
+    t->variants = calloc(count, sizeof *t->variants);
+    t->nvariants = calloc(count, sizeof *t->nvariants);
+    if (!t->templates || !t->variants || !t->nvariants) {
+        cli_error("tune", "out of memory");
+        argen_names_free(names, count);
+        return -1;
+    }
+    for (size_t i = 0; i < count; i++) {
         if (strncmp(names[i], t->dev->backend, strlen(t->dev->backend)) != 0 ||
             names[i][strlen(t->dev->backend)] != '/')
             continue;
@@ -40,7 +47,17 @@ int load_templates(tuner *t)
             argen_names_free(names, count);
             return -1;
         }
-        t->templates[t->ntemplates++] = g;
+        t->templates[t->ntemplates] = g;
+        /* Every problem of the run asks which variants apply: the
+         * enumeration itself is the same for all. */
+        if (argen_enumerate(g, &t->variants[t->ntemplates], &t->nvariants[t->ntemplates])) {
+            cli_error("tune", "%s", argen_errmsg(g));
+            argen_close(g);
+            t->templates[t->ntemplates] = NULL;
+            argen_names_free(names, count);
+            return -1;
+        }
+        t->ntemplates++;
     }
     argen_names_free(names, count);
     if (t->ntemplates == 0) {

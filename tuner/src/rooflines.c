@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Rounds of copy then read; each measurement is already the best of runs
@@ -203,4 +204,39 @@ void rooflines_percent(double gbps, double limit, char *buf, size_t size)
         snprintf(buf, size, "-");
     else
         snprintf(buf, size, "%.1f%%", 100.0 * gbps / limit);
+}
+
+/* The number rooflines_json wrote for key (its own format: "key": value),
+ * NaN for null or where it is missing. */
+static double recorded_number(const char *json, const char *key)
+{
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
+    const char *p = strstr(json, pattern);
+    if (!p)
+        return NAN;
+    p += strlen(pattern);
+    char *end;
+    double v = strtod(p, &end);
+    return end == p ? NAN : v;
+}
+
+int rooflines_from_record(const char *json, double copy_gbps, double read_gbps, double launch_us, rooflines *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!json || !isfinite(recorded_number(json, "copy_gbps")))
+        return -1;
+    out->copy_gbps = copy_gbps;
+    out->read_gbps = read_gbps > 0 ? read_gbps : NAN;
+    out->launch_us = launch_us;
+    double best = recorded_number(json, "copy_best_gbps");
+    out->copy_best_gbps = isfinite(best) ? best : 0;
+    best = recorded_number(json, "read_best_gbps");
+    out->read_best_gbps = isfinite(best) ? best : 0;
+    out->ceil.fma_gflops = recorded_number(json, "fma_gflops");
+    double threads = recorded_number(json, "fma_threads");
+    out->ceil.fma_threads = isfinite(threads) ? (int)threads : 0;
+    double cache = recorded_number(json, "cache_bytes");
+    out->ceil.cache_bytes = isfinite(cache) ? cache : 0;
+    return 0;
 }

@@ -252,18 +252,13 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
     argen_device ad = {.backend = t->dev->backend, .arch = t->dev->arch, .units = t->dev->units};
     size_t seen = 0;
     for (size_t g = 0; g < t->ntemplates; g++) {
-        argen_variant *v;
-        size_t nv;
-        if (argen_enumerate(t->templates[g], &v, &nv)) {
-            cli_error("tune", "%s", argen_errmsg(t->templates[g]));
-            return -1;
-        }
+        const argen_variant *v = t->variants[g];
+        size_t nv = t->nvariants[g];
         for (size_t i = 0; i < nv; i++) {
             char why[512];
             int ok = argen_applies(t->templates[g], v[i].id, &ap, &ad, why, sizeof why);
             if (ok < 0) {
                 cli_error("tune", "%s", why);
-                argen_variants_free(v, nv);
                 return -1;
             }
             if (!ok || seen++ % (size_t)t->opt.shard_count != (size_t)t->opt.shard_index)
@@ -272,7 +267,6 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
                 int pruned = argen_prune(t->templates[g], v[i].id, &ap, &ad, why, sizeof why);
                 if (pruned < 0) {
                     cli_error("tune", "%s", why);
-                    argen_variants_free(v, nv);
                     return -1;
                 }
                 if (pruned) {
@@ -285,21 +279,17 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
             char spec[256];
             if (argen_specialize(t->templates[g], v[i].id, &ap, &ad, spec, sizeof spec) < 0) {
                 cli_error("tune", "%s", spec);
-                argen_variants_free(v, nv);
                 return -1;
             }
             source_entry *e = get_source(t, t->templates[g], v[i].id, spec);
             candidate_ref *grown = e ? realloc(*out, (*count + 1) * sizeof *grown) : NULL;
-            if (!grown) {
-                argen_variants_free(v, nv);
+            if (!grown)
                 return -1;
-            }
             *out = grown;
             memset(&(*out)[*count], 0, sizeof **out);
             (*out)[*count].paired = (*out)[*count].paired_spread = (*out)[*count].pair_gbps = NAN;
             (*out)[(*count)++].e = e;
         }
-        argen_variants_free(v, nv);
     }
     if (t->opt.strategy == STRATEGY_RANDOM) {
         /* A seeded Fisher-Yates shuffle, then keep the first `budget`. */
@@ -583,6 +573,11 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
         free(fin);
     }
     if (!best && n > 0) {
+        if (tuner_ceilings_measure(t)) {
+            free(todo);
+            free(cands);
+            return -1;
+        }
         if (todo)
             compile_missing(t, todo, ntodo);
         bench_case *bc = NULL;

@@ -1,0 +1,86 @@
+/*
+ * run_ceilings.c - a tuning run's ceilings: measured once, right before
+ * the run's first compile or measurement, or, for a run that finds every
+ * candidate on record, carried from the device's latest run that measured
+ * them (tune_session.h).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ardb_tools.h"
+#include "ceiling_check.h"
+#include "tune_session.h"
+#include "tuner_base.h"
+
+void tuner_ceilings_record(tuner *t, const ceiling_check *c)
+{
+    char json[CEILING_CHECK_JSON_SIZE], carried[CEILING_CHECK_JSON_SIZE + 64];
+    ceiling_check_json(&t->roof, c, json, sizeof json);
+    const char *text = json;
+    if (t->roof_carried_from && json[0] == '{') {
+        snprintf(carried, sizeof carried, "{\"carried_from_run\": %" PRId64 ", %s", t->roof_carried_from, json + 1);
+        text = carried;
+    }
+    if (ardb_run_set_ceilings(t->db, t->run_id, text) != ARDB_DONE) {
+        cli_error("tune", "recording the ceilings: %s", ardb_errmsg(t->db));
+        t->unrecorded++;
+    }
+}
+
+/* Records the run's three figures as its start would have. */
+static int record_roofs(tuner *t)
+{
+    if (ardb_run_set_roofs(t->db, t->run_id, t->roof.copy_gbps, t->roof.read_gbps, t->roof.launch_us) !=
+        ARDB_DONE) {
+        cli_error("tune", "recording the ceilings: %s", ardb_errmsg(t->db));
+        t->unrecorded++;
+        return -1;
+    }
+    return 0;
+}
+
+int tuner_ceilings_measure(tuner *t)
+{
+    if (t->roof_ready)
+        return 0;
+    double c0 = now_s();
+    memset(&t->roof, 0, sizeof t->roof);
+    if (rooflines_measure(t->dev, &t->roof) != ATTNRES_OK) {
+        cli_error("tune", "measuring the device: %s", attnres_device_errmsg(t->dev));
+        return -1;
+    }
+    tune_stages_add(&t->stages, STAGE_CEILINGS, now_s() - c0, 0);
+    t->roof_ready = 1;
+    t->roof_carried_from = 0;
+    char roof[200];
+    rooflines_format(&t->roof, roof, sizeof roof);
+    log_line(t, "device %s: %s", t->dev->name, roof);
+    if (record_roofs(t))
+        return -1;
+    tuner_ceilings_record(t, NULL);
+    return 0;
+}
+
+int tuner_ceilings_carry(tuner *t)
+{
+    if (t->roof_ready)
+        return 0;
+    int64_t from = 0;
+    ardb_run_info info;
+    memset(&info, 0, sizeof info);
+    int found = ardb_run_latest_with_ceilings(t->db, t->device_id, t->run_id, &from) == ARDB_DONE &&
+                ardb_run_get(t->db, from, &info) == ARDB_DONE &&
+                rooflines_from_record(info.ceilings, info.copy_gbps, info.read_gbps, info.launch_us, &t->roof) == 0;
+    ardb_run_info_clear(&info);
+    if (!found)
+        return tuner_ceilings_measure(t);
+    t->roof_ready = 1;
+    t->roof_carried_from = from;
+    log_line(t, "nothing new to measure: the ceilings are those run %" PRId64 " measured", from);
+    if (record_roofs(t))
+        return -1;
+    tuner_ceilings_record(t, NULL);
+    return 0;
+}
