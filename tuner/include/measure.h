@@ -70,6 +70,13 @@ void timing_summarize(double *t, int n, timing *out);
 /* Times one launch (after a cache flush when asked), in microseconds. */
 int bench_case_time_once(bench_case *bc, const ar_kernel *k, int flush, double *us);
 
+/* Rewrites every page of the timing buffers a launch writes (outputs, lse
+ * rows, phase 2's partial rows where it adds in place) with its own bytes
+ * on a CPU device, so that a forked child takes its copies of them here,
+ * not during its first timed launch, where they would be charged to a
+ * candidate. */
+void bench_case_touch(bench_case *bc);
+
 /* Moves the case to another handle of the same device (a forked child
  * opens its own CPU device; the buffers are the same memory). */
 void bench_case_set_device(bench_case *bc, attnres_device *dev);

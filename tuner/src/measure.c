@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "convert.h"
 #include "measure_internal.h"
@@ -376,6 +377,37 @@ int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *po
 int bench_case_time_once(bench_case *bc, const ar_kernel *k, int flush, double *us)
 {
     return time_launches(bc, k, 1, flush, us);
+}
+
+/* Rewrites one byte of every page of a buffer with its own value. */
+static void touch_pages(void *buf, size_t bytes)
+{
+    if (!buf)
+        return;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t step = page > 0 ? (size_t)page : 4096;
+    volatile unsigned char *p = buf;
+    for (size_t i = 0; i < bytes; i += step)
+        p[i] = p[i];
+    if (bytes)
+        p[bytes - 1] = p[bytes - 1];
+}
+
+void bench_case_touch(bench_case *bc)
+{
+    if (strcmp(bc->dev->backend, "cpu") != 0)
+        return;
+    size_t row_bytes = (size_t)(bc->t * bc->p.d) * bc->es;
+    size_t lse_bytes = (size_t)(bc->t * bc->p.heads) * 4;
+    touch_pages(bc->t_out, row_bytes);
+    if (bc->p.epilogue)
+        touch_pages(bc->t_normed, row_bytes);
+    if (bc->p.op == ATTNRES_OP_PHASE2 && bc->p.fuse_add) /* b += f, in place */
+        touch_pages(bc->t_partial, row_bytes);
+    for (int64_t j = 0; bc->p.op == ATTNRES_OP_PHASE1 && j < bc->p.s; j++) {
+        touch_pages(bc->t_o1 ? bc->t_o1[j] : NULL, row_bytes);
+        touch_pages(bc->t_lse ? bc->t_lse[j] : NULL, lse_bytes);
+    }
 }
 
 void bench_case_set_device(bench_case *bc, attnres_device *dev) { bc->dev = dev; }
