@@ -11,8 +11,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# KEEP=DIR keeps both databases and the logs there (to time the winners
+# again with bench/fallback --versus); by default they go.
+if [ -n "${KEEP:-}" ]; then
+  mkdir -p "$KEEP"; work=$(cd "$KEEP" && pwd)
+else
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+fi
 export ATTNRES_CACHE_DIR="$work/cache"
 cli=$build/bin/attnres
 # The default path first, on an empty cache: its time is the cold tune's.

@@ -203,6 +203,28 @@ static void screening_order_puts_wide_variants_and_the_neighbour_first(void)
         CHECK(c[i].e->candidate_id == want_same[i]);
 }
 
+static void round_policies_shorten_long_launches_on_the_cpu(void)
+{
+    /* The CPU's full policy: 2 warm-ups, 5-50 launches filling 150 ms. */
+    measure_policy full = {.warmup = 2, .min_reps = 5, .max_reps = 50, .target_ms = 150};
+    measure_policy scr, sec;
+    search_round_policies(&full, "cpu", 0, &scr, &sec);
+    /* Screening: one warm-up, 5 launches where they fit in 40 ms, at least
+     * 3 (a 13 ms launch gets 3: 40 / 13 = 3). */
+    CHECK(scr.warmup == 1 && scr.min_reps == 3 && scr.max_reps == 5 && scr.target_ms == 40);
+    /* Second round: 100 ms, at least 5 (13 ms launches: 7 instead of 11). */
+    CHECK(sec.warmup == 2 && sec.min_reps == 5 && sec.max_reps == 50 && sec.target_ms == 100);
+    /* GPUs keep 10 screening launches and the full policy. */
+    measure_policy gpu = {.warmup = 10, .min_reps = 20, .max_reps = 200, .target_ms = 50};
+    search_round_policies(&gpu, "cuda", 0, &scr, &sec);
+    CHECK(scr.min_reps == 10 && scr.max_reps == 10 && scr.target_ms == 0 && scr.warmup == 1);
+    CHECK(sec.target_ms == 50 && sec.min_reps == 20);
+    /* A simulated device: the full policy's three launches. */
+    measure_policy sim = {.warmup = 1, .min_reps = 3, .max_reps = 3};
+    search_round_policies(&sim, "cuda", 1, &scr, &sec);
+    CHECK(scr.min_reps == 3 && scr.max_reps == 3);
+}
+
 static void finalists_within_margin(void)
 {
     /* Sorted medians 100 105 109 110 111 200: 100, 105, 109 and 110 are
@@ -384,6 +406,7 @@ int main(int argc, char **argv)
     RUN_CASE(screening_stops_far_behind_the_fastest);
     RUN_CASE(screening_cuts_launches_far_past_the_fastest);
     RUN_CASE(screening_order_puts_wide_variants_and_the_neighbour_first);
+    RUN_CASE(round_policies_shorten_long_launches_on_the_cpu);
     RUN_CASE(finalists_within_margin);
     RUN_CASE(finalists_at_least_two_at_most_six);
     RUN_CASE(resources_from_parameters);

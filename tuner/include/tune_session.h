@@ -153,6 +153,22 @@ double search_cut_after(double fastest_us, int launches);
  * changes nothing else: every candidate is screened under the same rules. */
 void search_order(candidate_ref *cands, size_t n, int64_t first_candidate_id);
 
+/* The halving's two rounds on the CPU (full: the run's policy, 150 ms of
+ * launches, at least 5): screening times 5 launches after one warm-up, or
+ * as many as fill SEARCH_SCREEN_MS where launches are long, at least 3; its
+ * ranking only has to put the best in the quarter the second round takes.
+ * That round aims at SEARCH_SECOND_MS (at least the full policy's 5): it
+ * only has to bring the best within the finalists' margin, and the
+ * interleaved final round decides. Launches of a few milliseconds (every
+ * problem beyond the cache) are where this saves time; short ones still
+ * reach the repetition caps. GPUs and a simulated device: 10 and the full
+ * policy's repetitions, as before. */
+#define SEARCH_SCREEN_MS 40.0
+#define SEARCH_SCREEN_MIN_REPS 3
+#define SEARCH_SECOND_MS 100.0
+void search_round_policies(const measure_policy *full, const char *backend, int simulated,
+                           measure_policy *screening, measure_policy *second);
+
 /* Screening launches longer than this skip the warm-up after a measuring
  * process's first candidate (job_batch.warm_once_above_us): the first
  * launch's own costs (waking the workers, cold instruction caches) are far

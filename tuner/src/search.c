@@ -347,6 +347,22 @@ double search_stop_above(double fastest_us)
     return isfinite(fastest_us) && fastest_us > 0 ? SEARCH_STOP_FACTOR * fastest_us : 0;
 }
 
+void search_round_policies(const measure_policy *full, const char *backend, int simulated,
+                           measure_policy *screening, measure_policy *second)
+{
+    *screening = *second = *full;
+    screening->warmup = 1;
+    screening->target_ms = 0;
+    screening->min_reps = screening->max_reps = simulated ? full->min_reps : 10;
+    if (!simulated && strcmp(backend, "cpu") == 0) {
+        screening->min_reps = SEARCH_SCREEN_MIN_REPS;
+        screening->max_reps = 5;
+        screening->target_ms = SEARCH_SCREEN_MS;
+        if (second->target_ms > SEARCH_SECOND_MS)
+            second->target_ms = SEARCH_SECOND_MS;
+    }
+}
+
 double search_cut_after(double fastest_us, int launches)
 {
     if (!(isfinite(fastest_us) && fastest_us > 0) || launches < 1)
@@ -592,11 +608,8 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
         }
         /* Round 1: every new candidate, verified; cheaply timed when
          * halving, fully otherwise. */
-        measure_policy quick = t->policy;
-        quick.warmup = 1;
-        quick.min_reps = quick.max_reps = t->dev->simulated ? t->policy.min_reps
-                                          : strcmp(t->dev->backend, "cpu") == 0 ? 5 : 10;
-        quick.target_ms = 0;
+        measure_policy quick, second;
+        search_round_policies(&t->policy, t->dev->backend, t->dev->simulated, &quick, &second);
         int halving = t->opt.strategy == STRATEGY_HALVING;
         if (halving) {
             int64_t first = 0;
@@ -624,7 +637,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
             size_t keep = search_halving_keep(screened, t->opt.budget_candidates);
             if (keep > nok)
                 keep = nok;
-            batch_plan full = {&t->policy, 0, 0, "full", STAGE_FULL};
+            batch_plan full = {&second, 0, 0, "full", STAGE_FULL};
             measure_list(t, bc, problem_id, ok, keep, &full, nok ? ok[0]->median_us : INFINITY, NULL, 0);
             nok = keep;
             qsort(ok, nok, sizeof *ok, search_by_median);
