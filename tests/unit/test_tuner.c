@@ -139,16 +139,19 @@ static void halving_keep_count(void)
 static void screening_stops_far_behind_the_fastest(void)
 {
     /* No fastest yet (the first candidate, or none timed right): never
-     * stop. Else stop beyond one and a half times it. */
+     * stop. Else stop beyond one and a half times it, from 1 ms up. */
     CHECK(search_stop_above(INFINITY) == 0);
     CHECK(search_stop_above(NAN) == 0);
     CHECK(search_stop_above(0) == 0);
     CHECK(search_stop_above(-5) == 0);
-    CHECK(search_stop_above(100) == 150);
-    CHECK(search_stop_above(2.0) == 3.0);
+    CHECK(search_stop_above(1000) == 1500);
+    CHECK(search_stop_above(12500) == 18750);
+    /* Below 1 ms one launch is too noisy to judge by: never stop. */
+    CHECK(search_stop_above(999) == 0);
+    CHECK(search_stop_above(2.0) == 0);
     /* A candidate within the finalists' margin of the fastest is never
      * stopped: the threshold lies beyond it. */
-    CHECK(search_stop_above(100) > 100 * 1.10);
+    CHECK(search_stop_above(2000) > 2000 * 1.10);
 }
 
 static void screening_cuts_launches_far_past_the_fastest(void)
@@ -209,9 +212,9 @@ static void round_policies_shorten_long_launches_on_the_cpu(void)
     measure_policy full = {.warmup = 2, .min_reps = 5, .max_reps = 50, .target_ms = 150};
     measure_policy scr, sec;
     search_round_policies(&full, "cpu", 0, &scr, &sec);
-    /* Screening: one warm-up, 5 launches where they fit in 40 ms, at least
-     * 3 (a 13 ms launch gets 3: 40 / 13 = 3). */
-    CHECK(scr.warmup == 1 && scr.min_reps == 3 && scr.max_reps == 5 && scr.target_ms == 40);
+    /* Screening: one warm-up, as many launches as fill 20 ms, 3 to 50 (a
+     * 13 ms launch gets 3, a 130 us one 50). */
+    CHECK(scr.warmup == 1 && scr.min_reps == 3 && scr.max_reps == 50 && scr.target_ms == 20);
     /* Second round: 100 ms, at least 5 (13 ms launches: 7 instead of 11). */
     CHECK(sec.warmup == 2 && sec.min_reps == 5 && sec.max_reps == 50 && sec.target_ms == 100);
     /* GPUs keep 10 screening launches and the full policy. */

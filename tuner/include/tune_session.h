@@ -123,8 +123,14 @@ typedef struct candidate_ref {
  * disturbance must slow a launch by half to stop a candidate that could
  * win; one that stops a winner this way is caught by nothing else either. */
 #define SEARCH_STOP_FACTOR 1.5
+/* Only where the fastest screening so far is at least this long: one short
+ * launch is too noisy to judge by (a 125 us kernel once took 248 us in its
+ * one launch, was stopped and ranked 118th, and the default path lost 10%
+ * on that problem), and timing its other launches costs next to nothing. */
+#define SEARCH_STOP_MIN_US 1000.0
 /* The screening's stop threshold (measure_policy.stop_above_us) given the
- * fastest screening median so far; 0 (never stop) when there is none. */
+ * fastest screening median so far; 0 (never stop) when there is none or it
+ * is below SEARCH_STOP_MIN_US. */
 double search_stop_above(double fastest_us);
 
 /* A screening launch still running at SEARCH_CUT_FACTOR times the fastest
@@ -154,16 +160,18 @@ double search_cut_after(double fastest_us, int launches);
 void search_order(candidate_ref *cands, size_t n, int64_t first_candidate_id);
 
 /* The halving's two rounds on the CPU (full: the run's policy, 150 ms of
- * launches, at least 5): screening times 5 launches after one warm-up, or
- * as many as fill SEARCH_SCREEN_MS where launches are long, at least 3; its
- * ranking only has to put the best in the quarter the second round takes.
+ * launches, 5 to 50): screening times as many launches as fill
+ * SEARCH_SCREEN_MS after one warm-up, 3 to 50: 3 where launches are long
+ * (beyond the cache), 50 where they are short and one launch says little;
+ * its ranking only has to put the best in the quarter the second round
+ * takes.
  * That round aims at SEARCH_SECOND_MS (at least the full policy's 5): it
  * only has to bring the best within the finalists' margin, and the
  * interleaved final round decides. Launches of a few milliseconds (every
  * problem beyond the cache) are where this saves time; short ones still
  * reach the repetition caps. GPUs and a simulated device: 10 and the full
  * policy's repetitions, as before. */
-#define SEARCH_SCREEN_MS 40.0
+#define SEARCH_SCREEN_MS 20.0
 #define SEARCH_SCREEN_MIN_REPS 3
 #define SEARCH_SECOND_MS 100.0
 void search_round_policies(const measure_policy *full, const char *backend, int simulated,

@@ -344,7 +344,7 @@ size_t search_halving_keep(size_t nok, int64_t budget_candidates)
 
 double search_stop_above(double fastest_us)
 {
-    return isfinite(fastest_us) && fastest_us > 0 ? SEARCH_STOP_FACTOR * fastest_us : 0;
+    return isfinite(fastest_us) && fastest_us >= SEARCH_STOP_MIN_US ? SEARCH_STOP_FACTOR * fastest_us : 0;
 }
 
 void search_round_policies(const measure_policy *full, const char *backend, int simulated,
@@ -356,7 +356,7 @@ void search_round_policies(const measure_policy *full, const char *backend, int 
     screening->min_reps = screening->max_reps = simulated ? full->min_reps : 10;
     if (!simulated && strcmp(backend, "cpu") == 0) {
         screening->min_reps = SEARCH_SCREEN_MIN_REPS;
-        screening->max_reps = 5;
+        screening->max_reps = full->max_reps;
         screening->target_ms = SEARCH_SCREEN_MS;
         if (second->target_ms > SEARCH_SECOND_MS)
             second->target_ms = SEARCH_SECOND_MS;
