@@ -152,6 +152,21 @@ int ar_kernel_abi_ok(const int versions[3], int64_t abi, int64_t op, char *why, 
     return 0;
 }
 
+double ar_json_double(const char *json, const char *key, double fallback)
+{
+    if (!json)
+        return fallback;
+    char pattern[128];
+    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+    const char *p = strstr(json, pattern);
+    if (!p)
+        return fallback;
+    p += strlen(pattern);
+    char *end;
+    double v = strtod(p, &end);
+    return end == p ? fallback : v;
+}
+
 int64_t ar_json_int(const char *json, const char *key, int64_t fallback)
 {
     if (!json)

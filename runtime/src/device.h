@@ -206,6 +206,9 @@ int ar_struct_size_check(size_t got, size_t want, const char *type, const char *
 
 /* Reads "key":integer from a flat JSON object; returns fallback if absent. */
 int64_t ar_json_int(const char *json, const char *key, int64_t fallback);
+/* Reads "key":number (the first such key in the text); fallback where it is
+ * absent or not a number (null). */
+double ar_json_double(const char *json, const char *key, double fallback);
 
 /* The build key of a source on a device: sha256 of source hash, compiler,
  * options and target. */

@@ -6,7 +6,6 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* Rounds of copy then read; each measurement is already the best of runs
@@ -206,20 +205,9 @@ void rooflines_percent(double gbps, double limit, char *buf, size_t size)
         snprintf(buf, size, "%.1f%%", 100.0 * gbps / limit);
 }
 
-/* The number rooflines_json wrote for key (its own format: "key": value),
- * NaN for null or where it is missing. */
-static double recorded_number(const char *json, const char *key)
-{
-    char pattern[64];
-    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
-    const char *p = strstr(json, pattern);
-    if (!p)
-        return NAN;
-    p += strlen(pattern);
-    char *end;
-    double v = strtod(p, &end);
-    return end == p ? NAN : v;
-}
+/* The number rooflines_json wrote for key, NaN for null or where it is
+ * missing. */
+static double recorded_number(const char *json, const char *key) { return ar_json_double(json, key, NAN); }
 
 int rooflines_from_record(const char *json, double copy_gbps, double read_gbps, double launch_us, rooflines *out)
 {
