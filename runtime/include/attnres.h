@@ -59,7 +59,10 @@
  *   - Handles are safe to use from several threads once created: any number
  *     of threads may plan on one device and run one plan at the same time
  *     (each with its own buffers). A handle must not be destroyed while
- *     another thread uses it, and a device must outlive its plans.
+ *     another thread uses it, and a device must outlive its plans. On a
+ *     "cpu" device runs are serialised: its worker threads take one launch
+ *     at a time, so a run from a second thread waits until the first ends
+ *     rather than sharing the cores with it.
  *   - Structs the caller allocates and the library reads or fills
  *     (attnres_problem, attnres_mix_args, attnres_phase1_args,
  *     attnres_phase2_args, attnres_device_info) start with `struct_size`,

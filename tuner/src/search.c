@@ -147,9 +147,9 @@ typedef struct batch_plan {
 } batch_plan;
 
 /* Measures list[0..n) in batches and records them: each candidate not
- * reused, until the time budget runs out (from t0; 0: no budget). fastest: the fastest
- * median known before them (INFINITY: none). Returns how many were left
- * unmeasured when the time budget ran out. */
+ * reused, until the time budget runs out (counted from t0; 0: no budget).
+ * fastest: the fastest median known before them (INFINITY: none). Returns
+ * how many were left unmeasured when the time budget ran out. */
 static size_t measure_list(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref **list, size_t n,
                            const batch_plan *plan, double fastest, const char *desc, double t0)
 {
@@ -628,8 +628,9 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
                 ok[nok++] = &cands[i];
         if (ok)
             qsort(ok, nok, sizeof *ok, search_by_median);
-        /* Round 2 (halving): the best quarter, fully timed. Candidates
-         * cut short were screened too, as the slowest: they count. */
+        /* Round 2 (halving): the best quarter, timed again by the second
+         * round's policy. Candidates cut short were screened too, as the
+         * slowest: they count. */
         if (halving && ok) {
             size_t screened = nok;
             for (size_t i = 0; i < n; i++)
