@@ -215,8 +215,9 @@ static void round_policies_shorten_long_launches_on_the_cpu(void)
     /* Screening: one warm-up, as many launches as fill 20 ms, 3 to 50 (a
      * 13 ms launch gets 3, a 130 us one 50). */
     CHECK(scr.warmup == 1 && scr.min_reps == 3 && scr.max_reps == 50 && scr.target_ms == 20);
-    /* Second round: 100 ms, at least 5 (13 ms launches: 7 instead of 11). */
-    CHECK(sec.warmup == 2 && sec.min_reps == 5 && sec.max_reps == 50 && sec.target_ms == 100);
+    /* Second round: 100 ms, 5 to 200 (13 ms launches: 7 instead of 11;
+     * 100 us ones: 200 instead of 50). */
+    CHECK(sec.warmup == 2 && sec.min_reps == 5 && sec.max_reps == 200 && sec.target_ms == 100);
     /* GPUs keep 10 screening launches and the full policy. */
     measure_policy gpu = {.warmup = 10, .min_reps = 20, .max_reps = 200, .target_ms = 50};
     search_round_policies(&gpu, "cuda", 0, &scr, &sec);

@@ -165,15 +165,19 @@ void search_order(candidate_ref *cands, size_t n, int64_t first_candidate_id);
  * (beyond the cache), 50 where they are short and one launch says little;
  * its ranking only has to put the best in the quarter the second round
  * takes.
- * That round aims at SEARCH_SECOND_MS (at least the full policy's 5): it
- * only has to bring the best within the finalists' margin, and the
- * interleaved final round decides. Launches of a few milliseconds (every
+ * That round aims at SEARCH_SECOND_MS (at least the full policy's 5, at
+ * most SEARCH_SECOND_MAX_REPS): it only has to bring the best within the
+ * finalists' margin, and the interleaved final round decides. Short
+ * launches take more than a full timing's 50 there: 50 launches of 100 us
+ * span 5 ms, and one burst of noise that long once timed a winner 22%
+ * slow, out of the final round. Launches of a few milliseconds (every
  * problem beyond the cache) are where this saves time; short ones still
  * reach the repetition caps. GPUs and a simulated device: 10 and the full
  * policy's repetitions, as before. */
 #define SEARCH_SCREEN_MS 20.0
 #define SEARCH_SCREEN_MIN_REPS 3
 #define SEARCH_SECOND_MS 100.0
+#define SEARCH_SECOND_MAX_REPS 200
 void search_round_policies(const measure_policy *full, const char *backend, int simulated,
                            measure_policy *screening, measure_policy *second);
 

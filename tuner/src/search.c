@@ -360,6 +360,8 @@ void search_round_policies(const measure_policy *full, const char *backend, int 
         screening->target_ms = SEARCH_SCREEN_MS;
         if (second->target_ms > SEARCH_SECOND_MS)
             second->target_ms = SEARCH_SECOND_MS;
+        if (second->max_reps < SEARCH_SECOND_MAX_REPS)
+            second->max_reps = SEARCH_SECOND_MAX_REPS;
     }
 }
 
