@@ -152,16 +152,22 @@ int ar_kernel_abi_ok(const int versions[3], int64_t abi, int64_t op, char *why, 
     return 0;
 }
 
-double ar_json_double(const char *json, const char *key, double fallback)
+/* Where the value of "key": starts in a flat JSON object, or NULL. */
+static const char *json_value(const char *json, const char *key)
 {
     if (!json)
-        return fallback;
+        return NULL;
     char pattern[128];
     snprintf(pattern, sizeof pattern, "\"%s\":", key);
     const char *p = strstr(json, pattern);
+    return p ? p + strlen(pattern) : NULL;
+}
+
+double ar_json_double(const char *json, const char *key, double fallback)
+{
+    const char *p = json_value(json, key);
     if (!p)
         return fallback;
-    p += strlen(pattern);
     char *end;
     double v = strtod(p, &end);
     return end == p ? fallback : v;
@@ -169,14 +175,9 @@ double ar_json_double(const char *json, const char *key, double fallback)
 
 int64_t ar_json_int(const char *json, const char *key, int64_t fallback)
 {
-    if (!json)
-        return fallback;
-    char pattern[128];
-    snprintf(pattern, sizeof pattern, "\"%s\":", key);
-    const char *p = strstr(json, pattern);
+    const char *p = json_value(json, key);
     if (!p)
         return fallback;
-    p += strlen(pattern);
     char *end;
     long long v = strtoll(p, &end, 10);
     return end == p ? fallback : (int64_t)v;
