@@ -15,14 +15,16 @@
  * interleave the configurations; each times a batch of launches of at
  * least 5 ms (one launch when a launch is longer); the medians over the
  * rounds are printed as a markdown table with each built-in's ratio to the
- * tuned median of the same run. The N sources of a launch lie back to
- * back in one buffer, as in an engine's bank of block representations, or
- * --gap BYTES (a multiple of 64) apart.
+ * tuned kernel: the median over rounds of the ratio of the two times of
+ * the same round (the scalar column: the ratio of medians, since it skips
+ * rounds). The N sources of a launch lie back to back in one buffer, as in
+ * an engine's bank of block representations, or --gap BYTES (a multiple
+ * of 64) apart.
  *
  * --versus DB2 puts DB2's tuned winner (exact level too) in the built-in's
  * place, so that two tunes of the preset (say the default strategy and an
  * exhaustive one, bench/tune_quality.sh) are compared kernel against
- * kernel in the same interleaved rounds: the ratio column is DB2's median
+ * kernel in the same interleaved rounds: the ratio column is DB2's time
  * over DB's, and the row is the same kernel where both chose one.
  */
 #define _GNU_SOURCE
@@ -39,6 +41,8 @@
 #include "problems.h"
 #include "storage_convert.h"
 
+enum { CONFIGS = 4, MAX_ROUNDS = 64 };
+
 
 static double now_us(void)
 {
@@ -51,6 +55,16 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The median over n rounds of a[r] / b[r]. */
+static double paired_ratio(const double *a, const double *b, int n)
+{
+    double r[MAX_ROUNDS];
+    for (int i = 0; i < n; i++)
+        r[i] = a[i] / b[i];
+    qsort(r, (size_t)n, sizeof *r, cmp_double);
+    return n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
 }
 
 /* Random values of magnitude about 1 in any storage type. */
@@ -160,7 +174,6 @@ static int launch(attnres_plan *plan, const attnres_problem *p, int64_t T, buffe
     return -1;
 }
 
-enum { CONFIGS = 4, MAX_ROUNDS = 64 };
 
 int main(int argc, char **argv)
 {
@@ -289,6 +302,12 @@ int main(int argc, char **argv)
                         launch(plan[c], &p, T, &bf);
                     times[c][done[c]++] = (now_us() - t0) / batch[c];
                 }
+            /* Ratios round by round (the same round's launches of each), so
+             * that a disturbance that slows a whole round cancels out. */
+            double ratio[CONFIGS] = {0};
+            for (int c = 1; c < 3; c++)
+                if (done[c] && done[c] == done[0])
+                    ratio[c] = paired_ratio(times[c], times[0], done[0]);
             double med[CONFIGS] = {0};
             for (int c = 0; c < CONFIGS; c++)
                 if (done[c]) {
@@ -309,7 +328,7 @@ int main(int argc, char **argv)
             else if (at)
                 sscanf(at + strlen("(built in, "), "%63[^)]", level);
             printf("| %s | %" PRId64 " | %s | %.2f | %s | %.2f | **%.2f** | %.2f | %.2f |", name, T, tuned, med[0],
-                   level, med[1], med[1] / med[0], med[2], med[2] / med[0]);
+                   level, med[1], ratio[1], med[2], ratio[2]);
             if (scalar)
                 printf(" %.1f | %.1f |", med[3], med[3] / med[0]);
             printf("\n");

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "isolate.h"
 #include "measure.h"
 #include "tune_session.h"
 
@@ -229,6 +230,42 @@ static void round_policies_shorten_long_launches_on_the_cpu(void)
     CHECK(scr.min_reps == 3 && scr.max_reps == 3);
 }
 
+static void interleaved_rounds_lose_their_common_disturbance(void)
+{
+    /* Three candidates, 100 110 120 us, five rounds; round 1 runs 1.5x
+     * slow for all, in round 3 only candidate B is 1.2x slow (132). Round
+     * levels (the median candidate): 110 165 110 120 110, typical 110.
+     * Scaled, round 1 is 100 110 120 again; round 3 becomes 100 x 110/120
+     * = 91.67, 132 x 110/120 = 121 and 120 x 110/120 = 110 (B's own
+     * slowness stays B's). Medians 100, 110, 120; B's deviations 0 0 0 11
+     * 0, spread 0. */
+    double t[3 * 5] = {100, 150, 100, 100, 100, /* A */
+                       110, 165, 110, 132, 110, /* B */
+                       120, 180, 120, 120, 120}; /* C */
+    int ok[3] = {1, 1, 1};
+    interleave_normalize(t, ok, 3, 5);
+    CHECK(near(t[1], 100) && near(t[6], 110) && near(t[11], 120));
+    CHECK(near(t[3], 100.0 * 110 / 120) && near(t[8], 121) && near(t[13], 110));
+    timing a, b, c;
+    timing_summarize(t, 5, &a);
+    timing_summarize(t + 5, 5, &b);
+    timing_summarize(t + 10, 5, &c);
+    CHECK(near(a.median_us, 100) && near(b.median_us, 110) && near(c.median_us, 120));
+    CHECK(near(b.spread_us, 0));
+    /* Two candidates: the geometric mean is the level. 100/121 in a round
+     * at typical level 110 reads 100 x 110/110 = 100; 200/242 (twice as
+     * slow, level 220) reads 100 and 121 too. */
+    double two[2 * 2] = {100, 200, 121, 242};
+    int ok2[2] = {1, 1};
+    interleave_normalize(two, ok2, 2, 2);
+    CHECK(near(two[0], two[1]) && near(two[2], two[3]) && near(two[2] / two[0], 1.21));
+    /* One candidate (or one that failed beside it): nothing to scale by. */
+    double one[2 * 3] = {100, 150, 130, 5, 5, 5};
+    int ok1[2] = {1, 0};
+    interleave_normalize(one, ok1, 2, 3);
+    CHECK(near(one[0], 100) && near(one[1], 150) && near(one[2], 130) && near(one[3], 5));
+}
+
 static void finalists_within_margin(void)
 {
     /* Sorted medians 100 105 109 110 111 200: 100, 105, 109 and 110 are
@@ -411,6 +448,7 @@ int main(int argc, char **argv)
     RUN_CASE(screening_cuts_launches_far_past_the_fastest);
     RUN_CASE(screening_order_puts_wide_variants_and_the_neighbour_first);
     RUN_CASE(round_policies_shorten_long_launches_on_the_cpu);
+    RUN_CASE(interleaved_rounds_lose_their_common_disturbance);
     RUN_CASE(finalists_within_margin);
     RUN_CASE(finalists_at_least_two_at_most_six);
     RUN_CASE(resources_from_parameters);

@@ -53,6 +53,10 @@ typedef struct job_options {
     double time_limit_s;    /* per job; 0 = none */
     int isolate;            /* fork a child (CPU only) */
     const paired_stream *pair; /* job_interleave: a pass timed in each round; NULL: none */
+    /* job_interleave: each candidate's share of a round is a batch of
+     * launches of about this many microseconds, sized by its warm-up
+     * launch (its median launch is the round's figure); 0: one launch. */
+    double round_us;
 } job_options;
 
 /* Measures one candidate: verify (when asked) then time. Never fails as a
@@ -95,8 +99,17 @@ void job_measure_batch(attnres_device *dev, bench_case *bc, const job_batch *b, 
 /* Times k candidates interleaved (A B C A B C ...) for `rounds` rounds, so
  * that drift in the machine's state affects them all alike; with
  * opt->pair, the streaming pass closes each round (A B C S A B C S ...)
- * and each result gets its rate relative to the pass's. */
+ * and each result gets its rate relative to the pass's. The results'
+ * timings are the rounds' figures after interleave_normalize. */
 void job_interleave(attnres_device *dev, bench_case *bc, const job_kernel *ks, size_t k, int rounds,
                     const job_options *opt, job_result *out);
+
+/* Scales each round's times t[i * rounds + r] by a factor common to the
+ * round's candidates (those with ok[i]): the rounds' median level over the
+ * round's own (its median candidate, or the geometric mean of two). A
+ * disturbance that slows a whole round then moves no candidate against
+ * another, and rankings inside a round are unchanged. With fewer than two
+ * candidates nothing changes. */
+void interleave_normalize(double *t, const int *ok, size_t k, int rounds);
 
 #endif

@@ -67,8 +67,9 @@ int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *po
  * sorts t and overwrites it. */
 void timing_summarize(double *t, int n, timing *out);
 
-/* Times one launch (after a cache flush when asked), in microseconds. */
-int bench_case_time_once(bench_case *bc, const ar_kernel *k, int flush, double *us);
+/* Times n launches back to back (each after a cache flush when asked):
+ * times_us gets each launch's microseconds. */
+int bench_case_time_launches(bench_case *bc, const ar_kernel *k, int n, int flush, double *times_us);
 
 /* Rewrites every page of the timing buffers a launch writes (outputs, lse
  * rows, phase 2's partial rows where it adds in place) with its own bytes

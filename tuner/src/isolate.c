@@ -211,38 +211,99 @@ static void pair_results(const bench_case *bc, const paired_stream *ps, const do
     free(ratio);
 }
 
+/* The most launches in one candidate's share of a round. */
+#define ROUND_BATCH_MAX 256
+
+/* Launches per round that fill round_us, from one launch's microseconds. */
+static int round_batch(double round_us, double one_us)
+{
+    if (!(round_us > 0) || !(one_us > 0) || one_us >= round_us)
+        return 1;
+    double n = ceil(round_us / one_us);
+    return n < ROUND_BATCH_MAX ? (int)n : ROUND_BATCH_MAX;
+}
+
+static int cmp_us(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_us);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One factor per round, common to its candidates (isolate.h). */
+void interleave_normalize(double *t, const int *ok, size_t k, int rounds)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < k; i++)
+        n += ok[i] != 0;
+    double *level = malloc(sizeof(double) * (size_t)rounds);
+    double *col = malloc(sizeof(double) * (n ? n : 1));
+    double *sorted = malloc(sizeof(double) * (size_t)rounds);
+    if (n >= 2 && level && col && sorted) {
+        for (int r = 0; r < rounds; r++) {
+            size_t m = 0;
+            for (size_t i = 0; i < k; i++)
+                if (ok[i])
+                    col[m++] = t[i * (size_t)rounds + (size_t)r];
+            level[r] = m == 2 ? sqrt(col[0] * col[1]) : median_of(col, m);
+        }
+        memcpy(sorted, level, sizeof(double) * (size_t)rounds);
+        double typical = median_of(sorted, (size_t)rounds);
+        for (int r = 0; r < rounds; r++)
+            for (size_t i = 0; level[r] > 0 && i < k; i++)
+                if (ok[i])
+                    t[i * (size_t)rounds + (size_t)r] *= typical / level[r];
+    }
+    free(level);
+    free(col);
+    free(sorted);
+}
+
 static void interleave_here(attnres_device *dev, bench_case *bc, const job_kernel *ks, size_t k, int rounds,
                             const job_options *opt, job_result *out)
 {
+    if (rounds < 1)
+        rounds = 1;
     ar_kernel *kern = calloc(k, sizeof *kern);
     double *t = malloc(sizeof(double) * k * (size_t)rounds);
     double *ts = opt->pair ? malloc(sizeof(double) * (size_t)rounds) : NULL;
     int *ok = calloc(k, sizeof *ok);
+    int *batch = calloc(k, sizeof *batch);
+    double *launch = malloc(sizeof(double) * ROUND_BATCH_MAX);
     int paired = ts != NULL;
     for (size_t i = 0; i < k; i++) {
         result_clear(&out[i]);
-        if (!kern || !t || !ok) {
+        if (!kern || !t || !ok || !batch || !launch) {
             out[i].status = ARDB_STATUS_LAUNCH_FAILED;
             set_message(&out[i], "%s", "out of memory");
             continue;
         }
         ok[i] = load(dev, &ks[i], &kern[i], &out[i]) == ATTNRES_OK;
+        batch[i] = 1;
     }
-    if (kern && t && ok) {
-        /* One warm-up launch each, then the rounds. */
+    if (kern && t && ok && batch && launch) {
+        /* One warm-up launch each, which sizes the batches, then the
+         * rounds: each candidate's figure in a round is the median of its
+         * batch. */
         for (int r = -1; r < rounds; r++) {
             for (size_t i = 0; i < k; i++) {
                 if (!ok[i])
                     continue;
-                double us = 0;
-                if (bench_case_time_once(bc, &kern[i], opt->policy.flush, &us) != ATTNRES_OK) {
+                if (bench_case_time_launches(bc, &kern[i], batch[i], opt->policy.flush, launch) != ATTNRES_OK) {
                     ok[i] = 0;
                     out[i].status = ARDB_STATUS_LAUNCH_FAILED;
                     set_message(&out[i], "launch failed: %s", attnres_device_errmsg(dev));
                     continue;
                 }
-                if (r >= 0)
-                    t[i * (size_t)rounds + (size_t)r] = us;
+                if (r < 0)
+                    batch[i] = round_batch(opt->round_us, launch[0]);
+                else
+                    t[i * (size_t)rounds + (size_t)r] = median_of(launch, (size_t)batch[i]);
             }
             /* A pass that fails leaves the kernels' timings as they are,
              * without a paired figure. */
@@ -254,6 +315,7 @@ static void interleave_here(attnres_device *dev, bench_case *bc, const job_kerne
         }
         if (paired)
             pair_results(bc, opt->pair, t, ts, ok, k, rounds, out);
+        interleave_normalize(t, ok, k, rounds);
         for (size_t i = 0; i < k; i++)
             if (ok[i]) {
                 timing_summarize(t + i * (size_t)rounds, rounds, &out[i].tm);
@@ -267,6 +329,8 @@ static void interleave_here(attnres_device *dev, bench_case *bc, const job_kerne
     free(t);
     free(ts);
     free(ok);
+    free(batch);
+    free(launch);
 }
 
 /* ---- the forked child ------------------------------------------------- */

@@ -374,9 +374,9 @@ int bench_case_time(bench_case *bc, const ar_kernel *k, const measure_policy *po
     return rc;
 }
 
-int bench_case_time_once(bench_case *bc, const ar_kernel *k, int flush, double *us)
+int bench_case_time_launches(bench_case *bc, const ar_kernel *k, int n, int flush, double *times_us)
 {
-    return time_launches(bc, k, 1, flush, us);
+    return time_launches(bc, k, n, flush, times_us);
 }
 
 /* Rewrites one byte of every page of a buffer with its own value. */

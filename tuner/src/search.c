@@ -322,6 +322,12 @@ int search_by_median(const void *a, const void *b)
  * their equivalent sets share members, and the tie-break below is a fixed
  * order, so both pick the same one. */
 #define FINALISTS_MAX 6
+/* Each finalist's share of a round is a batch of launches of about 2 ms:
+ * one 100 us launch a round made a round's figure a wake-up's jitter, and
+ * 11 rounds of it timed a winner 12% slow. Fifteen rounds on the CPU cost
+ * about a second at T = 4096. */
+#define FINAL_ROUND_US 2000.0
+#define FINAL_ROUNDS_CPU 15
 #define FINALIST_MARGIN 0.10 /* within 10% of the best full timing */
 #define EQUIVALENT_FRACTION 0.05
 /* The noise window is never wider than the finalists' margin: in a noisy
@@ -490,9 +496,10 @@ static void final_round(tuner *t, bench_case *bc, int64_t problem_id, candidate_
     if (res && nk) {
         /* A simulated device's times are a deterministic model: a few
          * rounds decide as well as many, and each costs an interpreted run. */
-        int rounds = t->dev->simulated ? 3 : strcmp(t->dev->backend, "cpu") == 0 ? 11 : 31;
+        int rounds = t->dev->simulated ? 3 : strcmp(t->dev->backend, "cpu") == 0 ? FINAL_ROUNDS_CPU : 31;
         job_options opt = {.verify = 0, .policy = t->policy, .time_limit_s = t->opt.time_limit_s,
-                           .isolate = t->opt.isolate, .pair = pair};
+                           .isolate = t->opt.isolate, .pair = pair,
+                           .round_us = t->dev->simulated ? 0 : FINAL_ROUND_US};
         job_interleave(t->dev, bc, ks, nk, rounds, &opt, res);
         for (size_t i = 0; i < nk; i++) {
             char stage[160];
