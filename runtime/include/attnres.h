@@ -68,10 +68,15 @@
  *     attnres_phase2_args, attnres_device_info) start with `struct_size`,
  *     which must be sizeof the struct as the caller compiled it. The *_init
  *     functions set it; attnres_device_info needs it set by hand
- *     (`attnres_device_info info = {.struct_size = sizeof info};`). A size
- *     this library does not know is refused with ATTNRES_EINVAL and a
- *     message naming both sizes, so that a program built against another
- *     attnres.h fails clearly instead of reading past its struct.
+ *     (`attnres_device_info info = {.struct_size = sizeof info};`). New
+ *     fields are only ever appended, so a program built against an older
+ *     attnres.h (0.2.0 or later) keeps working with a newer library: its
+ *     smaller struct is taken, no byte past its struct_size is read or
+ *     written, and the fields it lacks take the defaults its *_init would
+ *     give them. A size from before 0.2.0, or larger than this library's
+ *     (a newer header), is refused with ATTNRES_EINVAL and a message naming
+ *     the sizes, so that such a program fails clearly instead of reading
+ *     past its struct.
  *
  * Environment, files and processes
  *   The library reads these environment variables (each when first needed,

@@ -119,12 +119,10 @@ int attnres_problem_check(const attnres_problem *p, char *msg, size_t msg_len)
         msg = scratch;
         msg_len = sizeof scratch;
     }
-    if (!p) {
-        snprintf(msg, msg_len, "problem is NULL");
+    attnres_problem own;
+    if (ar_problem_adopt(p, &own, msg, msg_len) != ATTNRES_OK)
         return ATTNRES_EINVAL;
-    }
-    if (ar_struct_size_check(p->struct_size, sizeof *p, "attnres_problem", "attnres_problem_init", msg, msg_len))
-        return ATTNRES_EINVAL;
+    p = &own;
     if (p->op != ATTNRES_OP_MIX && p->op != ATTNRES_OP_PHASE1 && p->op != ATTNRES_OP_PHASE2) {
         snprintf(msg, msg_len, "unknown op %d (mix, phase1 or phase2)", (int)p->op);
         return ATTNRES_EINVAL;
@@ -169,15 +167,37 @@ int attnres_problem_check(const attnres_problem *p, char *msg, size_t msg_len)
     return check_phase_fields(p, msg, msg_len);
 }
 
-int ar_struct_size_check(size_t got, size_t want, const char *type, const char *init, char *msg, size_t msg_len)
+int ar_struct_size_check(size_t got, size_t oldest, size_t want, const char *type, const char *init, char *msg,
+                         size_t msg_len)
 {
-    if (got == want)
+    if (got >= oldest && got <= want)
         return 0;
     snprintf(msg, msg_len,
-             "%s.struct_size is %zu, but this library (attnres %s) knows only %zu: fill it with %s, or build "
-             "against this library's attnres.h",
-             type, got, ATTNRES_VERSION_STRING, want, init);
+             "%s.struct_size is %zu, but this library (attnres %s) takes %zu to %zu (the sizes since 0.2.0): fill "
+             "it with %s, or build against an attnres.h of 0.2.0 or later",
+             type, got, ATTNRES_VERSION_STRING, oldest, want, init);
     return 1;
+}
+
+void ar_struct_adopt(const void *src, void *dst, size_t want)
+{
+    size_t got = *(const size_t *)src;
+    memcpy(dst, src, got < want ? got : want);
+    *(size_t *)dst = want;
+}
+
+int ar_problem_adopt(const attnres_problem *p, attnres_problem *out, char *msg, size_t msg_len)
+{
+    if (!p) {
+        snprintf(msg, msg_len, "problem is NULL");
+        return ATTNRES_EINVAL;
+    }
+    if (ar_struct_size_check(p->struct_size, AR_PROBLEM_SIZE_0_2, sizeof *p, "attnres_problem",
+                             "attnres_problem_init", msg, msg_len))
+        return ATTNRES_EINVAL;
+    memset(out, 0, sizeof *out);
+    ar_struct_adopt(p, out, sizeof *out);
+    return ATTNRES_OK;
 }
 
 void attnres_mix_args_init(attnres_mix_args *a)

@@ -116,17 +116,24 @@ int attnres_device_info_get(attnres_device *dev, attnres_device_info *info)
     if (!dev || !info)
         return ATTNRES_EINVAL;
     char msg[300];
-    if (ar_struct_size_check(info->struct_size, sizeof *info, "attnres_device_info",
+    size_t got = info->struct_size;
+    if (ar_struct_size_check(got, AR_DEVICE_INFO_SIZE_0_2, sizeof *info, "attnres_device_info",
                              "{.struct_size = sizeof(attnres_device_info)}", msg, sizeof msg))
         return ar_device_fail(dev, ATTNRES_EINVAL, "%s", msg);
-    info->backend = dev->backend;
-    info->name = dev->name;
-    info->arch = dev->arch;
-    info->units = dev->units;
-    info->memory = dev->memory;
-    info->driver = dev->driver;
-    info->fingerprint = dev->fingerprint;
-    info->simulated = dev->simulated;
+    /* Filled in full here, and only the caller's bytes copied out: an
+     * older caller's struct ends sooner. */
+    attnres_device_info all = {
+        .struct_size = got,
+        .backend = dev->backend,
+        .name = dev->name,
+        .arch = dev->arch,
+        .units = dev->units,
+        .memory = dev->memory,
+        .driver = dev->driver,
+        .fingerprint = dev->fingerprint,
+        .simulated = dev->simulated,
+    };
+    memcpy(info, &all, got);
     return ATTNRES_OK;
 }
 

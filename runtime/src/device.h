@@ -199,10 +199,36 @@ int ar_device_fail(attnres_device *dev, int status, const char *fmt, ...)
  * why says so. */
 int ar_kernel_abi_ok(const int versions[3], int64_t abi, int64_t op, char *why, size_t why_len);
 
-/* 0 when a caller-allocated struct's struct_size is the size this library
- * knows; else 1 with a message naming the type, both sizes and the function
- * (init) that fills the struct. */
-int ar_struct_size_check(size_t got, size_t want, const char *type, const char *init, char *msg, size_t msg_len);
+/* Where a caller-allocated struct's fields end in the oldest layout this
+ * library takes, that of 0.2.0 (when struct_size came in). A caller built
+ * against an older attnres.h of 0.2 or later passes a struct_size from
+ * there up to sizeof; the fields past its end take their defaults. */
+#define AR_SIZE_THROUGH(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+#define AR_PROBLEM_SIZE_0_2 AR_SIZE_THROUGH(attnres_problem, fuse_add)
+#define AR_MIX_ARGS_SIZE_0_2 AR_SIZE_THROUGH(attnres_mix_args, normed_stride)
+#define AR_PHASE1_ARGS_SIZE_0_2 AR_SIZE_THROUGH(attnres_phase1_args, lse_stride)
+#define AR_PHASE2_ARGS_SIZE_0_2 AR_SIZE_THROUGH(attnres_phase2_args, normed_stride)
+#define AR_DEVICE_INFO_SIZE_0_2 AR_SIZE_THROUGH(attnres_device_info, simulated)
+
+/* 0 when a caller-allocated struct's struct_size (got) lies between the
+ * oldest size this library takes and its own (want); else 1 with a message
+ * naming the type, the sizes and the function (init) that fills the
+ * struct. */
+int ar_struct_size_check(size_t got, size_t oldest, size_t want, const char *type, const char *init, char *msg,
+                         size_t msg_len);
+
+/* Takes a caller's struct (src, whose struct_size has passed
+ * ar_struct_size_check) into dst, a struct of this library's size that
+ * holds the defaults: the caller's bytes replace dst's first ones, so the
+ * fields an older caller lacks keep their defaults, and dst's struct_size
+ * becomes this library's. */
+void ar_struct_adopt(const void *src, void *dst, size_t want);
+
+/* A caller's problem as this library's struct (fields it lacks are 0, as
+ * attnres_problem_init leaves them): ATTNRES_OK, or EINVAL with a message
+ * for NULL or a struct_size out of range. Public functions that take a
+ * problem read it through this. */
+int ar_problem_adopt(const attnres_problem *p, attnres_problem *out, char *msg, size_t msg_len);
 
 /* Reads "key":integer from a flat JSON object; returns fallback if absent. */
 int64_t ar_json_int(const char *json, const char *key, int64_t fallback);

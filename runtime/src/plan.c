@@ -421,6 +421,9 @@ int attnres_plan_create(attnres_device *dev, attnres_db *db, const attnres_probl
         ar_device_fail(dev, st, "%s", msg);
         return st;
     }
+    attnres_problem own; /* an older caller's struct, completed */
+    ar_problem_adopt(problem, &own, msg, msg_len);
+    problem = &own;
     if (dev->ops->check_problem && (st = dev->ops->check_problem(dev, problem)) != ATTNRES_OK) {
         snprintf(msg, msg_len, "%s", attnres_device_errmsg(dev));
         return st;
@@ -516,15 +519,30 @@ static int run_fail(attnres_plan *plan, int status, const char *fmt, ...)
 
 static int misaligned(const void *p, size_t align) { return ((uintptr_t)p % align) != 0; }
 
-/* A run's argument struct must be the one this library was built with:
- * its struct_size is read before anything else in it. */
-static int check_args_size(attnres_plan *plan, size_t got, size_t want, const char *type, const char *init)
+/* A run's argument struct from a caller of 0.2.0 or later: its
+ * struct_size is read before anything else in it. One of this library's
+ * size is returned as it is; an older one is completed in own from the
+ * defaults that init writes, and own is returned. NULL with *st set when
+ * the size is out of range. */
+static const void *adopt_args(attnres_plan *plan, const void *a, void *own, size_t oldest, size_t want,
+                              void (*init)(void *), const char *type, const char *init_name, int *st)
 {
     char msg[300];
-    if (ar_struct_size_check(got, want, type, init, msg, sizeof msg))
-        return run_fail(plan, ATTNRES_EINVAL, "%s", msg);
-    return ATTNRES_OK;
+    size_t got = *(const size_t *)a;
+    if (got == want)
+        return a;
+    if (ar_struct_size_check(got, oldest, want, type, init_name, msg, sizeof msg)) {
+        *st = run_fail(plan, ATTNRES_EINVAL, "%s", msg);
+        return NULL;
+    }
+    init(own);
+    ar_struct_adopt(a, own, want);
+    return own;
 }
+
+static void mix_args_defaults(void *a) { attnres_mix_args_init(a); }
+static void phase1_args_defaults(void *a) { attnres_phase1_args_init(a); }
+static void phase2_args_defaults(void *a) { attnres_phase2_args_init(a); }
 
 /* The bucket that serves T tokens. */
 static const plan_bucket *pick_bucket(attnres_plan *plan, int64_t T)
@@ -687,7 +705,9 @@ int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, vo
         return st;
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
-    if (a && (st = check_args_size(plan, a->struct_size, sizeof *a, "attnres_mix_args", "attnres_mix_args_init")))
+    attnres_mix_args own;
+    if (a && !(a = adopt_args(plan, a, &own, AR_MIX_ARGS_SIZE_0_2, sizeof *a, mix_args_defaults,
+                              "attnres_mix_args", "attnres_mix_args_init", &st)))
         return st;
     if (!a || !a->sources || !a->query || !a->out)
         return run_fail(plan, ATTNRES_EINVAL, "args, sources, query and out must not be NULL");
@@ -851,8 +871,9 @@ int attnres_run_phase1(attnres_plan *plan, int64_t T, const attnres_phase1_args 
         return st;
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
-    if (a && (st = check_args_size(plan, a->struct_size, sizeof *a, "attnres_phase1_args",
-                                   "attnres_phase1_args_init")))
+    attnres_phase1_args own;
+    if (a && !(a = adopt_args(plan, a, &own, AR_PHASE1_ARGS_SIZE_0_2, sizeof *a, phase1_args_defaults,
+                              "attnres_phase1_args", "attnres_phase1_args_init", &st)))
         return st;
     if (!a || !a->sources || !a->queries || !a->o1 || !a->lse)
         return run_fail(plan, ATTNRES_EINVAL, "args, sources, queries, o1 and lse must not be NULL");
@@ -920,8 +941,9 @@ int attnres_run_phase2(attnres_plan *plan, int64_t T, const attnres_phase2_args 
         return st;
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
-    if (a && (st = check_args_size(plan, a->struct_size, sizeof *a, "attnres_phase2_args",
-                                   "attnres_phase2_args_init")))
+    attnres_phase2_args own;
+    if (a && !(a = adopt_args(plan, a, &own, AR_PHASE2_ARGS_SIZE_0_2, sizeof *a, phase2_args_defaults,
+                              "attnres_phase2_args", "attnres_phase2_args_init", &st)))
         return st;
     if (!a || !a->o1 || !a->lse || !a->partial || !a->query || !a->out)
         return run_fail(plan, ATTNRES_EINVAL, "args, o1, lse, partial, query and out must not be NULL");

@@ -3,13 +3,18 @@
 #include <stdlib.h>
 
 #include "attnres.h"
+#include "device.h"
 
-int attnres_reference_mix(const attnres_problem *p, int64_t T,
+int attnres_reference_mix(const attnres_problem *caller, int64_t T,
                           const double *const *sources, const double *query,
                           double scale, double eps, const double *partial,
                           double alpha, const double *out_gain, double out_eps,
                           double *out, double *normed)
 {
+    attnres_problem own;
+    if (ar_problem_adopt(caller, &own, NULL, 0) != ATTNRES_OK)
+        return ATTNRES_EINVAL;
+    const attnres_problem *p = &own;
     if (attnres_problem_check(p, NULL, 0) != ATTNRES_OK || T < 0 || !sources ||
         !query || !out || !(eps > 0) ||
         (p->form == ATTNRES_FORM_ADDITIVE && !partial) ||
@@ -84,11 +89,15 @@ static double inv_rms(const double *v, int64_t d, double eps)
     return 1.0 / sqrt(sumsq / (double)d + eps);
 }
 
-int attnres_reference_phase1(const attnres_problem *p, int64_t T,
+int attnres_reference_phase1(const attnres_problem *caller, int64_t T,
                              const double *const *sources,
                              const double *queries, double scale, double eps,
                              double *o1, double *lse)
 {
+    attnres_problem own;
+    if (ar_problem_adopt(caller, &own, NULL, 0) != ATTNRES_OK)
+        return ATTNRES_EINVAL;
+    const attnres_problem *p = &own;
     if (attnres_problem_check(p, NULL, 0) != ATTNRES_OK ||
         p->op != ATTNRES_OP_PHASE1 || T < 0 || !sources || !queries || !o1 ||
         !lse || !(eps > 0))
@@ -151,13 +160,17 @@ static double sigmoid(double x)
     return e / (1.0 + e);
 }
 
-int attnres_reference_phase2(const attnres_problem *p, int64_t T,
+int attnres_reference_phase2(const attnres_problem *caller, int64_t T,
                              const double *o1, const double *lse,
                              double *partial, const double *sublayer,
                              const double *query, double scale, double eps,
                              const double *out_gain, double out_eps,
                              double *out, double *normed)
 {
+    attnres_problem own;
+    if (ar_problem_adopt(caller, &own, NULL, 0) != ATTNRES_OK)
+        return ATTNRES_EINVAL;
+    const attnres_problem *p = &own;
     if (attnres_problem_check(p, NULL, 0) != ATTNRES_OK ||
         p->op != ATTNRES_OP_PHASE2 || T < 0 || !o1 || !lse || !partial ||
         !query || !out || !(eps > 0) || (p->fuse_add && !sublayer) ||

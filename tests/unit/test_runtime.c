@@ -25,6 +25,7 @@
 
 #include "attnres.h"
 #include "check.h"
+#include "device.h"
 #include "test_data.h"
 #include "test_scratch.h"
 
@@ -1072,8 +1073,9 @@ static void test_plans_are_safe_from_four_threads(void)
 
 /* ---- struct_size of caller-allocated structs -------------------------- */
 
-/* A struct from another attnres.h (another size) is refused before any of
- * it is read, with a message naming the struct, both sizes and the fix. */
+/* A struct from an attnres.h this library cannot read (older than 0.2.0,
+ * or newer than itself) is refused before any of it is read, with a
+ * message naming the struct, the sizes and the fix. */
 static void test_struct_size_is_checked_with_a_clear_message(void)
 {
     char msg[512] = "";
@@ -1081,18 +1083,22 @@ static void test_struct_size_is_checked_with_a_clear_message(void)
     attnres_problem_init(&p, ATTNRES_DTYPE_F32, 64, 2);
     CHECK(p.struct_size == sizeof p);
     CHECK(attnres_problem_check(&p, msg, sizeof msg) == ATTNRES_OK);
-    p.struct_size = sizeof p - 8; /* as if built against an older header */
+    p.struct_size = sizeof p - 8; /* as if built against a header before 0.2.0 */
     CHECK(attnres_problem_check(&p, msg, sizeof msg) == ATTNRES_EINVAL);
     CHECK(strstr(msg, "attnres_problem.struct_size") && strstr(msg, "attnres_problem_init"));
     attnres_plan *plan = (attnres_plan *)&p; /* must be overwritten with NULL */
     CHECK(attnres_plan_create(cpu, NULL, &p, 0, &plan, msg, sizeof msg) == ATTNRES_EINVAL && !plan);
     CHECK(strstr(msg, "struct_size") != NULL);
+    p.struct_size = sizeof p + 8; /* a newer header: fields this library cannot know */
+    CHECK(attnres_problem_check(&p, msg, sizeof msg) == ATTNRES_EINVAL);
     p.struct_size = 0;
     CHECK(attnres_reference_mix(&p, 1, NULL, NULL, 1, 1e-6, NULL, 1, NULL, 1e-6, NULL, NULL) == ATTNRES_EINVAL);
 
-    attnres_device_info info = {.struct_size = sizeof info - 1};
+    attnres_device_info info = {.struct_size = offsetof(attnres_device_info, simulated)};
     CHECK(attnres_device_info_get(cpu, &info) == ATTNRES_EINVAL && info.backend == NULL);
     CHECK(strstr(attnres_device_errmsg(cpu), "attnres_device_info.struct_size") != NULL);
+    info.struct_size = sizeof info + 1;
+    CHECK(attnres_device_info_get(cpu, &info) == ATTNRES_EINVAL && info.backend == NULL);
     info.struct_size = sizeof info;
     CHECK(attnres_device_info_get(cpu, &info) == ATTNRES_OK && strcmp(info.backend, "cpu") == 0);
 
@@ -1110,6 +1116,7 @@ static void test_struct_size_is_checked_with_a_clear_message(void)
     CHECK(attnres_run_mix(plan, 1, &a, NULL) == ATTNRES_OK);
     a.struct_size = sizeof a + 8;
     CHECK(attnres_run_mix(plan, 1, &a, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "0.2.0") != NULL);
     CHECK(strstr(attnres_plan_errmsg(plan), "attnres_mix_args.struct_size") &&
           strstr(attnres_plan_errmsg(plan), "attnres_mix_args_init"));
     attnres_plan_destroy(plan);
@@ -1132,6 +1139,65 @@ static void test_struct_size_is_checked_with_a_clear_message(void)
     CHECK(attnres_run_phase2(plan, 1, &a2, NULL) == ATTNRES_EINVAL);
     CHECK(strstr(attnres_plan_errmsg(plan), "attnres_phase2_args.struct_size") != NULL);
     attnres_plan_destroy(plan);
+}
+
+/* A caller built against an older attnres.h of 0.2.0 or later passes a
+ * smaller struct_size: the library takes it, reads no byte past it, and
+ * the fields it lacks keep their defaults. No public struct has grown
+ * since 0.2.0, so this is shown two ways: each struct cut at its 0.2.0
+ * layout's last field (less than sizeof where the compiler pads the
+ * tail), and the completion itself on a struct one field shorter. */
+static void test_struct_cut_at_an_older_size_is_taken(void)
+{
+    /* attnres_device_info at 0.2.0 ends at `simulated`, an int after
+     * pointers: 60 of its 64 bytes on x86-64. The 4 bytes past the cut are
+     * the caller's own and stay as they were. */
+    struct {
+        attnres_device_info info;
+        unsigned char guard[16];
+    } older;
+    memset(&older, 0xA5, sizeof older);
+    older.info.struct_size = AR_DEVICE_INFO_SIZE_0_2;
+    CHECK(attnres_device_info_get(cpu, &older.info) == ATTNRES_OK);
+    CHECK(strcmp(older.info.backend, "cpu") == 0 && older.info.simulated == 0);
+    CHECK(older.info.struct_size == AR_DEVICE_INFO_SIZE_0_2);
+    const unsigned char *tail = (const unsigned char *)&older.info + AR_DEVICE_INFO_SIZE_0_2;
+    for (size_t i = 0; i < sizeof older - AR_DEVICE_INFO_SIZE_0_2; i++)
+        CHECK(tail[i] == 0xA5);
+
+    /* The problem and the run arguments at their 0.2.0 sizes plan and run. */
+    char msg[512] = "";
+    attnres_problem p;
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, 64, 2);
+    p.struct_size = AR_PROBLEM_SIZE_0_2;
+    CHECK(attnres_problem_check(&p, msg, sizeof msg) == ATTNRES_OK);
+    attnres_plan *plan = plan_for(&p, NULL, 0);
+    REQUIRE(plan != NULL);
+    float src[2][64], query[64], out[64];
+    for (int k = 0; k < 64; k++)
+        src[0][k] = 1, src[1][k] = 3, query[k] = 0;
+    const void *sources[2] = {src[0], src[1]};
+    attnres_mix_args a;
+    attnres_mix_args_init(&a);
+    a.struct_size = AR_MIX_ARGS_SIZE_0_2;
+    a.sources = sources;
+    a.query = query;
+    a.out = out;
+    /* A zero query scores both sources alike: out is their mean. */
+    CHECK(attnres_run_mix(plan, 1, &a, NULL) == ATTNRES_OK && fabsf(out[0] - 2) < 1e-6f);
+    attnres_plan_destroy(plan);
+
+    /* The completion: a caller whose struct ends before the last field
+     * gets that field's default, and its own values for the rest. */
+    attnres_mix_args caller, own;
+    memset(&caller, 0x5A, sizeof caller);
+    caller.struct_size = offsetof(attnres_mix_args, normed_stride);
+    caller.alpha = 0.5f;
+    attnres_mix_args_init(&own);
+    own.normed_stride = 7; /* a default the caller's struct cannot reach */
+    ar_struct_adopt(&caller, &own, sizeof own);
+    CHECK(own.struct_size == sizeof own && own.alpha == 0.5f && own.normed_stride == 7);
+    CHECK(memcmp(&own.sources, &caller.sources, sizeof own.sources) == 0);
 }
 
 /* ---- failure messages under concurrency ------------------------------ */
@@ -1273,6 +1339,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_plans_are_safe_from_four_threads);
     RUN_CASE(test_failure_messages_are_each_threads_own);
     RUN_CASE(test_struct_size_is_checked_with_a_clear_message);
+    RUN_CASE(test_struct_cut_at_an_older_size_is_taken);
     RUN_CASE(test_tuned_db_gives_exact_plans_that_match_reference);
     RUN_CASE(test_plans_share_kernels_and_see_a_database_tuned_meanwhile);
 

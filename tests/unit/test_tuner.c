@@ -311,15 +311,15 @@ static void resources_from_parameters(void)
 
 static void choose_fewest_resources_among_equivalent(void)
 {
-    /* Fastest 100 us, spreads 1: noise 2 * (1 + 1) = 4, below the floor of
-     * 5% of 100 = 5, so the window is 5 us. b (103) and c (104.9) are
-     * equivalent to a; d (106) is not. Of a, b, c, b holds the fewest
-     * resources. */
+    /* Fastest 100 us, spreads 0.5: noise 2 * (0.5 + 0.5) = 2, below the
+     * floor of 3% of 100 = 3, so the window is 3 us. b (102) and c (102.9)
+     * are equivalent to a; d (103.5) is not. Of a, b, c, b holds the
+     * fewest resources. */
     char eq[256];
-    set_candidate(0, "a", "{\"threads\":4}", ARDB_STATUS_OK, 100, 1);
-    set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 103, 1);
-    set_candidate(2, "c", "{\"threads\":2}", ARDB_STATUS_OK, 104.9, 1);
-    set_candidate(3, "d", "{}", ARDB_STATUS_OK, 106, 1); /* fewest resources, too slow */
+    set_candidate(0, "a", "{\"threads\":4}", ARDB_STATUS_OK, 100, 0.5);
+    set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 102, 0.5);
+    set_candidate(2, "c", "{\"threads\":2}", ARDB_STATUS_OK, 102.9, 0.5);
+    set_candidate(3, "d", "{}", ARDB_STATUS_OK, 103.5, 0.5); /* fewest resources, too slow */
     candidate_ref *w = search_choose(ptrs, 4, eq, sizeof eq);
     REQUIRE(w);
     CHECK(strcmp(w->e->id, "b") == 0);
@@ -333,7 +333,7 @@ static void choose_tie_break_by_id(void)
      * differently within the noise still agree. */
     char eq[256];
     const char *order[][3] = {{"v2", "v1", "v3"}, {"v3", "v2", "v1"}, {"v1", "v3", "v2"}};
-    const double med[] = {50, 51, 52};
+    const double med[] = {50, 50.5, 51}; /* all within 3% of 50 */
     for (int o = 0; o < 3; o++) {
         for (int i = 0; i < 3; i++)
             set_candidate(i, order[o][i], "{\"threads\":1}", ARDB_STATUS_OK, med[i], 0.1);
@@ -345,12 +345,12 @@ static void choose_tie_break_by_id(void)
 
 static void choose_wide_spread_widens_equivalence(void)
 {
-    /* Spreads 2 and 2: noise 2 * (2 + 2) = 8 us, above the 5 us floor, so
-     * b at 107 is equivalent to a at 100 and, holding fewer resources,
+    /* Spreads 1 and 1: noise 2 * (1 + 1) = 4 us, above the 3 us floor, so
+     * b at 103.5 is equivalent to a at 100 and, holding fewer resources,
      * wins. With small spreads it is not equivalent and a wins. */
     char eq[256];
-    set_candidate(0, "a", "{\"threads\":8}", ARDB_STATUS_OK, 100, 2);
-    set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 107, 2);
+    set_candidate(0, "a", "{\"threads\":8}", ARDB_STATUS_OK, 100, 1);
+    set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 103.5, 1);
     candidate_ref *w = search_choose(ptrs, 2, eq, sizeof eq);
     REQUIRE(w);
     CHECK(strcmp(w->e->id, "b") == 0);
@@ -367,8 +367,8 @@ static void choose_noisy_round_caps_equivalence(void)
     /* A noisy final round on the Zen 4 guest: the fastest at 16809 us
      * (spread 1977), the fewest-resources finalist at 24422 us (spread
      * 3177). Twice their spreads, 10308 us, would make the two equivalent
-     * and choose the one 45% slower; the window stops at 10% of the
-     * fastest, so the fastest wins. Just inside 10% still ties. */
+     * and choose the one 45% slower; the window stops at 5% of the
+     * fastest, so the fastest wins. Just inside 5% still ties. */
     char eq[256];
     set_candidate(0, "v16_g8", "{\"threads\":2,\"vec\":16}", ARDB_STATUS_OK, 16809, 1977);
     set_candidate(1, "v8_g4", "{\"threads\":2,\"vec\":8}", ARDB_STATUS_OK, 24422, 3177);
@@ -376,7 +376,7 @@ static void choose_noisy_round_caps_equivalence(void)
     REQUIRE(w);
     CHECK(strcmp(w->e->id, "v16_g8") == 0);
     CHECK(strcmp(eq, "v16_g8") == 0);
-    refs[1].median_us = 16809 * 1.099;
+    refs[1].median_us = 16809 * 1.049;
     w = search_choose(ptrs, 2, eq, sizeof eq);
     REQUIRE(w);
     CHECK(strcmp(w->e->id, "v8_g4") == 0);
@@ -386,12 +386,12 @@ static void choose_noisy_round_caps_equivalence(void)
 static void choose_unknown_spread_uses_the_floor(void)
 {
     /* A spread that is not known (NaN, as for an imported timing) gives
-     * the 5% floor, never an infinite or empty window: 104 is within 5 us
-     * of 100, 106 is not. */
+     * the 3% floor, never an infinite or empty window: 102.5 is within 3 us
+     * of 100, 103.5 is not. */
     char eq[256];
     set_candidate(0, "a", "{\"threads\":4}", ARDB_STATUS_OK, 100, NAN);
-    set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 104, NAN);
-    set_candidate(2, "c", "{}", ARDB_STATUS_OK, 106, NAN);
+    set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 102.5, NAN);
+    set_candidate(2, "c", "{}", ARDB_STATUS_OK, 103.5, NAN);
     candidate_ref *w = search_choose(ptrs, 3, eq, sizeof eq);
     REQUIRE(w);
     CHECK(strcmp(w->e->id, "b") == 0);

@@ -212,8 +212,9 @@ size_t search_finalists(candidate_ref *const *ok, size_t nok);
  * block, then vec x unroll, from its parameters. */
 int64_t search_resources(const source_entry *e);
 /* The winner of a final round: of the ok candidates within the noise of the
- * fastest (twice the sum of their spreads, at least 5% of the fastest
- * median), the one with the fewest resources, then the smallest id.
+ * fastest (twice the sum of their spreads, at least 3% and at most 5% of
+ * the fastest median), the one with the fewest resources, then the
+ * smallest id.
  * equivalent receives those candidates' ids, comma-separated. NULL when no
  * candidate is ok. */
 candidate_ref *search_choose(candidate_ref *const *fin, size_t k, char *equivalent, size_t len);
