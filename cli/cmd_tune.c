@@ -178,7 +178,7 @@ static void check_winners(const tuner *t, const winner_row *rows, size_t n, ceil
 static void print_table(const tuner *t, const winner_row *rows, size_t n, const ceiling_check *c,
                         const char *report)
 {
-    char roof[200];
+    char roof[320];
     rooflines_format(&t->roof, roof, sizeof roof);
     printf("\nwinners on %s (%s)\n%s\n", t->dev->name, t->dev->backend, roof);
     if (t->roof_carried_from)

@@ -96,7 +96,12 @@
  *                        path (then /usr/local/cuda);
  *     ATTNRES_CPU_BUILTIN_ISA  caps the ISA level of the CPU built-in
  *                        kernels (attnres_device_open);
- *     ATTNRES_MISS_FILE  the miss file (attnres_miss_file_set), read once.
+ *     ATTNRES_MISS_FILE  the miss file (attnres_miss_file_set), read once;
+ *     ATTNRES_CPU_CACHE_SYSFS  a directory laid out as sysfs's
+ *                        /sys/devices/system/cpu/cpu0/cache, read in its
+ *                        place when the tuner measures a CPU device's
+ *                        ceilings (for tests: the cache sizes it says are
+ *                        a hint beside a read sweep).
  *   Files it writes (never the database, which it only reads):
  *     the binary cache: one file per compiled kernel, named by its build
  *     key, written whole (temporary file + rename) by attnres_plan_create,

@@ -99,6 +99,10 @@ typedef struct ar_ceilings {
     double fma_gflops;  /* fp32 FMA peak, 2 flop per lane (NaN: not measured) */
     int fma_threads;    /* threads that reached it */
     double cache_bytes; /* the largest cache a kernel's data can sit in (0: unknown) */
+    /* On the CPU: what sysfs (or the C library) says of the largest cache,
+     * and its effective size found by a read sweep (0: no knee seen);
+     * cache_bytes is the sweep's where it found one, else the hint. */
+    double cache_hint_bytes, cache_measured;
 } ar_ceilings;
 
 /* A pass of a device's streaming kernels that moves as many bytes as a

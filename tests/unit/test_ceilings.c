@@ -6,18 +6,25 @@
  * and no other, holding medians to the fastest streaming runs, and tallies
  * and records what it found (tuner/src/ceiling_check.c); a problem's traffic
  * splits its bytes exactly; and on the CPU device itself, that every
- * streaming kernel was measured on 1 and on all threads (the figures
- * themselves are timed in bench/ceilings.c, not here).
+ * streaming kernel was measured on 1 and on all threads, and that its
+ * largest cache is found by a read sweep where sysfs says far too much
+ * (the figures themselves are timed in bench/ceilings.c, not here).
  */
+#define _GNU_SOURCE /* nftw (test_scratch.h), mkdtemp */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "attnres.h"
 #include "ceiling_check.h"
 #include "check.h"
+#include "cpu_ceilings.h"
 #include "problems.h"
 #include "rooflines.h"
+#include "test_scratch.h"
 
 static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b); }
 
@@ -150,15 +157,71 @@ static void test_traffic_splits_the_bytes(void)
     CHECK(near(problem_flops(&tp), 8 * 64.0 * 7168 * (2 + 4 * 24)));
 }
 
+/* The knee of a read sweep on synthetic rates: memory reads 50 GB/s (the
+ * largest size); 2-32 MiB read 150-120 GB/s, 64 MiB 60 (a cache it half
+ * fits: below 1.3 x 50 = 65), so the cache is 32 MiB. A sweep with no size
+ * 1.3 times as fast as memory, or too short to have a memory rate, finds
+ * none (0: the hint stands). */
+static void test_cache_knee_of_a_read_sweep(void)
+{
+    const double mib = 1048576.0;
+    double bytes[] = {2 * mib, 4 * mib, 8 * mib, 16 * mib, 32 * mib, 64 * mib, 128 * mib, 512 * mib};
+    double gbps[] = {150, 150, 140, 130, 120, 60, 52, 50};
+    CHECK(cpu_cache_knee(bytes, gbps, 8) == 32 * mib);
+    /* The knee's lower side is the largest fast size, whatever lies below. */
+    double dip[] = {40, 150, 140, 130, 120, 60, 52, 50};
+    CHECK(cpu_cache_knee(bytes, dip, 8) == 32 * mib);
+    double flat[] = {60, 58, 55, 54, 53, 52, 51, 50};
+    CHECK(cpu_cache_knee(bytes, flat, 8) == 0);
+    CHECK(cpu_cache_knee(bytes, gbps, 1) == 0);
+    double unmeasured[] = {150, 150, 140, 130, 120, 60, 52, 0};
+    CHECK(cpu_cache_knee(bytes, unmeasured, 8) == 0);
+}
+
+/* A fake sysfs under dir whose largest cache (level 3) is 480 MiB. */
+static int fake_sysfs(const char *dir)
+{
+    const char *files[][2] = {{"index0/level", "1\n"}, {"index0/size", "48K\n"},
+                              {"index3/level", "3\n"}, {"index3/size", "491520K\n"}};
+    char path[512];
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/index%d", dir, i * 3);
+        if (mkdir(path, 0700))
+            return -1;
+    }
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i][0]);
+        FILE *f = fopen(path, "w");
+        if (!f || fputs(files[i][1], f) < 0 || fclose(f))
+            return -1;
+    }
+    return 0;
+}
+
 /* The CPU device measures every kernel on one thread and on all of them,
- * and its ceilings are the best of each kind. */
+ * and its ceilings are the best of each kind. Its sysfs here says 480 MiB
+ * of cache (as one guest's did): the read sweep finds the cache that is
+ * there, far smaller, so K3's 587 MB problem counts as out of cache. */
 static void test_cpu_device_measures_every_kernel(void)
 {
+    char dir[] = "/tmp/attnres-sysfs-XXXXXX";
+    REQUIRE(mkdtemp(dir) != NULL);
+    REQUIRE(fake_sysfs(dir) == 0);
+    setenv("ATTNRES_CPU_CACHE_SYSFS", dir, 1);
     attnres_device *dev = NULL;
     char msg[256];
     REQUIRE(attnres_device_open("cpu", &dev, msg, sizeof msg) == ATTNRES_OK);
     rooflines r;
     CHECK(rooflines_measure(dev, &r) == ATTNRES_OK);
+    unsetenv("ATTNRES_CPU_CACHE_SYSFS");
+    scratch_remove(dir);
+    const double mib = 1048576.0;
+    CHECK(r.ceil.cache_hint_bytes == 480 * mib);
+    printf("  cache: sysfs %.0f MiB, read sweep %.0f MiB\n", r.ceil.cache_hint_bytes / mib,
+           r.ceil.cache_measured / mib);
+    CHECK(r.ceil.cache_measured >= 2 * mib && r.ceil.cache_measured < 480 * mib);
+    CHECK(r.ceil.cache_bytes == r.ceil.cache_measured);
+    CHECK(rooflines_out_of_cache(&r, 587e6));
     int read1 = 0, memcpy1 = 0, prefetch1 = 0, best_copy = 0, best_read = 0;
     for (int i = 0; i < r.ceil.n; i++) {
         const ar_ceiling_point *p = &r.ceil.pt[i];
@@ -184,6 +247,12 @@ static void test_cpu_device_measures_every_kernel(void)
     rooflines_json(&r, json, sizeof json);
     CHECK(json[0] == '{' && json[strlen(json) - 1] == '}' && strstr(json, "\"kernel\": \"read-8streams\""));
     CHECK(strstr(json, "\"read_best_gbps\": ") && strstr(json, "\"best_gbps\": "));
+    /* Both cache figures are recorded (to six digits), and read back. */
+    rooflines back;
+    CHECK(rooflines_from_record(json, r.copy_gbps, r.read_gbps, r.launch_us, &back) == 0);
+    CHECK(fabs(back.ceil.cache_hint_bytes - 480 * mib) <= 1e-5 * 480 * mib);
+    CHECK(fabs(back.ceil.cache_bytes - r.ceil.cache_bytes) <= 1e-5 * r.ceil.cache_bytes);
+    CHECK(fabs(back.ceil.cache_measured - r.ceil.cache_measured) <= 1e-5 * r.ceil.cache_measured);
     attnres_device_close(dev);
 }
 
@@ -261,7 +330,7 @@ static void test_record_of_every_point_is_whole(void)
     r.copy_best_gbps = r.read_best_gbps = 99999.99;
     r.ceil.fma_gflops = 999999.0;
     r.ceil.fma_threads = 4096;
-    r.ceil.cache_bytes = 1e12;
+    r.ceil.cache_bytes = r.ceil.cache_hint_bytes = r.ceil.cache_measured = 1e12;
     r.ceil.n = AR_CEILING_POINTS;
     for (int i = 0; i < AR_CEILING_POINTS; i++)
         r.ceil.pt[i] = (ar_ceiling_point){"read-8streams-prefetch", AR_CEILING_READ, 4096, 99999.99, 99999.99};
@@ -292,6 +361,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_check_holds_late_winners_to_their_pass);
     RUN_CASE(test_record_of_every_point_is_whole);
     RUN_CASE(test_traffic_splits_the_bytes);
+    RUN_CASE(test_cache_knee_of_a_read_sweep);
     RUN_CASE(test_cpu_device_measures_every_kernel);
     CHECK_EXIT();
 }

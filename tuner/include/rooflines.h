@@ -26,7 +26,9 @@ int rooflines_measure(attnres_device *dev, rooflines *out);
 
 /* "copy bandwidth 41.3 GB/s, read 28.1 GB/s, empty launch 0.11 us" into
  * buf (read "not measured" where NaN), then ", FMA 512 GFLOP/s" where
- * measured. */
+ * measured, then the largest cache: ", largest cache 32 MiB by a read sweep
+ * (the system says 32 MiB)", or where no sweep found it, its size as the
+ * device says. */
 void rooflines_format(const rooflines *r, char *buf, size_t size);
 
 /* The ceiling of a kernel that reads `read_bytes` and writes `write_bytes`,

@@ -309,7 +309,7 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
 
 static void print_table(const revalidation *r, const ardb_stored_winner *w, const outcome *o, size_t n)
 {
-    char roof[200];
+    char roof[320];
     rooflines_format(&r->roof, roof, sizeof roof);
     printf("\nre-validated winners on %s (%s)\n%s\n\n", r->dev->name, r->dev->backend, roof);
     printf("%-44s %-34s %6s %12s %12s %7s %9s %8s  %s\n", "problem", "variant", "from", "stored (us)", "now (us)",

@@ -128,8 +128,16 @@ void rooflines_format(const rooflines *r, char *buf, size_t size)
         snprintf(read, sizeof read, "read %.1f GB/s", r->read_gbps);
     if (r->ceil.fma_gflops > 0)
         snprintf(fma, sizeof fma, ", FMA %.0f GFLOP/s", r->ceil.fma_gflops);
-    snprintf(buf, size, "copy bandwidth %.1f GB/s, %s, empty launch %.2f us%s", r->copy_gbps, read, r->launch_us,
-             fma);
+    int len = snprintf(buf, size, "copy bandwidth %.1f GB/s, %s, empty launch %.2f us%s", r->copy_gbps, read,
+                       r->launch_us, fma);
+    if (len < 0 || (size_t)len >= size || !(r->ceil.cache_bytes > 0))
+        return;
+    const double mib = 1048576.0;
+    if (r->ceil.cache_measured > 0)
+        snprintf(buf + len, size - (size_t)len, ", largest cache %.0f MiB by a read sweep (the system says %.0f MiB)",
+                 r->ceil.cache_measured / mib, r->ceil.cache_hint_bytes / mib);
+    else
+        snprintf(buf + len, size - (size_t)len, ", largest cache %.0f MiB", r->ceil.cache_bytes / mib);
 }
 
 /* Appends to buf at *len, keeping it terminated. */
@@ -172,6 +180,10 @@ void rooflines_json(const rooflines *r, char *buf, size_t size)
     put_number(buf, size, &len, "fma_gflops", r->ceil.fma_gflops);
     put(buf, size, &len, ", \"fma_threads\": %.0f, ", r->ceil.fma_threads, 0, NULL);
     put_number(buf, size, &len, "cache_bytes", r->ceil.cache_bytes);
+    put(buf, size, &len, ", ", 0, 0, NULL);
+    put_number(buf, size, &len, "cache_hint_bytes", r->ceil.cache_hint_bytes);
+    put(buf, size, &len, ", ", 0, 0, NULL);
+    put_number(buf, size, &len, "cache_measured_bytes", r->ceil.cache_measured);
     put(buf, size, &len, ", \"kernels\": [", 0, 0, NULL);
     for (int i = 0; i < r->ceil.n; i++) {
         const ar_ceiling_point *p = &r->ceil.pt[i];
@@ -226,5 +238,9 @@ int rooflines_from_record(const char *json, double copy_gbps, double read_gbps, 
     out->ceil.fma_threads = isfinite(threads) ? (int)threads : 0;
     double cache = recorded_number(json, "cache_bytes");
     out->ceil.cache_bytes = isfinite(cache) ? cache : 0;
+    cache = recorded_number(json, "cache_hint_bytes");
+    out->ceil.cache_hint_bytes = isfinite(cache) ? cache : 0;
+    cache = recorded_number(json, "cache_measured_bytes");
+    out->ceil.cache_measured = isfinite(cache) ? cache : 0;
     return 0;
 }

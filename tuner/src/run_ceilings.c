@@ -54,7 +54,7 @@ int tuner_ceilings_measure(tuner *t)
     tune_stages_add(&t->stages, STAGE_CEILINGS, now_s() - c0, 0);
     t->roof_ready = 1;
     t->roof_carried_from = 0;
-    char roof[200];
+    char roof[320];
     rooflines_format(&t->roof, roof, sizeof roof);
     log_line(t, "device %s: %s", t->dev->name, roof);
     if (record_roofs(t))
