@@ -22,7 +22,7 @@ static const char tune_usage[] =
     "                    [--preset NAME | --problems FILE | --from-misses FILE]\n"
     "                    [--strategy halving|exhaustive|random] [--budget N | --budget SECONDSs]\n"
     "                    [--seed S] [--shard I/N] [--jobs N] [--time-limit SECONDS]\n"
-    "                    [--no-isolate] [--no-prune] [--explain-pruning] [--quiet]\n"
+    "                    [--retries N] [--no-isolate] [--no-prune] [--explain-pruning] [--quiet]\n"
     "       attnres tune --revalidate [--device cpu|cuda:N] [--db FILE] [--quiet]\n"
     "\n"
     "  Strategies: halving (default) times every candidate cheaply (one launch\n"
@@ -31,7 +31,7 @@ static const char tune_usage[] =
     "  --budget N) again; exhaustive times all fully;\n"
     "  random times a sample of --budget N (default 8) chosen with --seed. Those\n"
     "  within 10% of the best are then re-timed interleaved; candidates within the\n"
-    "  noise of the best (5-10%) form an equivalent set, and the one with the fewest\n"
+    "  noise of the best (3-5%) form an equivalent set, and the one with the fewest\n"
     "  resources wins, so the same machine picks the same winner twice (or one of\n"
     "  the same equivalent set). --budget 30s stops measuring new\n"
     "  candidates of a problem after 30 seconds. --shard I/N takes every N-th\n"
@@ -43,6 +43,11 @@ static const char tune_usage[] =
     "  (a cost model: bursts on short head slices, prefetches from the mix in\n"
     "  cache): they are not compiled or measured. --explain-pruning lists each with\n"
     "  its reason; --no-prune tunes them too.\n"
+    "  A final round that other work on the machine disturbed (its threads waited\n"
+    "  for a CPU, or the hypervisor stole time, 5% of the round or more) is timed\n"
+    "  again after a 2 s pause, up to --retries times (default 2, or\n"
+    "  ATTNRES_TUNE_RETRIES; 0: never); if every try is disturbed the winner is\n"
+    "  marked provisional in the output and with the run (db runs --long).\n"
     "  --revalidate re-measures only the stored winners of the device (fast) and\n"
     "  records them as a run that `attnres db regress` can compare.\n"
     "\n"
@@ -102,6 +107,14 @@ static int parse(int argc, char **argv, tune_opts *o)
     o->isolate = 1;
     o->time_limit_s = 60;
     o->shard_count = 1;
+    /* --retries' default, for scripts and test suites that tune on busy
+     * machines on purpose. */
+    o->retries = 2;
+    const char *retries = getenv("ATTNRES_TUNE_RETRIES");
+    int64_t env_retries = 2;
+    if (retries && *retries && cli_parse_int_range("tune", "ATTNRES_TUNE_RETRIES", retries, 0, 10, &env_retries))
+        return -1;
+    o->retries = (int)env_retries;
     /* The order of strategy's names is the order of the enum. */
     static const char *const strategies[] = {"halving", "exhaustive", "random", NULL};
     int strat = STRATEGY_HALVING, no_isolate = 0;
@@ -114,6 +127,7 @@ static int parse(int argc, char **argv, tune_opts *o)
         CLI_OPT_STRING("--problems", &o->problems),
         CLI_OPT_STRING("--from-misses", &o->misses),
         CLI_OPT_INT("--jobs", &o->jobs, 1, 256),
+        CLI_OPT_INT("--retries", &o->retries, 0, 10),
         CLI_OPT_FLAG("--quiet", &o->quiet),
         CLI_OPT_FLAG("--no-isolate", &no_isolate),
         CLI_OPT_FLAG("--revalidate", &o->revalidate),
@@ -215,13 +229,35 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
     char summary[640];
     ceiling_check_summary(c, summary, sizeof summary);
     printf("\n%s%s\n", report, summary);
+    /* Winners whose final rounds other work on the machine disturbed. */
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].disturbed)
+            printf("disturbed: %s: %d final round(s) (%s)%s\n", rows[i].problem, rows[i].disturbed,
+                   rows[i].disturbance,
+                   rows[i].provisional ? "; every retry was disturbed too: the winner is provisional"
+                                       : "; timed again, undisturbed");
 }
 
-/* Records where the run's time went (tune_stages.h) with the run. */
-static void record_stages(tuner *t)
+/* Records where the run's time went (tune_stages.h) with the run, and the
+ * problems whose final rounds were disturbed (disturbance.h). */
+static void record_stages(tuner *t, const winner_row *rows, size_t n)
 {
-    char json[1024];
-    tune_stages_json(&t->stages, json, sizeof json);
+    char more[4096] = "", json[5120];
+    size_t used = 0;
+    for (size_t i = 0; i < n && used < sizeof more; i++) {
+        if (!rows[i].disturbed)
+            continue;
+        int k = snprintf(more + used, sizeof more - used,
+                         "%s{\"problem\": \"%s\", \"disturbed_rounds\": %d, \"provisional\": %s, \"evidence\": \"%s\"}",
+                         used ? ", " : ", \"disturbed\": [", rows[i].problem, rows[i].disturbed,
+                         rows[i].provisional ? "true" : "false", rows[i].disturbance);
+        used = k > 0 && used + (size_t)k < sizeof more ? used + (size_t)k : sizeof more;
+    }
+    if (used >= sizeof more - 1)
+        more[0] = 0; /* too many to list whole: the log has them */
+    else if (used)
+        snprintf(more + used, sizeof more - used, "]");
+    tune_stages_json(&t->stages, more, json, sizeof json);
     if (ardb_run_set_stages(t->db, t->run_id, json) != ARDB_DONE) {
         cli_error("tune", "recording where the time went: %s", ardb_errmsg(t->db));
         t->unrecorded++;
@@ -350,7 +386,7 @@ int cmd_tune(int argc, char **argv)
     if (t.roof_ready)
         tuner_ceilings_record(&t, &check);
     t.stages.total_s = now_s() - start;
-    record_stages(&t);
+    record_stages(&t, rows, set.count);
     ok = ok && !t.unrecorded;
     if (ardb_run_finish(t.db, t.run_id, ok ? "complete" : "failed") != ARDB_DONE) {
         cli_error("tune", "recording the end of the run: %s", ardb_errmsg(t.db));

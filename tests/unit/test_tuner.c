@@ -10,11 +10,15 @@
  * here and not only as a different winner in a tuning run.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "check.h"
+#include "disturbance.h"
 #include "isolate.h"
 #include "measure.h"
 #include "tune_session.h"
@@ -435,6 +439,70 @@ static void choose_equivalent_list_is_bounded(void)
     CHECK(strncmp(big, small, strlen(small)) == 0);
 }
 
+/* ---- disturbance ------------------------------------------------------ */
+
+static double clock_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *spin_300ms(void *arg)
+{
+    (void)arg;
+    volatile unsigned long x = 0;
+    for (double end = clock_s() + 0.3; clock_s() < end;)
+        x++;
+    return NULL;
+}
+
+static void disturbance_rule_on_given_figures(void)
+{
+    /* 5% of the window, of either figure, is a disturbance; unknown (NaN)
+     * figures are none. */
+    disturbance d = {0.049, 0.0};
+    CHECK(!disturbance_found(&d));
+    d.wait_frac = 0.05;
+    CHECK(disturbance_found(&d));
+    d = (disturbance){NAN, 0.06};
+    CHECK(disturbance_found(&d));
+    d = (disturbance){NAN, NAN};
+    CHECK(!disturbance_found(&d));
+    char text[160];
+    d = (disturbance){0.25, NAN};
+    disturbance_describe(&d, text, sizeof text);
+    CHECK(strcmp(text, "threads waited 25% of the window for a CPU, steal unknown") == 0);
+}
+
+static void more_busy_threads_than_cpus_are_a_disturbance(void)
+{
+    /* One more spinning thread than there are CPUs: at every moment one of
+     * them waits for a CPU, so the window's waits add up to at least most
+     * of a CPU-second per second, whatever else the machine runs. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    REQUIRE(cpus >= 1 && cpus < 256);
+    pthread_t th[256];
+    disturbance_mark m;
+    disturbance_begin(&m);
+    REQUIRE(m.readable);
+    for (long i = 0; i <= cpus; i++)
+        REQUIRE(pthread_create(&th[i], NULL, spin_300ms, NULL) == 0);
+    /* Read while they spin: a thread that has ended takes its waits with it. */
+    usleep(200000);
+    disturbance d = disturbance_end(&m);
+    for (long i = 0; i <= cpus; i++)
+        pthread_join(th[i], NULL);
+    printf("  %ld CPUs, %ld spinning threads: waits %.2f CPU-s/s, steal %.3f\n", cpus, cpus + 1, d.wait_frac,
+           d.steal_frac);
+    CHECK(d.wait_frac >= 0.5 && disturbance_found(&d));
+    /* A window in which this process sleeps waits for nothing. */
+    disturbance_begin(&m);
+    usleep(200000);
+    d = disturbance_end(&m);
+    CHECK(d.wait_frac >= 0 && d.wait_frac < DISTURBANCE_FRACTION);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
@@ -459,5 +527,7 @@ int main(int argc, char **argv)
     RUN_CASE(choose_unknown_spread_uses_the_floor);
     RUN_CASE(choose_ignores_candidates_not_ok);
     RUN_CASE(choose_equivalent_list_is_bounded);
+    RUN_CASE(disturbance_rule_on_given_figures);
+    RUN_CASE(more_busy_threads_than_cpus_are_a_disturbance);
     CHECK_EXIT();
 }

@@ -16,6 +16,7 @@
 
 #include "ardb_write.h"
 #include "attnres-impl.h"
+#include "disturbance.h"
 #include "measure.h"
 #include "paired_stream.h"
 
@@ -44,6 +45,8 @@ typedef struct job_result {
      * status skipped, tm.stopped set; the measuring process ended after
      * sending this result. */
     int cut;
+    /* job_interleave: what other work took from the rounds' window. */
+    disturbance dist;
     char message[512];
 } job_result;
 

@@ -35,6 +35,7 @@ typedef struct tune_opts {
     double time_limit_s;       /* per candidate */
     uint64_t seed;
     int shard_index, shard_count;
+    int retries;               /* final rounds timed again after a disturbed one */
 } tune_opts;
 
 /* One variant's source, emitted once per run and shared by its problems. */
@@ -82,6 +83,12 @@ typedef struct winner_row {
     double paired, paired_spread, pair_gbps; /* of the streaming pass timed in the
                                                 final rounds (NaN: none) */
     int found;
+    /* Final rounds that other work on the machine disturbed (disturbance.h):
+     * how many, and what the last of them showed. provisional: the one on
+     * record was disturbed too, after every retry. */
+    int disturbed;
+    int provisional;
+    char disturbance[160];
 } winner_row;
 
 double now_s(void);

@@ -46,7 +46,9 @@ void tune_stages_add(tune_stages *st, tune_stage s, double seconds, size_t items
 /* A table, one line a stage and one for what no stage accounts for. */
 void tune_stages_format(const tune_stages *st, char *buf, size_t len);
 
-/* {"total_s": ..., "ceilings": {"s": ..., "n": ...}, ..., "other_s": ...} */
-void tune_stages_json(const tune_stages *st, char *buf, size_t len);
+/* {"total_s": ..., "ceilings": {"s": ..., "n": ...}, ..., "other_s": ...};
+ * more, when not NULL, is further members (", \"key\": value ...") put
+ * before the closing brace. */
+void tune_stages_json(const tune_stages *st, const char *more, char *buf, size_t len);
 
 #endif

@@ -29,6 +29,7 @@ static void result_clear(job_result *r)
     memset(r, 0, sizeof *r);
     r->rel_err = NAN;
     r->paired = r->paired_spread = r->pair_gbps = NAN;
+    r->dist.wait_frac = r->dist.steal_frac = NAN;
 }
 
 /* Loads a candidate on dev; on failure fills r. */
@@ -290,6 +291,8 @@ static void interleave_here(attnres_device *dev, bench_case *bc, const job_kerne
         /* One warm-up launch each, which sizes the batches, then the
          * rounds: each candidate's figure in a round is the median of its
          * batch. */
+        disturbance_mark mark;
+        disturbance_begin(&mark);
         for (int r = -1; r < rounds; r++) {
             for (size_t i = 0; i < k; i++) {
                 if (!ok[i])
@@ -313,6 +316,9 @@ static void interleave_here(attnres_device *dev, bench_case *bc, const job_kerne
             else if (paired && r >= 0)
                 ts[r] = us;
         }
+        const disturbance dist = disturbance_end(&mark);
+        for (size_t i = 0; i < k; i++)
+            out[i].dist = dist;
         if (paired)
             pair_results(bc, opt->pair, t, ts, ok, k, rounds, out);
         interleave_normalize(t, ok, k, rounds);

@@ -72,7 +72,7 @@ void tune_stages_format(const tune_stages *st, char *buf, size_t len)
                              "tunes them)\n", st->pruned);
 }
 
-void tune_stages_json(const tune_stages *st, char *buf, size_t len)
+void tune_stages_json(const tune_stages *st, const char *more, char *buf, size_t len)
 {
     size_t used = 0;
     if (len == 0)
@@ -81,6 +81,6 @@ void tune_stages_json(const tune_stages *st, char *buf, size_t len)
     put(buf, len, &used, "{\"total_s\": %.3f", st->total_s);
     for (int s = 0; s < STAGE_COUNT; s++)
         put(buf, len, &used, ", \"%s\": {\"s\": %.3f, \"n\": %zu}", names[s], st->seconds[s], st->items[s]);
-    put(buf, len, &used, ", \"other_s\": %.3f, \"pruned\": %zu, \"stopped\": %zu, \"cut\": %zu}", other_s(st),
-        st->pruned, st->stopped, st->cut);
+    put(buf, len, &used, ", \"other_s\": %.3f, \"pruned\": %zu, \"stopped\": %zu, \"cut\": %zu%s}", other_s(st),
+        st->pruned, st->stopped, st->cut, more ? more : "");
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# A tune that another process disturbs: memory-streaming hogs on one more
+# CPU than the machine has (dd from /dev/zero, 64 MiB a write).
+#  1. Hogs through the whole run, one retry: the final round is disturbed
+#     every time, and the winner is marked provisional, in the output and
+#     in the run's record.
+#  2. Hogs until the first disturbed final round is reported, then quiet:
+#     the round is timed again undisturbed, and `tune --revalidate` on the
+#     quiet machine measures the winner within its noise of the record.
+# Runs alone (RUN_SERIAL): other tests would disturb the quiet half.
+set -euo pipefail
+cli="$1"
+dir=$(mktemp -d)
+hogs=()
+stop_hogs() { if [ ${#hogs[@]} -gt 0 ]; then kill "${hogs[@]}" 2>/dev/null || true; wait "${hogs[@]}" 2>/dev/null || true; fi; hogs=(); }
+trap 'stop_hogs; rm -rf "$dir"' EXIT
+export ATTNRES_CACHE_DIR="${ATTNRES_TEST_KERNEL_CACHE:-$dir/cache}"
+unset ATTNRES_TUNE_RETRIES
+printf 'mix f32 256 5 1 replace 0 256\n' >"$dir/p.txt"
+cpus=$(nproc)
+start_hogs() {
+  for _ in $(seq 0 "$cpus"); do
+    dd if=/dev/zero of=/dev/null bs=64M 2>/dev/null &
+    hogs+=($!)
+  done
+}
+pass=0; fail=0
+check() { if eval "$2"; then echo "ok   $1"; pass=$((pass+1)); else echo "FAIL $1"; fail=$((fail+1)); fi; }
+
+# 1. Disturbed throughout.
+start_hogs
+"$cli" tune --device cpu --problems "$dir/p.txt" --db "$dir/a.db" --retries 1 >"$dir/a.out" 2>"$dir/a.log" ||
+  { cat "$dir/a.log"; echo "0 passed, 1 failed"; exit 1; }
+stop_hogs
+check "every final round disturbed, retried once" \
+  '[ "$(grep -c "final round disturbed" "$dir/a.log")" = 2 ]'
+check "the winner is marked provisional after the table" \
+  'grep -q "^disturbed: mix f32 d=256 N=5 H=1 replace T=256: 2 final round(s) (threads waited .*the winner is provisional" "$dir/a.out"'
+"$cli" db runs --long --db "$dir/a.db" >"$dir/a.runs"
+check "the run's record lists the problem as provisional" \
+  'grep -q "\"disturbed\": \[{\"problem\": \"mix f32 d=256 N=5 H=1 replace T=256\", \"disturbed_rounds\": 2, \"provisional\": true" "$dir/a.runs"'
+
+# 2. Disturbed until the first report, then quiet.
+start_hogs
+"$cli" tune --device cpu --problems "$dir/p.txt" --db "$dir/b.db" >"$dir/b.out" 2>"$dir/b.log" &
+tuner=$!
+while kill -0 "$tuner" 2>/dev/null && ! grep -q "final round disturbed" "$dir/b.log"; do sleep 0.05; done
+stop_hogs
+wait "$tuner" || { cat "$dir/b.log"; echo "0 passed, 1 failed"; exit 1; }
+check "the first final round was disturbed and timed again" \
+  'grep -q "final round disturbed (.*): timed again in 2 s" "$dir/b.log"'
+check "the retry on the quiet machine was not disturbed" \
+  'grep -q "^disturbed: .*: 1 final round(s) (.*); timed again, undisturbed" "$dir/b.out"'
+"$cli" tune --revalidate --device cpu --db "$dir/b.db" >"$dir/b.reval" 2>&1
+ratio=$(awk '$1 ~ /^mix:/ && $NF == "ok" { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9][0-9][0-9]$/) r = $i; print r }' "$dir/b.reval")
+echo "     quiet re-measure over the record: $ratio"
+check "the winner re-measured quietly within its noise of the record (0.75-1.33)" \
+  'awk -v r="$ratio" "BEGIN { exit !(r != \"\" && r >= 0.75 && r <= 1.33) }"'
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,103 @@
+/* disturbance.c - see disturbance.h. */
+#define _GNU_SOURCE
+#include "disturbance.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The sum of the run-queue wait of every thread of this process, in
+ * seconds; -1 where schedstat cannot be read. Threads that ended before
+ * the window closes take their wait with them, which only makes a window
+ * look quieter: the device's workers live as long as the device. */
+static double threads_wait_s(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    double total = 0;
+    int read = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%.20s/schedstat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        unsigned long long run_ns, wait_ns;
+        if (fscanf(f, "%llu %llu", &run_ns, &wait_ns) == 2) {
+            total += (double)wait_ns * 1e-9;
+            read = 1;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return read ? total : -1;
+}
+
+/* /proc/stat's first line: steal and the sum of user..steal, in ticks. */
+static int cpu_ticks(double *steal, double *total)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return -1;
+    unsigned long long v[8] = {0};
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &v[7]);
+    fclose(f);
+    if (n < 8)
+        return -1;
+    *total = 0;
+    for (int i = 0; i < 8; i++)
+        *total += (double)v[i];
+    *steal = (double)v[7];
+    return 0;
+}
+
+void disturbance_begin(disturbance_mark *m)
+{
+    m->wall_s = wall_now();
+    m->wait_s = threads_wait_s();
+    m->readable = m->wait_s >= 0;
+    if (cpu_ticks(&m->steal_ticks, &m->total_ticks) == 0)
+        m->readable = 1;
+    else
+        m->total_ticks = -1;
+}
+
+disturbance disturbance_end(const disturbance_mark *m)
+{
+    disturbance d = {NAN, NAN};
+    double wall = wall_now() - m->wall_s, wait = threads_wait_s(), steal, total;
+    if (m->wait_s >= 0 && wait >= 0 && wall > 0)
+        d.wait_frac = (wait - m->wait_s) / wall;
+    if (m->total_ticks >= 0 && cpu_ticks(&steal, &total) == 0 && total > m->total_ticks)
+        d.steal_frac = (steal - m->steal_ticks) / (total - m->total_ticks);
+    return d;
+}
+
+int disturbance_found(const disturbance *d)
+{
+    return d->wait_frac >= DISTURBANCE_FRACTION || d->steal_frac >= DISTURBANCE_FRACTION;
+}
+
+void disturbance_describe(const disturbance *d, char *buf, size_t len)
+{
+    char wait[64] = "thread waits unknown", steal[48] = "steal unknown";
+    if (!isnan(d->wait_frac))
+        snprintf(wait, sizeof wait, "threads waited %.0f%% of the window for a CPU", 100.0 * d->wait_frac);
+    if (!isnan(d->steal_frac))
+        snprintf(steal, sizeof steal, "%.0f%% stolen", 100.0 * d->steal_frac);
+    snprintf(buf, len, "%s, %s", wait, steal);
+}
