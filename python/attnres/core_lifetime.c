@@ -1,0 +1,62 @@
+static void device_release(DeviceObject *self)
+{
+    if (self->dev && self->closed && self->users == 0) {
+        attnres_device_close(self->dev);
+        self->dev = NULL;
+    }
+}
+
+static void db_release(DbObject *self)
+{
+    if (self->db && self->closed && self->users == 0) {
+        attnres_db_close(self->db);
+        self->db = NULL;
+    }
+}
+
+/* Destroys the runtime plan once it is closed and idle, then lets go of the
+ * device (which the runtime requires to outlive its plans). */
+static void plan_release(PlanObject *self)
+{
+    if (self->plan && self->closed && self->busy == 0) {
+        attnres_plan_destroy(self->plan);
+        self->plan = NULL;
+        DeviceObject *dev = self->device;
+        self->device = NULL;
+        if (dev) {
+            dev->users--;
+            device_release(dev);
+            Py_DECREF(dev);
+        }
+    }
+}
+
+static void generic_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyObject *handle_enter(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    Py_INCREF(self);
+    return self;
+}
+
+/* A run pins its plan: close() from another thread meanwhile only marks
+ * it, and the last run to finish destroys it. */
+static void plan_begin(PlanObject *self)
+{
+    Py_INCREF(self);
+    self->busy++;
+}
+
+static void plan_end(PlanObject *self)
+{
+    self->busy--;
+    plan_release(self);
+    Py_DECREF(self);
+}
