@@ -1,54 +1,36 @@
 /*
- * _core.c - the CPython extension over libattnres.
+ * _core.c - the CPython extension over libattnres: the module attnres._core
+ * itself, its globals, its exceptions and the runtime statuses they carry,
+ * its module-level functions and its init. The handle types, the borrowing
+ * of arrays and the hot-path methods are in the core_*.c files beside it,
+ * which share core_internal.h.
  *
- * It is written against the stable ABI (Py_LIMITED_API 3.10), so one wheel
- * serves every CPython from 3.10 on, and against the public header attnres.h
- * only. Arrays come in through DLPack: any object with __dlpack__ is read in
- * place with its strides, nothing is copied. The hot-path methods
- * (Plan.mix, Plan.phase1, Plan.phase2) parse their arguments with the
- * vectorcall convention, check everything against the plan before anything
- * is launched (so a refused call writes nothing), and release the GIL while
- * the kernel runs.
- *
- * Handles: Device, Db and Plan each own one runtime handle. A Plan keeps a
- * reference to its Device, because the runtime requires plans to be
- * destroyed before their device. close() is deterministic but deferred while
- * the handle is in use by a call that released the GIL (or, for a device,
- * while plans made on it are alive): the runtime handle is then released by
- * whoever finishes last. Every counter below is only touched with the GIL
- * held, which is what makes that safe.
+ * The extension is written against the stable ABI (Py_LIMITED_API 3.10, set
+ * in core_internal.h), so one wheel serves every CPython from 3.10 on, and
+ * against the public header attnres.h only. Arrays come in through DLPack:
+ * any object with __dlpack__ is read in place with its strides, nothing is
+ * copied. The hot-path methods (Plan.mix, Plan.phase1, Plan.phase2) parse
+ * their arguments with the vectorcall convention, check everything against
+ * the plan before anything is launched (so a refused call writes nothing),
+ * and release the GIL while the kernel runs.
  */
-#define Py_LIMITED_API 0x030A0000
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "core_internal.h"
 
-#include <float.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include "attnres.h"
-
-/* DLPack's structures and the checks of a borrowed tensor live in
- * dlpack_check.c, which has no Python in it so that a fuzz target can drive
- * it (tests/fuzz/fuzz_dlpack.c). */
-#include "dlpack_check.h"
 
 /* ---- module globals ----------------------------------------------------
  * The module supports one interpreter (single-phase init), so its state can
- * live in statics. */
+ * live in globals. */
 
 static PyObject *Error;         /* attnres.Error(RuntimeError) */
 static PyObject *ArgumentError; /* attnres.ArgumentError(Error, ValueError) */
-static PyObject *helper_empty;  /* attnres._empty(like, shape, dtype, device) */
-static PyObject *helper_stream; /* attnres._stream(stream, like, device) */
-static PyObject *str_dlpack;
-static PyObject *empty_tuple;
-static PyObject *kw_max_version; /* {"max_version": (1, 0)}, the CPU plans' DLPack request */
-static PyTypeObject *DeviceType, *DbType, *PlanType;
+PyObject *helper_empty;         /* attnres._empty(like, shape, dtype, device) */
+PyObject *helper_stream;        /* attnres._stream(stream, like, device) */
+PyObject *str_dlpack;
+PyObject *empty_tuple;
+PyObject *kw_max_version; /* {"max_version": (1, 0)}, the CPU plans' DLPack request */
+PyTypeObject *DeviceType, *DbType;
+static PyTypeObject *PlanType;
 
 static const char *status_name(int status)
 {
@@ -62,7 +44,7 @@ static const char *status_name(int status)
  * EMISMATCH) are an ArgumentError, which is also a ValueError; everything
  * else an attnres.Error. Both carry .status, .status_name and the runtime's
  * message. Returns NULL for the caller to return. */
-static PyObject *raise_status(int status, const char *context, const char *msg)
+PyObject *raise_status(int status, const char *context, const char *msg)
 {
     PyObject *type = status == ATTNRES_EINVAL || status == ATTNRES_EMISMATCH ? ArgumentError : Error;
     PyObject *text = PyUnicode_FromFormat("%s: %s (%s)", context, msg && *msg ? msg : attnres_errstr(status),
@@ -187,7 +169,7 @@ PyMODINIT_FUNC PyInit__core(void)
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
         return NULL;
-    if (intern_names(&mix_spec) || intern_names(&p1_spec) || intern_names(&p2_spec))
+    if (ops_intern_names())
         goto fail;
     if (!(str_dlpack = PyUnicode_InternFromString("__dlpack__")) || !(empty_tuple = PyTuple_New(0)) ||
         !(kw_max_version = Py_BuildValue("{s(ii)}", "max_version", DL_MAJOR, 0)))

@@ -1,7 +1,15 @@
-/* ---- one call's borrowed arrays -------------------------------------------
- * A call collects every DLPack tensor it consumed, every Python object it
- * made (outputs, folded queries) and every scratch buffer, and gives them
- * all back at the end, error or not. */
+/*
+ * core_borrow.c - one call's arrays: borrowing them through DLPack (with
+ * every field checked), checking their dtype, device, shape and strides
+ * against the plan, allocating the outputs a caller left out, resolving the
+ * CUDA stream and folding the gain into the query; the call context gives
+ * everything back when the call ends.
+ */
+#include "core_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static void list_init(ptr_list *l)
 {
@@ -36,7 +44,7 @@ static void list_free(ptr_list *l)
     list_init(l);
 }
 
-static void ctx_init(call_ctx *c, PlanObject *plan)
+void ctx_init(call_ctx *c, PlanObject *plan)
 {
     c->plan = plan;
     list_init(&c->tensors);
@@ -49,7 +57,7 @@ static void ctx_init(call_ctx *c, PlanObject *plan)
 
 /* Gives everything back. Deleters may touch Python objects (NumPy's does),
  * so this runs with the GIL held; the current exception is kept. */
-static void ctx_free(call_ctx *c)
+void ctx_free(call_ctx *c)
 {
     for (Py_ssize_t i = 0; i < c->tensors.count; i++) {
         dl_managed *m = c->tensors.items[i];
@@ -146,7 +154,7 @@ static PyObject *call_dlpack(call_ctx *c, PyObject *method)
  * __dlpack__; attnres.torch passes those). ndim is the rank the argument
  * must have; a writable argument (an output) must not be flagged read-only,
  * nor be a copy the producer made. */
-static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, int writable, view *v)
+int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, int writable, view *v)
 {
     const int given_capsule = PyCapsule_CheckExact(obj);
     PyObject *capsule;
@@ -212,7 +220,7 @@ static int borrow(call_ctx *c, PyObject *obj, const char *name, int ndim, int wr
 }
 
 /* The element type a dtype name stands for. */
-static dl_dtype storage_dl(attnres_dtype dt)
+dl_dtype storage_dl(attnres_dtype dt)
 {
     dl_dtype t = {DL_FLOAT, 32, 1};
     if (dt == ATTNRES_DTYPE_BF16)
@@ -228,7 +236,7 @@ static int same_dtype(dl_dtype a, dl_dtype b)
 }
 
 /* Checks an array's element type and that it lives on the plan's device. */
-static int check_kind(call_ctx *c, const view *v, const char *name, dl_dtype want)
+int check_kind(call_ctx *c, const view *v, const char *name, dl_dtype want)
 {
     char got[32], need[32];
     if (!same_dtype(v->dtype, want)) {
@@ -251,7 +259,7 @@ static int check_kind(call_ctx *c, const view *v, const char *name, dl_dtype wan
 
 /* The token stride of a [.., T, width] view whose rows must be contiguous:
  * the kernels read each row as width consecutive elements. */
-static int row_stride(const view *v, int axis, const char *name, int64_t *stride)
+int row_stride(const view *v, int axis, const char *name, int64_t *stride)
 {
     char err[256];
     if (dlpack_row_stride(v, axis, name, stride, err, sizeof err)) {
@@ -261,7 +269,7 @@ static int row_stride(const view *v, int axis, const char *name, int64_t *stride
     return 0;
 }
 
-static int check_shape2(const view *v, const char *name, int64_t a, int64_t b, const char *why)
+int check_shape2(const view *v, const char *name, int64_t a, int64_t b, const char *why)
 {
     if (v->shape[0] != a || v->shape[1] != b) {
         PyErr_Format(PyExc_ValueError, "%s must have shape (%lld, %lld) %s, got (%lld, %lld)", name, (long long)a,
@@ -273,8 +281,7 @@ static int check_shape2(const view *v, const char *name, int64_t a, int64_t b, c
 
 /* A dense fp32 vector or [rows, d] matrix (queries, gains), as the API has
  * no stride for these. */
-static int borrow_f32_dense(call_ctx *c, PyObject *obj, const char *name, int ndim, int64_t rows, int64_t d,
-                            view *v)
+int borrow_f32_dense(call_ctx *c, PyObject *obj, const char *name, int ndim, int64_t rows, int64_t d, view *v)
 {
     if (borrow(c, obj, name, ndim, 0, v))
         return -1;
@@ -303,8 +310,8 @@ static int borrow_f32_dense(call_ctx *c, PyObject *obj, const char *name, int nd
  * *t is the T to match, or -1 to take it from the bank. Fills ptrs and
  * strides (count entries each, allocated in c). first_obj receives the
  * object the bank's library is taken from when outputs are allocated. */
-static int borrow_bank(call_ctx *c, PyObject *obj, const char *name, int64_t count, int64_t width, dl_dtype dtype,
-                       int writable, int64_t *t, void ***ptrs, int64_t **strides, PyObject **first_obj)
+int borrow_bank(call_ctx *c, PyObject *obj, const char *name, int64_t count, int64_t width, dl_dtype dtype,
+                int writable, int64_t *t, void ***ptrs, int64_t **strides, PyObject **first_obj)
 {
     void **p = ctx_alloc(c, sizeof(void *) * (size_t)count);
     int64_t *s = ctx_alloc(c, sizeof(int64_t) * (size_t)count);
@@ -381,7 +388,7 @@ static int borrow_bank(call_ctx *c, PyObject *obj, const char *name, int64_t cou
 
 /* All views of a bank must share one token stride where the API has only
  * one (o1 and lse of phase 1). */
-static int common_stride(const int64_t *s, int64_t count, const char *name, int64_t *out)
+int common_stride(const int64_t *s, int64_t count, const char *name, int64_t *out)
 {
     for (int64_t i = 1; i < count; i++)
         if (s[i] != s[0]) {
@@ -395,7 +402,7 @@ static int common_stride(const int64_t *s, int64_t count, const char *name, int6
 
 /* Allocates an output like `like` (NumPy for NumPy inputs, torch for torch
  * tensors) through attnres._empty, and keeps it for the call. */
-static PyObject *allocate(call_ctx *c, PyObject *like, const char *dtype, int ndim, int64_t a, int64_t b, int64_t d)
+PyObject *allocate(call_ctx *c, PyObject *like, const char *dtype, int ndim, int64_t a, int64_t b, int64_t d)
 {
     if (!helper_empty) {
         PyErr_SetString(PyExc_RuntimeError, "attnres._core is used without the attnres package");
@@ -420,7 +427,7 @@ static PyObject *allocate(call_ctx *c, PyObject *like, const char *dtype, int nd
  * library's current stream (attnres._stream knows torch and CuPy). It also
  * sets the keyword DLPack producers get, so that they order their pending
  * work before ours. CPU plans need neither. */
-static int resolve_stream(call_ctx *c, PyObject *stream, PyObject *like, void **out)
+int resolve_stream(call_ctx *c, PyObject *stream, PyObject *like, void **out)
 {
     *out = NULL;
     if (!c->plan->device->is_cuda) {
@@ -458,8 +465,8 @@ static int resolve_stream(call_ctx *c, PyObject *stream, PyObject *like, void **
  * memory; on a GPU the arrays' own library multiplies them (on its current
  * stream), since the runtime offers no device-side fold. Folding once at
  * model load and passing gain=None is the fast path. */
-static int fold(call_ctx *c, PyObject *query, PyObject *gain, const char *qname, const char *gname, int ndim,
-                int64_t rows, int64_t d, const float **u)
+int fold(call_ctx *c, PyObject *query, PyObject *gain, const char *qname, const char *gname, int ndim,
+         int64_t rows, int64_t d, const float **u)
 {
     view q, g;
     if (gain == Py_None) {

@@ -1,6 +1,10 @@
-/* ---- Db ---- */
+/*
+ * core_db.c - the Db type, a read-only tuning database handle, and
+ * attnres.open_db(), which makes one.
+ */
+#include "core_internal.h"
 
-static PyObject *open_db(PyObject *module, PyObject *arg)
+PyObject *open_db(PyObject *module, PyObject *arg)
 {
     (void)module;
     PyObject *bytes = NULL;
@@ -91,5 +95,5 @@ static PyType_Slot db_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec db_spec = {"attnres.Db", sizeof(DbObject), 0,
-                              Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, db_slots};
+PyType_Spec db_spec = {"attnres.Db", sizeof(DbObject), 0,
+                       Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, db_slots};

@@ -1,6 +1,15 @@
-/* ---- Device ---- */
+/*
+ * core_device.c - the Device type, a runtime device handle, and
+ * attnres.open_device(), which makes one.
+ */
+#include "core_internal.h"
 
-static PyObject *open_device(PyObject *module, PyObject *arg)
+#include <structmember.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+PyObject *open_device(PyObject *module, PyObject *arg)
 {
     (void)module;
     if (!PyUnicode_Check(arg)) {
@@ -66,7 +75,7 @@ static PyObject *device_close(PyObject *op, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static int device_usable(DeviceObject *self)
+int device_usable(DeviceObject *self)
 {
     if (self->closed || !self->dev) {
         PyErr_SetString(PyExc_ValueError, "the device is closed");
@@ -147,5 +156,5 @@ static PyType_Slot device_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec device_spec = {"attnres.Device", sizeof(DeviceObject), 0,
-                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, device_slots};
+PyType_Spec device_spec = {"attnres.Device", sizeof(DeviceObject), 0,
+                           Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, device_slots};

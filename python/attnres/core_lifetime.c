@@ -1,4 +1,18 @@
-static void device_release(DeviceObject *self)
+/*
+ * core_lifetime.c - when the runtime handles behind Device, Db and Plan are
+ * released, and what the three handle types share (deallocation, __enter__).
+ *
+ * Device, Db and Plan each own one runtime handle. A Plan keeps a reference
+ * to its Device, because the runtime requires plans to be destroyed before
+ * their device. close() is deterministic but deferred while the handle is in
+ * use by a call that released the GIL (or, for a device, while plans made on
+ * it are alive): the runtime handle is then released by whoever finishes
+ * last. Every counter (users, busy) is only touched with the GIL held, which
+ * is what makes that safe.
+ */
+#include "core_internal.h"
+
+void device_release(DeviceObject *self)
 {
     if (self->dev && self->closed && self->users == 0) {
         attnres_device_close(self->dev);
@@ -6,7 +20,7 @@ static void device_release(DeviceObject *self)
     }
 }
 
-static void db_release(DbObject *self)
+void db_release(DbObject *self)
 {
     if (self->db && self->closed && self->users == 0) {
         attnres_db_close(self->db);
@@ -16,7 +30,7 @@ static void db_release(DbObject *self)
 
 /* Destroys the runtime plan once it is closed and idle, then lets go of the
  * device (which the runtime requires to outlive its plans). */
-static void plan_release(PlanObject *self)
+void plan_release(PlanObject *self)
 {
     if (self->plan && self->closed && self->busy == 0) {
         attnres_plan_destroy(self->plan);
@@ -31,7 +45,7 @@ static void plan_release(PlanObject *self)
     }
 }
 
-static void generic_dealloc(PyObject *self)
+void generic_dealloc(PyObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
@@ -39,7 +53,7 @@ static void generic_dealloc(PyObject *self)
     Py_DECREF(type);
 }
 
-static PyObject *handle_enter(PyObject *self, PyObject *unused)
+PyObject *handle_enter(PyObject *self, PyObject *unused)
 {
     (void)unused;
     Py_INCREF(self);
@@ -48,13 +62,13 @@ static PyObject *handle_enter(PyObject *self, PyObject *unused)
 
 /* A run pins its plan: close() from another thread meanwhile only marks
  * it, and the last run to finish destroys it. */
-static void plan_begin(PlanObject *self)
+void plan_begin(PlanObject *self)
 {
     Py_INCREF(self);
     self->busy++;
 }
 
-static void plan_end(PlanObject *self)
+void plan_end(PlanObject *self)
 {
     self->busy--;
     plan_release(self);

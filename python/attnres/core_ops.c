@@ -1,3 +1,16 @@
+/*
+ * core_ops.c - Plan.mix, Plan.phase1 and Plan.phase2: a table per op of the
+ * arguments it takes and where each goes in the runtime's argument struct,
+ * and call_op, which checks a call against the plan and runs it.
+ */
+#include "core_internal.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
 /* ---- the hot-path methods, described by tables ---------------------------
  * Plan.mix, Plan.phase1 and Plan.phase2 differ only in which arguments they
  * take and where each one goes in the runtime's argument struct. Each is a
@@ -423,17 +436,17 @@ static const op_spec p2_spec = {"phase2", ATTNRES_OP_PHASE2, 4, P2_NARGS, p2_arg
 
 static const op_spec *const op_specs[] = {&mix_spec, &p1_spec, &p2_spec};
 
-static PyObject *plan_mix(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+PyObject *plan_mix(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     return call_op(&mix_spec, (PlanObject *)op, args, nargs, kwnames, 0);
 }
 
-static PyObject *plan_phase1(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+PyObject *plan_phase1(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     return call_op(&p1_spec, (PlanObject *)op, args, nargs, kwnames, 0);
 }
 
-static PyObject *plan_phase2(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+PyObject *plan_phase2(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     return call_op(&p2_spec, (PlanObject *)op, args, nargs, kwnames, 0);
 }
@@ -441,7 +454,7 @@ static PyObject *plan_phase2(PyObject *op, PyObject *const *args, Py_ssize_t nar
 /* Plan._time_c(repeat, *args, **keywords) -> (wall, thread CPU) mean ns per
  * attnres_run_* call of the plan's op on those arguments, for
  * bench/python_overhead.py. */
-static PyObject *plan_time_c(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+PyObject *plan_time_c(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     PlanObject *self = (PlanObject *)op;
     if (nargs < 1) {
@@ -464,6 +477,16 @@ static int intern_names(const op_spec *spec)
 {
     for (int i = 0; i < spec->nargs; i++)
         if (!(spec->args[i].interned = PyUnicode_InternFromString(spec->args[i].name)))
+            return -1;
+    return 0;
+}
+
+/* Interns every op's argument names, which parse_args compares by identity
+ * before it compares their text; the module's init calls this once. */
+int ops_intern_names(void)
+{
+    for (size_t i = 0; i < sizeof op_specs / sizeof op_specs[0]; i++)
+        if (intern_names(op_specs[i]))
             return -1;
     return 0;
 }

@@ -1,3 +1,15 @@
+/*
+ * core_plan.c - the Plan type: a problem checked and planned at model load,
+ * its properties, and its method table (the hot-path methods themselves are
+ * in core_ops.c).
+ */
+#include "core_internal.h"
+
+#include <structmember.h>
+
+#include <stdlib.h>
+#include <string.h>
+
 /* The runtime's largest problem sizes, checked here so that every integer a
  * caller passes is range-checked before it is narrowed. */
 #define MAX_SOURCES (1 << 20)
@@ -148,7 +160,7 @@ static PyObject *plan_exit(PyObject *self, PyObject *args)
     return plan_close(self, NULL);
 }
 
-static int plan_usable(PlanObject *self)
+int plan_usable(PlanObject *self)
 {
     if (self->closed || !self->plan) {
         PyErr_SetString(PyExc_ValueError, "the plan is closed");
@@ -269,4 +281,4 @@ static PyType_Slot plan_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec plan_spec = {"attnres.Plan", sizeof(PlanObject), 0, Py_TPFLAGS_DEFAULT, plan_slots};
+PyType_Spec plan_spec = {"attnres.Plan", sizeof(PlanObject), 0, Py_TPFLAGS_DEFAULT, plan_slots};
