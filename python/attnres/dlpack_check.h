@@ -11,8 +11,8 @@
  * overflow. They cannot tell whether the memory a tensor describes exists:
  * a producer that lies about its data pointer is beyond any consumer.
  *
- * No Python here: _core.c calls these for every array it borrows, and the
- * fuzz target tests/fuzz/fuzz_dlpack.c calls them on tensors built from
+ * No Python here: core_borrow.c calls these for every array it borrows, and
+ * the fuzz target tests/fuzz/fuzz_dlpack.c calls them on tensors built from
  * arbitrary bytes. Nothing here allocates, prints or aborts.
  */
 #ifndef ATTNRES_DLPACK_CHECK_H

@@ -84,7 +84,7 @@ static void check_accepted(const dl_tensor *t, const dlpack_view *v, int ndim, c
     if (base + lo <= 0 || base + hi + size - 1 > (__int128)UINTPTR_MAX || hi + size > (__int128)PTRDIFF_MAX ||
         -lo > (__int128)PTRDIFF_MAX)
         fuzz_fail("accepted view whose elements leave the address space", NULL);
-    /* The addresses _core.c computes for a bank's views. */
+    /* The addresses core_borrow.c computes for a bank's views. */
     const int64_t rows = v->shape[0];
     for (int64_t i = 0; i < rows; i = i < 64 || i == rows - 1 ? i + 1 : rows - 1) {
         const __int128 want = base + (__int128)i * v->strides[0] * size;

@@ -1,0 +1,76 @@
+/*
+ * core_lifetime.c - when the runtime handles behind Device, Db and Plan are
+ * released, and what the three handle types share (deallocation, __enter__).
+ *
+ * Device, Db and Plan each own one runtime handle. A Plan keeps a reference
+ * to its Device, because the runtime requires plans to be destroyed before
+ * their device. close() is deterministic but deferred while the handle is in
+ * use by a call that released the GIL (or, for a device, while plans made on
+ * it are alive): the runtime handle is then released by whoever finishes
+ * last. Every counter (users, busy) is only touched with the GIL held, which
+ * is what makes that safe.
+ */
+#include "core_internal.h"
+
+void device_release(DeviceObject *self)
+{
+    if (self->dev && self->closed && self->users == 0) {
+        attnres_device_close(self->dev);
+        self->dev = NULL;
+    }
+}
+
+void db_release(DbObject *self)
+{
+    if (self->db && self->closed && self->users == 0) {
+        attnres_db_close(self->db);
+        self->db = NULL;
+    }
+}
+
+/* Destroys the runtime plan once it is closed and idle, then lets go of the
+ * device (which the runtime requires to outlive its plans). */
+void plan_release(PlanObject *self)
+{
+    if (self->plan && self->closed && self->busy == 0) {
+        attnres_plan_destroy(self->plan);
+        self->plan = NULL;
+        DeviceObject *dev = self->device;
+        self->device = NULL;
+        if (dev) {
+            dev->users--;
+            device_release(dev);
+            Py_DECREF(dev);
+        }
+    }
+}
+
+void generic_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(type);
+}
+
+PyObject *handle_enter(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    Py_INCREF(self);
+    return self;
+}
+
+/* A run pins its plan: close() from another thread meanwhile only marks
+ * it, and the last run to finish destroys it. */
+void plan_begin(PlanObject *self)
+{
+    Py_INCREF(self);
+    self->busy++;
+}
+
+void plan_end(PlanObject *self)
+{
+    self->busy--;
+    plan_release(self);
+    Py_DECREF(self);
+}

@@ -1,0 +1,492 @@
+/*
+ * core_ops.c - Plan.mix, Plan.phase1 and Plan.phase2: a table per op of the
+ * arguments it takes and where each goes in the runtime's argument struct,
+ * and call_op, which checks a call against the plan and runs it.
+ */
+#include "core_internal.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- the hot-path methods, described by tables ---------------------------
+ * Plan.mix, Plan.phase1 and Plan.phase2 differ only in which arguments they
+ * take and where each one goes in the runtime's argument struct. Each is a
+ * table of argument descriptions (op_spec below), and one function,
+ * call_op, does for all three what a call needs: keyword matching, scalar
+ * checks, refusing the arguments that the plan's form, epilogue or fused
+ * add forbid and asking for those they require, borrowing every array with
+ * its shape, dtype, device and stride checked, allocating the outputs that
+ * were not given, the run with the GIL released, and the result. */
+
+/* What an argument is. */
+enum {
+    K_FLOAT,  /* a float scalar, stored at off */
+    K_STREAM, /* the CUDA stream; resolved before any array is borrowed */
+    K_BANK,   /* count [T, width] views, one (count, T, width) array or a sequence:
+               * the pointer array at off, the token strides at aux */
+    K_ROWS,   /* one [T, width] view: the pointer at off, its token stride at aux */
+    K_QUERY,  /* a dense fp32 [d] (or [S, d] with F_SITES), folded with the gain
+               * in slot `partner`; the folded pointer at off */
+    K_GAIN,   /* the gain of a K_QUERY, read there */
+    K_VEC,    /* a dense fp32 [d] vector (out_gain) at off */
+};
+
+/* When an argument applies. Outside its condition it is refused if given. */
+enum { W_ALWAYS, W_ADDITIVE, W_EPILOGUE, W_FUSE_ADD };
+
+static const char *const when_needs[] = {"", "form='additive'", "epilogue=True", "fuse_add=True"};
+static const char *const when_has[] = {"", "has the additive form", "has the output-norm epilogue",
+                                       "fuses the add"};
+
+enum {
+    F_REQUIRED = 1 << 0,  /* must be given where it applies */
+    F_OUT = 1 << 1,       /* an output: allocated when omitted, borrowed after every input */
+    F_F32 = 1 << 2,       /* fp32 rather than the plan's storage type */
+    F_HEADS = 1 << 3,     /* width H rather than d */
+    F_SITES = 1 << 4,     /* count (or rows) S rather than n (or 1) */
+    F_COMMON = 1 << 5,    /* a bank whose views share one token stride, one int64_t at aux */
+    F_POSITIVE = 1 << 6,  /* a float that must be > 0 */
+    F_FUSED_OUT = 1 << 7, /* an input that the fused add writes in place */
+};
+
+typedef struct {
+    const char *name;
+    PyObject *interned;
+    unsigned char kind, when;
+    unsigned short flags;
+    double dflt;   /* K_FLOAT: the default */
+    int partner;   /* K_QUERY: the slot of its gain */
+    size_t off;    /* byte offset of the member the value goes to */
+    size_t aux;    /* byte offset of the stride member(s) */
+} arg_spec;
+
+#define MAX_ARGS 16
+
+typedef union {
+    attnres_mix_args mix;
+    attnres_phase1_args p1;
+    attnres_phase2_args p2;
+} run_args;
+
+typedef struct {
+    const char *fn;
+    attnres_op op;
+    int npos;      /* the leading arguments that may be positional; all are required */
+    int nargs;
+    arg_spec *args;
+    void (*init)(run_args *);
+    int (*run)(attnres_plan *, int64_t, const run_args *, void *);
+    int result[2]; /* the slots returned: one object, or a pair when the second applies */
+} op_spec;
+
+/* Matches positional and keyword arguments to slots: the first npos names
+ * may be given by position, and must be given. Slots left unset hold NULL. */
+static int parse_args(const op_spec *spec, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                      PyObject **slots)
+{
+    const arg_spec *names = spec->args;
+    for (int i = 0; i < spec->nargs; i++)
+        slots[i] = NULL;
+    if (nargs > spec->npos) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %d positional arguments but %zd were given", spec->fn, spec->npos,
+                     nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        slots[i] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GetItem(kwnames, k);
+        int found = -1;
+        for (int i = 0; i < spec->nargs && found < 0; i++)
+            if (key == names[i].interned)
+                found = i;
+        for (int i = 0; i < spec->nargs && found < 0; i++)
+            if (PyUnicode_Compare(key, names[i].interned) == 0)
+                found = i;
+        if (found < 0) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", spec->fn, key);
+            return -1;
+        }
+        if (slots[found]) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", spec->fn, names[found].name);
+            return -1;
+        }
+        slots[found] = args[nargs + k];
+    }
+    for (int i = 0; i < spec->npos; i++)
+        if (!slots[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", spec->fn, names[i].name);
+            return -1;
+        }
+    return 0;
+}
+
+static PyObject *opt(PyObject *slot)
+{
+    return slot ? slot : Py_None;
+}
+
+/* A float argument: finite, within float range, and positive if asked. */
+static int get_float(PyObject *slot, const char *name, double dflt, int positive, float *out)
+{
+    double v = dflt;
+    if (slot && slot != Py_None) {
+        v = PyFloat_AsDouble(slot);
+        if (v == -1.0 && PyErr_Occurred())
+            return -1;
+    }
+    if (!isfinite(v) || fabs(v) > FLT_MAX || (positive && !(v > 0))) {
+        PyErr_Format(PyExc_ValueError, positive ? "%s must be a positive finite number" : "%s must be a finite number",
+                     name);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
+static double clock_ns(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int applies(const attnres_problem *p, int when)
+{
+    switch (when) {
+    case W_ADDITIVE:
+        return p->form == ATTNRES_FORM_ADDITIVE;
+    case W_EPILOGUE:
+        return p->epilogue != 0;
+    case W_FUSE_ADD:
+        return p->fuse_add != 0;
+    default:
+        return 1;
+    }
+}
+
+/* The members of the runtime's argument structs are pointers of several
+ * types; they are stored through memcpy so that no lvalue of another type
+ * touches them. */
+static void put_ptr(run_args *r, size_t off, const void *value)
+{
+    memcpy((char *)r + off, &value, sizeof value);
+}
+
+static const char *const op_names[] = {"mix", "phase1", "phase2"};
+
+/* The body of Plan.mix, Plan.phase1 and Plan.phase2. With repeat > 0 (the
+ * benchmark's _time_c) the same prepared arguments are run repeat times and
+ * the mean ns per C call is returned instead of the outputs, by the wall
+ * clock and by this thread's CPU clock (which leaves out the time the
+ * thread was descheduled on a loaded machine): the C call's own cost,
+ * measured in the same process on the same memory. */
+static PyObject *call_op(const op_spec *spec, PlanObject *self, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames, long repeat)
+{
+    PyObject *a[MAX_ARGS];
+    if (parse_args(spec, args, nargs, kwnames, a) || !plan_usable(self))
+        return NULL;
+    const attnres_problem *p = &self->problem;
+    if (p->op != spec->op) {
+        PyErr_Format(PyExc_ValueError, "%s() called on a plan for op %s", spec->fn, op_names[p->op]);
+        return NULL;
+    }
+    run_args r;
+    spec->init(&r);
+    /* Scalars, and which arguments the plan takes, before anything is borrowed. */
+    int stream_slot = -1;
+    for (int i = 0; i < spec->nargs; i++) {
+        const arg_spec *s = &spec->args[i];
+        const int given = opt(a[i]) != Py_None;
+        if (!applies(p, s->when)) {
+            if (given) {
+                PyErr_Format(PyExc_ValueError, "%s= needs a plan made with %s", s->name, when_needs[s->when]);
+                return NULL;
+            }
+            continue;
+        }
+        if ((s->flags & F_REQUIRED) && !given) {
+            PyErr_Format(PyExc_ValueError, "this plan %s: %s= is required", when_has[s->when], s->name);
+            return NULL;
+        }
+        if (s->kind == K_FLOAT && get_float(a[i], s->name, s->dflt, s->flags & F_POSITIVE, (float *)((char *)&r + s->off)))
+            return NULL;
+        if (s->kind == K_STREAM)
+            stream_slot = i;
+    }
+    call_ctx c;
+    ctx_init(&c, self);
+    PyObject *result = NULL, *like = NULL, *objs[MAX_ARGS] = {NULL};
+    const dl_dtype storage = storage_dl(p->dtype), f32 = {DL_FLOAT, 32, 1};
+    int64_t t = -1;
+    void *stream = NULL;
+    if (stream_slot >= 0 && resolve_stream(&c, opt(a[stream_slot]), a[0], &stream))
+        goto done;
+    /* Inputs first, then the outputs, once every input is known to be good. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < spec->nargs; i++) {
+            const arg_spec *s = &spec->args[i];
+            const int is_out = (s->flags & F_OUT) != 0;
+            if (is_out != pass || !applies(p, s->when))
+                continue;
+            const int64_t width = s->flags & F_HEADS ? p->heads : p->d;
+            const int64_t count = s->flags & F_SITES ? p->s : p->n;
+            const dl_dtype dtype = s->flags & F_F32 ? f32 : storage;
+            const char *dname = s->flags & F_F32 ? "f32" : attnres_dtype_name(p->dtype);
+            const int writable = is_out || ((s->flags & F_FUSED_OUT) && p->fuse_add);
+            PyObject *obj = opt(a[i]);
+            if (is_out && obj == Py_None && (s->kind == K_BANK || s->kind == K_ROWS)) {
+                obj = s->kind == K_BANK ? allocate(&c, like, dname, 3, count, t, width)
+                                        : allocate(&c, like, dname, 2, t, width, 0);
+                if (!obj)
+                    goto done;
+            }
+            switch (s->kind) {
+            case K_BANK: {
+                void **ptrs;
+                int64_t *strides;
+                PyObject *first = NULL;
+                if (borrow_bank(&c, obj, s->name, count, width, dtype, writable, &t, &ptrs, &strides, &first))
+                    goto done;
+                if (s->flags & F_COMMON) {
+                    if (common_stride(strides, count, s->name, (int64_t *)((char *)&r + s->aux)))
+                        goto done;
+                } else {
+                    put_ptr(&r, s->aux, strides);
+                }
+                put_ptr(&r, s->off, ptrs);
+                if (!like)
+                    like = first;
+                break;
+            }
+            case K_ROWS: {
+                view v;
+                if (borrow(&c, obj, s->name, 2, writable, &v) || check_kind(&c, &v, s->name, dtype))
+                    goto done;
+                if (t < 0)
+                    t = v.shape[0];
+                if (check_shape2(&v, s->name, t, width, s->flags & F_HEADS ? "to match (T, H)" : "to match (T, d)") ||
+                    row_stride(&v, 0, s->name, (int64_t *)((char *)&r + s->aux)))
+                    goto done;
+                put_ptr(&r, s->off, v.data);
+                if (!like)
+                    like = obj;
+                break;
+            }
+            case K_QUERY: {
+                const int sites = (s->flags & F_SITES) != 0;
+                const float *u;
+                if (fold(&c, obj, opt(a[s->partner]), s->name, spec->args[s->partner].name, sites ? 2 : 1,
+                         sites ? p->s : 1, p->d, &u))
+                    goto done;
+                put_ptr(&r, s->off, u);
+                break;
+            }
+            case K_VEC: {
+                view v;
+                if (borrow_f32_dense(&c, obj, s->name, 1, 1, p->d, &v))
+                    goto done;
+                put_ptr(&r, s->off, v.data);
+                break;
+            }
+            default:
+                break;
+            }
+            objs[i] = obj;
+        }
+    int rc = ATTNRES_OK;
+    char msg[512];
+    attnres_plan *plan = self->plan;
+    double wall = 0, cpu = 0;
+    plan_begin(self);
+    Py_BEGIN_ALLOW_THREADS
+    if (repeat > 0) {
+        const double wall0 = clock_ns(CLOCK_MONOTONIC), cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        for (long i = 0; i < repeat && rc == ATTNRES_OK; i++)
+            rc = spec->run(plan, t, &r, stream);
+        cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+        wall = clock_ns(CLOCK_MONOTONIC) - wall0;
+    } else {
+        rc = spec->run(plan, t, &r, stream);
+    }
+    if (rc != ATTNRES_OK)
+        snprintf(msg, sizeof msg, "%s", attnres_plan_errmsg(plan));
+    Py_END_ALLOW_THREADS
+    plan_end(self);
+    if (rc != ATTNRES_OK) {
+        raise_status(rc, spec->fn, msg);
+        goto done;
+    }
+    if (repeat > 0) {
+        result = Py_BuildValue("(dd)", wall / (double)repeat, cpu / (double)repeat);
+        goto done;
+    }
+    PyObject *second = spec->result[1] >= 0 && applies(p, spec->args[spec->result[1]].when) ? objs[spec->result[1]]
+                                                                                             : NULL;
+    result = second ? PyTuple_Pack(2, objs[spec->result[0]], second) : Py_NewRef(objs[spec->result[0]]);
+done:
+    ctx_free(&c);
+    return result;
+}
+
+/* ---- the three ops' tables ---- */
+
+#define FLOAT_ARG(nm, st, member, dflt, fl) {nm, NULL, K_FLOAT, W_ALWAYS, fl, dflt, -1, offsetof(st, member), 0}
+
+static void init_mix(run_args *r)
+{
+    attnres_mix_args_init(&r->mix);
+}
+
+static int run_mix(attnres_plan *plan, int64_t t, const run_args *r, void *stream)
+{
+    return attnres_run_mix(plan, t, &r->mix, stream);
+}
+
+enum { MIX_SOURCES, MIX_QUERY, MIX_GAIN, MIX_EPS, MIX_SCALE, MIX_PARTIAL, MIX_ALPHA, MIX_OUT_GAIN, MIX_OUT_EPS,
+       MIX_NORMED, MIX_OUT, MIX_STREAM, MIX_NARGS };
+static arg_spec mix_args[MIX_NARGS] = {
+    [MIX_SOURCES] = {"sources", NULL, K_BANK, W_ALWAYS, 0, 0, -1, offsetof(attnres_mix_args, sources),
+                     offsetof(attnres_mix_args, source_strides)},
+    [MIX_QUERY] = {"query", NULL, K_QUERY, W_ALWAYS, 0, 0, MIX_GAIN, offsetof(attnres_mix_args, query), 0},
+    [MIX_GAIN] = {"gain", NULL, K_GAIN, W_ALWAYS, 0, 0, -1, 0, 0},
+    [MIX_EPS] = FLOAT_ARG("eps", attnres_mix_args, eps, 1e-6, F_POSITIVE),
+    [MIX_SCALE] = FLOAT_ARG("scale", attnres_mix_args, scale, 1.0, 0),
+    [MIX_PARTIAL] = {"partial", NULL, K_ROWS, W_ADDITIVE, F_REQUIRED, 0, -1, offsetof(attnres_mix_args, partial),
+                     offsetof(attnres_mix_args, partial_stride)},
+    [MIX_ALPHA] = FLOAT_ARG("alpha", attnres_mix_args, alpha, 1.0, 0),
+    [MIX_OUT_GAIN] = {"out_gain", NULL, K_VEC, W_EPILOGUE, F_REQUIRED, 0, -1, offsetof(attnres_mix_args, out_gain), 0},
+    [MIX_OUT_EPS] = FLOAT_ARG("out_eps", attnres_mix_args, out_eps, 1e-6, F_POSITIVE),
+    [MIX_NORMED] = {"normed", NULL, K_ROWS, W_EPILOGUE, F_OUT, 0, -1, offsetof(attnres_mix_args, normed),
+                    offsetof(attnres_mix_args, normed_stride)},
+    [MIX_OUT] = {"out", NULL, K_ROWS, W_ALWAYS, F_OUT, 0, -1, offsetof(attnres_mix_args, out),
+                 offsetof(attnres_mix_args, out_stride)},
+    [MIX_STREAM] = {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0},
+};
+static const op_spec mix_spec = {"mix", ATTNRES_OP_MIX, 2, MIX_NARGS, mix_args, init_mix, run_mix,
+                                 {MIX_OUT, MIX_NORMED}};
+
+static void init_phase1(run_args *r)
+{
+    attnres_phase1_args_init(&r->p1);
+}
+
+static int run_phase1(attnres_plan *plan, int64_t t, const run_args *r, void *stream)
+{
+    return attnres_run_phase1(plan, t, &r->p1, stream);
+}
+
+enum { P1_SOURCES, P1_QUERIES, P1_GAINS, P1_EPS, P1_SCALE, P1_OUT, P1_LSE, P1_STREAM, P1_NARGS };
+static arg_spec p1_args[P1_NARGS] = {
+    [P1_SOURCES] = {"sources", NULL, K_BANK, W_ALWAYS, 0, 0, -1, offsetof(attnres_phase1_args, sources),
+                    offsetof(attnres_phase1_args, source_strides)},
+    [P1_QUERIES] = {"queries", NULL, K_QUERY, W_ALWAYS, F_SITES, 0, P1_GAINS, offsetof(attnres_phase1_args, queries), 0},
+    [P1_GAINS] = {"gains", NULL, K_GAIN, W_ALWAYS, 0, 0, -1, 0, 0},
+    [P1_EPS] = FLOAT_ARG("eps", attnres_phase1_args, eps, 1e-6, F_POSITIVE),
+    [P1_SCALE] = FLOAT_ARG("scale", attnres_phase1_args, scale, 1.0, 0),
+    [P1_OUT] = {"out", NULL, K_BANK, W_ALWAYS, F_OUT | F_SITES | F_COMMON, 0, -1, offsetof(attnres_phase1_args, o1),
+                offsetof(attnres_phase1_args, o1_stride)},
+    [P1_LSE] = {"lse", NULL, K_BANK, W_ALWAYS, F_OUT | F_SITES | F_COMMON | F_F32 | F_HEADS, 0, -1,
+                offsetof(attnres_phase1_args, lse), offsetof(attnres_phase1_args, lse_stride)},
+    [P1_STREAM] = {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0},
+};
+static const op_spec p1_spec = {"phase1", ATTNRES_OP_PHASE1, 2, P1_NARGS, p1_args, init_phase1, run_phase1,
+                                {P1_OUT, P1_LSE}};
+
+static void init_phase2(run_args *r)
+{
+    attnres_phase2_args_init(&r->p2);
+}
+
+static int run_phase2(attnres_plan *plan, int64_t t, const run_args *r, void *stream)
+{
+    return attnres_run_phase2(plan, t, &r->p2, stream);
+}
+
+enum { P2_O1, P2_LSE, P2_PARTIAL, P2_QUERY, P2_GAIN, P2_SUBLAYER, P2_EPS, P2_SCALE, P2_OUT_GAIN, P2_OUT_EPS,
+       P2_NORMED, P2_OUT, P2_STREAM, P2_NARGS };
+static arg_spec p2_args[P2_NARGS] = {
+    [P2_O1] = {"o1", NULL, K_ROWS, W_ALWAYS, 0, 0, -1, offsetof(attnres_phase2_args, o1),
+               offsetof(attnres_phase2_args, o1_stride)},
+    [P2_LSE] = {"lse", NULL, K_ROWS, W_ALWAYS, F_F32 | F_HEADS, 0, -1, offsetof(attnres_phase2_args, lse),
+                offsetof(attnres_phase2_args, lse_stride)},
+    [P2_PARTIAL] = {"partial", NULL, K_ROWS, W_ALWAYS, F_FUSED_OUT, 0, -1, offsetof(attnres_phase2_args, partial),
+                    offsetof(attnres_phase2_args, partial_stride)},
+    [P2_QUERY] = {"query", NULL, K_QUERY, W_ALWAYS, 0, 0, P2_GAIN, offsetof(attnres_phase2_args, query), 0},
+    [P2_GAIN] = {"gain", NULL, K_GAIN, W_ALWAYS, 0, 0, -1, 0, 0},
+    [P2_SUBLAYER] = {"sublayer", NULL, K_ROWS, W_FUSE_ADD, F_REQUIRED, 0, -1, offsetof(attnres_phase2_args, sublayer),
+                     offsetof(attnres_phase2_args, sublayer_stride)},
+    [P2_EPS] = FLOAT_ARG("eps", attnres_phase2_args, eps, 1e-6, F_POSITIVE),
+    [P2_SCALE] = FLOAT_ARG("scale", attnres_phase2_args, scale, 1.0, 0),
+    [P2_OUT_GAIN] = {"out_gain", NULL, K_VEC, W_EPILOGUE, F_REQUIRED, 0, -1, offsetof(attnres_phase2_args, out_gain), 0},
+    [P2_OUT_EPS] = FLOAT_ARG("out_eps", attnres_phase2_args, out_eps, 1e-6, F_POSITIVE),
+    [P2_NORMED] = {"normed", NULL, K_ROWS, W_EPILOGUE, F_OUT, 0, -1, offsetof(attnres_phase2_args, normed),
+                   offsetof(attnres_phase2_args, normed_stride)},
+    [P2_OUT] = {"out", NULL, K_ROWS, W_ALWAYS, F_OUT, 0, -1, offsetof(attnres_phase2_args, out),
+                offsetof(attnres_phase2_args, out_stride)},
+    [P2_STREAM] = {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0},
+};
+static const op_spec p2_spec = {"phase2", ATTNRES_OP_PHASE2, 4, P2_NARGS, p2_args, init_phase2, run_phase2,
+                                {P2_OUT, P2_NORMED}};
+
+static const op_spec *const op_specs[] = {&mix_spec, &p1_spec, &p2_spec};
+
+PyObject *plan_mix(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return call_op(&mix_spec, (PlanObject *)op, args, nargs, kwnames, 0);
+}
+
+PyObject *plan_phase1(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return call_op(&p1_spec, (PlanObject *)op, args, nargs, kwnames, 0);
+}
+
+PyObject *plan_phase2(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return call_op(&p2_spec, (PlanObject *)op, args, nargs, kwnames, 0);
+}
+
+/* Plan._time_c(repeat, *args, **keywords) -> (wall, thread CPU) mean ns per
+ * attnres_run_* call of the plan's op on those arguments, for
+ * bench/python_overhead.py. */
+PyObject *plan_time_c(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PlanObject *self = (PlanObject *)op;
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "_time_c(repeat, *args, **keywords) of the plan's op");
+        return NULL;
+    }
+    long repeat = PyLong_AsLong(args[0]);
+    if (repeat == -1 && PyErr_Occurred())
+        return NULL;
+    if (repeat < 1 || repeat > 100000000) {
+        PyErr_SetString(PyExc_ValueError, "repeat must be 1 to 1e8");
+        return NULL;
+    }
+    if (!plan_usable(self))
+        return NULL;
+    return call_op(op_specs[self->problem.op], self, args + 1, nargs - 1, kwnames, repeat);
+}
+
+static int intern_names(const op_spec *spec)
+{
+    for (int i = 0; i < spec->nargs; i++)
+        if (!(spec->args[i].interned = PyUnicode_InternFromString(spec->args[i].name)))
+            return -1;
+    return 0;
+}
+
+/* Interns every op's argument names, which parse_args compares by identity
+ * before it compares their text; the module's init calls this once. */
+int ops_intern_names(void)
+{
+    for (size_t i = 0; i < sizeof op_specs / sizeof op_specs[0]; i++)
+        if (intern_names(op_specs[i]))
+            return -1;
+    return 0;
+}

@@ -1,0 +1,284 @@
+/*
+ * core_plan.c - the Plan type: a problem checked and planned at model load,
+ * its properties, and its method table (the hot-path methods themselves are
+ * in core_ops.c).
+ */
+#include "core_internal.h"
+
+#include <structmember.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The runtime's largest problem sizes, checked here so that every integer a
+ * caller passes is range-checked before it is narrowed. */
+#define MAX_SOURCES (1 << 20)
+#define MAX_HEADS (1 << 20)
+#define MAX_SITES 4096
+
+/* ---- Plan creation ---- */
+
+static int parse_choice(const char *what, const char *value, const char *const *names, int count, int *out)
+{
+    for (int i = 0; i < count; i++)
+        if (strcmp(value, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    PyErr_Format(PyExc_ValueError, "%s must be one of %s%s%s%s%s (got '%s')", what, names[0], count > 1 ? ", " : "",
+                 count > 1 ? names[1] : "", count > 2 ? ", " : "", count > 2 ? names[2] : "", value);
+    return -1;
+}
+
+static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"device", "db", "dtype", "d", "n", "heads", "form", "epilogue", "op",
+                             "sites", "fuse_add", "require_exact", NULL};
+    PyObject *devobj, *dbobj;
+    const char *dtype = "f32", *form = "replace", *op = "mix";
+    long long d = -1, n = -1, heads = 1, sites = -1;
+    int epilogue = 0, fuse_add = 0, require_exact = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$sLLLspsLpp:Plan", kwlist, &devobj, &dbobj, &dtype, &d, &n,
+                                     &heads, &form, &epilogue, &op, &sites, &fuse_add, &require_exact))
+        return NULL;
+    if (!PyObject_TypeCheck(devobj, DeviceType)) {
+        PyErr_SetString(PyExc_TypeError, "Plan() needs a device from attnres.open_device()");
+        return NULL;
+    }
+    if (dbobj != Py_None && !PyObject_TypeCheck(dbobj, DbType)) {
+        PyErr_SetString(PyExc_TypeError, "Plan() needs a database from attnres.open_db(), or None");
+        return NULL;
+    }
+    DeviceObject *dev = (DeviceObject *)devobj;
+    DbObject *db = dbobj == Py_None ? NULL : (DbObject *)dbobj;
+    if (!device_usable(dev))
+        return NULL;
+    if (db && (db->closed || !db->db)) {
+        PyErr_SetString(PyExc_ValueError, "the database is closed");
+        return NULL;
+    }
+    static const char *const ops[] = {"mix", "phase1", "phase2"};
+    static const char *const forms[] = {"replace", "additive"};
+    int op_i, form_i;
+    attnres_dtype dt;
+    if (parse_choice("op", op, ops, 3, &op_i) || parse_choice("form", form, forms, 2, &form_i))
+        return NULL;
+    if (attnres_dtype_parse(dtype, &dt) != ATTNRES_OK) {
+        PyErr_Format(PyExc_ValueError, "dtype must be one of f32, bf16, f16 (got '%s')", dtype);
+        return NULL;
+    }
+    if (d < 1 || d > ((long long)1 << 40)) {
+        PyErr_Format(PyExc_ValueError, "d must be given and be at least 1 (got %lld)", d);
+        return NULL;
+    }
+    if (n == -1)
+        n = op_i == ATTNRES_OP_PHASE2 ? 1 : -1;
+    if (n < 1 || n > MAX_SOURCES) {
+        PyErr_Format(PyExc_ValueError, "n (the number of sources) must be given and be 1 to %d (got %lld)",
+                     MAX_SOURCES, n);
+        return NULL;
+    }
+    if (heads < 1 || heads > MAX_HEADS) {
+        PyErr_Format(PyExc_ValueError, "heads must be 1 to %d (got %lld)", MAX_HEADS, heads);
+        return NULL;
+    }
+    if (op_i == ATTNRES_OP_PHASE1 ? sites < 1 || sites > MAX_SITES : sites != -1 && sites != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     op_i == ATTNRES_OP_PHASE1 ? "op='phase1' needs sites, the block's routing sites, 1 to 4096 (got %lld)"
+                                               : "sites is only for op='phase1' (got %lld)",
+                     sites);
+        return NULL;
+    }
+    attnres_problem p;
+    attnres_problem_init(&p, dt, (int64_t)d, (int32_t)n);
+    p.op = (attnres_op)op_i;
+    p.heads = (int32_t)heads;
+    p.form = (attnres_form)form_i;
+    p.epilogue = epilogue;
+    p.s = op_i == ATTNRES_OP_PHASE1 ? (int32_t)sites : 0;
+    p.fuse_add = fuse_add;
+    char msg[1024] = "";
+    int rc = attnres_problem_check(&p, msg, sizeof msg);
+    if (rc != ATTNRES_OK)
+        return raise_status(rc, "invalid problem", msg);
+
+    PlanObject *self = (PlanObject *)PyType_GenericAlloc(type, 0);
+    if (!self)
+        return NULL;
+    /* Planning may compile kernels, so it runs without the GIL; the device
+     * and the database are pinned meanwhile, so a close() from another
+     * thread waits for it. */
+    attnres_plan *plan = NULL;
+    dev->users++;
+    if (db)
+        db->users++;
+    attnres_device *cdev = dev->dev;
+    attnres_db *cdb = db ? db->db : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = attnres_plan_create(cdev, cdb, &p, require_exact ? ATTNRES_PLAN_REQUIRE_EXACT : 0, &plan, msg, sizeof msg);
+    Py_END_ALLOW_THREADS
+    if (db) {
+        db->users--;
+        db_release(db);
+    }
+    if (rc != ATTNRES_OK) {
+        dev->users--;
+        device_release(dev);
+        Py_DECREF(self);
+        return raise_status(rc, "cannot plan the problem", msg);
+    }
+    self->plan = plan;
+    Py_INCREF(dev);
+    self->device = dev;
+    self->problem = p;
+    return (PyObject *)self;
+}
+
+static void plan_dealloc(PyObject *op)
+{
+    PlanObject *self = (PlanObject *)op;
+    if (self->weakrefs)
+        PyObject_ClearWeakRefs(op);
+    self->closed = 1;
+    self->busy = 0;
+    plan_release(self);
+    generic_dealloc(op);
+}
+
+static PyObject *plan_close(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    PlanObject *self = (PlanObject *)op;
+    self->closed = 1;
+    plan_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *plan_exit(PyObject *self, PyObject *args)
+{
+    (void)args;
+    return plan_close(self, NULL);
+}
+
+int plan_usable(PlanObject *self)
+{
+    if (self->closed || !self->plan) {
+        PyErr_SetString(PyExc_ValueError, "the plan is closed");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *plan_explain(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    PlanObject *self = (PlanObject *)op;
+    if (!plan_usable(self))
+        return NULL;
+    size_t need = attnres_plan_explain(self->plan, NULL, 0);
+    char *buf = malloc(need + 1);
+    if (!buf)
+        return PyErr_NoMemory();
+    attnres_plan_explain(self->plan, buf, need + 1);
+    PyObject *text = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace");
+    free(buf);
+    return text;
+}
+
+static PyObject *plan_get_level(PyObject *op, void *closure)
+{
+    (void)closure;
+    PlanObject *self = (PlanObject *)op;
+    if (!plan_usable(self))
+        return NULL;
+    static const char *const names[] = {"exact", "architecture", "backend", "generic"};
+    int level = (int)attnres_plan_level_get(self->plan);
+    return PyUnicode_FromString(level >= 0 && level < 4 ? names[level] : "unknown");
+}
+
+static PyObject *plan_get_problem(PyObject *op, void *closure)
+{
+    (void)closure;
+    const attnres_problem *p = &((PlanObject *)op)->problem;
+    static const char *const ops[] = {"mix", "phase1", "phase2"};
+    return Py_BuildValue("{sssssLsisisssOsisO}", "op", ops[p->op], "dtype", attnres_dtype_name(p->dtype), "d",
+                         (long long)p->d, "n", (int)p->n, "heads", (int)p->heads, "form",
+                         p->form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace", "epilogue",
+                         p->epilogue ? Py_True : Py_False, "sites", (int)p->s, "fuse_add",
+                         p->fuse_add ? Py_True : Py_False);
+}
+
+static PyObject *plan_get_closed(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(((PlanObject *)op)->closed);
+}
+
+static PyObject *plan_get_device(PyObject *op, void *closure)
+{
+    (void)closure;
+    PlanObject *self = (PlanObject *)op;
+    if (!self->device)
+        Py_RETURN_NONE;
+    Py_INCREF(self->device);
+    return (PyObject *)self->device;
+}
+
+static PyObject *plan_repr(PyObject *op)
+{
+    PlanObject *self = (PlanObject *)op;
+    static const char *const ops[] = {"mix", "phase1", "phase2"};
+    const attnres_problem *p = &self->problem;
+    return PyUnicode_FromFormat("<attnres.Plan op=%s dtype=%s d=%lld n=%d heads=%d%s>", ops[p->op],
+                                attnres_dtype_name(p->dtype), (long long)p->d, (int)p->n, (int)p->heads,
+                                self->closed ? " closed" : "");
+}
+
+#define FASTCALL_KW(fn) ((PyCFunction)(void (*)(void))(fn))
+
+static PyMethodDef plan_methods[] = {
+    {"mix", FASTCALL_KW(plan_mix), METH_FASTCALL | METH_KEYWORDS,
+     "mix(sources, query, *, gain=None, eps=1e-6, scale=1.0, partial=None, alpha=1.0, out_gain=None,\n"
+     "    out_eps=1e-6, normed=None, out=None, stream=None) -> out, or (out, normed) with the epilogue"},
+    {"phase1", FASTCALL_KW(plan_phase1), METH_FASTCALL | METH_KEYWORDS,
+     "phase1(sources, queries, *, gains=None, eps=1e-6, scale=1.0, out=None, lse=None, stream=None)\n"
+     "    -> (o1, lse), o1 of shape (S, T, d) and lse (S, T, H) float32"},
+    {"phase2", FASTCALL_KW(plan_phase2), METH_FASTCALL | METH_KEYWORDS,
+     "phase2(o1, lse, partial, query, *, gain=None, sublayer=None, eps=1e-6, scale=1.0, out_gain=None,\n"
+     "       out_eps=1e-6, normed=None, out=None, stream=None) -> out, or (out, normed) with the epilogue;\n"
+     "with fuse_add, partial is updated in place to partial + sublayer"},
+    {"_time_c", FASTCALL_KW(plan_time_c), METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"explain", plan_explain, METH_NOARGS, "Which kernels the plan loaded, at which fallback level, and why."},
+    {"close", plan_close, METH_NOARGS, "Destroys the plan (after any run in progress)."},
+    {"__enter__", handle_enter, METH_NOARGS, NULL},
+    {"__exit__", plan_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef plan_getset[] = {
+    {"level", plan_get_level, NULL, "The fallback level: exact, architecture, backend or generic.", NULL},
+    {"problem", plan_get_problem, NULL, "The planned problem, as a dict.", NULL},
+    {"closed", plan_get_closed, NULL, "Whether close() was called.", NULL},
+    {"device", plan_get_device, NULL, "The device the plan runs on (None once closed).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef plan_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(PlanObject, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot plan_slots[] = {
+    {Py_tp_members, plan_members},
+    {Py_tp_new, plan_new},
+    {Py_tp_dealloc, plan_dealloc},
+    {Py_tp_methods, plan_methods},
+    {Py_tp_getset, plan_getset},
+    {Py_tp_repr, plan_repr},
+    {Py_tp_doc, "Plan(device, db, *, dtype='f32', d, n, heads=1, form='replace', epilogue=False, op='mix',\n"
+                "     sites=None, fuse_add=False, require_exact=False)\n"
+                "One routing site planned at model load; db=None plans the built-in kernels."},
+    {0, NULL},
+};
+
+PyType_Spec plan_spec = {"attnres.Plan", sizeof(PlanObject), 0, Py_TPFLAGS_DEFAULT, plan_slots};
