@@ -1,25 +1,18 @@
 /*
  * cmd_run.c - `attnres run`: one operation (mix, phase1 or phase2) on .npy
- * inputs.
+ * inputs. This file parses and checks the options and hands them to the
+ * op's run (cmd_run_mix.c, cmd_run_phase.c).
  *
  * Everything is read and checked before the device is touched, and outputs
  * are written atomically at the end, all of them or none, so bad input never
  * leaves a file.
  */
-#include <errno.h>
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "atomic_file.h"
 #include "attnres.h"
 #include "cli.h"
-#include "convert.h"
-#include "attnres-impl.h"
-#include "npy.h"
+#include "cmd_run.h"
 #include "problems.h"
 
 static const char run_usage[] =

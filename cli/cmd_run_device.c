@@ -3,9 +3,13 @@
  * device's memory, the device, database and plan opened and closed, and the
  * problem checked before anything large is allocated for it.
  */
+#include "attnres-impl.h"
+#include "attnres.h"
+#include "cli.h"
+#include "cmd_run.h"
 
 /* Allocates bytes on the device and copies host data there (if any). */
-static void *stage(staged *st, const void *host, size_t bytes)
+void *run_stage(staged *st, const void *host, size_t bytes)
 {
     void *d = NULL;
     if (st->failed || st->count == 8 || st->dev->ops->mem_alloc(st->dev, bytes ? bytes : 4, &d) != ATTNRES_OK) {
@@ -18,7 +22,7 @@ static void *stage(staged *st, const void *host, size_t bytes)
     return d;
 }
 
-static void unstage(staged *st)
+void run_unstage(staged *st)
 {
     for (int i = 0; i < st->count; i++)
         st->dev->ops->mem_free(st->dev, st->ptr[i]);
@@ -27,8 +31,8 @@ static void unstage(staged *st)
 
 /* Opens the device, the database if any, and plans p. On failure the
  * caller closes whatever was opened. */
-static int open_plan(const run_opts *o, const attnres_problem *p, attnres_device **dev, attnres_db **db,
-                     attnres_plan **plan)
+int run_open_plan(const run_opts *o, const attnres_problem *p, attnres_device **dev, attnres_db **db,
+                  attnres_plan **plan)
 {
     char msg[1024];
     *dev = NULL;
@@ -51,7 +55,7 @@ static int open_plan(const run_opts *o, const attnres_problem *p, attnres_device
     return 0;
 }
 
-static void close_plan(attnres_device *dev, attnres_db *db, attnres_plan *plan)
+void run_close_plan(attnres_device *dev, attnres_db *db, attnres_plan *plan)
 {
     attnres_plan_destroy(plan);
     attnres_db_close(db);
@@ -59,7 +63,7 @@ static void close_plan(attnres_device *dev, attnres_db *db, attnres_plan *plan)
 }
 
 /* Checks p before anything large is allocated for it. */
-static int check_problem(const attnres_problem *p)
+int run_check_problem(const attnres_problem *p)
 {
     char msg[512];
     if (attnres_problem_check(p, msg, sizeof msg) != ATTNRES_OK) {

@@ -2,10 +2,20 @@
  * cmd_run_io.c - the files of `attnres run`: .npy inputs read with their
  * shapes checked, and the outputs written all or none.
  */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "atomic_file.h"
+#include "cli.h"
+#include "cmd_run.h"
+#include "npy.h"
+#include "problems.h"
 
 /* ---- reading inputs -------------------------------------------------- */
 
-static void shape_text(const npy_array *a, char *buf, size_t len)
+void run_shape_text(const npy_array *a, char *buf, size_t len)
 {
     size_t used = (size_t)snprintf(buf, len, "(");
     for (int i = 0; i < a->ndim && used < len; i++)
@@ -16,8 +26,8 @@ static void shape_text(const npy_array *a, char *buf, size_t len)
 
 /* Reads a float32 array and checks its shape against want[0..ndim), where
  * names says what each axis is ("T, d") and why says what fixes them. */
-static int read_shaped(const char *flag, const char *path, int ndim, const int64_t *want, const char *names,
-                       const char *why, npy_array *a)
+int run_read_shaped(const char *flag, const char *path, int ndim, const int64_t *want, const char *names,
+                    const char *why, npy_array *a)
 {
     char err[512];
     if (npy_read_f32(path, a, err, sizeof err)) {
@@ -34,7 +44,7 @@ static int read_shaped(const char *flag, const char *path, int ndim, const int64
             used += (size_t)snprintf(want_text + used, sizeof want_text - used, "%s%lld", i ? ", " : "",
                                      (long long)want[i]);
         snprintf(want_text + used, sizeof want_text - used, ndim == 1 ? ",)" : ")");
-        shape_text(a, got, sizeof got);
+        run_shape_text(a, got, sizeof got);
         cli_error("run", "%s %s must have shape (%s%s) = %s %s, got %s", flag, path, names, ndim == 1 ? "," : "",
                   want_text, why, got);
         return -1;
@@ -42,7 +52,7 @@ static int read_shaped(const char *flag, const char *path, int ndim, const int64
     return 0;
 }
 
-static int read_vector(const char *path, const char *flag, int64_t d, npy_array *a)
+int run_read_vector(const char *path, const char *flag, int64_t d, npy_array *a)
 {
     char err[512];
     if (npy_read_f32(path, a, err, sizeof err)) {
@@ -57,7 +67,7 @@ static int read_vector(const char *path, const char *flag, int64_t d, npy_array 
 }
 
 /* Reads --sources: (N, T, d) with N >= 1 and d >= 1. */
-static int read_sources(const run_opts *o, npy_array *s)
+int run_read_sources(const run_opts *o, npy_array *s)
 {
     char err[512];
     if (npy_read_f32(o->sources, s, err, sizeof err)) {
@@ -125,7 +135,7 @@ static int restore_one(const char *path, out_commit *c)
  * renamed aside where the file system has no hard links), and only then are
  * the temporaries renamed into place. When a step fails, the outputs already
  * renamed are put back from their backups before the error is reported. */
-static int write_outputs(const out_file *files, int count)
+int run_write_outputs(const out_file *files, int count)
 {
     char msg[1024];
     out_commit c[4];

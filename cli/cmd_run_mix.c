@@ -1,6 +1,15 @@
 /*
  * cmd_run_mix.c - `attnres run --op mix`: the AttnRes depth mix of N sources.
  */
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnres-impl.h"
+#include "attnres.h"
+#include "cli.h"
+#include "cmd_run.h"
+#include "convert.h"
+#include "npy.h"
 
 /* Inputs as read from disk, with their shapes checked against each other. */
 typedef struct run_inputs {
@@ -21,16 +30,16 @@ static int read_inputs(const run_opts *o, run_inputs *in)
 {
     char err[512];
     memset(in, 0, sizeof *in);
-    if (read_sources(o, &in->sources))
+    if (run_read_sources(o, &in->sources))
         return -1;
     in->n = in->sources.shape[0];
     in->t = in->sources.shape[1];
     in->d = in->sources.shape[2];
-    if (read_vector(o->query, "--query", in->d, &in->query))
+    if (run_read_vector(o->query, "--query", in->d, &in->query))
         return -1;
-    if (o->gain && read_vector(o->gain, "--gain", in->d, &in->gain))
+    if (o->gain && run_read_vector(o->gain, "--gain", in->d, &in->gain))
         return -1;
-    if (o->out_gain && read_vector(o->out_gain, "--out-gain", in->d, &in->out_gain))
+    if (o->out_gain && run_read_vector(o->out_gain, "--out-gain", in->d, &in->out_gain))
         return -1;
     if (o->partial) {
         if (npy_read_f32(o->partial, &in->partial, err, sizeof err)) {
@@ -46,7 +55,7 @@ static int read_inputs(const run_opts *o, run_inputs *in)
     return 0;
 }
 
-static int run_mix(const run_opts *o)
+int run_mix(const run_opts *o)
 {
     run_inputs in;
     if (read_inputs(o, &in)) {
@@ -86,22 +95,22 @@ static int run_mix(const run_opts *o)
         }
         convert_to_storage(o->dtype, in.partial.data, part_store, row);
     }
-    if (open_plan(o, &p, &dev, &db, &plan))
+    if (run_open_plan(o, &p, &dev, &db, &plan))
         goto done;
     /* Inputs and outputs live in the device's memory (host memory on the
      * CPU); the kernel only ever sees device pointers. */
     staged st = {.dev = dev};
     const void **dsrcs = malloc(sizeof(void *) * (size_t)in.n);
-    void *d_src = stage(&st, src_store, row * (size_t)in.n * es);
-    float *d_query = stage(&st, query, (size_t)in.d * 4);
-    void *d_part = part_store ? stage(&st, part_store, row * es) : NULL;
-    float *d_gain = o->out_gain ? stage(&st, in.out_gain.data, (size_t)in.d * 4) : NULL;
-    void *d_out = stage(&st, NULL, row * es);
-    void *d_normed = p.epilogue ? stage(&st, NULL, row * es) : NULL;
+    void *d_src = run_stage(&st, src_store, row * (size_t)in.n * es);
+    float *d_query = run_stage(&st, query, (size_t)in.d * 4);
+    void *d_part = part_store ? run_stage(&st, part_store, row * es) : NULL;
+    float *d_gain = o->out_gain ? run_stage(&st, in.out_gain.data, (size_t)in.d * 4) : NULL;
+    void *d_out = run_stage(&st, NULL, row * es);
+    void *d_normed = p.epilogue ? run_stage(&st, NULL, row * es) : NULL;
     if (!dsrcs || st.failed) {
         cli_error("run", "device buffers: %s", st.failed ? attnres_device_errmsg(dev) : "out of memory");
         free(dsrcs);
-        unstage(&st);
+        run_unstage(&st);
         goto done;
     }
     for (int64_t i = 0; i < in.n; i++)
@@ -126,18 +135,18 @@ static int run_mix(const run_opts *o)
     if (!rc && p.epilogue)
         rc = dev->ops->copy_to_host(dev, normed_store, d_normed, row * es);
     free(dsrcs);
-    unstage(&st);
+    run_unstage(&st);
     if (rc)
         goto done;
     convert_from_storage(o->dtype, out_store, out_f, row);
     if (p.epilogue)
         convert_from_storage(o->dtype, normed_store, normed_f, row);
     out_file files[] = {{o->out, out_f, 2, {in.t, in.d, 0}}, {o->normed, normed_f, 2, {in.t, in.d, 0}}};
-    if (write_outputs(files, 2))
+    if (run_write_outputs(files, 2))
         goto done;
     exit_code = CLI_EXIT_OK;
 done:
-    close_plan(dev, db, plan);
+    run_close_plan(dev, db, plan);
     free(src_store);
     free(part_store);
     free(out_store);

@@ -2,10 +2,19 @@
  * cmd_run_phase.c - `attnres run --op phase1` and `--op phase2`: the two
  * phases of Block AttnRes.
  */
+#include <stdlib.h>
+
+#include "attnres-impl.h"
+#include "attnres.h"
+#include "cli.h"
+#include "cmd_run.h"
+#include "convert.h"
+#include "npy.h"
+#include "problems.h"
 
 /* ---- --op phase1 ------------------------------------------------------ */
 
-static int run_phase1(const run_opts *o)
+int run_phase1(const run_opts *o)
 {
     npy_array sources = {0}, queries = {0}, gains = {0};
     int exit_code = CLI_EXIT_FAIL;
@@ -17,7 +26,7 @@ static int run_phase1(const run_opts *o)
     const void **srcs = NULL;
     void **o1s = NULL;
     float **lses = NULL;
-    if (read_sources(o, &sources))
+    if (run_read_sources(o, &sources))
         goto done;
     const int64_t n = sources.shape[0], t = sources.shape[1], d = sources.shape[2], h = o->heads;
     char err[512];
@@ -27,7 +36,7 @@ static int run_phase1(const run_opts *o)
     }
     if (queries.ndim != 2 || queries.shape[1] != d) {
         char got[128];
-        shape_text(&queries, got, sizeof got);
+        run_shape_text(&queries, got, sizeof got);
         cli_error("run", "--queries %s must have shape (S, d) with d = %lld to match the sources, got %s",
                   o->queries, (long long)d, got);
         goto done;
@@ -39,14 +48,14 @@ static int run_phase1(const run_opts *o)
         goto done;
     }
     const int64_t want_g[2] = {s, d};
-    if (o->gains && read_shaped("--gains", o->gains, 2, want_g, "S, d", "to match --queries", &gains))
+    if (o->gains && run_read_shaped("--gains", o->gains, 2, want_g, "S, d", "to match --queries", &gains))
         goto done;
     attnres_problem p;
     attnres_problem_init(&p, o->dtype, d, (int32_t)n);
     p.op = ATTNRES_OP_PHASE1;
     p.heads = (int32_t)h;
     p.s = (int32_t)s;
-    if (check_problem(&p))
+    if (run_check_problem(&p))
         goto done;
 
     const size_t es = attnres_dtype_size(o->dtype);
@@ -67,19 +76,19 @@ static int run_phase1(const run_opts *o)
     convert_to_storage(o->dtype, sources.data, src_store, row * (size_t)n);
     for (int64_t j = 0; j < s; j++)
         attnres_fold_query(queries.data + j * d, o->gains ? gains.data + j * d : NULL, u + j * d, d);
-    if (open_plan(o, &p, &dev, &db, &plan))
+    if (run_open_plan(o, &p, &dev, &db, &plan))
         goto done;
     /* As for mix: the kernel sees device copies only (host memory on the
      * CPU), and the outputs come back after the launch. */
     const size_t lse_bytes = (size_t)s * (size_t)t * (size_t)h * 4;
     staged st = {.dev = dev};
-    void *d_src = stage(&st, src_store, row * (size_t)n * es);
-    float *d_u = stage(&st, u, (size_t)s * (size_t)d * 4);
-    void *d_o1 = stage(&st, NULL, row * (size_t)s * es);
-    float *d_lse = stage(&st, NULL, lse_bytes);
+    void *d_src = run_stage(&st, src_store, row * (size_t)n * es);
+    float *d_u = run_stage(&st, u, (size_t)s * (size_t)d * 4);
+    void *d_o1 = run_stage(&st, NULL, row * (size_t)s * es);
+    float *d_lse = run_stage(&st, NULL, lse_bytes);
     if (st.failed) {
         cli_error("run", "device buffers: %s", attnres_device_errmsg(dev));
-        unstage(&st);
+        run_unstage(&st);
         goto done;
     }
     for (int64_t i = 0; i < n; i++)
@@ -104,16 +113,16 @@ static int run_phase1(const run_opts *o)
         cli_error("run", "copying the outputs back: %s", attnres_device_errmsg(dev));
         rc = -1;
     }
-    unstage(&st);
+    run_unstage(&st);
     if (rc)
         goto done;
     convert_from_storage(o->dtype, o1_store, o1_f, row * (size_t)s);
     out_file files[] = {{o->out, o1_f, 3, {s, t, d}}, {o->lse, lse, 3, {s, t, h}}};
-    if (write_outputs(files, 2))
+    if (run_write_outputs(files, 2))
         goto done;
     exit_code = CLI_EXIT_OK;
 done:
-    close_plan(dev, db, plan);
+    run_close_plan(dev, db, plan);
     free(src_store);
     free(o1_store);
     free(o1_f);
@@ -130,7 +139,7 @@ done:
 
 /* ---- --op phase2 ------------------------------------------------------ */
 
-static int run_phase2(const run_opts *o)
+int run_phase2(const run_opts *o)
 {
     npy_array o1 = {0}, lse = {0}, partial = {0}, query = {0}, gain = {0}, sublayer = {0}, out_gain = {0};
     int exit_code = CLI_EXIT_FAIL;
@@ -146,7 +155,7 @@ static int run_phase2(const run_opts *o)
     }
     if (o1.ndim != 2 || o1.shape[1] < 1) {
         char got[128];
-        shape_text(&o1, got, sizeof got);
+        run_shape_text(&o1, got, sizeof got);
         cli_error("run", "--o1 %s must have shape (T, d) with d >= 1, got %s", o->o1, got);
         goto done;
     }
@@ -157,7 +166,7 @@ static int run_phase2(const run_opts *o)
     }
     if (lse.ndim != 2 || lse.shape[0] != t || lse.shape[1] < 1) {
         char got[128];
-        shape_text(&lse, got, sizeof got);
+        run_shape_text(&lse, got, sizeof got);
         cli_error("run", "--lse %s must have shape (T, H) with T = %lld to match --o1, got %s", o->lse,
                   (long long)t, got);
         goto done;
@@ -179,15 +188,15 @@ static int run_phase2(const run_opts *o)
         goto done;
     }
     const int64_t want_td[2] = {t, d};
-    if (read_shaped("--partial", o->partial, 2, want_td, "T, d", "to match --o1", &partial))
+    if (run_read_shaped("--partial", o->partial, 2, want_td, "T, d", "to match --o1", &partial))
         goto done;
-    if (o->sublayer && read_shaped("--sublayer", o->sublayer, 2, want_td, "T, d", "to match --o1", &sublayer))
+    if (o->sublayer && run_read_shaped("--sublayer", o->sublayer, 2, want_td, "T, d", "to match --o1", &sublayer))
         goto done;
-    if (read_shaped("--query", o->query, 1, &d, "d", "to match --o1", &query))
+    if (run_read_shaped("--query", o->query, 1, &d, "d", "to match --o1", &query))
         goto done;
-    if (o->gain && read_shaped("--gain", o->gain, 1, &d, "d", "to match --o1", &gain))
+    if (o->gain && run_read_shaped("--gain", o->gain, 1, &d, "d", "to match --o1", &gain))
         goto done;
-    if (o->out_gain && read_shaped("--out-gain", o->out_gain, 1, &d, "d", "to match --o1", &out_gain))
+    if (o->out_gain && run_read_shaped("--out-gain", o->out_gain, 1, &d, "d", "to match --o1", &out_gain))
         goto done;
     attnres_problem p;
     attnres_problem_init(&p, o->dtype, d, 1);
@@ -195,7 +204,7 @@ static int run_phase2(const run_opts *o)
     p.heads = (int32_t)h;
     p.epilogue = o->normed ? 1 : 0;
     p.fuse_add = o->sublayer ? 1 : 0;
-    if (check_problem(&p))
+    if (run_check_problem(&p))
         goto done;
 
     const size_t es = attnres_dtype_size(o->dtype);
@@ -223,21 +232,21 @@ static int run_phase2(const run_opts *o)
     if (p.fuse_add)
         convert_to_storage(o->dtype, sublayer.data, f_store, row);
     attnres_fold_query(query.data, o->gain ? gain.data : NULL, u, d);
-    if (open_plan(o, &p, &dev, &db, &plan))
+    if (run_open_plan(o, &p, &dev, &db, &plan))
         goto done;
     /* Device copies of every buffer (eight at most, what staged holds). */
     staged st = {.dev = dev};
-    void *d_o1 = stage(&st, o1_store, row * es);
-    float *d_lse = stage(&st, lse.data, (size_t)t * (size_t)h * 4);
-    void *d_b = stage(&st, b_store, row * es);
-    void *d_f = p.fuse_add ? stage(&st, f_store, row * es) : NULL;
-    float *d_u = stage(&st, u, (size_t)d * 4);
-    float *d_gain = o->out_gain ? stage(&st, out_gain.data, (size_t)d * 4) : NULL;
-    void *d_out = stage(&st, NULL, row * es);
-    void *d_normed = p.epilogue ? stage(&st, NULL, row * es) : NULL;
+    void *d_o1 = run_stage(&st, o1_store, row * es);
+    float *d_lse = run_stage(&st, lse.data, (size_t)t * (size_t)h * 4);
+    void *d_b = run_stage(&st, b_store, row * es);
+    void *d_f = p.fuse_add ? run_stage(&st, f_store, row * es) : NULL;
+    float *d_u = run_stage(&st, u, (size_t)d * 4);
+    float *d_gain = o->out_gain ? run_stage(&st, out_gain.data, (size_t)d * 4) : NULL;
+    void *d_out = run_stage(&st, NULL, row * es);
+    void *d_normed = p.epilogue ? run_stage(&st, NULL, row * es) : NULL;
     if (st.failed) {
         cli_error("run", "device buffers: %s", attnres_device_errmsg(dev));
-        unstage(&st);
+        run_unstage(&st);
         goto done;
     }
     attnres_phase2_args a;
@@ -262,7 +271,7 @@ static int run_phase2(const run_opts *o)
         cli_error("run", "copying the outputs back: %s", attnres_device_errmsg(dev));
         rc = -1;
     }
-    unstage(&st);
+    run_unstage(&st);
     if (rc)
         goto done;
     convert_from_storage(o->dtype, out_store, out_f, row);
@@ -273,11 +282,11 @@ static int run_phase2(const run_opts *o)
     out_file files[] = {{o->out, out_f, 2, {t, d, 0}},
                         {o->normed, normed_f, 2, {t, d, 0}},
                         {o->partial_out, b_f, 2, {t, d, 0}}};
-    if (write_outputs(files, 3))
+    if (run_write_outputs(files, 3))
         goto done;
     exit_code = CLI_EXIT_OK;
 done:
-    close_plan(dev, db, plan);
+    run_close_plan(dev, db, plan);
     free(o1_store);
     free(b_store);
     free(f_store);

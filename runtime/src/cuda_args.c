@@ -2,7 +2,16 @@
  * cuda_args.c - CUDA launches: the limits a problem is checked against, each
  * op's by-value argument struct filled and checked against the problem and
  * the kernel, and the launch itself.
+ *
+ * Kernels take one by-value argument (cuda_kernel_abi.h for mix,
+ * cuda_phase_abi.h for the Block AttnRes phases), so a launch allocates
+ * nothing and can be captured in a CUDA graph.
  */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_internal.h"
 
 /* The dynamic shared memory phase 1's softmax weights take per block. */
 static int64_t phase1_weights_smem(const attnres_problem *p)
@@ -12,7 +21,7 @@ static int64_t phase1_weights_smem(const attnres_problem *p)
 
 /* What no CUDA kernel runs, refused when the plan is made: the launch
  * checks below stay for launches outside a plan (the tuner's). */
-static int cuda_check_problem(attnres_device *dev, const attnres_problem *p)
+int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
 {
     const int n = p->n, S = p->s, H = p->heads;
     if (p->op == ATTNRES_OP_MIX && n > AR_CUDA_MAX_SOURCES)
@@ -246,12 +255,11 @@ static int fill_phase2(attnres_device *dev, const ar_kernel *k, const attnres_pr
 
 /* ---- the op-generic launch --------------------------------------------- */
 
-
 /* Checks the tagged arguments against the problem and the kernel and fills
  * l; T must be positive. Mix kernels handle tokens_per_block tokens per
  * block, the phase kernels one token per block (cuda_phase_abi.h). */
-static int prepare(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
-                   const ar_op_args *a, cuda_launch_data *l)
+int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                    const ar_op_args *a, cuda_launch_data *l)
 {
     if (!a || a->op != p->op)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the arguments are for op %d, the problem is op %d",
@@ -283,35 +291,35 @@ static int prepare(attnres_device *dev, const ar_kernel *k, const attnres_proble
 }
 
 /* Launches prepared work on `stream` with the context already current. */
-static int launch_current(attnres_device *dev, const ar_kernel *k, cuda_launch_data *l, CUstream stream)
+int ar_cuda_launch_current(attnres_device *dev, const ar_kernel *k, cuda_launch_data *l, CUstream stream)
 {
     void *params[] = {&l->args};
-    CUresult r = cu.LaunchKernel((CUfunction)k->entry, (unsigned)l->grid, 1, 1, (unsigned)k->threads, 1, 1,
-                                 (unsigned)l->smem, stream, params, NULL);
+    CUresult r = ar_cuda_driver.LaunchKernel((CUfunction)k->entry, (unsigned)l->grid, 1, 1, (unsigned)k->threads,
+                                             1, 1, (unsigned)l->smem, stream, params, NULL);
     if (r != CU_OK) {
         char what[256];
         snprintf(what, sizeof what, "launching %s", k->kernel_name);
-        return cuda_fail(dev, ATTNRES_ELAUNCH, r, what);
+        return ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, what);
     }
     return ATTNRES_OK;
 }
 
-static int cuda_launch(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
-                       const ar_op_args *a, void *stream)
+int ar_cuda_launch(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                   const ar_op_args *a, void *stream)
 {
     if (T == 0)
         return ATTNRES_OK;
     if (T < 0)
         return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
     cuda_launch_data l;
-    int rc = prepare(dev, k, p, T, a, &l);
+    int rc = ar_cuda_prepare(dev, k, p, T, a, &l);
     if (rc != ATTNRES_OK)
         return rc;
     int pushed;
-    CUresult r = ctx_enter(dev->state, &pushed);
+    CUresult r = ar_cuda_ctx_enter(dev->state, &pushed);
     if (r != CU_OK)
-        return cuda_fail(dev, ATTNRES_ELAUNCH, r, "making the CUDA context current");
-    rc = launch_current(dev, k, &l, (CUstream)stream);
-    ctx_leave(pushed);
+        return ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "making the CUDA context current");
+    rc = ar_cuda_launch_current(dev, k, &l, (CUstream)stream);
+    ar_cuda_ctx_leave(pushed);
     return rc;
 }

@@ -1,24 +1,18 @@
 /*
- * cuda_backend.c - NVIDIA GPUs through the CUDA Driver API.
+ * cuda_backend.c - NVIDIA GPUs through the CUDA Driver API: a device's
+ * lifecycle, compiling and loading its kernels, its memory, and the
+ * backend's ops table (device.h).
  *
- * libcuda.so.1 is loaded with dlopen at the first use, so the library links
- * and runs on hosts without a driver: there count() is 0 and open() fails
- * with ATTNRES_ENODEV. Kernels are CUDA C++ from templates/cuda, compiled
- * by NVRTC (nvrtc.c, also loaded with dlopen) into cubins for the device's
- * architecture, or into PTX for the newest architecture NVRTC knows when it
- * does not know the device's. Each device holds its primary context; every
- * call makes it current for its duration and restores the caller's.
- *
- * Kernels take one by-value argument (cuda_kernel_abi.h for mix,
- * cuda_phase_abi.h for the Block AttnRes phases), so a launch allocates
- * nothing and can be captured in a CUDA graph. The built-in generic
- * kernels' sources (mix, phase1, phase2) are generated at build time from
- * the templates and compiled with NVRTC when a plan first needs them
- * (cached on disk by build key).
+ * Kernels are CUDA C++ from templates/cuda, compiled by NVRTC (nvrtc.c,
+ * loaded with dlopen like the driver, cuda_driver.c) into cubins for the
+ * device's architecture, or into PTX for the newest architecture NVRTC
+ * knows when it does not know the device's. Each device holds its primary
+ * context; every call makes it current for its duration and restores the
+ * caller's. The built-in generic kernels' sources (mix, phase1, phase2) are
+ * generated at build time from the templates and compiled with NVRTC when a
+ * plan first needs them (cached on disk by build key). Launches are prepared
+ * in cuda_args.c and timed in cuda_timing.c.
  */
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,9 +20,7 @@
 #include <string.h>
 
 #include "binary_cache.h"
-#include "cuda_kernel_abi.h"
-#include "cuda_phase_abi.h"
-#include "device.h"
+#include "cuda_internal.h"
 #include "nvrtc.h"
 #include "sha256.h"
 
@@ -69,22 +61,22 @@ static const cuda_generic cuda_generics[3][3] = {
 /* ---- device state ------------------------------------------------------ */
 
 /* Makes the device's context current for one call; restores the caller's. */
-static CUresult ctx_enter(const cuda_state *st, int *pushed)
+CUresult ar_cuda_ctx_enter(const cuda_state *st, int *pushed)
 {
     CUcontext cur = NULL;
     *pushed = 0;
-    if (cu.CtxGetCurrent(&cur) == CU_OK && cur == st->ctx)
+    if (ar_cuda_driver.CtxGetCurrent(&cur) == CU_OK && cur == st->ctx)
         return CU_OK;
-    CUresult r = cu.CtxPushCurrent(st->ctx);
+    CUresult r = ar_cuda_driver.CtxPushCurrent(st->ctx);
     *pushed = r == CU_OK;
     return r;
 }
 
-static void ctx_leave(int pushed)
+void ar_cuda_ctx_leave(int pushed)
 {
     if (pushed) {
         CUcontext c;
-        cu.CtxPopCurrent(&c);
+        ar_cuda_driver.CtxPopCurrent(&c);
     }
 }
 
@@ -98,9 +90,9 @@ static int wants_ptx(int ordinal)
     /* "0" insists on cubins first, also for a simulator: that is how the
      * tests reach the recompile-after-refusal path. */
     const int insist_cubin = env && strcmp(env, "0") == 0;
-    if ((cu.simulated && !insist_cubin) || (env && strcmp(env, "1") == 0))
+    if ((ar_cuda_driver.simulated && !insist_cubin) || (env && strcmp(env, "1") == 0))
         return 1;
-    return ordinal >= 0 && ordinal < AR_CUDA_MAX_ORDINALS && cu.needs_ptx[ordinal];
+    return ordinal >= 0 && ordinal < AR_CUDA_MAX_ORDINALS && ar_cuda_driver.needs_ptx[ordinal];
 }
 
 /* Real code for the device when NVRTC knows its architecture and nothing
@@ -131,7 +123,7 @@ static void switch_to_ptx(attnres_device *dev)
     cuda_state *st = dev->state;
     pthread_mutex_lock(&dev->lock);
     if (st->ordinal >= 0 && st->ordinal < AR_CUDA_MAX_ORDINALS)
-        cu.needs_ptx[st->ordinal] = 1;
+        ar_cuda_driver.needs_ptx[st->ordinal] = 1;
     if (st->cubin) {
         choose_binary_form(st);
         set_target(dev);
@@ -141,27 +133,27 @@ static void switch_to_ptx(attnres_device *dev)
 
 static int cuda_count(void)
 {
-    if (!driver_ready() || cu.init_rc != CU_OK)
+    if (!ar_cuda_driver_ready() || ar_cuda_driver.init_rc != CU_OK)
         return 0;
     int n = 0;
-    if (cu.DeviceGetCount(&n) != CU_OK || n < 0)
+    if (ar_cuda_driver.DeviceGetCount(&n) != CU_OK || n < 0)
         return 0;
     return n;
 }
 
 static int cuda_open(attnres_device *dev, int index)
 {
-    if (!driver_ready())
-        return ar_device_fail(dev, ATTNRES_ENODEV, "%s", cu.error);
-    if (cu.init_rc != CU_OK) {
+    if (!ar_cuda_driver_ready())
+        return ar_device_fail(dev, ATTNRES_ENODEV, "%s", ar_cuda_driver.error);
+    if (ar_cuda_driver.init_rc != CU_OK) {
         char text[256];
-        error_text(cu.init_rc, text, sizeof text);
+        ar_cuda_error_text(ar_cuda_driver.init_rc, text, sizeof text);
         return ar_device_fail(dev, ATTNRES_ENODEV, "the CUDA driver did not initialise: %s", text);
     }
     int count = 0;
-    CUresult r = cu.DeviceGetCount(&count);
+    CUresult r = ar_cuda_driver.DeviceGetCount(&count);
     if (r != CU_OK)
-        return cuda_fail(dev, ATTNRES_ENODEV, r, "cuDeviceGetCount");
+        return ar_cuda_fail(dev, ATTNRES_ENODEV, r, "cuDeviceGetCount");
     if (index < 0 || index >= count)
         return ar_device_fail(dev, ATTNRES_ENODEV, "no CUDA device %d (%d present)", index, count);
     cuda_state *st = calloc(1, sizeof *st);
@@ -171,27 +163,28 @@ static int cuda_open(attnres_device *dev, int index)
     int major = 0, minor = 0, sms = 0, l2 = 0, version = 0;
     size_t mem = 0;
     char name[256] = "";
-    if ((r = cu.DeviceGet(&st->device, index)) != CU_OK ||
-        (r = cu.DeviceGetName(name, (int)sizeof name - 1, st->device)) != CU_OK ||
-        (r = cu.DeviceGetAttribute(&major, CU_ATTR_CC_MAJOR, st->device)) != CU_OK ||
-        (r = cu.DeviceGetAttribute(&minor, CU_ATTR_CC_MINOR, st->device)) != CU_OK ||
-        (r = cu.DeviceGetAttribute(&sms, CU_ATTR_MULTIPROCESSOR_COUNT, st->device)) != CU_OK ||
-        (r = cu.DeviceGetAttribute(&l2, CU_ATTR_L2_CACHE_SIZE, st->device)) != CU_OK ||
-        (r = cu.DeviceTotalMem(&mem, st->device)) != CU_OK || (r = cu.DriverGetVersion(&version)) != CU_OK) {
+    if ((r = ar_cuda_driver.DeviceGet(&st->device, index)) != CU_OK ||
+        (r = ar_cuda_driver.DeviceGetName(name, (int)sizeof name - 1, st->device)) != CU_OK ||
+        (r = ar_cuda_driver.DeviceGetAttribute(&major, CU_ATTR_CC_MAJOR, st->device)) != CU_OK ||
+        (r = ar_cuda_driver.DeviceGetAttribute(&minor, CU_ATTR_CC_MINOR, st->device)) != CU_OK ||
+        (r = ar_cuda_driver.DeviceGetAttribute(&sms, CU_ATTR_MULTIPROCESSOR_COUNT, st->device)) != CU_OK ||
+        (r = ar_cuda_driver.DeviceGetAttribute(&l2, CU_ATTR_L2_CACHE_SIZE, st->device)) != CU_OK ||
+        (r = ar_cuda_driver.DeviceTotalMem(&mem, st->device)) != CU_OK ||
+        (r = ar_cuda_driver.DriverGetVersion(&version)) != CU_OK) {
         pthread_mutex_destroy(&st->lock);
         free(st);
-        return cuda_fail(dev, ATTNRES_ENODEV, r, "querying the CUDA device");
+        return ar_cuda_fail(dev, ATTNRES_ENODEV, r, "querying the CUDA device");
     }
-    if ((r = cu.DevicePrimaryCtxRetain(&st->ctx, st->device)) != CU_OK) {
+    if ((r = ar_cuda_driver.DevicePrimaryCtxRetain(&st->ctx, st->device)) != CU_OK) {
         pthread_mutex_destroy(&st->lock);
         free(st);
-        return cuda_fail(dev, ATTNRES_ENODEV, r, "cuDevicePrimaryCtxRetain");
+        return ar_cuda_fail(dev, ATTNRES_ENODEV, r, "cuDevicePrimaryCtxRetain");
     }
     st->cc = major * 10 + minor;
     st->l2 = l2 > 0 ? (size_t)l2 : (size_t)64 << 20;
     st->ordinal = index;
     choose_binary_form(st);
-    dev->simulated = cu.simulated;
+    dev->simulated = ar_cuda_driver.simulated;
     dev->state = st;
     snprintf(dev->backend, sizeof dev->backend, "cuda");
     snprintf(dev->name, sizeof dev->name, "%s", name);
@@ -211,24 +204,24 @@ static void cuda_close(attnres_device *dev)
     if (!st)
         return;
     int pushed;
-    if (ctx_enter(st, &pushed) == CU_OK) {
+    if (ar_cuda_ctx_enter(st, &pushed) == CU_OK) {
         if (st->stream)
-            cu.StreamSynchronize(st->stream);
+            ar_cuda_driver.StreamSynchronize(st->stream);
         if (st->start)
-            cu.EventDestroy(st->start);
+            ar_cuda_driver.EventDestroy(st->start);
         if (st->stop)
-            cu.EventDestroy(st->stop);
+            ar_cuda_driver.EventDestroy(st->stop);
         if (st->flush)
-            cu.MemFree(st->flush);
+            ar_cuda_driver.MemFree(st->flush);
         if (st->empty_module)
-            cu.ModuleUnload(st->empty_module);
+            ar_cuda_driver.ModuleUnload(st->empty_module);
         if (st->ceiling_module)
-            cu.ModuleUnload(st->ceiling_module);
+            ar_cuda_driver.ModuleUnload(st->ceiling_module);
         if (st->stream)
-            cu.StreamDestroy(st->stream);
-        ctx_leave(pushed);
+            ar_cuda_driver.StreamDestroy(st->stream);
+        ar_cuda_ctx_leave(pushed);
     }
-    cu.DevicePrimaryCtxRelease(st->device);
+    ar_cuda_driver.DevicePrimaryCtxRelease(st->device);
     pthread_mutex_destroy(&st->lock);
     free(st);
     dev->state = NULL;
@@ -293,32 +286,32 @@ static int load_image(attnres_device *dev, const void *blob, size_t size, const 
         image = text;
     }
     int pushed, status = ATTNRES_OK;
-    CUresult r = ctx_enter(st, &pushed);
+    CUresult r = ar_cuda_ctx_enter(st, &pushed);
     if (r != CU_OK) {
         free(text);
         free(ck);
-        return cuda_fail(dev, ATTNRES_ELOAD, r, "making the CUDA context current");
+        return ar_cuda_fail(dev, ATTNRES_ELOAD, r, "making the CUDA context current");
     }
     CUfunction fn = NULL;
     int max_threads = 0;
-    if ((r = cu.ModuleLoadData(&ck->module, image)) != CU_OK) {
+    if ((r = ar_cuda_driver.ModuleLoadData(&ck->module, image)) != CU_OK) {
         ck->module = NULL;
         *no_binary = r == CU_ERROR_NO_BINARY_FOR_GPU && is_elf(blob, size);
-        status = cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleLoadData");
-    } else if ((r = cu.ModuleGetFunction(&fn, ck->module, kernel_name)) != CU_OK) {
-        status = cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction");
-    } else if ((r = cu.FuncGetAttribute(&max_threads, CU_FUNC_ATTR_MAX_THREADS_PER_BLOCK, fn)) != CU_OK) {
-        status = cuda_fail(dev, ATTNRES_ELOAD, r, "cuFuncGetAttribute");
+        status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleLoadData");
+    } else if ((r = ar_cuda_driver.ModuleGetFunction(&fn, ck->module, kernel_name)) != CU_OK) {
+        status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction");
+    } else if ((r = ar_cuda_driver.FuncGetAttribute(&max_threads, CU_FUNC_ATTR_MAX_THREADS_PER_BLOCK, fn)) != CU_OK) {
+        status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuFuncGetAttribute");
     } else if (max_threads < block) {
         status = ar_device_fail(dev, ATTNRES_ELOAD, "kernel %s runs at most %d threads per block on %s, not %lld",
                                 kernel_name, max_threads, dev->arch, (long long)block);
     } else if (smem > 48 * 1024 &&
-               (r = cu.FuncSetAttribute(fn, CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)smem)) != CU_OK) {
-        status = cuda_fail(dev, ATTNRES_ELOAD, r, "allowing the kernel's dynamic shared memory");
+               (r = ar_cuda_driver.FuncSetAttribute(fn, CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)smem)) != CU_OK) {
+        status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "allowing the kernel's dynamic shared memory");
     }
     if (status != ATTNRES_OK && ck->module)
-        cu.ModuleUnload(ck->module);
-    ctx_leave(pushed);
+        ar_cuda_driver.ModuleUnload(ck->module);
+    ar_cuda_ctx_leave(pushed);
     free(text);
     if (status != ATTNRES_OK) {
         free(ck);
@@ -410,9 +403,9 @@ static void cuda_unload(attnres_device *dev, ar_kernel *k)
     cuda_kernel *ck = k->module;
     if (ck) {
         int pushed;
-        if (ck->module && ctx_enter(dev->state, &pushed) == CU_OK) {
-            cu.ModuleUnload(ck->module);
-            ctx_leave(pushed);
+        if (ck->module && ar_cuda_ctx_enter(dev->state, &pushed) == CU_OK) {
+            ar_cuda_driver.ModuleUnload(ck->module);
+            ar_cuda_ctx_leave(pushed);
         }
         free(ck);
     }
@@ -420,22 +413,22 @@ static void cuda_unload(attnres_device *dev, ar_kernel *k)
     k->entry = NULL;
 }
 
-/* ---- memory and timing ------------------------------------------------- */
+/* ---- memory ------------------------------------------------------------ */
 
 static int cuda_mem_alloc(attnres_device *dev, size_t bytes, void **ptr)
 {
     *ptr = NULL;
     int pushed;
-    CUresult r = ctx_enter(dev->state, &pushed);
+    CUresult r = ar_cuda_ctx_enter(dev->state, &pushed);
     if (r != CU_OK)
-        return cuda_fail(dev, ATTNRES_ENOMEM, r, "making the CUDA context current");
+        return ar_cuda_fail(dev, ATTNRES_ENOMEM, r, "making the CUDA context current");
     CUdeviceptr p = 0;
-    r = cu.MemAlloc(&p, bytes ? bytes : 256);
-    ctx_leave(pushed);
+    r = ar_cuda_driver.MemAlloc(&p, bytes ? bytes : 256);
+    ar_cuda_ctx_leave(pushed);
     if (r != CU_OK) {
         char what[96];
         snprintf(what, sizeof what, "allocating %zu bytes on the GPU", bytes);
-        return cuda_fail(dev, ATTNRES_ENOMEM, r, what);
+        return ar_cuda_fail(dev, ATTNRES_ENOMEM, r, what);
     }
     *ptr = (void *)(uintptr_t)p;
     return ATTNRES_OK;
@@ -446,9 +439,9 @@ static void cuda_mem_free(attnres_device *dev, void *ptr)
     if (!ptr)
         return;
     int pushed;
-    if (ctx_enter(dev->state, &pushed) == CU_OK) {
-        cu.MemFree((CUdeviceptr)(uintptr_t)ptr);
-        ctx_leave(pushed);
+    if (ar_cuda_ctx_enter(dev->state, &pushed) == CU_OK) {
+        ar_cuda_driver.MemFree((CUdeviceptr)(uintptr_t)ptr);
+        ar_cuda_ctx_leave(pushed);
     }
 }
 
@@ -457,12 +450,12 @@ static int cuda_copy_to_device(attnres_device *dev, void *dst, const void *src, 
     if (!bytes)
         return ATTNRES_OK;
     int pushed;
-    CUresult r = ctx_enter(dev->state, &pushed);
+    CUresult r = ar_cuda_ctx_enter(dev->state, &pushed);
     if (r == CU_OK) {
-        r = cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, bytes);
-        ctx_leave(pushed);
+        r = ar_cuda_driver.MemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, bytes);
+        ar_cuda_ctx_leave(pushed);
     }
-    return r == CU_OK ? ATTNRES_OK : cuda_fail(dev, ATTNRES_EIO, r, "copying to the GPU");
+    return r == CU_OK ? ATTNRES_OK : ar_cuda_fail(dev, ATTNRES_EIO, r, "copying to the GPU");
 }
 
 static int cuda_copy_to_host(attnres_device *dev, void *dst, const void *src, size_t bytes)
@@ -470,12 +463,12 @@ static int cuda_copy_to_host(attnres_device *dev, void *dst, const void *src, si
     if (!bytes)
         return ATTNRES_OK;
     int pushed;
-    CUresult r = ctx_enter(dev->state, &pushed);
+    CUresult r = ar_cuda_ctx_enter(dev->state, &pushed);
     if (r == CU_OK) {
-        r = cu.MemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, bytes);
-        ctx_leave(pushed);
+        r = ar_cuda_driver.MemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, bytes);
+        ar_cuda_ctx_leave(pushed);
     }
-    return r == CU_OK ? ATTNRES_OK : cuda_fail(dev, ATTNRES_EIO, r, "copying from the GPU");
+    return r == CU_OK ? ATTNRES_OK : ar_cuda_fail(dev, ATTNRES_EIO, r, "copying from the GPU");
 }
 
 const ar_backend ar_cuda_backend = {
@@ -485,17 +478,17 @@ const ar_backend ar_cuda_backend = {
     .close = cuda_close,
     .compile = cuda_compile,
     .load = cuda_load,
-    .check_problem = cuda_check_problem,
+    .check_problem = ar_cuda_check_problem,
     .load_generic = cuda_load_generic,
     .unload = cuda_unload,
-    .launch = cuda_launch,
+    .launch = ar_cuda_launch,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
     .copy_to_device = cuda_copy_to_device,
     .copy_to_host = cuda_copy_to_host,
-    .time = cuda_time,
-    .copy_bandwidth = cuda_copy_bandwidth,
-    .empty_launch = cuda_empty_launch,
-    .ceilings = cuda_ceilings,
-    .stream_pass = cuda_stream_pass,
+    .time = ar_cuda_time,
+    .copy_bandwidth = ar_cuda_copy_bandwidth,
+    .empty_launch = ar_cuda_empty_launch,
+    .ceilings = ar_cuda_ceilings,
+    .stream_pass = ar_cuda_stream_pass,
 };

@@ -2,42 +2,55 @@
  * cuda_driver.c - the CUDA driver library, loaded with dlopen at the first
  * use: its entry points, the text of its errors, and which of them leave a
  * context unusable.
+ *
+ * libcuda.so.1 (or the library ATTNRES_CUDA_DRIVER names) is loaded with
+ * dlopen, so the library links and runs on hosts without a driver: there
+ * the backend's count() is 0 and open() fails with ATTNRES_ENODEV.
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda_internal.h"
+
+cuda_driver ar_cuda_driver = {.once = PTHREAD_ONCE_INIT};
 
 /* Looks up the first of several names (newest ABI first). */
 static void *driver_symbol(const char *const *names)
 {
     for (; *names; names++) {
-        void *p = dlsym(cu.handle, *names);
+        void *p = dlsym(ar_cuda_driver.handle, *names);
         if (p)
             return p;
     }
     return NULL;
 }
 
-#define CU_SYM(field, ...)                                                            \
-    do {                                                                              \
-        static const char *const names_[] = {__VA_ARGS__, NULL};                      \
-        *(void **)(&cu.field) = driver_symbol(names_);                                \
-        if (!cu.field) {                                                              \
-            snprintf(cu.error, sizeof cu.error, "the CUDA driver lacks %s", names_[0]); \
-            goto fail;                                                                \
-        }                                                                             \
+#define CU_SYM(field, ...)                                                                                      \
+    do {                                                                                                        \
+        static const char *const names_[] = {__VA_ARGS__, NULL};                                                \
+        *(void **)(&ar_cuda_driver.field) = driver_symbol(names_);                                              \
+        if (!ar_cuda_driver.field) {                                                                            \
+            snprintf(ar_cuda_driver.error, sizeof ar_cuda_driver.error, "the CUDA driver lacks %s", names_[0]); \
+            goto fail;                                                                                          \
+        }                                                                                                       \
     } while (0)
 
 static void driver_load(void)
 {
-    cu.init_rc = -1;
+    ar_cuda_driver.init_rc = -1;
     /* ATTNRES_CUDA_DRIVER names another driver library: a newer driver
      * outside the loader's path, or the simulated driver of the tests. */
     const char *path = getenv("ATTNRES_CUDA_DRIVER");
     if (!path || !*path)
         path = "libcuda.so.1";
-    cu.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!cu.handle) {
+    ar_cuda_driver.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!ar_cuda_driver.handle) {
         const char *why = dlerror();
-        snprintf(cu.error, sizeof cu.error, "no CUDA driver (%.200s not loaded: %.250s)", path,
-                 why ? why : "not found");
+        snprintf(ar_cuda_driver.error, sizeof ar_cuda_driver.error, "no CUDA driver (%.200s not loaded: %.250s)",
+                 path, why ? why : "not found");
         return;
     }
     CU_SYM(Init, "cuInit");
@@ -74,28 +87,28 @@ static void driver_load(void)
     CU_SYM(EventRecord, "cuEventRecord");
     CU_SYM(EventSynchronize, "cuEventSynchronize");
     CU_SYM(EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
-    *(void **)(&cu.Describe) = dlsym(cu.handle, "cudasimDescribe");
-    cu.simulated = cu.Describe != NULL;
-    cu.init_rc = cu.Init(0);
+    *(void **)(&ar_cuda_driver.Describe) = dlsym(ar_cuda_driver.handle, "cudasimDescribe");
+    ar_cuda_driver.simulated = ar_cuda_driver.Describe != NULL;
+    ar_cuda_driver.init_rc = ar_cuda_driver.Init(0);
     return;
 fail:
-    dlclose(cu.handle);
-    cu.handle = NULL;
+    dlclose(ar_cuda_driver.handle);
+    ar_cuda_driver.handle = NULL;
 }
 
-static int driver_ready(void)
+int ar_cuda_driver_ready(void)
 {
-    pthread_once(&cu.once, driver_load);
-    return cu.handle != NULL;
+    pthread_once(&ar_cuda_driver.once, driver_load);
+    return ar_cuda_driver.handle != NULL;
 }
 
 /* "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered". */
-static void error_text(CUresult r, char *buf, size_t len)
+void ar_cuda_error_text(CUresult r, char *buf, size_t len)
 {
     const char *name = NULL, *text = NULL;
-    if (!cu.handle || cu.GetErrorName(r, &name) != CU_OK || !name)
+    if (!ar_cuda_driver.handle || ar_cuda_driver.GetErrorName(r, &name) != CU_OK || !name)
         name = NULL;
-    if (!cu.handle || cu.GetErrorString(r, &text) != CU_OK)
+    if (!ar_cuda_driver.handle || ar_cuda_driver.GetErrorString(r, &text) != CU_OK)
         text = NULL;
     if (name && text)
         snprintf(buf, len, "%s: %s", name, text);
@@ -127,10 +140,10 @@ static int is_sticky(CUresult r)
     }
 }
 
-static int cuda_fail(attnres_device *dev, int status, CUresult r, const char *what)
+int ar_cuda_fail(attnres_device *dev, int status, CUresult r, const char *what)
 {
     char text[768]; /* a simulated driver's fault description runs long */
-    error_text(r, text, sizeof text);
+    ar_cuda_error_text(r, text, sizeof text);
     if (is_sticky(r))
         return ar_device_fail(dev, status,
                               "%s failed: %s (a kernel on this device faulted earlier; the CUDA context is "

@@ -3,17 +3,30 @@
  * between events: kernel times, the driver's copy bandwidth, the ceilings'
  * streaming kernels (docs/design.md §2), the tuner's stream passes and the
  * time of an empty launch.
+ *
+ * The timing resources (stream, events, the L2 flush buffer and the loaded
+ * streaming and empty kernels) are made on first use, kept in cuda_state
+ * and guarded by its lock; cuda_backend.c frees them when the device closes.
  */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+#include "nvrtc.h"
 
 /* The stream and events timing uses; with st->lock held, context current. */
 static CUresult timing_setup(cuda_state *st)
 {
     CUresult r = CU_OK;
-    if (!st->stream && (r = cu.StreamCreate(&st->stream, CU_STREAM_NON_BLOCKING)) != CU_OK)
+    if (!st->stream && (r = ar_cuda_driver.StreamCreate(&st->stream, CU_STREAM_NON_BLOCKING)) != CU_OK)
         return r;
-    if (!st->start && (r = cu.EventCreate(&st->start, CU_EVENT_DEFAULT)) != CU_OK)
+    if (!st->start && (r = ar_cuda_driver.EventCreate(&st->start, CU_EVENT_DEFAULT)) != CU_OK)
         return r;
-    if (!st->stop && (r = cu.EventCreate(&st->stop, CU_EVENT_DEFAULT)) != CU_OK)
+    if (!st->stop && (r = ar_cuda_driver.EventCreate(&st->stop, CU_EVENT_DEFAULT)) != CU_OK)
         return r;
     return CU_OK;
 }
@@ -21,9 +34,9 @@ static CUresult timing_setup(cuda_state *st)
 /* Milliseconds between start and stop, recorded around work on st->stream. */
 static CUresult elapsed_ms(cuda_state *st, float *ms)
 {
-    CUresult r = cu.EventSynchronize(st->stop);
+    CUresult r = ar_cuda_driver.EventSynchronize(st->stop);
     if (r == CU_OK)
-        r = cu.EventElapsedTime(ms, st->start, st->stop);
+        r = ar_cuda_driver.EventElapsedTime(ms, st->start, st->stop);
     return r;
 }
 
@@ -32,12 +45,12 @@ static int timing_enter(attnres_device *dev, int *pushed)
 {
     cuda_state *st = dev->state;
     pthread_mutex_lock(&st->lock);
-    CUresult r = ctx_enter(st, pushed);
+    CUresult r = ar_cuda_ctx_enter(st, pushed);
     if (r == CU_OK && (r = timing_setup(st)) != CU_OK)
-        ctx_leave(*pushed);
+        ar_cuda_ctx_leave(*pushed);
     if (r != CU_OK) {
         pthread_mutex_unlock(&st->lock);
-        return cuda_fail(dev, ATTNRES_ELAUNCH, r, "preparing the timing stream");
+        return ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "preparing the timing stream");
     }
     return ATTNRES_OK;
 }
@@ -45,15 +58,15 @@ static int timing_enter(attnres_device *dev, int *pushed)
 static void timing_leave(attnres_device *dev, int pushed)
 {
     cuda_state *st = dev->state;
-    ctx_leave(pushed);
+    ar_cuda_ctx_leave(pushed);
     pthread_mutex_unlock(&st->lock);
 }
 
 /* Times reps launches of any op with events around each, on the device's
  * own timing stream; with flush, an L2-sized memset before each launch
  * makes every launch read from DRAM, as a model's sites do. */
-static int cuda_time(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
-                     const ar_op_args *a, int reps, int flush, double *times_us)
+int ar_cuda_time(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                 const ar_op_args *a, int reps, int flush, double *times_us)
 {
     cuda_state *st = dev->state;
     if (reps < 1)
@@ -61,7 +74,7 @@ static int cuda_time(attnres_device *dev, const ar_kernel *k, const attnres_prob
     if (T < 0)
         return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
     cuda_launch_data l;
-    int rc = T > 0 ? prepare(dev, k, p, T, a, &l) : ATTNRES_OK;
+    int rc = T > 0 ? ar_cuda_prepare(dev, k, p, T, a, &l) : ATTNRES_OK;
     if (rc != ATTNRES_OK)
         return rc;
     int pushed;
@@ -73,27 +86,28 @@ static int cuda_time(attnres_device *dev, const ar_kernel *k, const attnres_prob
         size_t bytes = 2 * st->l2;
         if (bytes < ((size_t)64 << 20))
             bytes = (size_t)64 << 20;
-        if ((r = cu.MemAlloc(&st->flush, bytes)) != CU_OK) {
+        if ((r = ar_cuda_driver.MemAlloc(&st->flush, bytes)) != CU_OK) {
             st->flush = 0;
-            rc = cuda_fail(dev, ATTNRES_ENOMEM, r, "allocating the L2 flush buffer");
+            rc = ar_cuda_fail(dev, ATTNRES_ENOMEM, r, "allocating the L2 flush buffer");
             goto done;
         }
         st->flush_bytes = bytes;
     }
     for (int i = 0; i < reps; i++) {
-        if (flush && (r = cu.MemsetD8Async(st->flush, (unsigned char)i, st->flush_bytes, st->stream)) != CU_OK) {
-            rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "flushing the L2 cache");
+        if (flush &&
+            (r = ar_cuda_driver.MemsetD8Async(st->flush, (unsigned char)i, st->flush_bytes, st->stream)) != CU_OK) {
+            rc = ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "flushing the L2 cache");
             goto done;
         }
-        if ((r = cu.EventRecord(st->start, st->stream)) != CU_OK) {
-            rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "cuEventRecord");
+        if ((r = ar_cuda_driver.EventRecord(st->start, st->stream)) != CU_OK) {
+            rc = ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "cuEventRecord");
             goto done;
         }
-        if (T > 0 && (rc = launch_current(dev, k, &l, st->stream)) != ATTNRES_OK)
+        if (T > 0 && (rc = ar_cuda_launch_current(dev, k, &l, st->stream)) != ATTNRES_OK)
             goto done;
         float ms = 0.0f;
-        if ((r = cu.EventRecord(st->stop, st->stream)) != CU_OK || (r = elapsed_ms(st, &ms)) != CU_OK) {
-            rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "timing the kernel");
+        if ((r = ar_cuda_driver.EventRecord(st->stop, st->stream)) != CU_OK || (r = elapsed_ms(st, &ms)) != CU_OK) {
+            rc = ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "timing the kernel");
             goto done;
         }
         times_us[i] = (double)ms * 1e3;
@@ -105,7 +119,7 @@ done:
 
 /* Best of several device-to-device copies of 256 MiB: bytes read + written
  * per second, as DESIGN §2 counts. */
-static int cuda_copy_bandwidth(attnres_device *dev, double *gbps)
+int ar_cuda_copy_bandwidth(attnres_device *dev, double *gbps)
 {
     cuda_state *st = dev->state;
     size_t bytes = (size_t)256 << 20;
@@ -117,22 +131,22 @@ static int cuda_copy_bandwidth(attnres_device *dev, double *gbps)
     CUdeviceptr a = 0, b = 0;
     CUresult r;
     double best = 1e30;
-    if ((r = cu.MemAlloc(&a, bytes)) != CU_OK || (r = cu.MemAlloc(&b, bytes)) != CU_OK) {
-        rc = cuda_fail(dev, ATTNRES_ENOMEM, r, "allocating copy buffers");
+    if ((r = ar_cuda_driver.MemAlloc(&a, bytes)) != CU_OK || (r = ar_cuda_driver.MemAlloc(&b, bytes)) != CU_OK) {
+        rc = ar_cuda_fail(dev, ATTNRES_ENOMEM, r, "allocating copy buffers");
         goto done;
     }
-    if ((r = cu.MemsetD8Async(a, 1, bytes, st->stream)) != CU_OK ||
-        (r = cu.MemcpyDtoDAsync(b, a, bytes, st->stream)) != CU_OK ||
-        (r = cu.StreamSynchronize(st->stream)) != CU_OK) {
-        rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "warming up the copy");
+    if ((r = ar_cuda_driver.MemsetD8Async(a, 1, bytes, st->stream)) != CU_OK ||
+        (r = ar_cuda_driver.MemcpyDtoDAsync(b, a, bytes, st->stream)) != CU_OK ||
+        (r = ar_cuda_driver.StreamSynchronize(st->stream)) != CU_OK) {
+        rc = ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "warming up the copy");
         goto done;
     }
     for (int i = 0; i < 7; i++) {
         float ms = 0.0f;
-        if ((r = cu.EventRecord(st->start, st->stream)) != CU_OK ||
-            (r = cu.MemcpyDtoDAsync(i & 1 ? a : b, i & 1 ? b : a, bytes, st->stream)) != CU_OK ||
-            (r = cu.EventRecord(st->stop, st->stream)) != CU_OK || (r = elapsed_ms(st, &ms)) != CU_OK) {
-            rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "timing a device copy");
+        if ((r = ar_cuda_driver.EventRecord(st->start, st->stream)) != CU_OK ||
+            (r = ar_cuda_driver.MemcpyDtoDAsync(i & 1 ? a : b, i & 1 ? b : a, bytes, st->stream)) != CU_OK ||
+            (r = ar_cuda_driver.EventRecord(st->stop, st->stream)) != CU_OK || (r = elapsed_ms(st, &ms)) != CU_OK) {
+            rc = ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "timing a device copy");
             goto done;
         }
         if (ms > 0 && ms < best)
@@ -141,9 +155,9 @@ static int cuda_copy_bandwidth(attnres_device *dev, double *gbps)
     *gbps = best < 1e30 ? 2.0 * (double)bytes / (best * 1e-3) / 1e9 : 0.0;
 done:
     if (a)
-        cu.MemFree(a);
+        ar_cuda_driver.MemFree(a);
     if (b)
-        cu.MemFree(b);
+        ar_cuda_driver.MemFree(b);
     timing_leave(dev, pushed);
     return rc;
 }
@@ -184,13 +198,13 @@ static const char ceiling_source[] =
 /* The best of reps timed launches of f (grid blocks of 256 threads). */
 static CUresult time_grid(cuda_state *st, CUfunction f, unsigned grid, void **args, int reps, float *best_ms)
 {
-    CUresult r = cu.LaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, st->stream, args, NULL); /* warm-up */
+    CUresult r = ar_cuda_driver.LaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, st->stream, args, NULL); /* warm-up */
     *best_ms = 0.0f;
     for (int i = 0; r == CU_OK && i < reps; i++) {
         float ms = 0.0f;
-        if ((r = cu.EventRecord(st->start, st->stream)) != CU_OK ||
-            (r = cu.LaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, st->stream, args, NULL)) != CU_OK ||
-            (r = cu.EventRecord(st->stop, st->stream)) != CU_OK || (r = elapsed_ms(st, &ms)) != CU_OK)
+        if ((r = ar_cuda_driver.EventRecord(st->start, st->stream)) != CU_OK ||
+            (r = ar_cuda_driver.LaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, st->stream, args, NULL)) != CU_OK ||
+            (r = ar_cuda_driver.EventRecord(st->stop, st->stream)) != CU_OK || (r = elapsed_ms(st, &ms)) != CU_OK)
             break;
         if (ms > 0 && (*best_ms == 0.0f || ms < *best_ms))
             *best_ms = ms;
@@ -215,13 +229,13 @@ static int ceiling_kernels(attnres_device *dev)
         return ar_device_fail(dev, rc, "NVRTC could not compile the ceiling kernels: %s", err);
     CUmodule module = NULL;
     CUresult r;
-    if ((r = cu.ModuleLoadData(&module, image)) != CU_OK ||
-        (r = cu.ModuleGetFunction(&st->ceiling_read, module, "attnres_ceiling_read")) != CU_OK ||
-        (r = cu.ModuleGetFunction(&st->ceiling_copy, module, "attnres_ceiling_copy")) != CU_OK) {
+    if ((r = ar_cuda_driver.ModuleLoadData(&module, image)) != CU_OK ||
+        (r = ar_cuda_driver.ModuleGetFunction(&st->ceiling_read, module, "attnres_ceiling_read")) != CU_OK ||
+        (r = ar_cuda_driver.ModuleGetFunction(&st->ceiling_copy, module, "attnres_ceiling_copy")) != CU_OK) {
         if (module)
-            cu.ModuleUnload(module);
+            ar_cuda_driver.ModuleUnload(module);
         free(image);
-        return cuda_fail(dev, ATTNRES_ELOAD, r, "loading the ceiling kernels");
+        return ar_cuda_fail(dev, ATTNRES_ELOAD, r, "loading the ceiling kernels");
     }
     free(image);
     st->ceiling_module = module;
@@ -233,7 +247,7 @@ static int ceiling_kernels(attnres_device *dev)
  * is blocks per SM). On the simulated driver, whose times are a model, over
  * 256 KiB at 4 blocks per SM only: it proves the kernels run and are
  * recorded, not how fast. */
-static int cuda_ceilings(attnres_device *dev, ar_ceilings *out)
+int ar_cuda_ceilings(attnres_device *dev, ar_ceilings *out)
 {
     cuda_state *st = dev->state;
     int rc;
@@ -241,7 +255,7 @@ static int cuda_ceilings(attnres_device *dev, ar_ceilings *out)
     out->fma_gflops = NAN;
     out->cache_bytes = (double)st->l2;
     double copy = 0.0;
-    if ((rc = cuda_copy_bandwidth(dev, &copy)) != ATTNRES_OK)
+    if ((rc = ar_cuda_copy_bandwidth(dev, &copy)) != ATTNRES_OK)
         return rc;
     /* Each point is the fastest of its launches, median and best alike: a
      * GPU's launches vary far less than a shared host's loops. */
@@ -259,13 +273,13 @@ static int cuda_ceilings(attnres_device *dev, ar_ceilings *out)
     if ((rc = ceiling_kernels(dev)) != ATTNRES_OK)
         goto done;
     CUfunction fread_k = st->ceiling_read, fcopy_k = st->ceiling_copy;
-    if ((r = cu.MemAlloc(&a, bytes)) != CU_OK || (r = cu.MemAlloc(&b, bytes)) != CU_OK) {
-        rc = cuda_fail(dev, ATTNRES_ENOMEM, r, "allocating the ceiling buffers");
+    if ((r = ar_cuda_driver.MemAlloc(&a, bytes)) != CU_OK || (r = ar_cuda_driver.MemAlloc(&b, bytes)) != CU_OK) {
+        rc = ar_cuda_fail(dev, ATTNRES_ENOMEM, r, "allocating the ceiling buffers");
         goto done;
     }
-    if ((r = cu.MemsetD8Async(a, 1, bytes, st->stream)) != CU_OK ||
-        (r = cu.StreamSynchronize(st->stream)) != CU_OK) {
-        rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "filling the ceiling buffers");
+    if ((r = ar_cuda_driver.MemsetD8Async(a, 1, bytes, st->stream)) != CU_OK ||
+        (r = ar_cuda_driver.StreamSynchronize(st->stream)) != CU_OK) {
+        rc = ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "filling the ceiling buffers");
         goto done;
     }
     unsigned long long n = bytes / 16;
@@ -277,7 +291,7 @@ static int cuda_ceilings(attnres_device *dev, ar_ceilings *out)
         float ms_read = 0.0f, ms_copy = 0.0f;
         if ((r = time_grid(st, fread_k, grid, read_args, reps, &ms_read)) != CU_OK ||
             (r = time_grid(st, fcopy_k, grid, copy_args, reps, &ms_copy)) != CU_OK) {
-            rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "timing the ceiling kernels");
+            rc = ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "timing the ceiling kernels");
             goto done;
         }
         if (out->n + 2 > AR_CEILING_POINTS)
@@ -289,9 +303,9 @@ static int cuda_ceilings(attnres_device *dev, ar_ceilings *out)
     }
 done:
     if (a)
-        cu.MemFree(a);
+        ar_cuda_driver.MemFree(a);
     if (b)
-        cu.MemFree(b);
+        ar_cuda_driver.MemFree(b);
     timing_leave(dev, pushed);
     return rc;
 }
@@ -336,7 +350,7 @@ static int pass_step_kind(attnres_device *dev, int s, const ar_stream_step *st, 
  * step (grid-stride, or the driver's) writes as many right after them. The
  * read kernel stores nothing unless its bytes sum to -1234.5, which the
  * ones that the tuner fills a pass's buffer with never do. */
-static int cuda_stream_pass(attnres_device *dev, void *buf, const ar_stream_pass *pass, double *us)
+int ar_cuda_stream_pass(attnres_device *dev, void *buf, const ar_stream_pass *pass, double *us)
 {
     cuda_state *st = dev->state;
     const CUdeviceptr base = (CUdeviceptr)(uintptr_t)buf;
@@ -349,7 +363,7 @@ static int cuda_stream_pass(attnres_device *dev, void *buf, const ar_stream_pass
         return rc;
     if ((rc = ceiling_kernels(dev)) != ATTNRES_OK)
         goto done;
-    CUresult r = cu.EventRecord(st->start, st->stream);
+    CUresult r = ar_cuda_driver.EventRecord(st->start, st->stream);
     for (int s = 0; r == CU_OK && s < AR_STREAM_STEPS; s++) {
         const ar_stream_step *step = &pass->step[s];
         CUdeviceptr x = base + step->offset, y = x + step->bytes;
@@ -357,17 +371,17 @@ static int cuda_stream_pass(attnres_device *dev, void *buf, const ar_stream_pass
         const unsigned grid = (unsigned)step->threads * (unsigned)(dev->units > 0 ? dev->units : 1);
         void *read_args[] = {&x, &n, &x}, *copy_args[] = {&x, &y, &n};
         if (kinds[s] == 1)
-            r = cu.LaunchKernel(st->ceiling_read, grid, 1, 1, 256, 1, 1, 0, st->stream, read_args, NULL);
+            r = ar_cuda_driver.LaunchKernel(st->ceiling_read, grid, 1, 1, 256, 1, 1, 0, st->stream, read_args, NULL);
         else if (kinds[s] == 2)
-            r = cu.LaunchKernel(st->ceiling_copy, grid, 1, 1, 256, 1, 1, 0, st->stream, copy_args, NULL);
+            r = ar_cuda_driver.LaunchKernel(st->ceiling_copy, grid, 1, 1, 256, 1, 1, 0, st->stream, copy_args, NULL);
         else if (kinds[s] == 3)
-            r = cu.MemcpyDtoDAsync(y, x, step->bytes, st->stream);
+            r = ar_cuda_driver.MemcpyDtoDAsync(y, x, step->bytes, st->stream);
     }
     float ms = 0.0f;
-    if (r == CU_OK && (r = cu.EventRecord(st->stop, st->stream)) == CU_OK)
+    if (r == CU_OK && (r = ar_cuda_driver.EventRecord(st->stop, st->stream)) == CU_OK)
         r = elapsed_ms(st, &ms);
     if (r != CU_OK)
-        rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "running a stream pass");
+        rc = ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "running a stream pass");
     else
         *us = (double)ms * 1e3;
 done:
@@ -385,7 +399,7 @@ static const char empty_ptx[] = ".version 7.0\n"
                                 "}\n";
 
 /* Median GPU time of one empty launch, timed like the time slot's launches. */
-static int cuda_empty_launch(attnres_device *dev, double *us)
+int ar_cuda_empty_launch(attnres_device *dev, double *us)
 {
     cuda_state *st = dev->state;
     enum { WARM = 10, REPS = 201 };
@@ -395,21 +409,21 @@ static int cuda_empty_launch(attnres_device *dev, double *us)
         return rc;
     CUresult r = CU_OK;
     if (!st->empty_module) {
-        if ((r = cu.ModuleLoadData(&st->empty_module, empty_ptx)) != CU_OK ||
-            (r = cu.ModuleGetFunction(&st->empty, st->empty_module, "attnres_empty")) != CU_OK) {
+        if ((r = ar_cuda_driver.ModuleLoadData(&st->empty_module, empty_ptx)) != CU_OK ||
+            (r = ar_cuda_driver.ModuleGetFunction(&st->empty, st->empty_module, "attnres_empty")) != CU_OK) {
             if (st->empty_module)
-                cu.ModuleUnload(st->empty_module);
+                ar_cuda_driver.ModuleUnload(st->empty_module);
             st->empty_module = NULL;
-            rc = cuda_fail(dev, ATTNRES_ELOAD, r, "loading the empty kernel");
+            rc = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "loading the empty kernel");
             goto done;
         }
     }
     for (int i = 0; i < WARM + REPS; i++) {
         float ms = 0.0f;
-        if ((r = cu.EventRecord(st->start, st->stream)) != CU_OK ||
-            (r = cu.LaunchKernel(st->empty, 1, 1, 1, 32, 1, 1, 0, st->stream, NULL, NULL)) != CU_OK ||
-            (r = cu.EventRecord(st->stop, st->stream)) != CU_OK || (r = elapsed_ms(st, &ms)) != CU_OK) {
-            rc = cuda_fail(dev, ATTNRES_ELAUNCH, r, "timing an empty launch");
+        if ((r = ar_cuda_driver.EventRecord(st->start, st->stream)) != CU_OK ||
+            (r = ar_cuda_driver.LaunchKernel(st->empty, 1, 1, 1, 32, 1, 1, 0, st->stream, NULL, NULL)) != CU_OK ||
+            (r = ar_cuda_driver.EventRecord(st->stop, st->stream)) != CU_OK || (r = elapsed_ms(st, &ms)) != CU_OK) {
+            rc = ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "timing an empty launch");
             goto done;
         }
         if (i >= WARM)
