@@ -7,7 +7,10 @@
 # one), phase1.lua and phase2.lua and embedded as C strings; the runtime
 # compiles them with NVRTC for the device it opens.
 set(ATTNRES_CUDA_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/src/cuda_args.c
   ${CMAKE_CURRENT_LIST_DIR}/src/cuda_backend.c
+  ${CMAKE_CURRENT_LIST_DIR}/src/cuda_driver.c
+  ${CMAKE_CURRENT_LIST_DIR}/src/cuda_timing.c
   ${CMAKE_CURRENT_LIST_DIR}/src/nvrtc.c)
 
 foreach(dtype f32 bf16 f16)

@@ -2,7 +2,7 @@
  * cudasim.h - what the simulated CUDA driver offers beyond the Driver API.
  *
  * libattnres-cudasim.so stands in for libcuda.so.1: it exports the Driver
- * API entry points that runtime/src/cuda_backend.c resolves, with their real
+ * API entry points that runtime/src/cuda_driver.c resolves, with their real
  * signatures and error codes, and runs kernels by interpreting the PTX that
  * NVRTC emits. It accepts PTX only (a cubin load answers
  * CUDA_ERROR_NO_BINARY_FOR_GPU). The backend loads it when

@@ -1,0 +1,83 @@
+/*
+ * cmd_run.h - what the files of `attnres run` (cmd_run*.c) share: the parsed
+ * options, and the helpers each op's run calls.
+ */
+#ifndef CLI_CMD_RUN_H
+#define CLI_CMD_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnres.h"
+#include "npy.h"
+
+/* The options of `attnres run`, parsed and checked (cmd_run.c). */
+typedef struct run_opts {
+    attnres_op op;
+    const char *op_name;
+    const char *device, *db, *sources, *query, *gain, *partial, *out_gain, *normed, *out;
+    const char *queries, *gains, *lse, *o1, *sublayer, *partial_out;
+    double eps, scale, alpha, out_eps;
+    int64_t heads;
+    attnres_dtype dtype;
+    int have_alpha, have_out_eps, have_heads, require_exact;
+} run_opts;
+
+/* Device copies of a run's buffers; freed together. */
+typedef struct staged {
+    attnres_device *dev;
+    void *ptr[8];
+    int count, failed;
+} staged;
+
+/* One output file: its path, float32 data and shape. */
+typedef struct out_file {
+    const char *path;
+    const float *data;
+    int ndim;
+    int64_t shape[3];
+} out_file;
+
+/* Each op's run (cmd_run_mix.c, cmd_run_phase.c): reads its inputs, runs
+ * the op on the device and writes its outputs; a CLI_EXIT_* code. */
+int run_mix(const run_opts *o);
+int run_phase1(const run_opts *o);
+int run_phase2(const run_opts *o);
+
+/* ---- cmd_run_io.c ---------------------------------------------------- */
+
+/* "(2, 3)", "(4,)": the shape of a for a message. */
+void run_shape_text(const npy_array *a, char *buf, size_t len);
+
+/* Reads a float32 array and checks its shape against want[0..ndim), where
+ * names says what each axis is ("T, d") and why says what fixes them. */
+int run_read_shaped(const char *flag, const char *path, int ndim, const int64_t *want, const char *names,
+                    const char *why, npy_array *a);
+
+/* Reads a float32 vector of d elements (flag names it in messages). */
+int run_read_vector(const char *path, const char *flag, int64_t d, npy_array *a);
+
+/* Reads --sources: (N, T, d) with N >= 1 and d >= 1. */
+int run_read_sources(const run_opts *o, npy_array *s);
+
+/* Writes every output that has a path (4 at most) or none; 0 on success,
+ * else -1 with the reason printed. */
+int run_write_outputs(const out_file *files, int count);
+
+/* ---- cmd_run_device.c ------------------------------------------------ */
+
+/* Allocates bytes on the device and copies host data there (if any); a
+ * failure sets st->failed, which the caller checks once after staging. */
+void *run_stage(staged *st, const void *host, size_t bytes);
+void run_unstage(staged *st);
+
+/* Opens the device, the database if any, and plans p. On failure the
+ * caller closes whatever was opened (run_close_plan). */
+int run_open_plan(const run_opts *o, const attnres_problem *p, attnres_device **dev, attnres_db **db,
+                  attnres_plan **plan);
+void run_close_plan(attnres_device *dev, attnres_db *db, attnres_plan *plan);
+
+/* Checks p before anything large is allocated for it. */
+int run_check_problem(const attnres_problem *p);
+
+#endif

@@ -1,0 +1,74 @@
+/*
+ * cmd_run_device.c - the device side of `attnres run`: buffers staged in the
+ * device's memory, the device, database and plan opened and closed, and the
+ * problem checked before anything large is allocated for it.
+ */
+#include "attnres-impl.h"
+#include "attnres.h"
+#include "cli.h"
+#include "cmd_run.h"
+
+/* Allocates bytes on the device and copies host data there (if any). */
+void *run_stage(staged *st, const void *host, size_t bytes)
+{
+    void *d = NULL;
+    if (st->failed || st->count == 8 || st->dev->ops->mem_alloc(st->dev, bytes ? bytes : 4, &d) != ATTNRES_OK) {
+        st->failed = 1;
+        return NULL;
+    }
+    st->ptr[st->count++] = d;
+    if (host && st->dev->ops->copy_to_device(st->dev, d, host, bytes) != ATTNRES_OK)
+        st->failed = 1;
+    return d;
+}
+
+void run_unstage(staged *st)
+{
+    for (int i = 0; i < st->count; i++)
+        st->dev->ops->mem_free(st->dev, st->ptr[i]);
+    st->count = 0;
+}
+
+/* Opens the device, the database if any, and plans p. On failure the
+ * caller closes whatever was opened. */
+int run_open_plan(const run_opts *o, const attnres_problem *p, attnres_device **dev, attnres_db **db,
+                  attnres_plan **plan)
+{
+    char msg[1024];
+    *dev = NULL;
+    *db = NULL;
+    *plan = NULL;
+    const char *spec = o->device ? o->device : cli_best_device();
+    if (attnres_device_open(spec, dev, msg, sizeof msg)) {
+        cli_error("run", "cannot open device %s: %s", spec, msg);
+        return -1;
+    }
+    if (o->db && attnres_db_open(o->db, db, msg, sizeof msg)) {
+        cli_error("run", "%s", msg);
+        return -1;
+    }
+    if (attnres_plan_create(*dev, *db, p, o->require_exact ? ATTNRES_PLAN_REQUIRE_EXACT : 0, plan, msg,
+                            sizeof msg)) {
+        cli_error("run", "cannot plan the problem: %s", msg);
+        return -1;
+    }
+    return 0;
+}
+
+void run_close_plan(attnres_device *dev, attnres_db *db, attnres_plan *plan)
+{
+    attnres_plan_destroy(plan);
+    attnres_db_close(db);
+    attnres_device_close(dev);
+}
+
+/* Checks p before anything large is allocated for it. */
+int run_check_problem(const attnres_problem *p)
+{
+    char msg[512];
+    if (attnres_problem_check(p, msg, sizeof msg) != ATTNRES_OK) {
+        cli_error("run", "%s", msg);
+        return -1;
+    }
+    return 0;
+}

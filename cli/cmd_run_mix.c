@@ -1,0 +1,160 @@
+/*
+ * cmd_run_mix.c - `attnres run --op mix`: the AttnRes depth mix of N sources.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnres-impl.h"
+#include "attnres.h"
+#include "cli.h"
+#include "cmd_run.h"
+#include "convert.h"
+#include "npy.h"
+
+/* Inputs as read from disk, with their shapes checked against each other. */
+typedef struct run_inputs {
+    npy_array sources, query, gain, partial, out_gain;
+    int64_t n, t, d;
+} run_inputs;
+
+static void inputs_free(run_inputs *in)
+{
+    npy_free(&in->sources);
+    npy_free(&in->query);
+    npy_free(&in->gain);
+    npy_free(&in->partial);
+    npy_free(&in->out_gain);
+}
+
+static int read_inputs(const run_opts *o, run_inputs *in)
+{
+    char err[512];
+    memset(in, 0, sizeof *in);
+    if (run_read_sources(o, &in->sources))
+        return -1;
+    in->n = in->sources.shape[0];
+    in->t = in->sources.shape[1];
+    in->d = in->sources.shape[2];
+    if (run_read_vector(o->query, "--query", in->d, &in->query))
+        return -1;
+    if (o->gain && run_read_vector(o->gain, "--gain", in->d, &in->gain))
+        return -1;
+    if (o->out_gain && run_read_vector(o->out_gain, "--out-gain", in->d, &in->out_gain))
+        return -1;
+    if (o->partial) {
+        if (npy_read_f32(o->partial, &in->partial, err, sizeof err)) {
+            cli_error("run", "%s", err);
+            return -1;
+        }
+        if (in->partial.ndim != 2 || in->partial.shape[0] != in->t || in->partial.shape[1] != in->d) {
+            cli_error("run", "--partial %s must have shape (%lld, %lld) to match (T, d) of the sources", o->partial,
+                      (long long)in->t, (long long)in->d);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int run_mix(const run_opts *o)
+{
+    run_inputs in;
+    if (read_inputs(o, &in)) {
+        inputs_free(&in);
+        return CLI_EXIT_FAIL;
+    }
+    attnres_problem p;
+    attnres_problem_init(&p, o->dtype, in.d, (int32_t)in.n);
+    p.heads = (int32_t)o->heads;
+    p.form = o->partial ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
+    p.epilogue = o->normed ? 1 : 0;
+
+    int exit_code = CLI_EXIT_FAIL;
+    attnres_device *dev = NULL;
+    attnres_db *db = NULL;
+    attnres_plan *plan = NULL;
+    const size_t es = attnres_dtype_size(o->dtype);
+    const size_t row = (size_t)in.t * (size_t)in.d;
+    void *src_store = malloc(row * (size_t)in.n * es + 1), *part_store = NULL;
+    void *out_store = malloc(row * es + 1), *normed_store = p.epilogue ? malloc(row * es + 1) : NULL;
+    float *query = malloc((size_t)in.d * 4), *out_f = malloc(row * 4 + 4);
+    float *normed_f = p.epilogue ? malloc(row * 4 + 4) : NULL;
+    const void **srcs = malloc(sizeof(void *) * (size_t)in.n);
+    if (!src_store || !out_store || !query || !out_f || !srcs || (p.epilogue && (!normed_store || !normed_f))) {
+        cli_error("run", "out of memory for T = %lld, d = %lld, N = %lld", (long long)in.t, (long long)in.d,
+                  (long long)in.n);
+        goto done;
+    }
+    convert_to_storage(o->dtype, in.sources.data, src_store, row * (size_t)in.n);
+    for (int64_t i = 0; i < in.n; i++)
+        srcs[i] = (const char *)src_store + (size_t)i * row * es;
+    attnres_fold_query(in.query.data, o->gain ? in.gain.data : NULL, query, in.d);
+    if (o->partial) {
+        if (!(part_store = malloc(row * es + 1))) {
+            cli_error("run", "out of memory");
+            goto done;
+        }
+        convert_to_storage(o->dtype, in.partial.data, part_store, row);
+    }
+    if (run_open_plan(o, &p, &dev, &db, &plan))
+        goto done;
+    /* Inputs and outputs live in the device's memory (host memory on the
+     * CPU); the kernel only ever sees device pointers. */
+    staged st = {.dev = dev};
+    const void **dsrcs = malloc(sizeof(void *) * (size_t)in.n);
+    void *d_src = run_stage(&st, src_store, row * (size_t)in.n * es);
+    float *d_query = run_stage(&st, query, (size_t)in.d * 4);
+    void *d_part = part_store ? run_stage(&st, part_store, row * es) : NULL;
+    float *d_gain = o->out_gain ? run_stage(&st, in.out_gain.data, (size_t)in.d * 4) : NULL;
+    void *d_out = run_stage(&st, NULL, row * es);
+    void *d_normed = p.epilogue ? run_stage(&st, NULL, row * es) : NULL;
+    if (!dsrcs || st.failed) {
+        cli_error("run", "device buffers: %s", st.failed ? attnres_device_errmsg(dev) : "out of memory");
+        free(dsrcs);
+        run_unstage(&st);
+        goto done;
+    }
+    for (int64_t i = 0; i < in.n; i++)
+        dsrcs[i] = (const char *)d_src + (size_t)i * row * es;
+    attnres_mix_args a;
+    attnres_mix_args_init(&a);
+    a.sources = dsrcs;
+    a.query = d_query;
+    a.scale = (float)o->scale;
+    a.eps = (float)o->eps;
+    a.partial = d_part;
+    a.alpha = (float)o->alpha;
+    a.out = d_out;
+    a.out_gain = d_gain;
+    a.out_eps = (float)o->out_eps;
+    a.normed = d_normed;
+    int rc = attnres_run_mix(plan, in.t, &a, NULL);
+    if (rc)
+        cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
+    if (!rc)
+        rc = dev->ops->copy_to_host(dev, out_store, d_out, row * es);
+    if (!rc && p.epilogue)
+        rc = dev->ops->copy_to_host(dev, normed_store, d_normed, row * es);
+    free(dsrcs);
+    run_unstage(&st);
+    if (rc)
+        goto done;
+    convert_from_storage(o->dtype, out_store, out_f, row);
+    if (p.epilogue)
+        convert_from_storage(o->dtype, normed_store, normed_f, row);
+    out_file files[] = {{o->out, out_f, 2, {in.t, in.d, 0}}, {o->normed, normed_f, 2, {in.t, in.d, 0}}};
+    if (run_write_outputs(files, 2))
+        goto done;
+    exit_code = CLI_EXIT_OK;
+done:
+    run_close_plan(dev, db, plan);
+    free(src_store);
+    free(part_store);
+    free(out_store);
+    free(normed_store);
+    free(query);
+    free(out_f);
+    free(normed_f);
+    free(srcs);
+    inputs_free(&in);
+    return exit_code;
+}

@@ -1,0 +1,325 @@
+/*
+ * cuda_args.c - CUDA launches: the limits a problem is checked against, each
+ * op's by-value argument struct filled and checked against the problem and
+ * the kernel, and the launch itself.
+ *
+ * Kernels take one by-value argument (cuda_kernel_abi.h for mix,
+ * cuda_phase_abi.h for the Block AttnRes phases), so a launch allocates
+ * nothing and can be captured in a CUDA graph.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+/* The dynamic shared memory phase 1's softmax weights take per block. */
+static int64_t phase1_weights_smem(const attnres_problem *p)
+{
+    return ((int64_t)p->n * p->s * p->heads + (int64_t)p->n * p->heads + p->n) * (int64_t)sizeof(float);
+}
+
+/* What no CUDA kernel runs, refused when the plan is made: the launch
+ * checks below stay for launches outside a plan (the tuner's). */
+int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
+{
+    const int n = p->n, S = p->s, H = p->heads;
+    if (p->op == ATTNRES_OP_MIX && n > AR_CUDA_MAX_SOURCES)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA kernels take at most %d sources (N = %d)",
+                              AR_CUDA_MAX_SOURCES, n);
+    if (p->op == ATTNRES_OP_PHASE1) {
+        if (n > AR_CUDA_PHASE1_MAX_SOURCES || S > AR_CUDA_PHASE1_MAX_SITES)
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "the CUDA phase1 kernels take at most %d sources and %d sites (N = %d, S = %d)",
+                                  AR_CUDA_PHASE1_MAX_SOURCES, AR_CUDA_PHASE1_MAX_SITES, n, S);
+        const int64_t smem = phase1_weights_smem(p);
+        if (smem > AR_CUDA_PHASE1_MAX_SMEM)
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "phase1 with N = %d, S = %d, H = %d needs %lld bytes of shared memory, over the %d "
+                                  "a CUDA phase1 kernel may use",
+                                  n, S, H, (long long)smem, AR_CUDA_PHASE1_MAX_SMEM);
+    }
+    if (p->op == ATTNRES_OP_PHASE2 && H > AR_CUDA_PHASE2_MAX_HEADS)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA phase2 kernels take at most %d heads (H = %d)",
+                              AR_CUDA_PHASE2_MAX_HEADS, H);
+    return ATTNRES_OK;
+}
+
+/* ---- launch ------------------------------------------------------------ */
+
+static int misaligned(const void *p, int64_t align)
+{
+    return align > 1 && (uintptr_t)p % (uintptr_t)align != 0;
+}
+
+/* Fills the by-value argument struct; EINVAL/EMISMATCH with a message when
+ * the arguments cannot be run by this kernel. No allocation. */
+static int fill_mix(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                     const attnres_mix_args *a, attnres_cuda_mix_args *args)
+{
+    const cuda_kernel *ck = k->module;
+    const int n = p->n;
+    if (n < 1 || n > AR_CUDA_MAX_SOURCES)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA kernels take 1 to %d sources, not %d",
+                              AR_CUDA_MAX_SOURCES, n);
+    if (!ck || !k->entry)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
+    if (ck->dmax && p->d > ck->dmax)
+        return ar_device_fail(dev, ATTNRES_EMISMATCH, "d = %lld exceeds the %lld that kernel %s handles",
+                              (long long)p->d, (long long)ck->dmax, k->kernel_name);
+    if (!a || !a->sources || !a->query || !a->out)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "sources, query and out are required");
+    if (p->form == ATTNRES_FORM_ADDITIVE && !a->partial)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the additive form needs partial");
+    if (p->epilogue && (!a->normed || !a->out_gain))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the epilogue needs normed and out_gain");
+    const int64_t es = (int64_t)attnres_dtype_size(p->dtype);
+    const int64_t align = ck->align;
+    for (int i = 0; i < n; i++) {
+        const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
+        if (!a->sources[i])
+            return ar_device_fail(dev, ATTNRES_EINVAL, "source %d is NULL", i);
+        if (misaligned(a->sources[i], align) || (stride * es) % align != 0)
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "source %d (pointer or stride %lld) is not %lld-byte aligned as kernel %s needs", i,
+                                  (long long)stride, (long long)align, k->kernel_name);
+        args->src[i] = a->sources[i];
+        args->src_stride[i] = stride;
+    }
+    if (n < AR_CUDA_MAX_SOURCES) {
+        memset(&args->src[n], 0, (size_t)(AR_CUDA_MAX_SOURCES - n) * sizeof args->src[0]);
+        memset(&args->src_stride[n], 0, (size_t)(AR_CUDA_MAX_SOURCES - n) * sizeof args->src_stride[0]);
+    }
+    args->d = p->d;
+    args->n = n;
+    args->heads = p->heads;
+    args->T = T;
+    args->query = a->query;
+    args->scale = a->scale;
+    args->eps = a->eps;
+    args->partial = p->form == ATTNRES_FORM_ADDITIVE ? a->partial : NULL;
+    args->partial_stride = a->partial_stride ? a->partial_stride : p->d;
+    args->alpha = a->alpha;
+    args->out = a->out;
+    args->out_stride = a->out_stride ? a->out_stride : p->d;
+    args->out_gain = p->epilogue ? a->out_gain : NULL;
+    args->out_eps = a->out_eps;
+    args->normed = p->epilogue ? a->normed : NULL;
+    args->normed_stride = a->normed_stride ? a->normed_stride : p->d;
+    if (misaligned(args->out, align) || (args->out_stride * es) % align ||
+        (args->partial && (misaligned(args->partial, align) || (args->partial_stride * es) % align)) ||
+        (args->normed && (misaligned(args->normed, align) || (args->normed_stride * es) % align)))
+        return ar_device_fail(dev, ATTNRES_EINVAL,
+                              "out, partial or normed (pointer or stride) is not %lld-byte aligned as kernel %s needs",
+                              (long long)align, k->kernel_name);
+    if (misaligned(args->query, ck->qalign) || (args->out_gain && misaligned(args->out_gain, ck->qalign)))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "query or out_gain is not %d-byte aligned as kernel %s needs",
+                              ck->qalign, k->kernel_name);
+    return ATTNRES_OK;
+}
+
+/* ---- Block AttnRes phases ---------------------------------------------- */
+
+/* A storage view (pointer and token stride in elements) the kernel loads
+ * with `align`-byte accesses. */
+static int view_misaligned(const void *ptr, int64_t stride, int64_t es, int64_t align)
+{
+    return misaligned(ptr, align) || (stride * es) % align != 0;
+}
+
+/* Fills phase 1's by-value struct and the dynamic shared memory it needs;
+ * EINVAL/EUNSUPPORTED with a message when this kernel cannot run them. */
+static int fill_phase1(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                       const attnres_phase1_args *a, attnres_cuda_phase1_args *args, int64_t *smem_out)
+{
+    const cuda_kernel *ck = k->module;
+    if (!ck || !k->entry)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
+    const int n = p->n, S = p->s, H = p->heads;
+    if (n < 1 || n > AR_CUDA_PHASE1_MAX_SOURCES)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA phase1 kernels take 1 to %d sources, not %d",
+                              AR_CUDA_PHASE1_MAX_SOURCES, n);
+    if (S < 1 || S > AR_CUDA_PHASE1_MAX_SITES)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA phase1 kernels take 1 to %d sites, not %d",
+                              AR_CUDA_PHASE1_MAX_SITES, S);
+    if (H < 1 || p->d < 1 || p->d > ((int64_t)1 << 30) || p->d % H)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "d = %lld and H = %d are not a valid shape", (long long)p->d, H);
+    const int64_t smem = phase1_weights_smem(p);
+    if (smem > AR_CUDA_PHASE1_MAX_SMEM)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED,
+                              "phase1 with n = %d, S = %d, H = %d needs %lld bytes of shared memory, over the %d "
+                              "a CUDA phase1 kernel may use",
+                              n, S, H, (long long)smem, AR_CUDA_PHASE1_MAX_SMEM);
+    if (!a || !a->sources || !a->queries || !a->o1 || !a->lse)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "sources, queries, o1 and lse are required");
+    const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
+    memset(args, 0, sizeof *args);
+    for (int i = 0; i < n; i++) {
+        const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
+        if (!a->sources[i])
+            return ar_device_fail(dev, ATTNRES_EINVAL, "source %d is NULL", i);
+        if (view_misaligned(a->sources[i], stride, es, align))
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "source %d (pointer or stride %lld) is not %lld-byte aligned as kernel %s needs", i,
+                                  (long long)stride, (long long)align, k->kernel_name);
+        args->src[i] = a->sources[i];
+        args->src_stride[i] = stride;
+    }
+    args->o1_stride = a->o1_stride ? a->o1_stride : p->d;
+    args->lse_stride = a->lse_stride ? a->lse_stride : H;
+    for (int j = 0; j < S; j++) {
+        if (!a->o1[j] || !a->lse[j])
+            return ar_device_fail(dev, ATTNRES_EINVAL, "o1 or lse of site %d is NULL", j);
+        if (view_misaligned(a->o1[j], args->o1_stride, es, align) || misaligned(a->lse[j], 4))
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "o1 of site %d (pointer or stride) is not %lld-byte aligned as kernel %s needs, "
+                                  "or its lse is not 4-byte aligned",
+                                  j, (long long)align, k->kernel_name);
+        args->o1[j] = a->o1[j];
+        args->lse[j] = a->lse[j];
+    }
+    if (misaligned(a->queries, ck->qalign))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "queries is not %d-byte aligned as kernel %s needs", ck->qalign,
+                              k->kernel_name);
+    args->d = p->d;
+    args->n = n;
+    args->heads = H;
+    args->s = S;
+    args->T = T;
+    args->queries = a->queries;
+    args->scale = a->scale;
+    args->eps = a->eps;
+    *smem_out = smem + k->smem;
+    return ATTNRES_OK;
+}
+
+/* Fills phase 2's by-value struct; EINVAL/EUNSUPPORTED with a message when
+ * this kernel cannot run the arguments. */
+static int fill_phase2(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                       const attnres_phase2_args *a, attnres_cuda_phase2_args *args)
+{
+    const cuda_kernel *ck = k->module;
+    if (!ck || !k->entry)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
+    const int H = p->heads;
+    if (H < 1 || H > AR_CUDA_PHASE2_MAX_HEADS)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA phase2 kernels take 1 to %d heads, not %d",
+                              AR_CUDA_PHASE2_MAX_HEADS, H);
+    if (p->d < 1 || p->d > ((int64_t)1 << 30) || p->d % H)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "d = %lld and H = %d are not a valid shape", (long long)p->d, H);
+    if (!a || !a->o1 || !a->lse || !a->partial || !a->query || !a->out)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "o1, lse, partial, query and out are required");
+    if (p->fuse_add && !a->sublayer)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the fused add needs sublayer");
+    if (p->epilogue && (!a->normed || !a->out_gain))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the epilogue needs normed and out_gain");
+    const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
+    memset(args, 0, sizeof *args);
+    args->d = p->d;
+    args->heads = H;
+    args->T = T;
+    args->o1 = a->o1;
+    args->o1_stride = a->o1_stride ? a->o1_stride : p->d;
+    args->lse = a->lse;
+    args->lse_stride = a->lse_stride ? a->lse_stride : H;
+    args->partial = a->partial;
+    args->partial_stride = a->partial_stride ? a->partial_stride : p->d;
+    args->sublayer = p->fuse_add ? a->sublayer : NULL;
+    args->sublayer_stride = a->sublayer_stride ? a->sublayer_stride : p->d;
+    args->query = a->query;
+    args->scale = a->scale;
+    args->eps = a->eps;
+    args->out = a->out;
+    args->out_stride = a->out_stride ? a->out_stride : p->d;
+    args->out_gain = p->epilogue ? a->out_gain : NULL;
+    args->out_eps = a->out_eps;
+    args->normed = p->epilogue ? a->normed : NULL;
+    args->normed_stride = a->normed_stride ? a->normed_stride : p->d;
+    if (view_misaligned(args->o1, args->o1_stride, es, align) ||
+        view_misaligned(args->partial, args->partial_stride, es, align) ||
+        view_misaligned(args->out, args->out_stride, es, align) ||
+        (args->sublayer && view_misaligned(args->sublayer, args->sublayer_stride, es, align)) ||
+        (args->normed && view_misaligned(args->normed, args->normed_stride, es, align)))
+        return ar_device_fail(dev, ATTNRES_EINVAL,
+                              "o1, partial, sublayer, out or normed (pointer or stride) is not %lld-byte aligned as "
+                              "kernel %s needs",
+                              (long long)align, k->kernel_name);
+    if (misaligned(args->lse, 4) || misaligned(args->query, ck->qalign) ||
+        (args->out_gain && misaligned(args->out_gain, ck->qalign)))
+        return ar_device_fail(dev, ATTNRES_EINVAL,
+                              "lse is not 4-byte aligned, or query or out_gain is not %d-byte aligned as kernel %s "
+                              "needs",
+                              ck->qalign, k->kernel_name);
+    return ATTNRES_OK;
+}
+
+/* ---- the op-generic launch --------------------------------------------- */
+
+/* Checks the tagged arguments against the problem and the kernel and fills
+ * l; T must be positive. Mix kernels handle tokens_per_block tokens per
+ * block, the phase kernels one token per block (cuda_phase_abi.h). */
+int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                    const ar_op_args *a, cuda_launch_data *l)
+{
+    if (!a || a->op != p->op)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the arguments are for op %d, the problem is op %d",
+                              a ? (int)a->op : -1, (int)p->op);
+    if (!k->module || !k->entry)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
+    int rc;
+    switch (a->op) {
+    case ATTNRES_OP_MIX:
+        rc = fill_mix(dev, k, p, T, a->mix, &l->args.mix);
+        l->grid = (T + k->tokens_per_block - 1) / k->tokens_per_block;
+        l->smem = k->smem;
+        break;
+    case ATTNRES_OP_PHASE1:
+        rc = fill_phase1(dev, k, p, T, a->phase1, &l->args.phase1, &l->smem);
+        l->grid = T;
+        break;
+    case ATTNRES_OP_PHASE2:
+        rc = fill_phase2(dev, k, p, T, a->phase2, &l->args.phase2);
+        l->grid = T;
+        l->smem = k->smem;
+        break;
+    default:
+        return ar_device_fail(dev, ATTNRES_EINVAL, "unknown op %d", (int)a->op);
+    }
+    if (rc == ATTNRES_OK && l->grid > 0x7fffffff)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld needs more than 2^31-1 blocks", (long long)T);
+    return rc;
+}
+
+/* Launches prepared work on `stream` with the context already current. */
+int ar_cuda_launch_current(attnres_device *dev, const ar_kernel *k, cuda_launch_data *l, CUstream stream)
+{
+    void *params[] = {&l->args};
+    CUresult r = ar_cuda_driver.LaunchKernel((CUfunction)k->entry, (unsigned)l->grid, 1, 1, (unsigned)k->threads,
+                                             1, 1, (unsigned)l->smem, stream, params, NULL);
+    if (r != CU_OK) {
+        char what[256];
+        snprintf(what, sizeof what, "launching %s", k->kernel_name);
+        return ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, what);
+    }
+    return ATTNRES_OK;
+}
+
+int ar_cuda_launch(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                   const ar_op_args *a, void *stream)
+{
+    if (T == 0)
+        return ATTNRES_OK;
+    if (T < 0)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
+    cuda_launch_data l;
+    int rc = ar_cuda_prepare(dev, k, p, T, a, &l);
+    if (rc != ATTNRES_OK)
+        return rc;
+    int pushed;
+    CUresult r = ar_cuda_ctx_enter(dev->state, &pushed);
+    if (r != CU_OK)
+        return ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "making the CUDA context current");
+    rc = ar_cuda_launch_current(dev, k, &l, (CUstream)stream);
+    ar_cuda_ctx_leave(pushed);
+    return rc;
+}

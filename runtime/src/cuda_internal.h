@@ -1,0 +1,191 @@
+/*
+ * cuda_internal.h - what the CUDA backend's files (cuda_*.c) share: the
+ * Driver API as the backend declares it, the loaded driver, the state of a
+ * device and of a kernel, and the functions one file calls in another.
+ */
+#ifndef AR_CUDA_INTERNAL_H
+#define AR_CUDA_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_kernel_abi.h"
+#include "cuda_phase_abi.h"
+#include "device.h"
+
+/* ---- the Driver API, declared here (no toolkit headers needed) -------- */
+
+/* Device ordinals whose need for PTX is remembered across handles. */
+#define AR_CUDA_MAX_ORDINALS 64
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef unsigned long long CUdeviceptr;
+
+enum {
+    CU_OK = 0,
+    CU_ERROR_NO_DEVICE = 100,
+    CU_ERROR_NO_BINARY_FOR_GPU = 209,
+    CU_ATTR_MULTIPROCESSOR_COUNT = 16,
+    CU_ATTR_L2_CACHE_SIZE = 38,
+    CU_ATTR_CC_MAJOR = 75,
+    CU_ATTR_CC_MINOR = 76,
+    CU_FUNC_ATTR_MAX_THREADS_PER_BLOCK = 0,
+    CU_FUNC_ATTR_MAX_DYNAMIC_SHARED = 8,
+    CU_STREAM_NON_BLOCKING = 1,
+    CU_EVENT_DEFAULT = 0,
+};
+
+/* The driver library and its entry points, loaded once per process
+ * (cuda_driver.c, ar_cuda_driver_ready). */
+typedef struct cuda_driver {
+    pthread_once_t once;
+    void *handle;
+    CUresult init_rc;
+    char error[512];
+    CUresult (*Init)(unsigned);
+    CUresult (*DriverGetVersion)(int *);
+    CUresult (*GetErrorName)(CUresult, const char **);
+    CUresult (*GetErrorString)(CUresult, const char **);
+    CUresult (*DeviceGetCount)(int *);
+    CUresult (*DeviceGet)(CUdevice *, int);
+    CUresult (*DeviceGetName)(char *, int, CUdevice);
+    CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
+    CUresult (*DeviceTotalMem)(size_t *, CUdevice);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*DevicePrimaryCtxRelease)(CUdevice);
+    CUresult (*CtxGetCurrent)(CUcontext *);
+    CUresult (*CtxPushCurrent)(CUcontext);
+    CUresult (*CtxPopCurrent)(CUcontext *);
+    CUresult (*ModuleLoadData)(CUmodule *, const void *);
+    CUresult (*ModuleUnload)(CUmodule);
+    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*FuncGetAttribute)(int *, int, CUfunction);
+    CUresult (*FuncSetAttribute)(CUfunction, int, int);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void **, void **);
+    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*MemFree)(CUdeviceptr);
+    CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*StreamCreate)(CUstream *, unsigned);
+    CUresult (*StreamDestroy)(CUstream);
+    CUresult (*StreamSynchronize)(CUstream);
+    CUresult (*EventCreate)(CUevent *, unsigned);
+    CUresult (*EventDestroy)(CUevent);
+    CUresult (*EventRecord)(CUevent, CUstream);
+    CUresult (*EventSynchronize)(CUevent);
+    CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+    /* Set when the driver library is the simulated driver of the tests
+     * (tests/cudasim/cudasim.h): it exports cudasimDescribe. */
+    const char *(*Describe)(void);
+    int simulated;
+    /* Devices (by ordinal) whose driver refused a cubin with
+     * CUDA_ERROR_NO_BINARY_FOR_GPU: from then on they are given PTX, also
+     * by handles opened later in the process. */
+    int needs_ptx[AR_CUDA_MAX_ORDINALS];
+} cuda_driver;
+
+extern cuda_driver ar_cuda_driver;
+
+/* ---- device and kernel state ------------------------------------------- */
+
+/* What ar_kernel.module points to for CUDA kernels. */
+typedef struct cuda_kernel {
+    CUmodule module;
+    int32_t align;  /* bytes: storage pointers and strides */
+    int32_t qalign; /* bytes: query and out_gain */
+    int64_t dmax;   /* largest d, 0 for any */
+} cuda_kernel;
+
+typedef struct cuda_state {
+    CUdevice device;
+    CUcontext ctx;
+    int cc;             /* 90 for sm_90 */
+    int compile_cc;     /* what NVRTC targets */
+    int cubin;          /* 1: cubins for compile_cc; 0: PTX (the driver JITs) */
+    int ordinal;        /* the device's index, for ar_cuda_driver.needs_ptx */
+    size_t l2;          /* bytes */
+    pthread_mutex_t lock; /* guards everything below (timing resources) */
+    CUstream stream;
+    CUevent start, stop;
+    CUdeviceptr flush;
+    size_t flush_bytes;
+    CUmodule empty_module;
+    CUfunction empty;
+    /* The streaming kernels of the ceilings and the stream passes, loaded
+     * on first use (cuda_timing.c). */
+    CUmodule ceiling_module;
+    CUfunction ceiling_read, ceiling_copy;
+} cuda_state;
+
+/* Everything one launch needs, prepared before the context is entered: the
+ * by-value argument struct of the op, the grid and the dynamic shared
+ * memory. It lives on the caller's stack: a launch allocates nothing. */
+typedef struct cuda_launch_data {
+    union {
+        attnres_cuda_mix_args mix;
+        attnres_cuda_phase1_args phase1;
+        attnres_cuda_phase2_args phase2;
+    } args;
+    int64_t grid, smem;
+} cuda_launch_data;
+
+/* ---- cuda_driver.c ----------------------------------------------------- */
+
+/* Loads the driver library on the first call; 1 when it is loaded (whether
+ * cuInit succeeded is ar_cuda_driver.init_rc), 0 with the reason in
+ * ar_cuda_driver.error. */
+int ar_cuda_driver_ready(void);
+
+/* The driver's name and text for r, or its number when it has none. */
+void ar_cuda_error_text(CUresult r, char *buf, size_t len);
+
+/* Records "WHAT failed: the driver's text" on dev (and that the context is
+ * lost when r is one of the sticky errors); returns status. */
+int ar_cuda_fail(attnres_device *dev, int status, CUresult r, const char *what);
+
+/* ---- cuda_backend.c ---------------------------------------------------- */
+
+/* Makes the device's context current for one call; ar_cuda_ctx_leave
+ * restores the caller's. */
+CUresult ar_cuda_ctx_enter(const cuda_state *st, int *pushed);
+void ar_cuda_ctx_leave(int pushed);
+
+/* ---- cuda_args.c ------------------------------------------------------- */
+
+/* The ops table's check_problem: what no CUDA kernel runs. */
+int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p);
+
+/* Checks one launch's arguments against the problem and the kernel and
+ * fills l (T > 0); ATTNRES_OK, or the status with the reason on dev. */
+int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                    const ar_op_args *a, cuda_launch_data *l);
+
+/* Launches prepared work on stream, the context already current. */
+int ar_cuda_launch_current(attnres_device *dev, const ar_kernel *k, cuda_launch_data *l, CUstream stream);
+
+/* The ops table's launch. */
+int ar_cuda_launch(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                   const ar_op_args *a, void *stream);
+
+/* ---- cuda_timing.c ----------------------------------------------------- */
+
+/* The ops table's time, copy_bandwidth, empty_launch, ceilings and
+ * stream_pass (device.h). */
+int ar_cuda_time(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                 const ar_op_args *a, int reps, int flush, double *times_us);
+int ar_cuda_copy_bandwidth(attnres_device *dev, double *gbps);
+int ar_cuda_empty_launch(attnres_device *dev, double *us);
+int ar_cuda_ceilings(attnres_device *dev, ar_ceilings *out);
+int ar_cuda_stream_pass(attnres_device *dev, void *buf, const ar_stream_pass *pass, double *us);
+
+#endif
