@@ -44,7 +44,7 @@ static const char tune_usage[] =
     "  cache): they are not compiled or measured. --explain-pruning lists each with\n"
     "  its reason; --no-prune tunes them too.\n"
     "  A final round that other work on the machine disturbed (its threads waited\n"
-    "  for a CPU, or the hypervisor stole time, 5% of the round or more) is timed\n"
+    "  for a CPU 20% of the round, or the hypervisor stole 5% of it) is timed\n"
     "  again after a 2 s pause, up to --retries times (default 2, or\n"
     "  ATTNRES_TUNE_RETRIES; 0: never); if every try is disturbed the winner is\n"
     "  marked provisional in the output and with the run (db runs --long).\n"

@@ -459,20 +459,23 @@ static void *spin_300ms(void *arg)
 
 static void disturbance_rule_on_given_figures(void)
 {
-    /* 5% of the window, of either figure, is a disturbance; unknown (NaN)
-     * figures are none. */
-    disturbance d = {0.049, 0.0};
+    /* Waits of 20% of the window, or steal of 5%, are a disturbance;
+     * unknown (NaN) figures are none; preemptions only inform. */
+    disturbance d = {0.199, 0.049, 5000};
     CHECK(!disturbance_found(&d));
-    d.wait_frac = 0.05;
+    d.wait_frac = 0.20;
     CHECK(disturbance_found(&d));
-    d = (disturbance){NAN, 0.06};
+    d = (disturbance){NAN, 0.05, NAN};
     CHECK(disturbance_found(&d));
-    d = (disturbance){NAN, NAN};
+    d = (disturbance){NAN, NAN, NAN};
     CHECK(!disturbance_found(&d));
     char text[160];
-    d = (disturbance){0.25, NAN};
+    d = (disturbance){0.25, NAN, NAN};
     disturbance_describe(&d, text, sizeof text);
     CHECK(strcmp(text, "threads waited 25% of the window for a CPU, steal unknown") == 0);
+    d = (disturbance){0.5, 0.0, 699.4};
+    disturbance_describe(&d, text, sizeof text);
+    CHECK(strcmp(text, "threads waited 50% of the window for a CPU, 0% stolen, 699 preemptions/s") == 0);
 }
 
 static void more_busy_threads_than_cpus_are_a_disturbance(void)
@@ -500,7 +503,7 @@ static void more_busy_threads_than_cpus_are_a_disturbance(void)
     disturbance_begin(&m);
     usleep(200000);
     d = disturbance_end(&m);
-    CHECK(d.wait_frac >= 0 && d.wait_frac < DISTURBANCE_FRACTION);
+    CHECK(d.wait_frac >= 0 && d.wait_frac < DISTURBANCE_WAIT);
 }
 
 int main(int argc, char **argv)

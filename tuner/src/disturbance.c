@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static double wall_now(void)
@@ -65,9 +66,16 @@ static int cpu_ticks(double *steal, double *total)
     return 0;
 }
 
+static double preemptions(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_nivcsw : -1;
+}
+
 void disturbance_begin(disturbance_mark *m)
 {
     m->wall_s = wall_now();
+    m->preempted = preemptions();
     m->wait_s = threads_wait_s();
     m->readable = m->wait_s >= 0;
     if (cpu_ticks(&m->steal_ticks, &m->total_ticks) == 0)
@@ -78,8 +86,10 @@ void disturbance_begin(disturbance_mark *m)
 
 disturbance disturbance_end(const disturbance_mark *m)
 {
-    disturbance d = {NAN, NAN};
-    double wall = wall_now() - m->wall_s, wait = threads_wait_s(), steal, total;
+    disturbance d = {NAN, NAN, NAN};
+    double wall = wall_now() - m->wall_s, wait = threads_wait_s(), steal, total, pre = preemptions();
+    if (m->preempted >= 0 && pre >= 0 && wall > 0)
+        d.preempted_per_s = (pre - m->preempted) / wall;
     if (m->wait_s >= 0 && wait >= 0 && wall > 0)
         d.wait_frac = (wait - m->wait_s) / wall;
     if (m->total_ticks >= 0 && cpu_ticks(&steal, &total) == 0 && total > m->total_ticks)
@@ -89,15 +99,17 @@ disturbance disturbance_end(const disturbance_mark *m)
 
 int disturbance_found(const disturbance *d)
 {
-    return d->wait_frac >= DISTURBANCE_FRACTION || d->steal_frac >= DISTURBANCE_FRACTION;
+    return d->wait_frac >= DISTURBANCE_WAIT || d->steal_frac >= DISTURBANCE_STEAL;
 }
 
 void disturbance_describe(const disturbance *d, char *buf, size_t len)
 {
-    char wait[64] = "thread waits unknown", steal[48] = "steal unknown";
+    char wait[64] = "thread waits unknown", steal[48] = "steal unknown", pre[48] = "";
     if (!isnan(d->wait_frac))
         snprintf(wait, sizeof wait, "threads waited %.0f%% of the window for a CPU", 100.0 * d->wait_frac);
     if (!isnan(d->steal_frac))
         snprintf(steal, sizeof steal, "%.0f%% stolen", 100.0 * d->steal_frac);
-    snprintf(buf, len, "%s, %s", wait, steal);
+    if (!isnan(d->preempted_per_s))
+        snprintf(pre, sizeof pre, ", %.0f preemptions/s", d->preempted_per_s);
+    snprintf(buf, len, "%s, %s%s", wait, steal, pre);
 }

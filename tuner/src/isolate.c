@@ -29,7 +29,7 @@ static void result_clear(job_result *r)
     memset(r, 0, sizeof *r);
     r->rel_err = NAN;
     r->paired = r->paired_spread = r->pair_gbps = NAN;
-    r->dist.wait_frac = r->dist.steal_frac = NAN;
+    r->dist.wait_frac = r->dist.steal_frac = r->dist.preempted_per_s = NAN;
 }
 
 /* Loads a candidate on dev; on failure fills r. */
