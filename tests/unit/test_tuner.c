@@ -21,6 +21,7 @@
 #include "disturbance.h"
 #include "isolate.h"
 #include "measure.h"
+#include "revalidate.h"
 #include "tune_session.h"
 
 static int near(double a, double b) { return fabs(a - b) <= 1e-12 * (fabs(a) + fabs(b) + 1); }
@@ -506,6 +507,17 @@ static void more_busy_threads_than_cpus_are_a_disturbance(void)
     CHECK(d.wait_frac >= 0 && d.wait_frac < DISTURBANCE_WAIT);
 }
 
+static void revalidation_flags_a_record_far_from_now(void)
+{
+    /* Beyond 1.5x either way: 690 us on record, 193 now (3.6x faster) is
+     * far, as is twice as slow; 1.4x and 1/1.4x are not. Times that are not
+     * positive (an unverified re-measure) never are. */
+    CHECK(revalidate_far(690, 193));
+    CHECK(revalidate_far(100, 200));
+    CHECK(!revalidate_far(100, 140) && !revalidate_far(140, 100));
+    CHECK(!revalidate_far(100, 0) && !revalidate_far(0, 100) && !revalidate_far(NAN, 100));
+}
+
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
@@ -532,5 +544,6 @@ int main(int argc, char **argv)
     RUN_CASE(choose_equivalent_list_is_bounded);
     RUN_CASE(disturbance_rule_on_given_figures);
     RUN_CASE(more_busy_threads_than_cpus_are_a_disturbance);
+    RUN_CASE(revalidation_flags_a_record_far_from_now);
     CHECK_EXIT();
 }

@@ -18,4 +18,13 @@
  * (including a database with no winner for the device). */
 int tune_revalidate(const char *device_spec, const char *db_path, int quiet);
 
+/* A re-measure this many times its record, either way, is more than noise:
+ * one of the two was taken on a disturbed machine, or the machine changed.
+ * The table says so beside the status and the summary counts them. */
+#define REVALIDATE_FAR 1.5
+
+/* 1 when now_us lies beyond REVALIDATE_FAR times stored_us, faster or
+ * slower; 0 otherwise, and where either is not a positive time. */
+int revalidate_far(double stored_us, double now_us);
+
 #endif

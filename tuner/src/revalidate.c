@@ -307,6 +307,29 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
         r->dev->ops->unload(r->dev, &k);
 }
 
+int revalidate_far(double stored_us, double now_us)
+{
+    if (!(stored_us > 0) || !(now_us > 0))
+        return 0;
+    double q = now_us / stored_us;
+    return q > REVALIDATE_FAR || q < 1.0 / REVALIDATE_FAR;
+}
+
+/* Says how far a verified re-measure lies from its record where
+ * revalidate_far holds: a winner recorded 3.6x slow in a disturbed minute
+ * once re-measured as a bare "ok". 1 then, else 0 and "". */
+static int far_from_record(const ardb_stored_winner *w, const outcome *o, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (o->status != ARDB_STATUS_OK || !revalidate_far(w->median_us, o->median_us))
+        return 0;
+    double q = o->median_us / w->median_us;
+    snprintf(buf, len, "far from the record: now %.2fx %s (run %" PRId64 " or this one was disturbed, or the "
+             "machine changed); tune the problem again",
+             q > 1 ? q : 1.0 / q, q > 1 ? "slower" : "faster", w->run_id);
+    return 1;
+}
+
 static void print_table(const revalidation *r, const ardb_stored_winner *w, const outcome *o, size_t n)
 {
     char roof[320];
@@ -324,9 +347,11 @@ static void print_table(const revalidation *r, const ardb_stored_winner *w, cons
             if (o[i].paired > 0)
                 snprintf(paired, sizeof paired, "%.1f%%", 100.0 * o[i].paired);
         }
-        printf("%-44s %-34s %6" PRId64 " %12.2f %12s %7s %9s %8s  %s%s%s\n", w[i].problem_key, w[i].variant,
+        char far[256];
+        far_from_record(&w[i], &o[i], far, sizeof far);
+        printf("%-44s %-34s %6" PRId64 " %12.2f %12s %7s %9s %8s  %s%s%s%s%s\n", w[i].problem_key, w[i].variant,
                w[i].run_id, w[i].median_us, now, ratio, frac, paired, ardb_status_name(o[i].status),
-               o[i].message[0] ? ": " : "", o[i].message);
+               o[i].message[0] ? ": " : "", o[i].message, far[0] ? "; " : "", far);
     }
 }
 
@@ -415,8 +440,13 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet)
         cli_error("tune", "recording the end of the run: %s", ardb_errmsg(r.db));
         r.unrecorded++;
     }
-    printf("\nrun %" PRId64 ": %zu winner(s) re-validated, %zu not ok; database %s\n", r.run_id, n - bad, bad,
-           db_path);
+    size_t far = 0;
+    char why[256];
+    for (size_t i = 0; i < n; i++)
+        far += (size_t)far_from_record(&w[i], &o[i], why, sizeof why);
+    printf("\nrun %" PRId64 ": %zu winner(s) re-validated, %zu not ok, %zu far from the record (beyond %.1fx either "
+           "way); database %s\n",
+           r.run_id, n - bad, bad, far, REVALIDATE_FAR, db_path);
     if (r.unrecorded)
         cli_error("tune", "%zu result(s) could not be written to %s (above): the run is not complete", r.unrecorded,
                   db_path);
