@@ -15,7 +15,7 @@ int cpu_ceilings_measure(attnres_device *dev, cpu_pool *pool, ar_ceilings *out);
 
 /* A size counts as held by a cache where it reads at least this many
  * times as fast as memory. */
-#define CPU_CACHE_KNEE_RATIO 1.3
+#define CPU_CACHE_KNEE_RATIO 1.5
 
 /* The largest cache's effective size from a read sweep: bytes[0..n)
  * ascending, each read at gbps[i], the last so large that its rate is

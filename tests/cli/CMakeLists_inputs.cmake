@@ -38,6 +38,11 @@ attnres_unit_test(cli_options_unit test_cli_options.c TIMEOUT 60 LABEL cli SOURC
 # The ceilings a timing is held to: the blend and the out-of-cache check on
 # synthetic figures, and the CPU device's streaming kernels (docs/design.md §2).
 attnres_unit_test(tuner_ceilings test_ceilings.c TIMEOUT 120 LABEL tuner LIBS artuner)
+# The cache size from the read sweep, alone on the machine, where the sweep
+# must find it (tests/unit/test_ceilings.c).
+add_test(NAME tuner_cache_from_read_sweep COMMAND test_ceilings --case test_cpu_device_measures_every_kernel)
+set_tests_properties(tuner_cache_from_read_sweep PROPERTIES TIMEOUT 120 LABELS "unit;tuner" RUN_SERIAL TRUE
+  ENVIRONMENT "ATTNRES_TEST_ALONE=1")
 
 # The streaming pass a beyond-cache kernel is timed next to: its steps from
 # the ceilings, what a pass copies and reads, refused steps, the fraction

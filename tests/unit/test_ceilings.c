@@ -159,8 +159,8 @@ static void test_traffic_splits_the_bytes(void)
 
 /* The knee of a read sweep on synthetic rates: memory reads 50 GB/s (the
  * largest size); 2-32 MiB read 150-120 GB/s, 64 MiB 60 (a cache it half
- * fits: below 1.3 x 50 = 65), so the cache is 32 MiB. A sweep with no size
- * 1.3 times as fast as memory, or too short to have a memory rate, finds
+ * fits: below 1.5 x 50 = 75), so the cache is 32 MiB. A sweep with no size
+ * 1.5 times as fast as memory, or too short to have a memory rate, finds
  * none (0: the hint stands). */
 static void test_cache_knee_of_a_read_sweep(void)
 {
@@ -171,7 +171,7 @@ static void test_cache_knee_of_a_read_sweep(void)
     /* The knee's lower side is the largest fast size, whatever lies below. */
     double dip[] = {40, 150, 140, 130, 120, 60, 52, 50};
     CHECK(cpu_cache_knee(bytes, dip, 8) == 32 * mib);
-    double flat[] = {60, 58, 55, 54, 53, 52, 51, 50};
+    double flat[] = {74, 70, 65, 60, 55, 52, 51, 50};
     CHECK(cpu_cache_knee(bytes, flat, 8) == 0);
     CHECK(cpu_cache_knee(bytes, gbps, 1) == 0);
     double unmeasured[] = {150, 150, 140, 130, 120, 60, 52, 0};
@@ -200,8 +200,12 @@ static int fake_sysfs(const char *dir)
 
 /* The CPU device measures every kernel on one thread and on all of them,
  * and its ceilings are the best of each kind. Its sysfs here says 480 MiB
- * of cache (as one guest's did): the read sweep finds the cache that is
- * there, far smaller, so K3's 587 MB problem counts as out of cache. */
+ * of cache (as one guest's did): the device records that as the hint and
+ * takes the read sweep's size where the sweep finds one. Run alone
+ * (ATTNRES_TEST_ALONE=1, tuner_cache_from_read_sweep in the full tier) the
+ * sweep must find the cache that is there, far smaller, so that K3's
+ * 587 MB problem counts as out of cache; beside other tests a busy minute
+ * may hide the knee, and the hint then stands, as it should. */
 static void test_cpu_device_measures_every_kernel(void)
 {
     char dir[] = "/tmp/attnres-sysfs-XXXXXX";
@@ -219,9 +223,12 @@ static void test_cpu_device_measures_every_kernel(void)
     CHECK(r.ceil.cache_hint_bytes == 480 * mib);
     printf("  cache: sysfs %.0f MiB, read sweep %.0f MiB\n", r.ceil.cache_hint_bytes / mib,
            r.ceil.cache_measured / mib);
-    CHECK(r.ceil.cache_measured >= 2 * mib && r.ceil.cache_measured < 480 * mib);
-    CHECK(r.ceil.cache_bytes == r.ceil.cache_measured);
-    CHECK(rooflines_out_of_cache(&r, 587e6));
+    CHECK(r.ceil.cache_bytes == (r.ceil.cache_measured > 0 ? r.ceil.cache_measured : r.ceil.cache_hint_bytes));
+    const char *alone = getenv("ATTNRES_TEST_ALONE");
+    if (alone && strcmp(alone, "1") == 0) {
+        CHECK(r.ceil.cache_measured >= 2 * mib && r.ceil.cache_measured < 480 * mib);
+        CHECK(rooflines_out_of_cache(&r, 587e6));
+    }
     int read1 = 0, memcpy1 = 0, prefetch1 = 0, best_copy = 0, best_read = 0;
     for (int i = 0; i < r.ceil.n; i++) {
         const ar_ceiling_point *p = &r.ceil.pt[i];
@@ -252,7 +259,7 @@ static void test_cpu_device_measures_every_kernel(void)
     CHECK(rooflines_from_record(json, r.copy_gbps, r.read_gbps, r.launch_us, &back) == 0);
     CHECK(fabs(back.ceil.cache_hint_bytes - 480 * mib) <= 1e-5 * 480 * mib);
     CHECK(fabs(back.ceil.cache_bytes - r.ceil.cache_bytes) <= 1e-5 * r.ceil.cache_bytes);
-    CHECK(fabs(back.ceil.cache_measured - r.ceil.cache_measured) <= 1e-5 * r.ceil.cache_measured);
+    CHECK(fabs(back.ceil.cache_measured - r.ceil.cache_measured) <= 1e-5 * r.ceil.cache_measured + 1e-9);
     attnres_device_close(dev);
 }
 
