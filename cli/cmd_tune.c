@@ -109,7 +109,6 @@ static int parse(int argc, char **argv, tune_opts *o)
     o->shard_count = 1;
     /* --retries' default, for scripts and test suites that tune on busy
      * machines on purpose. */
-    o->retries = 2;
     const char *retries = getenv("ATTNRES_TUNE_RETRIES");
     int64_t env_retries = 2;
     if (retries && *retries && cli_parse_int_range("tune", "ATTNRES_TUNE_RETRIES", retries, 0, 10, &env_retries))

@@ -7,14 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
-#include <time.h>
 
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "tuner_base.h"
 
 /* The sum of the run-queue wait of every thread of this process, in
  * seconds; -1 where schedstat cannot be read. Threads that ended before
@@ -74,7 +68,7 @@ static double preemptions(void)
 
 void disturbance_begin(disturbance_mark *m)
 {
-    m->wall_s = wall_now();
+    m->wall_s = now_s();
     m->preempted = preemptions();
     m->wait_s = threads_wait_s();
     m->readable = m->wait_s >= 0;
@@ -87,7 +81,7 @@ void disturbance_begin(disturbance_mark *m)
 disturbance disturbance_end(const disturbance_mark *m)
 {
     disturbance d = {NAN, NAN, NAN};
-    double wall = wall_now() - m->wall_s, wait = threads_wait_s(), steal, total, pre = preemptions();
+    double wall = now_s() - m->wall_s, wait = threads_wait_s(), steal, total, pre = preemptions();
     if (m->preempted >= 0 && pre >= 0 && wall > 0)
         d.preempted_per_s = (pre - m->preempted) / wall;
     if (m->wait_s >= 0 && wait >= 0 && wall > 0)
