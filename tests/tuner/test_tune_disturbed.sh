@@ -53,13 +53,26 @@ check "the first final round was disturbed and timed again" \
   'grep -q "final round disturbed (.*): timed again in 2 s" "$dir/b.log"'
 check "the retry on the quiet machine was not disturbed" \
   'grep -q "^disturbed: .*: 1 final round(s) (.*); timed again, undisturbed" "$dir/b.out"'
-"$cli" tune --revalidate --device cpu --db "$dir/b.db" >"$dir/b.reval" 2>&1
-# Columns: problem, variant, from, stored, now, ratio (now over stored), ...
-ratio=$(awk '$1 ~ /^mix:/ && / ok/ { print $6 }' "$dir/b.reval")
-echo "     quiet re-measure over the record: $ratio"
-check "the winner re-measured quietly within its noise of the record (0.75-1.33)" \
-  'awk -v r="$ratio" "BEGIN { exit !(r != \"\" && r >= 0.75 && r <= 1.33) }"'
+# The host's own memory bandwidth drifts by minutes on a shared VM (copy
+# ceilings of 42 and 67 GB/s two minutes apart on the Zen 4 guest), which
+# moves an out-of-cache kernel as much as a disturbed round would. So the
+# quiet re-measure is taken up to three times, and one within the window
+# shows that the record was not a disturbed figure. Each attempt works on
+# a copy of the tune's database: a revalidation records its own winners.
+in_window() { awk -v r="$1" 'BEGIN { exit !(r != "" && r >= 0.75 && r <= 1.33) }'; }
+ratios=""
+for attempt in 1 2 3; do
+  cp "$dir/b.db" "$dir/r.db"
+  "$cli" tune --revalidate --device cpu --db "$dir/r.db" >"$dir/b.reval" 2>&1
+  # Columns: problem, variant, from, stored, now, ratio (now over stored), ...
+  ratio=$(awk '$1 ~ /^mix:/ && / ok/ { print $6 }' "$dir/b.reval")
+  ratios="$ratios ${ratio:-none}"
+  if in_window "$ratio"; then break; fi
+done
+echo "     quiet re-measure(s) over the record:$ratios"
+check "the winner re-measured quietly within its noise of the record (0.75-1.33)" 'in_window "$ratio"'
 if [ "$fail" != 0 ]; then
+  cat "$dir/b.reval"
   echo "--- the second tune's log and disturbed lines:"
   grep -E "disturbed|winner" "$dir/b.log" "$dir/b.out" || true
 fi
