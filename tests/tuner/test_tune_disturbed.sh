@@ -62,7 +62,8 @@ check "the retry on the quiet machine was not disturbed" \
 in_window() { awk -v r="$1" 'BEGIN { exit !(r != "" && r >= 0.75 && r <= 1.33) }'; }
 ratios=""
 for attempt in 1 2 3; do
-  cp "$dir/b.db" "$dir/r.db"
+  rm -f "$dir/r.db" "$dir/r.db-wal" "$dir/r.db-shm"
+  for f in b.db b.db-wal; do if [ -f "$dir/$f" ]; then cp "$dir/$f" "$dir/r${f#b}"; fi; done
   "$cli" tune --revalidate --device cpu --db "$dir/r.db" >"$dir/b.reval" 2>&1
   # Columns: problem, variant, from, stored, now, ratio (now over stored), ...
   ratio=$(awk '$1 ~ /^mix:/ && / ok/ { print $6 }' "$dir/b.reval")
