@@ -184,7 +184,10 @@ typedef enum attnres_dtype {
 typedef enum attnres_op {
     ATTNRES_OP_MIX = 0,
     ATTNRES_OP_PHASE1 = 1,
-    ATTNRES_OP_PHASE2 = 2
+    ATTNRES_OP_PHASE2 = 2,
+    /* Appended in 0.2 for training: the backward of the mix (DESIGN §1b),
+     * planned and tuned as an op of its own; see attnres_run_mix_backward. */
+    ATTNRES_OP_MIX_BACKWARD = 3
 } attnres_op;
 
 typedef enum attnres_form {
@@ -602,6 +605,88 @@ ATTNRES_API int attnres_run_phase1(attnres_plan *plan, int64_t T,
 ATTNRES_API int attnres_run_phase2(attnres_plan *plan, int64_t T,
                                    const attnres_phase2_args *args,
                                    void *stream);
+
+/* ------------------------------------------------------------------------
+ * Training: the backward of the mix (DESIGN §1b)
+ *
+ * A plan for a problem of op ATTNRES_OP_MIX_BACKWARD (the forward's d, N,
+ * H and form; the same problem with op ATTNRES_OP_MIX describes the
+ * forward) takes the forward's inputs and the gradient of out, recomputes
+ * the RMS statistics and the softmax weights from the sources, and
+ * returns the gradients of the sources, of the folded query u, and in the
+ * additive form of partial and alpha. Each token's source rows are read
+ * from memory once: the weights and the score gradients come from one
+ * sweep over them, the source gradients from a second sweep over the same
+ * rows while they are in cache.
+ *
+ * The gradients summed over tokens (dquery, dalpha) are deterministic:
+ * tokens form groups of a fixed size that does not depend on the kernel
+ * or the thread count, each group writes fp32 partial sums to the
+ * caller's workspace, and a second pass adds the groups in order. The
+ * same plan on the same inputs gives bit-identical gradients on every run
+ * and at every thread count. No atomics are used.
+ *
+ * The CPU runs the replace and additive forms at every H; the output-norm
+ * epilogue's backward is not there yet (attnres_plan_create refuses such
+ * a problem with EUNSUPPORTED and says so), nor is a CUDA kernel
+ * (EUNSUPPORTED).
+ * ---------------------------------------------------------------------- */
+
+/* Arguments of one mix backward launch. Pointers are host pointers on the
+ * CPU. Strides count elements; 0 means d. No output may overlap an input;
+ * with ATTNRES_GRAD_ACCUMULATE two source gradients may be the very same
+ * view (same pointer and stride: one tensor that is two sources), and
+ * both gradients are added into it. */
+typedef struct attnres_mix_backward_args {
+    size_t struct_size;            /* sizeof(attnres_mix_backward_args); _init sets it */
+    /* The forward's inputs, as attnres_mix_args holds them. */
+    const void *const *sources;    /* n pointers, each a [T, d] view */
+    const int64_t *source_strides; /* n token strides; NULL means all d */
+    const float *query;            /* [d] fp32 u = gain * w, as the forward used */
+    float scale;                   /* score scale, usually 1 */
+    float eps;                     /* RMS epsilon, > 0 */
+    float alpha;                   /* additive form: out = partial + alpha * mix */
+    /* The incoming gradient. */
+    const void *dout;              /* [T, d] gradient of out (storage dtype) */
+    int64_t dout_stride;           /* 0 means d */
+    /* The gradients. */
+    unsigned flags;                /* ATTNRES_GRAD_ACCUMULATE: add the per-token
+                                    * gradients (dsources, dpartial) into the
+                                    * caller's buffers instead of writing them */
+    void *const *dsources;         /* n pointers, each a [T, d] view (storage dtype) */
+    const int64_t *dsource_strides;/* n token strides; NULL means all d */
+    float *dquery;                 /* [d] fp32 gradient of u, summed over tokens,
+                                    * always written (attnres_reference_fold_query_backward
+                                    * turns it into those of w and the gain) */
+    void *dpartial;                /* [T, d] additive form (needed there), else ignored */
+    int64_t dpartial_stride;       /* 0 means d */
+    float *dalpha;                 /* additive form: one float, sum over tokens of
+                                    * <dout, mix>; may be NULL (alpha not trained) */
+    void *workspace;               /* attnres_mix_backward_workspace_size bytes, 64-byte
+                                    * aligned, owned by the caller; not read before
+                                    * it is written */
+    size_t workspace_size;         /* its size in bytes */
+} attnres_mix_backward_args;
+
+/* Fills args with defaults: struct_size, scale 1, eps 1e-6, alpha 1,
+ * flags 0, all pointers NULL, strides and workspace_size 0. */
+ATTNRES_API void attnres_mix_backward_args_init(attnres_mix_backward_args *args);
+
+/* The workspace a run of the plan (op ATTNRES_OP_MIX_BACKWARD) on up to T
+ * tokens needs, in bytes, to *bytes: ask once at load for the largest T,
+ * allocate it, and pass it to every run; nothing is allocated on the hot
+ * path. EINVAL for a NULL plan or bytes, T < 0 or a size beyond size_t;
+ * EMISMATCH for a plan of another op. */
+ATTNRES_API int attnres_mix_backward_workspace_size(const attnres_plan *plan, int64_t T, size_t *bytes);
+
+/* Runs the mix backward of a plan for an ATTNRES_OP_MIX_BACKWARD problem
+ * on T tokens. Checks as attnres_run_mix does (views, strides, overlaps,
+ * EINVAL/EMISMATCH with the reason in attnres_plan_errmsg), and that the
+ * workspace is large enough and aligned. T = 0 writes dquery (and dalpha)
+ * as zeros and touches nothing else. Never allocates, reads the database
+ * or compiles. */
+ATTNRES_API int attnres_run_mix_backward(attnres_plan *plan, int64_t T, const attnres_mix_backward_args *args,
+                                         void *stream);
 
 /* ------------------------------------------------------------------------
  * fp64 reference (DESIGN §1), the oracle for tests and tuner verification

@@ -24,6 +24,8 @@ static int64_t phase1_weights_smem(const attnres_problem *p)
 int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
 {
     const int n = p->n, S = p->s, H = p->heads;
+    if (p->op == ATTNRES_OP_MIX_BACKWARD)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the CUDA backend has no mix_backward kernels yet");
     if (p->op == ATTNRES_OP_MIX && n > AR_CUDA_MAX_SOURCES)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA kernels take at most %d sources (N = %d)",
                               AR_CUDA_MAX_SOURCES, n);

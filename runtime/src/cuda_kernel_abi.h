@@ -21,6 +21,7 @@
 
 /* The version this library speaks for each attnres_op. */
 #define AR_CUDA_ABI_VERSIONS \
-    ((const int[3]){AR_KERNEL_ABI_CUDA_MIX, AR_KERNEL_ABI_CUDA_PHASE1, AR_KERNEL_ABI_CUDA_PHASE2})
+    ((const int[4]){AR_KERNEL_ABI_CUDA_MIX, AR_KERNEL_ABI_CUDA_PHASE1, AR_KERNEL_ABI_CUDA_PHASE2, \
+                    0 /* no CUDA mix backward kernels yet */})
 
 #endif
