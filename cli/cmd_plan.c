@@ -10,11 +10,13 @@
 static const char plan_usage[] =
     "usage: attnres plan [--device cpu|cuda:N] [--db FILE] [--op OP] --dtype f32|bf16|f16\n"
     "                    --d D --n N [--heads H] [--additive] [--epilogue] [--s S]\n"
-    "                    [--fuse-add] [--require-exact] [--explain]\n"
+    "                    [--fuse-add] [--tokens T] [--require-exact] [--explain]\n"
     "\n"
     "  OP is mix (the default), phase1, phase2 or mix_backward, with the fields of a\n"
     "  problems file line (docs/problems.md): --s S is phase1's sites, and required\n"
-    "  there; --fuse-add is phase2's fused add; phase2 takes --n 1.\n";
+    "  there; --fuse-add is phase2's fused add; phase2 takes --n 1. For mix_backward\n"
+    "  the explanation ends with the workspace a run of up to T tokens needs\n"
+    "  (default 4096), which the caller allocates once at load.\n";
 
 /* --op NAME: the ops a plan can be made for, by their problems-file names. */
 static int parse_op(const char *cmd, const char *flag, const char *v, void *dst)
@@ -42,7 +44,7 @@ int cmd_plan(int argc, char **argv)
     /* Each of d, N and H is checked against its own range before it is
      * stored, so a 64-bit value never lands truncated in the 32-bit fields
      * of the problem. */
-    int64_t d = p.d, n = p.n, heads = p.heads, s = 0;
+    int64_t d = p.d, n = p.n, heads = p.heads, s = 0, tokens = 4096;
     int additive = 0, epilogue = 0, fuse_add = 0, require_exact = 0, explain = 0;
     const cli_opt opts[] = {CLI_OPT_STRING("--device", &device),
                             CLI_OPT_STRING("--db", &dbpath),
@@ -55,6 +57,7 @@ int cmd_plan(int argc, char **argv)
                             CLI_OPT_FLAG("--epilogue", &epilogue),
                             CLI_OPT_INT64("--s", &s, 1, PROBLEM_MAX_S),
                             CLI_OPT_FLAG("--fuse-add", &fuse_add),
+                            CLI_OPT_INT64("--tokens", &tokens, 1, PROBLEM_MAX_T),
                             CLI_OPT_FLAG("--require-exact", &require_exact),
                             CLI_OPT_FLAG("--explain", &explain), /* what plan always does */
                             CLI_OPT_END};
@@ -100,6 +103,18 @@ int cmd_plan(int argc, char **argv)
     char text[8192];
     attnres_plan_explain(plan, text, sizeof text);
     fputs(text, stdout);
+    /* The backward's sums over tokens go through a workspace that grows
+     * with T; an engine sizes it at load, so the plan says how large. */
+    if (p.op == ATTNRES_OP_MIX_BACKWARD) {
+        size_t bytes = 0;
+        int st = attnres_mix_backward_workspace_size(plan, tokens, &bytes);
+        if (st != ATTNRES_OK) {
+            cli_error("plan", "%s: %s", attnres_errstr(st), attnres_plan_errmsg(plan));
+            goto done;
+        }
+        printf("workspace: %zu bytes for up to %lld tokens (attnres_mix_backward_workspace_size)\n", bytes,
+               (long long)tokens);
+    }
     code = CLI_EXIT_OK;
 done:
     attnres_plan_destroy(plan);

@@ -212,11 +212,15 @@ if one_case.wanted("plan_explains_mix_backward"):
                           "--n", "3", "--heads", "2", "--additive", "--explain"], capture_output=True, text=True)
     out = res.stdout
     ok = res.returncode == 0 and "problem: mix_backward f32 d=64 N=3 H=2 additive" in out and "mix_backward" in \
-        out.split("using the built-in generic kernel", 1)[-1]
+        out.split("using the built-in generic kernel", 1)[-1] and "bytes for up to 4096 tokens" in out
     report(ok, "plan_explains_mix_backward", (out + res.stderr).strip().replace("\n", " | ")[:200])
     res = subprocess.run([CLI, "plan", "--device", "cpu", "--op", "mix_backward", "--dtype", "f32", "--d", "64",
                           "--n", "3", "--epilogue"], capture_output=True, text=True)
     report(res.returncode != 0 and "epilogue" in res.stderr, "plan_refuses_mix_backward_epilogue",
+           res.stderr.strip()[:160])
+    res = subprocess.run([CLI, "plan", "--device", "cpu", "--op", "mix_backward", "--dtype", "f32", "--d", "64",
+                          "--n", "3", "--tokens", "0"], capture_output=True, text=True)
+    report(res.returncode == 2 and "--tokens" in res.stderr, "plan_refuses_tokens_out_of_range",
            res.stderr.strip()[:160])
     res = subprocess.run([CLI, "plan", "--op", "mix_backwards", "--dtype", "f32", "--d", "64", "--n", "3"],
                          capture_output=True, text=True)
