@@ -193,7 +193,7 @@ def test_sgd_steps_track_plain_pytorch(gen):
             loss = (model(x) - target).pow(2).mean()
             loss.backward()
             opt.step()
-            pair.append(float(loss))
+            pair.append(loss.item())
         losses.append(pair)
         assert abs(pair[0] - pair[1]) <= 1e-5 * abs(pair[1]), losses
     assert losses[-1][0] < losses[0][0], "the loss should fall"
