@@ -92,6 +92,18 @@ bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size
         snprintf(err, err_len, "reference failed: %s", msg);
         goto fail;
     }
+    /* dalpha = sum over tokens of dout . mix is one number whose terms
+     * cancel: on random inputs it is now and then ten times smaller than
+     * its terms, and an fp32 sum's error relative to it then passes 1e-5
+     * for a correct kernel. Its error is measured against the size of its
+     * terms instead: |mix| is at most the largest |v_n| (a convex blend). */
+    bc->dalpha_scale = 0;
+    for (size_t e = 0; e < vrow; e++) {
+        double vmax = 0;
+        for (int i = 0; i < n; i++)
+            vmax = fmax(vmax, fabs(xrows[i][e]));
+        bc->dalpha_scale += fabs(xdo[e]) * vmax;
+    }
     size_t alpha_off;
     if (ar_mix_backward_workspace(d, tv, &bc->v_ws_size, &alpha_off) ||
         ar_mix_backward_workspace(d, t, &bc->t_ws_size, &alpha_off)) {
@@ -232,8 +244,11 @@ int bench_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
     if (rc == ATTNRES_OK && bc->p.form == ATTNRES_FORM_ADDITIVE) {
         rc = compare_n(bc, bc->v_dpartial, bc->ref_dpartial, vrow, 0, &e);
         worst = isnan(e) || e > worst ? e : worst;
+        float got = NAN;
         if (rc == ATTNRES_OK)
-            rc = compare_n(bc, bc->v_dalpha, &bc->ref_dalpha, 1, 1, &e);
+            rc = bc->dev->ops->copy_to_host(bc->dev, &got, bc->v_dalpha, 4);
+        /* Against the size of its terms (dalpha_scale), not its own. */
+        e = fabs((double)got - bc->ref_dalpha) / (bc->dalpha_scale > 0 ? bc->dalpha_scale : 1.0);
         worst = isnan(e) || e > worst ? e : worst;
     }
     *rel_err = isnan(worst) ? NAN : worst;

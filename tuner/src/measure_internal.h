@@ -35,6 +35,7 @@ struct bench_case {
     void **v_drows, **t_drows;
     float *v_dquery, *t_dquery, *v_dalpha, *t_dalpha;
     double *ref_dsrc, *ref_dquery, *ref_dpartial, ref_dalpha;
+    double dalpha_scale; /* sum over tokens and elements of |dout| max_n |v_n|: bounds sum |dout mix| */
     size_t v_ws_size, t_ws_size;
     int nondeterministic;
     attnres_mix_backward_args v_bw, t_bw;
