@@ -1463,13 +1463,8 @@ static void test_reader_during_write(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_db.XXXXXX",
-             base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (scratch_make("db", tmpdir, sizeof tmpdir) != 0)
         return 1;
-    }
     RUN_CASE(test_create_reopen);
     RUN_CASE(test_open_errors);
     RUN_CASE(test_corrupt_pages);

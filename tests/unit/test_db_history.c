@@ -1257,18 +1257,14 @@ static void test_csv_export(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     /* --list runs no case, so it needs no fixture. */
     if (!check_listing && (argc < 2 || !(fixture_sql = read_text(argv[1])))) {
         fprintf(stderr, "usage: test_db_history [--list] [--case NAME]... FIXTURE.sql "
                         "(tests/unit/fixtures/db_v1.sql)\n");
         return 2;
     }
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_db_history.XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (scratch_make("db-history", tmpdir, sizeof tmpdir) != 0)
         return 2;
-    }
     RUN_CASE(test_classify_noise_and_threshold);
     RUN_CASE(test_v1_file_read_only_then_migrated);
     RUN_CASE(test_v2_file_read_only_then_migrated);

@@ -30,6 +30,7 @@
 
 #include "ardb_tools.h"
 #include "attnres.h"
+#include "test_scratch.h"
 
 #define CASE_SECONDS 20
 
@@ -298,12 +299,8 @@ int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
     if (!check_listing) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/attnres-db-paths-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(dir)) {
-            perror("mkdtemp");
+        if (scratch_make("db-paths", dir, sizeof dir) != 0)
             return 1;
-        }
         atexit(cleanup);
     }
     /* SIGALRM's default action ends a case that blocks, and the program. */

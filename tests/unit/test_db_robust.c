@@ -570,12 +570,8 @@ static void test_v5_file_migrated_to_v6(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_db_robust.XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (scratch_make("db-robust", tmpdir, sizeof tmpdir) != 0)
         return 2;
-    }
     /* A chart whose tick loop never ends must fail the test, not hang it. */
     alarm(60);
     RUN_CASE(test_import_of_another_version_is_refused);

@@ -802,12 +802,8 @@ static void test_files_read_name_every_required_template_once(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/attnres-test-gen-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (scratch_make("gen", tmpdir, sizeof tmpdir) != 0)
         return 1;
-    }
     char sub[600];
     snprintf(sub, sizeof sub, "%s/cpu", tmpdir);
     int bad = mkdir(sub, 0700);

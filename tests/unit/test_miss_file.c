@@ -22,6 +22,7 @@
 #include "attnres.h"
 #include "check.h"
 #include "miss_file.h"
+#include "test_device.h"
 #include "test_scratch.h"
 
 static attnres_device *cpu;
@@ -262,17 +263,8 @@ static void test_off_records_nothing_and_long_path_is_refused(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    const char *base = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/attnres-test-miss-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (scratch_make("miss", dir, sizeof dir) != 0 || test_cpu_open(&cpu) != 0)
         return 1;
-    }
-    char msg[512];
-    if (attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
-        fprintf(stderr, "cannot open the CPU device: %s\n", msg);
-        return 1;
-    }
     RUN_CASE(test_runs_record_each_bucket_once);
     RUN_CASE(test_unwritable_file_never_fails_a_run);
     RUN_CASE(test_full_file_gets_nothing_more);

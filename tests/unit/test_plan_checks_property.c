@@ -23,6 +23,7 @@
 
 #include "attnres.h"
 #include "check.h"
+#include "test_device.h"
 #include "views.h"
 
 static attnres_device *cpu;
@@ -796,11 +797,8 @@ static void test_phase1_runs_refuse_or_match_reference(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    char msg[512];
-    if (!check_listing && attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
-        fprintf(stderr, "cannot open the CPU device: %s\n", msg);
+    if (!check_listing && test_cpu_open(&cpu) != 0)
         return 1;
-    }
     RUN_CASE(test_view_extents_match_exact_arithmetic);
     RUN_CASE(test_view_overlap_matches_byte_model);
     RUN_CASE(test_plans_at_the_limits_refuse_or_match_reference);

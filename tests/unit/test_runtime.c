@@ -27,6 +27,7 @@
 #include "check.h"
 #include "device.h"
 #include "test_data.h"
+#include "test_device.h"
 #include "test_scratch.h"
 
 #ifndef ATTNRES_CLI
@@ -1303,21 +1304,14 @@ static void test_failure_messages_are_each_threads_own(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/attnres-test-runtime-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (scratch_make("runtime", tmpdir, sizeof tmpdir) != 0)
         return 1;
-    }
     /* Kernels compiled or loaded by this test go to a cache inside tmpdir. */
     char cache[700];
     snprintf(cache, sizeof cache, "%s/cache", tmpdir);
     setenv("ATTNRES_CACHE_DIR", cache, 1);
 
-    char msg[512] = "";
-    int rc = attnres_device_open("cpu", &cpu, msg, sizeof msg);
-    if (rc != ATTNRES_OK) {
-        fprintf(stderr, "cannot open the CPU device: %s (%s)\n", attnres_errstr(rc), msg);
+    if (test_cpu_open(&cpu) != 0) {
         scratch_remove(tmpdir);
         return 1;
     }
