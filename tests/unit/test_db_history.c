@@ -22,6 +22,7 @@
 #include "check.h"
 #include "test_buffer.h"
 #include "test_scratch.h"
+#include "test_sqlite.h"
 
 static char tmpdir[512];
 static char *fixture_sql;
@@ -52,29 +53,6 @@ static char *read_text(const char *path)
         buf[n] = '\0';
     fclose(f);
     return buf;
-}
-
-static int raw_exec(const char *path, const char *sql)
-{
-    sqlite3 *h = NULL;
-    int rc = sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_exec(h, sql, NULL, NULL, NULL);
-    sqlite3_close(h);
-    return rc;
-}
-
-static long long raw_int(const char *path, const char *sql)
-{
-    sqlite3 *h = NULL;
-    sqlite3_stmt *st = NULL;
-    long long v = -1;
-    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(h);
-    return v;
 }
 
 /* Writes the v1 fixture to tmpdir/name; path gets its full path. */
@@ -130,15 +108,6 @@ static int collect(void *ctx, int ncol, const char *const *names, const char *co
     snprintf(l->text + len, sizeof l->text - len, "\n");
     l->count++;
     return 0;
-}
-
-static ardb *open_db(const char *path, unsigned flags)
-{
-    char msg[512];
-    ardb *db = NULL;
-    if (ardb_open(path, flags, &db, msg, sizeof msg) != ARDB_DONE)
-        fprintf(stderr, "open %s: %s\n", path, msg);
-    return db;
 }
 
 static int file_exists(const char *path)
