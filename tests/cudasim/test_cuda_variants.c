@@ -47,6 +47,7 @@
 #include "check.h"
 #include "device.h"
 #include "nvrtc.h"
+#include "test_compare.h"
 #include "test_data.h"
 
 #ifndef ATTNRES_TEMPLATE_DIR
@@ -69,21 +70,6 @@ static const char *template_dir(void)
     return env && *env ? env : ATTNRES_TEMPLATE_DIR;
 }
 
-
-static double tolerance(attnres_dtype dt) { return dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
-
-/* ||got - want|| / ||want||; NaN anywhere gives NaN. */
-static double rel_err(const double *got, const double *want, int64_t count)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < count; i++) {
-        if (isnan(got[i]) || isnan(want[i]))
-            return NAN;
-        num += (got[i] - want[i]) * (got[i] - want[i]);
-        den += want[i] * want[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
 
 /* ------------------------------------------------------------------------
  * The device, and the backend calls (one small wrapper per operation, so a
@@ -217,13 +203,7 @@ static int view_make(run_ctx *c, view *v, attnres_dtype dt, size_t es, int64_t r
     }
     memset(v->host, 0xff, bytes); /* NaN in every storage type */
     if (random)
-        for (int64_t r = 0; r < rows; r++) {
-            double mag = magnitude > 0 ? magnitude : pow(10.0, 2.0 * rng_uniform(s) - 1.0);
-            for (int64_t k = 0; k < d; k++) {
-                elem_store(dt, v->host, r * stride + k, mag * rng_normal(s));
-                v->x[r * d + k] = elem_load(dt, v->host, r * stride + k);
-            }
-        }
+        fill_rows(s, dt, v->host, rows, d, stride, magnitude, v->x);
     if (dev->ops->mem_alloc(dev, bytes, &v->dptr) != ATTNRES_OK) {
         fail_run(c, 1, "allocating %zu bytes", bytes);
         v->dptr = NULL;
@@ -309,7 +289,7 @@ static int view_fetch(run_ctx *c, const view *v, const char *name, double *got)
 static double compare(run_ctx *c, const char *name, const double *got, const double *want, int64_t count,
                       double tol)
 {
-    double e = rel_err(got, want, count);
+    double e = case_rel_err(got, want, count);
     if (!(e <= tol)) {
         int64_t worst = -1;
         double we = -1;
@@ -431,11 +411,11 @@ static double run_mix(run_ctx *c, const ar_kernel *k, const problem *pr, int64_t
     }
     if (view_fetch(c, &out, "out", got))
         goto done;
-    err = compare(c, "out", got, ref, T * d, tolerance(p->dtype));
+    err = compare(c, "out", got, ref, T * d, case_tolerance(p->dtype));
     if (epi) {
         if (view_fetch(c, &normed, "normed", got))
             goto done;
-        err = fmax(err, compare(c, "normed", got, refn, T * d, tolerance(p->dtype)));
+        err = fmax(err, compare(c, "normed", got, refn, T * d, case_tolerance(p->dtype)));
     }
     /* Inputs are never written (the padding check covers the rest). */
     if (additive && view_fetch(c, &part, "partial", got) == 0)
@@ -515,8 +495,8 @@ static double run_phase1(run_ctx *c, const ar_kernel *k, const problem *pr, int6
         if (view_fetch(c, &lse[j], name, got_l + (int64_t)j * T * H))
             goto done;
     }
-    err = fmax(compare(c, "o1", got_o, ref_o, S * T * d, tolerance(p->dtype)),
-               compare(c, "lse", got_l, ref_l, S * T * H, tolerance(p->dtype)));
+    err = fmax(compare(c, "o1", got_o, ref_o, S * T * d, case_tolerance(p->dtype)),
+               compare(c, "lse", got_l, ref_l, S * T * H, case_tolerance(p->dtype)));
 done:
     for (int i = 0; i < n; i++)
         view_free(&src[i]);
@@ -597,17 +577,17 @@ static double run_phase2(run_ctx *c, const ar_kernel *k, const problem *pr, int6
     }
     if (view_fetch(c, &out, "out", got))
         goto done;
-    err = compare(c, "out", got, ref, T * d, tolerance(p->dtype));
+    err = compare(c, "out", got, ref, T * d, case_tolerance(p->dtype));
     if (epi) {
         if (view_fetch(c, &normed, "normed", got))
             goto done;
-        err = fmax(err, compare(c, "normed", got, refn, T * d, tolerance(p->dtype)));
+        err = fmax(err, compare(c, "normed", got, refn, T * d, case_tolerance(p->dtype)));
     }
     /* The partial: b + f when the add is fused, untouched otherwise. */
     if (view_fetch(c, &b, "partial", got))
         goto done;
     err = fmax(err, compare(c, fuse ? "partial (b + f, written back)" : "partial (an input here)", got, bx, T * d,
-                            fuse ? tolerance(p->dtype) : 0.0));
+                            fuse ? case_tolerance(p->dtype) : 0.0));
 done:
     view_free(&o1), view_free(&lse), view_free(&b), view_free(&f);
     view_free(&q), view_free(&g), view_free(&out), view_free(&normed);

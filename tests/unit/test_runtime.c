@@ -26,6 +26,7 @@
 #include "attnres.h"
 #include "check.h"
 #include "device.h"
+#include "test_compare.h"
 #include "test_data.h"
 #include "test_device.h"
 #include "test_scratch.h"
@@ -233,8 +234,6 @@ static int all_bytes(const void *buf, size_t n, unsigned char v)
     return 1;
 }
 
-static double tolerance(attnres_dtype dt) { return dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
-
 static attnres_plan *plan_for(const attnres_problem *p, attnres_db *db, unsigned flags)
 {
     attnres_plan *plan = NULL;
@@ -273,7 +272,7 @@ static void check_plan_on_case(attnres_plan *plan, const mix_case *c)
         data_free(&m);
         return;
     }
-    const double tol = tolerance(c->dtype);
+    const double tol = case_tolerance(c->dtype);
     const double e = rel_err(&m, m.out, m.ref_out);
     CHECK(e <= tol);
     if (!(e <= tol))
