@@ -49,6 +49,8 @@
 #include "nvrtc.h"
 #include "test_compare.h"
 #include "test_data.h"
+#include "test_cuda_open.h"
+#include "test_jobs.h"
 
 #ifndef ATTNRES_TEMPLATE_DIR
 #define ATTNRES_TEMPLATE_DIR "templates"
@@ -756,7 +758,7 @@ typedef struct job {
     variant *v;
     const char *arch;
     int full; /* all problems (else only the first) */
-    int done, rc;
+    int rc;
     void *blob;
     size_t size;
     char err[1024];
@@ -764,56 +766,35 @@ typedef struct job {
 } job;
 
 static job *jobs;
-static size_t njobs, next_job;
-static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t job_done = PTHREAD_COND_INITIALIZER;
+static size_t njobs;
 
-static void *compile_worker(void *arg)
+/* Compiles job i on a worker thread of the pool (test_jobs.h). */
+static void compile_job(size_t i)
 {
-    (void)arg;
-    for (;;) {
-        pthread_mutex_lock(&job_lock);
-        size_t i = next_job < njobs ? next_job++ : njobs;
-        pthread_mutex_unlock(&job_lock);
-        if (i >= njobs)
-            return NULL;
-        job *jb = &jobs[i];
-        char name[200];
-        snprintf(name, sizeof name, "%s.cu", jb->v->id);
-        double t0 = now_s();
-        char *log = NULL;
-        int rc = ar_nvrtc_compile(jb->v->source, name, jb->arch, 0, &jb->blob, &jb->size, &log, NULL, jb->err,
-                                  sizeof jb->err);
-        if (rc != ATTNRES_OK && log) {
-            size_t used = strlen(jb->err);
-            snprintf(jb->err + used, sizeof jb->err - used, "\n%s", log);
-        }
-        free(log);
-        const char *dir = getenv("ATTNRES_VARIANTS_PTX_DIR");
-        if (rc == ATTNRES_OK && dir && *dir) {
-            char path[1200];
-            snprintf(path, sizeof path, "%s/%s.%s.ptx", dir, jb->v->id, jb->arch);
-            FILE *f = fopen(path, "w");
-            if (f) {
-                fwrite(jb->blob, 1, jb->size > 0 ? jb->size - 1 : 0, f);
-                fclose(f);
-            }
-        }
-        pthread_mutex_lock(&job_lock);
-        jb->rc = rc;
-        jb->seconds = now_s() - t0;
-        jb->done = 1;
-        pthread_cond_broadcast(&job_done);
-        pthread_mutex_unlock(&job_lock);
+    job *jb = &jobs[i];
+    char name[200];
+    snprintf(name, sizeof name, "%s.cu", jb->v->id);
+    double t0 = now_s();
+    char *log = NULL;
+    int rc = ar_nvrtc_compile(jb->v->source, name, jb->arch, 0, &jb->blob, &jb->size, &log, NULL, jb->err,
+                              sizeof jb->err);
+    if (rc != ATTNRES_OK && log) {
+        size_t used = strlen(jb->err);
+        snprintf(jb->err + used, sizeof jb->err - used, "\n%s", log);
     }
-}
-
-static void wait_job(job *jb)
-{
-    pthread_mutex_lock(&job_lock);
-    while (!jb->done)
-        pthread_cond_wait(&job_done, &job_lock);
-    pthread_mutex_unlock(&job_lock);
+    free(log);
+    const char *dir = getenv("ATTNRES_VARIANTS_PTX_DIR");
+    if (rc == ATTNRES_OK && dir && *dir) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s.%s.ptx", dir, jb->v->id, jb->arch);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fwrite(jb->blob, 1, jb->size > 0 ? jb->size - 1 : 0, f);
+            fclose(f);
+        }
+    }
+    jb->rc = rc;
+    jb->seconds = now_s() - t0;
 }
 
 /* ------------------------------------------------------------------------
@@ -935,13 +916,8 @@ static void test_every_variant(void)
         jobs[njobs++] = (job){.v = &vs[i], .arch = "sm_90", .full = 1};
         jobs[njobs++] = (job){.v = &vs[i], .arch = "sm_80", .full = 0};
     }
-    pthread_t th[COMPILE_THREADS];
-    int started = 0;
-    for (int t = 0; t < COMPILE_THREADS; t++)
-        if (pthread_create(&th[t], NULL, compile_worker, NULL) == 0)
-            started++;
-    if (started == 0)
-        compile_worker(NULL);
+    job_pool pool;
+    job_pool_start(&pool, njobs, COMPILE_THREADS, compile_job);
 
     double compile_s = 0, run_s = 0, load_s = 0, worst_err[3] = {0, 0, 0};
     int runs = 0, failed_runs = 0, failed_variants = 0;
@@ -951,7 +927,7 @@ static void test_every_variant(void)
     for (size_t ji = 0; ji < njobs; ji++) {
         job *jb = &jobs[ji];
         variant *v = jb->v;
-        wait_job(jb);
+        job_pool_wait(&pool, ji);
         compile_s += jb->seconds;
         run_ctx c;
         memset(&c, 0, sizeof c);
@@ -1042,8 +1018,7 @@ static void test_every_variant(void)
         free(jb->blob);
         jb->blob = NULL;
     }
-    for (int t = 0; t < started; t++)
-        pthread_join(th[t], NULL);
+    const int compile_threads = job_pool_finish(&pool);
     double total = now_s() - t_start;
     printf("ran %d problem(s) on %zu compiled kernel(s): %d failed, %d variant(s) wrong or faulting; "
            "device reopened %d time(s)\n",
@@ -1053,7 +1028,7 @@ static void test_every_variant(void)
     printf("time: %.1f s in all (budget: 300 s on 2 cores); NVRTC %.1f s over %d thread(s), loads %.1f s, "
            "runs %.1f s\n",
            total, compile_s,
-           started ? started : 1, load_s, run_s);
+           compile_threads, load_s, run_s);
     printf("slowest kernels to run:");
     for (int si = 0; si < NSLOW && slowest[si].id; si++)
         printf(" %s [%s] %.2f s;", slowest[si].id, slowest[si].arch, slowest[si].s);
@@ -1088,21 +1063,10 @@ int main(int argc, char **argv)
         CHECK_EXIT();
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    char why[512];
-    if (ar_nvrtc_available(why, sizeof why) != 0) {
-        printf("SKIP: NVRTC is not available: %s\n", why);
-        return 77;
-    }
+    const int skip_or_fail = test_cuda_open(&dev);
+    if (skip_or_fail)
+        return skip_or_fail;
     const char *driver = getenv("ATTNRES_CUDA_DRIVER");
-    char msg[512] = "";
-    if (open_device(msg, sizeof msg) != ATTNRES_OK) {
-        if (driver && *driver) {
-            fprintf(stderr, "FAIL: cuda:0 did not open with ATTNRES_CUDA_DRIVER=%s: %s\n", driver, msg);
-            return 1;
-        }
-        printf("SKIP: no CUDA device (%s) and ATTNRES_CUDA_DRIVER is unset\n", msg);
-        return 77;
-    }
     if (driver && *driver) {
         void *h = dlopen(driver, RTLD_NOW | RTLD_NOLOAD);
         if (h) {
