@@ -313,6 +313,27 @@ static double compare(run_ctx *c, const char *name, const double *got, const dou
     return e;
 }
 
+/* Fetches view v (named `fetched` if that fails) and folds its error
+ * against want, under the name `name`, into *err; -1 when the fetch failed
+ * (which fails the run). */
+static int fetch_compare(run_ctx *c, const view *v, const char *fetched, const char *name, double *got,
+                         const double *want, int64_t count, double tol, double *err)
+{
+    if (view_fetch(c, v, fetched, got))
+        return -1;
+    *err = fmax(*err, compare(c, name, got, want, count, tol));
+    return 0;
+}
+
+/* The outputs of a mix or a phase 2: out, and normed with the epilogue,
+ * each against its reference. */
+static int fetch_outputs(run_ctx *c, const view *out, const view *normed, int epi, double *got, const double *ref,
+                         const double *refn, int64_t count, double tol, double *err)
+{
+    return fetch_compare(c, out, "out", "out", got, ref, count, tol, err) ||
+           (epi && fetch_compare(c, normed, "normed", "normed", got, refn, count, tol, err));
+}
+
 /* Padded stride: d plus `extra` loads of the kernel's alignment. */
 static int64_t padded(int64_t d, int64_t align_elems, int extra) { return d + align_elems * extra; }
 
@@ -337,6 +358,23 @@ static void describe(const problem *pr, char *buf, size_t len)
     n += snprintf(buf + n, len - (size_t)n, " H=%d T=%lld%s%s%s", p->heads, (long long)pr->T,
                   p->form == ATTNRES_FORM_ADDITIVE ? " additive" : "", p->fuse_add ? " fused-add" : "",
                   p->epilogue ? " epilogue" : "");
+}
+
+/* The n sources of p: random [T, d] views with padded strides (each a
+ * different padding), and their device pointers, strides and exact
+ * values; -1 when one cannot be made (the run failed). */
+static int make_sources(run_ctx *c, const attnres_problem *p, int64_t T, int64_t ae, uint64_t *s, view *src,
+                        const void **rows, int64_t *strides, const double **xs)
+{
+    const size_t es = attnres_dtype_size(p->dtype);
+    for (int i = 0; i < p->n; i++) {
+        if (view_make(c, &src[i], p->dtype, es, T, p->d, padded(p->d, ae, 1 + i % 3), 1, s, 0))
+            return -1;
+        rows[i] = src[i].dptr;
+        strides[i] = src[i].stride;
+        xs[i] = src[i].x;
+    }
+    return 0;
 }
 
 static uint64_t problem_seed(const problem *pr)
@@ -371,13 +409,8 @@ static double run_mix(run_ctx *c, const ar_kernel *k, const problem *pr, int64_t
         fail_run(c, 0, "out of host memory");
         goto done;
     }
-    for (int i = 0; i < n; i++) {
-        if (view_make(c, &src[i], p->dtype, es, T, d, padded(d, ae, 1 + i % 3), 1, &s, 0))
-            goto done;
-        rows[i] = src[i].dptr;
-        strides[i] = src[i].stride;
-        xs[i] = src[i].x;
-    }
+    if (make_sources(c, p, T, ae, &s, src, rows, strides, xs))
+        goto done;
     if (vec_make(c, &q, d, &s, 0.0, 3.0 / sqrt((double)d)) || vec_make(c, &g, d, &s, 1.0, 0.1))
         goto done;
     if (additive && view_make(c, &part, p->dtype, es, T, d, padded(d, ae, 2), 1, &s, 1.0))
@@ -411,19 +444,15 @@ static double run_mix(run_ctx *c, const ar_kernel *k, const problem *pr, int64_t
         fail_run(c, 0, "the reference refused the problem");
         goto done;
     }
-    if (view_fetch(c, &out, "out", got))
+    err = 0;
+    if (fetch_outputs(c, &out, &normed, epi, got, ref, refn, T * d, case_tolerance(p->dtype), &err))
         goto done;
-    err = compare(c, "out", got, ref, T * d, case_tolerance(p->dtype));
-    if (epi) {
-        if (view_fetch(c, &normed, "normed", got))
-            goto done;
-        err = fmax(err, compare(c, "normed", got, refn, T * d, case_tolerance(p->dtype)));
-    }
     /* Inputs are never written (the padding check covers the rest). */
-    if (additive && view_fetch(c, &part, "partial", got) == 0)
-        err = fmax(err, compare(c, "partial (an input)", got, part.x, T * d, 0.0));
-    if (n > 0 && view_fetch(c, &src[n - 1], "the last source", got) == 0)
-        err = fmax(err, compare(c, "the last source (an input)", got, src[n - 1].x, T * d, 0.0));
+    if (additive)
+        fetch_compare(c, &part, "partial", "partial (an input)", got, part.x, T * d, 0.0, &err);
+    if (n > 0)
+        fetch_compare(c, &src[n - 1], "the last source", "the last source (an input)", got, src[n - 1].x, T * d,
+                      0.0, &err);
 done:
     for (int i = 0; i < n; i++)
         view_free(&src[i]);
@@ -453,13 +482,8 @@ static double run_phase1(run_ctx *c, const ar_kernel *k, const problem *pr, int6
         fail_run(c, 0, "out of host memory");
         goto done;
     }
-    for (int i = 0; i < n; i++) {
-        if (view_make(c, &src[i], p->dtype, es, T, d, padded(d, ae, 1 + i % 3), 1, &s, 0))
-            goto done;
-        rows[i] = src[i].dptr;
-        strides[i] = src[i].stride;
-        xs[i] = src[i].x;
-    }
+    if (make_sources(c, p, T, ae, &s, src, rows, strides, xs))
+        goto done;
     if (vec_make(c, &q, (int64_t)S * d, &s, 0.0, 3.0 / sqrt((double)d)))
         goto done;
     for (int j = 0; j < S; j++) {
@@ -577,19 +601,12 @@ static double run_phase2(run_ctx *c, const ar_kernel *k, const problem *pr, int6
         fail_run(c, 0, "the reference refused the problem");
         goto done;
     }
-    if (view_fetch(c, &out, "out", got))
+    err = 0;
+    if (fetch_outputs(c, &out, &normed, epi, got, ref, refn, T * d, case_tolerance(p->dtype), &err))
         goto done;
-    err = compare(c, "out", got, ref, T * d, case_tolerance(p->dtype));
-    if (epi) {
-        if (view_fetch(c, &normed, "normed", got))
-            goto done;
-        err = fmax(err, compare(c, "normed", got, refn, T * d, case_tolerance(p->dtype)));
-    }
     /* The partial: b + f when the add is fused, untouched otherwise. */
-    if (view_fetch(c, &b, "partial", got))
-        goto done;
-    err = fmax(err, compare(c, fuse ? "partial (b + f, written back)" : "partial (an input here)", got, bx, T * d,
-                            fuse ? case_tolerance(p->dtype) : 0.0));
+    fetch_compare(c, &b, "partial", fuse ? "partial (b + f, written back)" : "partial (an input here)", got, bx,
+                  T * d, fuse ? case_tolerance(p->dtype) : 0.0, &err);
 done:
     view_free(&o1), view_free(&lse), view_free(&b), view_free(&f);
     view_free(&q), view_free(&g), view_free(&out), view_free(&normed);
