@@ -19,6 +19,20 @@ static int64_t phase1_weights_smem(const attnres_problem *p)
     return ((int64_t)p->n * p->s * p->heads + (int64_t)p->n * p->heads + p->n) * (int64_t)sizeof(float);
 }
 
+/* Refuses, with `status`, a phase 1 whose weights need more shared memory
+ * than a CUDA phase1 kernel may use: EINVAL when a plan is made, and
+ * EUNSUPPORTED when a launch outside a plan (the tuner's) gets that far. */
+static int phase1_smem_check(attnres_device *dev, const attnres_problem *p, int status)
+{
+    const int64_t smem = phase1_weights_smem(p);
+    if (smem <= AR_CUDA_PHASE1_MAX_SMEM)
+        return ATTNRES_OK;
+    return ar_device_fail(dev, status,
+                          "phase1 with N = %d, S = %d, H = %d needs %lld bytes of shared memory, over the %d a CUDA "
+                          "phase1 kernel may use",
+                          p->n, p->s, p->heads, (long long)smem, AR_CUDA_PHASE1_MAX_SMEM);
+}
+
 /* What no CUDA kernel runs, refused when the plan is made: the launch
  * checks below stay for launches outside a plan (the tuner's). */
 int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
@@ -32,12 +46,9 @@ int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
             return ar_device_fail(dev, ATTNRES_EINVAL,
                                   "the CUDA phase1 kernels take at most %d sources and %d sites (N = %d, S = %d)",
                                   AR_CUDA_PHASE1_MAX_SOURCES, AR_CUDA_PHASE1_MAX_SITES, n, S);
-        const int64_t smem = phase1_weights_smem(p);
-        if (smem > AR_CUDA_PHASE1_MAX_SMEM)
-            return ar_device_fail(dev, ATTNRES_EINVAL,
-                                  "phase1 with N = %d, S = %d, H = %d needs %lld bytes of shared memory, over the %d "
-                                  "a CUDA phase1 kernel may use",
-                                  n, S, H, (long long)smem, AR_CUDA_PHASE1_MAX_SMEM);
+        const int rc = phase1_smem_check(dev, p, ATTNRES_EINVAL);
+        if (rc != ATTNRES_OK)
+            return rc;
     }
     if (p->op == ATTNRES_OP_PHASE2 && H > AR_CUDA_PHASE2_MAX_HEADS)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA phase2 kernels take at most %d heads (H = %d)",
@@ -166,12 +177,10 @@ static int fill_phase1(attnres_device *dev, const ar_kernel *k, const attnres_pr
                               AR_CUDA_PHASE1_MAX_SITES, S);
     if (H < 1 || p->d < 1 || p->d > ((int64_t)1 << 30) || p->d % H)
         return ar_device_fail(dev, ATTNRES_EINVAL, "d = %lld and H = %d are not a valid shape", (long long)p->d, H);
+    const int smem_rc = phase1_smem_check(dev, p, ATTNRES_EUNSUPPORTED);
+    if (smem_rc != ATTNRES_OK)
+        return smem_rc;
     const int64_t smem = phase1_weights_smem(p);
-    if (smem > AR_CUDA_PHASE1_MAX_SMEM)
-        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED,
-                              "phase1 with n = %d, S = %d, H = %d needs %lld bytes of shared memory, over the %d "
-                              "a CUDA phase1 kernel may use",
-                              n, S, H, (long long)smem, AR_CUDA_PHASE1_MAX_SMEM);
     if (!a || !a->sources || !a->queries || !a->o1 || !a->lse)
         return ar_device_fail(dev, ATTNRES_EINVAL, "sources, queries, o1 and lse are required");
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;

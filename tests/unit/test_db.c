@@ -22,6 +22,7 @@
 #include "ardb_tools.h"
 #include "check.h"
 #include "test_db_run.h"
+#include "test_files.h"
 #include "test_scratch.h"
 #include "test_sqlite.h"
 
@@ -30,16 +31,6 @@ static char tmpdir[512];
 static void path_in_tmp(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s/%s", tmpdir, name);
-}
-
-static void write_file(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return;
-    if (n)
-        fwrite(data, 1, n, f);
-    fclose(f);
 }
 
 static ardb *create_db(const char *name, char *path, size_t len)
@@ -228,7 +219,7 @@ static void test_open_errors(void)
             "this is not a database, just some text that is long enough to "
             "fill the SQLite header and then some more words.\n";
         path_in_tmp(path, sizeof path, "garbage.db");
-        write_file(path, junk, sizeof junk - 1);
+        file_write(path, junk, sizeof junk - 1);
         snprintf(want, sizeof want, "%s is not an SQLite database", path);
         EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
         EXPECT_OPEN(path, 0, ARDB_ENOTDB, want);
@@ -236,7 +227,7 @@ static void test_open_errors(void)
         CHECK(stat(path, &sb) == 0 && (size_t)sb.st_size == sizeof junk - 1);
         /* a short file */
         path_in_tmp(path, sizeof path, "short.db");
-        write_file(path, "hello\n", 6);
+        file_write(path, "hello\n", 6);
         snprintf(want, sizeof want, "%s is not an SQLite database", path);
         EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
         /* binary garbage of a few pages */
@@ -249,7 +240,7 @@ static void test_open_errors(void)
                 buf[i] = (unsigned char)(x >> 16);
             }
             path_in_tmp(path, sizeof path, "random.db");
-            write_file(path, buf, sizeof buf);
+            file_write(path, buf, sizeof buf);
             snprintf(want, sizeof want, "%s is not an SQLite database", path);
             EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
             EXPECT_OPEN(path, 0, ARDB_ENOTDB, want);
@@ -270,11 +261,11 @@ static void test_open_errors(void)
             if (f)
                 fclose(f);
             REQUIRE(n == sizeof buf);
-            write_file(path, buf, 1000); /* mid first page */
+            file_write(path, buf, 1000); /* mid first page */
             snprintf(want, sizeof want, "%s is not an SQLite database", path);
             EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
             EXPECT_OPEN(path, 0, ARDB_ENOTDB, want);
-            write_file(path, buf, 50); /* mid header */
+            file_write(path, buf, 50); /* mid header */
             EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
         }
     }
@@ -295,7 +286,7 @@ static void test_open_errors(void)
     snprintf(want, sizeof want, "%s is not an attnres database", path);
     EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
     path_in_tmp(path, sizeof path, "empty.db");
-    write_file(path, "", 0);
+    file_write(path, "", 0);
     snprintf(want, sizeof want, "%s is not an attnres database", path);
     EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
     EXPECT_OPEN(path, 0, ARDB_ENOTDB, want);

@@ -21,6 +21,7 @@
 #include "ardb_tools.h"
 #include "check.h"
 #include "test_buffer.h"
+#include "test_files.h"
 #include "test_scratch.h"
 #include "test_sqlite.h"
 
@@ -32,27 +33,6 @@ static char *fixture_sql;
 static void path_in_tmp(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s/%s", tmpdir, name);
-}
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf)
-        buf[n] = '\0';
-    fclose(f);
-    return buf;
 }
 
 /* Writes the v1 fixture to tmpdir/name; path gets its full path. */
@@ -301,7 +281,7 @@ static void test_v1_file_read_only_then_migrated(void)
     snprintf(msg, sizeof msg, "%s.v1.bak.2", path);
     CHECK(file_exists(msg));
     CHECK(raw_int(msg, "PRAGMA user_version") == 1);
-    char *old = read_text(bak);
+    char *old = file_read(bak);
     CHECK(old && strcmp(old, "an older backup\n") == 0);
     free(old);
 
@@ -1227,7 +1207,7 @@ int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
     /* --list runs no case, so it needs no fixture. */
-    if (!check_listing && (argc < 2 || !(fixture_sql = read_text(argv[1])))) {
+    if (!check_listing && (argc < 2 || !(fixture_sql = file_read(argv[1])))) {
         fprintf(stderr, "usage: test_db_history [--list] [--case NAME]... FIXTURE.sql "
                         "(tests/unit/fixtures/db_v1.sql)\n");
         return 2;

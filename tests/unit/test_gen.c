@@ -16,6 +16,7 @@
 
 #include "argen.h"
 #include "check.h"
+#include "test_files.h"
 #include "test_scratch.h"
 
 #ifndef TEMPLATE_DIR
@@ -29,13 +30,7 @@ static int write_text(const char *rel, const char *text)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", tmpdir, rel);
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    size_t len = strlen(text);
-    int bad = fwrite(text, 1, len, f) != len;
-    bad |= fclose(f) != 0;
-    return bad ? -1 : 0;
+    return file_write(path, text, strlen(text));
 }
 
 /* Writes `text` as templates/cpu/x.lua in the temp dir and opens it. */
