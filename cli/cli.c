@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attnres.h"
+#include "parse_int.h"
 
 int cli_parse_double(const char *cmd, const char *flag, const char *text, double *out)
 {
@@ -25,22 +26,11 @@ int cli_parse_double(const char *cmd, const char *flag, const char *text, double
 int cli_parse_int_range(const char *cmd, const char *flag, const char *text, int64_t min, int64_t max,
                         int64_t *out)
 {
-    /* strtoll alone would take " +7" and saturate on overflow; the first
-     * character must be a digit or '-', and ERANGE is an error. */
-    char *end;
-    errno = 0;
-    long long v = 0;
-    int ok = (text[0] >= '0' && text[0] <= '9') || (text[0] == '-' && text[1] >= '0' && text[1] <= '9');
-    if (ok) {
-        v = strtoll(text, &end, 10);
-        ok = !*end && errno != ERANGE && v >= min && v <= max;
-    }
-    if (!ok) {
+    if (tune_parse_int(text, min, max, out) != 0) {
         cli_error(cmd, "%s must be an integer from %lld to %lld (got '%s')", flag, (long long)min, (long long)max,
                   text);
         return -1;
     }
-    *out = v;
     return 0;
 }
 

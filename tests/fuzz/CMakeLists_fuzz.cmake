@@ -45,7 +45,8 @@ function(fuzz_add name)
 endfunction()
 
 fuzz_add(npy SOURCES ${PROJECT_SOURCE_DIR}/cli/npy.c ${PROJECT_SOURCE_DIR}/cli/atomic_file.c)
-fuzz_add(problems RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/tuner/src/problems.c LIBS attnres_impl)
+fuzz_add(problems RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/tuner/src/problems.c ${PROJECT_SOURCE_DIR}/tuner/src/parse_int.c
+         LIBS attnres_impl)
 fuzz_add(db_import LIBS ardb)
 fuzz_add(misses RUNTIME LIBS attnres_impl Threads::Threads)
 fuzz_add(damaged_db RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/cli/svg_plot.c LIBS attnres_static ardb Threads::Threads)
