@@ -134,6 +134,20 @@ int argen_open_module(const char *template_dir, const char *name, argen **out,
     return 0;
 }
 
+/* Takes the string on top of the Lua stack: a copy to free in *out, and
+ * it off the stack; 1 with the message in g->msg when memory runs out. */
+static int pop_string(argen *g, char **out)
+{
+    lua_State *L = sandbox_state(g->sb);
+    *out = dup_str(lua_tostring(L, -1));
+    lua_pop(L, 1);
+    if (!*out) {
+        snprintf(g->msg, sizeof g->msg, "out of memory");
+        return 1;
+    }
+    return 0;
+}
+
 int argen_module_text(argen *g, const char *fn, char **text)
 {
     *text = NULL;
@@ -147,19 +161,12 @@ int argen_module_text(argen *g, const char *fn, char **text)
     lua_remove(L, -2);
     if (sandbox_call(g->sb, 0, 1, g->msg, sizeof g->msg))
         return 1;
-    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    if (!s) {
+    if (lua_type(L, -1) != LUA_TSTRING) {
         lua_pop(L, 1);
         snprintf(g->msg, sizeof g->msg, "%s: %s() must return a string", g->file, fn);
         return 1;
     }
-    *text = dup_str(s);
-    lua_pop(L, 1);
-    if (!*text) {
-        snprintf(g->msg, sizeof g->msg, "out of memory");
-        return 1;
-    }
-    return 0;
+    return pop_string(g, text);
 }
 
 size_t argen_file_count(const argen *g) { return sandbox_file_count(g->sb); }
@@ -378,13 +385,7 @@ int argen_generic(argen *g, const char *dtype, char **id)
     lua_pushstring(L, dtype);
     if (sandbox_call(g->sb, 3, 1, g->msg, sizeof g->msg))
         return 1;
-    *id = dup_str(lua_tostring(L, -1));
-    lua_pop(L, 1);
-    if (!*id) {
-        snprintf(g->msg, sizeof g->msg, "out of memory");
-        return 1;
-    }
-    return 0;
+    return pop_string(g, id);
 }
 
 int argen_builtin(argen *g, const char *dtype, const char *level, char **id, int *step)
