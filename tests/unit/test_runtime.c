@@ -244,6 +244,30 @@ static attnres_plan *plan_for(const attnres_problem *p, attnres_db *db, unsigned
     return plan;
 }
 
+/* A plan of case c's problem without a database, and the case's data in
+ * *m; NULL, with a failed check and nothing left to free, when either
+ * cannot be had. */
+static attnres_plan *case_plan(const mix_case *c, mix_data *m)
+{
+    attnres_problem p;
+    attnres_problem_init(&p, c->dtype, c->d, c->n);
+    p.heads = c->heads;
+    p.form = c->form;
+    p.epilogue = c->epilogue;
+    attnres_plan *plan = plan_for(&p, NULL, 0);
+    CHECK(plan != NULL);
+    if (!plan)
+        return NULL;
+    const int made = data_make(c, m);
+    CHECK(made == 0);
+    if (made != 0) {
+        data_free(m);
+        attnres_plan_destroy(plan);
+        return NULL;
+    }
+    return plan;
+}
+
 static const char *case_name(const mix_case *c, char *buf, size_t len)
 {
     snprintf(buf, len, "%s d=%lld N=%d H=%d %s%s T=%lld src_stride=d+%lld out_stride=d+%lld",
@@ -572,17 +596,10 @@ static void test_mix_nan_in_one_source_row_poisons_only_that_token(void)
 {
     const mix_case c = {ATTNRES_DTYPE_F32, 64, 4, 1, ATTNRES_FORM_REPLACE, 0, 9, 16, 0, 0, 0, 0, 51};
     const int64_t bad_t = 4;
-    attnres_problem p;
-    attnres_problem_init(&p, c.dtype, c.d, c.n);
-    attnres_plan *plan = plan_for(&p, NULL, 0);
-    REQUIRE(plan != NULL);
     mix_data m;
-    if (data_make(&c, &m) != 0) {
-        CHECK(0);
-        data_free(&m);
-        attnres_plan_destroy(plan);
+    attnres_plan *plan = case_plan(&c, &m);
+    if (!plan)
         return;
-    }
     ((float *)m.src[2])[bad_t * m.src_stride + 10] = NAN;
     CHECK(attnres_run_mix(plan, c.T, &m.args, NULL) == ATTNRES_OK);
     int all_nan = 1, others_finite = 1;
@@ -629,17 +646,10 @@ static void expect_run_refused(attnres_plan *plan, mix_data *m, int64_t T, const
 static void test_run_rejects_bad_arguments_and_leaves_out_untouched(void)
 {
     const mix_case c = {ATTNRES_DTYPE_F32, 64, 3, 1, ATTNRES_FORM_REPLACE, 0, 4, 0, 0, 0, 0, 0, 61};
-    attnres_problem p;
-    attnres_problem_init(&p, c.dtype, c.d, c.n);
-    attnres_plan *plan = plan_for(&p, NULL, 0);
-    REQUIRE(plan != NULL);
     mix_data m;
-    if (data_make(&c, &m) != 0) {
-        CHECK(0);
-        data_free(&m);
-        attnres_plan_destroy(plan);
+    attnres_plan *plan = case_plan(&c, &m);
+    if (!plan)
         return;
-    }
     const void *srcs[3];
     int64_t strides[3] = {64, 64, 64};
     attnres_mix_args a;
@@ -704,17 +714,8 @@ static void test_run_rejects_bad_arguments_and_leaves_out_untouched(void)
     /* The additive form needs partial; the epilogue needs normed, gain and
      * a valid out_eps. */
     const mix_case ce = {ATTNRES_DTYPE_F32, 64, 3, 1, ATTNRES_FORM_ADDITIVE, 1, 4, 0, 0, 0, 0, 0, 62};
-    attnres_problem_init(&p, ce.dtype, ce.d, ce.n);
-    p.form = ce.form;
-    p.epilogue = ce.epilogue;
-    plan = plan_for(&p, NULL, 0);
-    REQUIRE(plan != NULL);
-    if (data_make(&ce, &m) != 0) {
-        CHECK(0);
-        data_free(&m);
-        attnres_plan_destroy(plan);
+    if (!(plan = case_plan(&ce, &m)))
         return;
-    }
     RESET();
     a.partial = NULL;
     expect_run_refused(plan, &m, ce.T, &a, ATTNRES_EINVAL, 0, "partial", "additive without partial");
