@@ -153,11 +153,8 @@ static void test_accepted_forms(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    /* --list runs no case, so it needs neither file. */
-    if (argc != 3 && !check_listing) {
-        fprintf(stderr, "usage: test_problems [--list] [--case NAME]... DOCS/problems.md SCRATCH_DIR\n");
+    if (check_usage(argc, argv, 2, "DOCS/problems.md SCRATCH_DIR"))
         return 2;
-    }
     doc_path = argc == 3 ? argv[1] : "";
     snprintf(scratch, sizeof scratch, "%s", argc == 3 ? argv[2] : ".");
     RUN_CASE(test_doc_example_parses);
