@@ -1,5 +1,5 @@
 /* cmd_plan.c - `attnres plan --explain`: what the runtime would load for a
- * problem on a device, and which fallback level it reached. */
+ * problem of any op on a device, and which fallback level it reached. */
 #include <stdio.h>
 #include <string.h>
 
@@ -8,8 +8,32 @@
 #include "problems.h"
 
 static const char plan_usage[] =
-    "usage: attnres plan [--device cpu|cuda:N] [--db FILE] --dtype f32|bf16|f16 --d D --n N\n"
-    "                    [--heads H] [--additive] [--epilogue] [--require-exact] [--explain]\n";
+    "usage: attnres plan [--device cpu|cuda:N] [--db FILE] [--op OP] --dtype f32|bf16|f16\n"
+    "                    --d D --n N [--heads H] [--additive] [--epilogue] [--s S]\n"
+    "                    [--fuse-add] [--tokens T] [--require-exact] [--explain]\n"
+    "\n"
+    "  OP is mix (the default), phase1, phase2 or mix_backward, with the fields of a\n"
+    "  problems file line (docs/problems.md): --s S is phase1's sites, and required\n"
+    "  there; --fuse-add is phase2's fused add; phase2 takes --n 1. For mix_backward\n"
+    "  the explanation ends with the workspace a run of up to T tokens needs\n"
+    "  (default 4096), which the caller allocates once at load.\n";
+
+/* --op NAME: the ops a plan can be made for, by their problems-file names. */
+static int parse_op(const char *cmd, const char *flag, const char *v, void *dst)
+{
+    static const struct { const char *name; attnres_op op; } ops[] = {
+        {"mix", ATTNRES_OP_MIX},
+        {"phase1", ATTNRES_OP_PHASE1},
+        {"phase2", ATTNRES_OP_PHASE2},
+        {"mix_backward", ATTNRES_OP_MIX_BACKWARD}};
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+        if (strcmp(v, ops[k].name) == 0) {
+            *(attnres_op *)dst = ops[k].op;
+            return 0;
+        }
+    cli_error(cmd, "%s must be mix, phase1, phase2 or mix_backward (got '%s')", flag, v);
+    return -1;
+}
 
 int cmd_plan(int argc, char **argv)
 {
@@ -20,16 +44,20 @@ int cmd_plan(int argc, char **argv)
     /* Each of d, N and H is checked against its own range before it is
      * stored, so a 64-bit value never lands truncated in the 32-bit fields
      * of the problem. */
-    int64_t d = p.d, n = p.n, heads = p.heads;
-    int additive = 0, epilogue = 0, require_exact = 0, explain = 0;
+    int64_t d = p.d, n = p.n, heads = p.heads, s = 0, tokens = 4096;
+    int additive = 0, epilogue = 0, fuse_add = 0, require_exact = 0, explain = 0;
     const cli_opt opts[] = {CLI_OPT_STRING("--device", &device),
                             CLI_OPT_STRING("--db", &dbpath),
+                            CLI_OPT_CUSTOM("--op", &p.op, parse_op),
                             CLI_OPT_CUSTOM("--dtype", &p.dtype, cli_parse_dtype),
                             CLI_OPT_INT64("--d", &d, 1, PROBLEM_MAX_D),
                             CLI_OPT_INT64("--n", &n, 1, PROBLEM_MAX_N),
                             CLI_OPT_INT64("--heads", &heads, 1, PROBLEM_MAX_HEADS),
                             CLI_OPT_FLAG("--additive", &additive),
                             CLI_OPT_FLAG("--epilogue", &epilogue),
+                            CLI_OPT_INT64("--s", &s, 1, PROBLEM_MAX_S),
+                            CLI_OPT_FLAG("--fuse-add", &fuse_add),
+                            CLI_OPT_INT64("--tokens", &tokens, 1, PROBLEM_MAX_T),
                             CLI_OPT_FLAG("--require-exact", &require_exact),
                             CLI_OPT_FLAG("--explain", &explain), /* what plan always does */
                             CLI_OPT_END};
@@ -44,6 +72,10 @@ int cmd_plan(int argc, char **argv)
         p.form = ATTNRES_FORM_ADDITIVE;
     if (epilogue)
         p.epilogue = 1;
+    /* Whether S and the fused add fit the op is attnres_problem_check's to
+     * say, below, with the runtime's own message. */
+    p.s = (int32_t)s;
+    p.fuse_add = fuse_add;
     if (require_exact)
         flags |= ATTNRES_PLAN_REQUIRE_EXACT;
     char msg[1024];
@@ -71,6 +103,18 @@ int cmd_plan(int argc, char **argv)
     char text[8192];
     attnres_plan_explain(plan, text, sizeof text);
     fputs(text, stdout);
+    /* The backward's sums over tokens go through a workspace that grows
+     * with T; an engine sizes it at load, so the plan says how large. */
+    if (p.op == ATTNRES_OP_MIX_BACKWARD) {
+        size_t bytes = 0;
+        int st = attnres_mix_backward_workspace_size(plan, tokens, &bytes);
+        if (st != ATTNRES_OK) {
+            cli_error("plan", "%s: %s", attnres_errstr(st), attnres_plan_errmsg(plan));
+            goto done;
+        }
+        printf("workspace: %zu bytes for up to %lld tokens (attnres_mix_backward_workspace_size)\n", bytes,
+               (long long)tokens);
+    }
     code = CLI_EXIT_OK;
 done:
     attnres_plan_destroy(plan);

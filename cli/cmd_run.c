@@ -1,7 +1,8 @@
 /*
- * cmd_run.c - `attnres run`: one operation (mix, phase1 or phase2) on .npy
- * inputs. This file parses and checks the options and hands them to the
- * op's run (cmd_run_mix.c, cmd_run_phase.c).
+ * cmd_run.c - `attnres run`: one operation (mix, phase1, phase2 or
+ * mix_backward) on .npy inputs. This file parses and checks the options and
+ * hands them to the op's run (cmd_run_mix.c, cmd_run_phase.c,
+ * cmd_run_backward.c).
  *
  * Everything is read and checked before the device is touched, and outputs
  * are written atomically at the end, all of them or none, so bad input never
@@ -16,9 +17,9 @@
 #include "problems.h"
 
 static const char run_usage[] =
-    "usage: attnres run [--op mix|phase1|phase2] [--device cpu|cuda:N] [--db FILE]\n"
-    "                   [--dtype f32|bf16|f16] [--heads H] [--eps E] [--scale C]\n"
-    "                   [--require-exact] OP-SPECIFIC FLAGS --out OUT.npy\n"
+    "usage: attnres run [--op mix|phase1|phase2|mix_backward] [--device cpu|cuda:N]\n"
+    "                   [--db FILE] [--dtype f32|bf16|f16] [--heads H] [--eps E]\n"
+    "                   [--scale C] [--require-exact] OP-SPECIFIC FLAGS\n"
     "\n"
     "--op mix (the default): the AttnRes depth mix of N sources\n"
     "    --sources S.npy --query W.npy [--gain G.npy] [--partial P.npy --alpha A]\n"
@@ -38,6 +39,16 @@ static const char run_usage[] =
     "  are (d,). With --sublayer, b + F is added first and written to B2 (T, d).\n"
     "  OUT and NORMED are (T, d).\n"
     "\n"
+    "--op mix_backward: the gradients of the mix (DESIGN 1b) from those of its output\n"
+    "    --sources S.npy --query W.npy [--gain G.npy] [--partial P.npy --alpha A]\n"
+    "    --dout DO.npy [--dsources DS.npy] [--dquery DW.npy] [--dgain DG.npy]\n"
+    "    [--dpartial DP.npy] [--dalpha DA.npy]\n"
+    "  The forward's inputs as for --op mix (P selects the additive form; its values\n"
+    "  do not enter the gradients), and DO, the gradient of OUT, (T, d). Writes each\n"
+    "  gradient that has a path, at least one: DS of the sources (N, T, d), DW of W\n"
+    "  and DG of G (d,), summed over tokens, and in the additive form DP of P (T, d)\n"
+    "  and DA of alpha, a scalar (). Sums over tokens are bit-identical on every run.\n"
+    "\n"
     "  Every array is float32 in C order. --dtype is the storage type the kernel runs\n"
     "  in: inputs are rounded to it and results widened back (lse stays float32).\n"
     "  Defaults: gain 1, heads 1, eps 1e-6, scale 1, alpha 1, out-eps 1e-6, dtype f32,\n"
@@ -45,25 +56,31 @@ static const char run_usage[] =
     "  Outputs are written all or none, and never on bad input.\n";
 
 /* Which ops use a flag. */
-enum { USE_MIX = 1, USE_PHASE1 = 2, USE_PHASE2 = 4, USE_ALL = 7 };
+enum { USE_MIX = 1, USE_PHASE1 = 2, USE_PHASE2 = 4, USE_MIXBW = 8, USE_ALL = 15 };
 
 static int op_bit(attnres_op op)
 {
-    return op == ATTNRES_OP_MIX ? USE_MIX : op == ATTNRES_OP_PHASE1 ? USE_PHASE1 : USE_PHASE2;
+    return op == ATTNRES_OP_MIX      ? USE_MIX
+           : op == ATTNRES_OP_PHASE1 ? USE_PHASE1
+           : op == ATTNRES_OP_PHASE2 ? USE_PHASE2
+                                     : USE_MIXBW;
 }
 
 static int parse_op(const char *cmd, const char *flag, const char *v, void *dst)
 {
     run_opts *o = dst;
     static const struct { const char *name; attnres_op op; } ops[] = {
-        {"mix", ATTNRES_OP_MIX}, {"phase1", ATTNRES_OP_PHASE1}, {"phase2", ATTNRES_OP_PHASE2}};
+        {"mix", ATTNRES_OP_MIX},
+        {"phase1", ATTNRES_OP_PHASE1},
+        {"phase2", ATTNRES_OP_PHASE2},
+        {"mix_backward", ATTNRES_OP_MIX_BACKWARD}};
     for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
         if (strcmp(v, ops[k].name) == 0) {
             o->op = ops[k].op;
             o->op_name = ops[k].name;
             return 0;
         }
-    cli_error(cmd, "%s must be mix, phase1 or phase2 (got '%s')", flag, v);
+    cli_error(cmd, "%s must be mix, phase1, phase2 or mix_backward (got '%s')", flag, v);
     return -1;
 }
 
@@ -80,12 +97,18 @@ static int parse(int argc, char **argv, run_opts *o)
     o->dtype = ATTNRES_DTYPE_F32;
     struct { const char *flag; const char **dst; int use; } paths[] = {
         {"--device", &o->device, USE_ALL}, {"--db", &o->db, USE_ALL},
-        {"--sources", &o->sources, USE_MIX | USE_PHASE1}, {"--query", &o->query, USE_MIX | USE_PHASE2},
-        {"--gain", &o->gain, USE_MIX | USE_PHASE2}, {"--partial", &o->partial, USE_MIX | USE_PHASE2},
+        {"--sources", &o->sources, USE_MIX | USE_PHASE1 | USE_MIXBW},
+        {"--query", &o->query, USE_MIX | USE_PHASE2 | USE_MIXBW},
+        {"--gain", &o->gain, USE_MIX | USE_PHASE2 | USE_MIXBW},
+        {"--partial", &o->partial, USE_MIX | USE_PHASE2 | USE_MIXBW},
         {"--out-gain", &o->out_gain, USE_MIX | USE_PHASE2}, {"--normed", &o->normed, USE_MIX | USE_PHASE2},
-        {"--out", &o->out, USE_ALL}, {"--queries", &o->queries, USE_PHASE1}, {"--gains", &o->gains, USE_PHASE1},
-        {"--lse", &o->lse, USE_PHASE1 | USE_PHASE2}, {"--o1", &o->o1, USE_PHASE2},
-        {"--sublayer", &o->sublayer, USE_PHASE2}, {"--partial-out", &o->partial_out, USE_PHASE2}};
+        {"--out", &o->out, USE_MIX | USE_PHASE1 | USE_PHASE2}, {"--queries", &o->queries, USE_PHASE1},
+        {"--gains", &o->gains, USE_PHASE1}, {"--lse", &o->lse, USE_PHASE1 | USE_PHASE2},
+        {"--o1", &o->o1, USE_PHASE2}, {"--sublayer", &o->sublayer, USE_PHASE2},
+        {"--partial-out", &o->partial_out, USE_PHASE2}, {"--dout", &o->dout, USE_MIXBW},
+        {"--dsources", &o->dsources, USE_MIXBW}, {"--dquery", &o->dquery, USE_MIXBW},
+        {"--dgain", &o->dgain, USE_MIXBW}, {"--dpartial", &o->dpartial, USE_MIXBW},
+        {"--dalpha", &o->dalpha, USE_MIXBW}};
     enum { NPATHS = sizeof paths / sizeof paths[0] };
     /* The file flags above, then the others. */
     cli_opt opts[NPATHS + 9] = {CLI_OPT_END};
@@ -111,12 +134,12 @@ static int parse(int argc, char **argv, run_opts *o)
             cli_error("run", "%s is not used by --op %s (see attnres run --help)", paths[k].flag, o->op_name);
             return -1;
         }
-    if (o->have_alpha && o->op != ATTNRES_OP_MIX) {
+    if (o->have_alpha && o->op != ATTNRES_OP_MIX && o->op != ATTNRES_OP_MIX_BACKWARD) {
         cli_error("run", "--alpha is not used by --op %s (it has no additive form)", o->op_name);
         return -1;
     }
-    if (o->have_out_eps && o->op == ATTNRES_OP_PHASE1) {
-        cli_error("run", "--out-eps is not used by --op phase1 (it has no epilogue)");
+    if (o->have_out_eps && (o->op == ATTNRES_OP_PHASE1 || o->op == ATTNRES_OP_MIX_BACKWARD)) {
+        cli_error("run", "--out-eps is not used by --op %s (it has no epilogue)", o->op_name);
         return -1;
     }
     if (o->op == ATTNRES_OP_MIX && (!o->sources || !o->query || !o->out)) {
@@ -130,6 +153,25 @@ static int parse(int argc, char **argv, run_opts *o)
     if (o->op == ATTNRES_OP_PHASE2 && (!o->o1 || !o->lse || !o->partial || !o->query || !o->out)) {
         cli_error("run", "--op phase2 requires --o1, --lse, --partial, --query and --out (see attnres run --help)");
         return -1;
+    }
+    if (o->op == ATTNRES_OP_MIX_BACKWARD) {
+        if (!o->sources || !o->query || !o->dout) {
+            cli_error("run", "--op mix_backward requires --sources, --query and --dout (see attnres run --help)");
+            return -1;
+        }
+        if (!o->dsources && !o->dquery && !o->dgain && !o->dpartial && !o->dalpha) {
+            cli_error("run", "--op mix_backward needs at least one gradient to write: --dsources, --dquery, "
+                             "--dgain, --dpartial or --dalpha");
+            return -1;
+        }
+        if (o->dgain && !o->gain) {
+            cli_error("run", "--dgain is the gradient of --gain, which was not given");
+            return -1;
+        }
+        if ((o->dpartial || o->dalpha) && !o->partial) {
+            cli_error("run", "--dpartial and --dalpha belong to the additive form: give --partial (and --alpha)");
+            return -1;
+        }
     }
     if (!o->sublayer != !o->partial_out) {
         cli_error("run", "the fused add needs both --sublayer (its input) and --partial-out (the updated partial)");
@@ -156,10 +198,15 @@ static int parse(int argc, char **argv, run_opts *o)
         return -1;
     }
     /* Two outputs at one path would leave only one of them. */
-    const char *outs[][2] = {{"--out", o->out}, {"--normed", o->normed}, {"--partial-out", o->partial_out},
-                             {"--lse", o->op == ATTNRES_OP_PHASE1 ? o->lse : NULL}};
-    for (size_t x = 0; x < 4; x++)
-        for (size_t y = x + 1; y < 4; y++)
+    const char *outs[][2] = {{"--out", o->out},           {"--normed", o->normed},
+                             {"--partial-out", o->partial_out},
+                             {"--lse", o->op == ATTNRES_OP_PHASE1 ? o->lse : NULL},
+                             {"--dsources", o->dsources}, {"--dquery", o->dquery},
+                             {"--dgain", o->dgain},       {"--dpartial", o->dpartial},
+                             {"--dalpha", o->dalpha}};
+    const size_t nouts = sizeof outs / sizeof outs[0];
+    for (size_t x = 0; x < nouts; x++)
+        for (size_t y = x + 1; y < nouts; y++)
             if (outs[x][1] && outs[y][1] && strcmp(outs[x][1], outs[y][1]) == 0) {
                 cli_error("run", "%s and %s name the same file %s", outs[x][0], outs[y][0], outs[x][1]);
                 return -1;
@@ -176,6 +223,7 @@ int cmd_run(int argc, char **argv)
     switch (o.op) {
     case ATTNRES_OP_PHASE1: return run_phase1(&o);
     case ATTNRES_OP_PHASE2: return run_phase2(&o);
+    case ATTNRES_OP_MIX_BACKWARD: return run_mix_backward(&o);
     default: return run_mix(&o);
     }
 }

@@ -17,6 +17,7 @@ typedef struct run_opts {
     const char *op_name;
     const char *device, *db, *sources, *query, *gain, *partial, *out_gain, *normed, *out;
     const char *queries, *gains, *lse, *o1, *sublayer, *partial_out;
+    const char *dout, *dsources, *dquery, *dgain, *dpartial, *dalpha; /* mix_backward */
     double eps, scale, alpha, out_eps;
     int64_t heads;
     attnres_dtype dtype;
@@ -56,6 +57,7 @@ typedef struct run_output {
 int run_mix(const run_opts *o);
 int run_phase1(const run_opts *o);
 int run_phase2(const run_opts *o);
+int run_mix_backward(const run_opts *o);
 
 /* ---- cmd_run_io.c ---------------------------------------------------- */
 
@@ -73,8 +75,12 @@ int run_read_vector(const char *path, const char *flag, int64_t d, npy_array *a)
 /* Reads --sources: (N, T, d) with N >= 1 and d >= 1. */
 int run_read_sources(const run_opts *o, npy_array *s);
 
-/* Writes every output that has a path (4 at most) or none; 0 on success,
- * else -1 with the reason printed. */
+/* The most outputs one op writes: mix_backward's dsources, dquery, dgain,
+ * dpartial and dalpha. */
+#define RUN_MAX_OUTPUTS 5
+
+/* Writes every output that has a path (RUN_MAX_OUTPUTS at most) or none; 0
+ * on success, else -1 with the reason printed. */
 int run_write_outputs(const out_file *files, int count);
 
 /* ---- cmd_run_device.c ------------------------------------------------ */

@@ -138,8 +138,8 @@ static int restore_one(const char *path, out_commit *c)
 int run_write_outputs(const out_file *files, int count)
 {
     char msg[1024];
-    out_commit c[4];
-    int rc = -1, restored = 1, n = count < 4 ? count : 4;
+    out_commit c[RUN_MAX_OUTPUTS];
+    int rc = -1, restored = 1, n = count < RUN_MAX_OUTPUTS ? count : RUN_MAX_OUTPUTS;
     memset(c, 0, sizeof c);
     for (int i = 0; i < n; i++) {
         if (!files[i].path)

@@ -25,8 +25,9 @@ foreach(dtype f32 bf16 f16)
   list(APPEND ATTNRES_CUDA_SOURCES ${out})
 endforeach()
 
-# The Block AttnRes phase kernels (templates/cuda/phase1.lua, phase2.lua).
-foreach(op phase1 phase2)
+# The Block AttnRes phase kernels (templates/cuda/phase1.lua, phase2.lua)
+# and the mix backward (templates/cuda/mix_backward.lua).
+foreach(op phase1 phase2 mix_backward)
   foreach(dtype f32 bf16 f16)
     set(out ${CMAKE_CURRENT_BINARY_DIR}/cuda_generic_${op}_${dtype}.c)
     add_custom_command(

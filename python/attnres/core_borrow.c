@@ -401,15 +401,17 @@ int common_stride(const int64_t *s, int64_t count, const char *name, int64_t *ou
 }
 
 /* Allocates an output like `like` (NumPy for NumPy inputs, torch for torch
- * tensors) through attnres._empty, and keeps it for the call. */
+ * tensors) through attnres._empty, and keeps it for the call: shape (a,),
+ * (a, b) or (a, b, d) for ndim 1, 2 or 3. */
 PyObject *allocate(call_ctx *c, PyObject *like, const char *dtype, int ndim, int64_t a, int64_t b, int64_t d)
 {
     if (!helper_empty) {
         PyErr_SetString(PyExc_RuntimeError, "attnres._core is used without the attnres package");
         return NULL;
     }
-    PyObject *shape = ndim == 2 ? Py_BuildValue("(LL)", (long long)a, (long long)b)
-                                : Py_BuildValue("(LLL)", (long long)a, (long long)b, (long long)d);
+    PyObject *shape = ndim == 1   ? Py_BuildValue("(L)", (long long)a)
+                      : ndim == 2 ? Py_BuildValue("(LL)", (long long)a, (long long)b)
+                                  : Py_BuildValue("(LLL)", (long long)a, (long long)b, (long long)d);
     if (!shape)
         return NULL;
     PyObject *out = PyObject_CallFunction(helper_empty, "OOsO", like, shape, dtype, (PyObject *)c->plan->device);

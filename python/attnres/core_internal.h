@@ -65,6 +65,14 @@ typedef struct {
     int busy; /* runs in progress with the GIL released */
     int closed;
     PyObject *weakrefs;
+    /* The mix backward's scratch, owned by the plan so that a training step
+     * allocates nothing once the largest T has been seen: the runtime's
+     * workspace (grown to the largest T so far) and room for the folded
+     * query. scratch_busy marks them lent to a run in progress; a second
+     * thread running the same plan meanwhile gets its own for that call. */
+    void *scratch;
+    size_t scratch_size;
+    int scratch_busy;
 } PlanObject;
 
 /* core_lifetime.c: deferred release and pinning. */
@@ -137,6 +145,7 @@ int fold(call_ctx *c, PyObject *query, PyObject *gain, const char *qname, const 
 PyObject *plan_mix(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *plan_phase1(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *plan_phase2(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *plan_mix_backward(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *plan_time_c(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 int ops_intern_names(void);
 

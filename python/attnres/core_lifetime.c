@@ -13,6 +13,8 @@
  */
 #include "core_internal.h"
 
+#include <stdlib.h>
+
 void device_release(DeviceObject *self)
 {
     if (self->dev && self->closed && self->users == 0) {
@@ -36,6 +38,9 @@ void plan_release(PlanObject *self)
     if (self->plan && self->closed && self->busy == 0) {
         attnres_plan_destroy(self->plan);
         self->plan = NULL;
+        free(self->scratch);
+        self->scratch = NULL;
+        self->scratch_size = 0;
         DeviceObject *dev = self->device;
         self->device = NULL;
         if (dev) {

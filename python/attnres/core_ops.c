@@ -8,6 +8,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -177,7 +178,7 @@ static void put_ptr(run_args *r, size_t off, const void *value)
     memcpy((char *)r + off, &value, sizeof value);
 }
 
-static const char *const op_names[] = {"mix", "phase1", "phase2"};
+static const char *const op_names[] = {"mix", "phase1", "phase2", "mix_backward"};
 
 /* The body of Plan.mix, Plan.phase1 and Plan.phase2. With repeat > 0 (the
  * benchmark's _time_c) the same prepared arguments are run repeat times and
@@ -436,6 +437,259 @@ static const op_spec p2_spec = {"phase2", ATTNRES_OP_PHASE2, 4, P2_NARGS, p2_arg
 
 static const op_spec *const op_specs[] = {&mix_spec, &p1_spec, &p2_spec};
 
+/* ---- the mix backward ------------------------------------------------------
+ * Plan.mix_backward takes the forward's inputs and the gradient of out and
+ * returns the gradients of §1b. It has its own body rather than a table of
+ * call_op: it folds the query into the plan's scratch (not per call), turns
+ * the runtime's gradient of the folded query into those of w and the gain,
+ * lends the runtime the plan's workspace, and may accumulate into the
+ * caller's buffers, none of which the forward ops do. The arguments are
+ * still matched by parse_args, so keyword errors read as the forward's. */
+
+enum { BW_SOURCES, BW_QUERY, BW_DOUT, BW_GAIN, BW_EPS, BW_SCALE, BW_ALPHA, BW_DSOURCES, BW_DQUERY, BW_DGAIN,
+       BW_DPARTIAL, BW_DALPHA, BW_ACCUMULATE, BW_STREAM, BW_NARGS };
+/* Only the names of this table are read (by parse_args and intern_names). */
+static arg_spec bw_args[BW_NARGS] = {
+    [BW_SOURCES] = {"sources", NULL, K_BANK, W_ALWAYS, 0, 0, -1, 0, 0},
+    [BW_QUERY] = {"query", NULL, K_QUERY, W_ALWAYS, 0, 0, BW_GAIN, 0, 0},
+    [BW_DOUT] = {"dout", NULL, K_ROWS, W_ALWAYS, 0, 0, -1, 0, 0},
+    [BW_GAIN] = {"gain", NULL, K_GAIN, W_ALWAYS, 0, 0, -1, 0, 0},
+    [BW_EPS] = {"eps", NULL, K_FLOAT, W_ALWAYS, F_POSITIVE, 1e-6, -1, 0, 0},
+    [BW_SCALE] = {"scale", NULL, K_FLOAT, W_ALWAYS, 0, 1.0, -1, 0, 0},
+    [BW_ALPHA] = {"alpha", NULL, K_FLOAT, W_ALWAYS, 0, 1.0, -1, 0, 0},
+    [BW_DSOURCES] = {"dsources", NULL, K_BANK, W_ALWAYS, F_OUT, 0, -1, 0, 0},
+    [BW_DQUERY] = {"dquery", NULL, K_VEC, W_ALWAYS, F_OUT, 0, -1, 0, 0},
+    [BW_DGAIN] = {"dgain", NULL, K_VEC, W_ALWAYS, F_OUT, 0, -1, 0, 0},
+    [BW_DPARTIAL] = {"dpartial", NULL, K_ROWS, W_ADDITIVE, F_OUT, 0, -1, 0, 0},
+    [BW_DALPHA] = {"dalpha", NULL, K_VEC, W_ADDITIVE, F_OUT, 0, -1, 0, 0},
+    [BW_ACCUMULATE] = {"accumulate", NULL, K_FLOAT, W_ALWAYS, 0, 0, -1, 0, 0},
+    [BW_STREAM] = {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0},
+};
+static const op_spec bw_spec = {"mix_backward", ATTNRES_OP_MIX_BACKWARD, 3, BW_NARGS, bw_args, NULL, NULL,
+                                {-1, -1}};
+
+/* A writable dense fp32 vector of `len` elements (dquery, dgain, dalpha). */
+static int borrow_f32_out(call_ctx *c, PyObject *obj, const char *name, int64_t len, view *v)
+{
+    const dl_dtype f32 = {DL_FLOAT, 32, 1};
+    if (borrow(c, obj, name, 1, 1, v) || check_kind(c, v, name, f32))
+        return -1;
+    if (v->shape[0] != len) {
+        PyErr_Format(PyExc_ValueError, "%s must have shape (%lld,), got (%lld,)", name, (long long)len,
+                     (long long)v->shape[0]);
+        return -1;
+    }
+    if (len > 1 && v->strides[0] != 1) {
+        PyErr_Format(PyExc_ValueError, "%s must be contiguous", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* An output array: the caller's, or a new one like the sources. */
+static PyObject *out_or_new(call_ctx *c, PyObject *given, PyObject *like, const char *dtype, int ndim, int64_t a,
+                            int64_t b, int64_t d)
+{
+    return given != Py_None ? given : allocate(c, like, dtype, ndim, a, b, d);
+}
+
+static size_t round_up64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+/* Scratch of `bytes` bytes, 64-byte aligned as the runtime's workspace must
+ * be: the plan's own (grown when a larger T needs more, so that a training
+ * loop allocates only while T grows), or, while another thread has lent the
+ * plan's, a buffer of this call's own, freed in *own. */
+static void *lend_scratch(PlanObject *self, size_t bytes, void **own)
+{
+    *own = NULL;
+    if (!self->scratch_busy && self->scratch_size >= bytes) {
+        self->scratch_busy = 1;
+        return self->scratch;
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64)) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (self->scratch_busy) {
+        *own = p;
+        return p;
+    }
+    free(self->scratch);
+    self->scratch = p;
+    self->scratch_size = bytes;
+    self->scratch_busy = 1;
+    return p;
+}
+
+static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                                   long repeat)
+{
+    const op_spec *spec = &bw_spec;
+    PyObject *a[MAX_ARGS];
+    if (parse_args(spec, args, nargs, kwnames, a) || !plan_usable(self))
+        return NULL;
+    const attnres_problem *p = &self->problem;
+    if (p->op != ATTNRES_OP_MIX_BACKWARD) {
+        PyErr_Format(PyExc_ValueError, "mix_backward() called on a plan for op %s (make one with op='mix_backward')",
+                     op_names[p->op]);
+        return NULL;
+    }
+    if (self->device->is_cuda) {
+        PyErr_SetString(PyExc_ValueError, "the mix backward runs on the CPU only so far");
+        return NULL;
+    }
+    const int additive = p->form == ATTNRES_FORM_ADDITIVE;
+    for (int i = 0; i < BW_NARGS; i++)
+        if (!applies(p, bw_args[i].when) && opt(a[i]) != Py_None) {
+            PyErr_Format(PyExc_ValueError, "%s= needs a plan made with %s", bw_args[i].name,
+                         when_needs[bw_args[i].when]);
+            return NULL;
+        }
+    attnres_mix_backward_args r;
+    attnres_mix_backward_args_init(&r);
+    if (get_float(a[BW_EPS], "eps", 1e-6, 1, &r.eps) || get_float(a[BW_SCALE], "scale", 1.0, 0, &r.scale) ||
+        get_float(a[BW_ALPHA], "alpha", 1.0, 0, &r.alpha))
+        return NULL;
+    const int accumulate = a[BW_ACCUMULATE] ? PyObject_IsTrue(a[BW_ACCUMULATE]) : 0;
+    if (accumulate < 0)
+        return NULL;
+    PyObject *gain = opt(a[BW_GAIN]);
+    if (accumulate && (opt(a[BW_DSOURCES]) == Py_None || (additive && opt(a[BW_DPARTIAL]) == Py_None))) {
+        PyErr_SetString(PyExc_ValueError, additive ? "accumulate=True adds into the given gradients: pass dsources= "
+                                                     "and dpartial="
+                                                   : "accumulate=True adds into the given gradients: pass dsources=");
+        return NULL;
+    }
+    if (opt(a[BW_DGAIN]) != Py_None && gain == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "dgain= is the gradient of gain=, which was not given");
+        return NULL;
+    }
+    if (opt(a[BW_STREAM]) != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "stream= is only for CUDA plans");
+        return NULL;
+    }
+    r.flags = accumulate ? ATTNRES_GRAD_ACCUMULATE : 0;
+
+    call_ctx c;
+    ctx_init(&c, self);
+    PyObject *result = NULL, *like = NULL, *dfirst = NULL;
+    const dl_dtype storage = storage_dl(p->dtype);
+    const char *sname = attnres_dtype_name(p->dtype);
+    int64_t t = -1;
+    void *own = NULL;
+    int lent = 0;
+    view q, g, dout, dq, dg, dpart, dal;
+    void **ptrs, **dptrs;
+    int64_t *strides, *dstrides;
+    PyObject *objs[BW_NARGS] = {NULL};
+    /* The inputs, then the outputs once every input is known to be good. */
+    if (borrow_bank(&c, a[BW_SOURCES], "sources", p->n, p->d, storage, 0, &t, &ptrs, &strides, &like) ||
+        borrow_f32_dense(&c, a[BW_QUERY], "query", 1, 1, p->d, &q) ||
+        (gain != Py_None && borrow_f32_dense(&c, gain, "gain", 1, 1, p->d, &g)) ||
+        borrow(&c, a[BW_DOUT], "dout", 2, 0, &dout) || check_kind(&c, &dout, "dout", storage) ||
+        check_shape2(&dout, "dout", t, p->d, "to match (T, d)") || row_stride(&dout, 0, "dout", &r.dout_stride))
+        goto done;
+    r.sources = (const void *const *)ptrs;
+    r.source_strides = strides;
+    r.dout = dout.data;
+    if (!(objs[BW_DSOURCES] = out_or_new(&c, opt(a[BW_DSOURCES]), like, sname, 3, p->n, t, p->d)) ||
+        borrow_bank(&c, objs[BW_DSOURCES], "dsources", p->n, p->d, storage, 1, &t, &dptrs, &dstrides, &dfirst) ||
+        !(objs[BW_DQUERY] = out_or_new(&c, opt(a[BW_DQUERY]), like, "f32", 1, p->d, 0, 0)) ||
+        borrow_f32_out(&c, objs[BW_DQUERY], "dquery", p->d, &dq))
+        goto done;
+    r.dsources = dptrs;
+    r.dsource_strides = dstrides;
+    r.dquery = (float *)dq.data;
+    if (gain != Py_None && (!(objs[BW_DGAIN] = out_or_new(&c, opt(a[BW_DGAIN]), like, "f32", 1, p->d, 0, 0)) ||
+                            borrow_f32_out(&c, objs[BW_DGAIN], "dgain", p->d, &dg)))
+        goto done;
+    if (additive) {
+        if (!(objs[BW_DPARTIAL] = out_or_new(&c, opt(a[BW_DPARTIAL]), like, sname, 2, t, p->d, 0)) ||
+            borrow(&c, objs[BW_DPARTIAL], "dpartial", 2, 1, &dpart) || check_kind(&c, &dpart, "dpartial", storage) ||
+            check_shape2(&dpart, "dpartial", t, p->d, "to match (T, d)") ||
+            row_stride(&dpart, 0, "dpartial", &r.dpartial_stride) ||
+            !(objs[BW_DALPHA] = out_or_new(&c, opt(a[BW_DALPHA]), like, "f32", 1, 1, 0, 0)) ||
+            borrow_f32_out(&c, objs[BW_DALPHA], "dalpha", 1, &dal))
+            goto done;
+        r.dpartial = dpart.data;
+        r.dalpha = (float *)dal.data;
+    }
+    /* The workspace for T tokens, after room for the folded query. */
+    size_t ws_bytes = 0;
+    int rc = attnres_mix_backward_workspace_size(self->plan, t, &ws_bytes);
+    if (rc != ATTNRES_OK) {
+        raise_status(rc, "mix_backward", attnres_plan_errmsg(self->plan));
+        goto done;
+    }
+    const size_t u_bytes = round_up64(sizeof(float) * (size_t)p->d);
+    char *scratch = lend_scratch(self, u_bytes + ws_bytes, &own);
+    if (!scratch)
+        goto done;
+    lent = own == NULL;
+    if (gain != Py_None)
+        attnres_fold_query((const float *)q.data, (const float *)g.data, (float *)scratch, p->d);
+    r.query = gain != Py_None ? (const float *)scratch : (const float *)q.data;
+    r.workspace = scratch + u_bytes;
+    r.workspace_size = ws_bytes;
+
+    char msg[512];
+    attnres_plan *plan = self->plan;
+    double wall = 0, cpu = 0;
+    plan_begin(self);
+    Py_BEGIN_ALLOW_THREADS
+    if (repeat > 0) {
+        const double wall0 = clock_ns(CLOCK_MONOTONIC), cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        for (long i = 0; i < repeat && rc == ATTNRES_OK; i++)
+            rc = attnres_run_mix_backward(plan, t, &r, NULL);
+        cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+        wall = clock_ns(CLOCK_MONOTONIC) - wall0;
+    } else {
+        rc = attnres_run_mix_backward(plan, t, &r, NULL);
+    }
+    if (rc != ATTNRES_OK)
+        snprintf(msg, sizeof msg, "%s", attnres_plan_errmsg(plan));
+    /* u = gain * w, so the runtime's du gives dw = du * gain and dgain =
+     * du * w. Each element is read before it is written, so a dquery that
+     * is also the query still gets the right values. */
+    if (rc == ATTNRES_OK && gain != Py_None) {
+        float *dw = (float *)dq.data, *dgn = (float *)dg.data;
+        const float *w = (const float *)q.data, *gn = (const float *)g.data;
+        for (int64_t k = 0; k < p->d; k++) {
+            const float du = dw[k], wk = w[k], gk = gn[k];
+            dw[k] = du * gk;
+            dgn[k] = du * wk;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    plan_end(self);
+    if (rc != ATTNRES_OK) {
+        raise_status(rc, "mix_backward", msg);
+        goto done;
+    }
+    if (repeat > 0) {
+        result = Py_BuildValue("(dd)", wall / (double)repeat, cpu / (double)repeat);
+        goto done;
+    }
+    PyObject *dgain = objs[BW_DGAIN] ? objs[BW_DGAIN] : Py_None;
+    result = additive ? PyTuple_Pack(5, objs[BW_DSOURCES], objs[BW_DQUERY], dgain, objs[BW_DPARTIAL], objs[BW_DALPHA])
+                      : PyTuple_Pack(3, objs[BW_DSOURCES], objs[BW_DQUERY], dgain);
+done:
+    if (lent)
+        self->scratch_busy = 0;
+    free(own);
+    ctx_free(&c);
+    return result;
+}
+
+PyObject *plan_mix_backward(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return call_mix_backward((PlanObject *)op, args, nargs, kwnames, 0);
+}
+
 PyObject *plan_mix(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     return call_op(&mix_spec, (PlanObject *)op, args, nargs, kwnames, 0);
@@ -470,6 +724,8 @@ PyObject *plan_time_c(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyO
     }
     if (!plan_usable(self))
         return NULL;
+    if (self->problem.op == ATTNRES_OP_MIX_BACKWARD)
+        return call_mix_backward(self, args + 1, nargs - 1, kwnames, repeat);
     return call_op(op_specs[self->problem.op], self, args + 1, nargs - 1, kwnames, repeat);
 }
 
@@ -488,5 +744,5 @@ int ops_intern_names(void)
     for (size_t i = 0; i < sizeof op_specs / sizeof op_specs[0]; i++)
         if (intern_names(op_specs[i]))
             return -1;
-    return 0;
+    return intern_names(&bw_spec);
 }

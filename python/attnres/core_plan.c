@@ -7,6 +7,7 @@
 
 #include <structmember.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,9 @@
 #define MAX_SOURCES (1 << 20)
 #define MAX_HEADS (1 << 20)
 #define MAX_SITES 4096
+
+/* The ops a plan can be made for, in the runtime's attnres_op order. */
+static const char *const op_names[] = {"mix", "phase1", "phase2", "mix_backward"};
 
 /* ---- Plan creation ---- */
 
@@ -25,8 +29,11 @@ static int parse_choice(const char *what, const char *value, const char *const *
             *out = i;
             return 0;
         }
-    PyErr_Format(PyExc_ValueError, "%s must be one of %s%s%s%s%s (got '%s')", what, names[0], count > 1 ? ", " : "",
-                 count > 1 ? names[1] : "", count > 2 ? ", " : "", count > 2 ? names[2] : "", value);
+    char list[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < count && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", names[i]);
+    PyErr_Format(PyExc_ValueError, "%s must be one of %s (got '%s')", what, list, value);
     return -1;
 }
 
@@ -57,11 +64,10 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "the database is closed");
         return NULL;
     }
-    static const char *const ops[] = {"mix", "phase1", "phase2"};
-    static const char *const forms[] = {"replace", "additive"};
     int op_i, form_i;
     attnres_dtype dt;
-    if (parse_choice("op", op, ops, 3, &op_i) || parse_choice("form", form, forms, 2, &form_i))
+    static const char *const forms[] = {"replace", "additive"};
+    if (parse_choice("op", op, op_names, 4, &op_i) || parse_choice("form", form, forms, 2, &form_i))
         return NULL;
     if (attnres_dtype_parse(dtype, &dt) != ATTNRES_OK) {
         PyErr_Format(PyExc_ValueError, "dtype must be one of f32, bf16, f16 (got '%s')", dtype);
@@ -194,8 +200,7 @@ static PyObject *plan_get_problem(PyObject *op, void *closure)
 {
     (void)closure;
     const attnres_problem *p = &((PlanObject *)op)->problem;
-    static const char *const ops[] = {"mix", "phase1", "phase2"};
-    return Py_BuildValue("{sssssLsisisssOsisO}", "op", ops[p->op], "dtype", attnres_dtype_name(p->dtype), "d",
+    return Py_BuildValue("{sssssLsisisssOsisO}", "op", op_names[p->op], "dtype", attnres_dtype_name(p->dtype), "d",
                          (long long)p->d, "n", (int)p->n, "heads", (int)p->heads, "form",
                          p->form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace", "epilogue",
                          p->epilogue ? Py_True : Py_False, "sites", (int)p->s, "fuse_add",
@@ -215,9 +220,8 @@ static PyObject *plan_get_device(PyObject *op, void *closure)
 static PyObject *plan_repr(PyObject *op)
 {
     PlanObject *self = (PlanObject *)op;
-    static const char *const ops[] = {"mix", "phase1", "phase2"};
     const attnres_problem *p = &self->problem;
-    return PyUnicode_FromFormat("<attnres.Plan op=%s dtype=%s d=%lld n=%d heads=%d%s>", ops[p->op],
+    return PyUnicode_FromFormat("<attnres.Plan op=%s dtype=%s d=%lld n=%d heads=%d%s>", op_names[p->op],
                                 attnres_dtype_name(p->dtype), (long long)p->d, (int)p->n, (int)p->heads,
                                 self->closed ? " closed" : "");
 }
@@ -235,6 +239,12 @@ static PyMethodDef plan_methods[] = {
      "phase2(o1, lse, partial, query, *, gain=None, sublayer=None, eps=1e-6, scale=1.0, out_gain=None,\n"
      "       out_eps=1e-6, normed=None, out=None, stream=None) -> out, or (out, normed) with the epilogue;\n"
      "with fuse_add, partial is updated in place to partial + sublayer"},
+    {"mix_backward", FASTCALL_KW(plan_mix_backward), METH_FASTCALL | METH_KEYWORDS,
+     "mix_backward(sources, query, dout, *, gain=None, eps=1e-6, scale=1.0, alpha=1.0, dsources=None,\n"
+     "             dquery=None, dgain=None, dpartial=None, dalpha=None, accumulate=False, stream=None)\n"
+     "    -> (dsources, dquery, dgain), and in the additive form (dsources, dquery, dgain, dpartial, dalpha):\n"
+     "the gradients of the mix (DESIGN §1b) for a plan made with op='mix_backward'; dgain is None\n"
+     "without gain; accumulate=True adds into the given dsources (and dpartial)"},
     {"_time_c", FASTCALL_KW(plan_time_c), METH_FASTCALL | METH_KEYWORDS, NULL},
     {"explain", plan_explain, METH_NOARGS, "Which kernels the plan loaded, at which fallback level, and why."},
     {"close", plan_close, METH_NOARGS, "Destroys the plan (after any run in progress)."},

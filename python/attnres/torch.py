@@ -12,7 +12,19 @@ plan from a tuning database (otherwise the built-in kernels serve).
 
 The ops take the *folded* pseudo-query ``u = gain * w`` as float32 (DESIGN
 §1); :class:`AttnResMix` holds ``w`` and ``gain`` as parameters and folds them
-per call. They are inference ops: no backward is registered.
+per call, so torch's own autograd turns the gradient of ``u`` into those of
+``w`` and ``gain``.
+
+Training: ``torch.ops.attnres.mix`` has a backward (DESIGN §1b), registered
+with ``torch.library.register_autograd``, that calls the op
+``torch.ops.attnres.mix_backward`` (with its fake kernel, so a compiled
+training step traces through it). The forward saves only its inputs, the
+sources and ``u``; the backward recomputes the RMS statistics and the softmax
+weights from them, so no [T, N] tensor is kept between the passes. Gradients
+reach the sources, ``u`` (hence ``w`` and ``gain``) and, in the additive form,
+``partial``; ``alpha`` is a constant. The output-norm epilogue has no
+backward yet: ``loss.backward()`` through it raises. ``phase1`` and
+``phase2`` are inference ops: no backward is registered for them.
 
 Nothing here is imported by ``import attnres``; torch is only needed for this
 module.
@@ -110,7 +122,8 @@ _capsule = torch.utils.dlpack.to_dlpack
 # for every backend (CompositeExplicitAutograd) and a fake kernel for
 # tracing. torch.library.custom_op would wrap each call in autograd and
 # tracing guards that cost about as much again as the call itself at
-# T = 1; these are inference ops with no backward, so they do without.
+# T = 1, so they do without; the mix gets its backward from
+# torch.library.register_autograd below instead.
 
 _lib = torch.library.Library("attnres", "DEF")
 _lib.define("mix(Tensor[] sources, Tensor query, Tensor? partial, Tensor? out_gain, int heads, float eps, "
@@ -189,10 +202,76 @@ def _phase2_fake(o1, lse, partial, query, sublayer, out_gain, eps, scale, out_ep
     return o1.new_empty(o1.shape), (o1.new_empty(o1.shape) if out_gain is not None else o1.new_empty((0,)))
 
 
+# The mix's backward as an op of its own, so that torch.compile sees one
+# opaque call (traced through its fake kernel) in the backward graph. It
+# returns dsources as one (N, T, d) tensor, which the autograd formula splits
+# into views, the gradient of the folded query u (float32), and, in the
+# additive form, the gradients of partial and of alpha (empty otherwise).
+_lib.define("mix_backward(Tensor[] sources, Tensor query, Tensor dout, int heads, bool additive, float eps, "
+            "float scale, float alpha) -> (Tensor, Tensor, Tensor, Tensor)")
+
+
+def mix_backward(sources: List[torch.Tensor], query: torch.Tensor, dout: torch.Tensor, heads: int, additive: bool,
+                 eps: float, scale: float, alpha: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                  torch.Tensor]:
+    """The gradients of the mix (DESIGN §1b) for the gradient dout of its
+    output: (dsources (N, T, d), dquery (d,) float32, dpartial (T, d),
+    dalpha (1,) float32); the last two are empty in the replacement form."""
+    s0 = sources[0]
+    (t, d), n = s0.shape, len(sources)
+    plan = plan_for(s0, op="mix_backward", dtype=_storage(s0), d=d, n=n, heads=heads,
+                    form="additive" if additive else "replace")
+    dsources = s0.new_empty((n, t, d))
+    dquery = s0.new_empty((d,), dtype=torch.float32)
+    dpartial = s0.new_empty((t, d) if additive else (0,))
+    dalpha = s0.new_empty((1,) if additive else (0,), dtype=torch.float32)
+    kw = dict(eps=eps, scale=scale, dsources=_capsule(dsources), dquery=_capsule(dquery))
+    if additive:
+        kw.update(alpha=alpha, dpartial=_capsule(dpartial), dalpha=_capsule(dalpha))
+    plan.mix_backward([_capsule(s) for s in sources], _capsule(query), _capsule(dout), **kw)
+    return dsources, dquery, dpartial, dalpha
+
+
+def _mix_backward_fake(sources, query, dout, heads, additive, eps, scale, alpha):
+    s0 = sources[0]
+    (t, d), n = s0.shape, len(sources)
+    return (s0.new_empty((n, t, d)), s0.new_empty((d,), dtype=torch.float32),
+            s0.new_empty((t, d) if additive else (0,)),
+            s0.new_empty((1,) if additive else (0,), dtype=torch.float32))
+
+
 for _name, _impl, _fake in (("mix", mix, _mix_fake), ("phase1", phase1, _phase1_fake),
-                            ("phase2", phase2, _phase2_fake)):
+                            ("phase2", phase2, _phase2_fake), ("mix_backward", mix_backward, _mix_backward_fake)):
     _lib.impl(_name, _impl, "CompositeExplicitAutograd")
     torch.library.register_fake(f"attnres::{_name}", _fake, lib=_lib)
+
+
+# ---- autograd for the mix ---------------------------------------------------------
+
+
+def _mix_setup_context(ctx, inputs, output):
+    sources, query, partial, out_gain, heads, eps, scale, alpha, out_eps = inputs
+    # Only the inputs are kept: the backward recomputes the weights from them.
+    ctx.save_for_backward(*sources, query)
+    ctx.heads, ctx.eps, ctx.scale, ctx.alpha = heads, eps, scale, alpha
+    ctx.additive, ctx.epilogue = partial is not None, out_gain is not None
+
+
+def _mix_autograd_backward(ctx, grad_out, grad_normed):
+    if ctx.epilogue:
+        raise NotImplementedError(
+            "attnres: the mix with the output-norm epilogue (out_gain) has no backward yet; for training, "
+            "call the mix without out_gain and apply the next sublayer's RMSNorm in torch")
+    *sources, query = ctx.saved_tensors
+    # The kernels read dout with unit element stride; autograd may hand over
+    # an expanded or transposed gradient (the backward of a sum is one).
+    dsources, dquery, dpartial, _ = torch.ops.attnres.mix_backward(
+        sources, query, grad_out.contiguous(), ctx.heads, ctx.additive, ctx.eps, ctx.scale, ctx.alpha)
+    return (list(dsources.unbind(0)), dquery, dpartial if ctx.additive else None, None, None,
+            None, None, None, None)
+
+
+torch.library.register_autograd("attnres::mix", _mix_autograd_backward, setup_context=_mix_setup_context, lib=_lib)
 
 
 # ---- one routing site as a module ---------------------------------------------
@@ -203,7 +282,8 @@ class AttnResMix(torch.nn.Module):
     (and, with epilogue=True, the next sublayer's PreNorm gain) and mixes N
     sources of shape (..., d). forward(sources, partial=None) returns out, or
     (out, normed) with the epilogue; partial switches to the additive form
-    (Delta AttnRes: out = partial + alpha * mix)."""
+    (Delta AttnRes: out = partial + alpha * mix). Without the epilogue it
+    trains: gradients reach the sources, partial, query and gain."""
 
     def __init__(self, d: int, heads: int = 1, eps: float = 1e-6, scale: float = 1.0, alpha: float = 1.0,
                  epilogue: bool = False, out_eps: float = 1e-6, device=None):

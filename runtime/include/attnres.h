@@ -38,8 +38,9 @@
  *     references. May be NULL: msg (msg_len is then ignored),
  *     source_strides (every stride d), attnres_plan_create's db (built-in
  *     kernels only), attnres_fold_query's gain (all ones), the path of
- *     attnres_miss_file_set (recording off), and the buffers a problem
- *     does not use.
+ *     attnres_miss_file_set (recording off), the buffers a problem
+ *     does not use, and in the backward references the incoming
+ *     gradients (zero) and the parameter gradients they name as optional.
  *   - Views and aliasing. A run's [T, w] argument with token stride s
  *     (elements) spans (T - 1) * s + w elements from its pointer; every
  *     such extent, in elements and in bytes (at most PTRDIFF_MAX), its
@@ -183,7 +184,10 @@ typedef enum attnres_dtype {
 typedef enum attnres_op {
     ATTNRES_OP_MIX = 0,
     ATTNRES_OP_PHASE1 = 1,
-    ATTNRES_OP_PHASE2 = 2
+    ATTNRES_OP_PHASE2 = 2,
+    /* Appended in 0.2 for training: the backward of the mix (DESIGN §1b),
+     * planned and tuned as an op of its own; see attnres_run_mix_backward. */
+    ATTNRES_OP_MIX_BACKWARD = 3
 } attnres_op;
 
 typedef enum attnres_form {
@@ -603,6 +607,88 @@ ATTNRES_API int attnres_run_phase2(attnres_plan *plan, int64_t T,
                                    void *stream);
 
 /* ------------------------------------------------------------------------
+ * Training: the backward of the mix (DESIGN §1b)
+ *
+ * A plan for a problem of op ATTNRES_OP_MIX_BACKWARD (the forward's d, N,
+ * H and form; the same problem with op ATTNRES_OP_MIX describes the
+ * forward) takes the forward's inputs and the gradient of out, recomputes
+ * the RMS statistics and the softmax weights from the sources, and
+ * returns the gradients of the sources, of the folded query u, and in the
+ * additive form of partial and alpha. Each token's source rows are read
+ * from memory once: the weights and the score gradients come from one
+ * sweep over them, the source gradients from a second sweep over the same
+ * rows while they are in cache.
+ *
+ * The gradients summed over tokens (dquery, dalpha) are deterministic:
+ * tokens form groups of a fixed size that does not depend on the kernel
+ * or the thread count, each group writes fp32 partial sums to the
+ * caller's workspace, and a second pass adds the groups in order. The
+ * same plan on the same inputs gives bit-identical gradients on every run
+ * and at every thread count. No atomics are used.
+ *
+ * The CPU runs the replace and additive forms at every H; the output-norm
+ * epilogue's backward is not there yet (attnres_plan_create refuses such
+ * a problem with EUNSUPPORTED and says so), nor is a CUDA kernel
+ * (EUNSUPPORTED).
+ * ---------------------------------------------------------------------- */
+
+/* Arguments of one mix backward launch. Pointers are host pointers on the
+ * CPU. Strides count elements; 0 means d. No output may overlap an input;
+ * with ATTNRES_GRAD_ACCUMULATE two source gradients may be the very same
+ * view (same pointer and stride: one tensor that is two sources), and
+ * both gradients are added into it. */
+typedef struct attnres_mix_backward_args {
+    size_t struct_size;            /* sizeof(attnres_mix_backward_args); _init sets it */
+    /* The forward's inputs, as attnres_mix_args holds them. */
+    const void *const *sources;    /* n pointers, each a [T, d] view */
+    const int64_t *source_strides; /* n token strides; NULL means all d */
+    const float *query;            /* [d] fp32 u = gain * w, as the forward used */
+    float scale;                   /* score scale, usually 1 */
+    float eps;                     /* RMS epsilon, > 0 */
+    float alpha;                   /* additive form: out = partial + alpha * mix */
+    /* The incoming gradient. */
+    const void *dout;              /* [T, d] gradient of out (storage dtype) */
+    int64_t dout_stride;           /* 0 means d */
+    /* The gradients. */
+    unsigned flags;                /* ATTNRES_GRAD_ACCUMULATE: add the per-token
+                                    * gradients (dsources, dpartial) into the
+                                    * caller's buffers instead of writing them */
+    void *const *dsources;         /* n pointers, each a [T, d] view (storage dtype) */
+    const int64_t *dsource_strides;/* n token strides; NULL means all d */
+    float *dquery;                 /* [d] fp32 gradient of u, summed over tokens,
+                                    * always written (attnres_reference_fold_query_backward
+                                    * turns it into those of w and the gain) */
+    void *dpartial;                /* [T, d] additive form (needed there), else ignored */
+    int64_t dpartial_stride;       /* 0 means d */
+    float *dalpha;                 /* additive form: one float, sum over tokens of
+                                    * <dout, mix>; may be NULL (alpha not trained) */
+    void *workspace;               /* attnres_mix_backward_workspace_size bytes, 64-byte
+                                    * aligned, owned by the caller; not read before
+                                    * it is written */
+    size_t workspace_size;         /* its size in bytes */
+} attnres_mix_backward_args;
+
+/* Fills args with defaults: struct_size, scale 1, eps 1e-6, alpha 1,
+ * flags 0, all pointers NULL, strides and workspace_size 0. */
+ATTNRES_API void attnres_mix_backward_args_init(attnres_mix_backward_args *args);
+
+/* The workspace a run of the plan (op ATTNRES_OP_MIX_BACKWARD) on up to T
+ * tokens needs, in bytes, to *bytes: ask once at load for the largest T,
+ * allocate it, and pass it to every run; nothing is allocated on the hot
+ * path. EINVAL for a NULL plan or bytes, T < 0 or a size beyond size_t;
+ * EMISMATCH for a plan of another op. */
+ATTNRES_API int attnres_mix_backward_workspace_size(const attnres_plan *plan, int64_t T, size_t *bytes);
+
+/* Runs the mix backward of a plan for an ATTNRES_OP_MIX_BACKWARD problem
+ * on T tokens. Checks as attnres_run_mix does (views, strides, overlaps,
+ * EINVAL/EMISMATCH with the reason in attnres_plan_errmsg), and that the
+ * workspace is large enough and aligned. T = 0 writes dquery (and dalpha)
+ * as zeros and touches nothing else. Never allocates, reads the database
+ * or compiles. */
+ATTNRES_API int attnres_run_mix_backward(attnres_plan *plan, int64_t T, const attnres_mix_backward_args *args,
+                                         void *stream);
+
+/* ------------------------------------------------------------------------
  * fp64 reference (DESIGN §1), the oracle for tests and tuner verification
  * ---------------------------------------------------------------------- */
 
@@ -643,6 +729,106 @@ ATTNRES_API int attnres_reference_phase2(const attnres_problem *problem,
                                          double eps, const double *out_gain,
                                          double out_eps, double *out,
                                          double *normed);
+
+/* ------------------------------------------------------------------------
+ * fp64 backward reference (DESIGN §1b), the oracle for the gradients
+ *
+ * Each backward takes the forward's inputs as its forward reference does
+ * (contiguous host doubles, token stride d, the query already folded),
+ * recomputes r and the softmax weights from them, and takes the incoming
+ * gradients of the forward's outputs. It returns:
+ *   - per-token gradients ([T, d] or [T, H] buffers, like the inputs they
+ *     belong to): written, or added into what the caller's buffer holds
+ *     when flags has ATTNRES_GRAD_ACCUMULATE (one layer's output feeds
+ *     many routing sites, and a trainer sums their gradients in place);
+ *   - parameter gradients (the folded query u, the epilogue's gain, the
+ *     additive form's alpha): summed over the T tokens in token order, in
+ *     fp64, and always written (zero for T = 0), never accumulated; the
+ *     same inputs give bit-identical results on every call.
+ * An incoming gradient that is NULL counts as zero: the loss does not read
+ * that output. A gradient output the caller does not train (dalpha,
+ * dout_gain, dsublayer) may be NULL; every other output is needed.
+ *
+ * Every function checks before it writes anything: the problem (its op
+ * must be the function's), T >= 0 with every buffer's size representable,
+ * eps > 0 (and out_eps > 0 with the epilogue), no unknown flag bits, no
+ * NULL pointer it needs, and that no output shares a byte with an input
+ * or another output. Inputs may share memory with each other. With
+ * ATTNRES_GRAD_ACCUMULATE two per-token gradient outputs of the same size
+ * may be the very same buffer (same pointer): both gradients are added
+ * into it, as when one tensor is two of the sources. On failure the
+ * function returns EINVAL (ENOMEM when scratch space is lacking) with
+ * nothing written, and a message naming the argument in msg (which may
+ * be NULL; msg_len is then ignored).
+ * ---------------------------------------------------------------------- */
+
+/* Flags of the backward references. */
+#define ATTNRES_GRAD_ACCUMULATE 1u /* add per-token gradients into the
+                                    * caller's buffers instead of writing */
+
+/* The backward of attnres_reference_mix, for a problem of op
+ * ATTNRES_OP_MIX (every H, both forms, the epilogue). Forward inputs as
+ * attnres_reference_mix: sources (n pointers to [T, d]), query [d], scale,
+ * eps, partial [T, d] (additive form), alpha, out_gain [d] and out_eps
+ * (epilogue). Incoming gradients: dout [T, d] of out, dnormed [T, d] of
+ * normed (epilogue; ignored otherwise), either NULL for zero. Outputs:
+ * dsources (n pointers to [T, d], each needed), dquery [d] (the gradient
+ * of the folded query u; attnres_reference_fold_query_backward turns it
+ * into those of w and the gain), dpartial [T, d] (additive form, needed
+ * there, ignored otherwise), dalpha (one double, additive form, may be
+ * NULL), dout_gain [d] (epilogue, may be NULL). With N = 1 the softmax
+ * weight is exactly 1 and the score gradient exactly 0: dsources[0] is the
+ * gradient of the mix and dquery is exactly zero. */
+ATTNRES_API int attnres_reference_mix_backward(
+    const attnres_problem *problem, int64_t T, const double *const *sources,
+    const double *query, double scale, double eps, const double *partial,
+    double alpha, const double *out_gain, double out_eps, const double *dout,
+    const double *dnormed, unsigned flags, double *const *dsources,
+    double *dquery, double *dpartial, double *dalpha, double *dout_gain,
+    char *msg, size_t msg_len);
+
+/* The backward of attnres_reference_phase1, for a problem of op
+ * ATTNRES_OP_PHASE1. Forward inputs as attnres_reference_phase1: sources
+ * (n pointers to [T, d]), queries [S, d], scale, eps. Incoming gradients:
+ * do1 [S, T, d] of o1, needed (zeros for a site whose o1 the loss does not
+ * read), and dlse [S, T, H] of lse, which phase 2's backward returns (NULL
+ * for zero, as for the first site of a block, which has no phase 2).
+ * Outputs: dsources (n pointers to [T, d], each needed; each the sum over
+ * the S sites) and dqueries [S, d], row j the gradient of site j's folded
+ * query. */
+ATTNRES_API int attnres_reference_phase1_backward(
+    const attnres_problem *problem, int64_t T, const double *const *sources,
+    const double *queries, double scale, double eps, const double *do1,
+    const double *dlse, unsigned flags, double *const *dsources,
+    double *dqueries, char *msg, size_t msg_len);
+
+/* The backward of attnres_reference_phase2, for a problem of op
+ * ATTNRES_OP_PHASE2 (every H, fuse_add, the epilogue). Forward inputs: o1
+ * [T, d], lse [T, H], b [T, d] the partial sum as the forward used it
+ * (with fuse_add the forward's partial after the call, which holds partial
+ * + sublayer), query [d], scale, eps, out_gain [d] and out_eps (epilogue).
+ * Incoming gradients: dout and dnormed as for the mix. Outputs, each
+ * needed unless said: do1 [T, d], dlse [T, H] (for phase 1's backward),
+ * db [T, d] (the gradient of b; with fuse_add also that of the partial
+ * before the add), dsublayer [T, d] (fuse_add only, the same values as db,
+ * may be NULL), dquery [d], dout_gain [d] (epilogue, may be NULL). */
+ATTNRES_API int attnres_reference_phase2_backward(
+    const attnres_problem *problem, int64_t T, const double *o1,
+    const double *lse, const double *b, const double *query, double scale,
+    double eps, const double *out_gain, double out_eps, const double *dout,
+    const double *dnormed, unsigned flags, double *do1, double *dlse,
+    double *db, double *dsublayer, double *dquery, double *dout_gain,
+    char *msg, size_t msg_len);
+
+/* The backward of folding the RMSNorm gain into the pseudo-query (u = gain
+ * * w, attnres_fold_query), in double precision: dw = du * gain and dgain =
+ * du * w, element by element over d. gain NULL means all ones (then dw =
+ * du); dgain may be NULL (a gain the caller does not train). Returns
+ * EINVAL with nothing written when d < 0, du, w or dw is NULL, or an
+ * output overlaps another argument, with a message in msg (may be NULL). */
+ATTNRES_API int attnres_reference_fold_query_backward(
+    const double *du, const double *w, const double *gain, int64_t d,
+    double *dw, double *dgain, char *msg, size_t msg_len);
 
 #ifdef __cplusplus
 }

@@ -82,7 +82,10 @@ void attnres_problem_init(attnres_problem *p, attnres_dtype dtype, int64_t d,
  * phase2; each must be 0 for the other ops so that keys stay canonical. */
 static int check_phase_fields(const attnres_problem *p, char *msg, size_t msg_len)
 {
-    const char *op = p->op == ATTNRES_OP_MIX ? "mix" : p->op == ATTNRES_OP_PHASE1 ? "phase1" : "phase2";
+    const char *op = p->op == ATTNRES_OP_MIX            ? "mix"
+                     : p->op == ATTNRES_OP_PHASE1       ? "phase1"
+                     : p->op == ATTNRES_OP_MIX_BACKWARD ? "mix_backward"
+                                                        : "phase2";
     if (p->op == ATTNRES_OP_PHASE1) {
         if (p->s < 1 || p->s > ATTNRES_MAX_S) {
             snprintf(msg, msg_len, "phase1 needs S (sites of the block) between 1 and %d (ATTNRES_MAX_S; got %d)",
@@ -101,7 +104,7 @@ static int check_phase_fields(const attnres_problem *p, char *msg, size_t msg_le
         snprintf(msg, msg_len, "fuse_add is only meaningful for phase2, not %s", op);
         return ATTNRES_EINVAL;
     }
-    if (p->op != ATTNRES_OP_MIX && p->form != ATTNRES_FORM_REPLACE) {
+    if (p->op != ATTNRES_OP_MIX && p->op != ATTNRES_OP_MIX_BACKWARD && p->form != ATTNRES_FORM_REPLACE) {
         snprintf(msg, msg_len, "%s has no additive form (Block AttnRes replaces)", op);
         return ATTNRES_EINVAL;
     }
@@ -123,8 +126,9 @@ int attnres_problem_check(const attnres_problem *p, char *msg, size_t msg_len)
     if (ar_problem_adopt(p, &own, msg, msg_len) != ATTNRES_OK)
         return ATTNRES_EINVAL;
     p = &own;
-    if (p->op != ATTNRES_OP_MIX && p->op != ATTNRES_OP_PHASE1 && p->op != ATTNRES_OP_PHASE2) {
-        snprintf(msg, msg_len, "unknown op %d (mix, phase1 or phase2)", (int)p->op);
+    if (p->op != ATTNRES_OP_MIX && p->op != ATTNRES_OP_PHASE1 && p->op != ATTNRES_OP_PHASE2 &&
+        p->op != ATTNRES_OP_MIX_BACKWARD) {
+        snprintf(msg, msg_len, "unknown op %d (mix, phase1, phase2 or mix_backward)", (int)p->op);
         return ATTNRES_EINVAL;
     }
     if (attnres_dtype_size(p->dtype) == 0) {
@@ -239,4 +243,15 @@ void attnres_phase2_args_init(attnres_phase2_args *a)
     a->scale = 1.0f;
     a->eps = 1e-6f;
     a->out_eps = 1e-6f;
+}
+
+void attnres_mix_backward_args_init(attnres_mix_backward_args *a)
+{
+    if (!a)
+        return;
+    memset(a, 0, sizeof *a);
+    a->struct_size = sizeof *a;
+    a->scale = 1.0f;
+    a->eps = 1e-6f;
+    a->alpha = 1.0f;
 }

@@ -49,6 +49,12 @@ extern void (*const ar_generic_phase2_bf16)(const struct attnres_cpu_phase2_args
 extern void (*const ar_generic_phase2_f16)(const struct attnres_cpu_phase2_args *, int64_t, int64_t);
 extern const char ar_generic_phase2_f32_variant[], ar_generic_phase2_bf16_variant[],
     ar_generic_phase2_f16_variant[];
+/* ... and from templates/cpu/mix_backward.lua. */
+extern void (*const ar_generic_mix_backward_f32)(const struct attnres_cpu_mix_backward_args *, int64_t, int64_t);
+extern void (*const ar_generic_mix_backward_bf16)(const struct attnres_cpu_mix_backward_args *, int64_t, int64_t);
+extern void (*const ar_generic_mix_backward_f16)(const struct attnres_cpu_mix_backward_args *, int64_t, int64_t);
+extern const char ar_generic_mix_backward_f32_variant[], ar_generic_mix_backward_bf16_variant[],
+    ar_generic_mix_backward_f16_variant[];
 
 #define CPU_COMPILE_OPTIONS "-O3 -march=native -std=gnu11 -fPIC -shared -Wno-psabi"
 
@@ -482,11 +488,17 @@ static int64_t cpu_stack_bytes(const attnres_problem *p)
     const int64_t d = p->d, n = p->n, h = p->heads;
     if (p->op == ATTNRES_OP_PHASE1)
         return 4 * (n * p->s * h + 4 * h + d) + 16 * n;
+    if (p->op == ATTNRES_OP_MIX_BACKWARD)
+        return 16 * n * h + 8 * n + 256;
     return 16 * d + 8 * n * h + 16 * h + 192 * n;
 }
 
 static int cpu_check_problem(attnres_device *dev, const attnres_problem *p)
 {
+    if (p->op == ATTNRES_OP_MIX_BACKWARD && p->epilogue)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED,
+                              "the CPU has no mix_backward kernels for the output-norm epilogue yet: plan the "
+                              "problem without it (epilogue = 0) and take the RMSNorm backward separately");
     if (p->op != ATTNRES_OP_PHASE2 && p->n > CPU_MAX_SOURCES)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the CPU kernels take at most %d sources (N = %d)",
                               CPU_MAX_SOURCES, p->n);
@@ -535,13 +547,18 @@ static int cpu_load_generic(attnres_device *dev, const attnres_problem *p, ar_ke
         {ATTNRES_OP_PHASE2,
          {(void *)ar_generic_phase2_f32, (void *)ar_generic_phase2_bf16, (void *)ar_generic_phase2_f16},
          {ar_generic_phase2_f32_variant, ar_generic_phase2_bf16_variant, ar_generic_phase2_f16_variant}},
+        {ATTNRES_OP_MIX_BACKWARD,
+         {(void *)ar_generic_mix_backward_f32, (void *)ar_generic_mix_backward_bf16,
+          (void *)ar_generic_mix_backward_f16},
+         {ar_generic_mix_backward_f32_variant, ar_generic_mix_backward_bf16_variant,
+          ar_generic_mix_backward_f16_variant}},
     };
     memset(k, 0, sizeof *k);
     const int dt = (int)p->dtype;
     const cpu_state *st = dev->state;
     void *entry = NULL;
     const char *variant = NULL, *level = NULL;
-    if (p->heads > 0 &&
+    if (p->heads > 0 && p->op != ATTNRES_OP_MIX_BACKWARD &&
         ar_cpu_builtin_find(st->builtin_level, (int)p->op, dt, p->d / p->heads, &entry, &variant, &level) == 0) {
         k->entry = entry;
         k->threads = CPU_MAX_KERNEL_THREADS; /* all workers */
@@ -601,23 +618,31 @@ static void run_chunk(void *ctx, int64_t t0, int64_t t1)
     case ATTNRES_OP_PHASE2:
         ((ar_cpu_phase2_fn)r->entry)(&r->args.phase2, t0, t1);
         break;
+    case ATTNRES_OP_MIX_BACKWARD: /* split by groups of tokens, with its own chunks */
+        break;
     }
 }
 
-/* Runs r on T tokens, split into parts: a tuned kernel's measured thread
+/* The parts a launch is split into: a tuned kernel's measured thread
  * count; a built-in kernel (no module) spreads only launches that move
  * enough data, `rows` rows of d per token, to pay for waking the workers
  * (cpu_builtin.h). */
+static int launch_parts(const ar_kernel *k, const attnres_problem *p, int64_t T, int64_t rows)
+{
+    int parts = k->threads < 1 ? 1 : k->threads;
+    if (!k->module)
+        parts = ar_cpu_builtin_parts(T * p->d * (int64_t)attnres_dtype_size(p->dtype) * rows, parts);
+    return parts;
+}
+
+/* Runs r on T tokens over the pool, in launch_parts parts. */
 static int run_split(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T, cpu_run *r,
                      int64_t rows)
 {
     cpu_state *st = dev->state;
-    int parts = k->threads < 1 ? 1 : k->threads;
-    if (!k->module)
-        parts = ar_cpu_builtin_parts(T * p->d * (int64_t)attnres_dtype_size(p->dtype) * rows, parts);
     r->op = p->op;
     r->entry = k->entry;
-    cpu_pool_run(st->pool, run_chunk, r, T, parts);
+    cpu_pool_run(st->pool, run_chunk, r, T, launch_parts(k, p, T, rows));
     return ATTNRES_OK;
 }
 
@@ -701,6 +726,100 @@ static int cpu_launch_phase2(attnres_device *dev, const ar_kernel *k,
     return run_split(dev, k, p, T, &r, 3 + 2 * p->fuse_add + p->epilogue);
 }
 
+typedef struct mix_backward_launch {
+    ar_cpu_mix_backward_fn fn;
+    struct attnres_cpu_mix_backward_args args;
+    int64_t T;
+} mix_backward_launch;
+
+/* Groups [g0, g1): their tokens, in one call, which starts on a group's
+ * first token as the kernels require. */
+static void mix_backward_chunk(void *ctx, int64_t g0, int64_t g1)
+{
+    mix_backward_launch *l = ctx;
+    const int64_t t1 = g1 * AR_GRAD_GROUP;
+    l->fn(&l->args, g0 * AR_GRAD_GROUP, t1 < l->T ? t1 : l->T);
+}
+
+/* The second pass over the groups' rows of du: each element is the sum of
+ * its groups in group order, whichever thread adds it, so the result is
+ * the same at every thread count. */
+typedef struct group_sum {
+    const float *rows;
+    int64_t groups, d;
+    float *out;
+} group_sum;
+
+static void group_sum_chunk(void *ctx, int64_t k0, int64_t k1)
+{
+    const group_sum *s = ctx;
+    for (int64_t k = k0; k < k1; k++)
+        s->out[k] = s->rows[k];
+    for (int64_t g = 1; g < s->groups; g++) {
+        const float *row = s->rows + g * s->d;
+        for (int64_t k = k0; k < k1; k++)
+            s->out[k] += row[k];
+    }
+}
+
+static int cpu_launch_mix_backward(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                                   const attnres_mix_backward_args *a)
+{
+    cpu_state *st = dev->state;
+    if (p->n > CPU_MAX_SOURCES)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the CPU backend supports at most %d sources (N = %d)",
+                              CPU_MAX_SOURCES, p->n);
+    const int additive = p->form == ATTNRES_FORM_ADDITIVE;
+    if (T == 0) { /* sums over no tokens */
+        memset(a->dquery, 0, sizeof(float) * (size_t)p->d);
+        if (additive && a->dalpha)
+            *a->dalpha = 0.0f;
+        return ATTNRES_OK;
+    }
+    size_t need = 0, alpha_off = 0;
+    if (ar_mix_backward_workspace(p->d, T, &need, &alpha_off) != 0 || !a->workspace || a->workspace_size < need)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the workspace holds %zu bytes; T = %lld needs %zu",
+                              a->workspace ? a->workspace_size : 0, (long long)T, need);
+    int64_t strides[CPU_MAX_SOURCES], dstrides[CPU_MAX_SOURCES];
+    for (int i = 0; i < p->n; i++) {
+        strides[i] = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
+        dstrides[i] = a->dsource_strides && a->dsource_strides[i] ? a->dsource_strides[i] : p->d;
+    }
+    float *ws_du = a->workspace, *ws_dalpha = (float *)((char *)a->workspace + alpha_off);
+    mix_backward_launch l;
+    l.fn = (ar_cpu_mix_backward_fn)k->entry;
+    l.T = T;
+    l.args = (struct attnres_cpu_mix_backward_args){
+        .d = p->d, .n = p->n, .heads = p->heads,
+        .src = a->sources, .src_stride = strides,
+        .query = a->query, .scale = a->scale, .eps = a->eps,
+        .alpha = additive ? a->alpha : 1.0f,
+        .accumulate = (a->flags & ATTNRES_GRAD_ACCUMULATE) != 0,
+        .dout = a->dout, .dout_stride = a->dout_stride ? a->dout_stride : p->d,
+        .dsrc = a->dsources, .dsrc_stride = dstrides,
+        .dpartial = additive ? a->dpartial : NULL,
+        .dpartial_stride = a->dpartial_stride ? a->dpartial_stride : p->d,
+        .ws_du = ws_du, .ws_dalpha = additive ? ws_dalpha : NULL,
+        .group = AR_GRAD_GROUP,
+    };
+    const int64_t groups = (T + AR_GRAD_GROUP - 1) / AR_GRAD_GROUP;
+    /* Sources read, dout, and the source gradients written (read too when
+     * accumulated): what decides whether the built-in kernel spreads. */
+    int parts = launch_parts(k, p, groups * AR_GRAD_GROUP, 2 * p->n + 1 + 2 * additive);
+    cpu_pool_run(st->pool, mix_backward_chunk, &l, groups, parts);
+    group_sum s = {ws_du, groups, p->d, a->dquery};
+    const int64_t cols = p->d;
+    int sum_parts = launch_parts(k, p, groups, 1);
+    cpu_pool_run(st->pool, group_sum_chunk, &s, cols, sum_parts);
+    if (additive && a->dalpha) {
+        float sum = 0.0f;
+        for (int64_t g = 0; g < groups; g++)
+            sum += ws_dalpha[g];
+        *a->dalpha = sum;
+    }
+    return ATTNRES_OK;
+}
+
 /* The op-generic launch: one switch over the tagged arguments. */
 static int cpu_launch(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                       const ar_op_args *a, void *stream)
@@ -712,12 +831,13 @@ static int cpu_launch(attnres_device *dev, const ar_kernel *k, const attnres_pro
         return ar_device_fail(dev, ATTNRES_EINVAL, "the operation's arguments are NULL");
     if (T < 0)
         return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
-    if (T == 0) /* as on CUDA: nothing to run, and no argument is touched */
+    if (T == 0 && a->op != ATTNRES_OP_MIX_BACKWARD) /* as on CUDA: nothing to run, no argument touched */
         return ATTNRES_OK;
     switch (a->op) {
     case ATTNRES_OP_MIX: return cpu_launch_mix(dev, k, p, T, a->mix, stream);
     case ATTNRES_OP_PHASE1: return cpu_launch_phase1(dev, k, p, T, a->phase1, stream);
     case ATTNRES_OP_PHASE2: return cpu_launch_phase2(dev, k, p, T, a->phase2, stream);
+    case ATTNRES_OP_MIX_BACKWARD: return cpu_launch_mix_backward(dev, k, p, T, a->mix_backward);
     }
     return ar_device_fail(dev, ATTNRES_EINVAL, "unknown op %d", (int)a->op);
 }

@@ -21,10 +21,16 @@
 
 /* The version this library speaks for each attnres_op. */
 #define AR_CPU_ABI_VERSIONS \
-    ((const int[3]){AR_KERNEL_ABI_CPU_MIX, AR_KERNEL_ABI_CPU_PHASE1, AR_KERNEL_ABI_CPU_PHASE2})
+    ((const int[4]){AR_KERNEL_ABI_CPU_MIX, AR_KERNEL_ABI_CPU_PHASE1, AR_KERNEL_ABI_CPU_PHASE2, \
+                    AR_KERNEL_ABI_CPU_MIX_BACKWARD})
 
 /* Processes tokens [t0, t1). */
 typedef void (*ar_cpu_mix_fn)(const struct attnres_cpu_mix_args *a, int64_t t0,
                               int64_t t1);
+
+/* The mix backward of tokens [t0, t1), t0 the first token of a group of
+ * a->group tokens (cpu/mix_backward.lua). */
+typedef void (*ar_cpu_mix_backward_fn)(const struct attnres_cpu_mix_backward_args *a, int64_t t0,
+                                       int64_t t1);
 
 #endif

@@ -33,11 +33,34 @@ static int phase1_smem_check(attnres_device *dev, const attnres_problem *p, int 
                           p->n, p->s, p->heads, (long long)smem, AR_CUDA_PHASE1_MAX_SMEM);
 }
 
+/* The dynamic shared memory of the mix backward's per-token tables
+ * (templates/cuda/mix_backward.lua): three of n * H floats, two of n, one
+ * of H. */
+static int64_t mix_backward_tables_smem(const attnres_problem *p)
+{
+    return (3 * (int64_t)p->n * p->heads + 2 * (int64_t)p->n + p->heads) * (int64_t)sizeof(float);
+}
+
 /* What no CUDA kernel runs, refused when the plan is made: the launch
  * checks below stay for launches outside a plan (the tuner's). */
 int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
 {
     const int n = p->n, S = p->s, H = p->heads;
+    if (p->op == ATTNRES_OP_MIX_BACKWARD) {
+        if (p->epilogue)
+            return ar_device_fail(dev, ATTNRES_EUNSUPPORTED,
+                                  "CUDA has no mix_backward kernels for the output-norm epilogue yet: plan the "
+                                  "backward without it");
+        if (n > AR_CUDA_MAX_SOURCES)
+            return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA mix_backward kernels take at most %d sources (N = %d)",
+                                  AR_CUDA_MAX_SOURCES, n);
+        const int64_t smem = mix_backward_tables_smem(p);
+        if (smem > AR_CUDA_MIX_BACKWARD_MAX_SMEM)
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "mix_backward with N = %d, H = %d needs %lld bytes of shared memory, over the %d a "
+                                  "CUDA mix_backward kernel may use",
+                                  n, H, (long long)smem, AR_CUDA_MIX_BACKWARD_MAX_SMEM);
+    }
     if (p->op == ATTNRES_OP_MIX && n > AR_CUDA_MAX_SOURCES)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA kernels take at most %d sources (N = %d)",
                               AR_CUDA_MAX_SOURCES, n);
@@ -271,10 +294,102 @@ static int fill_phase2(attnres_device *dev, const ar_kernel *k, const attnres_pr
     return ATTNRES_OK;
 }
 
+/* ---- the mix backward -------------------------------------------------- */
+
+/* Fills the mix backward's by-value struct (both entries take it), its
+ * dynamic shared memory and the two grids: one block per token group, then
+ * one thread per element of dquery. T may be 0: then only the sums run,
+ * and write zeros. */
+static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                             const attnres_mix_backward_args *a, cuda_launch_data *l)
+{
+    const cuda_kernel *ck = k->module;
+    attnres_cuda_mix_backward_args *args = &l->args.mix_backward;
+    if (!ck || !k->entry || !ck->sum)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded, or has no sum entry");
+    const int n = p->n, H = p->heads;
+    if (n < 1 || n > AR_CUDA_MAX_SOURCES)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA mix_backward kernels take 1 to %d sources, not %d",
+                              AR_CUDA_MAX_SOURCES, n);
+    if (H < 1 || p->d < 1 || p->d > ((int64_t)1 << 30) || p->d % H)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "d = %lld and H = %d are not a valid shape", (long long)p->d, H);
+    if (p->epilogue)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA has no mix_backward kernels for the epilogue");
+    const int64_t smem = mix_backward_tables_smem(p);
+    if (smem > AR_CUDA_MIX_BACKWARD_MAX_SMEM)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED,
+                              "mix_backward with N = %d, H = %d needs %lld bytes of shared memory, over the %d a "
+                              "CUDA mix_backward kernel may use",
+                              n, H, (long long)smem, AR_CUDA_MIX_BACKWARD_MAX_SMEM);
+    if (!a || !a->dquery)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the arguments and dquery are required");
+    const int additive = p->form == ATTNRES_FORM_ADDITIVE;
+    size_t need = 0, alpha_off = 0;
+    if (ar_mix_backward_workspace(p->d, T, &need, &alpha_off) != 0 || (T > 0 && (!a->workspace || a->workspace_size < need)))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the workspace holds %zu bytes; T = %lld needs %zu",
+                              a->workspace ? a->workspace_size : 0, (long long)T, need);
+    memset(args, 0, sizeof *args);
+    const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
+    if (T > 0) {
+        if (!a->sources || !a->query || !a->dout || !a->dsources || (additive && !a->dpartial))
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "sources, query, dout, dsources (and dpartial in the additive form) are required");
+        for (int i = 0; i < n; i++) {
+            const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
+            const int64_t dstride = a->dsource_strides && a->dsource_strides[i] ? a->dsource_strides[i] : p->d;
+            if (!a->sources[i] || !a->dsources[i])
+                return ar_device_fail(dev, ATTNRES_EINVAL, "source %d or its gradient is NULL", i);
+            if (view_misaligned(a->sources[i], stride, es, align) || view_misaligned(a->dsources[i], dstride, es, align))
+                return ar_device_fail(dev, ATTNRES_EINVAL,
+                                      "source %d or its gradient (pointer or stride) is not %lld-byte aligned as "
+                                      "kernel %s needs",
+                                      i, (long long)align, k->kernel_name);
+            args->src[i] = a->sources[i];
+            args->src_stride[i] = stride;
+            args->dsrc[i] = a->dsources[i];
+            args->dsrc_stride[i] = dstride;
+        }
+        args->dout = a->dout;
+        args->dout_stride = a->dout_stride ? a->dout_stride : p->d;
+        args->dpartial = additive ? a->dpartial : NULL;
+        args->dpartial_stride = a->dpartial_stride ? a->dpartial_stride : p->d;
+        if (view_misaligned(args->dout, args->dout_stride, es, align) ||
+            (args->dpartial && view_misaligned(args->dpartial, args->dpartial_stride, es, align)))
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "dout or dpartial (pointer or stride) is not %lld-byte aligned as kernel %s needs",
+                                  (long long)align, k->kernel_name);
+        if (misaligned(a->query, ck->qalign) || misaligned(a->workspace, 16))
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "query is not %d-byte aligned as kernel %s needs, or the workspace not 16-byte",
+                                  ck->qalign, k->kernel_name);
+        args->ws_du = a->workspace;
+        args->ws_dalpha = additive ? (float *)((char *)a->workspace + alpha_off) : NULL;
+    }
+    args->d = p->d;
+    args->n = n;
+    args->heads = H;
+    args->T = T;
+    args->query = a->query;
+    args->scale = a->scale;
+    args->eps = a->eps;
+    args->alpha = additive ? a->alpha : 1.0f;
+    args->accumulate = (a->flags & ATTNRES_GRAD_ACCUMULATE) != 0;
+    args->group = AR_GRAD_GROUP;
+    args->groups = (T + AR_GRAD_GROUP - 1) / AR_GRAD_GROUP;
+    args->dquery = a->dquery;
+    args->dalpha = additive ? a->dalpha : NULL;
+    if (misaligned(args->dquery, 4) || (args->dalpha && misaligned(args->dalpha, 4)))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "dquery or dalpha is not 4-byte aligned");
+    l->grid = args->groups;
+    l->smem = smem + k->smem;
+    l->sum_grid = (p->d + k->threads - 1) / k->threads;
+    return ATTNRES_OK;
+}
+
 /* ---- the op-generic launch --------------------------------------------- */
 
 /* Checks the tagged arguments against the problem and the kernel and fills
- * l; T must be positive. Mix kernels handle tokens_per_block tokens per
+ * l; T must be positive, or 0 for the mix backward. Mix kernels handle tokens_per_block tokens per
  * block, the phase kernels one token per block (cuda_phase_abi.h). */
 int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                     const ar_op_args *a, cuda_launch_data *l)
@@ -285,6 +400,7 @@ int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_probl
     if (!k->module || !k->entry)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
     int rc;
+    l->sum_grid = 0;
     switch (a->op) {
     case ATTNRES_OP_MIX:
         rc = fill_mix(dev, k, p, T, a->mix, &l->args.mix);
@@ -300,6 +416,9 @@ int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_probl
         l->grid = T;
         l->smem = k->smem;
         break;
+    case ATTNRES_OP_MIX_BACKWARD:
+        rc = fill_mix_backward(dev, k, p, T, a->mix_backward, l);
+        break;
     default:
         return ar_device_fail(dev, ATTNRES_EINVAL, "unknown op %d", (int)a->op);
     }
@@ -312,8 +431,15 @@ int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_probl
 int ar_cuda_launch_current(attnres_device *dev, const ar_kernel *k, cuda_launch_data *l, CUstream stream)
 {
     void *params[] = {&l->args};
-    CUresult r = ar_cuda_driver.LaunchKernel((CUfunction)k->entry, (unsigned)l->grid, 1, 1, (unsigned)k->threads,
-                                             1, 1, (unsigned)l->smem, stream, params, NULL);
+    CUresult r = CU_OK;
+    if (l->grid > 0)
+        r = ar_cuda_driver.LaunchKernel((CUfunction)k->entry, (unsigned)l->grid, 1, 1, (unsigned)k->threads, 1, 1,
+                                        (unsigned)l->smem, stream, params, NULL);
+    /* The mix backward's fixed-order sums, on the same stream: they start
+     * once every group's partials are written. */
+    if (r == CU_OK && l->sum_grid > 0)
+        r = ar_cuda_driver.LaunchKernel(((const cuda_kernel *)k->module)->sum, (unsigned)l->sum_grid, 1, 1,
+                                        (unsigned)k->threads, 1, 1, 0, stream, params, NULL);
     if (r != CU_OK) {
         char what[256];
         snprintf(what, sizeof what, "launching %s", k->kernel_name);
@@ -325,7 +451,8 @@ int ar_cuda_launch_current(attnres_device *dev, const ar_kernel *k, cuda_launch_
 int ar_cuda_launch(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                    const ar_op_args *a, void *stream)
 {
-    if (T == 0)
+    /* T = 0 runs nothing, except the mix backward's sums over no tokens. */
+    if (T == 0 && (!a || a->op != ATTNRES_OP_MIX_BACKWARD))
         return ATTNRES_OK;
     if (T < 0)
         return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);

@@ -9,7 +9,7 @@
  * knows when it does not know the device's. Each device holds its primary
  * context; every call makes it current for its duration and restores the
  * caller's. The built-in generic kernels' sources (mix, phase1, phase2) are
- * generated at build time from the templates and compiled with NVRTC when a
+ * generated at build time from the templates (mix_backward's too) and compiled with NVRTC when a
  * plan first needs them (cached on disk by build key). Launches are prepared
  * in cuda_args.c and timed in cuda_timing.c.
  */
@@ -41,6 +41,10 @@ AR_CUDA_GENERIC_DECL(phase1, f16);
 AR_CUDA_GENERIC_DECL(phase2, f32);
 AR_CUDA_GENERIC_DECL(phase2, bf16);
 AR_CUDA_GENERIC_DECL(phase2, f16);
+/* ... and from templates/cuda/mix_backward.lua. */
+AR_CUDA_GENERIC_DECL(mix_backward, f32);
+AR_CUDA_GENERIC_DECL(mix_backward, bf16);
+AR_CUDA_GENERIC_DECL(mix_backward, f16);
 
 /* The embedded generic kernels, by op and dtype. */
 typedef struct cuda_generic {
@@ -51,11 +55,12 @@ typedef struct cuda_generic {
     {ar_cuda_generic_##op##_##dt, ar_cuda_generic_##op##_##dt##_kernel, ar_cuda_generic_##op##_##dt##_params, \
      ar_cuda_generic_##op##_##dt##_variant}
 
-static const cuda_generic cuda_generics[3][3] = {
-    /* [op][dtype]: ATTNRES_OP_MIX/PHASE1/PHASE2 x ATTNRES_DTYPE_F32/BF16/F16 */
+static const cuda_generic cuda_generics[4][3] = {
+    /* [op][dtype]: ATTNRES_OP_MIX/PHASE1/PHASE2/MIX_BACKWARD x ATTNRES_DTYPE_F32/BF16/F16 */
     {AR_CUDA_GENERIC(mix, f32), AR_CUDA_GENERIC(mix, bf16), AR_CUDA_GENERIC(mix, f16)},
     {AR_CUDA_GENERIC(phase1, f32), AR_CUDA_GENERIC(phase1, bf16), AR_CUDA_GENERIC(phase1, f16)},
     {AR_CUDA_GENERIC(phase2, f32), AR_CUDA_GENERIC(phase2, bf16), AR_CUDA_GENERIC(phase2, f16)},
+    {AR_CUDA_GENERIC(mix_backward, f32), AR_CUDA_GENERIC(mix_backward, bf16), AR_CUDA_GENERIC(mix_backward, f16)},
 };
 
 /* ---- device state ------------------------------------------------------ */
@@ -292,14 +297,20 @@ static int load_image(attnres_device *dev, const void *blob, size_t size, const 
         free(ck);
         return ar_cuda_fail(dev, ATTNRES_ELOAD, r, "making the CUDA context current");
     }
-    CUfunction fn = NULL;
+    CUfunction fn = NULL, sum = NULL;
     int max_threads = 0;
+    const int two_entries = ar_json_int(params_json, "abi_op", -1) == ATTNRES_OP_MIX_BACKWARD;
+    char sum_name[sizeof k->kernel_name + sizeof AR_CUDA_MIX_BACKWARD_SUM_SUFFIX];
+    snprintf(sum_name, sizeof sum_name, "%s%s", kernel_name, AR_CUDA_MIX_BACKWARD_SUM_SUFFIX);
     if ((r = ar_cuda_driver.ModuleLoadData(&ck->module, image)) != CU_OK) {
         ck->module = NULL;
         *no_binary = r == CU_ERROR_NO_BINARY_FOR_GPU && is_elf(blob, size);
         status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleLoadData");
     } else if ((r = ar_cuda_driver.ModuleGetFunction(&fn, ck->module, kernel_name)) != CU_OK) {
         status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction");
+    } else if (two_entries && (r = ar_cuda_driver.ModuleGetFunction(&sum, ck->module, sum_name)) != CU_OK) {
+        /* The mix backward's second pass is an entry of the same module. */
+        status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction (the mix backward's sum entry)");
     } else if ((r = ar_cuda_driver.FuncGetAttribute(&max_threads, CU_FUNC_ATTR_MAX_THREADS_PER_BLOCK, fn)) != CU_OK) {
         status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuFuncGetAttribute");
     } else if (max_threads < block) {
@@ -320,6 +331,7 @@ static int load_image(attnres_device *dev, const void *blob, size_t size, const 
     ck->align = (int32_t)align;
     ck->qalign = (int32_t)qalign;
     ck->dmax = dmax;
+    ck->sum = sum;
     k->module = ck;
     k->entry = fn;
     k->threads = (int32_t)block;
@@ -365,7 +377,7 @@ static int cuda_load(attnres_device *dev, const void *blob, size_t size, const c
 static int cuda_load_generic(attnres_device *dev, const attnres_problem *p, ar_kernel *k)
 {
     const attnres_dtype dtype = p->dtype;
-    if ((unsigned)p->op > ATTNRES_OP_PHASE2 || (unsigned)dtype > ATTNRES_DTYPE_F16)
+    if ((unsigned)p->op > ATTNRES_OP_MIX_BACKWARD || (unsigned)dtype > ATTNRES_DTYPE_F16)
         return ar_device_fail(dev, ATTNRES_EINVAL, "no generic kernel for op %d and dtype %d", (int)p->op,
                               (int)dtype);
     const cuda_generic *gk = &cuda_generics[p->op][dtype];

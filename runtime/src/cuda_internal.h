@@ -104,6 +104,7 @@ typedef struct cuda_kernel {
     int32_t align;  /* bytes: storage pointers and strides */
     int32_t qalign; /* bytes: query and out_gain */
     int64_t dmax;   /* largest d, 0 for any */
+    CUfunction sum; /* mix backward: the second entry, <kernel>_sum; else NULL */
 } cuda_kernel;
 
 typedef struct cuda_state {
@@ -135,8 +136,13 @@ typedef struct cuda_launch_data {
         attnres_cuda_mix_args mix;
         attnres_cuda_phase1_args phase1;
         attnres_cuda_phase2_args phase2;
+        attnres_cuda_mix_backward_args mix_backward;
     } args;
     int64_t grid, smem;
+    /* The mix backward's second launch (cuda_kernel.sum) over sum_grid
+     * blocks, after the first; 0 for the other ops. grid may be 0 then
+     * (T = 0: the sums over no tokens are still written). */
+    int64_t sum_grid;
 } cuda_launch_data;
 
 /* ---- cuda_driver.c ----------------------------------------------------- */
@@ -166,7 +172,7 @@ void ar_cuda_ctx_leave(int pushed);
 int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p);
 
 /* Checks one launch's arguments against the problem and the kernel and
- * fills l (T > 0); ATTNRES_OK, or the status with the reason on dev. */
+ * fills l (T > 0, or T = 0 for the mix backward); ATTNRES_OK, or the status with the reason on dev. */
 int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                     const ar_op_args *a, cuda_launch_data *l);
 

@@ -137,9 +137,9 @@ int attnres_device_info_get(attnres_device *dev, attnres_device_info *info)
     return ATTNRES_OK;
 }
 
-int ar_kernel_abi_ok(const int versions[3], int64_t abi, int64_t op, char *why, size_t why_len)
+int ar_kernel_abi_ok(const int versions[AR_OPS], int64_t abi, int64_t op, char *why, size_t why_len)
 {
-    static const char *const names[3] = {"mix", "phase1", "phase2"};
+    static const char *const names[AR_OPS] = {"mix", "phase1", "phase2", "mix_backward"};
     if (op == -1) {
         if (abi == 1 && versions[0] == 1 && versions[1] == 1 && versions[2] == 1)
             return 1;
@@ -149,7 +149,8 @@ int ar_kernel_abi_ok(const int versions[3], int64_t abi, int64_t op, char *why, 
                  (long long)abi, versions[0], versions[1], versions[2]);
         return 0;
     }
-    if (op < 0 || op > 2) {
+    /* A version of 0 means the backend has no kernels of that op. */
+    if (op < 0 || op >= AR_OPS || versions[op] == 0) {
         snprintf(why, why_len, "its ABI op tag %lld names no op", (long long)op);
         return 0;
     }

@@ -35,6 +35,7 @@ typedef struct ar_op_args {
         const attnres_mix_args *mix;
         const attnres_phase1_args *phase1;
         const attnres_phase2_args *phase2;
+        const attnres_mix_backward_args *mix_backward;
     };
 } ar_op_args;
 
@@ -51,6 +52,39 @@ static inline ar_op_args ar_op_phase1(const attnres_phase1_args *a)
 static inline ar_op_args ar_op_phase2(const attnres_phase2_args *a)
 {
     return (ar_op_args){.op = ATTNRES_OP_PHASE2, .phase2 = a};
+}
+
+static inline ar_op_args ar_op_mix_backward(const attnres_mix_backward_args *a)
+{
+    return (ar_op_args){.op = ATTNRES_OP_MIX_BACKWARD, .mix_backward = a};
+}
+
+/* The ops a kernel's ABI tag may name (attnres_op values 0 to AR_OPS - 1). */
+#define AR_OPS 4
+
+/* Tokens per group of the mix backward's per-group gradient sums: fixed
+ * for every kernel and thread count, so that the sums over tokens are the
+ * same whatever runs them (attnres.h, "Training"). 32 tokens keep the
+ * workspace at d / 8 bytes per token, and a group is work enough to spread. */
+#define AR_GRAD_GROUP 32
+
+/* The mix backward's workspace for T tokens: the groups' rows of d fp32
+ * sums of du, then one fp32 sum of d(alpha) per group, starting at
+ * *alpha_offset bytes (64-byte aligned). 0, or -1 when it does not fit
+ * size_t. */
+static inline int ar_mix_backward_workspace(int64_t d, int64_t T, size_t *bytes, size_t *alpha_offset)
+{
+    const uint64_t groups = T <= 0 ? 0 : ((uint64_t)T + AR_GRAD_GROUP - 1) / AR_GRAD_GROUP;
+    uint64_t du, off, all;
+    if (d < 0 || __builtin_mul_overflow(groups, (uint64_t)d * 4u, &du) || du > (uint64_t)SIZE_MAX - 128)
+        return -1;
+    off = (du + 63) / 64 * 64;
+    if (__builtin_mul_overflow(groups, 4u, &all) || __builtin_add_overflow(off, all, &all) ||
+        all > (uint64_t)SIZE_MAX)
+        return -1;
+    *bytes = (size_t)all;
+    *alpha_offset = (size_t)off;
+    return 0;
 }
 
 typedef struct ar_backend ar_backend;
@@ -197,11 +231,11 @@ int ar_device_fail(attnres_device *dev, int status, const char *fmt, ...)
 
 /* Whether a kernel that declares ABI version `abi` for op `op` (an
  * attnres_op; -1 when it declares none) suits this library, whose versions
- * by op are versions[3] (AR_CPU_ABI_VERSIONS, AR_CUDA_ABI_VERSIONS). A
+ * by op are versions[AR_OPS] (AR_CPU_ABI_VERSIONS, AR_CUDA_ABI_VERSIONS). A
  * kernel without an op tag predates per-op versions, when version 1 named
  * every struct: it suits only while every op is still at 1. On refusal,
  * why says so. */
-int ar_kernel_abi_ok(const int versions[3], int64_t abi, int64_t op, char *why, size_t why_len);
+int ar_kernel_abi_ok(const int versions[AR_OPS], int64_t abi, int64_t op, char *why, size_t why_len);
 
 /* Where a caller-allocated struct's fields end in the oldest layout this
  * library takes, that of 0.2.0 (when struct_size came in). A caller built

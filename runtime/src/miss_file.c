@@ -218,6 +218,7 @@ static const char *op_text(attnres_op op)
     case ATTNRES_OP_MIX: return "mix";
     case ATTNRES_OP_PHASE1: return "phase1";
     case ATTNRES_OP_PHASE2: return "phase2";
+    case ATTNRES_OP_MIX_BACKWARD: return "mix_backward";
     }
     return "?";
 }
@@ -403,8 +404,10 @@ int ar_miss_parse_line(const char *line, size_t len, ar_miss *out, char *err, si
         p.op = ATTNRES_OP_PHASE1;
     else if (word_is(v, n, "phase2"))
         p.op = ATTNRES_OP_PHASE2;
+    else if (word_is(v, n, "mix_backward"))
+        p.op = ATTNRES_OP_MIX_BACKWARD;
     else {
-        snprintf(err, err_len, "op must be mix, phase1 or phase2");
+        snprintf(err, err_len, "op must be mix, phase1, phase2 or mix_backward");
         return -1;
     }
     if (field(&s, end, "dtype", &v, &n) != 0) {

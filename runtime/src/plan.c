@@ -196,7 +196,10 @@ static void unload_all(attnres_plan *plan)
 
 static const char *op_name(attnres_op op)
 {
-    return op == ATTNRES_OP_MIX ? "mix" : op == ATTNRES_OP_PHASE1 ? "phase1" : "phase2";
+    return op == ATTNRES_OP_MIX            ? "mix"
+           : op == ATTNRES_OP_PHASE1       ? "phase1"
+           : op == ATTNRES_OP_MIX_BACKWARD ? "mix_backward"
+                                           : "phase2";
 }
 
 static void fill_ardb_problem(const attnres_problem *p, ardb_problem *q)
@@ -971,6 +974,148 @@ int attnres_run_phase2(attnres_plan *plan, int64_t T, const attnres_phase2_args 
         return st;
     const plan_bucket *b = pick_bucket(plan, T);
     const ar_op_args args = ar_op_phase2(a);
+    st = plan->dev->ops->launch(plan->dev, &b->kernel, p, T, &args, stream);
+    if (st != ATTNRES_OK)
+        return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, attnres_device_errmsg(plan->dev));
+    return ATTNRES_OK;
+}
+
+/* ---- the mix backward ------------------------------------------------ */
+
+static void mix_backward_args_defaults(void *a) { attnres_mix_backward_args_init(a); }
+
+int attnres_mix_backward_workspace_size(const attnres_plan *plan, int64_t T, size_t *bytes)
+{
+    if (!plan || !bytes)
+        return ATTNRES_EINVAL;
+    attnres_plan *mut = (attnres_plan *)plan; /* only its per-thread message changes */
+    if (plan->problem.op != ATTNRES_OP_MIX_BACKWARD)
+        return run_fail(mut, ATTNRES_EMISMATCH, "attnres_mix_backward_workspace_size called on a plan for op %s",
+                        op_name(plan->problem.op));
+    size_t alpha_off;
+    if (T < 0 || ar_mix_backward_workspace(plan->problem.d, T, bytes, &alpha_off) != 0)
+        return run_fail(mut, ATTNRES_EINVAL, "no workspace size for T = %" PRId64 " (negative, or beyond size_t)", T);
+    return ATTNRES_OK;
+}
+
+/* The views of a mix backward: n sources, query, dout, (partial's
+ * gradient), n source gradients and dquery. Outputs overlap nothing but,
+ * when gradients are accumulated, each other as the very same view. */
+static int check_mix_backward_views(attnres_plan *plan, int64_t T, const attnres_mix_backward_args *a)
+{
+    const attnres_problem *p = &plan->problem;
+    const size_t es = attnres_dtype_size(p->dtype);
+    const int additive = p->form == ATTNRES_FORM_ADDITIVE;
+    run_view views[2 * p->n + 6];
+    int count = 0, st;
+    for (int i = 0; i < p->n; i++) {
+        const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
+        if ((st = add_view(plan, &views[count++], "source", i, 0, a->sources[i], T, stride, p->d, es, "stride")))
+            return st;
+    }
+    if ((st = add_view(plan, &views[count++], "query", -1, 0, a->query, 1, p->d, p->d, 4, "stride")) ||
+        (st = add_view(plan, &views[count++], "dout", -1, 0, a->dout, T, a->dout_stride ? a->dout_stride : p->d,
+                       p->d, es, "dout_stride")))
+        return st;
+    for (int i = 0; i < p->n; i++) {
+        const int64_t stride = a->dsource_strides && a->dsource_strides[i] ? a->dsource_strides[i] : p->d;
+        if ((st = add_view(plan, &views[count++], "dsources", i, 1, a->dsources[i], T, stride, p->d, es,
+                           "dsource stride")))
+            return st;
+    }
+    if ((st = add_view(plan, &views[count++], "dquery", -1, 1, a->dquery, 1, p->d, p->d, 4, "stride")))
+        return st;
+    if (additive && (st = add_view(plan, &views[count++], "dpartial", -1, 1, a->dpartial, T,
+                                   a->dpartial_stride ? a->dpartial_stride : p->d, p->d, es, "dpartial_stride")))
+        return st;
+    if (additive && a->dalpha && (st = add_view(plan, &views[count++], "dalpha", -1, 1, a->dalpha, 1, 1, 1, 4, "stride")))
+        return st;
+    const int accumulate = (a->flags & ATTNRES_GRAD_ACCUMULATE) != 0;
+    for (int i = 0; i < count; i++) {
+        if (!views[i].output)
+            continue;
+        for (int j = 0; j < count; j++) {
+            if (j == i || (views[j].output && j > i) || !ar_views_overlap(&views[i].v, &views[j].v))
+                continue;
+            /* Two source gradients of one tensor, added into it in turn. */
+            if (accumulate && views[j].output && strcmp(views[i].name, "dsources") == 0 &&
+                strcmp(views[j].name, "dsources") == 0 && ar_views_same(&views[i].v, &views[j].v))
+                continue;
+            char an[48], bn[48];
+            view_name(&views[i], an, sizeof an);
+            view_name(&views[j], bn, sizeof bn);
+            return run_fail(plan, ATTNRES_EINVAL,
+                            "%s and %s overlap: a gradient may share memory with no other argument but, with "
+                            "ATTNRES_GRAD_ACCUMULATE, another source's gradient as the very same view",
+                            an, bn);
+        }
+    }
+    /* The workspace is written by the launch: it overlaps nothing either. */
+    ar_view ws;
+    if (ar_view_make(&ws, a->workspace, 1, 1, (int64_t)(a->workspace_size ? a->workspace_size : 1), 1) != 0)
+        return run_fail(plan, ATTNRES_EINVAL, "the workspace of %zu bytes runs past the address space",
+                        a->workspace_size);
+    for (int j = 0; j < count; j++)
+        if (ar_views_overlap(&ws, &views[j].v)) {
+            char bn[48];
+            view_name(&views[j], bn, sizeof bn);
+            return run_fail(plan, ATTNRES_EINVAL, "the workspace and %s overlap", bn);
+        }
+    return ATTNRES_OK;
+}
+
+int attnres_run_mix_backward(attnres_plan *plan, int64_t T, const attnres_mix_backward_args *a, void *stream)
+{
+    int st = check_call(plan, T, ATTNRES_OP_MIX_BACKWARD, "attnres_run_mix_backward");
+    if (st != ATTNRES_OK)
+        return st;
+    const attnres_problem *p = &plan->problem;
+    const size_t es = attnres_dtype_size(p->dtype);
+    const int additive = p->form == ATTNRES_FORM_ADDITIVE;
+    attnres_mix_backward_args own;
+    if (a && !(a = adopt_args(plan, a, &own, sizeof *a, sizeof *a, mix_backward_args_defaults,
+                              "attnres_mix_backward_args", "attnres_mix_backward_args_init", &st)))
+        return st;
+    if (!a || !a->dquery || misaligned(a->dquery, 4) || (a->dalpha && misaligned(a->dalpha, 4)))
+        return run_fail(plan, ATTNRES_EINVAL, "args and an aligned dquery must not be NULL (and dalpha aligned)");
+    if (a->flags & ~(unsigned)ATTNRES_GRAD_ACCUMULATE)
+        return run_fail(plan, ATTNRES_EINVAL, "unknown flags 0x%x (only ATTNRES_GRAD_ACCUMULATE)",
+                        a->flags & ~(unsigned)ATTNRES_GRAD_ACCUMULATE);
+    if (T > 0) {
+        if (!a->sources || !a->query || !a->dout || !a->dsources)
+            return run_fail(plan, ATTNRES_EINVAL, "sources, query, dout and dsources must not be NULL");
+        if ((st = check_sources(plan, a->sources, a->source_strides)) != ATTNRES_OK)
+            return st;
+        for (int i = 0; i < p->n; i++) {
+            if (!a->dsources[i] || misaligned(a->dsources[i], es))
+                return run_fail(plan, ATTNRES_EINVAL, "dsources[%d] is NULL or not aligned to %zu-byte elements", i,
+                                es);
+            if (a->dsource_strides && a->dsource_strides[i] && a->dsource_strides[i] < p->d)
+                return run_fail(plan, ATTNRES_EMISMATCH,
+                                "dsources[%d] stride %" PRId64 " is less than d = %" PRId64, i,
+                                a->dsource_strides[i], p->d);
+        }
+        if (misaligned(a->dout, es) || misaligned(a->query, 4))
+            return run_fail(plan, ATTNRES_EINVAL, "dout or query is misaligned");
+        if ((a->dout_stride && a->dout_stride < p->d) || (a->dpartial_stride && a->dpartial_stride < p->d))
+            return run_fail(plan, ATTNRES_EMISMATCH, "a row stride is less than d = %" PRId64, p->d);
+        if (check_eps(plan, "eps", a->eps))
+            return ATTNRES_EINVAL;
+        if (additive && (!a->dpartial || misaligned(a->dpartial, es)))
+            return run_fail(plan, ATTNRES_EINVAL, "the additive form needs an aligned dpartial");
+        size_t need, alpha_off;
+        if (ar_mix_backward_workspace(p->d, T, &need, &alpha_off) != 0)
+            return run_fail(plan, ATTNRES_EINVAL, "T = %" PRId64 " needs a workspace beyond size_t", T);
+        if (!a->workspace || a->workspace_size < need || misaligned(a->workspace, 64))
+            return run_fail(plan, ATTNRES_EINVAL,
+                            "the workspace must be 64-byte aligned and hold %zu bytes for T = %" PRId64
+                            " (attnres_mix_backward_workspace_size); it %s",
+                            need, T, !a->workspace ? "is NULL" : a->workspace_size < need ? "is smaller" : "is not aligned");
+        if ((st = check_mix_backward_views(plan, T, a)) != ATTNRES_OK)
+            return st;
+    }
+    const plan_bucket *b = pick_bucket(plan, T > 0 ? T : 1);
+    const ar_op_args args = ar_op_mix_backward(a);
     st = plan->dev->ops->launch(plan->dev, &b->kernel, p, T, &args, stream);
     if (st != ATTNRES_OK)
         return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, attnres_device_errmsg(plan->dev));

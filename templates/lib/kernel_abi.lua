@@ -25,7 +25,7 @@ local M = {}
 
 -- attnres_op values (runtime/include/attnres.h), the op tag a kernel
 -- declares next to its version.
-local OPS = { mix = 0, phase1 = 1, phase2 = 2 }
+local OPS = { mix = 0, phase1 = 1, phase2 = 2, mix_backward = 3 }
 
 -- Array bounds of the CUDA structs, passed by value (at most 4 KiB of
 -- kernel parameters).
@@ -99,6 +99,29 @@ M.structs = {
       "int64_t normed_stride",
     },
   },
+  cpu_mix_backward = {
+    version = 1, op = "mix_backward", name = "attnres_cpu_mix_backward_args",
+    doc = "CPU mix backward kernels (cpu/mix_backward.lua). Strides count elements.",
+    fields = {
+      "int64_t d",
+      "int32_t n", "int32_t heads",
+      { "const void *const *src", "n pointers, each a [T, d] view" },
+      { "const int64_t *src_stride", "n token strides, never 0" },
+      { "const float *query", "[d] fp32, gain-folded" },
+      "float scale", "float eps",
+      { "float alpha", "1 in the replace form" },
+      { "int32_t accumulate", "1: add dsrc and dpartial into the buffers" },
+      { "const void *dout", "[T, d] incoming gradient" },
+      "int64_t dout_stride",
+      { "void *const *dsrc", "n pointers, each a [T, d] view" },
+      { "const int64_t *dsrc_stride", "n token strides, never 0" },
+      { "void *dpartial", "additive form, else NULL" },
+      "int64_t dpartial_stride",
+      { "float *ws_du", "[groups, d] per-group sums of du" },
+      { "float *ws_dalpha", "[groups] per-group sums of dalpha; NULL unless additive" },
+      { "int64_t group", "tokens per group; a launch starts on a group's first token" },
+    },
+  },
   cuda_mix = {
     version = 1, op = "mix", name = "attnres_cuda_mix_args",
     doc = "CUDA mix kernels (cuda/mix.lua), passed by value. Strides count elements.",
@@ -163,10 +186,38 @@ M.structs = {
       "int64_t normed_stride",
     },
   },
+  cuda_mix_backward = {
+    version = 1, op = "mix_backward", name = "attnres_cuda_mix_backward_args",
+    doc = "CUDA mix backward kernels (cuda/mix_backward.lua), both entries, passed by value. Strides count elements.",
+    fields = {
+      { "const void *src[AR_CUDA_MAX_SOURCES]", "device pointers, [T, d] views" },
+      { "int64_t src_stride[AR_CUDA_MAX_SOURCES]", "token strides" },
+      { "void *dsrc[AR_CUDA_MAX_SOURCES]", "[T, d] source gradients" },
+      { "int64_t dsrc_stride[AR_CUDA_MAX_SOURCES]", "token strides" },
+      "int64_t d",
+      "int32_t n", "int32_t heads",
+      "int64_t T",
+      { "const float *query", "[d] fp32, gain-folded" },
+      "float scale", "float eps",
+      { "float alpha", "1 in the replace form" },
+      { "int32_t accumulate", "1: add dsrc and dpartial into the buffers" },
+      { "const void *dout", "[T, d] incoming gradient" },
+      "int64_t dout_stride",
+      { "void *dpartial", "additive form, else NULL" },
+      "int64_t dpartial_stride",
+      { "float *ws_du", "[groups, d] per-group sums of du" },
+      { "float *ws_dalpha", "[groups] per-group sums of dalpha; NULL unless additive" },
+      { "int64_t group", "tokens per group: one block's tokens" },
+      { "int64_t groups", "ceil(T / group): the rows the second entry sums" },
+      { "float *dquery", "[d] fp32: the sum of the groups' rows" },
+      { "float *dalpha", "one fp32 sum of ws_dalpha, or NULL" },
+    },
+  },
 }
 
 -- The order in which header() writes the structs (pairs() has none).
-local ORDER = { "cpu_mix", "cpu_phase1", "cpu_phase2", "cuda_mix", "cuda_phase1", "cuda_phase2" }
+local ORDER = { "cpu_mix", "cpu_phase1", "cpu_phase2", "cpu_mix_backward", "cuda_mix", "cuda_phase1", "cuda_phase2",
+                "cuda_mix_backward" }
 
 local SCALAR_SIZE = { int64_t = 8, int32_t = 4, float = 4 }
 -- NVRTC has no <stdint.h>: CUDA sources spell the integer types out.

@@ -1,5 +1,6 @@
-"""An independent fp64 implementation of DESIGN.md section 1 in plain Python,
-written separately from the library's C reference, as the tests' oracle."""
+"""An independent fp64 implementation of DESIGN.md section 1 (and section 1b,
+the mix's backward) in plain Python, written separately from the library's C
+reference, as the tests' oracle."""
 
 import math
 import struct
@@ -140,6 +141,70 @@ def phase2(o1, lse, partial, query, gain=None, heads=1, eps=1e-6, scale=1.0, sub
             rs = _inv_rms(o, out_eps)
             normed.append([o[k] * rs * out_gain[k] for k in range(d)])
     return out, normed, partial_new
+
+
+def mix_backward(sources, query, dout, gain=None, heads=1, eps=1e-6, scale=1.0, partial=None, alpha=1.0):
+    """The backward of mix (DESIGN.md section 1b) without the epilogue.
+    sources: N lists of T rows of d floats; dout: T rows of d floats, the
+    gradient of out. partial only selects the additive form: its values do
+    not enter the gradients. Returns a dict with dsources (N lists of T rows),
+    dquery and dgain (d floats each, the gradients of query and gain through
+    u = gain * query, summed over tokens), and in the additive form dpartial
+    (T rows) and dalpha (a float); the others are None."""
+    n = len(sources)
+    t_count = len(sources[0])
+    d = len(query)
+    hd = d // heads
+    u = _fold(query, gain)
+    additive = partial is not None
+    dsources = [[None] * t_count for _ in range(n)]
+    du = [0.0] * d
+    dpartial = [] if additive else None
+    dalpha = 0.0
+    for t in range(t_count):
+        rows = [sources[i][t] for i in range(n)]
+        g_out = dout[t]
+        # Step 2: the gradient of the mix, and those of partial and alpha.
+        gm = [alpha * x for x in g_out] if additive else list(g_out)
+        r = [_inv_rms(row, eps) for row in rows]
+        weights = [[0.0] * heads for _ in range(n)]
+        dz = [[0.0] * heads for _ in range(n)]
+        q = [[0.0] * heads for _ in range(n)]
+        mix_row = [0.0] * d
+        for h in range(heads):
+            ks = range(h * hd, (h + 1) * hd)
+            for i in range(n):
+                q[i][h] = sum(rows[i][k] * u[k] for k in ks)
+            scores = [scale * r[i] * q[i][h] for i in range(n)]
+            m = max(scores)
+            e = [math.exp(sc - m) for sc in scores]
+            total = sum(e)
+            a = [x / total for x in e]
+            for k in ks:
+                mix_row[k] = sum(a[i] * rows[i][k] for i in range(n))
+            # Step 3: the softmax's backward; p is the gradient of the weights.
+            p = [sum(gm[k] * rows[i][k] for k in ks) for i in range(n)]
+            delta = sum(a[i] * p[i] for i in range(n))
+            for i in range(n):
+                weights[i][h] = a[i]
+                dz[i][h] = a[i] * (p[i] - delta)
+        if additive:
+            dpartial.append(list(g_out))
+            dalpha += sum(g_out[k] * mix_row[k] for k in range(d))
+        # Step 4: the value path and the score path, which reaches every
+        # element of a row through r.
+        for i in range(n):
+            c = sum(dz[i][h] * q[i][h] for h in range(heads))
+            dv = [0.0] * d
+            for k in range(d):
+                h = k // hd
+                dv[k] = weights[i][h] * gm[k] + scale * r[i] * (dz[i][h] * u[k] - rows[i][k] * r[i] ** 2 * c / d)
+                du[k] += scale * dz[i][h] * r[i] * rows[i][k]
+            dsources[i][t] = dv
+    dquery = [du[k] * (gain[k] if gain is not None else 1.0) for k in range(d)]
+    dgain = [du[k] * query[k] for k in range(d)] if gain is not None else None
+    return {"dsources": dsources, "dquery": dquery, "dgain": dgain, "dpartial": dpartial,
+            "dalpha": dalpha if additive else None}
 
 
 def worst(errors):

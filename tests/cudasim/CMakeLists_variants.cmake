@@ -14,3 +14,10 @@ add_test(NAME cudasim_every_cuda_variant_matches_reference COMMAND test_cuda_var
 set_tests_properties(cudasim_every_cuda_variant_matches_reference PROPERTIES
   TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "cuda;cudasim"
   ENVIRONMENT "ATTNRES_CUDA_DRIVER=$<TARGET_FILE:attnres_cudasim>;ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR};ATTNRES_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache/cudasim-variants")
+
+# Every variant of the CUDA mix backward (the test above runs a covering
+# sample of them): the full tier (tests/CMakeLists.txt).
+add_test(NAME cudasim_every_cuda_mix_backward_variant COMMAND test_cuda_variants --all-backward)
+set_tests_properties(cudasim_every_cuda_mix_backward_variant PROPERTIES
+  TIMEOUT 900 SKIP_RETURN_CODE 77 LABELS "cuda;cudasim"
+  ENVIRONMENT "ATTNRES_CUDA_DRIVER=$<TARGET_FILE:attnres_cudasim>;ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR};ATTNRES_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache/cudasim-variants")

@@ -2,7 +2,9 @@
  * test_cuda_variants.c - every CUDA variant runs and matches the reference.
  *
  * For every template under cuda/ (those `attnres gen --list` lists:
- * mix_online, mix_twopass, phase1, phase2) and every variant it enumerates, this test picks at least
+ * mix_online, mix_twopass, phase1, phase2, mix_backward) and every variant it enumerates (of
+ * mix_backward a covering sample: every value of every parameter once; all of
+ * them with --all-backward, which runs nothing else), this test picks at least
  * two problems the variant's applies() accepts - N = 1, a d below the
  * variant's bound, T not a multiple of its tokens per block, H > 1 where the
  * variant allows it, the additive form, the fused add and the epilogue -
@@ -23,6 +25,11 @@
  * real GPU. Skips (exit 77) when NVRTC cannot be loaded, or when no CUDA
  * device is present and ATTNRES_CUDA_DRIVER is unset. Compiles on two
  * threads while the main thread runs what is compiled.
+ *
+ * The mix backward runs twice per problem (gradients reset, workspace
+ * poisoned): every gradient against attnres_reference_mix_backward at the
+ * same tolerances, the two runs bit-identical, dquery exactly 0 for N = 1,
+ * and its PTX free of atom. and red. instructions.
  *
  * One variant alone: --case test_every_variant/VARIANT_ID (tests/unit/check.h).
  *
@@ -48,6 +55,7 @@
 #include "device.h"
 #include "nvrtc.h"
 #include "test_compare.h"
+#include "test_covering.h"
 #include "test_data.h"
 #include "test_cuda_open.h"
 #include "test_jobs.h"
@@ -79,6 +87,7 @@ static const char *template_dir(void)
  * ---------------------------------------------------------------------- */
 
 static attnres_device *dev;
+static int all_backward; /* --all-backward */
 static int (*sim_last_fault)(char *, size_t);
 static const char *(*sim_describe)(void);
 static int device_reopens;
@@ -120,6 +129,13 @@ static int be_launch_mix(const ar_kernel *k, const attnres_problem *p, int64_t T
 static int be_launch_phase1(const ar_kernel *k, const attnres_problem *p, int64_t T, const attnres_phase1_args *a)
 {
     const ar_op_args op = ar_op_phase1(a);
+    return dev->ops->launch(dev, k, p, T, &op, NULL);
+}
+
+static int be_launch_mix_backward(const ar_kernel *k, const attnres_problem *p, int64_t T,
+                                  const attnres_mix_backward_args *a)
+{
+    const ar_op_args op = ar_op_mix_backward(a);
     return dev->ops->launch(dev, k, p, T, &op, NULL);
 }
 
@@ -344,12 +360,13 @@ static int64_t padded(int64_t d, int64_t align_elems, int extra) { return d + al
 typedef struct problem {
     attnres_problem p;
     int64_t T;
+    int accumulate; /* mix_backward: ATTNRES_GRAD_ACCUMULATE */
 } problem;
 
 static void describe(const problem *pr, char *buf, size_t len)
 {
     const attnres_problem *p = &pr->p;
-    static const char *const ops[] = {"mix", "phase1", "phase2"};
+    static const char *const ops[] = {"mix", "phase1", "phase2", "mix_backward"};
     int n = snprintf(buf, len, "%s %s d=%lld", ops[p->op], attnres_dtype_name(p->dtype), (long long)p->d);
     if (p->op != ATTNRES_OP_PHASE2)
         n += snprintf(buf + n, len - (size_t)n, " N=%d", p->n);
@@ -358,6 +375,8 @@ static void describe(const problem *pr, char *buf, size_t len)
     n += snprintf(buf + n, len - (size_t)n, " H=%d T=%lld%s%s%s", p->heads, (long long)pr->T,
                   p->form == ATTNRES_FORM_ADDITIVE ? " additive" : "", p->fuse_add ? " fused-add" : "",
                   p->epilogue ? " epilogue" : "");
+    if (p->op == ATTNRES_OP_MIX_BACKWARD && pr->accumulate)
+        snprintf(buf + n, len - (size_t)n, " accumulate");
 }
 
 /* The n sources of p: random [T, d] views with padded strides (each a
@@ -382,7 +401,8 @@ static uint64_t problem_seed(const problem *pr)
     const attnres_problem *p = &pr->p;
     return 0x5eedull ^ ((uint64_t)p->op << 56) ^ ((uint64_t)p->dtype << 52) ^ ((uint64_t)p->d << 20) ^
            ((uint64_t)p->n << 12) ^ ((uint64_t)p->heads << 4) ^ (uint64_t)pr->T ^ ((uint64_t)p->s << 40) ^
-           ((uint64_t)p->form << 48) ^ ((uint64_t)p->epilogue << 49) ^ ((uint64_t)p->fuse_add << 50);
+           ((uint64_t)p->form << 48) ^ ((uint64_t)p->epilogue << 49) ^ ((uint64_t)p->fuse_add << 50) ^
+           ((uint64_t)pr->accumulate << 51);
 }
 
 /* Runs mix on the loaded kernel; returns the worst relative error (NaN or
@@ -459,6 +479,207 @@ done:
     view_free(&q), view_free(&g), view_free(&part), view_free(&out), view_free(&normed);
     free(ref), free(refn), free(got);
     return c->why[0] ? INFINITY : err;
+}
+
+/* Copies a device buffer of `bytes` back into buf; 0 on success. */
+static int fetch_raw(run_ctx *c, const view *v, void *buf, size_t bytes, const char *name)
+{
+    if (dev->ops->copy_to_host(dev, buf, v->dptr, bytes) != ATTNRES_OK) {
+        fail_run(c, 1, "copying %s back", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs the mix backward (both entries) twice on the same inputs, the
+ * workspace poisoned (NaN) before each run and the per-token gradients
+ * reset to their initial values (poison, or random values when they are
+ * accumulated into); checks every gradient against the fp64 reference
+ * and that the two runs agree bit for bit. Returns the worst relative
+ * error (INFINITY on failure, with c->why set). */
+static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr, int64_t ae)
+{
+    const attnres_problem *p = &pr->p;
+    const int64_t T = pr->T, d = p->d;
+    const int n = p->n, additive = p->form == ATTNRES_FORM_ADDITIVE, acc = pr->accumulate;
+    const size_t es = attnres_dtype_size(p->dtype);
+    uint64_t s = problem_seed(pr);
+    view src[64], dsrc[64], q, dout, dpart, dq, da, ws;
+    memset(src, 0, sizeof src), memset(dsrc, 0, sizeof dsrc);
+    memset(&q, 0, sizeof q), memset(&dout, 0, sizeof dout), memset(&dpart, 0, sizeof dpart);
+    memset(&dq, 0, sizeof dq), memset(&da, 0, sizeof da), memset(&ws, 0, sizeof ws);
+    const size_t td = (size_t)(T * d);
+    double *ref = malloc(sizeof(double) * (td * (size_t)n + 1)), *refq = malloc(sizeof(double) * (size_t)d);
+    double *refp = malloc(sizeof(double) * (td + 1)), *got = malloc(sizeof(double) * (td + 1));
+    double *zeros = calloc(td + 1, sizeof(double));
+    double refa = 0, err = INFINITY;
+    const void *rows[64];
+    void *drows[64];
+    int64_t strides[64], dstrides[64];
+    const double *xs[64];
+    double *rs[64];
+    unsigned char *first = NULL, *second = NULL;
+    size_t ws_size = 0, alpha_off = 0, total = 0;
+    if (!ref || !refq || !refp || !got || !zeros || ar_mix_backward_workspace(d, T, &ws_size, &alpha_off) != 0) {
+        fail_run(c, 0, "out of host memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        if (view_make(c, &src[i], p->dtype, es, T, d, padded(d, ae, 1 + i % 3), 1, &s, 0) ||
+            view_make(c, &dsrc[i], p->dtype, es, T, d, padded(d, ae, 1 + (i + 1) % 3), acc, &s, 1.0))
+            goto done;
+        rows[i] = src[i].dptr, strides[i] = src[i].stride, xs[i] = src[i].x;
+        drows[i] = dsrc[i].dptr, dstrides[i] = dsrc[i].stride;
+        rs[i] = ref + (size_t)i * td;
+        if (acc)
+            memcpy(rs[i], dsrc[i].x, sizeof(double) * td);
+        total += (size_t)(T * dsrc[i].stride) * es;
+    }
+    if (vec_make(c, &q, d, &s, 0.0, 3.0 / sqrt((double)d)) ||
+        view_make(c, &dout, p->dtype, es, T, d, padded(d, ae, 2), 1, &s, 1.0) ||
+        view_make(c, &dq, ATTNRES_DTYPE_F32, 4, 1, d, d, 0, &s, 0) ||
+        view_make(c, &da, ATTNRES_DTYPE_F32, 4, 1, 1, 1, 0, &s, 0) ||
+        view_make(c, &ws, ATTNRES_DTYPE_F32, 4, 1, (int64_t)(ws_size / 4), (int64_t)(ws_size / 4), 0, &s, 0))
+        goto done;
+    if (additive) {
+        if (view_make(c, &dpart, p->dtype, es, T, d, padded(d, ae, 3), acc, &s, 1.0))
+            goto done;
+        if (acc)
+            memcpy(refp, dpart.x, sizeof(double) * td);
+        total += (size_t)(T * dpart.stride) * es;
+    }
+    total += (size_t)d * 4 + 4;
+    first = calloc(1, total), second = calloc(1, total); /* dalpha's slot stays 0 when unused */
+    if (!first || !second) {
+        fail_run(c, 0, "out of host memory");
+        goto done;
+    }
+    attnres_problem fwd = *p;
+    fwd.op = ATTNRES_OP_MIX;
+    char msg[256];
+    /* partial's value enters no gradient: zeros stand in for it. */
+    if (attnres_reference_mix_backward(&fwd, T, xs, q.x, 0.9, 1e-5, additive ? zeros : NULL, 0.75, NULL, 1e-5,
+                                       dout.x, NULL, acc ? ATTNRES_GRAD_ACCUMULATE : 0, rs, refq,
+                                       additive ? refp : NULL, additive ? &refa : NULL, NULL, msg,
+                                       sizeof msg) != ATTNRES_OK) {
+        fail_run(c, 0, "the reference refused the problem: %s", msg);
+        goto done;
+    }
+    attnres_mix_backward_args a;
+    attnres_mix_backward_args_init(&a);
+    a.sources = rows;
+    a.source_strides = strides;
+    a.query = q.dptr;
+    a.scale = 0.9f;
+    a.eps = 1e-5f;
+    a.alpha = 0.75f;
+    a.dout = dout.dptr;
+    a.dout_stride = dout.stride;
+    a.flags = acc ? ATTNRES_GRAD_ACCUMULATE : 0;
+    a.dsources = drows;
+    a.dsource_strides = dstrides;
+    a.dquery = dq.dptr;
+    a.dpartial = additive ? dpart.dptr : NULL;
+    a.dpartial_stride = additive ? dpart.stride : 0;
+    a.dalpha = additive ? da.dptr : NULL;
+    a.workspace = ws.dptr;
+    a.workspace_size = ws_size;
+    for (int run = 0; run < 2; run++) {
+        unsigned char *out = run ? second : first;
+        size_t at = 0;
+        /* The initial gradients and a poisoned workspace, before each run. */
+        for (int i = 0; i < n; i++)
+            if (dev->ops->copy_to_device(dev, dsrc[i].dptr, dsrc[i].host, (size_t)(T * dsrc[i].stride) * es)) {
+                fail_run(c, 1, "resetting a gradient");
+                goto done;
+            }
+        if ((additive && dev->ops->copy_to_device(dev, dpart.dptr, dpart.host, (size_t)(T * dpart.stride) * es)) ||
+            dev->ops->copy_to_device(dev, ws.dptr, ws.host, ws_size) ||
+            dev->ops->copy_to_device(dev, dq.dptr, dq.host, (size_t)d * 4)) {
+            fail_run(c, 1, "resetting the outputs");
+            goto done;
+        }
+        if (be_launch_mix_backward(k, p, T, &a) != ATTNRES_OK) {
+            fail_run(c, 1, "launch");
+            goto done;
+        }
+        for (int i = 0; i < n; i++) {
+            const size_t b = (size_t)(T * dsrc[i].stride) * es;
+            if (fetch_raw(c, &dsrc[i], out + at, b, "a source gradient"))
+                goto done;
+            at += b;
+        }
+        if (additive) {
+            const size_t b = (size_t)(T * dpart.stride) * es;
+            if (fetch_raw(c, &dpart, out + at, b, "dpartial"))
+                goto done;
+            at += b;
+        }
+        if (fetch_raw(c, &dq, out + at, (size_t)d * 4, "dquery") ||
+            (additive && fetch_raw(c, &da, out + at + (size_t)d * 4, 4, "dalpha")))
+            goto done;
+    }
+    const double tol = case_tolerance(p->dtype);
+    err = 0;
+    for (int i = 0; i < n && !c->why[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "dsources[%d]", i);
+        if (view_fetch(c, &dsrc[i], name, got) == 0)
+            err = fmax(err, compare(c, name, got, rs[i], T * d, tol));
+    }
+    if (additive && !c->why[0] && view_fetch(c, &dpart, "dpartial", got) == 0)
+        err = fmax(err, compare(c, "dpartial", got, refp, T * d, tol));
+    if (!c->why[0] && view_fetch(c, &dq, "dquery", got) == 0) {
+        if (n == 1) {
+            /* N = 1: the score gradient is exactly zero, and so is dquery. */
+            for (int64_t kk = 0; kk < d; kk++)
+                if (got[kk] != 0.0) {
+                    fail_run(c, 0, "N = 1: dquery[%lld] = %g, not exactly 0", (long long)kk, got[kk]);
+                    break;
+                }
+        } else {
+            err = fmax(err, compare(c, "dquery", got, refq, d, tol));
+        }
+    }
+    if (additive && !c->why[0] && view_fetch(c, &da, "dalpha", got) == 0)
+        err = fmax(err, compare(c, "dalpha", got, &refa, 1, tol));
+    if (!c->why[0] && memcmp(first, second, total) != 0)
+        fail_run(c, 0, "two runs on the same inputs gave different gradients (not deterministic)");
+    /* Inputs are never written. */
+    if (!c->why[0] && view_fetch(c, &src[n - 1], "the last source", got) == 0)
+        err = fmax(err, compare(c, "the last source (an input)", got, src[n - 1].x, T * d, 0.0));
+done:
+    for (int i = 0; i < n; i++)
+        view_free(&src[i]), view_free(&dsrc[i]);
+    view_free(&q), view_free(&dout), view_free(&dpart), view_free(&dq), view_free(&da), view_free(&ws);
+    free(ref), free(refq), free(refp), free(got), free(zeros), free(first), free(second);
+    return c->why[0] ? INFINITY : err;
+}
+
+/* Whether the PTX has an atomic or reduction instruction (atom., red.,
+ * optionally predicated): the mix backward's sums must not. */
+static int ptx_has_atomics(const char *ptx, size_t size)
+{
+    const char *p = ptx, *end = ptx + size;
+    while (p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol)
+            eol = end;
+        const char *w = p;
+        while (w < eol && (*w == ' ' || *w == '\t'))
+            w++;
+        if (w < eol && *w == '@') { /* a guard predicate: @%p1 or @!%p1 */
+            while (w < eol && *w != ' ' && *w != '\t')
+                w++;
+            while (w < eol && (*w == ' ' || *w == '\t'))
+                w++;
+        }
+        const size_t len = (size_t)(eol - w);
+        if ((len >= 5 && memcmp(w, "atom.", 5) == 0) || (len >= 4 && memcmp(w, "red.", 4) == 0))
+            return 1;
+        p = eol + 1;
+    }
+    return 0;
 }
 
 static double run_phase1(run_ctx *c, const ar_kernel *k, const problem *pr, int64_t ae)
@@ -669,7 +890,8 @@ static int try_problem(variant *v, attnres_op op, int64_t d, int n, int heads, i
     pr.p.fuse_add = fuse;
     pr.p.epilogue = epi;
     pr.T = T;
-    static const char *const ops[] = {"mix", "phase1", "phase2"};
+    static const char *const ops[] = {"mix", "phase1", "phase2", "mix_backward"};
+    pr.accumulate = 0;
     argen_problem ap = {.op = ops[op], .dtype = attnres_dtype_name(v->dt), .form = additive ? "additive" : "replace",
                         .d = d, .t = T, .n = n, .heads = heads, .epilogue = epi, .s = pr.p.s};
     argen_device ad = gen_device();
@@ -753,6 +975,17 @@ static int choose_problems(variant *v, char *err, size_t err_len)
         TRY(ATTNRES_OP_PHASE2, (int64_t)(warps + 3) * 2 * vec, 1, warps + 3, 0, 2, 0, 1, 1);
         ROLE("H = 3 (leftover warps), epilogue");
         TRY(ATTNRES_OP_PHASE2, 3 * 70 * vec, 1, 3, 0, 2, 0, 0, 1);
+    } else if (v->op == ATTNRES_OP_MIX_BACKWARD) {
+        /* One block per group of 32 tokens: T over two groups, the last
+         * one short, and T = 1. */
+        ROLE("N = 1 (dquery exactly 0), small d, T = 1");
+        TRY(ATTNRES_OP_MIX_BACKWARD, 37 * vec, 1, 1, 0, 1, 0, 0, 0);
+        ROLE("H = 3, N over the unroll, additive, accumulated, three groups");
+        TRY(ATTNRES_OP_MIX_BACKWARD, 3 * 11 * vec, 2 * batch + 1, 3, 0, 2 * 32 + 5, 1, 0, 0);
+        if (roles[nroles - 1].got)
+            v->prob[v->nprob - 1].accumulate = 1;
+        ROLE("more heads than warps, two groups");
+        TRY(ATTNRES_OP_MIX_BACKWARD, (int64_t)(warps + 1) * 2 * vec, 4, warps + 1, 0, 33, 0, 0, 0);
     } else {
         snprintf(err, err_len, "unknown op %d", v->op);
         return -1;
@@ -829,7 +1062,7 @@ static void test_every_variant(void)
     variant *vs = NULL;
     size_t nv = 0, cap = 0;
     argen *gens[16];
-    int ngens = 0, per_op[3] = {0, 0, 0};
+    int ngens = 0, per_op[4] = {0, 0, 0, 0};
     char err[1024];
     double t_start = now_s();
     for (size_t t = 0; t < ntemplates; t++) {
@@ -845,10 +1078,11 @@ static void test_every_variant(void)
         REQUIRE(ngens < 16);
         gens[ngens++] = g;
         const char *opname = argen_op(g);
-        int op = strcmp(opname, "mix") == 0      ? 0
-                 : strcmp(opname, "phase1") == 0 ? 1
-                 : strcmp(opname, "phase2") == 0 ? 2
-                                                 : -1;
+        int op = strcmp(opname, "mix") == 0            ? 0
+                 : strcmp(opname, "phase1") == 0       ? 1
+                 : strcmp(opname, "phase2") == 0       ? 2
+                 : strcmp(opname, "mix_backward") == 0 ? 3
+                                                       : -1;
         if (op < 0) {
             fprintf(stderr, "FAIL template %s: op %s is not one this test knows\n", names[t], opname);
             check_failures++;
@@ -861,6 +1095,23 @@ static void test_every_variant(void)
             check_failures++;
             continue;
         }
+        /* The mix backward's variants: a covering sample (every value of
+         * every parameter once) unless --all-backward asks for all of them,
+         * which then are the only variants run (the full tier's test). */
+        if (all_backward && op != ATTNRES_OP_MIX_BACKWARD) {
+            argen_variants_free(list, count);
+            continue;
+        }
+        int *pick = NULL;
+        if (op == ATTNRES_OP_MIX_BACKWARD && !all_backward) {
+            const char **json = calloc(count, sizeof *json);
+            pick = calloc(count, sizeof *pick);
+            REQUIRE(json && pick);
+            for (size_t i = 0; i < count; i++)
+                json[i] = list[i].params_json;
+            REQUIRE(covering_sample(json, NULL, count, pick) > 0);
+            free(json);
+        }
         char *generic[3] = {NULL, NULL, NULL};
         static const char *const dts[] = {"f32", "bf16", "f16"};
         for (int d = 0; d < 3; d++)
@@ -869,7 +1120,7 @@ static void test_every_variant(void)
         for (size_t i = 0; i < count; i++) {
             /* Each variant is a unit: --case test_every_variant/VARIANT_ID
              * runs it alone. */
-            if ((only && !strstr(list[i].id, only)) || !check_unit(list[i].id))
+            if ((only && !strstr(list[i].id, only)) || (pick && !pick[i]) || !check_unit(list[i].id))
                 continue;
             if (nv == cap) {
                 cap = cap ? 2 * cap : 512;
@@ -913,16 +1164,18 @@ static void test_every_variant(void)
             nv++;
         }
         check_units_end();
+        free(pick);
         for (int d = 0; d < 3; d++)
             free(generic[d]);
         argen_variants_free(list, count);
     }
     argen_names_free(names, ntemplates);
-    printf("variants: %zu (mix %d, phase1 %d, phase2 %d); problems chosen in %.2f s\n", nv, per_op[0], per_op[1],
-           per_op[2], now_s() - t_start);
+    printf("variants: %zu (mix %d, phase1 %d, phase2 %d, mix_backward %d%s); problems chosen in %.2f s\n", nv,
+           per_op[0], per_op[1], per_op[2], per_op[3], all_backward ? ", all" : ", a covering sample",
+           now_s() - t_start);
     REQUIRE(nv > 0);
     if (!only && check_every_unit())
-        CHECK(per_op[0] > 0 && per_op[1] > 0 && per_op[2] > 0);
+        CHECK(per_op[3] > 0 && (all_backward || (per_op[0] > 0 && per_op[1] > 0 && per_op[2] > 0)));
 
     /* Jobs: every variant for sm_90 with all its problems, and for sm_80
      * (whose PTX NVRTC emits differently) on its first problem. */
@@ -963,6 +1216,12 @@ static void test_every_variant(void)
             variant_failed = 1;
             goto next;
         }
+        if (v->op == ATTNRES_OP_MIX_BACKWARD && ptx_has_atomics(jb->blob, jb->size)) {
+            fprintf(stderr, "FAIL %s [%s]: its PTX has an atom. or red. instruction\n", v->id, jb->arch);
+            failed_runs++;
+            variant_failed = 1;
+            goto next;
+        }
         double t0 = now_s();
         ar_kernel k;
         if (be_load(jb->blob, jb->size, v->kernel, v->json, &k) != ATTNRES_OK) {
@@ -991,6 +1250,7 @@ static void test_every_variant(void)
             switch (v->op) {
             case ATTNRES_OP_MIX: e = run_mix(&c, &k, pr, ae); break;
             case ATTNRES_OP_PHASE1: e = run_phase1(&c, &k, pr, ae); break;
+            case ATTNRES_OP_MIX_BACKWARD: e = run_mix_backward(&c, &k, pr, ae); break;
             default: e = run_phase2(&c, &k, pr, ae); break;
             }
             double rs = now_s() - r0;
@@ -1074,6 +1334,18 @@ static void test_every_variant(void)
 
 int main(int argc, char **argv)
 {
+    /* --all-backward: every mix_backward variant and nothing else (the
+     * full tier); without it, a covering sample of them beside every
+     * forward variant. */
+    int kept = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--all-backward") == 0)
+            all_backward = 1;
+        else
+            argv[kept++] = argv[i];
+    }
+    argv[kept] = NULL;
+    argc = kept;
     CHECK_ARGS(argc, argv);
     if (check_listing) { /* needs neither NVRTC nor a device */
         RUN_CASE(test_every_variant);

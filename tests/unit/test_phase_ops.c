@@ -454,7 +454,7 @@ static void replace_once(char **src, const char *from, const char *to)
  * refuses that op's kernels and no other's. */
 static void test_kernel_abi_is_checked_per_op(void)
 {
-    static const int current[3] = {1, 1, 1}, mix_bumped[3] = {2, 1, 1};
+    static const int current[AR_OPS] = {1, 1, 1, 1}, mix_bumped[AR_OPS] = {2, 1, 1, 1};
     char why[200];
     CHECK(ar_kernel_abi_ok(current, 1, ATTNRES_OP_PHASE1, why, sizeof why));
     CHECK(ar_kernel_abi_ok(mix_bumped, 1, ATTNRES_OP_PHASE1, why, sizeof why));

@@ -52,6 +52,11 @@ void bench_case_traffic(const bench_case *bc, double *read_bytes, double *write_
  * Returns ATTNRES_OK or the launch status. */
 int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err);
 
+/* 1 when the last bench_case_verify ran the kernel twice on the same
+ * inputs and the two runs' outputs differed in any bit (the mix backward,
+ * whose sums over tokens must be deterministic); such a kernel never wins. */
+int bench_case_nondeterministic(const bench_case *bc);
+
 /* Tolerance of the problem's dtype (DESIGN §1). */
 double bench_case_tolerance(const bench_case *bc);
 

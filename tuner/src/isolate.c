@@ -155,6 +155,15 @@ static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *
             set_message(r, "launch failed: %s", attnres_device_errmsg(dev));
             goto done;
         }
+        if (bench_case_nondeterministic(bc)) {
+            /* Recorded as a wrong result, which never wins; the message
+             * says why (the database's statuses stay as they are). */
+            r->status = ARDB_STATUS_WRONG_RESULT;
+            char detail[64];
+            snprintf(detail, sizeof detail, "%.3g", r->rel_err);
+            set_message(r, "nondeterministic: two runs on the same inputs differ (relative error %s)", detail);
+            goto done;
+        }
         double tol = bench_case_tolerance(bc);
         if (!(r->rel_err <= tol)) { /* NaN never passes */
             char detail[128];

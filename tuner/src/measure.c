@@ -121,6 +121,8 @@ bench_case *bench_case_create(attnres_device *dev, const tune_problem *tp, const
     bc->t = tp->t;
     bc->tv = tp->t < pol->verify_tokens ? tp->t : pol->verify_tokens;
     bc->es = attnres_dtype_size(tp->p.dtype);
+    if (bc->p.op == ATTNRES_OP_MIX_BACKWARD)
+        return bench_backward_create(bc, seed, err, err_len);
     if (bc->p.op != ATTNRES_OP_MIX)
         return bench_phase_create(bc, pol, seed, err, err_len);
     const int64_t d = bc->p.d, n = bc->p.n, tv = bc->tv, t = bc->t;
@@ -209,6 +211,10 @@ void bench_case_free(bench_case *bc)
 {
     if (!bc)
         return;
+    if (bc->p.op == ATTNRES_OP_MIX_BACKWARD) {
+        bench_backward_free(bc);
+        return;
+    }
     if (bc->p.op != ATTNRES_OP_MIX) {
         bench_phase_free(bc);
         return;
@@ -238,6 +244,8 @@ void bench_case_traffic(const bench_case *bc, double *read_bytes, double *write_
     problem_traffic(&tp, read_bytes, write_bytes);
 }
 
+int bench_case_nondeterministic(const bench_case *bc) { return bc->nondeterministic; }
+
 double bench_case_tolerance(const bench_case *bc) { return bc->p.dtype == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
 
 int compare_n(bench_case *bc, const void *dev_buf, const double *ref, size_t n, int f32, double *err)
@@ -266,6 +274,9 @@ int compare_n(bench_case *bc, const void *dev_buf, const double *ref, size_t n, 
 int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
 {
     *rel_err = NAN;
+    bc->nondeterministic = 0;
+    if (bc->p.op == ATTNRES_OP_MIX_BACKWARD)
+        return bench_backward_verify(bc, k, rel_err);
     if (bc->p.op != ATTNRES_OP_MIX)
         return bench_phase_verify(bc, k, rel_err);
     size_t bytes = (size_t)(bc->tv * bc->p.d) * bc->es;
@@ -303,6 +314,8 @@ static int time_launches(bench_case *bc, const ar_kernel *k, int reps, int flush
         args = ar_op_phase1(&bc->t_p1);
     else if (bc->p.op == ATTNRES_OP_PHASE2)
         args = ar_op_phase2(&bc->t_p2);
+    else if (bc->p.op == ATTNRES_OP_MIX_BACKWARD)
+        args = ar_op_mix_backward(&bc->t_bw);
     return bc->dev->ops->time(bc->dev, k, &bc->p, bc->t, &args, reps, flush, times_us);
 }
 
@@ -407,6 +420,11 @@ void bench_case_touch(bench_case *bc)
     for (int64_t j = 0; bc->p.op == ATTNRES_OP_PHASE1 && j < bc->p.s; j++) {
         touch_pages(bc->t_o1 ? bc->t_o1[j] : NULL, row_bytes);
         touch_pages(bc->t_lse ? bc->t_lse[j] : NULL, lse_bytes);
+    }
+    if (bc->p.op == ATTNRES_OP_MIX_BACKWARD) { /* the gradients and the workspace */
+        touch_pages(bc->t_dsrc, row_bytes * (size_t)bc->p.n);
+        touch_pages(bc->t_dpartial, row_bytes);
+        touch_pages(bc->t_ws, bc->t_ws_size);
     }
 }
 

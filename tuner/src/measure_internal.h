@@ -28,6 +28,16 @@ struct bench_case {
     void *v_partial_init; /* host copy of b, restored before verification */
     attnres_phase1_args v_p1, t_p1;
     attnres_phase2_args v_p2, t_p2;
+    /* mix_backward (measure_backward.c): gradients and workspaces of both
+     * sets, the reference gradients, and whether the last verification
+     * saw two runs differ. */
+    void *v_dout, *t_dout, *v_dsrc, *t_dsrc, *v_dpartial, *t_dpartial, *v_ws, *t_ws;
+    void **v_drows, **t_drows;
+    float *v_dquery, *t_dquery, *v_dalpha, *t_dalpha;
+    double *ref_dsrc, *ref_dquery, *ref_dpartial, ref_dalpha;
+    size_t v_ws_size, t_ws_size;
+    int nondeterministic;
+    attnres_mix_backward_args v_bw, t_bw;
 };
 
 /* Random data helpers (splitmix64). */
@@ -52,5 +62,10 @@ bench_case *bench_phase_create(bench_case *bc, const measure_policy *pol, uint64
                                size_t err_len);
 void bench_phase_free(bench_case *bc);
 int bench_phase_verify(bench_case *bc, const ar_kernel *k, double *rel_err);
+
+/* The mix backward (measure_backward.c). */
+bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size_t err_len);
+void bench_backward_free(bench_case *bc);
+int bench_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err);
 
 #endif

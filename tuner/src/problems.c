@@ -160,8 +160,10 @@ static int parse_line(char *line, problem_set *out, char *err, size_t err_len, c
         opv = ATTNRES_OP_PHASE1;
     else if (strcmp(op, "phase2") == 0)
         opv = ATTNRES_OP_PHASE2;
+    else if (strcmp(op, "mix_backward") == 0)
+        opv = ATTNRES_OP_MIX_BACKWARD;
     else {
-        snprintf(err, err_len, "%s:%d: op '%.40s' is not mix, phase1 or phase2", path, lineno, op);
+        snprintf(err, err_len, "%s:%d: op '%.40s' is not mix, phase1, phase2 or mix_backward", path, lineno, op);
         return -1;
     }
     if (attnres_dtype_parse(dtype, &dt)) {
@@ -325,7 +327,10 @@ void problems_free(problem_set *s)
 
 const char *problem_op_name(attnres_op op)
 {
-    return op == ATTNRES_OP_PHASE1 ? "phase1" : op == ATTNRES_OP_PHASE2 ? "phase2" : "mix";
+    return op == ATTNRES_OP_PHASE1         ? "phase1"
+           : op == ATTNRES_OP_PHASE2       ? "phase2"
+           : op == ATTNRES_OP_MIX_BACKWARD ? "mix_backward"
+                                           : "mix";
 }
 
 const char *problem_form_name(const attnres_problem *p)
@@ -360,6 +365,8 @@ double problem_bytes(const tune_problem *tp)
         return p->n * td * es + p->s * (td * es + lse);
     case ATTNRES_OP_PHASE2: /* o1, lse, b in (f in, b out when fused); out (normed) out */
         return (3.0 + (p->epilogue ? 1.0 : 0.0) + (p->fuse_add ? 2.0 : 0.0)) * td * es + lse;
+    case ATTNRES_OP_MIX_BACKWARD: /* design §2: sources and dout in; source gradients (and dpartial) out */
+        return (2.0 * p->n + 1.0 + 2.0 * (p->form == ATTNRES_FORM_ADDITIVE)) * td * es;
     case ATTNRES_OP_MIX:
         break;
     }
@@ -379,6 +386,10 @@ void problem_traffic(const tune_problem *tp, double *read_bytes, double *write_b
     case ATTNRES_OP_PHASE2: /* o1, lse, b (and f) in; out (normed, and b) out */
         *read_bytes = (2.0 + (p->fuse_add ? 1.0 : 0.0)) * td * es + lse;
         *write_bytes = (1.0 + (p->epilogue ? 1.0 : 0.0) + (p->fuse_add ? 1.0 : 0.0)) * td * es;
+        break;
+    case ATTNRES_OP_MIX_BACKWARD:
+        *read_bytes = (p->n + 1.0) * td * es;
+        *write_bytes = (p->n + (p->form == ATTNRES_FORM_ADDITIVE ? 1.0 : 0.0)) * td * es;
         break;
     default:
         *read_bytes = (p->n + (p->form == ATTNRES_FORM_ADDITIVE)) * td * es;

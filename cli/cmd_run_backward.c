@@ -1,0 +1,205 @@
+/*
+ * cmd_run_backward.c - `attnres run --op mix_backward`: the gradients of the
+ * depth mix (DESIGN §1b) from the forward's inputs and the gradient of out.
+ *
+ * The gradient of the folded query u that the runtime returns is turned
+ * into those of the files the user gave: W (and G), through u = G ⊙ W.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnres-impl.h"
+#include "attnres.h"
+#include "cli.h"
+#include "cmd_run.h"
+#include "convert.h"
+#include "npy.h"
+
+/* The inputs as read from disk, their shapes checked against the sources. */
+typedef struct bw_inputs {
+    npy_array sources, query, gain, partial, dout;
+    int64_t n, t, d;
+} bw_inputs;
+
+static void bw_inputs_free(bw_inputs *in)
+{
+    npy_free(&in->sources);
+    npy_free(&in->query);
+    npy_free(&in->gain);
+    npy_free(&in->partial);
+    npy_free(&in->dout);
+}
+
+static int bw_read_inputs(const run_opts *o, bw_inputs *in)
+{
+    memset(in, 0, sizeof *in);
+    if (run_read_sources(o, &in->sources))
+        return -1;
+    in->n = in->sources.shape[0];
+    in->t = in->sources.shape[1];
+    in->d = in->sources.shape[2];
+    if (run_read_vector(o->query, "--query", in->d, &in->query))
+        return -1;
+    if (o->gain && run_read_vector(o->gain, "--gain", in->d, &in->gain))
+        return -1;
+    /* The additive form's gradients do not depend on partial's values
+     * (DESIGN §1b, step 2: d(partial) = G, d(alpha) = <G, mix>), so the
+     * file only selects that form; its shape is checked all the same, as
+     * it is the forward's input. */
+    const int64_t td[2] = {in->t, in->d};
+    if (o->partial &&
+        run_read_shaped("--partial", o->partial, 2, td, "T, d", "to match the sources", &in->partial))
+        return -1;
+    return run_read_shaped("--dout", o->dout, 2, td, "T, d", "to match the sources", &in->dout);
+}
+
+/* Host buffers of one run; freed together. */
+typedef struct bw_host {
+    void *src, *dout, *dsrc, *dpartial;
+    float *u, *du, *dsrc_f, *dpartial_f, *dquery, *dgain;
+    const void **srcs;
+    void **dsrcs;
+} bw_host;
+
+static void bw_host_free(bw_host *h)
+{
+    free(h->src);
+    free(h->dout);
+    free(h->dsrc);
+    free(h->dpartial);
+    free(h->u);
+    free(h->du);
+    free(h->dsrc_f);
+    free(h->dpartial_f);
+    free(h->dquery);
+    free(h->dgain);
+    free(h->srcs);
+    free(h->dsrcs);
+}
+
+int run_mix_backward(const run_opts *o)
+{
+    bw_inputs in;
+    bw_host h;
+    memset(&h, 0, sizeof h);
+    int exit_code = CLI_EXIT_FAIL;
+    attnres_device *dev = NULL;
+    attnres_db *db = NULL;
+    attnres_plan *plan = NULL;
+    if (bw_read_inputs(o, &in))
+        goto done;
+    attnres_problem p;
+    attnres_problem_init(&p, o->dtype, in.d, (int32_t)in.n);
+    p.op = ATTNRES_OP_MIX_BACKWARD;
+    p.heads = (int32_t)o->heads;
+    p.form = o->partial ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
+    if (run_check_problem(&p))
+        goto done;
+
+    const size_t es = attnres_dtype_size(o->dtype);
+    const size_t row = (size_t)in.t * (size_t)in.d, n = (size_t)in.n, d = (size_t)in.d;
+    /* One spare byte or float keeps every size non-zero for T = 0. */
+    h.src = malloc(row * n * es + 1);
+    h.dsrc = malloc(row * n * es + 1);
+    h.dout = malloc(row * es + 1);
+    h.u = malloc(d * 4);
+    h.du = malloc(d * 4);
+    h.dquery = malloc(d * 4);
+    h.dsrc_f = malloc(row * n * 4 + 4);
+    h.srcs = malloc(sizeof(void *) * n);
+    h.dsrcs = malloc(sizeof(void *) * n);
+    if (o->gain)
+        h.dgain = malloc(d * 4);
+    if (o->partial) {
+        h.dpartial = malloc(row * es + 1);
+        h.dpartial_f = malloc(row * 4 + 4);
+    }
+    if (!h.src || !h.dsrc || !h.dout || !h.u || !h.du || !h.dquery || !h.dsrc_f || !h.srcs || !h.dsrcs ||
+        (o->gain && !h.dgain) || (o->partial && (!h.dpartial || !h.dpartial_f))) {
+        cli_error("run", "out of memory for T = %lld, d = %lld, N = %lld", (long long)in.t, (long long)in.d,
+                  (long long)in.n);
+        goto done;
+    }
+    convert_to_storage(o->dtype, in.sources.data, h.src, row * n);
+    convert_to_storage(o->dtype, in.dout.data, h.dout, row);
+    attnres_fold_query(in.query.data, o->gain ? in.gain.data : NULL, h.u, in.d);
+    if (run_open_plan(o, &p, &dev, &db, &plan))
+        goto done;
+    size_t ws_bytes = 0;
+    int rc = attnres_mix_backward_workspace_size(plan, in.t, &ws_bytes);
+    if (rc) {
+        cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
+        goto done;
+    }
+    /* As for the forward: the kernel sees device copies only (host memory
+     * on the CPU), and the gradients come back after the launch. The
+     * workspace is the device's too; its allocation is 64-byte aligned. */
+    staged st = {.dev = dev};
+    void *d_src = run_stage(&st, h.src, row * n * es);
+    float *d_u = run_stage(&st, h.u, d * 4);
+    void *d_dout = run_stage(&st, h.dout, row * es);
+    void *d_dsrc = run_stage(&st, NULL, row * n * es);
+    float *d_du = run_stage(&st, NULL, d * 4);
+    void *d_dpart = o->partial ? run_stage(&st, NULL, row * es) : NULL;
+    float *d_dalpha = o->partial ? run_stage(&st, NULL, 4) : NULL;
+    void *d_ws = run_stage(&st, NULL, ws_bytes);
+    if (st.failed) {
+        cli_error("run", "device buffers: %s", attnres_device_errmsg(dev));
+        run_unstage(&st);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        h.srcs[i] = (const char *)d_src + i * row * es;
+        h.dsrcs[i] = (char *)d_dsrc + i * row * es;
+    }
+    attnres_mix_backward_args a;
+    attnres_mix_backward_args_init(&a);
+    a.sources = h.srcs;
+    a.query = d_u;
+    a.scale = (float)o->scale;
+    a.eps = (float)o->eps;
+    a.alpha = (float)o->alpha;
+    a.dout = d_dout;
+    a.dsources = h.dsrcs;
+    a.dquery = d_du;
+    a.dpartial = d_dpart;
+    a.dalpha = d_dalpha;
+    a.workspace = d_ws;
+    a.workspace_size = ws_bytes;
+    rc = attnres_run_mix_backward(plan, in.t, &a, NULL);
+    if (rc)
+        cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
+    float dalpha = 0;
+    if (!rc && (dev->ops->copy_to_host(dev, h.dsrc, d_dsrc, row * n * es) != ATTNRES_OK ||
+                dev->ops->copy_to_host(dev, h.du, d_du, d * 4) != ATTNRES_OK ||
+                (o->partial && (dev->ops->copy_to_host(dev, h.dpartial, d_dpart, row * es) != ATTNRES_OK ||
+                                dev->ops->copy_to_host(dev, &dalpha, d_dalpha, 4) != ATTNRES_OK)))) {
+        cli_error("run", "copying the gradients back: %s", attnres_device_errmsg(dev));
+        rc = -1;
+    }
+    run_unstage(&st);
+    if (rc)
+        goto done;
+    convert_from_storage(o->dtype, h.dsrc, h.dsrc_f, row * n);
+    if (o->partial)
+        convert_from_storage(o->dtype, h.dpartial, h.dpartial_f, row);
+    /* u = G ⊙ W, so dW = du ⊙ G and dG = du ⊙ W (G = 1 without --gain). */
+    for (size_t k = 0; k < d; k++) {
+        h.dquery[k] = o->gain ? h.du[k] * in.gain.data[k] : h.du[k];
+        if (o->gain)
+            h.dgain[k] = h.du[k] * in.query.data[k];
+    }
+    out_file files[] = {{o->dsources, h.dsrc_f, 3, {in.n, in.t, in.d}},
+                        {o->dquery, h.dquery, 1, {in.d, 0, 0}},
+                        {o->dgain, h.dgain, 1, {in.d, 0, 0}},
+                        {o->dpartial, h.dpartial_f, 2, {in.t, in.d, 0}},
+                        {o->dalpha, &dalpha, 0, {0, 0, 0}}};
+    if (run_write_outputs(files, (int)(sizeof files / sizeof files[0])))
+        goto done;
+    exit_code = CLI_EXIT_OK;
+done:
+    run_close_plan(dev, db, plan);
+    bw_host_free(&h);
+    bw_inputs_free(&in);
+    return exit_code;
+}

@@ -1,0 +1,241 @@
+/*
+ * measure_backward.c - the bench case of the mix backward (DESIGN §1b):
+ * random inputs, the fp64 reference gradients, verification of every
+ * gradient and the determinism check, for measure.c.
+ *
+ * Verification runs the kernel twice on the same inputs, its outputs
+ * poisoned before the first run and its workspace before each, and
+ * compares the two runs bit for bit: the sums over tokens must not depend
+ * on anything but the inputs (a kernel that differs is marked
+ * nondeterministic and never wins).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+#include "measure_internal.h"
+
+/* The forward's alpha in the additive form, as the mix's bench case. */
+#define BENCH_ALPHA 0.75f
+
+static int set_args(bench_case *bc, attnres_mix_backward_args *a, void *src, const void **rows, void *dsrc,
+                    void **drows, int64_t t, void *dout, void *dpartial, float *dquery, float *dalpha, void *ws,
+                    size_t ws_size)
+{
+    attnres_mix_backward_args_init(a);
+    const size_t row = (size_t)t * (size_t)bc->p.d * bc->es;
+    for (int i = 0; i < bc->p.n; i++) {
+        rows[i] = (const char *)src + (size_t)i * row;
+        drows[i] = (char *)dsrc + (size_t)i * row;
+    }
+    const int additive = bc->p.form == ATTNRES_FORM_ADDITIVE;
+    a->sources = rows;
+    a->query = bc->query;
+    a->alpha = BENCH_ALPHA;
+    a->dout = dout;
+    a->dsources = drows;
+    a->dquery = dquery;
+    a->dpartial = additive ? dpartial : NULL;
+    a->dalpha = additive ? dalpha : NULL;
+    a->workspace = ws;
+    a->workspace_size = ws_size;
+    return ATTNRES_OK;
+}
+
+bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size_t err_len)
+{
+    const int64_t d = bc->p.d, n = bc->p.n, tv = bc->tv, t = bc->t;
+    const attnres_dtype dt = bc->p.dtype;
+    const size_t vrow = (size_t)(tv * d), trow = (size_t)(t * d), big = trow > vrow ? trow : vrow;
+    const int additive = bc->p.form == ATTNRES_FORM_ADDITIVE;
+    uint64_t s = seed;
+    float *hq = malloc((size_t)d * 4), *hsrc = malloc(vrow * (size_t)n * 4), *hdo = malloc(vrow * 4);
+    double *xsrc = malloc(vrow * (size_t)n * 8), *xdo = malloc(vrow * 8), *xq = malloc((size_t)d * 8),
+           *zeros = calloc(vrow + 1, 8);
+    void *store = malloc(big * (size_t)n * bc->es + 64);
+    const double **xrows = malloc(sizeof(double *) * (size_t)n);
+    double **rrows = malloc(sizeof(double *) * (size_t)n);
+    bc->v_rows = malloc(sizeof(void *) * (size_t)n);
+    bc->t_rows = malloc(sizeof(void *) * (size_t)n);
+    bc->v_drows = malloc(sizeof(void *) * (size_t)n);
+    bc->t_drows = malloc(sizeof(void *) * (size_t)n);
+    bc->ref_dsrc = malloc(vrow * (size_t)n * 8 + 8);
+    bc->ref_dquery = malloc((size_t)d * 8);
+    bc->ref_dpartial = malloc(vrow * 8 + 8);
+    int ok = hq && hsrc && hdo && xsrc && xdo && xq && zeros && store && xrows && rrows && bc->v_rows &&
+             bc->t_rows && bc->v_drows && bc->t_drows && bc->ref_dsrc && bc->ref_dquery && bc->ref_dpartial;
+    if (!ok) {
+        snprintf(err, err_len, "out of host memory for T = %lld", (long long)t);
+        goto fail;
+    }
+    for (int64_t k = 0; k < d; k++) {
+        hq[k] = (float)(normal(&s) / sqrt((double)d) * 4.0);
+        xq[k] = hq[k];
+    }
+    random_rows(&s, dt, n * tv, d, hsrc, xsrc, 1);
+    random_rows(&s, dt, tv, d, hdo, xdo, 0);
+    for (int i = 0; i < n; i++) {
+        xrows[i] = xsrc + (size_t)i * vrow;
+        rrows[i] = bc->ref_dsrc + (size_t)i * vrow;
+    }
+    attnres_problem fwd = bc->p;
+    fwd.op = ATTNRES_OP_MIX;
+    char msg[256];
+    /* partial's value enters no gradient: zeros stand in for it. */
+    int rc = attnres_reference_mix_backward(&fwd, tv, xrows, xq, 1.0, 1e-6, additive ? zeros : NULL, BENCH_ALPHA,
+                                            NULL, 1e-6, xdo, NULL, 0, rrows, bc->ref_dquery,
+                                            additive ? bc->ref_dpartial : NULL, additive ? &bc->ref_dalpha : NULL,
+                                            NULL, msg, sizeof msg);
+    if (rc != ATTNRES_OK) {
+        snprintf(err, err_len, "reference failed: %s", msg);
+        goto fail;
+    }
+    size_t alpha_off;
+    if (ar_mix_backward_workspace(d, tv, &bc->v_ws_size, &alpha_off) ||
+        ar_mix_backward_workspace(d, t, &bc->t_ws_size, &alpha_off)) {
+        snprintf(err, err_len, "no workspace size for T = %lld", (long long)t);
+        goto fail;
+    }
+    convert_to_storage(dt, hsrc, store, vrow * (size_t)n);
+    rc = upload(bc, hq, (size_t)d * 4, (void **)&bc->query);
+    rc = rc ? rc : upload(bc, store, vrow * (size_t)n * bc->es, &bc->v_src);
+    convert_to_storage(dt, hdo, store, vrow);
+    rc = rc ? rc : upload(bc, store, vrow * bc->es, &bc->v_dout);
+    rc = rc ? rc : upload(bc, NULL, vrow * (size_t)n * bc->es, &bc->v_dsrc);
+    rc = rc ? rc : upload(bc, NULL, vrow * bc->es, &bc->v_dpartial);
+    rc = rc ? rc : upload(bc, NULL, (size_t)d * 4, (void **)&bc->v_dquery);
+    rc = rc ? rc : upload(bc, NULL, 4, (void **)&bc->v_dalpha);
+    rc = rc ? rc : upload(bc, NULL, bc->v_ws_size, &bc->v_ws);
+    /* Timing inputs: the verification rows tiled to T tokens. */
+    for (int64_t r = 0; r < n * t; r++)
+        convert_to_storage(dt, hsrc + (size_t)((r % (n * tv)) * d), (char *)store + (size_t)(r * d) * bc->es,
+                           (size_t)d);
+    rc = rc ? rc : upload(bc, store, trow * (size_t)n * bc->es, &bc->t_src);
+    rc = rc ? rc : upload(bc, store, trow * bc->es, &bc->t_dout);
+    rc = rc ? rc : upload(bc, NULL, trow * (size_t)n * bc->es, &bc->t_dsrc);
+    rc = rc ? rc : upload(bc, NULL, trow * bc->es, &bc->t_dpartial);
+    rc = rc ? rc : upload(bc, NULL, (size_t)d * 4, (void **)&bc->t_dquery);
+    rc = rc ? rc : upload(bc, NULL, 4, (void **)&bc->t_dalpha);
+    rc = rc ? rc : upload(bc, NULL, bc->t_ws_size, &bc->t_ws);
+    if (rc != ATTNRES_OK) {
+        snprintf(err, err_len, "device buffers: %s", attnres_device_errmsg(bc->dev));
+        goto fail;
+    }
+    set_args(bc, &bc->v_bw, bc->v_src, bc->v_rows, bc->v_dsrc, bc->v_drows, tv, bc->v_dout, bc->v_dpartial,
+             bc->v_dquery, bc->v_dalpha, bc->v_ws, bc->v_ws_size);
+    set_args(bc, &bc->t_bw, bc->t_src, bc->t_rows, bc->t_dsrc, bc->t_drows, t, bc->t_dout, bc->t_dpartial,
+             bc->t_dquery, bc->t_dalpha, bc->t_ws, bc->t_ws_size);
+    goto done;
+fail:
+    bench_backward_free(bc);
+    bc = NULL;
+done:
+    free(hq);
+    free(hsrc);
+    free(hdo);
+    free(xsrc);
+    free(xdo);
+    free(xq);
+    free(zeros);
+    free(store);
+    free(xrows);
+    free(rrows);
+    return bc;
+}
+
+void bench_backward_free(bench_case *bc)
+{
+    if (!bc)
+        return;
+    void *dev_bufs[] = {bc->v_src,  bc->v_dout,     bc->v_dsrc,   bc->v_dpartial, bc->v_dquery,
+                        bc->v_dalpha, bc->v_ws,     bc->t_src,    bc->t_dout,     bc->t_dsrc,
+                        bc->t_dpartial, bc->t_dquery, bc->t_dalpha, bc->t_ws,     bc->query};
+    for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
+        if (dev_bufs[i])
+            bc->dev->ops->mem_free(bc->dev, dev_bufs[i]);
+    free(bc->v_rows);
+    free(bc->t_rows);
+    free(bc->v_drows);
+    free(bc->t_drows);
+    free(bc->ref_dsrc);
+    free(bc->ref_dquery);
+    free(bc->ref_dpartial);
+    free(bc);
+}
+
+/* Fills a device buffer with one byte value. */
+static int fill(bench_case *bc, void *dst, size_t bytes, int value)
+{
+    void *host = malloc(bytes + 4);
+    if (!host)
+        return ATTNRES_ENOMEM;
+    memset(host, value, bytes);
+    int rc = bc->dev->ops->copy_to_device(bc->dev, dst, host, bytes);
+    free(host);
+    return rc;
+}
+
+/* Copies the verification outputs to one host buffer, for the bit
+ * comparison of two runs. */
+static int outputs(bench_case *bc, char *host, size_t src_bytes, size_t row_bytes)
+{
+    const size_t d4 = (size_t)bc->p.d * 4;
+    int rc = bc->dev->ops->copy_to_host(bc->dev, host, bc->v_dsrc, src_bytes);
+    rc = rc ? rc : bc->dev->ops->copy_to_host(bc->dev, host + src_bytes, bc->v_dquery, d4);
+    rc = rc ? rc : bc->dev->ops->copy_to_host(bc->dev, host + src_bytes + d4, bc->v_dpartial, row_bytes);
+    rc = rc ? rc : bc->dev->ops->copy_to_host(bc->dev, host + src_bytes + d4 + row_bytes, bc->v_dalpha, 4);
+    return rc;
+}
+
+int bench_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
+{
+    const size_t row_bytes = (size_t)(bc->tv * bc->p.d) * bc->es, src_bytes = row_bytes * (size_t)bc->p.n;
+    const size_t all = src_bytes + (size_t)bc->p.d * 4 + row_bytes + 4;
+    char *first = malloc(all), *second = malloc(all);
+    int rc = first && second ? ATTNRES_OK : ATTNRES_ENOMEM;
+    const ar_op_args args = ar_op_mix_backward(&bc->v_bw);
+    for (int run = 0; run < 2 && rc == ATTNRES_OK; run++) {
+        /* All-ones bytes are NaN in every dtype: a skipped element fails.
+         * The workspace gets a different poison on each run, so that a
+         * kernel that reads a partial sum before writing it differs. */
+        rc = fill(bc, bc->v_dsrc, src_bytes, 0xff);
+        rc = rc ? rc : fill(bc, bc->v_dpartial, row_bytes, 0xff);
+        rc = rc ? rc : fill(bc, bc->v_dquery, (size_t)bc->p.d * 4, 0xff);
+        rc = rc ? rc : fill(bc, bc->v_dalpha, 4, 0xff);
+        rc = rc ? rc : fill(bc, bc->v_ws, bc->v_ws_size, run ? 0x3c : 0xa5);
+        rc = rc ? rc : bc->dev->ops->launch(bc->dev, k, &bc->p, bc->tv, &args, NULL);
+        rc = rc ? rc : outputs(bc, run ? second : first, src_bytes, row_bytes);
+    }
+    if (rc == ATTNRES_OK)
+        bc->nondeterministic = memcmp(first, second, all) != 0;
+    free(first);
+    free(second);
+    if (rc != ATTNRES_OK)
+        return rc;
+    /* Per gradient: the worst relative error of any. */
+    double worst = 0, e = 0;
+    const size_t vrow = (size_t)(bc->tv * bc->p.d);
+    rc = compare_n(bc, bc->v_dsrc, bc->ref_dsrc, vrow * (size_t)bc->p.n, 0, &e);
+    worst = e;
+    if (rc == ATTNRES_OK) {
+        rc = compare_n(bc, bc->v_dquery, bc->ref_dquery, (size_t)bc->p.d, 1, &e);
+        /* N = 1: the reference is exactly zero, and so must the kernel's be. */
+        double den = 0;
+        for (int64_t k2 = 0; k2 < bc->p.d; k2++)
+            den += bc->ref_dquery[k2] * bc->ref_dquery[k2];
+        if (den == 0 && e != 0)
+            e = INFINITY;
+        worst = isnan(e) || e > worst ? e : worst;
+    }
+    if (rc == ATTNRES_OK && bc->p.form == ATTNRES_FORM_ADDITIVE) {
+        rc = compare_n(bc, bc->v_dpartial, bc->ref_dpartial, vrow, 0, &e);
+        worst = isnan(e) || e > worst ? e : worst;
+        if (rc == ATTNRES_OK)
+            rc = compare_n(bc, bc->v_dalpha, &bc->ref_dalpha, 1, 1, &e);
+        worst = isnan(e) || e > worst ? e : worst;
+    }
+    *rel_err = isnan(worst) ? NAN : worst;
+    return rc;
+}
