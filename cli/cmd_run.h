@@ -96,10 +96,14 @@ int run_open_plan(const run_opts *o, const attnres_problem *p, attnres_device **
                   attnres_plan **plan);
 void run_close_plan(attnres_device *dev, attnres_db *db, attnres_plan *plan);
 
-/* The end of a run whose launch returned rc: prints the failure, or
- * copies every output back, converts it to float32 and writes the files
- * (all or none); the staged buffers are released either way. CLI_EXIT_OK,
- * else CLI_EXIT_FAIL with the reason printed. */
+/* After a launch that returned rc: prints the failure, or copies every
+ * output back and converts it to float32; the staged buffers are released
+ * either way. 0, else -1 with the reason printed. */
+int run_fetch(const run_opts *o, attnres_plan *plan, int rc, staged *st, run_output *outs, int count);
+
+/* The end of a run (at most RUN_MAX_OUTPUTS outputs): run_fetch, then the
+ * files written, all or none. CLI_EXIT_OK, else CLI_EXIT_FAIL with the
+ * reason printed. */
 int run_deliver(const run_opts *o, attnres_plan *plan, int rc, staged *st, run_output *outs, int count);
 
 /* Checks p before anything large is allocated for it. */

@@ -30,7 +30,7 @@ void run_unstage(staged *st)
     st->count = 0;
 }
 
-int run_deliver(const run_opts *o, attnres_plan *plan, int rc, staged *st, run_output *outs, int count)
+int run_fetch(const run_opts *o, attnres_plan *plan, int rc, staged *st, run_output *outs, int count)
 {
     attnres_device *dev = st->dev;
     const size_t es = attnres_dtype_size(o->dtype);
@@ -44,13 +44,20 @@ int run_deliver(const run_opts *o, attnres_plan *plan, int rc, staged *st, run_o
         }
     run_unstage(st);
     if (rc)
-        return CLI_EXIT_FAIL;
-    out_file files[4];
-    for (int i = 0; i < count; i++) {
+        return -1;
+    for (int i = 0; i < count; i++)
         if (outs[i].device && outs[i].f)
             convert_from_storage(o->dtype, outs[i].host, outs[i].f, outs[i].count);
+    return 0;
+}
+
+int run_deliver(const run_opts *o, attnres_plan *plan, int rc, staged *st, run_output *outs, int count)
+{
+    if (count > RUN_MAX_OUTPUTS || run_fetch(o, plan, rc, st, outs, count))
+        return CLI_EXIT_FAIL;
+    out_file files[RUN_MAX_OUTPUTS];
+    for (int i = 0; i < count; i++)
         files[i] = outs[i].file;
-    }
     return run_write_outputs(files, count) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
 
