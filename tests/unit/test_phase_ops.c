@@ -26,6 +26,7 @@
 #include "kernel_abi.h"
 #include "test_compare.h"
 #include "test_data.h"
+#include "test_identity.h"
 #include "test_variant.h"
 
 #ifndef TEMPLATE_DIR
@@ -70,18 +71,7 @@ static void check_identity(int32_t n, int32_t sites, int32_t heads, int fuse, in
         srcs[i] = src + (int64_t)i * T * d;
 
     attnres_problem p1, p2, pm;
-    attnres_problem_init(&p1, ATTNRES_DTYPE_F32, d, n);
-    p1.op = ATTNRES_OP_PHASE1;
-    p1.heads = heads;
-    p1.s = sites;
-    attnres_problem_init(&p2, ATTNRES_DTYPE_F32, d, 1);
-    p2.op = ATTNRES_OP_PHASE2;
-    p2.heads = heads;
-    p2.fuse_add = fuse;
-    p2.epilogue = epilogue;
-    attnres_problem_init(&pm, ATTNRES_DTYPE_F32, d, n + 1);
-    pm.heads = heads;
-    pm.epilogue = epilogue;
+    identity_problems(d, n, sites, heads, fuse, epilogue, &p1, &p2, &pm);
     const double scale = 0.8, eps = 1e-5;
     REQUIRE(attnres_reference_phase1(&p1, T, srcs, q, scale, eps, o1, lse) == ATTNRES_OK);
     double worst = 0;
