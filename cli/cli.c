@@ -56,6 +56,24 @@ int cli_parse_dtype(const char *cmd, const char *flag, const char *value, void *
     return 0;
 }
 
+int cli_parse_op(const char *cmd, const char *flag, const char *value, void *dst)
+{
+    static const struct {
+        const char *name;
+        attnres_op op;
+    } ops[] = {{"mix", ATTNRES_OP_MIX},
+               {"phase1", ATTNRES_OP_PHASE1},
+               {"phase2", ATTNRES_OP_PHASE2},
+               {"mix_backward", ATTNRES_OP_MIX_BACKWARD}};
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+        if (strcmp(value, ops[k].name) == 0) {
+            *(attnres_op *)dst = ops[k].op;
+            return 0;
+        }
+    cli_error(cmd, "%s must be mix, phase1, phase2 or mix_backward (got '%s')", flag, value);
+    return -1;
+}
+
 /* "a, b or c" for a choice's message. */
 static void choice_list(const char *const *choices, char *buf, size_t len)
 {
