@@ -32,6 +32,7 @@ if [ $# -lt 3 ]; then
   exit 2
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/variant_bench.sh"
 rev=$1 shape=$2
 shift 2
 build=$(cd "${BUILD_DIR:-$root/build}" && pwd)
@@ -79,12 +80,7 @@ for id in "$@"; do
   for side in $sides; do
     templates=$root/templates
     [ "$side" = before ] && templates=$work/before/templates
-    ATTNRES_TEMPLATE_DIR=$templates "$build/bin/attnres" gen "$id" >"$work/$side-$id.c"
-    # The entry point as the generated file names it (CPU kernels are named
-    # without their thread count, which is set at launch; older ones with it).
-    kernel=$(sed -n 's/^void \(attnres_[A-Za-z0-9_]*\)(.*/\1/p' "$work/$side-$id.c" | head -n 1)
-    "$cc" -O3 -march=native -pthread "$elem" -DKERNEL_SOURCE="\"$work/$side-$id.c\"" -DKERNEL="$kernel" \
-      "$root/bench/$harness" -o "$work/$side-$id" -lm
+    ATTNRES_TEMPLATE_DIR=$templates bench_variant "$build" "$id" "$work/$side-$id" "$root/bench/$harness" "$elem"
     bins+=("$side-$id")
   done
 done

@@ -10,6 +10,7 @@
 # AVX-512, and the bf16 dot variants to their FMA form without AVX512-BF16.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/variant_bench.sh"
 build=$(cd "${1:-$root/build}" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -22,12 +23,7 @@ bins=("$work/read_only")
 for id in mix_c_bf16_pipelined_v16_u1_t2 mix_c_bf16_fused_v16_g8_pn_dfma_sc_t2 \
   mix_c_bf16_fused_v16_g8_pt_dfma_sc_t2 mix_c_bf16_fused_v16_g8_pt_dbf16_sc_t2 mix_c_bf16_fused_v16_g8_pt_dbf16_ss_t2 \
   mix_c_bf16_fused_v16_g8_pb_dbf16_ss_t2; do
-  "$build/bin/attnres" gen "$id" >"$work/$id.c"
-  # The entry point as the generated file names it (CPU kernels are named
-  # without their thread count, which is set at launch; older ones with it).
-  kernel=$(sed -n 's/^void \(attnres_[A-Za-z0-9_]*\)(.*/\1/p' "$work/$id.c" | head -n 1)
-  "$cc" -O3 -march=native -pthread -DKERNEL_SOURCE="\"$work/$id.c\"" -DKERNEL="$kernel" \
-    "$root/bench/mix_kernel.c" -o "$work/$id" -lm
+  bench_variant "$build" "$id" "$work/$id" "$root/bench/mix_kernel.c"
   bins+=("$work/$id")
 done
 echo "== from memory: d = 7168, T = 4096, N = 9"

@@ -18,6 +18,7 @@ if [ $# -lt 2 ]; then
   exit 2
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/variant_bench.sh"
 shape=$1
 shift
 build=$(cd "${BUILD_DIR:-$root/build}" && pwd)
@@ -32,12 +33,7 @@ cc=${CC:-cc}
 "$cc" -O3 -march=native -pthread -I"$build/runtime/include" "$root/bench/mix_kernel.c" -o "$work/read_only"
 bins=(read_only)
 for id in "$@"; do
-  "$build/bin/attnres" gen "$id" >"$work/$id.c"
-  # The entry point as the generated file names it (CPU kernels are named
-  # without their thread count, which is set at launch; older ones with it).
-  kernel=$(sed -n 's/^void \(attnres_[A-Za-z0-9_]*\)(.*/\1/p' "$work/$id.c" | head -n 1)
-  "$cc" -O3 -march=native -pthread -DKERNEL_SOURCE="\"$work/$id.c\"" -DKERNEL="$kernel" \
-    "$root/bench/mix_kernel.c" -o "$work/$id" -lm
+  bench_variant "$build" "$id" "$work/$id" "$root/bench/mix_kernel.c"
   bins+=("$id")
 done
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attnres.h"
+#include "parse_int.h"
 
 int cli_parse_double(const char *cmd, const char *flag, const char *text, double *out)
 {
@@ -25,22 +26,11 @@ int cli_parse_double(const char *cmd, const char *flag, const char *text, double
 int cli_parse_int_range(const char *cmd, const char *flag, const char *text, int64_t min, int64_t max,
                         int64_t *out)
 {
-    /* strtoll alone would take " +7" and saturate on overflow; the first
-     * character must be a digit or '-', and ERANGE is an error. */
-    char *end;
-    errno = 0;
-    long long v = 0;
-    int ok = (text[0] >= '0' && text[0] <= '9') || (text[0] == '-' && text[1] >= '0' && text[1] <= '9');
-    if (ok) {
-        v = strtoll(text, &end, 10);
-        ok = !*end && errno != ERANGE && v >= min && v <= max;
-    }
-    if (!ok) {
+    if (tune_parse_int(text, min, max, out) != 0) {
         cli_error(cmd, "%s must be an integer from %lld to %lld (got '%s')", flag, (long long)min, (long long)max,
                   text);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
@@ -64,6 +54,24 @@ int cli_parse_dtype(const char *cmd, const char *flag, const char *value, void *
         return -1;
     }
     return 0;
+}
+
+int cli_parse_op(const char *cmd, const char *flag, const char *value, void *dst)
+{
+    static const struct {
+        const char *name;
+        attnres_op op;
+    } ops[] = {{"mix", ATTNRES_OP_MIX},
+               {"phase1", ATTNRES_OP_PHASE1},
+               {"phase2", ATTNRES_OP_PHASE2},
+               {"mix_backward", ATTNRES_OP_MIX_BACKWARD}};
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+        if (strcmp(value, ops[k].name) == 0) {
+            *(attnres_op *)dst = ops[k].op;
+            return 0;
+        }
+    cli_error(cmd, "%s must be mix, phase1, phase2 or mix_backward (got '%s')", flag, value);
+    return -1;
 }
 
 /* "a, b or c" for a choice's message. */

@@ -85,6 +85,10 @@ typedef struct cli_spec {
 /* A CLI_CUSTOM parser for --dtype: f32, bf16 or f16 into an attnres_dtype. */
 int cli_parse_dtype(const char *cmd, const char *flag, const char *value, void *dst);
 
+/* A CLI_CUSTOM parser for --op: an op by its problems-file name (mix,
+ * phase1, phase2, mix_backward) into an attnres_op. */
+int cli_parse_op(const char *cmd, const char *flag, const char *value, void *dst);
+
 #define CLI_PARSED 0
 #define CLI_HELP 1 /* the usage was printed: exit with CLI_EXIT_OK */
 

@@ -46,16 +46,31 @@ static void print_run_line(const char *role, const ardb_run_info *r)
            r->driver ? r->driver : "-", r->note ? "  note: " : "", r->note ? r->note : "");
 }
 
-/* Loads two runs and their comparison; prints the reason on failure. */
-static int load_pair(ardb *db, int64_t a, int64_t b, ardb_run_info *ra, ardb_run_info *rb, ardb_diff_row **rows,
-                     size_t *n)
+/* Two runs and the comparison of their winners, problem by problem: what
+ * diff and regress show. */
+typedef struct run_pair {
+    ardb_run_info ra, rb;
+    ardb_diff_row *rows;
+    size_t n;
+} run_pair;
+
+/* Loads runs a and b and their comparison into cmp, which pair_free
+ * empties whatever happened; prints the reason on failure. */
+static int load_pair(ardb *db, int64_t a, int64_t b, run_pair *cmp)
 {
-    if (ardb_run_get(db, a, ra) != ARDB_DONE || ardb_run_get(db, b, rb) != ARDB_DONE ||
-        ardb_diff_runs(db, a, b, rows, n) != ARDB_DONE) {
+    if (ardb_run_get(db, a, &cmp->ra) != ARDB_DONE || ardb_run_get(db, b, &cmp->rb) != ARDB_DONE ||
+        ardb_diff_runs(db, a, b, &cmp->rows, &cmp->n) != ARDB_DONE) {
         cli_error("db", "%s", ardb_errmsg(db));
         return -1;
     }
     return 0;
+}
+
+static void pair_free(run_pair *cmp)
+{
+    ardb_diff_free(cmp->rows, cmp->n);
+    ardb_run_info_clear(&cmp->ra);
+    ardb_run_info_clear(&cmp->rb);
 }
 
 static void json_row(FILE *out, const ardb_diff_row *r, ardb_change c)
@@ -81,6 +96,28 @@ static void json_row(FILE *out, const ardb_diff_row *r, ardb_change c)
             ardb_diff_beyond_noise(r) ? "true" : "false", ardb_change_name(c));
     db_json_string(out, r->winner_b ? "ok" : r->status_b);
     fputs("}", out);
+}
+
+/* Prints a JSON array of the rows whose change is one of kinds[0, count):
+ * each row whole (json_row), or with names_only its problem's name. */
+static void json_rows_of(const run_pair *cmp, double pct, const ardb_change *kinds, size_t count, int names_only)
+{
+    int first = 1;
+    printf("[");
+    for (size_t k = 0; k < count; k++)
+        for (size_t i = 0; i < cmp->n; i++)
+            if (ardb_diff_classify(&cmp->rows[i], pct) == kinds[k]) {
+                if (names_only)
+                    printf(first ? "" : ", ");
+                else
+                    printf(first ? "\n  " : ",\n  ");
+                first = 0;
+                if (names_only)
+                    db_json_string(stdout, cmp->rows[i].problem);
+                else
+                    json_row(stdout, &cmp->rows[i], kinds[k]);
+            }
+    printf("%s]", first || names_only ? "" : "\n ");
 }
 
 /* ---- diff ------------------------------------------------------------------- */
@@ -110,32 +147,29 @@ int db_cmd_diff(int argc, char **argv)
         ardb_close(db);
         return CLI_EXIT_USAGE;
     }
-    ardb_run_info ra, rb;
-    ardb_diff_row *rows = NULL;
-    size_t n = 0;
-    memset(&ra, 0, sizeof ra);
-    memset(&rb, 0, sizeof rb);
+    run_pair cmp;
+    memset(&cmp, 0, sizeof cmp);
     int code = CLI_EXIT_OK;
-    if (load_pair(db, a, b, &ra, &rb, &rows, &n)) {
+    if (load_pair(db, a, b, &cmp)) {
         code = CLI_EXIT_FAIL;
     } else if (json) {
         printf("{\"a\": ");
-        db_print_run_json(stdout, &ra);
+        db_print_run_json(stdout, &cmp.ra);
         printf(",\n \"b\": ");
-        db_print_run_json(stdout, &rb);
+        db_print_run_json(stdout, &cmp.rb);
         printf(",\n \"threshold_pct\": %g, \"noise_k\": %g,\n \"problems\": [", pct, ARDB_NOISE_K);
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < cmp.n; i++) {
             printf(i ? ",\n  " : "\n  ");
-            json_row(stdout, &rows[i], ardb_diff_classify(&rows[i], pct));
+            json_row(stdout, &cmp.rows[i], ardb_diff_classify(&cmp.rows[i], pct));
         }
-        printf("%s]}\n", n ? "\n " : "");
+        printf("%s]}\n", cmp.n ? "\n " : "");
     } else {
-        print_run_line("A", &ra);
-        print_run_line("B", &rb);
+        print_run_line("A", &cmp.ra);
+        print_run_line("B", &cmp.rb);
         printf("\n%-44s %-32s %11s %-32s %11s %8s %-7s %s\n", "problem", "winner A", "A (us)", "winner B", "B (us)",
                "B/A", "noise", "change");
-        for (size_t i = 0; i < n; i++) {
-            const ardb_diff_row *r = &rows[i];
+        for (size_t i = 0; i < cmp.n; i++) {
+            const ardb_diff_row *r = &cmp.rows[i];
             char ua[32] = "-", ub[32] = "-", ratio[32] = "-";
             if (r->winner_a)
                 snprintf(ua, sizeof ua, "%.2f", r->us_a);
@@ -151,15 +185,13 @@ int db_cmd_diff(int argc, char **argv)
                    ardb_change_name(c), !r->winner_b && r->status_b ? " (" : "",
                    !r->winner_b && r->status_b ? r->status_b : "", !r->winner_b && r->status_b ? ")" : "");
         }
-        if (n == 0)
+        if (cmp.n == 0)
             printf("(neither run recorded anything to compare)\n");
         printf("\nchange: slower/faster = beyond %g%% and beyond %g x the summed spreads; "
                "noise: |B - A| against %g x (spread A + spread B)\n",
                pct, ARDB_NOISE_K, ARDB_NOISE_K);
     }
-    ardb_diff_free(rows, n);
-    ardb_run_info_clear(&ra);
-    ardb_run_info_clear(&rb);
+    pair_free(&cmp);
     ardb_close(db);
     return code;
 }
@@ -218,11 +250,8 @@ int db_cmd_regress(int argc, char **argv)
     int64_t a, b;
     if (db_open(path, ARDB_READONLY, &db))
         return REGRESS_USAGE;
-    ardb_run_info ra, rb;
-    ardb_diff_row *rows = NULL;
-    size_t n = 0;
-    memset(&ra, 0, sizeof ra);
-    memset(&rb, 0, sizeof rb);
+    run_pair cmp;
+    memset(&cmp, 0, sizeof cmp);
     int code = REGRESS_USAGE;
     if (db_resolve_run(db, base_text, &a))
         goto done;
@@ -230,80 +259,56 @@ int db_cmd_regress(int argc, char **argv)
         if (db_resolve_run(db, cand_text, &b))
             goto done;
     } else {
-        if (ardb_run_get(db, a, &ra) != ARDB_DONE) {
+        if (ardb_run_get(db, a, &cmp.ra) != ARDB_DONE) {
             cli_error("db", "%s", ardb_errmsg(db));
             goto done;
         }
-        if (ardb_run_latest_on_device(db, ra.device_id, a, &b) != ARDB_DONE) {
+        if (ardb_run_latest_on_device(db, cmp.ra.device_id, a, &b) != ARDB_DONE) {
             cli_error("db", "%s; give --candidate RUN", ardb_errmsg(db));
             goto done;
         }
-        ardb_run_info_clear(&ra);
+        ardb_run_info_clear(&cmp.ra);
     }
     if (a == b) {
         cli_error("db", "the baseline and the candidate are the same run (%" PRId64 ")", a);
         goto done;
     }
-    if (load_pair(db, a, b, &ra, &rb, &rows, &n))
+    if (load_pair(db, a, b, &cmp))
         goto done;
-    if (refuse_incomplete("baseline", &ra) || refuse_incomplete("candidate", &rb))
+    if (refuse_incomplete("baseline", &cmp.ra) || refuse_incomplete("candidate", &cmp.rb))
         goto done;
 
     size_t counts[6] = {0}, compared = 0;
-    for (size_t i = 0; i < n; i++) {
-        ardb_change c = ardb_diff_classify(&rows[i], pct);
+    for (size_t i = 0; i < cmp.n; i++) {
+        ardb_change c = ardb_diff_classify(&cmp.rows[i], pct);
         counts[c]++;
-        compared += rows[i].winner_a && rows[i].winner_b;
+        compared += cmp.rows[i].winner_a && cmp.rows[i].winner_b;
     }
     size_t regressions = counts[ARDB_CHANGE_SLOWER] + counts[ARDB_CHANGE_LOST];
     if (json) {
-        static const ardb_change kinds[] = {ARDB_CHANGE_SLOWER, ARDB_CHANGE_LOST};
+        static const ardb_change regressed[] = {ARDB_CHANGE_SLOWER, ARDB_CHANGE_LOST}, faster = ARDB_CHANGE_FASTER,
+                                  missing = ARDB_CHANGE_MISSING, added = ARDB_CHANGE_NEW;
         printf("{\"baseline\": ");
-        db_print_run_json(stdout, &ra);
+        db_print_run_json(stdout, &cmp.ra);
         printf(",\n \"candidate\": ");
-        db_print_run_json(stdout, &rb);
+        db_print_run_json(stdout, &cmp.rb);
         printf(",\n \"threshold_pct\": %g, \"noise_k\": %g, \"compared\": %zu, \"regressed\": %s,\n", pct,
                ARDB_NOISE_K, compared, regressions ? "true" : "false");
-        printf(" \"regressions\": [");
-        int first = 1;
-        for (size_t k = 0; k < 2; k++)
-            for (size_t i = 0; i < n; i++)
-                if (ardb_diff_classify(&rows[i], pct) == kinds[k]) {
-                    printf(first ? "\n  " : ",\n  ");
-                    first = 0;
-                    json_row(stdout, &rows[i], kinds[k]);
-                }
-        printf("%s],\n \"improvements\": [", first ? "" : "\n ");
-        first = 1;
-        for (size_t i = 0; i < n; i++)
-            if (ardb_diff_classify(&rows[i], pct) == ARDB_CHANGE_FASTER) {
-                printf(first ? "\n  " : ",\n  ");
-                first = 0;
-                json_row(stdout, &rows[i], ARDB_CHANGE_FASTER);
-            }
-        printf("%s],\n \"missing\": [", first ? "" : "\n ");
-        first = 1;
-        for (size_t i = 0; i < n; i++)
-            if (ardb_diff_classify(&rows[i], pct) == ARDB_CHANGE_MISSING) {
-                printf(first ? "" : ", ");
-                first = 0;
-                db_json_string(stdout, rows[i].problem);
-            }
-        printf("],\n \"new\": [");
-        first = 1;
-        for (size_t i = 0; i < n; i++)
-            if (ardb_diff_classify(&rows[i], pct) == ARDB_CHANGE_NEW) {
-                printf(first ? "" : ", ");
-                first = 0;
-                db_json_string(stdout, rows[i].problem);
-            }
-        printf("]}\n");
+        printf(" \"regressions\": ");
+        json_rows_of(&cmp, pct, regressed, 2, 0);
+        printf(",\n \"improvements\": ");
+        json_rows_of(&cmp, pct, &faster, 1, 0);
+        printf(",\n \"missing\": ");
+        json_rows_of(&cmp, pct, &missing, 1, 1);
+        printf(",\n \"new\": ");
+        json_rows_of(&cmp, pct, &added, 1, 1);
+        printf("}\n");
     } else {
-        print_run_line("baseline", &ra);
-        print_run_line("candidate", &rb);
+        print_run_line("baseline", &cmp.ra);
+        print_run_line("candidate", &cmp.rb);
         printf("threshold %g%%, noise %g x (spread of baseline + spread of candidate)\n\n", pct, ARDB_NOISE_K);
-        for (size_t i = 0; i < n; i++) {
-            const ardb_diff_row *r = &rows[i];
+        for (size_t i = 0; i < cmp.n; i++) {
+            const ardb_diff_row *r = &cmp.rows[i];
             ardb_change c = ardb_diff_classify(r, pct);
             if (c == ARDB_CHANGE_SLOWER)
                 printf("REGRESSION %-44s %10.2f us -> %10.2f us  x%.3f  (+-%.2f, +-%.2f)  %s -> %s\n", r->problem,
@@ -322,9 +327,7 @@ int db_cmd_regress(int argc, char **argv)
     }
     code = regressions ? REGRESS_FOUND : REGRESS_NONE;
 done:
-    ardb_diff_free(rows, n);
-    ardb_run_info_clear(&ra);
-    ardb_run_info_clear(&rb);
+    pair_free(&cmp);
     ardb_close(db);
     return code;
 }

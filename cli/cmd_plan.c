@@ -18,23 +18,6 @@ static const char plan_usage[] =
     "  the explanation ends with the workspace a run of up to T tokens needs\n"
     "  (default 4096), which the caller allocates once at load.\n";
 
-/* --op NAME: the ops a plan can be made for, by their problems-file names. */
-static int parse_op(const char *cmd, const char *flag, const char *v, void *dst)
-{
-    static const struct { const char *name; attnres_op op; } ops[] = {
-        {"mix", ATTNRES_OP_MIX},
-        {"phase1", ATTNRES_OP_PHASE1},
-        {"phase2", ATTNRES_OP_PHASE2},
-        {"mix_backward", ATTNRES_OP_MIX_BACKWARD}};
-    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
-        if (strcmp(v, ops[k].name) == 0) {
-            *(attnres_op *)dst = ops[k].op;
-            return 0;
-        }
-    cli_error(cmd, "%s must be mix, phase1, phase2 or mix_backward (got '%s')", flag, v);
-    return -1;
-}
-
 int cmd_plan(int argc, char **argv)
 {
     const char *device = NULL, *dbpath = NULL;
@@ -48,7 +31,7 @@ int cmd_plan(int argc, char **argv)
     int additive = 0, epilogue = 0, fuse_add = 0, require_exact = 0, explain = 0;
     const cli_opt opts[] = {CLI_OPT_STRING("--device", &device),
                             CLI_OPT_STRING("--db", &dbpath),
-                            CLI_OPT_CUSTOM("--op", &p.op, parse_op),
+                            CLI_OPT_CUSTOM("--op", &p.op, cli_parse_op),
                             CLI_OPT_CUSTOM("--dtype", &p.dtype, cli_parse_dtype),
                             CLI_OPT_INT64("--d", &d, 1, PROBLEM_MAX_D),
                             CLI_OPT_INT64("--n", &n, 1, PROBLEM_MAX_N),

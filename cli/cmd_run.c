@@ -69,19 +69,10 @@ static int op_bit(attnres_op op)
 static int parse_op(const char *cmd, const char *flag, const char *v, void *dst)
 {
     run_opts *o = dst;
-    static const struct { const char *name; attnres_op op; } ops[] = {
-        {"mix", ATTNRES_OP_MIX},
-        {"phase1", ATTNRES_OP_PHASE1},
-        {"phase2", ATTNRES_OP_PHASE2},
-        {"mix_backward", ATTNRES_OP_MIX_BACKWARD}};
-    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
-        if (strcmp(v, ops[k].name) == 0) {
-            o->op = ops[k].op;
-            o->op_name = ops[k].name;
-            return 0;
-        }
-    cli_error(cmd, "%s must be mix, phase1, phase2 or mix_backward (got '%s')", flag, v);
-    return -1;
+    if (cli_parse_op(cmd, flag, v, &o->op))
+        return -1;
+    o->op_name = v; /* a word of argv, which lives as long as the run */
+    return 0;
 }
 
 static int parse(int argc, char **argv, run_opts *o)

@@ -39,6 +39,19 @@ typedef struct out_file {
     int64_t shape[3];
 } out_file;
 
+/* One output of a run on its way to its file: the device buffer the op
+ * wrote (NULL: the run has no such output), the host buffer it is copied
+ * back to, `count` elements in the storage dtype, and the float32 copy
+ * the file gets (NULL when the output is float32 already, as lse is; the
+ * file's data is then the host buffer). */
+typedef struct run_output {
+    const void *device;
+    void *host;
+    size_t count;
+    float *f;
+    out_file file;
+} run_output;
+
 /* Each op's run (cmd_run_mix.c, cmd_run_phase.c): reads its inputs, runs
  * the op on the device and writes its outputs; a CLI_EXIT_* code. */
 int run_mix(const run_opts *o);
@@ -82,6 +95,16 @@ void run_unstage(staged *st);
 int run_open_plan(const run_opts *o, const attnres_problem *p, attnres_device **dev, attnres_db **db,
                   attnres_plan **plan);
 void run_close_plan(attnres_device *dev, attnres_db *db, attnres_plan *plan);
+
+/* After a launch that returned rc: prints the failure, or copies every
+ * output back and converts it to float32; the staged buffers are released
+ * either way. 0, else -1 with the reason printed. */
+int run_fetch(const run_opts *o, attnres_plan *plan, int rc, staged *st, run_output *outs, int count);
+
+/* The end of a run (at most RUN_MAX_OUTPUTS outputs): run_fetch, then the
+ * files written, all or none. CLI_EXIT_OK, else CLI_EXIT_FAIL with the
+ * reason printed. */
+int run_deliver(const run_opts *o, attnres_plan *plan, int rc, staged *st, run_output *outs, int count);
 
 /* Checks p before anything large is allocated for it. */
 int run_check_problem(const attnres_problem *p);

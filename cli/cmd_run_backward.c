@@ -167,22 +167,13 @@ int run_mix_backward(const run_opts *o)
     a.workspace = d_ws;
     a.workspace_size = ws_bytes;
     rc = attnres_run_mix_backward(plan, in.t, &a, NULL);
-    if (rc)
-        cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
     float dalpha = 0;
-    if (!rc && (dev->ops->copy_to_host(dev, h.dsrc, d_dsrc, row * n * es) != ATTNRES_OK ||
-                dev->ops->copy_to_host(dev, h.du, d_du, d * 4) != ATTNRES_OK ||
-                (o->partial && (dev->ops->copy_to_host(dev, h.dpartial, d_dpart, row * es) != ATTNRES_OK ||
-                                dev->ops->copy_to_host(dev, &dalpha, d_dalpha, 4) != ATTNRES_OK)))) {
-        cli_error("run", "copying the gradients back: %s", attnres_device_errmsg(dev));
-        rc = -1;
-    }
-    run_unstage(&st);
-    if (rc)
+    run_output grads[] = {{d_dsrc, h.dsrc, row * n, h.dsrc_f, {NULL, NULL, 0, {0, 0, 0}}},
+                          {d_du, h.du, d, NULL, {NULL, NULL, 0, {0, 0, 0}}},
+                          {d_dpart, h.dpartial, row, h.dpartial_f, {NULL, NULL, 0, {0, 0, 0}}},
+                          {d_dalpha, &dalpha, 1, NULL, {NULL, NULL, 0, {0, 0, 0}}}};
+    if (run_fetch(o, plan, rc, &st, grads, 4))
         goto done;
-    convert_from_storage(o->dtype, h.dsrc, h.dsrc_f, row * n);
-    if (o->partial)
-        convert_from_storage(o->dtype, h.dpartial, h.dpartial_f, row);
     /* u = G ⊙ W, so dW = du ⊙ G and dG = du ⊙ W (G = 1 without --gain). */
     for (size_t k = 0; k < d; k++) {
         h.dquery[k] = o->gain ? h.du[k] * in.gain.data[k] : h.du[k];

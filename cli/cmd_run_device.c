@@ -7,6 +7,7 @@
 #include "attnres.h"
 #include "cli.h"
 #include "cmd_run.h"
+#include "convert.h"
 
 /* Allocates bytes on the device and copies host data there (if any). */
 void *run_stage(staged *st, const void *host, size_t bytes)
@@ -27,6 +28,37 @@ void run_unstage(staged *st)
     for (int i = 0; i < st->count; i++)
         st->dev->ops->mem_free(st->dev, st->ptr[i]);
     st->count = 0;
+}
+
+int run_fetch(const run_opts *o, attnres_plan *plan, int rc, staged *st, run_output *outs, int count)
+{
+    attnres_device *dev = st->dev;
+    const size_t es = attnres_dtype_size(o->dtype);
+    if (rc)
+        cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
+    for (int i = 0; !rc && i < count; i++)
+        if (outs[i].device && dev->ops->copy_to_host(dev, outs[i].host, outs[i].device,
+                                                     outs[i].count * (outs[i].f ? es : 4)) != ATTNRES_OK) {
+            cli_error("run", "copying the outputs back: %s", attnres_device_errmsg(dev));
+            rc = -1;
+        }
+    run_unstage(st);
+    if (rc)
+        return -1;
+    for (int i = 0; i < count; i++)
+        if (outs[i].device && outs[i].f)
+            convert_from_storage(o->dtype, outs[i].host, outs[i].f, outs[i].count);
+    return 0;
+}
+
+int run_deliver(const run_opts *o, attnres_plan *plan, int rc, staged *st, run_output *outs, int count)
+{
+    if (count > RUN_MAX_OUTPUTS || run_fetch(o, plan, rc, st, outs, count))
+        return CLI_EXIT_FAIL;
+    out_file files[RUN_MAX_OUTPUTS];
+    for (int i = 0; i < count; i++)
+        files[i] = outs[i].file;
+    return run_write_outputs(files, count) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
 
 /* Opens the device, the database if any, and plans p. On failure the

@@ -127,24 +127,11 @@ int run_mix(const run_opts *o)
     a.out_gain = d_gain;
     a.out_eps = (float)o->out_eps;
     a.normed = d_normed;
-    int rc = attnres_run_mix(plan, in.t, &a, NULL);
-    if (rc)
-        cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
-    if (!rc)
-        rc = dev->ops->copy_to_host(dev, out_store, d_out, row * es);
-    if (!rc && p.epilogue)
-        rc = dev->ops->copy_to_host(dev, normed_store, d_normed, row * es);
+    const int rc = attnres_run_mix(plan, in.t, &a, NULL);
     free(dsrcs);
-    run_unstage(&st);
-    if (rc)
-        goto done;
-    convert_from_storage(o->dtype, out_store, out_f, row);
-    if (p.epilogue)
-        convert_from_storage(o->dtype, normed_store, normed_f, row);
-    out_file files[] = {{o->out, out_f, 2, {in.t, in.d, 0}}, {o->normed, normed_f, 2, {in.t, in.d, 0}}};
-    if (run_write_outputs(files, 2))
-        goto done;
-    exit_code = CLI_EXIT_OK;
+    run_output outs[] = {{d_out, out_store, row, out_f, {o->out, out_f, 2, {in.t, in.d, 0}}},
+                         {d_normed, normed_store, row, normed_f, {o->normed, normed_f, 2, {in.t, in.d, 0}}}};
+    exit_code = run_deliver(o, plan, rc, &st, outs, 2);
 done:
     run_close_plan(dev, db, plan);
     free(src_store);

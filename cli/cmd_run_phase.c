@@ -105,22 +105,10 @@ int run_phase1(const run_opts *o)
     a.eps = (float)o->eps;
     a.o1 = o1s;
     a.lse = lses;
-    int rc = attnres_run_phase1(plan, t, &a, NULL);
-    if (rc)
-        cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
-    if (!rc && (dev->ops->copy_to_host(dev, o1_store, d_o1, row * (size_t)s * es) != ATTNRES_OK ||
-                dev->ops->copy_to_host(dev, lse, d_lse, lse_bytes) != ATTNRES_OK)) {
-        cli_error("run", "copying the outputs back: %s", attnres_device_errmsg(dev));
-        rc = -1;
-    }
-    run_unstage(&st);
-    if (rc)
-        goto done;
-    convert_from_storage(o->dtype, o1_store, o1_f, row * (size_t)s);
-    out_file files[] = {{o->out, o1_f, 3, {s, t, d}}, {o->lse, lse, 3, {s, t, h}}};
-    if (run_write_outputs(files, 2))
-        goto done;
-    exit_code = CLI_EXIT_OK;
+    const int rc = attnres_run_phase1(plan, t, &a, NULL);
+    run_output outs[] = {{d_o1, o1_store, row * (size_t)s, o1_f, {o->out, o1_f, 3, {s, t, d}}},
+                         {d_lse, lse, lse_bytes / 4, NULL, {o->lse, lse, 3, {s, t, h}}}};
+    exit_code = run_deliver(o, plan, rc, &st, outs, 2);
 done:
     run_close_plan(dev, db, plan);
     free(src_store);
@@ -262,29 +250,11 @@ int run_phase2(const run_opts *o)
     a.out_gain = d_gain;
     a.out_eps = (float)o->out_eps;
     a.normed = d_normed;
-    int rc = attnres_run_phase2(plan, t, &a, NULL);
-    if (rc)
-        cli_error("run", "%s: %s", attnres_errstr(rc), attnres_plan_errmsg(plan));
-    if (!rc && (dev->ops->copy_to_host(dev, out_store, d_out, row * es) != ATTNRES_OK ||
-                (p.epilogue && dev->ops->copy_to_host(dev, normed_store, d_normed, row * es) != ATTNRES_OK) ||
-                (p.fuse_add && dev->ops->copy_to_host(dev, b_store, d_b, row * es) != ATTNRES_OK))) {
-        cli_error("run", "copying the outputs back: %s", attnres_device_errmsg(dev));
-        rc = -1;
-    }
-    run_unstage(&st);
-    if (rc)
-        goto done;
-    convert_from_storage(o->dtype, out_store, out_f, row);
-    if (p.epilogue)
-        convert_from_storage(o->dtype, normed_store, normed_f, row);
-    if (p.fuse_add)
-        convert_from_storage(o->dtype, b_store, b_f, row);
-    out_file files[] = {{o->out, out_f, 2, {t, d, 0}},
-                        {o->normed, normed_f, 2, {t, d, 0}},
-                        {o->partial_out, b_f, 2, {t, d, 0}}};
-    if (run_write_outputs(files, 3))
-        goto done;
-    exit_code = CLI_EXIT_OK;
+    const int rc = attnres_run_phase2(plan, t, &a, NULL);
+    run_output outs[] = {{d_out, out_store, row, out_f, {o->out, out_f, 2, {t, d, 0}}},
+                         {d_normed, normed_store, row, normed_f, {o->normed, normed_f, 2, {t, d, 0}}},
+                         {p.fuse_add ? d_b : NULL, b_store, row, b_f, {o->partial_out, b_f, 2, {t, d, 0}}}};
+    exit_code = run_deliver(o, plan, rc, &st, outs, 3);
 done:
     run_close_plan(dev, db, plan);
     free(o1_store);

@@ -134,6 +134,20 @@ int argen_open_module(const char *template_dir, const char *name, argen **out,
     return 0;
 }
 
+/* Takes the string on top of the Lua stack: a copy to free in *out, and
+ * it off the stack; 1 with the message in g->msg when memory runs out. */
+static int pop_string(argen *g, char **out)
+{
+    lua_State *L = sandbox_state(g->sb);
+    *out = dup_str(lua_tostring(L, -1));
+    lua_pop(L, 1);
+    if (!*out) {
+        snprintf(g->msg, sizeof g->msg, "out of memory");
+        return 1;
+    }
+    return 0;
+}
+
 int argen_module_text(argen *g, const char *fn, char **text)
 {
     *text = NULL;
@@ -147,19 +161,12 @@ int argen_module_text(argen *g, const char *fn, char **text)
     lua_remove(L, -2);
     if (sandbox_call(g->sb, 0, 1, g->msg, sizeof g->msg))
         return 1;
-    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    if (!s) {
+    if (lua_type(L, -1) != LUA_TSTRING) {
         lua_pop(L, 1);
         snprintf(g->msg, sizeof g->msg, "%s: %s() must return a string", g->file, fn);
         return 1;
     }
-    *text = dup_str(s);
-    lua_pop(L, 1);
-    if (!*text) {
-        snprintf(g->msg, sizeof g->msg, "out of memory");
-        return 1;
-    }
-    return 0;
+    return pop_string(g, text);
 }
 
 size_t argen_file_count(const argen *g) { return sandbox_file_count(g->sb); }
@@ -289,29 +296,40 @@ int argen_applies(argen *g, const char *id, const argen_problem *problem,
     return ok;
 }
 
+/* Calls the prelude's fn for one result, a string or nil, copied into buf
+ * (nil as ""): the length the string needed, as snprintf counts it, with
+ * *given whether there was one; -1 with the message in buf on a template
+ * error. */
+static int call_for_text(argen *g, const char *fn, const char *id, const argen_problem *problem,
+                         const argen_device *device, char *buf, size_t len, int *given)
+{
+    lua_State *L = sandbox_state(g->sb);
+    if (call_for_problem(g, fn, id, problem, device, 1, buf, len))
+        return -1;
+    const char *text = lua_tostring(L, -1);
+    *given = text != NULL;
+    const int n = snprintf(buf, len, "%s", text ? text : "");
+    lua_pop(L, 1);
+    return n < 0 ? 0 : n;
+}
+
 int argen_prune(argen *g, const char *id, const argen_problem *problem,
                 const argen_device *device, char *why, size_t why_len)
 {
-    lua_State *L = sandbox_state(g->sb);
-    if (call_for_problem(g, "prune", id, problem, device, 1, why, why_len))
+    int pruned;
+    if (call_for_text(g, "prune", id, problem, device, why, why_len, &pruned) < 0)
         return -1;
-    const char *reason = lua_tostring(L, -1);
-    const int pruned = reason != NULL;
-    snprintf(why, why_len, "%s", pruned ? reason : "");
-    lua_pop(L, 1);
     return pruned;
 }
 
 int argen_specialize(argen *g, const char *id, const argen_problem *problem,
                      const argen_device *device, char *spec, size_t spec_len)
 {
-    lua_State *L = sandbox_state(g->sb);
-    if (call_for_problem(g, "specialize", id, problem, device, 1, spec, spec_len))
+    int given;
+    const int n = call_for_text(g, "specialize", id, problem, device, spec, spec_len, &given);
+    if (n < 0)
         return -1;
-    const char *text = lua_tostring(L, -1);
-    int n = snprintf(spec, spec_len, "%s", text ? text : "");
-    lua_pop(L, 1);
-    if (n < 0 || (size_t)n >= spec_len) {
+    if ((size_t)n >= spec_len) {
         snprintf(g->msg, sizeof g->msg, "%s: specialization of %s too long", g->file, id);
         snprintf(spec, spec_len, "%s", g->msg);
         return -1;
@@ -367,13 +385,7 @@ int argen_generic(argen *g, const char *dtype, char **id)
     lua_pushstring(L, dtype);
     if (sandbox_call(g->sb, 3, 1, g->msg, sizeof g->msg))
         return 1;
-    *id = dup_str(lua_tostring(L, -1));
-    lua_pop(L, 1);
-    if (!*id) {
-        snprintf(g->msg, sizeof g->msg, "out of memory");
-        return 1;
-    }
-    return 0;
+    return pop_string(g, id);
 }
 
 int argen_builtin(argen *g, const char *dtype, const char *level, char **id, int *step)

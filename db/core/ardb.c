@@ -185,13 +185,11 @@ static void copy_msg(char *msg, size_t msg_len, const char *text)
     }
 }
 
-/* Runs a statement that needs no values and may return rows (PRAGMA). */
-static int exec_pragma(ardb *db, const char *sql)
+int ardb__exec(ardb *db, const char *sql, const char *what)
 {
     int rc = sqlite3_exec(db->h, sql, NULL, NULL, NULL);
     if (rc != SQLITE_OK)
-        return ardb__fail(db, ardb__map_rc(rc), "%s: %s", sql,
-                          sqlite3_errmsg(db->h));
+        return ardb__sql_fail(db, rc, what);
     return ARDB_DONE;
 }
 
@@ -397,7 +395,7 @@ static int open_connection(ardb *db, int create)
         if (code || (code = probe(db, &probe_rc)))
             return code;
     }
-    return exec_pragma(db, "PRAGMA foreign_keys = ON");
+    return ardb__exec(db, "PRAGMA foreign_keys = ON", "PRAGMA foreign_keys = ON");
 }
 
 static char *dup_string(const char *s)

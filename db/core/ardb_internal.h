@@ -68,6 +68,9 @@ int ardb__fail(ardb *db, int code, const char *fmt, ...)
 int ardb__map_rc(int rc);
 /* Records "what: sqlite3_errmsg()" and returns the mapped code. */
 int ardb__sql_fail(ardb *db, int rc, const char *what);
+/* Runs statements that take no values (a PRAGMA, BEGIN, COMMIT); on
+ * failure records "what: sqlite3_errmsg()" and returns the mapped code. */
+int ardb__exec(ardb *db, const char *sql, const char *what);
 /* The cached statement for id (prepared on first use), reset and unbound. */
 int ardb__stmt(ardb *db, int id, const char *sql, sqlite3_stmt **st);
 /* Resets a statement after use so that it holds no read transaction. */

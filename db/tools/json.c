@@ -274,15 +274,35 @@ static int expect_word(parser *ps, const char *w)
     return 0;
 }
 
+/* Takes the character c if it comes next; whether it did. */
+static int take(parser *ps, char c)
+{
+    if (ps->p < ps->end && *ps->p == c) {
+        ps->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* What follows an element or a member: 1 for ',' (another comes), 0 for
+ * the container's `close`, else -1 with the failure `expected`. */
+static int next_item(parser *ps, char close, const char *expected)
+{
+    skip_space(ps);
+    if (take(ps, ','))
+        return 1;
+    if (take(ps, close))
+        return 0;
+    return fail(ps, "%s", expected);
+}
+
 static int parse_array(parser *ps, ardb_json *v, int depth)
 {
     size_t cap = 0;
     v->type = ARDB_JSON_ARRAY;
     skip_space(ps);
-    if (ps->p < ps->end && *ps->p == ']') {
-        ps->p++;
+    if (take(ps, ']'))
         return 0;
-    }
     for (;;) {
         if (v->count == cap) {
             size_t ncap = cap ? cap * 2 : 8;
@@ -296,16 +316,9 @@ static int parse_array(parser *ps, ardb_json *v, int depth)
         v->count++;
         if (parse_value(ps, &v->items[v->count - 1], depth + 1))
             return -1;
-        skip_space(ps);
-        if (ps->p < ps->end && *ps->p == ',') {
-            ps->p++;
-            continue;
-        }
-        if (ps->p < ps->end && *ps->p == ']') {
-            ps->p++;
-            return 0;
-        }
-        return fail(ps, "expected ',' or ']' in an array");
+        const int more = next_item(ps, ']', "expected ',' or ']' in an array");
+        if (more <= 0)
+            return more;
     }
 }
 
@@ -314,10 +327,8 @@ static int parse_object(parser *ps, ardb_json *v, int depth)
     size_t cap = 0;
     v->type = ARDB_JSON_OBJECT;
     skip_space(ps);
-    if (ps->p < ps->end && *ps->p == '}') {
-        ps->p++;
+    if (take(ps, '}'))
         return 0;
-    }
     for (;;) {
         char *key;
         size_t klen;
@@ -350,16 +361,9 @@ static int parse_object(parser *ps, ardb_json *v, int depth)
         ps->p++;
         if (parse_value(ps, &v->items[v->count - 1], depth + 1))
             return -1;
-        skip_space(ps);
-        if (ps->p < ps->end && *ps->p == ',') {
-            ps->p++;
-            continue;
-        }
-        if (ps->p < ps->end && *ps->p == '}') {
-            ps->p++;
-            return 0;
-        }
-        return fail(ps, "expected ',' or '}' in an object");
+        const int more = next_item(ps, '}', "expected ',' or '}' in an object");
+        if (more <= 0)
+            return more;
     }
 }
 

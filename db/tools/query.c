@@ -18,14 +18,6 @@ int ardb__prepare(ardb *db, const char *sql, sqlite3_stmt **st,
     return ARDB_DONE;
 }
 
-int ardb__exec(ardb *db, const char *sql, const char *what)
-{
-    int rc = sqlite3_exec(db->h, sql, NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return ardb__sql_fail(db, rc, what);
-    return ARDB_DONE;
-}
-
 int ardb__step_fail(ardb *db, sqlite3_stmt *st, int rc, const char *what)
 {
     int code = ardb__sql_fail(db, rc, what);

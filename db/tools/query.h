@@ -16,8 +16,6 @@
 /* Prepares sql; on failure records "what: message". */
 int ardb__prepare(ardb *db, const char *sql, sqlite3_stmt **st,
                   const char *what);
-/* Runs statements that need no values. */
-int ardb__exec(ardb *db, const char *sql, const char *what);
 /* Records an SQLite failure of a step, finalizes st, returns the code. */
 int ardb__step_fail(ardb *db, sqlite3_stmt *st, int rc, const char *what);
 /* Runs a one-value integer query with up to two int64 parameters (?1, ?2);

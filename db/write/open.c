@@ -144,29 +144,21 @@ int ardb_open(const char *path, unsigned flags, ardb **out, char *msg,
 
 /* ---- transactions ------------------------------------------------------- */
 
-static int exec_tx(ardb *db, const char *sql)
-{
-    int rc = sqlite3_exec(db->h, sql, NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return ardb__fail(db, ardb__map_rc(rc), "%s failed: %s", sql,
-                          sqlite3_errmsg(db->h));
-    return ARDB_DONE;
-}
-
 int ardb_begin(ardb *db)
 {
     if (!db)
         return ARDB_EINVAL;
     /* IMMEDIATE: a writer takes the lock up front (through the busy
      * timeout) instead of failing when a read upgrades. */
-    return exec_tx(db, db->readonly ? "BEGIN DEFERRED" : "BEGIN IMMEDIATE");
+    return db->readonly ? ardb__exec(db, "BEGIN DEFERRED", "BEGIN DEFERRED failed")
+                        : ardb__exec(db, "BEGIN IMMEDIATE", "BEGIN IMMEDIATE failed");
 }
 
 int ardb_commit(ardb *db)
 {
     if (!db)
         return ARDB_EINVAL;
-    return exec_tx(db, "COMMIT");
+    return ardb__exec(db, "COMMIT", "COMMIT failed");
 }
 
 int ardb_rollback(ardb *db)
@@ -175,6 +167,6 @@ int ardb_rollback(ardb *db)
         return ARDB_EINVAL;
     if (sqlite3_get_autocommit(db->h))
         return ARDB_DONE; /* nothing open (or SQLite already rolled back) */
-    return exec_tx(db, "ROLLBACK");
+    return ardb__exec(db, "ROLLBACK", "ROLLBACK failed");
 }
 

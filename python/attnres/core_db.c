@@ -56,18 +56,6 @@ static PyObject *db_close(PyObject *op, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *db_exit(PyObject *self, PyObject *args)
-{
-    (void)args;
-    return db_close(self, NULL);
-}
-
-static PyObject *db_get_closed(PyObject *op, void *closure)
-{
-    (void)closure;
-    return PyBool_FromLong(((DbObject *)op)->closed);
-}
-
 static PyObject *db_repr(PyObject *op)
 {
     DbObject *self = (DbObject *)op;
@@ -77,12 +65,12 @@ static PyObject *db_repr(PyObject *op)
 static PyMethodDef db_methods[] = {
     {"close", db_close, METH_NOARGS, "Closes the database; plans made from it stay valid."},
     {"__enter__", handle_enter, METH_NOARGS, NULL},
-    {"__exit__", db_exit, METH_VARARGS, NULL},
+    {"__exit__", handle_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef db_getset[] = {
-    {"closed", db_get_closed, NULL, "Whether close() was called.", NULL},
+    HANDLE_CLOSED_GETSET(DbObject),
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -99,18 +99,6 @@ static PyObject *device_info(PyObject *op, void *closure)
                          "fingerprint", info.fingerprint, "simulated", info.simulated ? Py_True : Py_False);
 }
 
-static PyObject *device_exit(PyObject *self, PyObject *args)
-{
-    (void)args;
-    return device_close(self, NULL);
-}
-
-static PyObject *device_get_closed(PyObject *op, void *closure)
-{
-    (void)closure;
-    return PyBool_FromLong(((DeviceObject *)op)->closed);
-}
-
 static PyObject *device_get_spec(PyObject *op, void *closure)
 {
     (void)closure;
@@ -128,13 +116,13 @@ static PyObject *device_repr(PyObject *op)
 static PyMethodDef device_methods[] = {
     {"close", device_close, METH_NOARGS, "Closes the device (once the plans made on it are gone)."},
     {"__enter__", handle_enter, METH_NOARGS, NULL},
-    {"__exit__", device_exit, METH_VARARGS, NULL},
+    {"__exit__", handle_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef device_getset[] = {
     {"info", device_info, NULL, "The device fingerprint fields, as a dict.", NULL},
-    {"closed", device_get_closed, NULL, "Whether close() was called.", NULL},
+    HANDLE_CLOSED_GETSET(DeviceObject),
     {"spec", device_get_spec, NULL, "The spec the device was opened with.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -83,6 +83,12 @@ void plan_begin(PlanObject *self);
 void plan_end(PlanObject *self);
 void generic_dealloc(PyObject *self);
 PyObject *handle_enter(PyObject *self, PyObject *unused);
+PyObject *handle_exit(PyObject *self, PyObject *args);
+/* The getter of `closed`, for a getset entry whose closure is the offset of
+ * the handle's int closed: HANDLE_CLOSED_GETSET(DbObject). */
+PyObject *handle_get_closed(PyObject *self, void *closed_offset);
+#define HANDLE_CLOSED_GETSET(type) \
+    {"closed", handle_get_closed, NULL, "Whether close() was called.", (void *)offsetof(type, closed)}
 
 /* core_device.c, core_db.c, core_plan.c: the handle types. */
 extern PyType_Spec device_spec, db_spec, plan_spec;

@@ -1,6 +1,7 @@
 /*
  * core_lifetime.c - when the runtime handles behind Device, Db and Plan are
- * released, and what the three handle types share (deallocation, __enter__).
+ * released, and what the three handle types share (deallocation, __enter__,
+ * __exit__ and the closed attribute).
  *
  * Device, Db and Plan each own one runtime handle. A Plan keeps a reference
  * to its Device, because the runtime requires plans to be destroyed before
@@ -63,6 +64,18 @@ PyObject *handle_enter(PyObject *self, PyObject *unused)
     (void)unused;
     Py_INCREF(self);
     return self;
+}
+
+/* Leaving a with block closes the handle, through its own close(). */
+PyObject *handle_exit(PyObject *self, PyObject *args)
+{
+    (void)args;
+    return PyObject_CallMethod(self, "close", NULL);
+}
+
+PyObject *handle_get_closed(PyObject *self, void *closed_offset)
+{
+    return PyBool_FromLong(*(const int *)((const char *)self + (size_t)(uintptr_t)closed_offset));
 }
 
 /* A run pins its plan: close() from another thread meanwhile only marks

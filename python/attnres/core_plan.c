@@ -160,12 +160,6 @@ static PyObject *plan_close(PyObject *op, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *plan_exit(PyObject *self, PyObject *args)
-{
-    (void)args;
-    return plan_close(self, NULL);
-}
-
 int plan_usable(PlanObject *self)
 {
     if (self->closed || !self->plan) {
@@ -213,12 +207,6 @@ static PyObject *plan_get_problem(PyObject *op, void *closure)
                          p->fuse_add ? Py_True : Py_False);
 }
 
-static PyObject *plan_get_closed(PyObject *op, void *closure)
-{
-    (void)closure;
-    return PyBool_FromLong(((PlanObject *)op)->closed);
-}
-
 static PyObject *plan_get_device(PyObject *op, void *closure)
 {
     (void)closure;
@@ -261,14 +249,14 @@ static PyMethodDef plan_methods[] = {
     {"explain", plan_explain, METH_NOARGS, "Which kernels the plan loaded, at which fallback level, and why."},
     {"close", plan_close, METH_NOARGS, "Destroys the plan (after any run in progress)."},
     {"__enter__", handle_enter, METH_NOARGS, NULL},
-    {"__exit__", plan_exit, METH_VARARGS, NULL},
+    {"__exit__", handle_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef plan_getset[] = {
     {"level", plan_get_level, NULL, "The fallback level: exact, architecture, backend or generic.", NULL},
     {"problem", plan_get_problem, NULL, "The planned problem, as a dict.", NULL},
-    {"closed", plan_get_closed, NULL, "Whether close() was called.", NULL},
+    HANDLE_CLOSED_GETSET(PlanObject),
     {"device", plan_get_device, NULL, "The device the plan runs on (None once closed).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -36,6 +36,18 @@ static const char *shape_text(const int64_t *shape, int ndim, char *buf, size_t 
     return buf;
 }
 
+/* Completes the view of an accepted tensor t (its shape and strides are
+ * in v already): the first element at base, and t's dtype and device. */
+static int accept(dlpack_view *v, const dl_tensor *t, int ndim, uintptr_t base, int64_t itemsize)
+{
+    v->ndim = ndim;
+    v->data = (char *)base;
+    v->itemsize = (size_t)itemsize;
+    v->dtype = t->dtype;
+    v->device = t->device;
+    return 0;
+}
+
 int dlpack_check_tensor(const dl_tensor *t, int ndim, const char *name, dlpack_view *v, char *err,
                         size_t err_len)
 {
@@ -84,12 +96,7 @@ int dlpack_check_tensor(const dl_tensor *t, int ndim, const char *name, dlpack_v
 
     if (count == 0) {
         /* Nothing is read or written; the strides and data mean nothing. */
-        v->ndim = ndim;
-        v->data = (char *)base;
-        v->itemsize = (size_t)itemsize;
-        v->dtype = dt;
-        v->device = t->device;
-        return 0;
+        return accept(v, t, ndim, base, itemsize);
     }
     if (!t->data)
         return refuse(err, err_len, "%s: DLPack data is NULL for %lld elements", name, (long long)count);
@@ -125,12 +132,7 @@ int dlpack_check_tensor(const dl_tensor *t, int ndim, const char *name, dlpack_v
         (uintptr_t)(hi + itemsize - 1) > UINTPTR_MAX - base)
         return refuse(err, err_len, "%s: DLPack strides over shape %s reach beyond the address space", name,
                       shape_text(v->shape, ndim, text, sizeof text));
-    v->ndim = ndim;
-    v->data = (char *)base;
-    v->itemsize = (size_t)itemsize;
-    v->dtype = dt;
-    v->device = t->device;
-    return 0;
+    return accept(v, t, ndim, base, itemsize);
 }
 
 int dlpack_check_versioned(const dl_managed_versioned *m, int ndim, int writable, const char *name,

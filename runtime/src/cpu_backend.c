@@ -593,20 +593,40 @@ static void cpu_unload(attnres_device *dev, ar_kernel *k)
 
 /* ---- launch ---------------------------------------------------------- */
 
-typedef struct mix_launch {
-    ar_cpu_mix_fn fn;
-    struct attnres_cpu_mix_args args;
-} mix_launch;
+/* One launch split over the pool: the kernel of one op and its argument
+ * struct, which every part shares, each part running tokens [t0, t1). */
+typedef struct cpu_run {
+    attnres_op op;
+    void *entry;
+    union {
+        struct attnres_cpu_mix_args mix;
+        struct attnres_cpu_phase1_args phase1;
+        struct attnres_cpu_phase2_args phase2;
+    } args;
+} cpu_run;
 
-static void mix_chunk(void *ctx, int64_t t0, int64_t t1)
+static void run_chunk(void *ctx, int64_t t0, int64_t t1)
 {
-    mix_launch *l = ctx;
-    l->fn(&l->args, t0, t1);
+    const cpu_run *r = ctx;
+    switch (r->op) {
+    case ATTNRES_OP_MIX:
+        ((ar_cpu_mix_fn)r->entry)(&r->args.mix, t0, t1);
+        break;
+    case ATTNRES_OP_PHASE1:
+        ((ar_cpu_phase1_fn)r->entry)(&r->args.phase1, t0, t1);
+        break;
+    case ATTNRES_OP_PHASE2:
+        ((ar_cpu_phase2_fn)r->entry)(&r->args.phase2, t0, t1);
+        break;
+    case ATTNRES_OP_MIX_BACKWARD: /* split by groups of tokens, with its own chunks */
+        break;
+    }
 }
 
 /* The parts a launch is split into: a tuned kernel's measured thread
  * count; a built-in kernel (no module) spreads only launches that move
- * enough data to pay for waking the workers (cpu_builtin.h). */
+ * enough data, `rows` rows of d per token, to pay for waking the workers
+ * (cpu_builtin.h). */
 static int launch_parts(const ar_kernel *k, const attnres_problem *p, int64_t T, int64_t rows)
 {
     int parts = k->threads < 1 ? 1 : k->threads;
@@ -615,22 +635,36 @@ static int launch_parts(const ar_kernel *k, const attnres_problem *p, int64_t T,
     return parts;
 }
 
+/* Runs r on T tokens over the pool, in launch_parts parts. */
+static int run_split(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T, cpu_run *r,
+                     int64_t rows)
+{
+    cpu_state *st = dev->state;
+    r->op = p->op;
+    r->entry = k->entry;
+    cpu_pool_run(st->pool, run_chunk, r, T, launch_parts(k, p, T, rows));
+    return ATTNRES_OK;
+}
+
+/* The sources' token strides, 0 (or none given) meaning d. */
+static void source_strides(const attnres_problem *p, const int64_t *given, int64_t *strides)
+{
+    for (int i = 0; i < p->n; i++)
+        strides[i] = given && given[i] ? given[i] : p->d;
+}
 
 static int cpu_launch_mix(attnres_device *dev, const ar_kernel *k,
                           const attnres_problem *p, int64_t T,
                           const attnres_mix_args *a, void *stream)
 {
     (void)stream;
-    cpu_state *st = dev->state;
     if (p->n > CPU_MAX_SOURCES)
         return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the CPU backend supports at most %d sources (N = %d)",
                               CPU_MAX_SOURCES, p->n);
     int64_t strides[CPU_MAX_SOURCES];
-    for (int i = 0; i < p->n; i++)
-        strides[i] = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
-    mix_launch l;
-    l.fn = (ar_cpu_mix_fn)k->entry;
-    l.args = (struct attnres_cpu_mix_args){
+    source_strides(p, a->source_strides, strides);
+    cpu_run r;
+    r.args.mix = (struct attnres_cpu_mix_args){
         .d = p->d, .n = p->n, .heads = p->heads,
         .src = a->sources, .src_stride = strides,
         .query = a->query, .scale = a->scale, .eps = a->eps,
@@ -642,20 +676,7 @@ static int cpu_launch_mix(attnres_device *dev, const ar_kernel *k,
         .normed = p->epilogue ? a->normed : NULL,
         .normed_stride = a->normed_stride ? a->normed_stride : p->d,
     };
-    int parts = launch_parts(k, p, T, p->n + 1 + (p->form == ATTNRES_FORM_ADDITIVE) + p->epilogue);
-    cpu_pool_run(st->pool, mix_chunk, &l, T, parts);
-    return ATTNRES_OK;
-}
-
-typedef struct phase1_launch {
-    ar_cpu_phase1_fn fn;
-    struct attnres_cpu_phase1_args args;
-} phase1_launch;
-
-static void phase1_chunk(void *ctx, int64_t t0, int64_t t1)
-{
-    phase1_launch *l = ctx;
-    l->fn(&l->args, t0, t1);
+    return run_split(dev, k, p, T, &r, p->n + 1 + (p->form == ATTNRES_FORM_ADDITIVE) + p->epilogue);
 }
 
 static int cpu_launch_phase1(attnres_device *dev, const ar_kernel *k,
@@ -663,7 +684,6 @@ static int cpu_launch_phase1(attnres_device *dev, const ar_kernel *k,
                              const attnres_phase1_args *a, void *stream)
 {
     (void)stream;
-    cpu_state *st = dev->state;
     if (p->n > CPU_MAX_SOURCES)
         return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the CPU backend runs phase1 on at most %d sources (got %d)",
                               CPU_MAX_SOURCES, p->n);
@@ -672,31 +692,16 @@ static int cpu_launch_phase1(attnres_device *dev, const ar_kernel *k,
                               "phase1 with n*S*H = %lld softmax weights per token exceeds the CPU backend's %d",
                               (long long)p->n * p->s * p->heads, AR_CPU_PHASE1_MAX_WEIGHTS);
     int64_t strides[CPU_MAX_SOURCES];
-    for (int i = 0; i < p->n; i++)
-        strides[i] = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
-    phase1_launch l;
-    l.fn = (ar_cpu_phase1_fn)k->entry;
-    l.args = (struct attnres_cpu_phase1_args){
+    source_strides(p, a->source_strides, strides);
+    cpu_run r;
+    r.args.phase1 = (struct attnres_cpu_phase1_args){
         .d = p->d, .n = p->n, .heads = p->heads, .s = p->s,
         .src = a->sources, .src_stride = strides,
         .queries = a->queries, .scale = a->scale, .eps = a->eps,
         .o1 = a->o1, .o1_stride = a->o1_stride ? a->o1_stride : p->d,
         .lse = a->lse, .lse_stride = a->lse_stride ? a->lse_stride : p->heads,
     };
-    int parts = launch_parts(k, p, T, p->n + p->s);
-    cpu_pool_run(st->pool, phase1_chunk, &l, T, parts);
-    return ATTNRES_OK;
-}
-
-typedef struct phase2_launch {
-    ar_cpu_phase2_fn fn;
-    struct attnres_cpu_phase2_args args;
-} phase2_launch;
-
-static void phase2_chunk(void *ctx, int64_t t0, int64_t t1)
-{
-    phase2_launch *l = ctx;
-    l->fn(&l->args, t0, t1);
+    return run_split(dev, k, p, T, &r, p->n + p->s);
 }
 
 static int cpu_launch_phase2(attnres_device *dev, const ar_kernel *k,
@@ -704,10 +709,8 @@ static int cpu_launch_phase2(attnres_device *dev, const ar_kernel *k,
                              const attnres_phase2_args *a, void *stream)
 {
     (void)stream;
-    cpu_state *st = dev->state;
-    phase2_launch l;
-    l.fn = (ar_cpu_phase2_fn)k->entry;
-    l.args = (struct attnres_cpu_phase2_args){
+    cpu_run r;
+    r.args.phase2 = (struct attnres_cpu_phase2_args){
         .d = p->d, .heads = p->heads,
         .o1 = a->o1, .o1_stride = a->o1_stride ? a->o1_stride : p->d,
         .lse = a->lse, .lse_stride = a->lse_stride ? a->lse_stride : p->heads,
@@ -720,9 +723,7 @@ static int cpu_launch_phase2(attnres_device *dev, const ar_kernel *k,
         .normed = p->epilogue ? a->normed : NULL,
         .normed_stride = a->normed_stride ? a->normed_stride : p->d,
     };
-    int parts = launch_parts(k, p, T, 3 + 2 * p->fuse_add + p->epilogue);
-    cpu_pool_run(st->pool, phase2_chunk, &l, T, parts);
-    return ATTNRES_OK;
+    return run_split(dev, k, p, T, &r, 3 + 2 * p->fuse_add + p->epilogue);
 }
 
 typedef struct mix_backward_launch {

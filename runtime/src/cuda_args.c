@@ -19,6 +19,20 @@ static int64_t phase1_weights_smem(const attnres_problem *p)
     return ((int64_t)p->n * p->s * p->heads + (int64_t)p->n * p->heads + p->n) * (int64_t)sizeof(float);
 }
 
+/* Refuses, with `status`, a phase 1 whose weights need more shared memory
+ * than a CUDA phase1 kernel may use: EINVAL when a plan is made, and
+ * EUNSUPPORTED when a launch outside a plan (the tuner's) gets that far. */
+static int phase1_smem_check(attnres_device *dev, const attnres_problem *p, int status)
+{
+    const int64_t smem = phase1_weights_smem(p);
+    if (smem <= AR_CUDA_PHASE1_MAX_SMEM)
+        return ATTNRES_OK;
+    return ar_device_fail(dev, status,
+                          "phase1 with N = %d, S = %d, H = %d needs %lld bytes of shared memory, over the %d a CUDA "
+                          "phase1 kernel may use",
+                          p->n, p->s, p->heads, (long long)smem, AR_CUDA_PHASE1_MAX_SMEM);
+}
+
 /* The dynamic shared memory of the mix backward's per-token tables
  * (templates/cuda/mix_backward.lua): three of n * H floats, two of n, one
  * of H. */
@@ -55,12 +69,9 @@ int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
             return ar_device_fail(dev, ATTNRES_EINVAL,
                                   "the CUDA phase1 kernels take at most %d sources and %d sites (N = %d, S = %d)",
                                   AR_CUDA_PHASE1_MAX_SOURCES, AR_CUDA_PHASE1_MAX_SITES, n, S);
-        const int64_t smem = phase1_weights_smem(p);
-        if (smem > AR_CUDA_PHASE1_MAX_SMEM)
-            return ar_device_fail(dev, ATTNRES_EINVAL,
-                                  "phase1 with N = %d, S = %d, H = %d needs %lld bytes of shared memory, over the %d "
-                                  "a CUDA phase1 kernel may use",
-                                  n, S, H, (long long)smem, AR_CUDA_PHASE1_MAX_SMEM);
+        const int rc = phase1_smem_check(dev, p, ATTNRES_EINVAL);
+        if (rc != ATTNRES_OK)
+            return rc;
     }
     if (p->op == ATTNRES_OP_PHASE2 && H > AR_CUDA_PHASE2_MAX_HEADS)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA phase2 kernels take at most %d heads (H = %d)",
@@ -74,6 +85,48 @@ static int misaligned(const void *p, int64_t align)
 {
     return align > 1 && (uintptr_t)p % (uintptr_t)align != 0;
 }
+
+/* A storage view (pointer and token stride in elements) the kernel loads
+ * with `align`-byte accesses. */
+static int view_misaligned(const void *ptr, int64_t stride, int64_t es, int64_t align)
+{
+    return misaligned(ptr, align) || (stride * es) % align != 0;
+}
+
+/* The n sources of a mix or a phase 1 into a by-value struct's arrays
+ * (src, src_stride): a stride of 0 (or no strides) means d; a NULL or
+ * misaligned source is refused with a message. */
+static int fill_sources(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, const void *const *sources,
+                        const int64_t *strides, int64_t align, const void **src, int64_t *src_stride)
+{
+    const int64_t es = (int64_t)attnres_dtype_size(p->dtype);
+    for (int i = 0; i < p->n; i++) {
+        const int64_t stride = strides && strides[i] ? strides[i] : p->d;
+        if (!sources[i])
+            return ar_device_fail(dev, ATTNRES_EINVAL, "source %d is NULL", i);
+        if (view_misaligned(sources[i], stride, es, align))
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "source %d (pointer or stride %lld) is not %lld-byte aligned as kernel %s needs", i,
+                                  (long long)stride, (long long)align, k->kernel_name);
+        src[i] = sources[i];
+        src_stride[i] = stride;
+    }
+    return ATTNRES_OK;
+}
+
+/* The outputs that a mix and a phase 2 share, from the caller's arguments
+ * `a` into the by-value struct `args` (the fields have the same names in
+ * both): a stride of 0 means d, and the epilogue's pointers are kept only
+ * when the problem has one. */
+#define FILL_OUTPUTS(args, a, p)                                                  \
+    do {                                                                          \
+        (args)->out = (a)->out;                                                   \
+        (args)->out_stride = (a)->out_stride ? (a)->out_stride : (p)->d;          \
+        (args)->out_gain = (p)->epilogue ? (a)->out_gain : NULL;                  \
+        (args)->out_eps = (a)->out_eps;                                           \
+        (args)->normed = (p)->epilogue ? (a)->normed : NULL;                      \
+        (args)->normed_stride = (a)->normed_stride ? (a)->normed_stride : (p)->d; \
+    } while (0)
 
 /* Fills the by-value argument struct; EINVAL/EMISMATCH with a message when
  * the arguments cannot be run by this kernel. No allocation. */
@@ -98,17 +151,9 @@ static int fill_mix(attnres_device *dev, const ar_kernel *k, const attnres_probl
         return ar_device_fail(dev, ATTNRES_EINVAL, "the epilogue needs normed and out_gain");
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype);
     const int64_t align = ck->align;
-    for (int i = 0; i < n; i++) {
-        const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
-        if (!a->sources[i])
-            return ar_device_fail(dev, ATTNRES_EINVAL, "source %d is NULL", i);
-        if (misaligned(a->sources[i], align) || (stride * es) % align != 0)
-            return ar_device_fail(dev, ATTNRES_EINVAL,
-                                  "source %d (pointer or stride %lld) is not %lld-byte aligned as kernel %s needs", i,
-                                  (long long)stride, (long long)align, k->kernel_name);
-        args->src[i] = a->sources[i];
-        args->src_stride[i] = stride;
-    }
+    const int rc = fill_sources(dev, k, p, a->sources, a->source_strides, align, args->src, args->src_stride);
+    if (rc != ATTNRES_OK)
+        return rc;
     if (n < AR_CUDA_MAX_SOURCES) {
         memset(&args->src[n], 0, (size_t)(AR_CUDA_MAX_SOURCES - n) * sizeof args->src[0]);
         memset(&args->src_stride[n], 0, (size_t)(AR_CUDA_MAX_SOURCES - n) * sizeof args->src_stride[0]);
@@ -123,15 +168,10 @@ static int fill_mix(attnres_device *dev, const ar_kernel *k, const attnres_probl
     args->partial = p->form == ATTNRES_FORM_ADDITIVE ? a->partial : NULL;
     args->partial_stride = a->partial_stride ? a->partial_stride : p->d;
     args->alpha = a->alpha;
-    args->out = a->out;
-    args->out_stride = a->out_stride ? a->out_stride : p->d;
-    args->out_gain = p->epilogue ? a->out_gain : NULL;
-    args->out_eps = a->out_eps;
-    args->normed = p->epilogue ? a->normed : NULL;
-    args->normed_stride = a->normed_stride ? a->normed_stride : p->d;
-    if (misaligned(args->out, align) || (args->out_stride * es) % align ||
-        (args->partial && (misaligned(args->partial, align) || (args->partial_stride * es) % align)) ||
-        (args->normed && (misaligned(args->normed, align) || (args->normed_stride * es) % align)))
+    FILL_OUTPUTS(args, a, p);
+    if (view_misaligned(args->out, args->out_stride, es, align) ||
+        (args->partial && view_misaligned(args->partial, args->partial_stride, es, align)) ||
+        (args->normed && view_misaligned(args->normed, args->normed_stride, es, align)))
         return ar_device_fail(dev, ATTNRES_EINVAL,
                               "out, partial or normed (pointer or stride) is not %lld-byte aligned as kernel %s needs",
                               (long long)align, k->kernel_name);
@@ -142,13 +182,6 @@ static int fill_mix(attnres_device *dev, const ar_kernel *k, const attnres_probl
 }
 
 /* ---- Block AttnRes phases ---------------------------------------------- */
-
-/* A storage view (pointer and token stride in elements) the kernel loads
- * with `align`-byte accesses. */
-static int view_misaligned(const void *ptr, int64_t stride, int64_t es, int64_t align)
-{
-    return misaligned(ptr, align) || (stride * es) % align != 0;
-}
 
 /* Fills phase 1's by-value struct and the dynamic shared memory it needs;
  * EINVAL/EUNSUPPORTED with a message when this kernel cannot run them. */
@@ -167,27 +200,17 @@ static int fill_phase1(attnres_device *dev, const ar_kernel *k, const attnres_pr
                               AR_CUDA_PHASE1_MAX_SITES, S);
     if (H < 1 || p->d < 1 || p->d > ((int64_t)1 << 30) || p->d % H)
         return ar_device_fail(dev, ATTNRES_EINVAL, "d = %lld and H = %d are not a valid shape", (long long)p->d, H);
+    const int smem_rc = phase1_smem_check(dev, p, ATTNRES_EUNSUPPORTED);
+    if (smem_rc != ATTNRES_OK)
+        return smem_rc;
     const int64_t smem = phase1_weights_smem(p);
-    if (smem > AR_CUDA_PHASE1_MAX_SMEM)
-        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED,
-                              "phase1 with n = %d, S = %d, H = %d needs %lld bytes of shared memory, over the %d "
-                              "a CUDA phase1 kernel may use",
-                              n, S, H, (long long)smem, AR_CUDA_PHASE1_MAX_SMEM);
     if (!a || !a->sources || !a->queries || !a->o1 || !a->lse)
         return ar_device_fail(dev, ATTNRES_EINVAL, "sources, queries, o1 and lse are required");
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
     memset(args, 0, sizeof *args);
-    for (int i = 0; i < n; i++) {
-        const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
-        if (!a->sources[i])
-            return ar_device_fail(dev, ATTNRES_EINVAL, "source %d is NULL", i);
-        if (view_misaligned(a->sources[i], stride, es, align))
-            return ar_device_fail(dev, ATTNRES_EINVAL,
-                                  "source %d (pointer or stride %lld) is not %lld-byte aligned as kernel %s needs", i,
-                                  (long long)stride, (long long)align, k->kernel_name);
-        args->src[i] = a->sources[i];
-        args->src_stride[i] = stride;
-    }
+    const int rc = fill_sources(dev, k, p, a->sources, a->source_strides, align, args->src, args->src_stride);
+    if (rc != ATTNRES_OK)
+        return rc;
     args->o1_stride = a->o1_stride ? a->o1_stride : p->d;
     args->lse_stride = a->lse_stride ? a->lse_stride : H;
     for (int j = 0; j < S; j++) {
@@ -252,12 +275,7 @@ static int fill_phase2(attnres_device *dev, const ar_kernel *k, const attnres_pr
     args->query = a->query;
     args->scale = a->scale;
     args->eps = a->eps;
-    args->out = a->out;
-    args->out_stride = a->out_stride ? a->out_stride : p->d;
-    args->out_gain = p->epilogue ? a->out_gain : NULL;
-    args->out_eps = a->out_eps;
-    args->normed = p->epilogue ? a->normed : NULL;
-    args->normed_stride = a->normed_stride ? a->normed_stride : p->d;
+    FILL_OUTPUTS(args, a, p);
     if (view_misaligned(args->o1, args->o1_stride, es, align) ||
         view_misaligned(args->partial, args->partial_stride, es, align) ||
         view_misaligned(args->out, args->out_stride, es, align) ||

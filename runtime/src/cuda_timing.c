@@ -62,6 +62,29 @@ static void timing_leave(attnres_device *dev, int pushed)
     pthread_mutex_unlock(&st->lock);
 }
 
+/* The two scratch buffers of a bandwidth measurement, `bytes` each, inside
+ * a timing call; ENOMEM naming `what` when either cannot be had (the one
+ * that was is freed by timing_leave_pair). */
+static int alloc_pair(attnres_device *dev, size_t bytes, CUdeviceptr *a, CUdeviceptr *b, const char *what)
+{
+    CUresult r;
+    if ((r = ar_cuda_driver.MemAlloc(a, bytes)) != CU_OK || (r = ar_cuda_driver.MemAlloc(b, bytes)) != CU_OK)
+        return ar_cuda_fail(dev, ATTNRES_ENOMEM, r, what);
+    return ATTNRES_OK;
+}
+
+/* Frees alloc_pair's buffers (0: not had) and leaves the timing call;
+ * returns rc. */
+static int timing_leave_pair(attnres_device *dev, int pushed, CUdeviceptr a, CUdeviceptr b, int rc)
+{
+    if (a)
+        ar_cuda_driver.MemFree(a);
+    if (b)
+        ar_cuda_driver.MemFree(b);
+    timing_leave(dev, pushed);
+    return rc;
+}
+
 /* Times reps launches of any op with events around each, on the device's
  * own timing stream; with flush, an L2-sized memset before each launch
  * makes every launch read from DRAM, as a model's sites do. */
@@ -131,10 +154,8 @@ int ar_cuda_copy_bandwidth(attnres_device *dev, double *gbps)
     CUdeviceptr a = 0, b = 0;
     CUresult r;
     double best = 1e30;
-    if ((r = ar_cuda_driver.MemAlloc(&a, bytes)) != CU_OK || (r = ar_cuda_driver.MemAlloc(&b, bytes)) != CU_OK) {
-        rc = ar_cuda_fail(dev, ATTNRES_ENOMEM, r, "allocating copy buffers");
+    if ((rc = alloc_pair(dev, bytes, &a, &b, "allocating copy buffers")) != ATTNRES_OK)
         goto done;
-    }
     if ((r = ar_cuda_driver.MemsetD8Async(a, 1, bytes, st->stream)) != CU_OK ||
         (r = ar_cuda_driver.MemcpyDtoDAsync(b, a, bytes, st->stream)) != CU_OK ||
         (r = ar_cuda_driver.StreamSynchronize(st->stream)) != CU_OK) {
@@ -154,12 +175,7 @@ int ar_cuda_copy_bandwidth(attnres_device *dev, double *gbps)
     }
     *gbps = best < 1e30 ? 2.0 * (double)bytes / (best * 1e-3) / 1e9 : 0.0;
 done:
-    if (a)
-        ar_cuda_driver.MemFree(a);
-    if (b)
-        ar_cuda_driver.MemFree(b);
-    timing_leave(dev, pushed);
-    return rc;
+    return timing_leave_pair(dev, pushed, a, b, rc);
 }
 
 /* The streaming kernels of the ceilings (docs/design.md §2), compiled by
@@ -273,10 +289,8 @@ int ar_cuda_ceilings(attnres_device *dev, ar_ceilings *out)
     if ((rc = ceiling_kernels(dev)) != ATTNRES_OK)
         goto done;
     CUfunction fread_k = st->ceiling_read, fcopy_k = st->ceiling_copy;
-    if ((r = ar_cuda_driver.MemAlloc(&a, bytes)) != CU_OK || (r = ar_cuda_driver.MemAlloc(&b, bytes)) != CU_OK) {
-        rc = ar_cuda_fail(dev, ATTNRES_ENOMEM, r, "allocating the ceiling buffers");
+    if ((rc = alloc_pair(dev, bytes, &a, &b, "allocating the ceiling buffers")) != ATTNRES_OK)
         goto done;
-    }
     if ((r = ar_cuda_driver.MemsetD8Async(a, 1, bytes, st->stream)) != CU_OK ||
         (r = ar_cuda_driver.StreamSynchronize(st->stream)) != CU_OK) {
         rc = ar_cuda_fail(dev, ATTNRES_ELAUNCH, r, "filling the ceiling buffers");
@@ -302,12 +316,7 @@ int ar_cuda_ceilings(attnres_device *dev, ar_ceilings *out)
         out->pt[out->n++] = (ar_ceiling_point){"copy", AR_CEILING_COPY, per_sm[k], copied, copied};
     }
 done:
-    if (a)
-        ar_cuda_driver.MemFree(a);
-    if (b)
-        ar_cuda_driver.MemFree(b);
-    timing_leave(dev, pushed);
-    return rc;
+    return timing_leave_pair(dev, pushed, a, b, rc);
 }
 
 /* The most blocks of 256 threads per SM a stream pass step may ask for:

@@ -20,7 +20,7 @@ attnres_unit_test(tuner_npy_reader test_npy.c TIMEOUT 60 LABEL tuner
 # The problems-file parser alone, and the example of docs/problems.md.
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/problems)
 attnres_unit_test(tuner_problems_file test_problems.c TIMEOUT 60 LABEL tuner
-  SOURCES ${CMAKE_SOURCE_DIR}/tuner/src/problems.c INCLUDES ${CMAKE_SOURCE_DIR}/tuner/include
+  SOURCES ${CMAKE_SOURCE_DIR}/tuner/src/problems.c ${CMAKE_SOURCE_DIR}/tuner/src/parse_int.c INCLUDES ${CMAKE_SOURCE_DIR}/tuner/include
   LIBS attnres_impl Threads::Threads m
   ARGS ${CMAKE_SOURCE_DIR}/docs/problems.md ${CMAKE_BINARY_DIR}/test-data/problems)
 

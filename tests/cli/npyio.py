@@ -43,3 +43,21 @@ def read_f32(path):
     body = data[start + hlen :]
     assert len(body) == 4 * count, "size mismatch"
     return shape, list(struct.unpack("<%df" % count, body))
+
+
+# The small mix problem several CLI tests run: N sources of T tokens of
+# width D, and a query.
+N, T, D = 3, 4, 16
+
+
+def write_small_mix(sources_path, query_path):
+    """Writes the small problem's sources ([N, T, D], values in [-5/3, 5/3])
+    and its query ([D])."""
+    write_f32(sources_path, (N, T, D), small_mix_sources())
+    write_f32(query_path, (D,), [0.1 * (k % 5) for k in range(D)])
+
+
+def small_mix_sources():
+    """The small problem's sources as a flat list, for a test to alter."""
+    return [((i * 7) % 11 - 5) / 3.0 for i in range(N * T * D)]
+

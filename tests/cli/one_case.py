@@ -7,11 +7,18 @@ tests/unit/check.h gives the C tests:
 
 A script calls take_args(N) before it reads its N arguments from sys.argv, wanted(name) before
 each named check, failed() when a check fails (which prints the command that
-reruns the check alone, once) and finish(passed, failures) at the end."""
+reruns the check alone, once) and finish(passed, failures) at the end.
+record(name, problems) does the counting, printing and failed() of a check
+for the scripts that let it keep the counts (finish() adds them), and
+scratch(prefix) makes the scratch directory that every script removes at
+its end."""
 
+import atexit
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 
 _selected = []
 _hit = set()
@@ -20,6 +27,8 @@ _current = None
 _rerun_printed = set()
 _program = []  # the rerun line's words before --case
 _args = []  # and after it: the script's own arguments
+_passed = 0  # the checks record() counted
+_failures = 0
 
 
 def take_args(nargs):
@@ -74,9 +83,39 @@ def failed():
     print("rerun: " + " ".join(shlex.quote(w) for w in words), flush=True)
 
 
-def finish(passed, failures):
-    """Prints the summary and exits: 2 when a --case named no check, 1 when
-    a check failed, else 0."""
+def record(name, problems, detail=""):
+    """Counts the check `name`, which is running: failed when `problems`
+    (what went wrong, a list of phrases) is not empty, printed with the
+    rerun line, else passed, printed with `detail` where one is given."""
+    global _passed, _failures
+    if problems:
+        _failures += 1
+        print("FAIL %s: %s" % (name, "; ".join(problems)))
+        failed()
+    else:
+        _passed += 1
+        print("ok   %s%s" % (name, ": " + detail if detail else ""))
+
+
+def counts():
+    """(passed, failed): the checks record() counted so far."""
+    return _passed, _failures
+
+
+def scratch(prefix):
+    """A fresh directory under the system's temporary one, removed however
+    the script ends (a failed check, an exception or sys.exit)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def finish(passed=0, failures=0):
+    """Prints the summary, with the counts record() kept added to the
+    script's own, and exits: 2 when a --case named no check, 1 when a check
+    failed, else 0."""
+    passed += _passed
+    failures += _failures
     if not _listing:
         print("%d passed, %d failed" % (passed, failures))
     unknown = [n for n in _selected if n not in _hit]

@@ -3,22 +3,17 @@ does not fit (4294967299 for a 32-bit field) is refused with exit status 2 and
 a message naming the flag or field and the range it allows, never truncated
 (`plan --n 4294967299` used to plan N = 3)."""
 
-import atexit
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import one_case  # noqa: E402
 
 one_case.take_args(1)
 CLI = os.path.abspath(sys.argv[1])
-passed = failures = 0
-tmp = tempfile.mkdtemp(prefix="attnres-ranges-")
-# Removed however the test ends (a failed check, an exception or sys.exit).
-atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+failures = 0
+tmp = one_case.scratch("attnres-ranges-")
 P = lambda f: os.path.join(tmp, f)  # noqa: E731
 
 
@@ -31,7 +26,6 @@ def run(args, timeout=60):
 
 def expect(name, args, code, needles):
     """Passes when the CLI exits with `code` and stderr holds every needle."""
-    global passed, failures
     if not one_case.wanted(name):
         return
     res = run(args)
@@ -44,13 +38,8 @@ def expect(name, args, code, needles):
         for needle in needles:
             if needle not in res.stderr:
                 problems.append("message %r lacks %r" % (res.stderr.strip(), needle))
-    if problems:
-        failures += 1
-        print("FAIL %s: %s" % (name, "; ".join(problems)))
-        one_case.failed()
-    else:
-        passed += 1
-        print("ok   %s: %s" % (name, res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "exit %d" % code))
+    last = res.stderr.strip().splitlines()[-1] if res and res.stderr.strip() else "exit %d" % code
+    one_case.record(name, problems, last)
 
 
 plan = ["plan", "--device", "cpu", "--dtype", "f32", "--d", "64"]
@@ -96,4 +85,4 @@ if os.path.exists(P("t.db")):
     failures += 1
     print("FAIL a refused tune created its database")
 
-one_case.finish(passed, failures)
+one_case.finish(0, failures)

@@ -10,12 +10,9 @@ check failed. Every command runs under a timeout: one that blocks fails.
     python3 tests/cli/test_db_odd_files.py [--list] [--case NAME]... CLI
 """
 
-import atexit
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -29,13 +26,10 @@ TIMEOUT = 30
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXPORT = os.path.join(HERE, "..", "fuzz", "corpus", "db_import", "ok-v1-fixture-export.json")
 
-passed = failures = skips = 0
-tmp = tempfile.mkdtemp(prefix="attnres-odd-db-")
-atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+skips = 0
+tmp = one_case.scratch("attnres-odd-db-")
 P = lambda f: os.path.join(tmp, f)  # noqa: E731
-N, T, D = 3, 4, 16
-npyio.write_f32(P("s.npy"), (N, T, D), [((i * 7) % 11 - 5) / 3.0 for i in range(N * T * D)])
-npyio.write_f32(P("w.npy"), (D,), [0.1 * (k % 5) for k in range(D)])
+npyio.write_small_mix(P("s.npy"), P("w.npy"))
 
 
 def cli(args, prefix=()):
@@ -49,14 +43,7 @@ def cli(args, prefix=()):
 
 
 def report(name, ok, detail):
-    global passed, failures
-    if ok:
-        passed += 1
-        print("ok   " + name)
-    else:
-        failures += 1
-        print("FAIL %s: %s" % (name, detail))
-        one_case.failed()
+    one_case.record(name, [] if ok else [detail])
 
 
 # A database in WAL mode, closed cleanly (no -wal, no -shm beside it), in a
@@ -105,7 +92,8 @@ for name, args in [
     ok = status not in (0, "timeout") and "not a regular file" in err and fifo in err
     report(name, ok, "exit %s after %.1f s, stderr %r" % (status, secs, err[-400:]))
 
+passed, failures = one_case.counts()
 if skips and not failures:
     print("%d passed, %d skipped (no read-only directory here)" % (passed, skips))
     sys.exit(77)
-one_case.finish(passed, failures)
+one_case.finish()

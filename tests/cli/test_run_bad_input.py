@@ -2,14 +2,11 @@
 non-zero exit status, and no output file; NaN inside data is not an error and
 reaches only its own token's row."""
 
-import atexit
 import math
 import os
-import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import npyio  # noqa: E402
@@ -17,15 +14,11 @@ import one_case  # noqa: E402
 
 one_case.take_args(1)
 CLI = sys.argv[1]
-passed = failures = 0
-tmp = tempfile.mkdtemp(prefix="attnres-bad-")
-# Removed however the test ends (a failed check, an exception or sys.exit).
-atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+tmp = one_case.scratch("attnres-bad-")
 P = lambda f: os.path.join(tmp, f)  # noqa: E731
-N, T, D = 3, 4, 16
+N, T, D = npyio.N, npyio.T, npyio.D
 
-npyio.write_f32(P("s.npy"), (N, T, D), [((i * 7) % 11 - 5) / 3.0 for i in range(N * T * D)])
-npyio.write_f32(P("w.npy"), (D,), [0.1 * (k % 5) for k in range(D)])
+npyio.write_small_mix(P("s.npy"), P("w.npy"))
 npyio.write_f32(P("w_short.npy"), (D - 1,), [0.1] * (D - 1))
 npyio.write_f32(P("p.npy"), (T, D), [0.5] * (T * D))
 npyio.write_f32(P("p_wrong.npy"), (T + 1, D), [0.5] * ((T + 1) * D))
@@ -50,7 +43,6 @@ base = ["run", "--device", "cpu", "--sources", P("s.npy"), "--query", P("w.npy")
 
 def expect_refusal(name, args, needle):
     """Runs the CLI; passes when it fails, says `needle`, and wrote nothing."""
-    global passed, failures
     if not one_case.wanted(name):
         return
     out = P("out.npy")
@@ -67,13 +59,7 @@ def expect_refusal(name, args, needle):
     leftovers = [f for f in os.listdir(tmp) if f.startswith("out.npy") or f.startswith("normed.npy")]
     if leftovers:
         problems.append("left files %s" % leftovers)
-    if problems:
-        failures += 1
-        print("FAIL %s: %s" % (name, "; ".join(problems)))
-        one_case.failed()
-    else:
-        passed += 1
-        print("ok   %s: %s" % (name, res.stderr.strip().splitlines()[-1]))
+    one_case.record(name, problems, res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "")
 
 
 def replace_arg(args, flag, value):
@@ -111,26 +97,20 @@ expect_refusal("unknown device", replace_arg(base, "--device", "tpu"), "unknown 
 
 # NaN in one token's source row: only that token's output is NaN.
 if one_case.wanted("NaN in token 2 of source 1 reaches token 2 only"):
-    vals = [((i * 7) % 11 - 5) / 3.0 for i in range(N * T * D)]
+    vals = npyio.small_mix_sources()
     vals[1 * T * D + 2 * D + 5] = float("nan")  # source 1, token 2
     npyio.write_f32(P("s_nan.npy"), (N, T, D), vals)
     res = subprocess.run([CLI] + replace_arg(base, "--sources", P("s_nan.npy")) + ["--out", P("nan_out.npy")],
                          capture_output=True, text=True)
+    problems = []
     if res.returncode != 0:
-        failures += 1
-        print("FAIL NaN in data: exit %d %s" % (res.returncode, res.stderr))
-        one_case.failed()
+        problems.append("exit %d %s" % (res.returncode, res.stderr))
     else:
         _, out = npyio.read_f32(P("nan_out.npy"))
         rows = [out[t * D:(t + 1) * D] for t in range(T)]
         nan_rows = [t for t in range(T) if any(math.isnan(x) for x in rows[t])]
-        all_nan_2 = all(math.isnan(x) for x in rows[2])
-        if nan_rows == [2] and all_nan_2:
-            passed += 1
-            print("ok   NaN in token 2 of source 1 reaches token 2 only")
-        else:
-            failures += 1
-            print("FAIL NaN propagation: rows with NaN %s" % nan_rows)
-            one_case.failed()
+        if nan_rows != [2] or not all(math.isnan(x) for x in rows[2]):
+            problems.append("rows with NaN %s" % nan_rows)
+    one_case.record("NaN in token 2 of source 1 reaches token 2 only", problems)
 
-one_case.finish(passed, failures)
+one_case.finish()

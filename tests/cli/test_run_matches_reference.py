@@ -13,6 +13,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
+from compare import rel_err  # noqa: E402
 import npyio  # noqa: E402
 import one_case  # noqa: E402
 import reference  # noqa: E402
@@ -24,12 +25,6 @@ CLI = sys.argv[1]
 DEVICE = os.environ.get("ATTNRES_TEST_DEVICE", "cpu")
 failures = 0
 passed = 0
-
-
-def rel_err(got, want):
-    num = sum((g - w) ** 2 for g, w in zip(got, want))
-    den = sum(w * w for w in want)
-    return math.sqrt(num) / math.sqrt(den) if den > 0 else math.sqrt(num)
 
 
 def check(name, n, t, d, heads=1, additive=False, epilogue=False, dtype="f32", db=None):

@@ -19,6 +19,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
+from compare import flat, rel_err  # noqa: E402
 import npyio  # noqa: E402
 import one_case  # noqa: E402
 import reference  # noqa: E402
@@ -26,34 +27,12 @@ import reference  # noqa: E402
 one_case.take_args(1)
 CLI = sys.argv[1]
 DB = sys.argv[2] if len(sys.argv) > 2 else None
-failures = 0
-passed = 0
 rng = random.Random()
 GRADS = ("dsources", "dquery", "dgain", "dpartial", "dalpha")
 
 
 def report(ok, name, detail):
-    global failures, passed
-    print("%s %-58s %s" % ("ok  " if ok else "FAIL", name, detail))
-    if ok:
-        passed += 1
-    else:
-        failures += 1
-        one_case.failed()
-
-
-def flat(x):
-    if isinstance(x, list):
-        return [v for item in x for v in flat(item)]
-    return [x]
-
-
-def rel_err(got, want):
-    if len(got) != len(want):
-        return math.inf
-    num = sum((g - w) ** 2 for g, w in zip(got, want))
-    den = sum(w * w for w in want)
-    return math.sqrt(num) / math.sqrt(den) if den > 0 else math.sqrt(num)
+    one_case.record(name, [] if ok else [detail], detail)
 
 
 def rows(t, d, rnd):
@@ -266,4 +245,4 @@ if one_case.wanted("bad_input_refused_without_output"):
         report(not problems, "bad_input_refused_without_output",
                "; ".join(problems) if problems else "%d refusals, each with its reason" % len(bad))
 
-one_case.finish(passed, failures)
+one_case.finish()

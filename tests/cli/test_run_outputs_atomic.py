@@ -8,13 +8,10 @@ temporary cannot be created), a path that is an existing directory (the last
 rename fails, after the first output was renamed into place), and, when the
 test does not run as root, a directory without write permission."""
 
-import atexit
 import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import npyio  # noqa: E402
@@ -22,15 +19,11 @@ import one_case  # noqa: E402
 
 one_case.take_args(1)
 CLI = sys.argv[1]
-passed = failures = 0
-tmp = tempfile.mkdtemp(prefix="attnres-atomic-")
-# Removed however the test ends (a failed check, an exception or sys.exit).
-atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+tmp = one_case.scratch("attnres-atomic-")
 P = lambda *f: os.path.join(tmp, *f)  # noqa: E731
-N, T, D = 3, 4, 16
+N, T, D = npyio.N, npyio.T, npyio.D
 
-npyio.write_f32(P("s.npy"), (N, T, D), [((i * 7) % 11 - 5) / 3.0 for i in range(N * T * D)])
-npyio.write_f32(P("w.npy"), (D,), [0.1 * (k % 5) for k in range(D)])
+npyio.write_small_mix(P("s.npy"), P("w.npy"))
 npyio.write_f32(P("g.npy"), (D,), [1.0 + 0.01 * k for k in range(D)])
 npyio.write_f32(P("o1.npy"), (T, D), [0.25 * ((i % 9) - 4) for i in range(T * D)])
 npyio.write_f32(P("lse.npy"), (T, 1), [0.5] * T)
@@ -57,7 +50,6 @@ def snapshot():
 
 def expect_untouched(name, args, outputs):
     """outputs: the output paths that already hold OLD before the run."""
-    global passed, failures
     if not one_case.wanted(name):
         return
     for path in outputs:
@@ -81,12 +73,8 @@ def expect_untouched(name, args, outputs):
     if extra:
         problems.append("left files %s" % extra)
     if problems:
-        failures += 1
-        print("FAIL %s: %s (stderr: %s)" % (name, "; ".join(problems), res.stderr.strip()))
-        one_case.failed()
-    else:
-        passed += 1
-        print("ok   %s: %s" % (name, res.stderr.strip().splitlines()[-1]))
+        problems.append("stderr: %s" % res.stderr.strip())
+    one_case.record(name, problems, res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "")
 
 
 mix = ["run", "--device", "cpu", "--sources", P("s.npy"), "--query", P("w.npy"), "--out", P("out.npy"),
@@ -121,13 +109,10 @@ if one_case.wanted("a successful run replaces the earlier output and leaves no t
     res = subprocess.run([CLI] + mix + ["--normed", P("normed_ok.npy")], capture_output=True, text=True)
     after = snapshot()
     extra = sorted(set(after) - before - {"normed_ok.npy"})
-    if res.returncode == 0 and after.get("out.npy") != OLD and npyio.read_f32(P("out.npy"))[0] == (T, D) and not extra:
-        passed += 1
-        print("ok   a successful run replaces the earlier output and leaves no temporaries")
-    else:
-        failures += 1
-        print("FAIL successful run: exit %d, extra files %s, %s" % (res.returncode, extra, res.stderr.strip()))
-        one_case.failed()
+    ok = res.returncode == 0 and after.get("out.npy") != OLD and npyio.read_f32(P("out.npy"))[0] == (T, D)
+    one_case.record("a successful run replaces the earlier output and leaves no temporaries",
+                    [] if ok and not extra else
+                    ["exit %d, extra files %s, %s" % (res.returncode, extra, res.stderr.strip())])
 
 os.chmod(locked, stat.S_IRWXU)
-one_case.finish(passed, failures)
+one_case.finish()

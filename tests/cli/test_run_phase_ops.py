@@ -17,6 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
+from compare import flat, rel_err  # noqa: E402
 import npyio  # noqa: E402
 import one_case  # noqa: E402
 import reference  # noqa: E402
@@ -27,33 +28,11 @@ CLI = sys.argv[1]
 # the simulated CUDA device) and an optional database of tuned winners.
 DEVICE = os.environ.get("ATTNRES_TEST_DEVICE", "cpu")
 DB = sys.argv[2] if len(sys.argv) > 2 else None
-failures = 0
-passed = 0
 rng = random.Random()
 
 
 def report(ok, name, detail):
-    global failures, passed
-    print("%s %-58s %s" % ("ok  " if ok else "FAIL", name, detail))
-    if ok:
-        passed += 1
-    else:
-        failures += 1
-        one_case.failed()
-
-
-def flat(x):
-    if isinstance(x, list):
-        return [v for item in x for v in flat(item)]
-    return [x]
-
-
-def rel_err(got, want):
-    num = sum((g - w) ** 2 for g, w in zip(got, want))
-    den = sum(w * w for w in want)
-    if len(got) != len(want):
-        return math.inf
-    return math.sqrt(num) / math.sqrt(den) if den > 0 else math.sqrt(num)
+    one_case.record(name, [] if ok else [detail], detail)
 
 
 def rows(t, d, rnd, vary=True):
@@ -436,4 +415,4 @@ check_empty()
 if DEVICE == "cpu":
     check_cuda_routing()
 check_refusals()
-one_case.finish(passed, failures)
+one_case.finish()

@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
+from compare import rel_err  # noqa: E402
 import npyio  # noqa: E402
 import reference  # noqa: E402
 
@@ -34,12 +35,6 @@ def fail(msg):
 
 def ok(msg):
     print("ok   " + msg)
-
-
-def rel_err(got, want):
-    num = sum((g - w) ** 2 for g, w in zip(got, want))
-    den = sum(w * w for w in want)
-    return math.sqrt(num) / math.sqrt(den) if den > 0 else math.sqrt(num)
 
 
 def cli(args, env, expect=0):

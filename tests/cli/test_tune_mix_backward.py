@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
+from compare import flat, rel_err  # noqa: E402
 import npyio  # noqa: E402
 import reference  # noqa: E402
 
@@ -32,20 +33,6 @@ def report(good, what):
     print(("ok   " if good else "FAIL ") + what)
     if not good:
         failures += 1
-
-
-def flat(x):
-    if isinstance(x, list):
-        return [v for item in x for v in flat(item)]
-    return [x]
-
-
-def rel_err(got, want):
-    if len(got) != len(want):
-        return math.inf
-    num = sum((g - w) ** 2 for g, w in zip(got, want))
-    den = sum(w * w for w in want)
-    return math.sqrt(num) / math.sqrt(den) if den > 0 else math.sqrt(num)
 
 
 with tempfile.TemporaryDirectory() as tmp:

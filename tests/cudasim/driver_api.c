@@ -157,6 +157,15 @@ static CUresult ready(void)
     return sim.ctx.sticky;
 }
 
+/* The checks every call naming a device makes: initialised, and the one
+ * device the simulator has. */
+static CUresult device_known(CUdevice dev)
+{
+    if (!sim.initialised)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
 /* ---- errors ------------------------------------------------------------ */
 
 static const struct {
@@ -269,22 +278,19 @@ API CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!sim.initialised)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (ordinal != 0)
-        return CUDA_ERROR_INVALID_DEVICE;
-    *device = 0;
-    return CUDA_SUCCESS;
+    const CUresult known = device_known(ordinal);
+    if (known == CUDA_SUCCESS)
+        *device = 0;
+    return known;
 }
 
 API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
     if (!name || len < 1)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!sim.initialised)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (dev != 0)
-        return CUDA_ERROR_INVALID_DEVICE;
+    const CUresult known = device_known(dev);
+    if (known != CUDA_SUCCESS)
+        return known;
     snprintf(name, (size_t)len, "%s", SIM_NAME);
     return CUDA_SUCCESS;
 }
@@ -293,10 +299,9 @@ API CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev)
 {
     if (!value)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!sim.initialised)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (dev != 0)
-        return CUDA_ERROR_INVALID_DEVICE;
+    const CUresult known = device_known(dev);
+    if (known != CUDA_SUCCESS)
+        return known;
     static const int table[][2] = {
         {1, 1024},       /* MAX_THREADS_PER_BLOCK */
         {2, 1024},       {3, 1024}, {4, 64}, /* MAX_BLOCK_DIM_X/Y/Z */
@@ -331,10 +336,9 @@ API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!sim.initialised)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (dev != 0)
-        return CUDA_ERROR_INVALID_DEVICE;
+    const CUresult known = device_known(dev);
+    if (known != CUDA_SUCCESS)
+        return known;
     *bytes = (size_t)SIM_MEMORY_BYTES;
     return CUDA_SUCCESS;
 }
@@ -346,10 +350,9 @@ API CUresult cuDevicePrimaryCtxRetain(sim_context **ctx, CUdevice dev)
     if (!ctx)
         return CUDA_ERROR_INVALID_VALUE;
     lock();
-    if (!sim.initialised)
-        return unlock(CUDA_ERROR_NOT_INITIALIZED);
-    if (dev != 0)
-        return unlock(CUDA_ERROR_INVALID_DEVICE);
+    const CUresult known = device_known(dev);
+    if (known != CUDA_SUCCESS)
+        return unlock(known);
     sim.ctx.retained++;
     *ctx = &sim.ctx;
     return unlock(CUDA_SUCCESS);
@@ -360,10 +363,9 @@ API CUresult cuDevicePrimaryCtxRetain(sim_context **ctx, CUdevice dev)
 API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     lock();
-    if (!sim.initialised)
-        return unlock(CUDA_ERROR_NOT_INITIALIZED);
-    if (dev != 0)
-        return unlock(CUDA_ERROR_INVALID_DEVICE);
+    const CUresult known = device_known(dev);
+    if (known != CUDA_SUCCESS)
+        return unlock(known);
     if (sim.ctx.retained == 0)
         return unlock(CUDA_ERROR_INVALID_CONTEXT);
     if (--sim.ctx.retained == 0)
@@ -381,10 +383,9 @@ API CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     lock();
-    if (!sim.initialised)
-        return unlock(CUDA_ERROR_NOT_INITIALIZED);
-    if (dev != 0)
-        return unlock(CUDA_ERROR_INVALID_DEVICE);
+    const CUresult known = device_known(dev);
+    if (known != CUDA_SUCCESS)
+        return unlock(known);
     sim.ctx.sticky = CUDA_SUCCESS;
     sim.last_code = 0;
     sim.last_fault[0] = 0;

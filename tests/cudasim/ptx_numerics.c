@@ -8,23 +8,9 @@
 #include <math.h>
 #include <string.h>
 
-static uint32_t bits_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float float_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 uint16_t num_f32_to_f16(float f)
 {
-    const uint32_t x = bits_of(f), sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
+    const uint32_t x = num_f32_bits(f), sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
     if (ax > 0x7f800000)
         return 0x7fff; /* the canonical NaN */
     if (ax >= 0x477ff000) /* 65520 and above round to infinity */
@@ -45,17 +31,17 @@ float num_f16_to_f32(uint16_t h)
 {
     const uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
     if (e == 0x1f)
-        return float_of(sign | 0x7f800000 | (m << 13));
+        return num_f32_from_bits(sign | 0x7f800000 | (m << 13));
     if (e == 0) {
         float v = (float)m * (1.0f / 16777216.0f); /* exact */
         return sign ? -v : v;
     }
-    return float_of(sign | ((e + 112) << 23) | (m << 13));
+    return num_f32_from_bits(sign | ((e + 112) << 23) | (m << 13));
 }
 
 uint16_t num_f32_to_bf16(float f)
 {
-    const uint32_t x = bits_of(f);
+    const uint32_t x = num_f32_bits(f);
     if ((x & 0x7fffffff) > 0x7f800000)
         return 0x7fff;
     return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
@@ -63,14 +49,14 @@ uint16_t num_f32_to_bf16(float f)
 
 float num_bf16_to_f32(uint16_t h)
 {
-    return float_of((uint32_t)h << 16);
+    return num_f32_from_bits((uint32_t)h << 16);
 }
 
 float num_ftz(float f)
 {
-    const uint32_t x = bits_of(f);
+    const uint32_t x = num_f32_bits(f);
     if ((x & 0x7f800000) == 0)
-        return float_of(x & 0x80000000);
+        return num_f32_from_bits(x & 0x80000000);
     return f;
 }
 
@@ -156,52 +142,39 @@ double num_f64_sqrt(double a, int rnd)
     return r;
 }
 
-float num_f32_min(float a, float b)
+/* min (or max) of a and b as PTX defines both: a NaN operand yields the
+ * other one (b when both are), and -0 is below +0. An f32 is exact as a
+ * double, so both widths take it from here. */
+static double min_max(double a, double b, int max)
 {
-    if (isnan(a) && isnan(b))
-        return float_of(0x7fffffff);
     if (isnan(a))
         return b;
     if (isnan(b))
         return a;
     if (a == b)
-        return signbit(a) ? a : b;
-    return a < b ? a : b;
+        return (signbit(a) != 0) == (max != 0) ? b : a;
+    return (a < b) != max ? a : b;
+}
+
+/* Two NaN operands give the f32 canonical NaN. */
+float num_f32_min(float a, float b)
+{
+    return isnan(a) && isnan(b) ? num_f32_from_bits(0x7fffffff) : (float)min_max(a, b, 0);
 }
 
 float num_f32_max(float a, float b)
 {
-    if (isnan(a) && isnan(b))
-        return float_of(0x7fffffff);
-    if (isnan(a))
-        return b;
-    if (isnan(b))
-        return a;
-    if (a == b)
-        return signbit(a) ? b : a;
-    return a > b ? a : b;
+    return isnan(a) && isnan(b) ? num_f32_from_bits(0x7fffffff) : (float)min_max(a, b, 1);
 }
 
 double num_f64_min(double a, double b)
 {
-    if (isnan(a))
-        return b;
-    if (isnan(b))
-        return a;
-    if (a == b)
-        return signbit(a) ? a : b;
-    return a < b ? a : b;
+    return min_max(a, b, 0);
 }
 
 double num_f64_max(double a, double b)
 {
-    if (isnan(a))
-        return b;
-    if (isnan(b))
-        return a;
-    if (a == b)
-        return signbit(a) ? b : a;
-    return a > b ? a : b;
+    return min_max(a, b, 1);
 }
 
 double num_round_integral(double v, int rnd)

@@ -10,8 +10,16 @@
 #define CUDASIM_PTX_NUMERICS_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "ptx.h"
+
+/* An f32's or f64's bits and back: a register holds the bits, and the
+ * narrowing conversions below work on them. */
+static inline uint32_t num_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float num_f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint64_t num_f64_bits(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }
+static inline double num_f64_from_bits(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
 
 uint16_t num_f32_to_f16(float f);
 float num_f16_to_f32(uint16_t h);

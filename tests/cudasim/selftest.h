@@ -1,8 +1,9 @@
 /*
  * selftest.h - the small harness the simulator's own tests share: a check
- * counter that prints failures, the text of a CUresult, and the context
- * reset and synchronisation the fault tests lean on. Header-only: each test
- * is one translation unit.
+ * counter that prints failures, the text of a CUresult, the context reset
+ * and synchronisation the fault tests lean on, and the start and end of a
+ * test program (the device's primary context made current, then released,
+ * and the tally). Header-only: each test is one translation unit.
  */
 #ifndef CUDASIM_SELFTEST_H
 #define CUDASIM_SELFTEST_H
@@ -10,6 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "../unit/check.h"
 #include "driver_api_decl.h"
 
 static int g_pass, g_fail;
@@ -48,6 +50,29 @@ static inline CUresult ctx_reset(void)
 static inline CUresult ctx_sync(void)
 {
     return cuCtxSynchronize ? cuCtxSynchronize() : cuStreamSynchronize(NULL);
+}
+
+/* Makes the simulated device's primary context current as *dev's; 0, else
+ * -1 with the failure printed as the run's tally. */
+static inline int selftest_begin(CUdevice *dev)
+{
+    CUcontext ctx;
+    if (cuInit(0) || cuDeviceGet(dev, 0) || cuDevicePrimaryCtxRetain(&ctx, *dev) || cuCtxPushCurrent_v2(ctx)) {
+        printf("cannot set up the simulated device\n0 passed, 1 failed\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Releases the context selftest_begin made current and prints the tally;
+ * the program's exit status. */
+static inline int selftest_end(CUdevice dev)
+{
+    cuCtxPopCurrent_v2(NULL);
+    cuDevicePrimaryCtxRelease_v2(dev);
+    if (!check_listing)
+        printf("%d passed, %d failed\n", g_pass, g_fail);
+    return check_exit_status(g_fail);
 }
 
 #endif

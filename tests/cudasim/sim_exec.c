@@ -291,33 +291,10 @@ static inline void dst(warp *w, const ptx_operand *o, int lane, uint64_t v)
     w->regs[(size_t)o->reg * 32 + (size_t)lane] = v;
 }
 
+/* A register's f32, in its low 32 bits. */
 static inline float as_f32(uint64_t v)
 {
-    float f;
-    uint32_t u = (uint32_t)v;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint64_t from_f32(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static inline double as_f64(uint64_t v)
-{
-    double d;
-    memcpy(&d, &v, 8);
-    return d;
-}
-
-static inline uint64_t from_f64(double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, 8);
-    return u;
+    return num_f32_from_bits((uint32_t)v);
 }
 
 /* Truncates to the type's width; signed types are sign-extended to 64. */
@@ -456,8 +433,8 @@ static int setp_compare(const ptx_instr *in, uint64_t a, uint64_t b)
 {
     const ptx_type t = (ptx_type)in->type;
     if (t == PT_F32 || t == PT_F64) {
-        const double x = t == PT_F32 ? (double)fin(in, as_f32(a)) : as_f64(a);
-        const double y = t == PT_F32 ? (double)fin(in, as_f32(b)) : as_f64(b);
+        const double x = t == PT_F32 ? (double)fin(in, as_f32(a)) : num_f64_from_bits(a);
+        const double y = t == PT_F32 ? (double)fin(in, as_f32(b)) : num_f64_from_bits(b);
         const int un = isnan(x) || isnan(y);
         switch (in->cmp) {
         case CMP_EQ: return !un && x == y;
@@ -514,17 +491,17 @@ static uint64_t convert(const ptx_instr *in, uint64_t v)
         else if (s == PT_F32)
             x = (in->ftz ? num_ftz(as_f32(v)) : as_f32(v));
         else
-            x = as_f64(v);
+            x = num_f64_from_bits(v);
     }
     if (!dflt) /* float to integer */
         return num_float_to_int(x, in->rnd, d);
     if (!sflt) { /* integer to float */
         const uint64_t iv = typed(v, s);
         if (d == PT_F64)
-            return from_f64(num_int_to_f64(iv, ptx_type_is_signed(s), in->rnd));
+            return num_f64_bits(num_int_to_f64(iv, ptx_type_is_signed(s), in->rnd));
         float f = num_int_to_f32(iv, ptx_type_is_signed(s), in->rnd);
         if (d == PT_F32)
-            return from_f32(fout(in, f));
+            return num_f32_bits(fout(in, f));
         return d == PT_F16 ? num_f32_to_f16(f) : num_f32_to_bf16(f);
     }
     /* float to float */
@@ -532,10 +509,10 @@ static uint64_t convert(const ptx_instr *in, uint64_t v)
         x = num_round_integral(x, in->rnd);
     switch (d) {
     case PT_F64:
-        return from_f64(x);
+        return num_f64_bits(x);
     case PT_F32: {
         float f = s == PT_F64 ? num_f64_to_f32(x, in->rnd) : (float)x;
-        return from_f32(fout(in, f));
+        return num_f32_bits(fout(in, f));
     }
     case PT_F16:
         return num_f32_to_f16(in->sat ? num_sat((float)x) : (float)x);
@@ -862,7 +839,7 @@ static int exec_alu(block_ctx *b, warp *w, const ptx_instr *in, uint32_t em)
             {
                 float r = num_f32_binary(op, fin(in, as_f32(src(b, w, &o[1], (int)l))),
                                          fin(in, as_f32(src(b, w, &o[2], (int)l))), in->rnd);
-                dst(w, &o[0], (int)l, from_f32(fout(in, r)));
+                dst(w, &o[0], (int)l, num_f32_bits(fout(in, r)));
             }
             return 0;
         }
@@ -872,7 +849,7 @@ static int exec_alu(block_ctx *b, warp *w, const ptx_instr *in, uint32_t em)
             {
                 float r = num_f32_fma(fin(in, as_f32(src(b, w, &o[1], (int)l))), fin(in, as_f32(src(b, w, &o[2], (int)l))),
                                       fin(in, as_f32(src(b, w, &o[3], (int)l))), in->rnd);
-                dst(w, &o[0], (int)l, from_f32(fout(in, r)));
+                dst(w, &o[0], (int)l, num_f32_bits(fout(in, r)));
             }
             return 0;
         case OP_DIV:
@@ -887,44 +864,44 @@ static int exec_alu(block_ctx *b, warp *w, const ptx_instr *in, uint32_t em)
                     r = isinf(x) ? NAN : copysignf(0.0f, signbit(x) != signbit(y) ? -1.0f : 1.0f);
                 else
                     r = x * fin(in, 1.0f / y);
-                dst(w, &o[0], (int)l, from_f32(fout(in, r)));
+                dst(w, &o[0], (int)l, num_f32_bits(fout(in, r)));
             }
             return 0;
         case OP_NEG:
-            LANES(em) dst(w, &o[0], (int)l, from_f32(fout(in, -fin(in, as_f32(src(b, w, &o[1], (int)l))))));
+            LANES(em) dst(w, &o[0], (int)l, num_f32_bits(fout(in, -fin(in, as_f32(src(b, w, &o[1], (int)l))))));
             return 0;
         case OP_ABS:
-            LANES(em) dst(w, &o[0], (int)l, from_f32(fout(in, fabsf(fin(in, as_f32(src(b, w, &o[1], (int)l)))))));
+            LANES(em) dst(w, &o[0], (int)l, num_f32_bits(fout(in, fabsf(fin(in, as_f32(src(b, w, &o[1], (int)l)))))));
             return 0;
         case OP_MIN:
         case OP_MAX:
             LANES(em)
             {
                 const float x = fin(in, as_f32(src(b, w, &o[1], (int)l))), y = fin(in, as_f32(src(b, w, &o[2], (int)l)));
-                dst(w, &o[0], (int)l, from_f32(fout(in, in->op == OP_MIN ? num_f32_min(x, y) : num_f32_max(x, y))));
+                dst(w, &o[0], (int)l, num_f32_bits(fout(in, in->op == OP_MIN ? num_f32_min(x, y) : num_f32_max(x, y))));
             }
             return 0;
         case OP_EX2:
-            LANES(em) dst(w, &o[0], (int)l, from_f32(fout(in, exp2f(fin(in, as_f32(src(b, w, &o[1], (int)l)))))));
+            LANES(em) dst(w, &o[0], (int)l, num_f32_bits(fout(in, exp2f(fin(in, as_f32(src(b, w, &o[1], (int)l)))))));
             return 0;
         case OP_LG2:
-            LANES(em) dst(w, &o[0], (int)l, from_f32(fout(in, log2f(fin(in, as_f32(src(b, w, &o[1], (int)l)))))));
+            LANES(em) dst(w, &o[0], (int)l, num_f32_bits(fout(in, log2f(fin(in, as_f32(src(b, w, &o[1], (int)l)))))));
             return 0;
         case OP_RSQRT:
             LANES(em)
             {
                 const float x = fin(in, as_f32(src(b, w, &o[1], (int)l)));
-                dst(w, &o[0], (int)l, from_f32(fout(in, (float)(1.0 / sqrt((double)x)))));
+                dst(w, &o[0], (int)l, num_f32_bits(fout(in, (float)(1.0 / sqrt((double)x)))));
             }
             return 0;
         case OP_SQRT:
-            LANES(em) dst(w, &o[0], (int)l, from_f32(fout(in, num_f32_sqrt(fin(in, as_f32(src(b, w, &o[1], (int)l))), in->rnd))));
+            LANES(em) dst(w, &o[0], (int)l, num_f32_bits(fout(in, num_f32_sqrt(fin(in, as_f32(src(b, w, &o[1], (int)l))), in->rnd))));
             return 0;
         case OP_RCP:
             LANES(em)
             {
                 const float x = fin(in, as_f32(src(b, w, &o[1], (int)l)));
-                dst(w, &o[0], (int)l, from_f32(fout(in, num_f32_binary('/', 1.0f, x, in->approx ? RND_RN : in->rnd))));
+                dst(w, &o[0], (int)l, num_f32_bits(fout(in, num_f32_binary('/', 1.0f, x, in->approx ? RND_RN : in->rnd))));
             }
             return 0;
         default:
@@ -938,13 +915,13 @@ static int exec_alu(block_ctx *b, warp *w, const ptx_instr *in, uint32_t em)
         case OP_DIV: {
             const char op = in->op == OP_ADD ? '+' : in->op == OP_SUB ? '-' : in->op == OP_MUL ? '*' : '/';
             LANES(em)
-            dst(w, &o[0], (int)l, from_f64(num_f64_binary(op, as_f64(src(b, w, &o[1], (int)l)), as_f64(src(b, w, &o[2], (int)l)), in->rnd)));
+            dst(w, &o[0], (int)l, num_f64_bits(num_f64_binary(op, num_f64_from_bits(src(b, w, &o[1], (int)l)), num_f64_from_bits(src(b, w, &o[2], (int)l)), in->rnd)));
             return 0;
         }
         case OP_FMA:
         case OP_MAD:
             LANES(em)
-            dst(w, &o[0], (int)l, from_f64(num_f64_fma(as_f64(src(b, w, &o[1], (int)l)), as_f64(src(b, w, &o[2], (int)l)), as_f64(src(b, w, &o[3], (int)l)), in->rnd)));
+            dst(w, &o[0], (int)l, num_f64_bits(num_f64_fma(num_f64_from_bits(src(b, w, &o[1], (int)l)), num_f64_from_bits(src(b, w, &o[2], (int)l)), num_f64_from_bits(src(b, w, &o[3], (int)l)), in->rnd)));
             return 0;
         case OP_NEG:
             LANES(em) dst(w, &o[0], (int)l, src(b, w, &o[1], (int)l) ^ 0x8000000000000000ull);
@@ -956,15 +933,15 @@ static int exec_alu(block_ctx *b, warp *w, const ptx_instr *in, uint32_t em)
         case OP_MAX:
             LANES(em)
             {
-                const double x = as_f64(src(b, w, &o[1], (int)l)), y = as_f64(src(b, w, &o[2], (int)l));
-                dst(w, &o[0], (int)l, from_f64(in->op == OP_MIN ? num_f64_min(x, y) : num_f64_max(x, y)));
+                const double x = num_f64_from_bits(src(b, w, &o[1], (int)l)), y = num_f64_from_bits(src(b, w, &o[2], (int)l));
+                dst(w, &o[0], (int)l, num_f64_bits(in->op == OP_MIN ? num_f64_min(x, y) : num_f64_max(x, y)));
             }
             return 0;
         case OP_SQRT:
-            LANES(em) dst(w, &o[0], (int)l, from_f64(num_f64_sqrt(as_f64(src(b, w, &o[1], (int)l)), in->rnd)));
+            LANES(em) dst(w, &o[0], (int)l, num_f64_bits(num_f64_sqrt(num_f64_from_bits(src(b, w, &o[1], (int)l)), in->rnd)));
             return 0;
         case OP_RCP:
-            LANES(em) dst(w, &o[0], (int)l, from_f64(num_f64_binary('/', 1.0, as_f64(src(b, w, &o[1], (int)l)), in->rnd)));
+            LANES(em) dst(w, &o[0], (int)l, num_f64_bits(num_f64_binary('/', 1.0, num_f64_from_bits(src(b, w, &o[1], (int)l)), in->rnd)));
             return 0;
         default:
             break;

@@ -24,6 +24,7 @@
 #include "nvrtc.h"
 #include "paired_stream.h"
 #include "rooflines.h"
+#include "test_cuda_open.h"
 
 static attnres_device *dev;
 
@@ -186,21 +187,9 @@ int main(int argc, char **argv)
         CHECK_EXIT();
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    char why[512];
-    if (ar_nvrtc_available(why, sizeof why) != 0) {
-        printf("SKIP: NVRTC is not available: %s\n", why);
-        return 77;
-    }
-    const char *driver = getenv("ATTNRES_CUDA_DRIVER");
-    char msg[512] = "";
-    if (attnres_device_open("cuda:0", &dev, msg, sizeof msg) != ATTNRES_OK) {
-        if (driver && *driver) {
-            fprintf(stderr, "FAIL: cuda:0 did not open with ATTNRES_CUDA_DRIVER=%s: %s\n", driver, msg);
-            return 1;
-        }
-        printf("SKIP: no CUDA device (%s) and ATTNRES_CUDA_DRIVER is unset\n", msg);
-        return 77;
-    }
+    const int skip_or_fail = test_cuda_open(&dev);
+    if (skip_or_fail)
+        return skip_or_fail;
     printf("device cuda:0: %s%s, %d SMs\n", dev->name, dev->simulated ? " (simulated)" : "", dev->units);
     run_cases();
     attnres_device_close(dev);

@@ -54,8 +54,11 @@
 #include "check.h"
 #include "device.h"
 #include "nvrtc.h"
+#include "test_compare.h"
 #include "test_covering.h"
 #include "test_data.h"
+#include "test_cuda_open.h"
+#include "test_jobs.h"
 
 #ifndef ATTNRES_TEMPLATE_DIR
 #define ATTNRES_TEMPLATE_DIR "templates"
@@ -77,21 +80,6 @@ static const char *template_dir(void)
     return env && *env ? env : ATTNRES_TEMPLATE_DIR;
 }
 
-
-static double tolerance(attnres_dtype dt) { return dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
-
-/* ||got - want|| / ||want||; NaN anywhere gives NaN. */
-static double rel_err(const double *got, const double *want, int64_t count)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < count; i++) {
-        if (isnan(got[i]) || isnan(want[i]))
-            return NAN;
-        num += (got[i] - want[i]) * (got[i] - want[i]);
-        den += want[i] * want[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
 
 /* ------------------------------------------------------------------------
  * The device, and the backend calls (one small wrapper per operation, so a
@@ -233,13 +221,7 @@ static int view_make(run_ctx *c, view *v, attnres_dtype dt, size_t es, int64_t r
     }
     memset(v->host, 0xff, bytes); /* NaN in every storage type */
     if (random)
-        for (int64_t r = 0; r < rows; r++) {
-            double mag = magnitude > 0 ? magnitude : pow(10.0, 2.0 * rng_uniform(s) - 1.0);
-            for (int64_t k = 0; k < d; k++) {
-                elem_store(dt, v->host, r * stride + k, mag * rng_normal(s));
-                v->x[r * d + k] = elem_load(dt, v->host, r * stride + k);
-            }
-        }
+        fill_rows(s, dt, v->host, rows, d, stride, magnitude, v->x);
     if (dev->ops->mem_alloc(dev, bytes, &v->dptr) != ATTNRES_OK) {
         fail_run(c, 1, "allocating %zu bytes", bytes);
         v->dptr = NULL;
@@ -325,7 +307,7 @@ static int view_fetch(run_ctx *c, const view *v, const char *name, double *got)
 static double compare(run_ctx *c, const char *name, const double *got, const double *want, int64_t count,
                       double tol)
 {
-    double e = rel_err(got, want, count);
+    double e = case_rel_err(got, want, count);
     if (!(e <= tol)) {
         int64_t worst = -1;
         double we = -1;
@@ -345,6 +327,27 @@ static double compare(run_ctx *c, const char *name, const double *got, const dou
                  worst >= 0 ? got[worst] : 0.0, worst >= 0 ? want[worst] : 0.0);
     }
     return e;
+}
+
+/* Fetches view v (named `fetched` if that fails) and folds its error
+ * against want, under the name `name`, into *err; -1 when the fetch failed
+ * (which fails the run). */
+static int fetch_compare(run_ctx *c, const view *v, const char *fetched, const char *name, double *got,
+                         const double *want, int64_t count, double tol, double *err)
+{
+    if (view_fetch(c, v, fetched, got))
+        return -1;
+    *err = fmax(*err, compare(c, name, got, want, count, tol));
+    return 0;
+}
+
+/* The outputs of a mix or a phase 2: out, and normed with the epilogue,
+ * each against its reference. */
+static int fetch_outputs(run_ctx *c, const view *out, const view *normed, int epi, double *got, const double *ref,
+                         const double *refn, int64_t count, double tol, double *err)
+{
+    return fetch_compare(c, out, "out", "out", got, ref, count, tol, err) ||
+           (epi && fetch_compare(c, normed, "normed", "normed", got, refn, count, tol, err));
 }
 
 /* Padded stride: d plus `extra` loads of the kernel's alignment. */
@@ -374,6 +377,23 @@ static void describe(const problem *pr, char *buf, size_t len)
                   p->epilogue ? " epilogue" : "");
     if (p->op == ATTNRES_OP_MIX_BACKWARD && pr->accumulate)
         snprintf(buf + n, len - (size_t)n, " accumulate");
+}
+
+/* The n sources of p: random [T, d] views with padded strides (each a
+ * different padding), and their device pointers, strides and exact
+ * values; -1 when one cannot be made (the run failed). */
+static int make_sources(run_ctx *c, const attnres_problem *p, int64_t T, int64_t ae, uint64_t *s, view *src,
+                        const void **rows, int64_t *strides, const double **xs)
+{
+    const size_t es = attnres_dtype_size(p->dtype);
+    for (int i = 0; i < p->n; i++) {
+        if (view_make(c, &src[i], p->dtype, es, T, p->d, padded(p->d, ae, 1 + i % 3), 1, s, 0))
+            return -1;
+        rows[i] = src[i].dptr;
+        strides[i] = src[i].stride;
+        xs[i] = src[i].x;
+    }
+    return 0;
 }
 
 static uint64_t problem_seed(const problem *pr)
@@ -409,13 +429,8 @@ static double run_mix(run_ctx *c, const ar_kernel *k, const problem *pr, int64_t
         fail_run(c, 0, "out of host memory");
         goto done;
     }
-    for (int i = 0; i < n; i++) {
-        if (view_make(c, &src[i], p->dtype, es, T, d, padded(d, ae, 1 + i % 3), 1, &s, 0))
-            goto done;
-        rows[i] = src[i].dptr;
-        strides[i] = src[i].stride;
-        xs[i] = src[i].x;
-    }
+    if (make_sources(c, p, T, ae, &s, src, rows, strides, xs))
+        goto done;
     if (vec_make(c, &q, d, &s, 0.0, 3.0 / sqrt((double)d)) || vec_make(c, &g, d, &s, 1.0, 0.1))
         goto done;
     if (additive && view_make(c, &part, p->dtype, es, T, d, padded(d, ae, 2), 1, &s, 1.0))
@@ -449,19 +464,15 @@ static double run_mix(run_ctx *c, const ar_kernel *k, const problem *pr, int64_t
         fail_run(c, 0, "the reference refused the problem");
         goto done;
     }
-    if (view_fetch(c, &out, "out", got))
+    err = 0;
+    if (fetch_outputs(c, &out, &normed, epi, got, ref, refn, T * d, case_tolerance(p->dtype), &err))
         goto done;
-    err = compare(c, "out", got, ref, T * d, tolerance(p->dtype));
-    if (epi) {
-        if (view_fetch(c, &normed, "normed", got))
-            goto done;
-        err = fmax(err, compare(c, "normed", got, refn, T * d, tolerance(p->dtype)));
-    }
     /* Inputs are never written (the padding check covers the rest). */
-    if (additive && view_fetch(c, &part, "partial", got) == 0)
-        err = fmax(err, compare(c, "partial (an input)", got, part.x, T * d, 0.0));
-    if (n > 0 && view_fetch(c, &src[n - 1], "the last source", got) == 0)
-        err = fmax(err, compare(c, "the last source (an input)", got, src[n - 1].x, T * d, 0.0));
+    if (additive)
+        fetch_compare(c, &part, "partial", "partial (an input)", got, part.x, T * d, 0.0, &err);
+    if (n > 0)
+        fetch_compare(c, &src[n - 1], "the last source", "the last source (an input)", got, src[n - 1].x, T * d,
+                      0.0, &err);
 done:
     for (int i = 0; i < n; i++)
         view_free(&src[i]);
@@ -608,7 +619,7 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
             (additive && fetch_raw(c, &da, out + at + (size_t)d * 4, 4, "dalpha")))
             goto done;
     }
-    const double tol = tolerance(p->dtype);
+    const double tol = case_tolerance(p->dtype);
     err = 0;
     for (int i = 0; i < n && !c->why[0]; i++) {
         char name[32];
@@ -692,13 +703,8 @@ static double run_phase1(run_ctx *c, const ar_kernel *k, const problem *pr, int6
         fail_run(c, 0, "out of host memory");
         goto done;
     }
-    for (int i = 0; i < n; i++) {
-        if (view_make(c, &src[i], p->dtype, es, T, d, padded(d, ae, 1 + i % 3), 1, &s, 0))
-            goto done;
-        rows[i] = src[i].dptr;
-        strides[i] = src[i].stride;
-        xs[i] = src[i].x;
-    }
+    if (make_sources(c, p, T, ae, &s, src, rows, strides, xs))
+        goto done;
     if (vec_make(c, &q, (int64_t)S * d, &s, 0.0, 3.0 / sqrt((double)d)))
         goto done;
     for (int j = 0; j < S; j++) {
@@ -736,8 +742,8 @@ static double run_phase1(run_ctx *c, const ar_kernel *k, const problem *pr, int6
         if (view_fetch(c, &lse[j], name, got_l + (int64_t)j * T * H))
             goto done;
     }
-    err = fmax(compare(c, "o1", got_o, ref_o, S * T * d, tolerance(p->dtype)),
-               compare(c, "lse", got_l, ref_l, S * T * H, tolerance(p->dtype)));
+    err = fmax(compare(c, "o1", got_o, ref_o, S * T * d, case_tolerance(p->dtype)),
+               compare(c, "lse", got_l, ref_l, S * T * H, case_tolerance(p->dtype)));
 done:
     for (int i = 0; i < n; i++)
         view_free(&src[i]);
@@ -816,19 +822,12 @@ static double run_phase2(run_ctx *c, const ar_kernel *k, const problem *pr, int6
         fail_run(c, 0, "the reference refused the problem");
         goto done;
     }
-    if (view_fetch(c, &out, "out", got))
+    err = 0;
+    if (fetch_outputs(c, &out, &normed, epi, got, ref, refn, T * d, case_tolerance(p->dtype), &err))
         goto done;
-    err = compare(c, "out", got, ref, T * d, tolerance(p->dtype));
-    if (epi) {
-        if (view_fetch(c, &normed, "normed", got))
-            goto done;
-        err = fmax(err, compare(c, "normed", got, refn, T * d, tolerance(p->dtype)));
-    }
     /* The partial: b + f when the add is fused, untouched otherwise. */
-    if (view_fetch(c, &b, "partial", got))
-        goto done;
-    err = fmax(err, compare(c, fuse ? "partial (b + f, written back)" : "partial (an input here)", got, bx, T * d,
-                            fuse ? tolerance(p->dtype) : 0.0));
+    fetch_compare(c, &b, "partial", fuse ? "partial (b + f, written back)" : "partial (an input here)", got, bx,
+                  T * d, fuse ? case_tolerance(p->dtype) : 0.0, &err);
 done:
     view_free(&o1), view_free(&lse), view_free(&b), view_free(&f);
     view_free(&q), view_free(&g), view_free(&out), view_free(&normed);
@@ -1009,7 +1008,7 @@ typedef struct job {
     variant *v;
     const char *arch;
     int full; /* all problems (else only the first) */
-    int done, rc;
+    int rc;
     void *blob;
     size_t size;
     char err[1024];
@@ -1017,56 +1016,35 @@ typedef struct job {
 } job;
 
 static job *jobs;
-static size_t njobs, next_job;
-static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t job_done = PTHREAD_COND_INITIALIZER;
+static size_t njobs;
 
-static void *compile_worker(void *arg)
+/* Compiles job i on a worker thread of the pool (test_jobs.h). */
+static void compile_job(size_t i)
 {
-    (void)arg;
-    for (;;) {
-        pthread_mutex_lock(&job_lock);
-        size_t i = next_job < njobs ? next_job++ : njobs;
-        pthread_mutex_unlock(&job_lock);
-        if (i >= njobs)
-            return NULL;
-        job *jb = &jobs[i];
-        char name[200];
-        snprintf(name, sizeof name, "%s.cu", jb->v->id);
-        double t0 = now_s();
-        char *log = NULL;
-        int rc = ar_nvrtc_compile(jb->v->source, name, jb->arch, 0, &jb->blob, &jb->size, &log, NULL, jb->err,
-                                  sizeof jb->err);
-        if (rc != ATTNRES_OK && log) {
-            size_t used = strlen(jb->err);
-            snprintf(jb->err + used, sizeof jb->err - used, "\n%s", log);
-        }
-        free(log);
-        const char *dir = getenv("ATTNRES_VARIANTS_PTX_DIR");
-        if (rc == ATTNRES_OK && dir && *dir) {
-            char path[1200];
-            snprintf(path, sizeof path, "%s/%s.%s.ptx", dir, jb->v->id, jb->arch);
-            FILE *f = fopen(path, "w");
-            if (f) {
-                fwrite(jb->blob, 1, jb->size > 0 ? jb->size - 1 : 0, f);
-                fclose(f);
-            }
-        }
-        pthread_mutex_lock(&job_lock);
-        jb->rc = rc;
-        jb->seconds = now_s() - t0;
-        jb->done = 1;
-        pthread_cond_broadcast(&job_done);
-        pthread_mutex_unlock(&job_lock);
+    job *jb = &jobs[i];
+    char name[200];
+    snprintf(name, sizeof name, "%s.cu", jb->v->id);
+    double t0 = now_s();
+    char *log = NULL;
+    int rc = ar_nvrtc_compile(jb->v->source, name, jb->arch, 0, &jb->blob, &jb->size, &log, NULL, jb->err,
+                              sizeof jb->err);
+    if (rc != ATTNRES_OK && log) {
+        size_t used = strlen(jb->err);
+        snprintf(jb->err + used, sizeof jb->err - used, "\n%s", log);
     }
-}
-
-static void wait_job(job *jb)
-{
-    pthread_mutex_lock(&job_lock);
-    while (!jb->done)
-        pthread_cond_wait(&job_done, &job_lock);
-    pthread_mutex_unlock(&job_lock);
+    free(log);
+    const char *dir = getenv("ATTNRES_VARIANTS_PTX_DIR");
+    if (rc == ATTNRES_OK && dir && *dir) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s.%s.ptx", dir, jb->v->id, jb->arch);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fwrite(jb->blob, 1, jb->size > 0 ? jb->size - 1 : 0, f);
+            fclose(f);
+        }
+    }
+    jb->rc = rc;
+    jb->seconds = now_s() - t0;
 }
 
 /* ------------------------------------------------------------------------
@@ -1208,13 +1186,8 @@ static void test_every_variant(void)
         jobs[njobs++] = (job){.v = &vs[i], .arch = "sm_90", .full = 1};
         jobs[njobs++] = (job){.v = &vs[i], .arch = "sm_80", .full = 0};
     }
-    pthread_t th[COMPILE_THREADS];
-    int started = 0;
-    for (int t = 0; t < COMPILE_THREADS; t++)
-        if (pthread_create(&th[t], NULL, compile_worker, NULL) == 0)
-            started++;
-    if (started == 0)
-        compile_worker(NULL);
+    job_pool pool;
+    job_pool_start(&pool, njobs, COMPILE_THREADS, compile_job);
 
     double compile_s = 0, run_s = 0, load_s = 0, worst_err[3] = {0, 0, 0};
     int runs = 0, failed_runs = 0, failed_variants = 0;
@@ -1224,7 +1197,7 @@ static void test_every_variant(void)
     for (size_t ji = 0; ji < njobs; ji++) {
         job *jb = &jobs[ji];
         variant *v = jb->v;
-        wait_job(jb);
+        job_pool_wait(&pool, ji);
         compile_s += jb->seconds;
         run_ctx c;
         memset(&c, 0, sizeof c);
@@ -1322,8 +1295,7 @@ static void test_every_variant(void)
         free(jb->blob);
         jb->blob = NULL;
     }
-    for (int t = 0; t < started; t++)
-        pthread_join(th[t], NULL);
+    const int compile_threads = job_pool_finish(&pool);
     double total = now_s() - t_start;
     printf("ran %d problem(s) on %zu compiled kernel(s): %d failed, %d variant(s) wrong or faulting; "
            "device reopened %d time(s)\n",
@@ -1333,7 +1305,7 @@ static void test_every_variant(void)
     printf("time: %.1f s in all (budget: 300 s on 2 cores); NVRTC %.1f s over %d thread(s), loads %.1f s, "
            "runs %.1f s\n",
            total, compile_s,
-           started ? started : 1, load_s, run_s);
+           compile_threads, load_s, run_s);
     printf("slowest kernels to run:");
     for (int si = 0; si < NSLOW && slowest[si].id; si++)
         printf(" %s [%s] %.2f s;", slowest[si].id, slowest[si].arch, slowest[si].s);
@@ -1380,21 +1352,10 @@ int main(int argc, char **argv)
         CHECK_EXIT();
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    char why[512];
-    if (ar_nvrtc_available(why, sizeof why) != 0) {
-        printf("SKIP: NVRTC is not available: %s\n", why);
-        return 77;
-    }
+    const int skip_or_fail = test_cuda_open(&dev);
+    if (skip_or_fail)
+        return skip_or_fail;
     const char *driver = getenv("ATTNRES_CUDA_DRIVER");
-    char msg[512] = "";
-    if (open_device(msg, sizeof msg) != ATTNRES_OK) {
-        if (driver && *driver) {
-            fprintf(stderr, "FAIL: cuda:0 did not open with ATTNRES_CUDA_DRIVER=%s: %s\n", driver, msg);
-            return 1;
-        }
-        printf("SKIP: no CUDA device (%s) and ATTNRES_CUDA_DRIVER is unset\n", msg);
-        return 77;
-    }
     if (driver && *driver) {
         void *h = dlopen(driver, RTLD_NOW | RTLD_NOLOAD);
         if (h) {

@@ -620,20 +620,13 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     unsetenv("ATTNRES_CUDASIM_CHECKS");
     CUdevice dev;
-    CUcontext ctx;
-    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxPushCurrent_v2(ctx)) {
-        printf("cannot set up the simulated device\n0 passed, 1 failed\n");
+    if (selftest_begin(&dev) != 0)
         return 1;
-    }
     RUN_CASE_COUNTING(test_global, g_fail);
     RUN_CASE_COUNTING(test_coordinates, g_fail);
     RUN_CASE_COUNTING(test_shared, g_fail);
     RUN_CASE_COUNTING(test_barriers, g_fail);
     RUN_CASE_COUNTING(test_shuffle_faults, g_fail);
     RUN_CASE_COUNTING(test_sticky, g_fail);
-    cuCtxPopCurrent_v2(NULL);
-    cuDevicePrimaryCtxRelease_v2(dev);
-    if (!check_listing)
-        printf("%d passed, %d failed\n", g_pass, g_fail);
-    return check_exit_status(g_fail);
+    return selftest_end(dev);
 }

@@ -23,6 +23,7 @@
 
 #include "../unit/check.h"
 #include "cudasim.h"
+#include "ptx_numerics.h"
 /* The case tables leave the approximation fields of exact cases unset. */
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #include "selftest.h"
@@ -128,20 +129,6 @@ typedef struct scase {
     double exact, tol; /* WAPPROX: the exact value and the relative tolerance */
 } scase;
 
-static uint32_t fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float bitsf(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Builds one single-thread kernel running every case of the group. */
 static void run_scalar_group(const char *group, const scase *cs, int n)
 {
@@ -180,7 +167,7 @@ static void run_scalar_group(const char *group, const scase *cs, int n)
         for (int i = 0; i < n; i++) {
             const scase *c = &cs[i];
             if (c->width == WAPPROX) {
-                const float got = bitsf((uint32_t)out[i]);
+                const float got = num_f32_from_bits((uint32_t)out[i]);
                 const double rel = fabs(((double)got - c->exact) / c->exact);
                 check(rel <= c->tol, "[%s] %s: got %a (0x%08x), exact %a, relative error %.3g > %.3g", group,
                       c->name, (double)got, (uint32_t)out[i], c->exact, rel, c->tol);
@@ -339,7 +326,7 @@ static void test_integer(void)
     run_scalar_group("int64", c64, N(c64));
 }
 
-#define F(x) ((uint64_t)fbits(x))
+#define F(x) ((uint64_t)num_f32_bits(x))
 #define FNAN 0x7fc00000ull
 #define SETPF(cmp) "setp." cmp ".f32 %p1, %r1, %r2;\nselp.u32 %r90, 1, 0, %p1;"
 
@@ -566,11 +553,11 @@ static void test_float(void)
         if (c[i].width != WAPPROX || c[i].exact != 0)
             continue;
         if (strstr(c[i].name, "ex2"))
-            c[i].exact = exp2((double)bitsf((uint32_t)c[i].a));
+            c[i].exact = exp2((double)num_f32_from_bits((uint32_t)c[i].a));
         else if (strstr(c[i].name, "rsqrt"))
-            c[i].exact = 1.0 / sqrt((double)bitsf((uint32_t)c[i].a));
+            c[i].exact = 1.0 / sqrt((double)num_f32_from_bits((uint32_t)c[i].a));
         else
-            c[i].exact = (double)bitsf((uint32_t)c[i].a) / (double)bitsf((uint32_t)c[i].b);
+            c[i].exact = (double)num_f32_from_bits((uint32_t)c[i].a) / (double)num_f32_from_bits((uint32_t)c[i].b);
     }
     run_scalar_group("float", c, N(cf));
     free(c);
@@ -996,11 +983,8 @@ int main(int argc, char **argv)
     CHECK_ARGS(argc, argv);
     setvbuf(stdout, NULL, _IOLBF, 0);
     CUdevice dev;
-    CUcontext ctx;
-    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxPushCurrent_v2(ctx)) {
-        printf("cannot set up the simulated device\n0 passed, 1 failed\n");
+    if (selftest_begin(&dev) != 0)
         return 1;
-    }
     RUN_CASE_COUNTING(test_integer, g_fail);
     RUN_CASE_COUNTING(test_float, g_fail);
     RUN_CASE_COUNTING(test_loads_stores, g_fail);
@@ -1010,9 +994,5 @@ int main(int argc, char **argv)
     RUN_CASE_COUNTING(test_divergence, g_fail);
     RUN_CASE_COUNTING(test_grid, g_fail);
     RUN_CASE_COUNTING(test_refusals, g_fail);
-    cuCtxPopCurrent_v2(NULL);
-    cuDevicePrimaryCtxRelease_v2(dev);
-    if (!check_listing)
-        printf("%d passed, %d failed\n", g_pass, g_fail);
-    return check_exit_status(g_fail);
+    return selftest_end(dev);
 }

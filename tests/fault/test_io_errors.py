@@ -223,6 +223,19 @@ def same_result(path, ref):
 
 
 # ---- a user's files: db export, db plot, run --out --------------------------
+def old_or_whole(path, old, new_path, outdir, rc, err, what):
+    """What is wrong with a user's file after a write under a fault: None
+    when path holds its old bytes, or the new file whole (renamed into
+    place; only the directory's sync may have failed, which the command
+    says), and no temporary is left in outdir."""
+    have = read(path)
+    if leftovers(outdir):
+        return "temporaries left: %s" % leftovers(outdir)
+    if have == old or (have == read(new_path) and (rc == 0 or "was written" in err)):
+        return None
+    return "the previous %s was lost (%s)" % (what, "absent" if have is None else "%d bytes" % len(have))
+
+
 def test_output_files():
     outdir = os.path.join(scratch, "outputs")
     os.makedirs(outdir, exist_ok=True)
@@ -237,14 +250,7 @@ def test_output_files():
             f.write(old)
 
     def export_after(rc, err):
-        have = read(target)
-        if leftovers(outdir):
-            return "temporaries left: %s" % leftovers(outdir)
-        if have == old:
-            return None
-        if have == read(new) and (rc == 0 or "was written" in err):
-            return None  # renamed whole; only the directory's sync failed
-        return "the previous file was lost (%s)" % ("absent" if have is None else "%d bytes" % len(have))
+        return old_or_whole(target, old, new, outdir, rc, err, "file")
 
     sweep("db export --out", ["db", "export", "--json", "--out", target, "--db", base_db], outdir, export_after,
           env=env, prepare=reset)
@@ -291,12 +297,7 @@ def test_output_files():
             f.write(old_npy)
 
     def out_after(rc, err):
-        have = read(out)
-        if leftovers(outdir):
-            return "temporaries left: %s" % leftovers(outdir)
-        if have == old_npy or (have == read(ref_out) and (rc == 0 or "was written" in err)):
-            return None
-        return "the previous output was lost"
+        return old_or_whole(out, old_npy, ref_out, outdir, rc, err, "output")
 
     sweep("run --out", run_args(out), outdir, out_after, env=env, prepare=reset_out)
     reset_out()

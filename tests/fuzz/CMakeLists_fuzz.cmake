@@ -35,6 +35,7 @@ function(fuzz_add name)
   foreach(t ${targets})
     target_include_directories(${t} PRIVATE ${ATTNRES_FUZZ_DIR} ${PROJECT_SOURCE_DIR}/cli
                                ${PROJECT_SOURCE_DIR}/tuner/include ${PROJECT_SOURCE_DIR}/db/core ${PROJECT_SOURCE_DIR}/db/tools
+                               ${PROJECT_SOURCE_DIR}/tests/unit
                                ${F_INCLUDES})
     target_link_libraries(${t} PRIVATE ${F_LIBS} m)
   endforeach()
@@ -44,7 +45,8 @@ function(fuzz_add name)
 endfunction()
 
 fuzz_add(npy SOURCES ${PROJECT_SOURCE_DIR}/cli/npy.c ${PROJECT_SOURCE_DIR}/cli/atomic_file.c)
-fuzz_add(problems RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/tuner/src/problems.c LIBS attnres_impl)
+fuzz_add(problems RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/tuner/src/problems.c ${PROJECT_SOURCE_DIR}/tuner/src/parse_int.c
+         LIBS attnres_impl)
 fuzz_add(db_import LIBS ardb)
 fuzz_add(misses RUNTIME LIBS attnres_impl Threads::Threads)
 fuzz_add(damaged_db RUNTIME SOURCES ${PROJECT_SOURCE_DIR}/cli/svg_plot.c LIBS attnres_static ardb Threads::Threads)

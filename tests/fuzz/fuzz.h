@@ -43,8 +43,4 @@ void fuzz_path(const char *name, char *path, size_t path_len);
  * scratch directory. */
 void fuzz_remove_db(const char *name);
 
-/* 1 when the bytes are valid UTF-8 (RFC 3629: no overlongs, no surrogates,
- * nothing above U+10FFFF). */
-int fuzz_valid_utf8(const char *s, size_t n);
-
 #endif

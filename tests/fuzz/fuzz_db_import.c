@@ -16,28 +16,8 @@
 #include "ardb_tools.h"
 #include "fuzz.h"
 #include "json.h"
-
-typedef struct buf {
-    char *data;
-    size_t len, cap;
-} buf;
-
-static int buf_write(void *ctx, const void *data, size_t len)
-{
-    buf *b = ctx;
-    if (b->len + len + 1 > b->cap) {
-        size_t cap = (b->len + len + 1) * 2;
-        char *p = realloc(b->data, cap);
-        if (!p)
-            return -1;
-        b->data = p;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-    b->data[b->len] = '\0';
-    return 0;
-}
+#include "test_buffer.h"
+#include "test_utf8.h"
 
 /* A fresh database for every input, so that inputs do not depend on each
  * other, a finding reproduces from its one file, and a child of replay.c
@@ -76,10 +56,10 @@ static void check(ardb *db, const uint8_t *data, size_t size)
         return;
     }
     fuzz_verdict = FUZZ_ACCEPTED;
-    buf out = {0};
-    if (ardb_export_json(db, 0, buf_write, &out) != ARDB_DONE)
+    buffer out = {0};
+    if (ardb_export_json(db, 0, buffer_write, &out) != ARDB_DONE)
         fuzz_fail("export after an accepted import fails", ardb_errmsg(db));
-    if (!fuzz_valid_utf8(out.data, out.len))
+    if (!utf8_valid(out.data, out.len))
         fuzz_fail("the export of an accepted import is not valid UTF-8", NULL);
     ardb_json *doc = NULL;
     char err[256];
@@ -91,8 +71,8 @@ static void check(ardb *db, const uint8_t *data, size_t size)
     if (st.devices || st.problems || st.candidates || st.runs || st.measurements || st.winners)
         fuzz_fail("importing a database's own export added rows", NULL);
     for (int t = ARDB_CSV_MEASUREMENTS; t <= ARDB_CSV_RUNS; t++) {
-        buf csv = {0};
-        if (ardb_export_csv(db, (ardb_csv_table)t, buf_write, &csv) != ARDB_DONE)
+        buffer csv = {0};
+        if (ardb_export_csv(db, (ardb_csv_table)t, buffer_write, &csv) != ARDB_DONE)
             fuzz_fail("CSV export after an accepted import fails", ardb_errmsg(db));
         free(csv.data);
     }

@@ -82,37 +82,3 @@ void fuzz_remove_db(const char *name)
         unlink(q);
     }
 }
-
-int fuzz_valid_utf8(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = u[i];
-        size_t len;
-        unsigned cp, min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            len = 2, cp = c & 0x1F, min = 0x80;
-        } else if ((c & 0xF0) == 0xE0) {
-            len = 3, cp = c & 0x0F, min = 0x800;
-        } else if ((c & 0xF8) == 0xF0) {
-            len = 4, cp = c & 0x07, min = 0x10000;
-        } else {
-            return 0;
-        }
-        if (i + len > n)
-            return 0;
-        for (size_t k = 1; k < len; k++) {
-            if ((u[i + k] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (u[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += len;
-    }
-    return 1;
-}

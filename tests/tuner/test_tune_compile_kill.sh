@@ -9,9 +9,7 @@
 # usage: test_tune_compile_kill.sh ATTNRES_CLI
 set -euo pipefail
 cli="$1"
-dir=$(mktemp -d)
-tuner=""
-trap '[ -n "$tuner" ] && kill -9 "$tuner" 2>/dev/null; rm -rf "$dir"' EXIT
+. "$(dirname "$0")/../lib/killed_tuners.sh"
 export ATTNRES_CACHE_DIR="$dir/cache" TMPDIR="$dir/tmp"
 mkdir -p "$TMPDIR"
 # One problem with many variants: compiling them takes far longer than the

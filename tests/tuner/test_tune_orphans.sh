@@ -10,16 +10,7 @@
 # usage: test_tune_orphans.sh ATTNRES_CLI TEMPLATE_DIR
 set -euo pipefail
 cli="$1"; src_templates="$2"; here="$(cd "$(dirname "$0")" && pwd)"
-dir=$(mktemp -d)
-tuner=""; survivors=()
-cleanup() {
-  # Whatever happens to the test, it leaves no process of its own behind:
-  # the children that outlived their tuner are killed here, by pid.
-  [ -n "$tuner" ] && kill -9 "$tuner" 2>/dev/null || true
-  for c in "${survivors[@]}"; do kill -9 "$c" 2>/dev/null || true; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+. "$here/../lib/killed_tuners.sh"
 # A template directory with one template: faulty.lua cut down to its f32
 # hang variant, its base template moved under lib/ so that the tuner does
 # not tune the real variants too.

@@ -25,15 +25,7 @@
 # usage: test_tune_sigkill.sh ATTNRES_CLI [KILLS]
 set -euo pipefail
 cli="$1"; kills="${2:-20}"
-dir=$(mktemp -d)
-tuner=""; survivors=()
-cleanup() {
-  # Whatever happens, the test leaves no process of its own behind.
-  [ -n "$tuner" ] && kill -9 "$tuner" 2>/dev/null || true
-  for c in "${survivors[@]}"; do kill -9 "$c" 2>/dev/null || true; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/../lib/killed_tuners.sh"
 export ATTNRES_CACHE_DIR="$dir/cache" TMPDIR="$dir/tmp"
 mkdir -p "$TMPDIR"
 db="$dir/t.db"

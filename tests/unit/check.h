@@ -120,6 +120,18 @@ static inline int check_args(int *argc, char **argv)
     return -1;
 }
 
+/* For a program that takes `count` arguments of its own, named `names` in
+ * its usage line, after CHECK_ARGS: whether they are missing, with the
+ * usage printed. Under --list no case runs, so none is needed. */
+static inline int check_usage(int argc, char **argv, int count, const char *names)
+{
+    if (argc == count + 1 || check_listing)
+        return 0;
+    const char *slash = strrchr(argv[0], '/');
+    fprintf(stderr, "usage: %s [--list] [--case NAME]... %s\n", slash ? slash + 1 : argv[0], names);
+    return 1;
+}
+
 #define CHECK_ARGS(argc, argv)                             \
     do {                                                   \
         const int check_rc_ = check_args(&(argc), (argv)); \

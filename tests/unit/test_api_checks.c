@@ -18,6 +18,7 @@
 #include "attnres.h"
 #include "check.h"
 #include "miss_file.h"
+#include "test_device.h"
 
 static attnres_device *cpu;
 
@@ -486,11 +487,8 @@ static void test_overlapping_outputs_are_refused(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    char msg[512];
-    if (!check_listing && attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
-        fprintf(stderr, "cannot open the CPU device: %s\n", msg);
+    if (!check_listing && test_cpu_open(&cpu) != 0)
         return 1;
-    }
     RUN_CASE(test_plan_refuses_more_sources_than_cpu_kernels_take);
     RUN_CASE(test_limits_are_one_table_for_plans_and_miss_lines);
     RUN_CASE(test_many_heads_refused_at_plan_not_crashing);

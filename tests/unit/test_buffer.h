@@ -1,7 +1,7 @@
 /*
  * test_buffer.h - a growing, NUL-terminated memory buffer that the db
- * tests hand to ardb's export functions as their write callback, so that
- * an export can be inspected as one string.
+ * tests and the db import fuzz target hand to ardb's export functions as
+ * their write callback, so that an export can be inspected as one string.
  */
 #ifndef ATTNRES_TEST_BUFFER_H
 #define ATTNRES_TEST_BUFFER_H

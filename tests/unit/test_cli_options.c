@@ -233,11 +233,8 @@ static void dtype_values(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    /* --list runs no case, so it needs no scratch directory. */
-    if (argc != 2 && !check_listing) {
-        fprintf(stderr, "usage: test_cli_options [--list] [--case NAME]... SCRATCH_DIR\n");
+    if (check_usage(argc, argv, 1, "SCRATCH_DIR"))
         return 2;
-    }
     snprintf(err_path, sizeof err_path, "%s/stderr.txt", argc == 2 ? argv[1] : ".");
     RUN_CASE(every_kind_of_value);
     RUN_CASE(nothing_given_changes_nothing);

@@ -31,8 +31,6 @@ static int level_present; /* the host has it */
 
 static const attnres_dtype dtypes[] = {ATTNRES_DTYPE_F32, ATTNRES_DTYPE_BF16, ATTNRES_DTYPE_F16};
 
-static double tolerance(attnres_dtype dt) { return case_tolerance(dt); }
-
 /* Plans p without a database; checks the level and which kernel. */
 static attnres_plan *plan_builtin(const attnres_problem *p)
 {
@@ -66,7 +64,7 @@ static attnres_plan *plan_builtin(const attnres_problem *p)
 
 static void report(const char *what, const attnres_problem *p, int64_t T, double err)
 {
-    if (!(err <= tolerance(p->dtype))) {
+    if (!(err <= case_tolerance(p->dtype))) {
         fprintf(stderr, "  %s %s %s d=%lld N=%d S=%d H=%d form=%d epi=%d fuse=%d T=%lld: rel err %g\n", level, what,
                 attnres_dtype_name(p->dtype), (long long)p->d, p->n, p->s, p->heads, (int)p->form, p->epilogue,
                 p->fuse_add, (long long)T, err);

@@ -48,4 +48,20 @@ static inline double elem_load(attnres_dtype dt, const void *buf, int64_t i)
     return ar_storage_load(dt, buf, i);
 }
 
+/* Fills rows x d values of a strided storage buffer of dtype dt (row r at
+ * element r * stride) with N(0,1) times a magnitude: `magnitude` where it
+ * is positive, else one drawn per row as 10^U(-1,1), so that rows differ by
+ * up to 100x. The stored (rounded) values also go to exact[rows][d]. */
+static inline void fill_rows(uint64_t *s, attnres_dtype dt, void *buf, int64_t rows, int64_t d, int64_t stride,
+                             double magnitude, double *exact)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const double mag = magnitude > 0 ? magnitude : pow(10.0, 2.0 * rng_uniform(s) - 1.0);
+        for (int64_t k = 0; k < d; k++) {
+            elem_store(dt, buf, r * stride + k, mag * rng_normal(s));
+            exact[r * d + k] = elem_load(dt, buf, r * stride + k);
+        }
+    }
+}
+
 #endif

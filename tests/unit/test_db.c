@@ -21,7 +21,10 @@
 #include "ardb.h"
 #include "ardb_tools.h"
 #include "check.h"
+#include "test_db_run.h"
+#include "test_files.h"
 #include "test_scratch.h"
+#include "test_sqlite.h"
 
 static char tmpdir[512];
 
@@ -30,54 +33,10 @@ static void path_in_tmp(char *buf, size_t len, const char *name)
     snprintf(buf, len, "%s/%s", tmpdir, name);
 }
 
-static void write_file(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return;
-    if (n)
-        fwrite(data, 1, n, f);
-    fclose(f);
-}
-
-/* Runs one SQL statement on a raw connection; returns the first column of
- * the first row as an integer (or -1). */
-static long long raw_int(const char *path, const char *sql)
-{
-    sqlite3 *h = NULL;
-    sqlite3_stmt *st = NULL;
-    long long v = -1;
-    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
-        sqlite3_busy_timeout(h, 10000) == SQLITE_OK &&
-        sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(h);
-    return v;
-}
-
-static int raw_exec(const char *path, const char *sql)
-{
-    sqlite3 *h = NULL;
-    int rc = sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                             NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_exec(h, sql, NULL, NULL, NULL);
-    sqlite3_close(h);
-    return rc;
-}
-
 static ardb *create_db(const char *name, char *path, size_t len)
 {
-    ardb *db = NULL;
-    char msg[256];
     path_in_tmp(path, len, name);
-    if (ardb_open(path, ARDB_CREATE, &db, msg, sizeof msg) != ARDB_DONE) {
-        fprintf(stderr, "create %s: %s\n", path, msg);
-        return NULL;
-    }
-    return db;
+    return open_db(path, ARDB_CREATE);
 }
 
 /* ---- fixtures ------------------------------------------------------------- */
@@ -147,27 +106,6 @@ static ardb_measurement meas_make(int64_t run, int64_t cand, int64_t prob,
     m.roofline = 0.5;
     m.rel_err = 1e-6;
     return m;
-}
-
-static int64_t run_make(ardb *db, int64_t dev)
-{
-    ardb_run r;
-    int64_t id = 0;
-    memset(&r, 0, sizeof r);
-    r.device_id = dev;
-    r.user = "tester";
-    r.host = "localhost";
-    r.command = "attnres tune";
-    r.project_version = "0.1.0";
-    r.compiler = "nvrtc 12.4";
-    r.policy_json = "{\"warmup\":10,\"reps\":50}";
-    r.strategy = "exhaustive";
-    r.copy_gbps = 4300.0;
-    r.launch_us = 2.5;
-    r.read_gbps = 4100.0;
-    if (ardb_run_begin(db, &r, &id) != ARDB_DONE)
-        return 0;
-    return id;
 }
 
 /* ---- cases ------------------------------------------------------------------- */
@@ -281,7 +219,7 @@ static void test_open_errors(void)
             "this is not a database, just some text that is long enough to "
             "fill the SQLite header and then some more words.\n";
         path_in_tmp(path, sizeof path, "garbage.db");
-        write_file(path, junk, sizeof junk - 1);
+        file_write(path, junk, sizeof junk - 1);
         snprintf(want, sizeof want, "%s is not an SQLite database", path);
         EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
         EXPECT_OPEN(path, 0, ARDB_ENOTDB, want);
@@ -289,7 +227,7 @@ static void test_open_errors(void)
         CHECK(stat(path, &sb) == 0 && (size_t)sb.st_size == sizeof junk - 1);
         /* a short file */
         path_in_tmp(path, sizeof path, "short.db");
-        write_file(path, "hello\n", 6);
+        file_write(path, "hello\n", 6);
         snprintf(want, sizeof want, "%s is not an SQLite database", path);
         EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
         /* binary garbage of a few pages */
@@ -302,7 +240,7 @@ static void test_open_errors(void)
                 buf[i] = (unsigned char)(x >> 16);
             }
             path_in_tmp(path, sizeof path, "random.db");
-            write_file(path, buf, sizeof buf);
+            file_write(path, buf, sizeof buf);
             snprintf(want, sizeof want, "%s is not an SQLite database", path);
             EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
             EXPECT_OPEN(path, 0, ARDB_ENOTDB, want);
@@ -323,11 +261,11 @@ static void test_open_errors(void)
             if (f)
                 fclose(f);
             REQUIRE(n == sizeof buf);
-            write_file(path, buf, 1000); /* mid first page */
+            file_write(path, buf, 1000); /* mid first page */
             snprintf(want, sizeof want, "%s is not an SQLite database", path);
             EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
             EXPECT_OPEN(path, 0, ARDB_ENOTDB, want);
-            write_file(path, buf, 50); /* mid header */
+            file_write(path, buf, 50); /* mid header */
             EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
         }
     }
@@ -348,7 +286,7 @@ static void test_open_errors(void)
     snprintf(want, sizeof want, "%s is not an attnres database", path);
     EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
     path_in_tmp(path, sizeof path, "empty.db");
-    write_file(path, "", 0);
+    file_write(path, "", 0);
     snprintf(want, sizeof want, "%s is not an attnres database", path);
     EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENOTDB, want);
     EXPECT_OPEN(path, 0, ARDB_ENOTDB, want);
@@ -516,8 +454,8 @@ static void test_measurements(void)
     REQUIRE(ardb_device_upsert(db, &d, &dev) == ARDB_DONE);
     REQUIRE(ardb_problem_upsert(db, &p, &prob) == ARDB_DONE);
     REQUIRE(ardb_candidate_upsert(db, &c, &cand) == ARDB_DONE);
-    r1 = run_make(db, dev);
-    r2 = run_make(db, dev);
+    r1 = test_run_begin(db, dev);
+    r2 = test_run_begin(db, dev);
     REQUIRE(r1 > 0 && r2 > r1);
 
     CHECK(ardb_measurement_find(db, cand, prob, dev, "bk", &got) ==
@@ -668,9 +606,9 @@ static int wfix_make(ardb *db, wfix *f)
     rc |= ardb_candidate_upsert(db, &c3, &f->c3);
     if (rc)
         return -1;
-    f->r1 = run_make(db, f->dA);
-    f->r2 = run_make(db, f->dB);
-    f->r3 = run_make(db, f->dC);
+    f->r1 = test_run_begin(db, f->dA);
+    f->r2 = test_run_begin(db, f->dB);
+    f->r3 = test_run_begin(db, f->dC);
     if (!f->r1 || !f->r2 || !f->r3)
         return -1;
     /* run 1 on A: t1 -> c1, t4096 -> c1 (later replaced by c3 in run 1) */
@@ -786,7 +724,7 @@ static void test_winners(void)
 
     /* A newer run on A wins over the older one at every level. */
     {
-        int64_t r4 = run_make(db, f.dA);
+        int64_t r4 = test_run_begin(db, f.dA);
         CHECK(set_winner(db, r4, f.p1, f.dA, f.c2, 6.0) == ARDB_DONE);
         CHECK(ardb_winners_lookup(db, &p, &q, ARDB_LEVEL_EXACT, &w, &n) ==
               ARDB_DONE);
@@ -883,7 +821,7 @@ static void test_lists(void)
 
     /* A newer run for (t1, A) replaces the row; one run only. */
     {
-        int64_t r4 = run_make(db, f.dA);
+        int64_t r4 = test_run_begin(db, f.dA);
         CHECK(set_winner(db, r4, f.p1, f.dA, f.c2, 6.0) == ARDB_DONE);
         memset(&r, 0, sizeof r);
         CHECK(ardb_list_winners(db, 0, collect, &r) == ARDB_DONE);
@@ -1079,12 +1017,12 @@ static void test_simulated_devices(void)
     REQUIRE(ardb_problem_upsert(db, &p, &p4k) == ARDB_DONE);
     REQUIRE(ardb_candidate_upsert(db, &c1, &k1) == ARDB_DONE);
     REQUIRE(ardb_candidate_upsert(db, &c2, &k2) == ARDB_DONE);
-    r_sim = run_make(db, d_sim);
+    r_sim = test_run_begin(db, d_sim);
     REQUIRE(r_sim != 0);
     CHECK(set_winner(db, r_sim, p1, d_sim, k1, 3.0) == ARDB_DONE);
     CHECK(set_winner(db, r_sim, p4k, d_sim, k1, 30.0) == ARDB_DONE);
     CHECK(ardb_run_finish(db, r_sim, "complete") == ARDB_DONE);
-    r_real = run_make(db, d_real);
+    r_real = test_run_begin(db, d_real);
     REQUIRE(r_real != 0);
     CHECK(set_winner(db, r_real, p4k, d_real, k2, 40.0) == ARDB_DONE);
     CHECK(ardb_run_finish(db, r_real, "complete") == ARDB_DONE);
@@ -1357,7 +1295,7 @@ static int writer_child(const char *path, int who)
     if (ardb_device_upsert(db, &d, &dev) || ardb_problem_upsert(db, &p, &prob) ||
         ardb_candidate_upsert(db, &c, &cand))
         goto fail;
-    if (!(run = run_make(db, dev)))
+    if (!(run = test_run_begin(db, dev)))
         goto fail;
     for (i = 0; i < PER_WRITER; i++) {
         ardb_measurement m;
@@ -1445,7 +1383,7 @@ static void test_reader_during_write(void)
     CHECK(ardb_device_upsert(w, &d, &id) == ARDB_DONE);
     CHECK(ardb_begin(w) == ARDB_DONE);
     CHECK(ardb_problem_upsert(w, &p, &id) == ARDB_DONE);
-    CHECK(run_make(w, id) > 0);
+    CHECK(test_run_begin(w, id) > 0);
     CHECK(ardb_open(path, ARDB_READONLY, &r, NULL, 0) == ARDB_DONE);
     if (r) {
         memset(&rr, 0, sizeof rr);
@@ -1463,13 +1401,8 @@ static void test_reader_during_write(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_db.XXXXXX",
-             base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (scratch_make("db", tmpdir, sizeof tmpdir) != 0)
         return 1;
-    }
     RUN_CASE(test_create_reopen);
     RUN_CASE(test_open_errors);
     RUN_CASE(test_corrupt_pages);

@@ -21,7 +21,9 @@
 #include "ardb_tools.h"
 #include "check.h"
 #include "test_buffer.h"
+#include "test_files.h"
 #include "test_scratch.h"
+#include "test_sqlite.h"
 
 static char tmpdir[512];
 static char *fixture_sql;
@@ -31,50 +33,6 @@ static char *fixture_sql;
 static void path_in_tmp(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s/%s", tmpdir, name);
-}
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf)
-        buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-static int raw_exec(const char *path, const char *sql)
-{
-    sqlite3 *h = NULL;
-    int rc = sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_exec(h, sql, NULL, NULL, NULL);
-    sqlite3_close(h);
-    return rc;
-}
-
-static long long raw_int(const char *path, const char *sql)
-{
-    sqlite3 *h = NULL;
-    sqlite3_stmt *st = NULL;
-    long long v = -1;
-    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(h);
-    return v;
 }
 
 /* Writes the v1 fixture to tmpdir/name; path gets its full path. */
@@ -130,15 +88,6 @@ static int collect(void *ctx, int ncol, const char *const *names, const char *co
     snprintf(l->text + len, sizeof l->text - len, "\n");
     l->count++;
     return 0;
-}
-
-static ardb *open_db(const char *path, unsigned flags)
-{
-    char msg[512];
-    ardb *db = NULL;
-    if (ardb_open(path, flags, &db, msg, sizeof msg) != ARDB_DONE)
-        fprintf(stderr, "open %s: %s\n", path, msg);
-    return db;
 }
 
 static int file_exists(const char *path)
@@ -332,7 +281,7 @@ static void test_v1_file_read_only_then_migrated(void)
     snprintf(msg, sizeof msg, "%s.v1.bak.2", path);
     CHECK(file_exists(msg));
     CHECK(raw_int(msg, "PRAGMA user_version") == 1);
-    char *old = read_text(bak);
+    char *old = file_read(bak);
     CHECK(old && strcmp(old, "an older backup\n") == 0);
     free(old);
 
@@ -1257,18 +1206,14 @@ static void test_csv_export(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     /* --list runs no case, so it needs no fixture. */
-    if (!check_listing && (argc < 2 || !(fixture_sql = read_text(argv[1])))) {
+    if (!check_listing && (argc < 2 || !(fixture_sql = file_read(argv[1])))) {
         fprintf(stderr, "usage: test_db_history [--list] [--case NAME]... FIXTURE.sql "
                         "(tests/unit/fixtures/db_v1.sql)\n");
         return 2;
     }
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_db_history.XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (scratch_make("db-history", tmpdir, sizeof tmpdir) != 0)
         return 2;
-    }
     RUN_CASE(test_classify_noise_and_threshold);
     RUN_CASE(test_v1_file_read_only_then_migrated);
     RUN_CASE(test_v2_file_read_only_then_migrated);

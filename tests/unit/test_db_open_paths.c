@@ -30,6 +30,8 @@
 
 #include "ardb_tools.h"
 #include "attnres.h"
+#include "test_db_run.h"
+#include "test_scratch.h"
 
 #define CASE_SECONDS 20
 
@@ -51,20 +53,9 @@ static int make_database(const char *path)
         return -1;
     }
     ardb_device dev = {"cpu", "Test CPU", "x86_64-test", "none", "test|fingerprint", 2, 1 << 30, 0};
-    ardb_run run;
-    memset(&run, 0, sizeof run);
-    run.user = "tester";
-    run.host = "localhost";
-    run.command = "attnres tune";
-    run.project_version = "0.1.0";
-    run.compiler = "cc";
-    run.policy_json = "{}";
-    run.strategy = "exhaustive";
-    run.copy_gbps = run.launch_us = run.read_gbps = 1.0;
     int rc = ardb_device_upsert(db, &dev, &dev_id);
-    run.device_id = dev_id;
-    if (rc == ARDB_DONE)
-        rc = ardb_run_begin(db, &run, &run_id);
+    if (rc == ARDB_DONE && !(run_id = test_run_begin(db, dev_id)))
+        rc = ARDB_EINVAL;
     if (rc == ARDB_DONE)
         rc = ardb_run_finish(db, run_id, "complete");
     if (rc != ARDB_DONE)
@@ -298,12 +289,8 @@ int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
     if (!check_listing) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/attnres-db-paths-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(dir)) {
-            perror("mkdtemp");
+        if (scratch_make("db-paths", dir, sizeof dir) != 0)
             return 1;
-        }
         atexit(cleanup);
     }
     /* SIGALRM's default action ends a case that blocks, and the program. */

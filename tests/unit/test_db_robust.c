@@ -36,6 +36,8 @@
 #include "svg_plot.h"
 #include "test_buffer.h"
 #include "test_scratch.h"
+#include "test_sqlite.h"
+#include "test_utf8.h"
 
 static char tmpdir[512];
 
@@ -44,83 +46,6 @@ static char tmpdir[512];
 static void path_in_tmp(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s/%s", tmpdir, name);
-}
-
-static ardb *open_db(const char *path, unsigned flags)
-{
-    char msg[512];
-    ardb *db = NULL;
-    if (ardb_open(path, flags, &db, msg, sizeof msg) != ARDB_DONE)
-        fprintf(stderr, "open %s: %s\n", path, msg);
-    return db;
-}
-
-static int raw_exec(const char *path, const char *sql)
-{
-    sqlite3 *h = NULL;
-    int rc = sqlite3_open(path, &h);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_exec(h, sql, NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        fprintf(stderr, "%s: %s\n", sql, h ? sqlite3_errmsg(h) : "cannot open");
-    sqlite3_close(h);
-    return rc;
-}
-
-static char *raw_text(const char *path, const char *sql)
-{
-    sqlite3 *h = NULL;
-    sqlite3_stmt *st = NULL;
-    char *out = NULL;
-    if (sqlite3_open(path, &h) == SQLITE_OK && sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
-        out = strdup((const char *)sqlite3_column_text(st, 0));
-    sqlite3_finalize(st);
-    sqlite3_close(h);
-    return out;
-}
-
-/* Whether s[0, n) is well-formed UTF-8 (Unicode 15, table 3-7), written
- * here independently of db/ so that the test does not trust the code it
- * tests. */
-static int utf8_ok(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t k;
-        unsigned lo = 0x80, hi = 0xbf;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf)
-            k = 1;
-        else if (c >= 0xe0 && c <= 0xef)
-            k = 2;
-        else if (c >= 0xf0 && c <= 0xf4)
-            k = 3;
-        else
-            return 0;
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f;
-        else if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
-        if (i + k >= n)
-            return 0; /* cut short */
-        for (size_t j = 1; j <= k; j++) {
-            unsigned b = s[i + j];
-            unsigned l = j == 1 ? lo : 0x80, h = j == 1 ? hi : 0xbf;
-            if (b < l || b > h)
-                return 0;
-        }
-        i += k + 1;
-    }
-    return 1;
 }
 
 /* ---- 1: an unsupported export version ------------------------------------------ */
@@ -261,7 +186,7 @@ static void test_export_is_always_json(void)
     CHECK(ardb_export_json(db, 0, buffer_write, &e) == ARDB_DONE);
     ardb_close(db);
     REQUIRE(e.data != NULL);
-    CHECK(utf8_ok((const unsigned char *)e.data, e.len));
+    CHECK(utf8_valid(e.data, e.len));
     CHECK(strstr(e.data, "\"host\": \"a\\ufffdb\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd"
                          "\\ufffd\"") != NULL);
     CHECK(strstr(e.data, "\"note\": \"\\u0000\\ufffdA\"") != NULL);
@@ -570,12 +495,8 @@ static void test_v5_file_migrated_to_v6(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_db_robust.XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (scratch_make("db-robust", tmpdir, sizeof tmpdir) != 0)
         return 2;
-    }
     /* A chart whose tick loop never ends must fail the test, not hang it. */
     alarm(60);
     RUN_CASE(test_import_of_another_version_is_refused);

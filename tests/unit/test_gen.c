@@ -16,6 +16,7 @@
 
 #include "argen.h"
 #include "check.h"
+#include "test_files.h"
 #include "test_scratch.h"
 
 #ifndef TEMPLATE_DIR
@@ -29,13 +30,7 @@ static int write_text(const char *rel, const char *text)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", tmpdir, rel);
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    size_t len = strlen(text);
-    int bad = fwrite(text, 1, len, f) != len;
-    bad |= fclose(f) != 0;
-    return bad ? -1 : 0;
+    return file_write(path, text, strlen(text));
 }
 
 /* Writes `text` as templates/cpu/x.lua in the temp dir and opens it. */
@@ -802,12 +797,8 @@ static void test_files_read_name_every_required_template_once(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/attnres-test-gen-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (scratch_make("gen", tmpdir, sizeof tmpdir) != 0)
         return 1;
-    }
     char sub[600];
     snprintf(sub, sizeof sub, "%s/cpu", tmpdir);
     int bad = mkdir(sub, 0700);

@@ -22,6 +22,7 @@
 #include "attnres.h"
 #include "check.h"
 #include "miss_file.h"
+#include "test_device.h"
 #include "test_scratch.h"
 
 static attnres_device *cpu;
@@ -54,6 +55,20 @@ static int run_mix(attnres_plan *plan, int64_t d, int32_t n, int64_t T)
     int st = attnres_run_mix(plan, T, &a, NULL);
     free(buf);
     return st;
+}
+
+/* Points the miss file at path (NULL: none), plans the mix of d and n and
+ * runs it once on T tokens; the plan, or NULL when a step failed (each
+ * step is a check). */
+static attnres_plan *plan_and_run(const char *path, int64_t d, int32_t n, int64_t T)
+{
+    const int set = attnres_miss_file_set(path);
+    CHECK(set == ATTNRES_OK);
+    attnres_plan *plan = set == ATTNRES_OK ? plan_mix(d, n) : NULL;
+    CHECK(plan != NULL);
+    if (plan)
+        CHECK(run_mix(plan, d, n, T) == ATTNRES_OK);
+    return plan;
 }
 
 static size_t count_lines(const char *path, const char *needle)
@@ -136,19 +151,13 @@ static void test_unwritable_file_never_fails_a_run(void)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/no-such-dir/m.txt", dir);
-    REQUIRE(attnres_miss_file_set(path) == ATTNRES_OK);
-    attnres_plan *plan = plan_mix(24, 2);
+    attnres_plan *plan = plan_and_run(path, 24, 2, 3);
     REQUIRE(plan);
-    CHECK(run_mix(plan, 24, 2, 3) == ATTNRES_OK);
     struct stat sb;
     CHECK(stat(path, &sb) != 0);
     attnres_plan_destroy(plan);
     /* A directory is not written either. */
-    REQUIRE(attnres_miss_file_set(dir) == ATTNRES_OK);
-    plan = plan_mix(24, 2);
-    REQUIRE(plan);
-    CHECK(run_mix(plan, 24, 2, 3) == ATTNRES_OK);
-    attnres_plan_destroy(plan);
+    attnres_plan_destroy(plan_and_run(dir, 24, 2, 3));
 }
 
 static void test_full_file_gets_nothing_more(void)
@@ -162,10 +171,8 @@ static void test_full_file_gets_nothing_more(void)
     fclose(f);
     struct stat before, after;
     REQUIRE(stat(path, &before) == 0);
-    REQUIRE(attnres_miss_file_set(path) == ATTNRES_OK);
-    attnres_plan *plan = plan_mix(32, 5);
+    attnres_plan *plan = plan_and_run(path, 32, 5, 1);
     REQUIRE(plan);
-    CHECK(run_mix(plan, 32, 5, 1) == ATTNRES_OK);
     REQUIRE(stat(path, &after) == 0);
     CHECK(after.st_size == before.st_size);
     attnres_plan_destroy(plan);
@@ -175,10 +182,8 @@ static void test_cut_last_line_is_closed_and_skipped(void)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/cut.txt", dir);
-    REQUIRE(attnres_miss_file_set(path) == ATTNRES_OK);
-    attnres_plan *plan = plan_mix(48, 2);
+    attnres_plan *plan = plan_and_run(path, 48, 2, 1);
     REQUIRE(plan);
-    CHECK(run_mix(plan, 48, 2, 1) == ATTNRES_OK);
     /* A writer that died half-way through its line. */
     FILE *f = fopen(path, "a");
     REQUIRE(f);
@@ -240,10 +245,8 @@ static void test_off_records_nothing_and_long_path_is_refused(void)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/off.txt", dir);
-    REQUIRE(attnres_miss_file_set(NULL) == ATTNRES_OK);
-    attnres_plan *plan = plan_mix(56, 2);
+    attnres_plan *plan = plan_and_run(NULL, 56, 2, 1);
     REQUIRE(plan);
-    CHECK(run_mix(plan, 56, 2, 1) == ATTNRES_OK);
     char text[4096];
     attnres_plan_explain(plan, text, sizeof text);
     CHECK(strstr(text, "fallback: no tuned kernel") != NULL);
@@ -262,17 +265,8 @@ static void test_off_records_nothing_and_long_path_is_refused(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    const char *base = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/attnres-test-miss-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (scratch_make("miss", dir, sizeof dir) != 0 || test_cpu_open(&cpu) != 0)
         return 1;
-    }
-    char msg[512];
-    if (attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
-        fprintf(stderr, "cannot open the CPU device: %s\n", msg);
-        return 1;
-    }
     RUN_CASE(test_runs_record_each_bucket_once);
     RUN_CASE(test_unwritable_file_never_fails_a_run);
     RUN_CASE(test_full_file_gets_nothing_more);

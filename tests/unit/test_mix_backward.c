@@ -26,6 +26,7 @@
 #include "attnres.h"
 #include "check.h"
 #include "storage_convert.h"
+#include "test_compare.h"
 #include "test_covering.h"
 #include "test_data.h"
 #include "test_variant.h"
@@ -33,8 +34,6 @@
 static attnres_device *cpu;
 static char scratch[4096];
 static int all_variants;
-
-static double tolerance(attnres_dtype dt) { return dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
 
 /* One problem's inputs, as storage and as the doubles they round to, and
  * the reference gradients. */
@@ -190,7 +189,7 @@ static double rel_err_storage(attnres_dtype dt, const void *buf, int64_t stride,
 static double case_check(const bw_case *c, const char *what)
 {
     const attnres_problem *p = &c->p;
-    const double tol = tolerance(p->dtype);
+    const double tol = case_tolerance(p->dtype);
     double worst = 0;
     for (int i = 0; i < p->n; i++) {
         const double e = rel_err_storage(p->dtype, c->drows[i], c->stride,

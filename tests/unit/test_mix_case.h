@@ -13,33 +13,14 @@
 #include <string.h>
 
 #include "attnres.h"
+#include "test_compare.h"
 #include "test_data.h"
-
-/* The relative error a kernel of each storage dtype must stay within. */
-static inline double case_tolerance(attnres_dtype dt) { return dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
-
-/* The root-mean-square error of got against want, relative to want's. */
-static inline double case_rel_err(const double *got, const double *want, int64_t count)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < count; i++) {
-        num += (got[i] - want[i]) * (got[i] - want[i]);
-        den += want[i] * want[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
 
 /* rows x d random values stored in buf (dtype dt); the rounded values go to
  * exact. Rows differ in magnitude by up to 100x. */
 static inline void case_fill(uint64_t *s, attnres_dtype dt, void *buf, int64_t rows, int64_t d, double *exact)
 {
-    for (int64_t r = 0; r < rows; r++) {
-        double mag = pow(10.0, 2.0 * rng_uniform(s) - 1.0);
-        for (int64_t k = 0; k < d; k++) {
-            elem_store(dt, buf, r * d + k, mag * rng_normal(s));
-            exact[r * d + k] = elem_load(dt, buf, r * d + k);
-        }
-    }
+    fill_rows(s, dt, buf, rows, d, d, 0, exact);
 }
 
 static inline void case_fill_f32(uint64_t *s, float *f, double *exact, int64_t count, double mag)

@@ -256,11 +256,8 @@ static void test_round_trip(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    /* --list runs no case, so it needs no scratch directory. */
-    if (argc != 2 && !check_listing) {
-        fprintf(stderr, "usage: test_npy [--list] [--case NAME]... SCRATCH_DIR\n");
+    if (check_usage(argc, argv, 1, "SCRATCH_DIR"))
         return 2;
-    }
     snprintf(dir, sizeof dir, "%s", argc == 2 ? argv[1] : ".");
     RUN_CASE(test_valid_headers);
     RUN_CASE(test_versions);

@@ -30,6 +30,7 @@
 #include "device.h"
 #include "nvrtc.h"
 #include "storage_convert.h"
+#include "test_jobs.h"
 
 #ifndef ATTNRES_TEMPLATE_DIR
 #define ATTNRES_TEMPLATE_DIR "templates"
@@ -210,23 +211,15 @@ typedef struct job {
 } job;
 
 static job *jobs;
-static size_t njobs, next_job;
-static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t njobs;
 
-static void *worker(void *arg)
+/* Compiles job i on a worker thread of the pool (test_jobs.h). */
+static void compile_job(size_t i)
 {
-    (void)arg;
-    for (;;) {
-        pthread_mutex_lock(&job_lock);
-        size_t i = next_job < njobs ? next_job++ : njobs;
-        pthread_mutex_unlock(&job_lock);
-        if (i >= njobs)
-            return NULL;
-        job *j = &jobs[i];
-        char name[200];
-        snprintf(name, sizeof name, "%s.cu", j->id);
-        j->rc = ar_nvrtc_compile(j->source, name, j->arch, 1, NULL, NULL, &j->log, &j->res, j->err, sizeof j->err);
-    }
+    job *j = &jobs[i];
+    char name[200];
+    snprintf(name, sizeof name, "%s.cu", j->id);
+    j->rc = ar_nvrtc_compile(j->source, name, j->arch, 1, NULL, NULL, &j->log, &j->res, j->err, sizeof j->err);
 }
 
 static int log_has_warning(const char *log)
@@ -266,7 +259,6 @@ static void compile_template(argen *gen, argen_variant *variants, size_t nvarian
     jobs = calloc(nvariants * 2, sizeof *jobs);
     REQUIRE(jobs);
     njobs = 0;
-    next_job = 0;
     for (size_t i = 0; i < nvariants; i++)
         for (int a = 0; a < 2; a++)
             if (sources[i])
@@ -276,15 +268,9 @@ static void compile_template(argen *gen, argen_variant *variants, size_t nvarian
     int nthreads = cores < 1 ? 1 : cores > 16 ? 16 : (int)cores;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    pthread_t th[16];
-    int started = 0;
-    for (int t = 0; t < nthreads; t++)
-        if (pthread_create(&th[t], NULL, worker, NULL) == 0)
-            started++;
-    if (started == 0)
-        worker(NULL);
-    for (int t = 0; t < started; t++)
-        pthread_join(th[t], NULL);
+    job_pool pool;
+    job_pool_start(&pool, njobs, nthreads, compile_job);
+    const int threads = job_pool_finish(&pool);
     clock_gettime(CLOCK_MONOTONIC, &t1);
 
     int ok[2] = {0, 0}, warned = 0, failed = 0, spilled_special = 0, spilled_other = 0, maxreg = 0;
@@ -327,7 +313,7 @@ static void compile_template(argen *gen, argen_variant *variants, size_t nvarian
     printf("compiled clean: sm_80 %d/%zu, sm_90 %d/%zu; warnings %d, failures %d; spilling: %d "
            "(generic/default: %d); max registers %d; %.1f s on %d threads\n",
            ok[0], njobs / 2, ok[1], njobs / 2, warned, failed, spilled_other + spilled_special, spilled_special,
-           maxreg, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9, started ? started : 1);
+           maxreg, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9, threads);
     CHECK(failed == 0);
     CHECK(warned == 0);
     CHECK(spilled_special == 0);

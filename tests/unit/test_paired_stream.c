@@ -20,6 +20,7 @@
 #include "measure.h"
 #include "paired_stream.h"
 #include "rooflines.h"
+#include "test_device.h"
 
 #ifndef TEMPLATE_DIR
 #error "TEMPLATE_DIR must name the templates/ folder"
@@ -236,11 +237,8 @@ static void test_paired_check(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    char msg[256];
-    if (attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
-        fprintf(stderr, "cannot open the CPU device: %s\n", msg);
+    if (test_cpu_open(&cpu) != 0)
         return 1;
-    }
     RUN_CASE(test_pass_follows_the_ceilings);
     RUN_CASE(test_slow_reads_are_copied);
     RUN_CASE(test_no_pass_where_none_matches);

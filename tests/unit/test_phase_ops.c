@@ -24,7 +24,9 @@
 #include "check.h"
 #include "device.h"
 #include "kernel_abi.h"
+#include "test_compare.h"
 #include "test_data.h"
+#include "test_identity.h"
 #include "test_variant.h"
 
 #ifndef TEMPLATE_DIR
@@ -34,37 +36,6 @@
 static char tmpdir[512];
 static attnres_device *cpu;
 
-
-/* Fills rows x d values of a strided storage buffer with N(0,1) scaled per
- * row by 10^U(-1,1); the stored (rounded) values also go to exact[rows][d]. */
-static void fill_rows(uint64_t *s, attnres_dtype dt, void *buf, int64_t rows, int64_t d, int64_t stride,
-                      double *exact)
-{
-    for (int64_t r = 0; r < rows; r++) {
-        double mag = pow(10.0, 2.0 * rng_uniform(s) - 1.0);
-        for (int64_t k = 0; k < d; k++) {
-            elem_store(dt, buf, r * stride + k, mag * rng_normal(s));
-            exact[r * d + k] = elem_load(dt, buf, r * stride + k);
-        }
-    }
-}
-
-static double rel_err(const double *got, const double *want, int64_t count)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < count; i++) {
-        num += (got[i] - want[i]) * (got[i] - want[i]);
-        den += want[i] * want[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
-/* The larger of two errors, and NaN if either is: fmax() returns the other
- * operand for a NaN, which would hide a kernel that left the poison (NaN)
- * in one of its outputs behind the error of another. */
-static double worse(double a, double b) { return isnan(a) || isnan(b) ? NAN : fmax(a, b); }
-
-static double tolerance(attnres_dtype dt) { return dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
 
 static const attnres_dtype all_dtypes[] = {ATTNRES_DTYPE_F32, ATTNRES_DTYPE_BF16, ATTNRES_DTYPE_F16};
 
@@ -100,18 +71,7 @@ static void check_identity(int32_t n, int32_t sites, int32_t heads, int fuse, in
         srcs[i] = src + (int64_t)i * T * d;
 
     attnres_problem p1, p2, pm;
-    attnres_problem_init(&p1, ATTNRES_DTYPE_F32, d, n);
-    p1.op = ATTNRES_OP_PHASE1;
-    p1.heads = heads;
-    p1.s = sites;
-    attnres_problem_init(&p2, ATTNRES_DTYPE_F32, d, 1);
-    p2.op = ATTNRES_OP_PHASE2;
-    p2.heads = heads;
-    p2.fuse_add = fuse;
-    p2.epilogue = epilogue;
-    attnres_problem_init(&pm, ATTNRES_DTYPE_F32, d, n + 1);
-    pm.heads = heads;
-    pm.epilogue = epilogue;
+    identity_problems(d, n, sites, heads, fuse, epilogue, &p1, &p2, &pm);
     const double scale = 0.8, eps = 1e-5;
     REQUIRE(attnres_reference_phase1(&p1, T, srcs, q, scale, eps, o1, lse) == ATTNRES_OK);
     double worst = 0;
@@ -123,9 +83,9 @@ static void check_identity(int32_t n, int32_t sites, int32_t heads, int fuse, in
         memcpy(src + (int64_t)n * T * d, b_site, sizeof(double) * (size_t)(T * d));
         REQUIRE(attnres_reference_mix(&pm, T, srcs, q + (int64_t)j * d, scale, eps, NULL, 1, go, 1e-5, outm,
                                       normm) == ATTNRES_OK);
-        worst = worse(worst, rel_err(out2, outm, T * d));
+        worst = case_worse(worst, case_rel_err(out2, outm, T * d));
         if (epilogue)
-            worst = worse(worst, rel_err(norm2, normm, T * d));
+            worst = case_worse(worst, case_rel_err(norm2, normm, T * d));
         if (fuse)
             for (int64_t i = 0; i < T * d; i++)
                 CHECK(b_site[i] == b[i] + f[i]);
@@ -170,10 +130,13 @@ typedef struct launcher {
     int timed;
 } launcher;
 
-/* One launch through the time slot; a time that is negative or not finite
- * fails the launch, so the case reports it. */
-static int timed_launch(const launcher *l, const attnres_problem *p, int64_t T, const ar_op_args *args)
+/* One launch of the case's kernel: through the launch slot, or through
+ * the time slot when the case is timed; a time that is negative or not
+ * finite fails the launch, so the case reports it. */
+static int kernel_launch(const launcher *l, const attnres_problem *p, int64_t T, const ar_op_args *args)
 {
+    if (!l->timed)
+        return cpu->ops->launch(cpu, l->kernel, p, T, args, NULL);
     double us = -1.0;
     int rc = cpu->ops->time(cpu, l->kernel, p, T, args, 1, 1, &us);
     if (rc == ATTNRES_OK && !(us >= 0.0 && us < 1e12)) {
@@ -185,22 +148,14 @@ static int timed_launch(const launcher *l, const attnres_problem *p, int64_t T, 
 
 static int launch1(const launcher *l, const attnres_problem *p, int64_t T, const attnres_phase1_args *a)
 {
-    if (l->plan)
-        return attnres_run_phase1(l->plan, T, a, NULL);
     const ar_op_args args = ar_op_phase1(a);
-    if (l->timed)
-        return timed_launch(l, p, T, &args);
-    return cpu->ops->launch(cpu, l->kernel, p, T, &args, NULL);
+    return l->plan ? attnres_run_phase1(l->plan, T, a, NULL) : kernel_launch(l, p, T, &args);
 }
 
 static int launch2(const launcher *l, const attnres_problem *p, int64_t T, const attnres_phase2_args *a)
 {
-    if (l->plan)
-        return attnres_run_phase2(l->plan, T, a, NULL);
     const ar_op_args args = ar_op_phase2(a);
-    if (l->timed)
-        return timed_launch(l, p, T, &args);
-    return cpu->ops->launch(cpu, l->kernel, p, T, &args, NULL);
+    return l->plan ? attnres_run_phase2(l->plan, T, a, NULL) : kernel_launch(l, p, T, &args);
 }
 
 /* Runs phase1 of p on T tokens with padded strides; returns the worst
@@ -229,7 +184,7 @@ static double run_phase1_case(const launcher *l, const attnres_problem *p, int64
         srcs[i] = src + (size_t)(i * T * sp) * es;
         srcs_x[i] = src_x + i * T * d;
         strides[i] = sp;
-        fill_rows(&s, p->dtype, (void *)srcs[i], T, d, sp, src_x + i * T * d);
+        fill_rows(&s, p->dtype, (void *)srcs[i], T, d, sp, 0, src_x + i * T * d);
     }
     for (int64_t i = 0; i < S * d; i++) {
         q[i] = (float)(rng_normal(&s) * 3.0 / sqrt((double)d));
@@ -263,7 +218,7 @@ static double run_phase1_case(const launcher *l, const attnres_problem *p, int64
             for (int h = 0; h < H; h++)
                 got_l[(j * T + t) * H + h] = lses[j][t * lp + h];
         }
-    err = worse(rel_err(got_o, ref_o, S * T * d), rel_err(got_l, ref_l, S * T * H));
+    err = case_worse(case_rel_err(got_o, ref_o, S * T * d), case_rel_err(got_l, ref_l, S * T * H));
     if (isnan(err))
         err = INFINITY;
 done:
@@ -304,9 +259,9 @@ static double run_phase2_case(const launcher *l, const attnres_problem *p, int64
     if (!o1 || !b || !f || !out || !normed || !lse || !q || !go || !o1_x || !b_x || !f_x || !ref_out ||
         !ref_norm || !got || !lse_x || !q_x || !go_x)
         goto done;
-    fill_rows(&s, p->dtype, o1, T, d, pad, o1_x);
-    fill_rows(&s, p->dtype, b, T, d, pad, b_x);
-    fill_rows(&s, p->dtype, f, T, d, pad, f_x);
+    fill_rows(&s, p->dtype, o1, T, d, pad, 0, o1_x);
+    fill_rows(&s, p->dtype, b, T, d, pad, 0, b_x);
+    fill_rows(&s, p->dtype, f, T, d, pad, 0, f_x);
     for (int64_t t = 0; t < T; t++)
         for (int h = 0; h < H; h++) {
             lse[t * lp + h] = (float)(2.0 * rng_normal(&s) + 1.5);
@@ -347,19 +302,19 @@ static double run_phase2_case(const launcher *l, const attnres_problem *p, int64
     for (int64_t t = 0; t < T; t++)
         for (int64_t k = 0; k < d; k++)
             got[t * d + k] = elem_load(p->dtype, out, t * pad + k);
-    err = rel_err(got, ref_out, T * d);
+    err = case_rel_err(got, ref_out, T * d);
     if (p->epilogue) {
         for (int64_t t = 0; t < T; t++)
             for (int64_t k = 0; k < d; k++)
                 got[t * d + k] = elem_load(p->dtype, normed, t * pad + k);
-        err = worse(err, rel_err(got, ref_norm, T * d));
+        err = case_worse(err, case_rel_err(got, ref_norm, T * d));
     }
     /* The partial: b + f when the add is fused (b_x was updated by the
      * reference), untouched otherwise. */
     for (int64_t t = 0; t < T; t++)
         for (int64_t k = 0; k < d; k++)
             got[t * d + k] = elem_load(p->dtype, b, t * pad + k);
-    err = worse(err, rel_err(got, b_x, T * d));
+    err = case_worse(err, case_rel_err(got, b_x, T * d));
     if (isnan(err))
         err = INFINITY;
 done:
@@ -418,8 +373,8 @@ static void test_generic_phase1_matches_reference_every_dtype(void)
             CHECK(attnres_plan_level_get(plan) == ATTNRES_LEVEL_GENERIC);
             launcher l = {plan, NULL, 0};
             double err = run_phase1_case(&l, &p, shapes[si].T, 100 + si * 7 + di);
-            CHECK(err <= tolerance(p.dtype));
-            if (!(err <= tolerance(p.dtype)))
+            CHECK(err <= case_tolerance(p.dtype));
+            if (!(err <= case_tolerance(p.dtype)))
                 fprintf(stderr, "  %s d=%lld n=%d S=%d H=%d: rel err %g (%s)\n", attnres_dtype_name(p.dtype),
                         (long long)p.d, p.n, p.s, p.heads, err, attnres_plan_errmsg(plan));
             attnres_plan_destroy(plan);
@@ -439,8 +394,8 @@ static void test_generic_phase2_matches_reference_every_dtype(void)
             REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, msg, sizeof msg) == ATTNRES_OK);
             launcher l = {plan, NULL, 0};
             double err = run_phase2_case(&l, &p, shapes[si].T, 200 + si * 7 + di);
-            CHECK(err <= tolerance(p.dtype));
-            if (!(err <= tolerance(p.dtype)))
+            CHECK(err <= case_tolerance(p.dtype));
+            if (!(err <= case_tolerance(p.dtype)))
                 fprintf(stderr, "  %s d=%lld H=%d fuse=%d epi=%d: rel err %g (%s)\n", attnres_dtype_name(p.dtype),
                         (long long)p.d, p.heads, p.fuse_add, p.epilogue, err, attnres_plan_errmsg(plan));
             attnres_plan_destroy(plan);
@@ -643,8 +598,8 @@ static void test_template_variants(const char *name, int op)
         tried++;
         launcher l = {NULL, &k, 0};
         double err = op == 1 ? run_phase1_case(&l, &p, 67, 300 + i) : run_phase2_case(&l, &p, 67, 300 + i);
-        CHECK(err <= tolerance(dt));
-        if (!(err <= tolerance(dt)))
+        CHECK(err <= case_tolerance(dt));
+        if (!(err <= case_tolerance(dt)))
             fprintf(stderr, "  %s: rel err %g\n", v[i].id, err);
         if (op == 1) {
             /* Head slices of 112 elements: the tiled mix's steps of 4
@@ -655,8 +610,8 @@ static void test_template_variants(const char *name, int op)
             ap.d = p.d, ap.n = p.n, ap.s = p.s;
             if (argen_applies(g, v[i].id, &ap, &ad, why, sizeof why) > 0) {
                 err = run_phase1_case(&l, &p, 9, 500 + i);
-                CHECK(err <= tolerance(dt));
-                if (!(err <= tolerance(dt)))
+                CHECK(err <= case_tolerance(dt));
+                if (!(err <= case_tolerance(dt)))
                     fprintf(stderr, "  %s at d=224: rel err %g\n", v[i].id, err);
             }
         }
@@ -665,8 +620,8 @@ static void test_template_variants(const char *name, int op)
              * sweep of its own (its other loop). */
             p.fuse_add = 0;
             err = run_phase2_case(&l, &p, 67, 700 + i);
-            CHECK(err <= tolerance(dt));
-            if (!(err <= tolerance(dt)))
+            CHECK(err <= case_tolerance(dt));
+            if (!(err <= case_tolerance(dt)))
                 fprintf(stderr, "  %s without the fused add: rel err %g\n", v[i].id, err);
         }
         cpu->ops->unload(cpu, &k);
@@ -697,9 +652,9 @@ static void test_time_slot_runs_phase_ops(void)
     REQUIRE(cpu->ops->load_generic(cpu, &p2, &k2) == ATTNRES_OK);
     launcher l1 = {NULL, &k1, 1}, l2 = {NULL, &k2, 1};
     double e1 = run_phase1_case(&l1, &p1, 37, 901), e2 = run_phase2_case(&l2, &p2, 19, 902);
-    CHECK(e1 <= tolerance(p1.dtype));
-    CHECK(e2 <= tolerance(p2.dtype));
-    if (!(e1 <= tolerance(p1.dtype)) || !(e2 <= tolerance(p2.dtype)))
+    CHECK(e1 <= case_tolerance(p1.dtype));
+    CHECK(e2 <= case_tolerance(p2.dtype));
+    if (!(e1 <= case_tolerance(p1.dtype)) || !(e2 <= case_tolerance(p2.dtype)))
         fprintf(stderr, "  timed phase1 rel err %g, phase2 %g (%s)\n", e1, e2, attnres_device_errmsg(cpu));
     /* Three repetitions on T = 0 time empty launches: three times, each >= 0. */
     attnres_phase1_args a1;

@@ -23,6 +23,7 @@
 
 #include "attnres.h"
 #include "check.h"
+#include "test_device.h"
 #include "views.h"
 
 static attnres_device *cpu;
@@ -500,6 +501,91 @@ static int judge(int st, int want, const float *arena, const float *before, attn
     return 0;
 }
 
+/* Counts a run that went ahead, checking that it wrote nothing outside
+ * its used output views. */
+static void ran_clean(const layout *lay, int count, const float *arena, const float *before, int64_t T, tally *tl)
+{
+    CHECK(!stray_writes(lay, count, arena, before, T));
+    tl->ran++;
+}
+
+/* Prints a case's tally; with sites, how many runs had more than 64 of
+ * them (phase 1 compares those outputs by whole ranges). */
+static void report(const tally *tl, int sites)
+{
+    char by_range[64] = "";
+    if (sites)
+        snprintf(by_range, sizeof by_range, " (%d with more than 64 sites)", tl->ran_by_range);
+    printf("  %d runs matched the reference%s; refused: %d short strides, %d extents or overlaps; %d not drawn\n",
+           tl->ran, by_range, tl->refused_short, tl->refused_einval, tl->not_drawn);
+}
+
+/* Runs trials 0 to count - 1 of the case seeded `seed` (those that
+ * --case selects) through one, on one arena, and reports the tally; sites
+ * as report's. */
+static void run_trials(uint64_t seed, int count, int sites, void (*one)(float *arena, float *before, tally *tl))
+{
+    float *arena = malloc(sizeof(float) * ARENA), *before = malloc(sizeof(float) * ARENA);
+    REQUIRE(arena && before);
+    tally tl = {0};
+    for (int i = 0; i < count; i++)
+        if (trial(seed, i))
+            one(arena, before, &tl);
+    free(arena);
+    free(before);
+    report(&tl, sites);
+}
+
+/* A plan of p for one trial whose layout the model judged `want`, and
+ * the arena filled afresh with `before` a copy of it. NULL when there is
+ * no run: a layout that does not fit the arena (counted as not drawn) or a
+ * plan refused (a failed check). */
+static attnres_plan *trial_plan(const attnres_problem *p, int want, float *arena, float *before, tally *tl)
+{
+    if (want < 0) {
+        tl->not_drawn++;
+        return NULL;
+    }
+    attnres_plan *plan = NULL;
+    const int st = attnres_plan_create(cpu, NULL, p, 0, &plan, NULL, 0);
+    CHECK(st == ATTNRES_OK);
+    if (st != ATTNRES_OK)
+        return NULL;
+    for (int64_t k = 0; k < ARENA; k++)
+        arena[k] = (float)rand_unit();
+    memcpy(before, arena, sizeof(float) * ARENA);
+    return plan;
+}
+
+/* The first n views of lay as a run's sources: pointers into the arena
+ * and their strides. */
+static void source_views(const layout *lay, int n, float *arena, const void **src, int64_t *strides)
+{
+    for (int k = 0; k < n; k++) {
+        src[k] = arena + lay[k].offset;
+        strides[k] = lay[k].stride;
+    }
+}
+
+/* The first n views of lay as they were, each gathered into T rows of ds
+ * (one after the other), and dsrc pointing at each. */
+static void gather_sources(const layout *lay, int n, const float *before, int64_t T, double *ds,
+                           const double **dsrc)
+{
+    for (int k = 0; k < n; k++) {
+        dsrc[k] = ds;
+        gather(&lay[k], before, T, ds);
+        ds += T * lay[k].width;
+    }
+}
+
+/* A head count that divides d. */
+static int32_t draw_heads(int64_t d)
+{
+    const int32_t heads = (int32_t)PICK(1, 2, 4);
+    return d % heads ? 1 : heads;
+}
+
 static int64_t draw_t(int *huge_t)
 {
     *huge_t = below(10) == 0;
@@ -507,300 +593,242 @@ static int64_t draw_t(int *huge_t)
                    : PICK(1, 2, 3, 7, 16);
 }
 
+/* One trial of the mix case: a drawn problem and layout, run and judged. */
+static void mix_trial(float *arena, float *before, tally *tl)
+{
+    const int64_t d = PICK(1, 4, 16, 24, 64);
+    const int32_t heads = draw_heads(d);
+    const int n = (int)PICK(1, 2, 3, 5);
+    attnres_problem p;
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, d, n);
+    p.heads = heads;
+    p.form = below(2) ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
+    p.epilogue = (int32_t)below(2);
+    int huge_t;
+    const int64_t T = draw_t(&huge_t);
+    /* n sources, query, partial, out_gain, out, normed. */
+    layout lay[MAXV];
+    int count = 0;
+    for (int k = 0; k < n; k++)
+        lay[count++] = (layout){0, 0, d, 1, 0, 1};
+    const int iq = count, ip = count + 1, ig = count + 2, io = count + 3, in = count + 4;
+    lay[count++] = (layout){0, 0, d, 0, 0, 1};
+    lay[count++] = (layout){0, 0, d, 1, 0, p.form == ATTNRES_FORM_ADDITIVE};
+    lay[count++] = (layout){0, 0, d, 0, 0, p.epilogue};
+    lay[count++] = (layout){0, 0, d, 1, 1, 1};
+    lay[count++] = (layout){0, 0, d, 1, 1, p.epilogue};
+    draw_layout(lay, count, T, huge_t);
+    const int want = model_verdict(lay, count, arena, T, io, ip, 0);
+    attnres_plan *plan = trial_plan(&p, want, arena, before, tl);
+    if (!plan)
+        return;
+    const void *src[n];
+    int64_t strides[n];
+    source_views(lay, n, arena, src, strides);
+    attnres_mix_args a;
+    attnres_mix_args_init(&a);
+    a.sources = src;
+    a.source_strides = strides;
+    a.query = arena + lay[iq].offset;
+    a.partial = arena + lay[ip].offset;
+    a.partial_stride = lay[ip].stride;
+    a.out_gain = arena + lay[ig].offset;
+    a.out = arena + lay[io].offset;
+    a.out_stride = lay[io].stride;
+    a.normed = arena + lay[in].offset;
+    a.normed_stride = lay[in].stride;
+    char what[160];
+    snprintf(what, sizeof what, "mix d %lld N %d H %d T %lld form %d epilogue %d", (long long)d, n, heads,
+             (long long)T, (int)p.form, p.epilogue);
+    if (judge(attnres_run_mix(plan, T, &a, NULL), want, arena, before, plan, tl, what)) {
+        double *ds = malloc(sizeof(double) * (size_t)(T * d * (n + 3) + 2 * d));
+        REQUIRE(ds);
+        const double *dsrc[n];
+        gather_sources(lay, n, before, T, ds, dsrc);
+        double *dpart = ds + n * T * d, *dout = dpart + T * d, *dnorm = dout + T * d, *dq = dnorm + T * d,
+               *dg = dq + d;
+        gather(&lay[ip], before, T, dpart);
+        gather(&lay[iq], before, T, dq);
+        gather(&lay[ig], before, T, dg);
+        CHECK(attnres_reference_mix(&p, T, dsrc, dq, 1, 1e-6, dpart, 1, dg, 1e-6, dout, dnorm) ==
+              ATTNRES_OK);
+        CHECK(matches(&lay[io], arena, T, dout));
+        CHECK(!p.epilogue || matches(&lay[in], arena, T, dnorm));
+        ran_clean(lay, count, arena, before, T, tl);
+        free(ds);
+    }
+    attnres_plan_destroy(plan);
+}
+
+/* One trial of the phase-2 case: a drawn problem and layout, run and judged. */
+static void phase2_trial(float *arena, float *before, tally *tl)
+{
+    const int64_t d = PICK(4, 16, 24, 64);
+    const int32_t heads = draw_heads(d);
+    attnres_problem p;
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, d, 1);
+    p.op = ATTNRES_OP_PHASE2;
+    p.heads = heads;
+    p.fuse_add = (int32_t)below(2);
+    p.epilogue = (int32_t)below(2);
+    int huge_t;
+    const int64_t T = draw_t(&huge_t);
+    /* o1, lse, partial (written with the fused add), sublayer, query,
+     * out_gain, out, normed. */
+    enum { O1, LSE, PART, SUB, QUERY, GAIN, OUT, NORMED, COUNT };
+    layout lay[COUNT] = {
+        [O1] = {0, 0, d, 1, 0, 1},
+        [LSE] = {0, 0, heads, 1, 0, 1},
+        [PART] = {0, 0, d, 1, p.fuse_add, 1},
+        [SUB] = {0, 0, d, 1, 0, p.fuse_add},
+        [QUERY] = {0, 0, d, 0, 0, 1},
+        [GAIN] = {0, 0, d, 0, 0, p.epilogue},
+        [OUT] = {0, 0, d, 1, 1, 1},
+        [NORMED] = {0, 0, d, 1, 1, p.epilogue},
+    };
+    draw_layout(lay, COUNT, T, huge_t);
+    const int want = model_verdict(lay, COUNT, arena, T, -1, -1, 0);
+    attnres_plan *plan = trial_plan(&p, want, arena, before, tl);
+    if (!plan)
+        return;
+    attnres_phase2_args a;
+    attnres_phase2_args_init(&a);
+    a.o1 = arena + lay[O1].offset;
+    a.o1_stride = lay[O1].stride;
+    a.lse = arena + lay[LSE].offset;
+    a.lse_stride = lay[LSE].stride;
+    a.partial = arena + lay[PART].offset;
+    a.partial_stride = lay[PART].stride;
+    a.sublayer = arena + lay[SUB].offset;
+    a.sublayer_stride = lay[SUB].stride;
+    a.query = arena + lay[QUERY].offset;
+    a.out_gain = arena + lay[GAIN].offset;
+    a.out = arena + lay[OUT].offset;
+    a.out_stride = lay[OUT].stride;
+    a.normed = arena + lay[NORMED].offset;
+    a.normed_stride = lay[NORMED].stride;
+    char what[160];
+    snprintf(what, sizeof what, "phase2 d %lld H %d T %lld fuse %d epilogue %d", (long long)d, heads,
+             (long long)T, p.fuse_add, p.epilogue);
+    if (judge(attnres_run_phase2(plan, T, &a, NULL), want, arena, before, plan, tl, what)) {
+        double *ds = malloc(sizeof(double) * (size_t)(T * (6 * d + heads) + 2 * d));
+        REQUIRE(ds);
+        double *o1 = ds, *part = o1 + T * d, *sub = part + T * d, *out = sub + T * d, *norm = out + T * d,
+               *lse = norm + T * d, *q = lse + T * heads, *g = q + d;
+        gather(&lay[O1], before, T, o1);
+        gather(&lay[LSE], before, T, lse);
+        gather(&lay[PART], before, T, part);
+        gather(&lay[SUB], before, T, sub);
+        gather(&lay[QUERY], before, T, q);
+        gather(&lay[GAIN], before, T, g);
+        CHECK(attnres_reference_phase2(&p, T, o1, lse, part, sub, q, 1, 1e-6, g, 1e-6, out, norm) ==
+              ATTNRES_OK);
+        CHECK(matches(&lay[OUT], arena, T, out));
+        CHECK(!p.epilogue || matches(&lay[NORMED], arena, T, norm));
+        CHECK(!p.fuse_add || matches(&lay[PART], arena, T, part));
+        ran_clean(lay, COUNT, arena, before, T, tl);
+        free(ds);
+    }
+    attnres_plan_destroy(plan);
+}
+
+/* One trial of the phase-1 case: a drawn problem and layout, run and
+ * judged. Phase 1's outputs share one o1 stride and one lse stride: the
+ * first site's, as drawn. Past 64 sites the library compares the outputs
+ * with each other by whole ranges, and so does the model. */
+static void phase1_trial(float *arena, float *before, tally *tl)
+{
+    const int64_t d = PICK(4, 16, 24);
+    const int32_t heads = draw_heads(d);
+    const int n = (int)PICK(1, 2, 3), S = (int)PICK(1, 2, 3, 5, 65, MAXS);
+    attnres_problem p;
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, d, n);
+    p.op = ATTNRES_OP_PHASE1;
+    p.heads = heads;
+    p.s = S;
+    int huge_t;
+    const int64_t T = S > 5 ? PICK(1, 2) : draw_t(&huge_t);
+    huge_t = T > 16;
+    /* n sources, the queries, S o1 views, S lse views. */
+    layout lay[3 + 1 + 2 * MAXS];
+    int count = 0;
+    for (int k = 0; k < n; k++)
+        lay[count++] = (layout){0, 0, d, 1, 0, 1};
+    const int iq = count, io1 = count + 1, ilse = count + 1 + S;
+    lay[count++] = (layout){0, 0, S * d, 0, 0, 1};
+    for (int j = 0; j < S; j++)
+        lay[count++] = (layout){0, 0, d, 1, 1, 1};
+    for (int j = 0; j < S; j++)
+        lay[count++] = (layout){0, 0, heads, 1, 1, 1};
+    draw_layout(lay, count, T, huge_t);
+    for (int j = 1; j < S; j++) {
+        lay[io1 + j].stride = lay[io1].stride;
+        lay[ilse + j].stride = lay[ilse].stride;
+    }
+    const int want = model_verdict(lay, count, arena, T, -1, -1, S > 64);
+    attnres_plan *plan = trial_plan(&p, want, arena, before, tl);
+    if (!plan)
+        return;
+    const void *src[n];
+    int64_t strides[n];
+    void *o1[S];
+    float *lse[S];
+    source_views(lay, n, arena, src, strides);
+    for (int j = 0; j < S; j++) {
+        o1[j] = arena + lay[io1 + j].offset;
+        lse[j] = arena + lay[ilse + j].offset;
+    }
+    attnres_phase1_args a;
+    attnres_phase1_args_init(&a);
+    a.sources = src;
+    a.source_strides = strides;
+    a.queries = arena + lay[iq].offset;
+    a.o1 = o1;
+    a.o1_stride = lay[io1].stride;
+    a.lse = lse;
+    a.lse_stride = lay[ilse].stride;
+    char what[160];
+    snprintf(what, sizeof what, "phase1 d %lld N %d H %d S %d T %lld", (long long)d, n, heads, S, (long long)T);
+    if (judge(attnres_run_phase1(plan, T, &a, NULL), want, arena, before, plan, tl, what)) {
+        double *ds = malloc(sizeof(double) * (size_t)(T * d * n + S * d + S * T * (d + heads)));
+        REQUIRE(ds);
+        const double *dsrc[n];
+        gather_sources(lay, n, before, T, ds, dsrc);
+        double *q = ds + n * T * d, *do1 = q + S * d, *dlse = do1 + S * T * d;
+        gather(&lay[iq], before, T, q);
+        CHECK(attnres_reference_phase1(&p, T, dsrc, q, 1, 1e-6, do1, dlse) == ATTNRES_OK);
+        int bad = 0;
+        for (int j = 0; j < S; j++)
+            bad |= !matches(&lay[io1 + j], arena, T, do1 + j * T * d) ||
+                   !matches(&lay[ilse + j], arena, T, dlse + j * T * heads);
+        CHECK(!bad);
+        ran_clean(lay, count, arena, before, T, tl);
+        tl->ran_by_range += S > 64;
+        free(ds);
+    }
+    attnres_plan_destroy(plan);
+}
+
 static void test_mix_runs_refuse_or_match_reference(void)
 {
-    float *arena = malloc(sizeof(float) * ARENA), *before = malloc(sizeof(float) * ARENA);
-    REQUIRE(arena && before);
-    tally tl = {0};
-    for (int i = 0; i < 3000; i++) {
-        if (!trial(4, i))
-            continue;
-        const int64_t d = PICK(1, 4, 16, 24, 64);
-        int32_t heads = (int32_t)PICK(1, 2, 4);
-        if (d % heads)
-            heads = 1;
-        const int n = (int)PICK(1, 2, 3, 5);
-        attnres_problem p;
-        attnres_problem_init(&p, ATTNRES_DTYPE_F32, d, n);
-        p.heads = heads;
-        p.form = below(2) ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
-        p.epilogue = (int32_t)below(2);
-        int huge_t;
-        const int64_t T = draw_t(&huge_t);
-        /* n sources, query, partial, out_gain, out, normed. */
-        layout lay[MAXV];
-        int count = 0;
-        for (int k = 0; k < n; k++)
-            lay[count++] = (layout){0, 0, d, 1, 0, 1};
-        const int iq = count, ip = count + 1, ig = count + 2, io = count + 3, in = count + 4;
-        lay[count++] = (layout){0, 0, d, 0, 0, 1};
-        lay[count++] = (layout){0, 0, d, 1, 0, p.form == ATTNRES_FORM_ADDITIVE};
-        lay[count++] = (layout){0, 0, d, 0, 0, p.epilogue};
-        lay[count++] = (layout){0, 0, d, 1, 1, 1};
-        lay[count++] = (layout){0, 0, d, 1, 1, p.epilogue};
-        draw_layout(lay, count, T, huge_t);
-        const int want = model_verdict(lay, count, arena, T, io, ip, 0);
-        if (want < 0) {
-            tl.not_drawn++;
-            continue;
-        }
-        attnres_plan *plan = NULL;
-        REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
-        for (int64_t k = 0; k < ARENA; k++)
-            arena[k] = (float)rand_unit();
-        memcpy(before, arena, sizeof(float) * ARENA);
-        const void *src[n];
-        int64_t strides[n];
-        for (int k = 0; k < n; k++) {
-            src[k] = arena + lay[k].offset;
-            strides[k] = lay[k].stride;
-        }
-        attnres_mix_args a;
-        attnres_mix_args_init(&a);
-        a.sources = src;
-        a.source_strides = strides;
-        a.query = arena + lay[iq].offset;
-        a.partial = arena + lay[ip].offset;
-        a.partial_stride = lay[ip].stride;
-        a.out_gain = arena + lay[ig].offset;
-        a.out = arena + lay[io].offset;
-        a.out_stride = lay[io].stride;
-        a.normed = arena + lay[in].offset;
-        a.normed_stride = lay[in].stride;
-        char what[160];
-        snprintf(what, sizeof what, "mix d %lld N %d H %d T %lld form %d epilogue %d", (long long)d, n, heads,
-                 (long long)T, (int)p.form, p.epilogue);
-        if (judge(attnres_run_mix(plan, T, &a, NULL), want, arena, before, plan, &tl, what)) {
-            double *ds = malloc(sizeof(double) * (size_t)(T * d * (n + 3) + 2 * d));
-            REQUIRE(ds);
-            const double *dsrc[n];
-            for (int k = 0; k < n; k++) {
-                gather(&lay[k], before, T, ds + k * T * d);
-                dsrc[k] = ds + k * T * d;
-            }
-            double *dpart = ds + n * T * d, *dout = dpart + T * d, *dnorm = dout + T * d, *dq = dnorm + T * d,
-                   *dg = dq + d;
-            gather(&lay[ip], before, T, dpart);
-            gather(&lay[iq], before, T, dq);
-            gather(&lay[ig], before, T, dg);
-            CHECK(attnres_reference_mix(&p, T, dsrc, dq, 1, 1e-6, dpart, 1, dg, 1e-6, dout, dnorm) ==
-                  ATTNRES_OK);
-            CHECK(matches(&lay[io], arena, T, dout));
-            CHECK(!p.epilogue || matches(&lay[in], arena, T, dnorm));
-            CHECK(!stray_writes(lay, count, arena, before, T));
-            tl.ran++;
-            free(ds);
-        }
-        attnres_plan_destroy(plan);
-    }
-    free(arena);
-    free(before);
-    printf("  %d runs matched the reference; refused: %d short strides, %d extents or overlaps; %d not drawn\n",
-           tl.ran, tl.refused_short, tl.refused_einval, tl.not_drawn);
+    run_trials(4, 3000, 0, mix_trial);
+}
+
+static void test_phase1_runs_refuse_or_match_reference(void)
+{
+    run_trials(6, 1500, 1, phase1_trial);
 }
 
 static void test_phase2_runs_refuse_or_match_reference(void)
 {
-    float *arena = malloc(sizeof(float) * ARENA), *before = malloc(sizeof(float) * ARENA);
-    REQUIRE(arena && before);
-    tally tl = {0};
-    for (int i = 0; i < 2000; i++) {
-        if (!trial(5, i))
-            continue;
-        const int64_t d = PICK(4, 16, 24, 64);
-        int32_t heads = (int32_t)PICK(1, 2, 4);
-        if (d % heads)
-            heads = 1;
-        attnres_problem p;
-        attnres_problem_init(&p, ATTNRES_DTYPE_F32, d, 1);
-        p.op = ATTNRES_OP_PHASE2;
-        p.heads = heads;
-        p.fuse_add = (int32_t)below(2);
-        p.epilogue = (int32_t)below(2);
-        int huge_t;
-        const int64_t T = draw_t(&huge_t);
-        /* o1, lse, partial (written with the fused add), sublayer, query,
-         * out_gain, out, normed. */
-        enum { O1, LSE, PART, SUB, QUERY, GAIN, OUT, NORMED, COUNT };
-        layout lay[COUNT] = {
-            [O1] = {0, 0, d, 1, 0, 1},
-            [LSE] = {0, 0, heads, 1, 0, 1},
-            [PART] = {0, 0, d, 1, p.fuse_add, 1},
-            [SUB] = {0, 0, d, 1, 0, p.fuse_add},
-            [QUERY] = {0, 0, d, 0, 0, 1},
-            [GAIN] = {0, 0, d, 0, 0, p.epilogue},
-            [OUT] = {0, 0, d, 1, 1, 1},
-            [NORMED] = {0, 0, d, 1, 1, p.epilogue},
-        };
-        draw_layout(lay, COUNT, T, huge_t);
-        const int want = model_verdict(lay, COUNT, arena, T, -1, -1, 0);
-        if (want < 0) {
-            tl.not_drawn++;
-            continue;
-        }
-        attnres_plan *plan = NULL;
-        REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
-        for (int64_t k = 0; k < ARENA; k++)
-            arena[k] = (float)rand_unit();
-        memcpy(before, arena, sizeof(float) * ARENA);
-        attnres_phase2_args a;
-        attnres_phase2_args_init(&a);
-        a.o1 = arena + lay[O1].offset;
-        a.o1_stride = lay[O1].stride;
-        a.lse = arena + lay[LSE].offset;
-        a.lse_stride = lay[LSE].stride;
-        a.partial = arena + lay[PART].offset;
-        a.partial_stride = lay[PART].stride;
-        a.sublayer = arena + lay[SUB].offset;
-        a.sublayer_stride = lay[SUB].stride;
-        a.query = arena + lay[QUERY].offset;
-        a.out_gain = arena + lay[GAIN].offset;
-        a.out = arena + lay[OUT].offset;
-        a.out_stride = lay[OUT].stride;
-        a.normed = arena + lay[NORMED].offset;
-        a.normed_stride = lay[NORMED].stride;
-        char what[160];
-        snprintf(what, sizeof what, "phase2 d %lld H %d T %lld fuse %d epilogue %d", (long long)d, heads,
-                 (long long)T, p.fuse_add, p.epilogue);
-        if (judge(attnres_run_phase2(plan, T, &a, NULL), want, arena, before, plan, &tl, what)) {
-            double *ds = malloc(sizeof(double) * (size_t)(T * (6 * d + heads) + 2 * d));
-            REQUIRE(ds);
-            double *o1 = ds, *part = o1 + T * d, *sub = part + T * d, *out = sub + T * d, *norm = out + T * d,
-                   *lse = norm + T * d, *q = lse + T * heads, *g = q + d;
-            gather(&lay[O1], before, T, o1);
-            gather(&lay[LSE], before, T, lse);
-            gather(&lay[PART], before, T, part);
-            gather(&lay[SUB], before, T, sub);
-            gather(&lay[QUERY], before, T, q);
-            gather(&lay[GAIN], before, T, g);
-            CHECK(attnres_reference_phase2(&p, T, o1, lse, part, sub, q, 1, 1e-6, g, 1e-6, out, norm) ==
-                  ATTNRES_OK);
-            CHECK(matches(&lay[OUT], arena, T, out));
-            CHECK(!p.epilogue || matches(&lay[NORMED], arena, T, norm));
-            CHECK(!p.fuse_add || matches(&lay[PART], arena, T, part));
-            CHECK(!stray_writes(lay, COUNT, arena, before, T));
-            tl.ran++;
-            free(ds);
-        }
-        attnres_plan_destroy(plan);
-    }
-    free(arena);
-    free(before);
-    printf("  %d runs matched the reference; refused: %d short strides, %d extents or overlaps; %d not drawn\n",
-           tl.ran, tl.refused_short, tl.refused_einval, tl.not_drawn);
-}
-
-/* Phase 1's outputs share one o1 stride and one lse stride: the first
- * site's, as drawn. Past 64 sites the library compares the outputs with
- * each other by whole ranges, and so does the model. */
-static void test_phase1_runs_refuse_or_match_reference(void)
-{
-    float *arena = malloc(sizeof(float) * ARENA), *before = malloc(sizeof(float) * ARENA);
-    REQUIRE(arena && before);
-    tally tl = {0};
-    for (int i = 0; i < 1500; i++) {
-        if (!trial(6, i))
-            continue;
-        const int64_t d = PICK(4, 16, 24);
-        int32_t heads = (int32_t)PICK(1, 2, 4);
-        if (d % heads)
-            heads = 1;
-        const int n = (int)PICK(1, 2, 3), S = (int)PICK(1, 2, 3, 5, 65, MAXS);
-        attnres_problem p;
-        attnres_problem_init(&p, ATTNRES_DTYPE_F32, d, n);
-        p.op = ATTNRES_OP_PHASE1;
-        p.heads = heads;
-        p.s = S;
-        int huge_t;
-        const int64_t T = S > 5 ? PICK(1, 2) : draw_t(&huge_t);
-        huge_t = T > 16;
-        /* n sources, the queries, S o1 views, S lse views. */
-        layout lay[3 + 1 + 2 * MAXS];
-        int count = 0;
-        for (int k = 0; k < n; k++)
-            lay[count++] = (layout){0, 0, d, 1, 0, 1};
-        const int iq = count, io1 = count + 1, ilse = count + 1 + S;
-        lay[count++] = (layout){0, 0, S * d, 0, 0, 1};
-        for (int j = 0; j < S; j++)
-            lay[count++] = (layout){0, 0, d, 1, 1, 1};
-        for (int j = 0; j < S; j++)
-            lay[count++] = (layout){0, 0, heads, 1, 1, 1};
-        draw_layout(lay, count, T, huge_t);
-        for (int j = 1; j < S; j++) {
-            lay[io1 + j].stride = lay[io1].stride;
-            lay[ilse + j].stride = lay[ilse].stride;
-        }
-        const int want = model_verdict(lay, count, arena, T, -1, -1, S > 64);
-        if (want < 0) {
-            tl.not_drawn++;
-            continue;
-        }
-        attnres_plan *plan = NULL;
-        REQUIRE(attnres_plan_create(cpu, NULL, &p, 0, &plan, NULL, 0) == ATTNRES_OK);
-        for (int64_t k = 0; k < ARENA; k++)
-            arena[k] = (float)rand_unit();
-        memcpy(before, arena, sizeof(float) * ARENA);
-        const void *src[n];
-        int64_t strides[n];
-        void *o1[S];
-        float *lse[S];
-        for (int k = 0; k < n; k++) {
-            src[k] = arena + lay[k].offset;
-            strides[k] = lay[k].stride;
-        }
-        for (int j = 0; j < S; j++) {
-            o1[j] = arena + lay[io1 + j].offset;
-            lse[j] = arena + lay[ilse + j].offset;
-        }
-        attnres_phase1_args a;
-        attnres_phase1_args_init(&a);
-        a.sources = src;
-        a.source_strides = strides;
-        a.queries = arena + lay[iq].offset;
-        a.o1 = o1;
-        a.o1_stride = lay[io1].stride;
-        a.lse = lse;
-        a.lse_stride = lay[ilse].stride;
-        char what[160];
-        snprintf(what, sizeof what, "phase1 d %lld N %d H %d S %d T %lld", (long long)d, n, heads, S, (long long)T);
-        if (judge(attnres_run_phase1(plan, T, &a, NULL), want, arena, before, plan, &tl, what)) {
-            double *ds = malloc(sizeof(double) * (size_t)(T * d * n + S * d + S * T * (d + heads)));
-            REQUIRE(ds);
-            const double *dsrc[n];
-            for (int k = 0; k < n; k++) {
-                gather(&lay[k], before, T, ds + k * T * d);
-                dsrc[k] = ds + k * T * d;
-            }
-            double *q = ds + n * T * d, *do1 = q + S * d, *dlse = do1 + S * T * d;
-            gather(&lay[iq], before, T, q);
-            CHECK(attnres_reference_phase1(&p, T, dsrc, q, 1, 1e-6, do1, dlse) == ATTNRES_OK);
-            int bad = 0;
-            for (int j = 0; j < S; j++)
-                bad |= !matches(&lay[io1 + j], arena, T, do1 + j * T * d) ||
-                       !matches(&lay[ilse + j], arena, T, dlse + j * T * heads);
-            CHECK(!bad);
-            CHECK(!stray_writes(lay, count, arena, before, T));
-            tl.ran++;
-            tl.ran_by_range += S > 64;
-            free(ds);
-        }
-        attnres_plan_destroy(plan);
-    }
-    free(arena);
-    free(before);
-    printf("  %d runs matched the reference (%d with more than 64 sites); refused: %d short strides, %d extents or "
-           "overlaps; %d not drawn\n",
-           tl.ran, tl.ran_by_range, tl.refused_short, tl.refused_einval, tl.not_drawn);
+    run_trials(5, 2000, 0, phase2_trial);
 }
 
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    char msg[512];
-    if (!check_listing && attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
-        fprintf(stderr, "cannot open the CPU device: %s\n", msg);
+    if (!check_listing && test_cpu_open(&cpu) != 0)
         return 1;
-    }
     RUN_CASE(test_view_extents_match_exact_arithmetic);
     RUN_CASE(test_view_overlap_matches_byte_model);
     RUN_CASE(test_plans_at_the_limits_refuse_or_match_reference);

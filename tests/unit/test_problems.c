@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "problems.h"
+#include "test_files.h"
 
 static const char *doc_path;
 static char scratch[1024], path[1200], err[512];
@@ -19,13 +20,10 @@ static char scratch[1024], path[1200], err[512];
 static void write_file(const char *text, size_t len)
 {
     snprintf(path, sizeof path, "%s/problems.txt", scratch);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
+    if (file_write(path, text, len) != 0) {
         perror(path);
         exit(2);
     }
-    fwrite(text, 1, len, f);
-    fclose(f);
 }
 
 /* The fenced block after the marker comment of docs/problems.md. */
@@ -155,11 +153,8 @@ static void test_accepted_forms(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    /* --list runs no case, so it needs neither file. */
-    if (argc != 3 && !check_listing) {
-        fprintf(stderr, "usage: test_problems [--list] [--case NAME]... DOCS/problems.md SCRATCH_DIR\n");
+    if (check_usage(argc, argv, 2, "DOCS/problems.md SCRATCH_DIR"))
         return 2;
-    }
     doc_path = argc == 3 ? argv[1] : "";
     snprintf(scratch, sizeof scratch, "%s", argc == 3 ? argv[2] : ".");
     RUN_CASE(test_doc_example_parses);

@@ -24,7 +24,9 @@
 
 #include "attnres.h"
 #include "check.h"
+#include "test_compare.h"
 #include "test_data.h"
+#include "test_identity.h"
 
 /* Central differences with a step of 1e-5 (relative to the value) leave a
  * truncation error near 1e-10 and a rounding error near 1e-11 on losses of
@@ -93,17 +95,6 @@ static double dot(const double *a, const double *b, int64_t count)
     return sum;
 }
 
-/* ||got - want|| / ||want||, or the plain norm of got where want is zero. */
-static double rel_err(const double *got, const double *want, int64_t count)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < count; i++) {
-        num += (got[i] - want[i]) * (got[i] - want[i]);
-        den += want[i] * want[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* ---- finite differences ------------------------------------------------ */
 
 /* A case's loss as a function of its inputs, which the check perturbs in
@@ -125,7 +116,7 @@ static void check_gradient(const char *what, const char *label, loss_fn loss, vo
         x[i] = saved;
         fd[i] = (up - down) / (2 * h);
     }
-    const double err = rel_err(grad, fd, count);
+    const double err = case_rel_err(grad, fd, count);
     CHECK(err < FD_TOLERANCE);
     if (!(err < FD_TOLERANCE))
         fprintf(stderr, "  %s: gradient of %s off its finite difference by %.3g (relative)\n", label, what, err);
@@ -527,18 +518,7 @@ static void check_chain(int32_t n, int32_t sites, int32_t heads, int fuse, int e
         srcs[i] = src + i * td;
 
     attnres_problem p1, p2, pm;
-    attnres_problem_init(&p1, ATTNRES_DTYPE_F32, d, n);
-    p1.op = ATTNRES_OP_PHASE1;
-    p1.heads = heads;
-    p1.s = sites;
-    attnres_problem_init(&p2, ATTNRES_DTYPE_F32, d, 1);
-    p2.op = ATTNRES_OP_PHASE2;
-    p2.heads = heads;
-    p2.fuse_add = fuse;
-    p2.epilogue = epilogue;
-    attnres_problem_init(&pm, ATTNRES_DTYPE_F32, d, n + 1);
-    pm.heads = heads;
-    pm.epilogue = epilogue;
+    identity_problems(d, n, sites, heads, fuse, epilogue, &p1, &p2, &pm);
 
     /* The mix, site by site, its source gradients summed over the sites. */
     double *m_dsrc = scratch((n + 1) * td), *m_dq = scratch(sites * d), *m_dgain = scratch(sites * d);
@@ -573,11 +553,11 @@ static void check_chain(int32_t n, int32_t sites, int32_t heads, int fuse, int e
     for (int64_t i = 0; i < sites * d; i++)
         dq1[i] += dq2[i];
 
-    double worst = rel_err(p_dsrc, m_dsrc, n * td);
-    worst = fmax(worst, rel_err(db, m_dsrc + n * td, td));
-    worst = fmax(worst, rel_err(dq1, m_dq, sites * d));
+    double worst = case_rel_err(p_dsrc, m_dsrc, n * td);
+    worst = fmax(worst, case_rel_err(db, m_dsrc + n * td, td));
+    worst = fmax(worst, case_rel_err(dq1, m_dq, sites * d));
     if (epilogue)
-        worst = fmax(worst, rel_err(dgain2, m_dgain, sites * d));
+        worst = fmax(worst, case_rel_err(dgain2, m_dgain, sites * d));
     if (fuse)
         CHECK(memcmp(dsub, db, sizeof(double) * (size_t)td) == 0);
     CHECK(worst < 1e-12);

@@ -26,7 +26,9 @@
 #include "attnres.h"
 #include "check.h"
 #include "device.h"
+#include "test_compare.h"
 #include "test_data.h"
+#include "test_device.h"
 #include "test_scratch.h"
 
 #ifndef ATTNRES_CLI
@@ -232,8 +234,6 @@ static int all_bytes(const void *buf, size_t n, unsigned char v)
     return 1;
 }
 
-static double tolerance(attnres_dtype dt) { return dt == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
-
 static attnres_plan *plan_for(const attnres_problem *p, attnres_db *db, unsigned flags)
 {
     attnres_plan *plan = NULL;
@@ -241,6 +241,36 @@ static attnres_plan *plan_for(const attnres_problem *p, attnres_db *db, unsigned
     int rc = attnres_plan_create(cpu, db, p, flags, &plan, msg, sizeof msg);
     if (rc != ATTNRES_OK)
         fprintf(stderr, "  plan_create: %s (%s)\n", attnres_errstr(rc), msg);
+    return plan;
+}
+
+/* Case c's problem. */
+static void case_problem(const mix_case *c, attnres_problem *p)
+{
+    attnres_problem_init(p, c->dtype, c->d, c->n);
+    p->heads = c->heads;
+    p->form = c->form;
+    p->epilogue = c->epilogue;
+}
+
+/* A plan of case c's problem without a database, and the case's data in
+ * *m; NULL, with a failed check and nothing left to free, when either
+ * cannot be had. */
+static attnres_plan *case_plan(const mix_case *c, mix_data *m)
+{
+    attnres_problem p;
+    case_problem(c, &p);
+    attnres_plan *plan = plan_for(&p, NULL, 0);
+    CHECK(plan != NULL);
+    if (!plan)
+        return NULL;
+    const int made = data_make(c, m);
+    CHECK(made == 0);
+    if (made != 0) {
+        data_free(m);
+        attnres_plan_destroy(plan);
+        return NULL;
+    }
     return plan;
 }
 
@@ -272,7 +302,7 @@ static void check_plan_on_case(attnres_plan *plan, const mix_case *c)
         data_free(&m);
         return;
     }
-    const double tol = tolerance(c->dtype);
+    const double tol = case_tolerance(c->dtype);
     const double e = rel_err(&m, m.out, m.ref_out);
     CHECK(e <= tol);
     if (!(e <= tol))
@@ -294,10 +324,7 @@ static void check_plan_on_case(attnres_plan *plan, const mix_case *c)
 static void check_generic_case(const mix_case *c)
 {
     attnres_problem p;
-    attnres_problem_init(&p, c->dtype, c->d, c->n);
-    p.heads = c->heads;
-    p.form = c->form;
-    p.epilogue = c->epilogue;
+    case_problem(c, &p);
     attnres_plan *plan = plan_for(&p, NULL, 0);
     CHECK(plan != NULL);
     if (!plan)
@@ -519,17 +546,10 @@ static void test_mix_single_source_returns_it(void)
     const attnres_dtype types[] = {ATTNRES_DTYPE_F32, ATTNRES_DTYPE_BF16, ATTNRES_DTYPE_F16};
     for (int ti = 0; ti < 3; ti++) {
         mix_case c = {types[ti], 96, 1, 3, ATTNRES_FORM_REPLACE, 0, 13, 16, 0, 0, 0, 0, 31};
-        attnres_problem p;
-        attnres_problem_init(&p, c.dtype, c.d, 1);
-        p.heads = c.heads;
-        attnres_plan *plan = plan_for(&p, NULL, 0);
-        CHECK(plan != NULL);
         mix_data m;
-        if (!plan || data_make(&c, &m) != 0) {
-            CHECK(0);
-            attnres_plan_destroy(plan);
+        attnres_plan *plan = case_plan(&c, &m);
+        if (!plan)
             continue;
-        }
         CHECK(attnres_run_mix(plan, c.T, &m.args, NULL) == ATTNRES_OK);
         /* out == v0 up to the rounding of one multiply by 1/l (l = 1). */
         int worst_ok = 1;
@@ -550,20 +570,13 @@ static void test_mix_single_source_returns_it(void)
 static void test_mix_zero_tokens_is_a_no_op(void)
 {
     mix_case c = {ATTNRES_DTYPE_F32, 64, 3, 1, ATTNRES_FORM_ADDITIVE, 1, 4, 0, 0, 0, 0, 0, 41};
-    attnres_problem p;
-    attnres_problem_init(&p, c.dtype, c.d, c.n);
-    p.form = c.form;
-    p.epilogue = c.epilogue;
-    attnres_plan *plan = plan_for(&p, NULL, 0);
-    REQUIRE(plan != NULL);
     mix_data m;
-    if (data_make(&c, &m) == 0) {
-        CHECK(attnres_run_mix(plan, 0, &m.args, NULL) == ATTNRES_OK);
-        CHECK(all_bytes(m.out, m.out_bytes, POISON));
-        CHECK(all_bytes(m.normed, m.out_bytes, POISON));
-    } else {
-        CHECK(0);
-    }
+    attnres_plan *plan = case_plan(&c, &m);
+    if (!plan)
+        return;
+    CHECK(attnres_run_mix(plan, 0, &m.args, NULL) == ATTNRES_OK);
+    CHECK(all_bytes(m.out, m.out_bytes, POISON));
+    CHECK(all_bytes(m.normed, m.out_bytes, POISON));
     data_free(&m);
     attnres_plan_destroy(plan);
 }
@@ -572,17 +585,10 @@ static void test_mix_nan_in_one_source_row_poisons_only_that_token(void)
 {
     const mix_case c = {ATTNRES_DTYPE_F32, 64, 4, 1, ATTNRES_FORM_REPLACE, 0, 9, 16, 0, 0, 0, 0, 51};
     const int64_t bad_t = 4;
-    attnres_problem p;
-    attnres_problem_init(&p, c.dtype, c.d, c.n);
-    attnres_plan *plan = plan_for(&p, NULL, 0);
-    REQUIRE(plan != NULL);
     mix_data m;
-    if (data_make(&c, &m) != 0) {
-        CHECK(0);
-        data_free(&m);
-        attnres_plan_destroy(plan);
+    attnres_plan *plan = case_plan(&c, &m);
+    if (!plan)
         return;
-    }
     ((float *)m.src[2])[bad_t * m.src_stride + 10] = NAN;
     CHECK(attnres_run_mix(plan, c.T, &m.args, NULL) == ATTNRES_OK);
     int all_nan = 1, others_finite = 1;
@@ -629,17 +635,10 @@ static void expect_run_refused(attnres_plan *plan, mix_data *m, int64_t T, const
 static void test_run_rejects_bad_arguments_and_leaves_out_untouched(void)
 {
     const mix_case c = {ATTNRES_DTYPE_F32, 64, 3, 1, ATTNRES_FORM_REPLACE, 0, 4, 0, 0, 0, 0, 0, 61};
-    attnres_problem p;
-    attnres_problem_init(&p, c.dtype, c.d, c.n);
-    attnres_plan *plan = plan_for(&p, NULL, 0);
-    REQUIRE(plan != NULL);
     mix_data m;
-    if (data_make(&c, &m) != 0) {
-        CHECK(0);
-        data_free(&m);
-        attnres_plan_destroy(plan);
+    attnres_plan *plan = case_plan(&c, &m);
+    if (!plan)
         return;
-    }
     const void *srcs[3];
     int64_t strides[3] = {64, 64, 64};
     attnres_mix_args a;
@@ -704,17 +703,8 @@ static void test_run_rejects_bad_arguments_and_leaves_out_untouched(void)
     /* The additive form needs partial; the epilogue needs normed, gain and
      * a valid out_eps. */
     const mix_case ce = {ATTNRES_DTYPE_F32, 64, 3, 1, ATTNRES_FORM_ADDITIVE, 1, 4, 0, 0, 0, 0, 0, 62};
-    attnres_problem_init(&p, ce.dtype, ce.d, ce.n);
-    p.form = ce.form;
-    p.epilogue = ce.epilogue;
-    plan = plan_for(&p, NULL, 0);
-    REQUIRE(plan != NULL);
-    if (data_make(&ce, &m) != 0) {
-        CHECK(0);
-        data_free(&m);
-        attnres_plan_destroy(plan);
+    if (!(plan = case_plan(&ce, &m)))
         return;
-    }
     RESET();
     a.partial = NULL;
     expect_run_refused(plan, &m, ce.T, &a, ATTNRES_EINVAL, 0, "partial", "additive without partial");
@@ -1303,21 +1293,14 @@ static void test_failure_messages_are_each_threads_own(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/attnres-test-runtime-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (scratch_make("runtime", tmpdir, sizeof tmpdir) != 0)
         return 1;
-    }
     /* Kernels compiled or loaded by this test go to a cache inside tmpdir. */
     char cache[700];
     snprintf(cache, sizeof cache, "%s/cache", tmpdir);
     setenv("ATTNRES_CACHE_DIR", cache, 1);
 
-    char msg[512] = "";
-    int rc = attnres_device_open("cpu", &cpu, msg, sizeof msg);
-    if (rc != ATTNRES_OK) {
-        fprintf(stderr, "cannot open the CPU device: %s (%s)\n", attnres_errstr(rc), msg);
+    if (test_cpu_open(&cpu) != 0) {
         scratch_remove(tmpdir);
         return 1;
     }

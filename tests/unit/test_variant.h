@@ -14,6 +14,7 @@
 #include "argen.h"
 #include "device.h"
 #include "sha256.h"
+#include "test_device.h"
 #include "test_scratch.h"
 
 /* Makes a scratch directory "$TMPDIR/attnres-test-NAME-XXXXXX" in dir
@@ -22,21 +23,12 @@
  * scratch_remove (test_scratch.h) removes it. */
 static inline int scratch_cpu_open(const char *name, char *dir, size_t len, attnres_device **dev)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(dir, len, "%s/attnres-test-%s-XXXXXX", base && *base ? base : "/tmp", name);
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (scratch_make(name, dir, len) != 0)
         return -1;
-    }
     char cache[4200];
     snprintf(cache, sizeof cache, "%s/cache", dir);
     setenv("ATTNRES_CACHE_DIR", cache, 1);
-    char msg[512];
-    if (attnres_device_open("cpu", dev, msg, sizeof msg) != ATTNRES_OK) {
-        fprintf(stderr, "cannot open the CPU device: %s\n", msg);
-        return -1;
-    }
-    return 0;
+    return test_cpu_open(dev);
 }
 
 /* Compiles and loads variant id of template g on dev, its source

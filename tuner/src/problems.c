@@ -2,6 +2,7 @@
 #include "problems.h"
 
 #include "attnres-impl.h"
+#include "parse_int.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -113,15 +114,8 @@ int problems_preset(const char *name, const char *backend, problem_set *out, cha
 static int parse_field(const char *tok, const char *name, long long min, long long max, long long *out, char *err,
                        size_t err_len, const char *path, int lineno)
 {
-    char *end;
-    errno = 0;
-    long long v = 0;
-    int ok = (tok[0] >= '0' && tok[0] <= '9') || (tok[0] == '-' && tok[1] >= '0' && tok[1] <= '9');
-    if (ok) {
-        v = strtoll(tok, &end, 10);
-        ok = !*end && errno != ERANGE && v >= min && v <= max;
-    }
-    if (!ok) {
+    int64_t v;
+    if (tune_parse_int(tok, min, max, &v) != 0) {
         snprintf(err, err_len, "%s:%d: %s must be an integer from %lld to %lld (got '%s')", path, lineno, name, min,
                  max, tok);
         return -1;
