@@ -90,7 +90,7 @@ int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
  * others leave the column empty. */
 #define PROVISIONAL                                                           \
     "CASE WHEN w.provisional THEN 'yes: ' ||"                                 \
-    " COALESCE(w.disturbance, 'its final round was disturbed') END"
+    " COALESCE(NULLIF(w.disturbance, ''), 'its final round was disturbed') END"
     /* A file older than v4 opened read-only has only real devices; one
      * older than v9 has no provisional winner. */
     static const char sql[] = LIST_WINNERS_SQL("d.simulated", PROVISIONAL);

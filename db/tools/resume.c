@@ -90,7 +90,7 @@ int ardb_measurement_disturbance(ardb *db, int64_t measurement_id, char **eviden
      * measurement's problem and device, whether that final round was
      * disturbed on every try. */
     static const char sql[] =
-        "SELECT COALESCE(w.disturbance, 'its final round was disturbed')"
+        "SELECT COALESCE(NULLIF(w.disturbance, ''), 'its final round was disturbed')"
         " FROM measurements m JOIN winners w ON w.run_id = m.run_id"
         " AND w.problem_id = m.problem_id AND w.device_id = m.device_id"
         " WHERE m.id = ?1 AND w.provisional = 1";
