@@ -47,7 +47,8 @@ static const char tune_usage[] =
     "  for a CPU 20% of the round, or the hypervisor stole 5% of it) is timed\n"
     "  again after a 2 s pause, up to --retries times (default 2, or\n"
     "  ATTNRES_TUNE_RETRIES; 0: never); if every try is disturbed the winner is\n"
-    "  marked provisional in the output and with the run (db runs --long).\n"
+    "  marked provisional in the output, with the run (db runs --long) and in the\n"
+    "  database (db show, plan --explain).\n"
     "  --revalidate re-measures only the stored winners of the device (fast) and\n"
     "  records them as a run that `attnres db regress` can compare.\n"
     "\n"
@@ -228,13 +229,35 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
     char summary[640];
     ceiling_check_summary(c, summary, sizeof summary);
     printf("\n%s%s\n", report, summary);
-    /* Winners whose final rounds other work on the machine disturbed. */
-    for (size_t i = 0; i < n; i++)
+    /* Winners whose final rounds other work on the machine disturbed, in
+     * this run or in the run whose final round this one decided from. */
+    for (size_t i = 0; i < n; i++) {
         if (rows[i].disturbed)
             printf("disturbed: %s: %d final round(s) (%s)%s\n", rows[i].problem, rows[i].disturbed,
                    rows[i].disturbance,
                    rows[i].provisional ? "; every retry was disturbed too: the winner is provisional"
                                        : "; timed again, undisturbed");
+        else if (rows[i].provisional)
+            printf("disturbed: %s: decided from a final round on record that was disturbed (%s): the winner is "
+                   "provisional\n",
+                   rows[i].problem, rows[i].disturbance);
+    }
+}
+
+/* s as the inside of a JSON string: quotes and backslashes escaped,
+ * control characters left out. The evidence of a final round on record
+ * comes from a database, which can hold any text. */
+static void json_inner(const char *s, char *buf, size_t len)
+{
+    size_t o = 0;
+    for (; *s && o + 2 < len; s++) {
+        if ((unsigned char)*s < 0x20)
+            continue;
+        if (*s == '"' || *s == '\\')
+            buf[o++] = '\\';
+        buf[o++] = *s;
+    }
+    buf[o] = 0;
 }
 
 /* Records where the run's time went (tune_stages.h) with the run, and the
@@ -244,12 +267,14 @@ static void record_stages(tuner *t, const winner_row *rows, size_t n)
     char more[4096] = "", json[5120];
     size_t used = 0;
     for (size_t i = 0; i < n && used < sizeof more; i++) {
-        if (!rows[i].disturbed)
+        if (!rows[i].disturbed && !rows[i].provisional)
             continue;
+        char evidence[2 * sizeof rows[i].disturbance];
+        json_inner(rows[i].disturbance, evidence, sizeof evidence);
         int k = snprintf(more + used, sizeof more - used,
                          "%s{\"problem\": \"%s\", \"disturbed_rounds\": %d, \"provisional\": %s, \"evidence\": \"%s\"}",
                          used ? ", " : ", \"disturbed\": [", rows[i].problem, rows[i].disturbed,
-                         rows[i].provisional ? "true" : "false", rows[i].disturbance);
+                         rows[i].provisional ? "true" : "false", evidence);
         used = k > 0 && used + (size_t)k < sizeof more ? used + (size_t)k : sizeof more;
     }
     if (used >= sizeof more - 1)
