@@ -28,7 +28,7 @@ static const char db_usage[] =
     "       attnres db merge SRC.db [--db FILE]\n"
     "       attnres db plot --out DIR [--runs N] [--db FILE]\n"
     "       attnres db note RUN TEXT [--db FILE]\n"
-    "       attnres db revalidate [--device SPEC] [--db FILE] [--quiet]\n"
+    "       attnres db revalidate [--device SPEC] [--db FILE] [--retries N] [--quiet]\n"
     "\n"
     "  show        the newest winner of every problem on every device (or of one run);\n"
     "              a provisional one (its final round disturbed on every try) says so,\n"
@@ -48,7 +48,8 @@ static const char db_usage[] =
     "              % of ceiling by problem for the last N runs (default 8)\n"
     "  note        label a run (e.g. \"driver 560.35\"); shown by runs, diff and regress\n"
     "  revalidate  the same as `attnres tune --revalidate`: re-measure the stored\n"
-    "              winners only, as a new run that regress can compare\n"
+    "              winners only (and decide provisional ones again), as a new run\n"
+    "              that regress can compare\n"
     "\n"
     "  RUN is an id, 'latest', 'latest~K' (K runs before the newest) or the start of\n"
     "  a run's uid. Noise: |B - A| > 3 x (spread A + spread B), spread being each\n"
@@ -335,13 +336,16 @@ static int cmd_note(int argc, char **argv)
 static int cmd_revalidate(int argc, char **argv)
 {
     const char *path = "attnres.db", *device = NULL;
-    int quiet = 0;
-    const cli_opt opts[] = {
-        CLI_OPT_STRING("--db", &path), CLI_OPT_STRING("--device", &device), CLI_OPT_FLAG("--quiet", &quiet), CLI_OPT_END};
+    int quiet = 0, retries = 0;
+    if (tune_retries_default(&retries))
+        return CLI_EXIT_USAGE;
+    const cli_opt opts[] = {CLI_OPT_STRING("--db", &path), CLI_OPT_STRING("--device", &device),
+                            CLI_OPT_FLAG("--quiet", &quiet), CLI_OPT_INT("--retries", &retries, 0, 10),
+                            CLI_OPT_END};
     const cli_spec spec = {.cmd = "db", .opts = opts};
     if (cli_parse(&spec, argc, argv) != CLI_PARSED)
         return CLI_EXIT_USAGE;
-    return tune_revalidate(device, path, quiet);
+    return tune_revalidate(device, path, quiet, retries);
 }
 
 /* ---- dispatch --------------------------------------------------------------- */

@@ -23,7 +23,7 @@ static const char tune_usage[] =
     "                    [--strategy halving|exhaustive|random] [--budget N | --budget SECONDSs]\n"
     "                    [--seed S] [--shard I/N] [--jobs N] [--time-limit SECONDS]\n"
     "                    [--retries N] [--no-isolate] [--no-prune] [--explain-pruning] [--quiet]\n"
-    "       attnres tune --revalidate [--device cpu|cuda:N] [--db FILE] [--quiet]\n"
+    "       attnres tune --revalidate [--device cpu|cuda:N] [--db FILE] [--retries N] [--quiet]\n"
     "\n"
     "  Strategies: halving (default) times every candidate cheaply (one launch\n"
     "  where launches take 1 ms or more and it is 1.5x slower than the fastest so\n"
@@ -50,7 +50,10 @@ static const char tune_usage[] =
     "  marked provisional in the output, with the run (db runs --long) and in the\n"
     "  database (db show, plan --explain).\n"
     "  --revalidate re-measures only the stored winners of the device (fast) and\n"
-    "  records them as a run that `attnres db regress` can compare.\n"
+    "  records them as a run that `attnres db regress` can compare; a provisional\n"
+    "  winner is decided again: the finalists of its round are timed interleaved\n"
+    "  (with --retries) and the one that wins is recorded, provisional only if\n"
+    "  this round was disturbed on every try too.\n"
     "\n"
     "  Tunes every problem of a preset (ci, default, k3, mhar-8b, delta-small; default:\n"
     "  default) or a problems file (see docs/problems.md) on the device (default: the\n"
@@ -99,6 +102,16 @@ static int parse_shard(const char *cmd, const char *flag, const char *v, void *d
     return 0;
 }
 
+int tune_retries_default(int *retries)
+{
+    const char *text = getenv("ATTNRES_TUNE_RETRIES");
+    int64_t value = 2;
+    if (text && *text && cli_parse_int_range("tune", "ATTNRES_TUNE_RETRIES", text, 0, 10, &value))
+        return -1;
+    *retries = (int)value;
+    return 0;
+}
+
 static int parse(int argc, char **argv, tune_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -108,13 +121,8 @@ static int parse(int argc, char **argv, tune_opts *o)
     o->isolate = 1;
     o->time_limit_s = 60;
     o->shard_count = 1;
-    /* --retries' default, for scripts and test suites that tune on busy
-     * machines on purpose. */
-    const char *retries = getenv("ATTNRES_TUNE_RETRIES");
-    int64_t env_retries = 2;
-    if (retries && *retries && cli_parse_int_range("tune", "ATTNRES_TUNE_RETRIES", retries, 0, 10, &env_retries))
+    if (tune_retries_default(&o->retries))
         return -1;
-    o->retries = (int)env_retries;
     /* The order of strategy's names is the order of the enum. */
     static const char *const strategies[] = {"halving", "exhaustive", "random", NULL};
     int strat = STRATEGY_HALVING, no_isolate = 0;
@@ -353,7 +361,7 @@ int cmd_tune(int argc, char **argv)
     if (prc)
         return prc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     if (t.opt.revalidate)
-        return tune_revalidate(t.opt.device, t.opt.db, t.opt.quiet);
+        return tune_revalidate(t.opt.device, t.opt.db, t.opt.quiet, t.opt.retries);
     double start = now_s();
     char msg[1024];
     const char *spec = t.opt.device ? t.opt.device : cli_best_device();
