@@ -295,7 +295,6 @@ typedef struct finalist {
     char build_key[65];
     void *blob;
     size_t size;
-    int ready;              /* its binary is here */
     job_result check;       /* its verification */
     source_entry e;         /* what search_choose's tie-break reads */
     candidate_ref ref;
@@ -397,7 +396,6 @@ static void redecide(revalidation *r, const ardb_stored_winner *w, const tune_pr
                           0, to);
             continue;
         }
-        x->ready = 1;
         ks[nk] = (job_kernel){.variant = x->c.variant, .kernel_name = x->c.kernel_name,
                               .params_json = x->c.params_json, .source = x->c.source, .build_key = x->build_key,
                               .blob = x->blob, .blob_size = x->size};
