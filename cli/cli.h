@@ -99,6 +99,13 @@ int cli_parse_op(const char *cmd, const char *flag, const char *value, void *dst
  * without its value, a value out of range, an unexpected argument. */
 int cli_parse(const cli_spec *spec, int argc, char **argv);
 
+/* The default of tune's --retries (cmd_tune.c): ATTNRES_TUNE_RETRIES where
+ * set, 0 to 10, for scripts and test suites that tune on busy machines on
+ * purpose; else 2. `db revalidate` takes the same, since it decides
+ * provisional winners again as `tune --revalidate` does. 0, or -1 when the
+ * variable is out of range (said). */
+int tune_retries_default(int *retries);
+
 int cmd_devices(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_tune(int argc, char **argv);

@@ -28,9 +28,11 @@ static const char db_usage[] =
     "       attnres db merge SRC.db [--db FILE]\n"
     "       attnres db plot --out DIR [--runs N] [--db FILE]\n"
     "       attnres db note RUN TEXT [--db FILE]\n"
-    "       attnres db revalidate [--device SPEC] [--db FILE] [--quiet]\n"
+    "       attnres db revalidate [--device SPEC] [--db FILE] [--retries N] [--quiet]\n"
     "\n"
-    "  show        the newest winner of every problem on every device (or of one run)\n"
+    "  show        the newest winner of every problem on every device (or of one run);\n"
+    "              a provisional one (its final round disturbed on every try) says so,\n"
+    "              with the evidence\n"
     "  runs        every run, oldest first: when, who, versions, device, policy, note\n"
     "  diff        per problem, each run's winner and time, the ratio B/A, and whether\n"
     "              the difference is beyond the noise of both runs\n"
@@ -46,7 +48,8 @@ static const char db_usage[] =
     "              % of ceiling by problem for the last N runs (default 8)\n"
     "  note        label a run (e.g. \"driver 560.35\"); shown by runs, diff and regress\n"
     "  revalidate  the same as `attnres tune --revalidate`: re-measure the stored\n"
-    "              winners only, as a new run that regress can compare\n"
+    "              winners only (and decide provisional ones again), as a new run\n"
+    "              that regress can compare\n"
     "\n"
     "  RUN is an id, 'latest', 'latest~K' (K runs before the newest) or the start of\n"
     "  a run's uid. Noise: |B - A| > 3 x (spread A + spread B), spread being each\n"
@@ -113,6 +116,7 @@ void db_run_label(const ardb_run_info *r, char *buf, size_t len)
 typedef struct table_ctx {
     int printed_header;
     const int *widths;
+    size_t provisional; /* rows whose provisional column is set */
 } table_ctx;
 
 static int print_row(void *ctxp, int ncol, const char *const *names, const char *const *values)
@@ -124,8 +128,11 @@ static int print_row(void *ctxp, int ncol, const char *const *names, const char 
         printf("\n");
         ctx->printed_header = 1;
     }
-    for (int i = 0; i < ncol; i++)
+    for (int i = 0; i < ncol; i++) {
         printf("%-*s ", ctx->widths[i < 8 ? i : 7], values[i] ? values[i] : "");
+        if (strcmp(names[i], "provisional") == 0 && values[i] && values[i][0])
+            ctx->provisional++;
+    }
     printf("\n");
     return 0;
 }
@@ -145,13 +152,19 @@ static int cmd_show(int argc, char **argv)
         ardb_close(db);
         return CLI_EXIT_USAGE;
     }
-    static const int widths[8] = {44, 24, 34, 12, 9, 9, 9, 9};
-    table_ctx ctx = {0, widths};
+    /* The last column, provisional, holds the evidence: no padding. */
+    static const int widths[8] = {44, 24, 34, 12, 9, 9, 0, 0};
+    table_ctx ctx = {0, widths, 0};
     int rc = ardb_list_winners(db, run, print_row, &ctx);
     if (rc != ARDB_DONE)
         cli_error("db", "%s", ardb_errmsg(db));
     else if (!ctx.printed_header)
         printf("(no winners recorded in %s)\n", path);
+    else if (ctx.provisional)
+        printf("\n%zu provisional winner(s): chosen by a final round that other work on the machine disturbed on "
+               "every try, so the choice may be the noise's; `attnres tune --revalidate` on a quiet machine decides "
+               "again (docs/tuning.md, \"Disturbance\")\n",
+               ctx.provisional);
     ardb_close(db);
     return rc == ARDB_DONE ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }
@@ -323,13 +336,16 @@ static int cmd_note(int argc, char **argv)
 static int cmd_revalidate(int argc, char **argv)
 {
     const char *path = "attnres.db", *device = NULL;
-    int quiet = 0;
-    const cli_opt opts[] = {
-        CLI_OPT_STRING("--db", &path), CLI_OPT_STRING("--device", &device), CLI_OPT_FLAG("--quiet", &quiet), CLI_OPT_END};
+    int quiet = 0, retries = 0;
+    if (tune_retries_default(&retries))
+        return CLI_EXIT_USAGE;
+    const cli_opt opts[] = {CLI_OPT_STRING("--db", &path), CLI_OPT_STRING("--device", &device),
+                            CLI_OPT_FLAG("--quiet", &quiet), CLI_OPT_INT("--retries", &retries, 0, 10),
+                            CLI_OPT_END};
     const cli_spec spec = {.cmd = "db", .opts = opts};
     if (cli_parse(&spec, argc, argv) != CLI_PARSED)
         return CLI_EXIT_USAGE;
-    return tune_revalidate(device, path, quiet);
+    return tune_revalidate(device, path, quiet, retries);
 }
 
 /* ---- dispatch --------------------------------------------------------------- */

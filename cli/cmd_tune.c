@@ -23,7 +23,7 @@ static const char tune_usage[] =
     "                    [--strategy halving|exhaustive|random] [--budget N | --budget SECONDSs]\n"
     "                    [--seed S] [--shard I/N] [--jobs N] [--time-limit SECONDS]\n"
     "                    [--retries N] [--no-isolate] [--no-prune] [--explain-pruning] [--quiet]\n"
-    "       attnres tune --revalidate [--device cpu|cuda:N] [--db FILE] [--quiet]\n"
+    "       attnres tune --revalidate [--device cpu|cuda:N] [--db FILE] [--retries N] [--quiet]\n"
     "\n"
     "  Strategies: halving (default) times every candidate cheaply (one launch\n"
     "  where launches take 1 ms or more and it is 1.5x slower than the fastest so\n"
@@ -47,9 +47,13 @@ static const char tune_usage[] =
     "  for a CPU 20% of the round, or the hypervisor stole 5% of it) is timed\n"
     "  again after a 2 s pause, up to --retries times (default 2, or\n"
     "  ATTNRES_TUNE_RETRIES; 0: never); if every try is disturbed the winner is\n"
-    "  marked provisional in the output and with the run (db runs --long).\n"
+    "  marked provisional in the output, with the run (db runs --long) and in the\n"
+    "  database (db show, plan --explain).\n"
     "  --revalidate re-measures only the stored winners of the device (fast) and\n"
-    "  records them as a run that `attnres db regress` can compare.\n"
+    "  records them as a run that `attnres db regress` can compare; a provisional\n"
+    "  winner is decided again: the finalists of its round are timed interleaved\n"
+    "  (with --retries) and the one that wins is recorded, provisional only if\n"
+    "  this round was disturbed on every try too.\n"
     "\n"
     "  Tunes every problem of a preset (ci, default, k3, mhar-8b, delta-small; default:\n"
     "  default) or a problems file (see docs/problems.md) on the device (default: the\n"
@@ -98,6 +102,16 @@ static int parse_shard(const char *cmd, const char *flag, const char *v, void *d
     return 0;
 }
 
+int tune_retries_default(int *retries)
+{
+    const char *text = getenv("ATTNRES_TUNE_RETRIES");
+    int64_t value = 2;
+    if (text && *text && cli_parse_int_range("tune", "ATTNRES_TUNE_RETRIES", text, 0, 10, &value))
+        return -1;
+    *retries = (int)value;
+    return 0;
+}
+
 static int parse(int argc, char **argv, tune_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -107,13 +121,8 @@ static int parse(int argc, char **argv, tune_opts *o)
     o->isolate = 1;
     o->time_limit_s = 60;
     o->shard_count = 1;
-    /* --retries' default, for scripts and test suites that tune on busy
-     * machines on purpose. */
-    const char *retries = getenv("ATTNRES_TUNE_RETRIES");
-    int64_t env_retries = 2;
-    if (retries && *retries && cli_parse_int_range("tune", "ATTNRES_TUNE_RETRIES", retries, 0, 10, &env_retries))
+    if (tune_retries_default(&o->retries))
         return -1;
-    o->retries = (int)env_retries;
     /* The order of strategy's names is the order of the enum. */
     static const char *const strategies[] = {"halving", "exhaustive", "random", NULL};
     int strat = STRATEGY_HALVING, no_isolate = 0;
@@ -228,13 +237,35 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
     char summary[640];
     ceiling_check_summary(c, summary, sizeof summary);
     printf("\n%s%s\n", report, summary);
-    /* Winners whose final rounds other work on the machine disturbed. */
-    for (size_t i = 0; i < n; i++)
+    /* Winners whose final rounds other work on the machine disturbed, in
+     * this run or in the run whose final round this one decided from. */
+    for (size_t i = 0; i < n; i++) {
         if (rows[i].disturbed)
             printf("disturbed: %s: %d final round(s) (%s)%s\n", rows[i].problem, rows[i].disturbed,
                    rows[i].disturbance,
                    rows[i].provisional ? "; every retry was disturbed too: the winner is provisional"
                                        : "; timed again, undisturbed");
+        else if (rows[i].provisional)
+            printf("disturbed: %s: decided from a final round on record that was disturbed (%s): the winner is "
+                   "provisional\n",
+                   rows[i].problem, rows[i].disturbance);
+    }
+}
+
+/* s as the inside of a JSON string: quotes and backslashes escaped,
+ * control characters left out. The evidence of a final round on record
+ * comes from a database, which can hold any text. */
+static void json_inner(const char *s, char *buf, size_t len)
+{
+    size_t o = 0;
+    for (; *s && o + 2 < len; s++) {
+        if ((unsigned char)*s < 0x20)
+            continue;
+        if (*s == '"' || *s == '\\')
+            buf[o++] = '\\';
+        buf[o++] = *s;
+    }
+    buf[o] = 0;
 }
 
 /* Records where the run's time went (tune_stages.h) with the run, and the
@@ -244,12 +275,14 @@ static void record_stages(tuner *t, const winner_row *rows, size_t n)
     char more[4096] = "", json[5120];
     size_t used = 0;
     for (size_t i = 0; i < n && used < sizeof more; i++) {
-        if (!rows[i].disturbed)
+        if (!rows[i].disturbed && !rows[i].provisional)
             continue;
+        char evidence[2 * sizeof rows[i].disturbance];
+        json_inner(rows[i].disturbance, evidence, sizeof evidence);
         int k = snprintf(more + used, sizeof more - used,
                          "%s{\"problem\": \"%s\", \"disturbed_rounds\": %d, \"provisional\": %s, \"evidence\": \"%s\"}",
                          used ? ", " : ", \"disturbed\": [", rows[i].problem, rows[i].disturbed,
-                         rows[i].provisional ? "true" : "false", rows[i].disturbance);
+                         rows[i].provisional ? "true" : "false", evidence);
         used = k > 0 && used + (size_t)k < sizeof more ? used + (size_t)k : sizeof more;
     }
     if (used >= sizeof more - 1)
@@ -328,7 +361,7 @@ int cmd_tune(int argc, char **argv)
     if (prc)
         return prc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     if (t.opt.revalidate)
-        return tune_revalidate(t.opt.device, t.opt.db, t.opt.quiet);
+        return tune_revalidate(t.opt.device, t.opt.db, t.opt.quiet, t.opt.retries);
     double start = now_s();
     char msg[1024];
     const char *spec = t.opt.device ? t.opt.device : cli_best_device();

@@ -25,12 +25,13 @@
 
 /* Version 2 added runs.uid and runs.note, version 3 runs.read_gbps,
  * version 4 devices.simulated, version 5 runs.owner, version 6
- * runs.ceilings, version 7 runs.stages, version 8 measurements.final_round
+ * runs.ceilings, version 7 runs.stages, version 8 measurements.final_round,
+ * version 9 winners.provisional and winners.disturbance
  * (db/write/migrate.c). A writer's
  * open (ardb_open, ardb_write.h) migrates an older file in place, keeping
  * a copy as PATH.v<N>.bak; a read-only open reads it as it is (every
  * device of a file older than v4 is real). */
-#define ARDB_SCHEMA_VERSION 8
+#define ARDB_SCHEMA_VERSION 9
 
 /* Return codes of every ardb_ function. */
 enum {
@@ -107,6 +108,16 @@ typedef struct ardb_winner {
     int64_t run_id;
     double median_us, gbps;
     double roofline; /* gbps over the ceiling matching its traffic (v6) */
+    /* 1 when the final round that chose it was disturbed by other work on
+     * every try (schema v9): the choice may be the noise's, and `attnres
+     * tune --revalidate` decides it again. disturbance is that evidence,
+     * NULL for a winner that is not provisional. Winners of a file older
+     * than v9 are not provisional. No ABI is at stake in adding them:
+     * ardb.h is not installed and libattnres exports only attnres_
+     * symbols (runtime/libattnres.map), so every user of this struct is
+     * built with it. */
+    int provisional;
+    char *disturbance;
 } ardb_winner;
 
 /* The winners for a problem (t_bucket ignored) at one fallback level:

@@ -22,6 +22,7 @@ void ardb_winners_free(ardb_winner *w, size_t count)
         free(w[i].params_json);
         free(w[i].device_fingerprint);
         free(w[i].device_arch);
+        free(w[i].disturbance);
     }
     free(w);
 }
@@ -52,13 +53,14 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
      * is never ranked, as before. The rows are put in T bucket order here
      * (sort_by_t_bucket), not by an ORDER BY, which would copy the sources
      * through a sorter once more. */
-#define WINNERS_LOOKUP_SQL(simulated)                                         \
+#define WINNERS_LOOKUP_SQL(simulated, provisional, disturbance)             \
     "SELECT x.t_bucket, c.variant, c.kernel_name, c.source, c.source_hash,"   \
     " c.params_json, x.fingerprint, x.arch, x.run_id, x.median_us, x.gbps,"   \
-    " x.roofline"                                                             \
+    " x.roofline, x.provisional, x.disturbance"                               \
     " FROM ("                                                                 \
     "  SELECT p.t_bucket, w.candidate_id, d.fingerprint, d.arch, w.run_id,"   \
-    "   m.median_us, m.gbps, m.roofline,"                                     \
+    "   m.median_us, m.gbps, m.roofline, " provisional " AS provisional,"     \
+    "   " disturbance " AS disturbance,"                                      \
     "   row_number() OVER (PARTITION BY p.t_bucket"                           \
     "    ORDER BY r.started_at DESC, w.run_id DESC, d.fingerprint IS ?9 DESC,"  \
     "    m.median_us ASC, d.id ASC) AS rn"                                      \
@@ -79,9 +81,11 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
     /* The kind of device (simulated or real) must match at every level:
      * the filter sits outside the level's CASE so that no level can cross
      * it. A file older than v4, opened read-only, has no simulated column
-     * and only real devices. */
-    static const char sql[] = WINNERS_LOOKUP_SQL("d.simulated");
-    static const char sql_pre_v4[] = WINNERS_LOOKUP_SQL("0");
+     * and only real devices; one older than v9 has no provisional winner
+     * (nothing watched its final rounds). */
+    static const char sql[] = WINNERS_LOOKUP_SQL("d.simulated", "w.provisional", "w.disturbance");
+    static const char sql_pre_v9[] = WINNERS_LOOKUP_SQL("d.simulated", "0", "NULL");
+    static const char sql_pre_v4[] = WINNERS_LOOKUP_SQL("0", "0", "NULL");
 #undef WINNERS_LOOKUP_SQL
     int64_t version = 0;
     sqlite3_stmt *st;
@@ -126,8 +130,10 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
     }
     if ((code = ardb__user_version(db, "main", &version)))
         return code;
-    if (version >= 4)
+    if (version >= 9)
         code = ardb__stmt(db, ST_WINNERS_LOOKUP, sql, &st);
+    else if (version >= 4)
+        code = ardb__stmt(db, ST_WINNERS_LOOKUP_PRE_V9, sql_pre_v9, &st);
     else
         code = ardb__stmt(db, ST_WINNERS_LOOKUP_PRE_V4, sql_pre_v4, &st);
     if (code)
@@ -179,6 +185,9 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
         w->median_us = ardb__col_double(st, 9);
         w->gbps = ardb__col_double(st, 10);
         w->roofline = ardb__col_double(st, 11);
+        w->provisional = sqlite3_column_int(st, 12) != 0;
+        /* The evidence belongs to a provisional winner only. */
+        w->disturbance = w->provisional ? ardb__col_dup(st, 13, &oom) : NULL;
         if (oom) {
             code = ardb__fail(db, ARDB_ENOMEM, "winners lookup: out of memory");
             break;

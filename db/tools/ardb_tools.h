@@ -26,6 +26,16 @@ int ardb_measurement_find_final(ardb *db, int64_t candidate_id,
                                 const char *build_key, double *median_us,
                                 double *spread_us, int64_t *measurement_id);
 
+/* Whether the final round that took a measurement was disturbed on every
+ * try: *evidence (malloc'ed) is what the measurement's run recorded with
+ * its provisional winner of the measurement's problem and device (schema
+ * v9), NULL when that winner is not provisional, the run recorded none
+ * there, or the file is older than v9. A run that decides from final
+ * rounds on record carries their mark with them, so that tuning again
+ * without measuring cannot make a provisional choice look settled. */
+int ardb_measurement_disturbance(ardb *db, int64_t measurement_id,
+                                 char **evidence);
+
 /* The candidate that won the nearest other T bucket of a problem (same
  * op, dtype, form, d, n, heads, epilogue and s; nearest by the ratio of
  * the buckets, then the newest run) on a device: where the tuner starts
@@ -43,8 +53,9 @@ typedef int (*ardb_row_fn)(void *ctx, int ncol, const char *const *names,
 /* The latest winner of every problem for every device (or the winners of
  * one run), joined with its measurement: columns problem (key), device
  * (name, with " (simulated)" after a simulated device's), variant,
- * median_us, gbps, roofline; in problem key order with numeric fields
- * compared as numbers. */
+ * median_us, gbps, roofline, provisional ("yes: " and the evidence for a
+ * provisional winner, schema v9; "" otherwise); in problem key order with
+ * numeric fields compared as numbers. */
 int ardb_list_winners(ardb *db, int64_t run_id /* 0: all */, ardb_row_fn fn,
                       void *ctx);
 /* All runs, newest last: id, started_at, finished_at, status, device
@@ -181,6 +192,11 @@ typedef struct ardb_stored_winner {
     char *problem_key, *variant, *template_name, *kernel_name, *params_json;
     char *source, *source_hash, *backend;
     double median_us, spread_us;
+    int64_t measurement_id;  /* the timing it won with (any run's) */
+    /* Chosen by a final round that other work disturbed on every try
+     * (schema v9), and that evidence; 0 and NULL otherwise. */
+    int provisional;
+    char *disturbance;
 } ardb_stored_winner;
 /* For every problem with a winner on a device like dev, the winner the
  * runtime's fallback would choose: an exact fingerprint match first, then
@@ -191,6 +207,24 @@ typedef struct ardb_stored_winner {
 int ardb_stored_winners(ardb *db, const ardb_device *dev,
                         ardb_stored_winner **out, size_t *count);
 void ardb_stored_winners_free(ardb_stored_winner *w, size_t count);
+
+/* A finalist of a stored winner's final round, as a re-decision needs it. */
+typedef struct ardb_stored_finalist {
+    int64_t candidate_id, measurement_id;
+    char *variant, *template_name, *kernel_name, *params_json;
+    char *source, *source_hash;
+    double median_us, spread_us;
+} ardb_stored_finalist;
+/* The candidates that the final round which took measurement_id timed ok
+ * for its problem on its device: every ok final-round measurement
+ * (measurements.final_round, schema v8; the message's first word before)
+ * of the measurement's run, problem and device, the newest of each
+ * candidate, fastest first. What `tune --revalidate` times again to decide
+ * a provisional winner. *count may be 0 (a winner recorded outside a
+ * final round); *out owned by the caller (ardb_stored_finalists_free). */
+int ardb_stored_finalists(ardb *db, int64_t measurement_id,
+                          ardb_stored_finalist **out, size_t *count);
+void ardb_stored_finalists_free(ardb_stored_finalist *f, size_t count);
 
 /* ==== exchange: export, import, merge (db/tools/exchange.c) ============ */
 

@@ -210,13 +210,15 @@ int ardb_export_json(ardb *db, unsigned flags, ardb_write_fn fn, void *ctx)
              "SELECT %s AS run, p.key AS problem, d.fingerprint AS device,"
              " %s AS device_simulated,"
              " c.variant AS variant, c.source_hash AS source_hash,"
-             " w.measurement_id AS measurement, w.created_at AS created_at"
+             " w.measurement_id AS measurement, w.created_at AS created_at,"
+             " %s AS provisional, %s AS disturbance"
              " FROM winners w JOIN runs r ON r.id = w.run_id"
              " JOIN problems p ON p.id = w.problem_id"
              " JOIN candidates c ON c.id = w.candidate_id"
              " JOIN devices d ON d.id = w.device_id"
              " ORDER BY w.run_id, " ARDB_PROBLEM_ORDER ", w.device_id",
-             uid, sim);
+             uid, sim, version >= 9 ? "w.provisional" : "0",
+             version >= 9 ? "w.disturbance" : "NULL");
     snprintf(sql[4], sizeof sql[4],
              "SELECT d.fingerprint AS fingerprint, d.backend AS backend,"
              " d.name AS name, d.arch AS arch, d.units AS units,"
@@ -338,14 +340,16 @@ int ardb_export_csv(ardb *db, ardb_csv_table table, ardb_write_fn fn,
                  " c.template_name AS template, c.variant AS variant,"
                  " m.median_us AS median_us, m.spread_us AS spread_us,"
                  " m.gbps AS gbps, m.roofline AS roofline,"
-                 " m.run_id AS measured_in_run"
+                 " m.run_id AS measured_in_run,"
+                 " %s AS provisional, %s AS disturbance"
                  " FROM winners w JOIN runs r ON r.id = w.run_id"
                  " JOIN problems p ON p.id = w.problem_id"
                  " JOIN candidates c ON c.id = w.candidate_id"
                  " JOIN devices d ON d.id = w.device_id"
                  " JOIN measurements m ON m.id = w.measurement_id"
                  " ORDER BY w.run_id, " ARDB_PROBLEM_ORDER ", w.device_id",
-                 uid, sim);
+                 uid, sim, version >= 9 ? "w.provisional" : "0",
+                 version >= 9 ? "w.disturbance" : "NULL");
         break;
     default:
         snprintf(sql, sizeof sql,
@@ -441,8 +445,9 @@ static const char drop_maps[] =
  * for their read bandwidth, %4$s and %5$s for their ceilings and stages; a
  * step that names the source devices (alias s) has %1$s for whether each is
  * simulated; the one that copies the source measurements (alias s) has
- * %1$s for whether each is of a final round; the others have no
- * conversions. */
+ * %1$s for whether each is of a final round; the one that copies the
+ * source winners (alias s) has %1$s and %2$s for whether each is
+ * provisional and its evidence; the others have no conversions. */
 static const char *const merge_steps[] = {
     /* Devices, problems, candidates, binaries: by their natural keys. A
      * device is (fingerprint, simulated): a simulated device never merges
@@ -538,8 +543,8 @@ static const char *const merge_steps[] = {
     " WHERE dst IS NULL",
     /* Winners: one per (run, problem, device); one already there stays. */
     "INSERT INTO main.winners(run_id, problem_id, device_id, candidate_id,"
-    " measurement_id, created_at)"
-    " SELECT mr.dst, mp.dst, md.dst, mc.dst, mm.dst, s.created_at"
+    " measurement_id, created_at, provisional, disturbance)"
+    " SELECT mr.dst, mp.dst, md.dst, mc.dst, mm.dst, s.created_at, %1$s, %2$s"
     " FROM ardb_src.winners s"
     " JOIN temp.ardb_map_run mr ON mr.src = s.run_id"
     " JOIN temp.ardb_map_problem mp ON mp.src = s.problem_id"
@@ -577,8 +582,8 @@ static int merge_attached(ardb *db, int64_t src_version,
         (code = ardb__exec(db, drop_maps, "merge")))
         return code;
     for (i = 0; i < sizeof merge_steps / sizeof merge_steps[0]; i++) {
-        /* Only steps that name the source runs (alias r), devices or
-         * measurements (alias s) take arguments. */
+        /* Only steps that name the source runs (alias r), devices,
+         * measurements or winners (alias s) take arguments. */
         if (strstr(merge_steps[i], "ardb_src.devices s")) {
             if (format_step(sql, sizeof sql, merge_steps[i],
                             ardb__device_simulated_expr(src_version, "s"),
@@ -589,6 +594,13 @@ static int merge_attached(ardb *db, int64_t src_version,
                             src_version >= 8 ? "s.final_round"
                                              : ARDB_LEGACY_FINAL_ROUND("s.message"),
                             NULL, NULL, NULL, NULL))
+                return ardb__fail(db, ARDB_ESQL, "merge: statement too long");
+        } else if (strstr(merge_steps[i], "ardb_src.winners s")) {
+            /* A source older than v9 has no provisional winner. */
+            if (format_step(sql, sizeof sql, merge_steps[i],
+                            src_version >= 9 ? "s.provisional" : "0",
+                            src_version >= 9 ? "s.disturbance" : "NULL",
+                            NULL, NULL, NULL))
                 return ardb__fail(db, ARDB_ESQL, "merge: statement too long");
         } else if (strstr(merge_steps[i], "%1$s")) {
             if (format_step(sql, sizeof sql, merge_steps[i], uid,
@@ -739,7 +751,9 @@ static const char staging_ddl[] =
     "CREATE TABLE ardb_src.winners(run_id INTEGER NOT NULL,"
     " problem_id INTEGER NOT NULL, device_id INTEGER NOT NULL,"
     " candidate_id INTEGER NOT NULL, measurement_id INTEGER NOT NULL,"
-    " created_at TEXT NOT NULL);";
+    " created_at TEXT NOT NULL,"
+    " provisional INTEGER NOT NULL DEFAULT 0 CHECK(provisional IN (0, 1)),"
+    " disturbance TEXT);";
 
 /* One member of an imported object: its name, kind ('s' text, 'i'
  * integer, 'r' number), whether it must be there, and the range its value
@@ -825,7 +839,10 @@ static const import_field winner_fields[] = {
     {"run", 's', 1, 0},         {"problem", 's', 1, 0}, {"device", 's', 1, 0},
     {"variant", 's', 1, 0},     {"source_hash", 's', 1, 0},
     {"measurement", 'i', 1, 0}, {"created_at", 's', 0, 0},
-    {"device_simulated", 'i', 0, 0}};
+    {"device_simulated", 'i', 0, 0},
+    /* Optional: exports of builds before schema v9 do not carry them, and
+     * none of their winners is provisional. */
+    {"provisional", 'i', 0, 0}, {"disturbance", 's', 0, 0}};
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -872,7 +889,7 @@ static const import_section sections[] = {
      "define"},
     {"winners",
      "INSERT INTO ardb_src.winners(run_id, problem_id, device_id,"
-     " candidate_id, measurement_id, created_at)"
+     " candidate_id, measurement_id, created_at, provisional, disturbance)"
      " VALUES((SELECT id FROM ardb_src.runs WHERE uid = ?1),"
      " (SELECT id FROM ardb_src.problems WHERE key = ?2),"
      " (SELECT id FROM ardb_src.devices WHERE fingerprint = ?3"
@@ -880,7 +897,7 @@ static const import_section sections[] = {
      " (SELECT id FROM ardb_src.candidates WHERE variant = ?4"
      "  AND source_hash = ?5),"
      " (SELECT id FROM ardb_src.measurements WHERE id = ?6),"
-     " " NOW_OR("?7") ")",
+     " " NOW_OR("?7") ", COALESCE(?9, 0), ?10)",
      winner_fields, COUNT_OF(winner_fields),
      "names a run, problem, device, candidate or measurement that the file "
      "does not define"},

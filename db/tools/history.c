@@ -619,6 +619,7 @@ void ardb_stored_winners_free(ardb_stored_winner *w, size_t count)
         free(w[i].source);
         free(w[i].source_hash);
         free(w[i].backend);
+        free(w[i].disturbance);
     }
     free(w);
 }
@@ -634,12 +635,14 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
         "SELECT problem_id, candidate_id, run_id, device_id, lvl, op, dtype,"
         " form, d, t_bucket, n, heads, epilogue, s, key, variant,"
         " template_name, kernel_name, params_json, source, source_hash,"
-        " backend, median_us, spread_us FROM ("
+        " backend, median_us, spread_us, measurement_id, provisional,"
+        " disturbance FROM ("
         "  SELECT w.problem_id, w.candidate_id, w.run_id, w.device_id,"
         "   " LEVEL_EXPR " AS lvl, p.op, p.dtype, p.form, p.d, p.t_bucket,"
         "   p.n, p.heads, p.epilogue, p.s, p.key, c.variant, c.template_name,"
         "   c.kernel_name, c.params_json, c.source, c.source_hash, c.backend,"
-        "   m.median_us, m.spread_us,"
+        "   m.median_us, m.spread_us, w.measurement_id,"
+        "   %s AS provisional, %s AS disturbance,"
         "   row_number() OVER (PARTITION BY w.problem_id ORDER BY " LEVEL_EXPR
         ",    w.run_id DESC, m.median_us) AS rn"
         "  FROM winners w JOIN devices d ON d.id = w.device_id"
@@ -650,7 +653,7 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
         " ) AS x WHERE rn = 1"
         " ORDER BY op, dtype, d, n, heads, form, epilogue, s, t_bucket";
 #undef LEVEL_EXPR
-    char sql[sizeof sql_fmt + 32];
+    char sql[sizeof sql_fmt + 64];
     int64_t version = 0;
     sqlite3_stmt *st = NULL;
     ardb_stored_winner *arr = NULL;
@@ -667,7 +670,10 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
     *count = 0;
     if ((code = ardb__user_version(db, "main", &version)))
         return code;
+    /* A file older than v9 has no provisional winner. */
     snprintf(sql, sizeof sql, sql_fmt,
+             version >= 9 ? "w.provisional" : "0",
+             version >= 9 ? "w.disturbance" : "NULL",
              ardb__device_simulated_expr(version, "d"));
     if ((code = ardb__prepare(db, sql, &st, "stored winners")))
         return code;
@@ -712,6 +718,10 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
         w->backend = ardb__col_dup(st, c++, &oom);
         w->median_us = ardb__col_double(st, c++);
         w->spread_us = ardb__col_double(st, c++);
+        w->measurement_id = sqlite3_column_int64(st, c++);
+        w->provisional = sqlite3_column_int(st, c++) != 0;
+        w->disturbance = w->provisional ? ardb__col_dup(st, c, &oom) : NULL;
+        c++;
         if (oom) {
             code = ardb__fail(db, ARDB_ENOMEM, "stored winners: out of memory");
             break;
@@ -722,6 +732,105 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
     sqlite3_finalize(st);
     if (code) {
         ardb_stored_winners_free(arr, n);
+        return code;
+    }
+    *out = arr;
+    *count = n;
+    return ARDB_DONE;
+}
+
+/* ---- the finalists of a stored winner (re-decision) ---------------------- */
+
+void ardb_stored_finalists_free(ardb_stored_finalist *f, size_t count)
+{
+    size_t i;
+    if (!f)
+        return;
+    for (i = 0; i < count; i++) {
+        free(f[i].variant);
+        free(f[i].template_name);
+        free(f[i].kernel_name);
+        free(f[i].params_json);
+        free(f[i].source);
+        free(f[i].source_hash);
+    }
+    free(f);
+}
+
+int ardb_stored_finalists(ardb *db, int64_t measurement_id,
+                          ardb_stored_finalist **out, size_t *count)
+{
+    /* The final round of a problem times each finalist once a run; the
+     * newest of a candidate is taken all the same, so that a file where
+     * one was timed twice still lists it once. */
+    static const char sql_fmt[] =
+        "SELECT candidate_id, id, variant, template_name, kernel_name,"
+        " params_json, source, source_hash, median_us, spread_us FROM ("
+        "  SELECT c.id AS candidate_id, m.id AS id, c.variant AS variant,"
+        "   c.template_name AS template_name, c.kernel_name AS kernel_name,"
+        "   c.params_json AS params_json, c.source AS source,"
+        "   c.source_hash AS source_hash, m.median_us AS median_us,"
+        "   m.spread_us AS spread_us,"
+        "   row_number() OVER (PARTITION BY m.candidate_id"
+        "    ORDER BY m.id DESC) AS rn"
+        "  FROM measurements won"
+        "  JOIN measurements m ON m.run_id = won.run_id"
+        "   AND m.problem_id = won.problem_id AND m.device_id = won.device_id"
+        "  JOIN candidates c ON c.id = m.candidate_id"
+        "  WHERE won.id = ?1 AND m.status = 'ok' AND %s"
+        " ) WHERE rn = 1 ORDER BY median_us, variant, candidate_id";
+    char sql[sizeof sql_fmt + 64];
+    int64_t version = 0;
+    sqlite3_stmt *st = NULL;
+    ardb_stored_finalist *arr = NULL;
+    size_t n = 0, cap = 0;
+    int code, rc;
+
+    if (!db)
+        return ARDB_EINVAL;
+    if (!out || !count)
+        return ardb__fail(db, ARDB_EINVAL,
+                          "ardb_stored_finalists: invalid argument");
+    *out = NULL;
+    *count = 0;
+    if ((code = ardb__user_version(db, "main", &version)))
+        return code;
+    snprintf(sql, sizeof sql, sql_fmt, ardb__final_round_expr(version));
+    if ((code = ardb__prepare(db, sql, &st, "stored finalists")))
+        return code;
+    if ((rc = sqlite3_bind_int64(st, 1, measurement_id)) != SQLITE_OK)
+        return ardb__step_fail(db, st, rc, "stored finalists");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        ardb_stored_finalist *f;
+        int oom = 0;
+        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr)) {
+            code = ardb__fail(db, ARDB_ENOMEM,
+                              "stored finalists: out of memory");
+            break;
+        }
+        f = &arr[n++];
+        memset(f, 0, sizeof *f);
+        f->candidate_id = sqlite3_column_int64(st, 0);
+        f->measurement_id = sqlite3_column_int64(st, 1);
+        f->variant = ardb__col_dup(st, 2, &oom);
+        f->template_name = ardb__col_dup(st, 3, &oom);
+        f->kernel_name = ardb__col_dup(st, 4, &oom);
+        f->params_json = ardb__col_dup(st, 5, &oom);
+        f->source = ardb__col_dup(st, 6, &oom);
+        f->source_hash = ardb__col_dup(st, 7, &oom);
+        f->median_us = ardb__col_double(st, 8);
+        f->spread_us = ardb__col_double(st, 9);
+        if (oom) {
+            code = ardb__fail(db, ARDB_ENOMEM,
+                              "stored finalists: out of memory");
+            break;
+        }
+    }
+    if (!code && rc != SQLITE_DONE)
+        code = ardb__sql_fail(db, rc, "stored finalists");
+    sqlite3_finalize(st);
+    if (code) {
+        ardb_stored_finalists_free(arr, n);
         return code;
     }
     *out = arr;

@@ -61,8 +61,9 @@ static int list_rows(ardb *db, sqlite3_stmt *st, ardb_row_fn fn, void *ctx,
 
 int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
 {
-#define LIST_WINNERS_SQL(simulated)                                           \
-    "SELECT problem, device, variant, median_us, gbps, roofline FROM ("       \
+#define LIST_WINNERS_SQL(simulated, provisional)                              \
+    "SELECT problem, device, variant, median_us, gbps, roofline, provisional" \
+    " FROM ("                                                                 \
     "  SELECT p.key AS problem, " DEVICE_LABEL(simulated) " AS device,"       \
     "   c.variant AS variant,"                                                \
     "   CASE WHEN m.median_us IS NULL THEN NULL"                              \
@@ -71,6 +72,7 @@ int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
     "        ELSE printf('%.1f', m.gbps) END AS gbps,"                        \
     "   CASE WHEN m.roofline IS NULL THEN NULL"                               \
     "        ELSE printf('%.3f', m.roofline) END AS roofline,"                \
+    "   " provisional " AS provisional,"                                      \
     "   p.op, p.dtype, p.d, p.n, p.heads, p.form, p.epilogue, p.s,"           \
     "   p.t_bucket, d.id AS did,"                                             \
     "   row_number() OVER (PARTITION BY w.problem_id, w.device_id"            \
@@ -84,9 +86,17 @@ int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
     "  WHERE ?1 = 0 OR w.run_id = ?1"                                         \
     " ) WHERE rn = 1"                                                         \
     " ORDER BY op, dtype, d, n, heads, form, epilogue, s, t_bucket, did"
-    /* A file older than v4 opened read-only has only real devices. */
-    static const char sql[] = LIST_WINNERS_SQL("d.simulated");
-    static const char sql_pre_v4[] = LIST_WINNERS_SQL("0");
+/* A provisional winner (schema v9) is listed with its evidence; the
+ * others leave the column empty. */
+#define PROVISIONAL                                                           \
+    "CASE WHEN w.provisional THEN 'yes: ' ||"                                 \
+    " COALESCE(NULLIF(w.disturbance, ''), 'its final round was disturbed') END"
+    /* A file older than v4 opened read-only has only real devices; one
+     * older than v9 has no provisional winner. */
+    static const char sql[] = LIST_WINNERS_SQL("d.simulated", PROVISIONAL);
+    static const char sql_pre_v9[] = LIST_WINNERS_SQL("d.simulated", "NULL");
+    static const char sql_pre_v4[] = LIST_WINNERS_SQL("0", "NULL");
+#undef PROVISIONAL
 #undef LIST_WINNERS_SQL
     int64_t version = 0;
     sqlite3_stmt *st;
@@ -99,8 +109,10 @@ int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
         return ardb__fail(db, ARDB_EINVAL, "ardb_list_winners: invalid argument");
     if ((code = ardb__user_version(db, "main", &version)))
         return code;
-    if (version >= 4)
+    if (version >= 9)
         code = ardb__stmt(db, ST_LIST_WINNERS, sql, &st);
+    else if (version >= 4)
+        code = ardb__stmt(db, ST_LIST_WINNERS_PRE_V9, sql_pre_v9, &st);
     else
         code = ardb__stmt(db, ST_LIST_WINNERS_PRE_V4, sql_pre_v4, &st);
     if (code)

@@ -83,3 +83,45 @@ int ardb_winner_nearest_bucket(ardb *db, int64_t problem_id, int64_t device_id, 
     sqlite3_finalize(st);
     return code;
 }
+
+int ardb_measurement_disturbance(ardb *db, int64_t measurement_id, char **evidence)
+{
+    /* The run that took the measurement recorded, with its winner of the
+     * measurement's problem and device, whether that final round was
+     * disturbed on every try. */
+    static const char sql[] =
+        "SELECT COALESCE(NULLIF(w.disturbance, ''), 'its final round was disturbed')"
+        " FROM measurements m JOIN winners w ON w.run_id = m.run_id"
+        " AND w.problem_id = m.problem_id AND w.device_id = m.device_id"
+        " WHERE m.id = ?1 AND w.provisional = 1";
+    int64_t version = ARDB_SCHEMA_VERSION;
+    if (!db)
+        return ARDB_EINVAL;
+    if (!evidence)
+        return ardb__fail(db, ARDB_EINVAL, "ardb_measurement_disturbance: invalid argument");
+    *evidence = NULL;
+    if (db->readonly) {
+        int code = ardb__user_version(db, "main", &version);
+        if (code)
+            return code;
+    }
+    /* No winner of a file older than v9 is provisional. */
+    if (version < 9)
+        return ARDB_DONE;
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return ardb__sql_fail(db, rc, "a measurement's disturbance");
+    sqlite3_bind_int64(st, 1, measurement_id);
+    rc = sqlite3_step(st);
+    int code = ARDB_DONE, oom = 0;
+    if (rc == SQLITE_ROW) {
+        *evidence = ardb__col_dup(st, 0, &oom);
+        if (oom)
+            code = ardb__fail(db, ARDB_ENOMEM, "a measurement's disturbance: out of memory");
+    } else if (rc != SQLITE_DONE) {
+        code = ardb__sql_fail(db, rc, "a measurement's disturbance");
+    }
+    sqlite3_finalize(st);
+    return code;
+}

@@ -168,5 +168,15 @@ void ardb_measurement_clear(ardb_measurement *m);
 int ardb_winner_set(ardb *db, int64_t run_id, int64_t problem_id,
                     int64_t device_id, int64_t candidate_id,
                     int64_t measurement_id);
+/* The same, for a winner that may be provisional (schema v9): disturbance
+ * NULL records an ordinary winner; otherwise the winner is provisional,
+ * chosen by a final round that other work on the machine disturbed on
+ * every try, and disturbance is that evidence (what the last try showed,
+ * tuner/include/disturbance.h), which must not be empty (EINVAL).
+ * Replacing a run's winner replaces its mark and evidence too.
+ * ardb_winner_set is this with NULL. */
+int ardb_winner_set_ex(ardb *db, int64_t run_id, int64_t problem_id,
+                       int64_t device_id, int64_t candidate_id,
+                       int64_t measurement_id, const char *disturbance);
 
 #endif /* ARDB_WRITE_H */

@@ -115,13 +115,28 @@ static const char delta_v8[] =
     "UPDATE attnres_meta SET value = '8' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 8;\n";
 
+/* v8 -> v9: winners.provisional and winners.disturbance. A winner is
+ * provisional when the final round that chose it was disturbed by other
+ * work on the machine on every try (tuner/include/disturbance.h): the
+ * choice may be the noise's, so `attnres db show` and the runtime's plan
+ * explanation say so, and `attnres tune --revalidate` decides it again.
+ * disturbance is the evidence, what the last try showed; NULL for a winner
+ * that is not provisional. Winners recorded before v9 were not watched and
+ * are not provisional. */
+static const char delta_v9[] =
+    "ALTER TABLE winners ADD COLUMN provisional INTEGER NOT NULL\n"
+    "  DEFAULT 0 CHECK(provisional IN (0, 1));\n"
+    "ALTER TABLE winners ADD COLUMN disturbance TEXT;\n"
+    "UPDATE attnres_meta SET value = '9' WHERE key = 'schema_version';\n"
+    "PRAGMA user_version = 9;\n";
+
 typedef struct delta {
     int64_t to;
     const char *sql;
 } delta;
 
-static const delta deltas[] = {
-    {2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}, {6, delta_v6}, {7, delta_v7}, {8, delta_v8}};
+static const delta deltas[] = {{2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}, {6, delta_v6},
+                                {7, delta_v7}, {8, delta_v8}, {9, delta_v9}};
 
 int ardb__schema_upgrade(ardb *db, int64_t from)
 {

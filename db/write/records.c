@@ -592,25 +592,44 @@ int ardb_winner_set(ardb *db, int64_t run_id, int64_t problem_id,
                     int64_t device_id, int64_t candidate_id,
                     int64_t measurement_id)
 {
+    return ardb_winner_set_ex(db, run_id, problem_id, device_id, candidate_id,
+                              measurement_id, NULL);
+}
+
+int ardb_winner_set_ex(ardb *db, int64_t run_id, int64_t problem_id,
+                       int64_t device_id, int64_t candidate_id,
+                       int64_t measurement_id, const char *disturbance)
+{
     /* The measurement must be an ok one of this candidate, problem and
      * device (from any run: the tuner's resume cache reuses old ones).
-     * Setting a winner again for the same run replaces it. */
+     * Setting a winner again for the same run replaces it, provisional
+     * mark and evidence included: a winner timed again undisturbed is no
+     * longer provisional. */
     static const char sql[] =
         "INSERT INTO winners(run_id, problem_id, device_id, candidate_id,"
-        " measurement_id, created_at)"
-        " SELECT ?1, ?2, ?3, ?4, m.id, " ARDB_NOW " FROM measurements m"
+        " measurement_id, created_at, provisional, disturbance)"
+        " SELECT ?1, ?2, ?3, ?4, m.id, " ARDB_NOW ", ?6 IS NOT NULL, ?6"
+        " FROM measurements m"
         " WHERE m.id = ?5 AND m.candidate_id = ?4 AND m.problem_id = ?2"
         " AND m.device_id = ?3 AND m.status = 'ok'"
         " ON CONFLICT(run_id, problem_id, device_id) DO UPDATE SET"
         " candidate_id = excluded.candidate_id,"
         " measurement_id = excluded.measurement_id,"
-        " created_at = excluded.created_at";
+        " created_at = excluded.created_at,"
+        " provisional = excluded.provisional,"
+        " disturbance = excluded.disturbance";
     sqlite3_stmt *st;
     ardb_binder b;
     int code, rc;
 
     if (!db)
         return ARDB_EINVAL;
+    /* A provisional winner says why: an empty account of the disturbance
+     * would leave a reader with a mark and no evidence. */
+    if (disturbance && !*disturbance)
+        return ardb__fail(db, ARDB_EINVAL,
+                          "winner set: a provisional winner needs the "
+                          "disturbance that made it so");
     if ((code = ardb__check_writable(db)) ||
         (code = ardb__stmt(db, ST_WINNER_SET, sql, &st)))
         return code;
@@ -620,6 +639,7 @@ int ardb_winner_set(ardb *db, int64_t run_id, int64_t problem_id,
     ardb__bind_int64(&b, device_id);
     ardb__bind_int64(&b, candidate_id);
     ardb__bind_int64(&b, measurement_id);
+    ardb__bind_text(&b, disturbance);
     if (b.rc != SQLITE_OK) {
         code = ardb__sql_fail(db, b.rc, "winner set");
         ardb__release(st);

@@ -232,6 +232,19 @@ static void fill_ardb_device(const attnres_device *dev, ardb_device *d)
     d->simulated = dev->simulated; /* winners never cross between simulated and real */
 }
 
+/* A provisional winner (schema v9) is served like any other, since it is
+ * still the best the database knows; the explanation says, below its
+ * bucket's line, that the choice may be a disturbed minute's and how to
+ * settle it. */
+static void explain_provisional(attnres_plan *plan, const ardb_winner *w)
+{
+    if (!w->provisional)
+        return;
+    explain(plan, "    provisional: the final round that chose it was disturbed by other work on every try (%s); "
+                  "`attnres tune --revalidate` on a quiet machine decides it again\n",
+            w->disturbance ? w->disturbance : "no evidence recorded");
+}
+
 /* Loads one winner's binary into k: from the binary cache, else the
  * database, else compiled from its (hash-checked) source. A copy that does
  * not load (damaged, or sealed by no attnres) is passed over for the next
@@ -255,6 +268,7 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
                       "%.2f us, %.0f%% of roofline)\n",
                 w->t_bucket, w->variant, b->shared->origin, w->device_fingerprint ? w->device_fingerprint : "?",
                 w->median_us, 100.0 * w->roofline);
+        explain_provisional(plan, w);
         return ATTNRES_OK;
     }
     memset(k, 0, sizeof *k);
@@ -316,6 +330,7 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
     explain(plan, "  T bucket %" PRId64 ": %s (%s%s, tuned on %s, %.2f us, %.0f%% of roofline)\n", w->t_bucket,
             w->variant, origin, why, w->device_fingerprint ? w->device_fingerprint : "?", w->median_us,
             100.0 * w->roofline);
+    explain_provisional(plan, w);
     return ATTNRES_OK;
 }
 

@@ -2,8 +2,11 @@
 # A tune that another process disturbs: memory-streaming hogs on one more
 # CPU than the machine has (dd from /dev/zero, 64 MiB a write).
 #  1. Hogs through the whole run, one retry: the final round is disturbed
-#     every time, and the winner is marked provisional, in the output and
-#     in the run's record.
+#     every time, and the winner is marked provisional, in the output, in
+#     the run's record and in the database (db show, plan --explain). Then,
+#     on the quiet machine, `tune --revalidate` decides it again: the
+#     finalists are timed interleaved, and the winner it records is no
+#     longer provisional.
 #  2. Hogs until the first disturbed final round is reported, then quiet:
 #     the round is timed again undisturbed, and `tune --revalidate` on the
 #     quiet machine measures the winner within its noise of the record.
@@ -41,6 +44,31 @@ check "the winner is marked provisional after the table" \
 "$cli" db runs --long --db "$dir/a.db" >"$dir/a.runs"
 check "the run's record lists the problem as provisional" \
   'grep -q "\"disturbed\": \[{\"problem\": \"mix f32 d=1024 N=8 H=1 replace T=4096\", \"disturbed_rounds\": 2, \"provisional\": true" "$dir/a.runs"'
+"$cli" db show --db "$dir/a.db" >"$dir/a.show"
+check "db show marks the winner provisional, with the evidence" \
+  'grep -q "^mix:f32:d1024:n8:h1:replace:epi0:s0:t4096 .* yes: threads waited " "$dir/a.show"'
+"$cli" plan --device cpu --db "$dir/a.db" --dtype f32 --d 1024 --n 8 --explain >"$dir/a.plan"
+check "plan --explain says the winner is provisional" \
+  'grep -q "^    provisional: the final round that chose it was disturbed by other work on every try (threads waited " "$dir/a.plan"'
+# The quiet machine decides again. A shared host's other work can still
+# disturb a round (the re-decision retries as tune does), so up to three
+# revalidations are taken; each decides the winner the one before left
+# provisional.
+# The row of a round disturbed again ends "; disturbed again (...): still
+# provisional" (the closing line's count reads "(0 still provisional)").
+for attempt in 1 2 3; do
+  "$cli" tune --revalidate --device cpu --db "$dir/a.db" >"$dir/a.reval" 2>"$dir/a.reval.log"
+  if ! grep -q "): still provisional" "$dir/a.reval"; then break; fi
+done
+echo "     $(grep "^mix:" "$dir/a.reval")"
+check "tune --revalidate re-decided it from the finalists of its round" \
+  'grep -q "^mix:f32:d1024:n8:h1:replace:epi0:s0:t4096 .* ok: stored under disturbance (threads waited .*); now .* us; re-decided: .* finalist(s) timed interleaved" "$dir/a.reval"'
+check "on the quiet machine (attempt $attempt of at most 3), not provisional any more" \
+  '! grep -q "): still provisional" "$dir/a.reval"'
+"$cli" db show --db "$dir/a.db" >"$dir/a.show"
+check "db show no longer says provisional" '! grep -q " yes: " "$dir/a.show"'
+"$cli" plan --device cpu --db "$dir/a.db" --dtype f32 --d 1024 --n 8 --explain >"$dir/a.plan"
+check "nor does plan --explain" '! grep -q "provisional" "$dir/a.plan"'
 
 # 2. Disturbed until the first report, then quiet.
 start_hogs
@@ -73,6 +101,8 @@ done
 echo "     quiet re-measure(s) over the record:$ratios"
 check "the winner re-measured quietly within its noise of the record (0.75-1.33)" 'in_window "$ratio"'
 if [ "$fail" != 0 ]; then
+  echo "--- the first tune's re-decision:"
+  cat "$dir/a.reval" "$dir/a.reval.log"
   cat "$dir/b.reval"
   echo "--- the second tune's log and disturbed lines:"
   grep -E "disturbed|winner" "$dir/b.log" "$dir/b.out" || true

@@ -117,10 +117,10 @@ static void test_create_reopen(void)
     REQUIRE(db != NULL);
     CHECK(strcmp(ardb_errmsg(db), "") == 0);
     ardb_close(db);
-    CHECK(ARDB_SCHEMA_VERSION == 8);
-    CHECK(raw_int(path, "PRAGMA user_version") == 8);
+    CHECK(ARDB_SCHEMA_VERSION == 9);
+    CHECK(raw_int(path, "PRAGMA user_version") == 9);
     CHECK(raw_int(path, "SELECT count(*) FROM attnres_meta WHERE key = "
-                        "'schema_version' AND value = '8'") == 1);
+                        "'schema_version' AND value = '9'") == 1);
     /* A new file has the shape of a migrated one: v1 plus every delta. */
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') "
                         "WHERE name IN ('uid', 'note', 'read_gbps')") == 3);
@@ -301,12 +301,12 @@ static void test_open_errors(void)
     db = create_db("newer.db", path, sizeof path);
     REQUIRE(db != NULL);
     ardb_close(db);
-    CHECK(raw_exec(path, "PRAGMA user_version = 9") == SQLITE_OK);
+    CHECK(raw_exec(path, "PRAGMA user_version = 10") == SQLITE_OK);
     EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENEWER,
-                "database schema version 9 is newer than this build (8)");
+                "database schema version 10 is newer than this build (9)");
     EXPECT_OPEN(path, 0, ARDB_ENEWER, "is newer than this build");
     EXPECT_OPEN(path, ARDB_CREATE, ARDB_ENEWER, "is newer than this build");
-    CHECK(raw_int(path, "PRAGMA user_version") == 9);
+    CHECK(raw_int(path, "PRAGMA user_version") == 10);
 }
 
 static void test_upserts(void)
@@ -802,20 +802,22 @@ static void test_lists(void)
 
     memset(&r, 0, sizeof r);
     CHECK(ardb_list_winners(db, 0, collect, &r) == ARDB_DONE);
-    CHECK(strcmp(r.header, "problem,device,variant,median_us,gbps,roofline") ==
+    CHECK(strcmp(r.header,
+                 "problem,device,variant,median_us,gbps,roofline,provisional") ==
           0);
     CHECK(r.count == 5);
+    /* No winner is provisional: the last column is empty. */
     CHECK(strcmp(r.text,
                  "mix:bf16:d7168:n9:h1:replace:epi0:s0:t1|NVIDIA H200|mix_v1|"
-                 "5.000|200.0|0.500\n"
+                 "5.000|200.0|0.500|\n"
                  "mix:bf16:d7168:n9:h1:replace:epi0:s0:t4096|NVIDIA H200|"
-                 "mix_v3|40.000|25.0|0.500\n"
+                 "mix_v3|40.000|25.0|0.500|\n"
                  "mix:bf16:d7168:n9:h1:replace:epi0:s0:t4096|NVIDIA H100|"
-                 "mix_v2|45.000|22.2|0.500\n"
+                 "mix_v2|45.000|22.2|0.500|\n"
                  "mix:bf16:d7168:n9:h1:replace:epi0:s0:t16384|NVIDIA A100|"
-                 "mix_v3|900.000|1.1|0.500\n"
+                 "mix_v3|900.000|1.1|0.500|\n"
                  "mix:bf16:d7168:n9:h8:replace:epi0:s0:t4096|NVIDIA H200|"
-                 "mix_v1|7.000|142.9|0.500\n") == 0);
+                 "mix_v1|7.000|142.9|0.500|\n") == 0);
     if (check_failures != before)
         fprintf(stderr, "%s", r.text);
 

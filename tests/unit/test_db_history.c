@@ -596,7 +596,7 @@ static void test_final_round_from_v6_and_v7_files(void)
     static const int unset[6] = {0};
     const size_t n = sizeof messages / sizeof messages[0];
     for (int version = 6; version <= 7; version++) {
-        char name[32], path[600], bak[700], sql[256], msg[512];
+        char name[32], path[600], bak[700], sql[512], msg[512];
         int64_t ids[6];
         snprintf(name, sizeof name, "final-v%d.db", version);
         ardb *db = make_measured(name, path, sizeof path, messages, unset, n, ids);
@@ -604,6 +604,7 @@ static void test_final_round_from_v6_and_v7_files(void)
         ardb_close(db);
         snprintf(sql, sizeof sql,
                  "ALTER TABLE measurements DROP COLUMN final_round;%s"
+                 "ALTER TABLE winners DROP COLUMN provisional; ALTER TABLE winners DROP COLUMN disturbance;"
                  "UPDATE attnres_meta SET value = '%d' WHERE key = 'schema_version';"
                  "PRAGMA user_version = %d;",
                  version < 7 ? "ALTER TABLE runs DROP COLUMN stages;" : "", version, version);
@@ -719,6 +720,354 @@ static void test_final_round_travels_with_export_import_and_merge(void)
             " \"measurements\": [{\"id\": 1, \"run\": \"rb\", \"problem\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\","
             " \"variant\": \"v\", \"source_hash\": \"h\", \"device\": \"fb\", \"status\": \"ok\","
             " \"created_at\": \"t\", \"final_round\": 2}]}";
+        CHECK(ardb_import_json(db, bad, strlen(bad), &s) == ARDB_EINVAL);
+        CHECK(strstr(ardb_errmsg(db), "inconsistent") != NULL);
+    }
+    ardb_close(db);
+    free(a.data);
+    free(again.data);
+}
+
+/* ---- the provisional mark (schema v9) ------------------------------------------- */
+
+/* What make_final_round recorded. */
+typedef struct final_fix {
+    int64_t dev, prob, run, later_run;
+    int64_t cand[3];
+    int64_t won;         /* the run's winning measurement: c0's final timing */
+    int64_t c2_final;    /* c2's newest final timing */
+    int64_t later_won;   /* the later run's winner, timed outside a final round */
+} final_fix;
+
+static const char evidence[] = "threads waited 61% of the window for a CPU, 0% stolen, 930 preemptions/s";
+
+/* A database with one problem on one device. Its first run screened three
+ * candidates, then timed them in a final round: c0 at 10 us, c1 failed
+ * there, c2 at 13 us and once more at 12 us; c0 won, provisional with
+ * `evidence` unless it is NULL. A later run re-measured c2 alone (11 us,
+ * not in a final round) and made it its ordinary winner. */
+static ardb *make_final_round(const char *name, char *path, size_t len, const char *why, final_fix *f)
+{
+    path_in_tmp(path, len, name);
+    ardb *db = open_db(path, ARDB_CREATE);
+    if (!db)
+        return NULL;
+    memset(f, 0, sizeof *f);
+    ardb_device d = {.backend = "cpu", .name = "Busy CPU", .fingerprint = "cpu|Busy CPU"};
+    ardb_problem p = {.op = "mix", .dtype = "f32", .form = "replace", .d = 1024, .n = 8, .heads = 1,
+                      .t_bucket = 4096};
+    ardb_run r = {.strategy = "halving", .host = "busy"};
+    static const char *const variants[3] = {"v_c0", "v_c1", "v_c2"};
+    if (ardb_device_upsert(db, &d, &f->dev) || ardb_problem_upsert(db, &p, &f->prob))
+        goto fail;
+    for (int i = 0; i < 3; i++) {
+        char hash[8], source[32];
+        snprintf(hash, sizeof hash, "h%d", i);
+        snprintf(source, sizeof source, "int c%d;", i);
+        ardb_candidate c = {.template_name = "cpu/mix", .variant = variants[i], .source_hash = hash,
+                            .source = source, .kernel_name = "k", .backend = "cpu",
+                            .params_json = "{\"threads\": 2}"};
+        if (ardb_candidate_upsert(db, &c, &f->cand[i]))
+            goto fail;
+    }
+    r.device_id = f->dev;
+    if (ardb_run_begin(db, &r, &f->run))
+        goto fail;
+    /* Screening first (faster figures, to show that they are not final),
+     * then the final round; c2 twice there, its newest counts. */
+    static const struct {
+        int cand, final;
+        ardb_status status;
+        double us;
+    } timings[] = {{0, 0, ARDB_STATUS_OK, 9.0},   {1, 0, ARDB_STATUS_OK, 9.5},
+                   {2, 0, ARDB_STATUS_OK, 8.0},   {0, 1, ARDB_STATUS_OK, 10.0},
+                   {1, 1, ARDB_STATUS_LAUNCH_FAILED, 0}, {2, 1, ARDB_STATUS_OK, 13.0},
+                   {2, 1, ARDB_STATUS_OK, 12.0}};
+    for (size_t i = 0; i < sizeof timings / sizeof timings[0]; i++) {
+        ardb_measurement m = {.run_id = f->run, .candidate_id = f->cand[timings[i].cand], .problem_id = f->prob,
+                              .device_id = f->dev, .build_key = "bk", .status = timings[i].status,
+                              .median_us = timings[i].us, .spread_us = 0.1, .reps = 15, .rel_err = 0,
+                              .message = timings[i].final ? "final (interleaved with 3, 15 rounds)" : "screening",
+                              .final_round = timings[i].final};
+        int64_t id;
+        /* Apart in time, as a real run's are: a merge tells the
+         * measurements of one candidate in one run apart by when they were
+         * taken (a millisecond's resolution). */
+        usleep(2000);
+        if (ardb_measurement_add(db, &m, &id))
+            goto fail;
+        if (timings[i].final && timings[i].cand == 0)
+            f->won = id;
+        if (timings[i].final && timings[i].cand == 2)
+            f->c2_final = id;
+    }
+    if (ardb_winner_set_ex(db, f->run, f->prob, f->dev, f->cand[0], f->won, why) ||
+        ardb_run_finish(db, f->run, "complete"))
+        goto fail;
+    if (ardb_run_begin(db, &r, &f->later_run))
+        goto fail;
+    ardb_measurement m = {.run_id = f->later_run, .candidate_id = f->cand[2], .problem_id = f->prob,
+                          .device_id = f->dev, .build_key = "bk", .status = ARDB_STATUS_OK, .median_us = 11.0,
+                          .reps = 15, .rel_err = 0};
+    if (ardb_measurement_add(db, &m, &f->later_won) ||
+        ardb_winner_set(db, f->later_run, f->prob, f->dev, f->cand[2], f->later_won) ||
+        ardb_run_finish(db, f->later_run, "complete"))
+        goto fail;
+    return db;
+fail:
+    fprintf(stderr, "make_final_round: %s\n", ardb_errmsg(db));
+    ardb_close(db);
+    return NULL;
+}
+
+/* The winner the runtime would load for the fixture's problem on its
+ * device, at the exact level. */
+static int lookup_one(ardb *db, ardb_winner **w)
+{
+    ardb_problem p = {.op = "mix", .dtype = "f32", .form = "replace", .d = 1024, .n = 8, .heads = 1};
+    ardb_device d = {.backend = "cpu", .fingerprint = "cpu|Busy CPU"};
+    size_t n = 0;
+    *w = NULL;
+    if (ardb_winners_lookup(db, &p, &d, ARDB_LEVEL_EXACT, w, &n) != ARDB_DONE || n != 1) {
+        ardb_winners_free(*w, n);
+        *w = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Every reader of winners carries the mark: the runtime's lookup, the
+ * listing of `db show`, the stored winners of a revalidation, and a
+ * measurement's disturbance for a resumed run. Replacing the run's winner
+ * replaces the mark; a provisional winner without evidence is refused. */
+static void test_provisional_winner_read_everywhere(void)
+{
+    char path[600];
+    final_fix f;
+    ardb *db = make_final_round("provisional.db", path, sizeof path, evidence, &f);
+    REQUIRE(db != NULL);
+    CHECK(raw_int(path, "SELECT provisional FROM winners WHERE run_id = 1") == 1);
+    CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE provisional = 0 AND disturbance IS NULL") == 1);
+
+    /* The later run's ordinary winner is the newest: not provisional. */
+    ardb_winner *w = NULL;
+    CHECK(lookup_one(db, &w) == 0 && w && w->provisional == 0 && w->disturbance == NULL &&
+          strcmp(w->variant, "v_c2") == 0);
+    ardb_winners_free(w, 1);
+    /* Only the first run's is provisional, in its listing with evidence. */
+    listing l;
+    memset(&l, 0, sizeof l);
+    CHECK(ardb_list_winners(db, f.run, collect, &l) == ARDB_DONE && l.count == 1);
+    CHECK(strcmp(l.header, "problem,device,variant,median_us,gbps,roofline,provisional") == 0);
+    CHECK(strstr(l.text, "|v_c0|10.000|") && strstr(l.text, "|yes: threads waited 61% of the window for a CPU"));
+    memset(&l, 0, sizeof l);
+    CHECK(ardb_list_winners(db, f.later_run, collect, &l) == ARDB_DONE && l.count == 1);
+    CHECK(strstr(l.text, "|v_c2|11.000|") && l.text[strlen(l.text) - 2] == '|');
+    char *why = (char *)1;
+    CHECK(ardb_measurement_disturbance(db, f.won, &why) == ARDB_DONE && why && strcmp(why, evidence) == 0);
+    free(why);
+    /* c2's final timing was taken in the same disturbed round. */
+    CHECK(ardb_measurement_disturbance(db, f.c2_final, &why) == ARDB_DONE && why && strcmp(why, evidence) == 0);
+    free(why);
+    CHECK(ardb_measurement_disturbance(db, f.later_won, &why) == ARDB_DONE && why == NULL);
+    CHECK(ardb_measurement_disturbance(db, 9999, &why) == ARDB_DONE && why == NULL);
+
+    /* With the later run's winner gone, the provisional one is served and
+     * stored, with its evidence and the timing it won with. */
+    CHECK(raw_exec(path, "DELETE FROM winners WHERE run_id = 2") == SQLITE_OK);
+    CHECK(lookup_one(db, &w) == 0 && w && w->provisional == 1 && w->disturbance &&
+          strcmp(w->disturbance, evidence) == 0 && strcmp(w->variant, "v_c0") == 0);
+    ardb_winners_free(w, 1);
+    ardb_device d = {.backend = "cpu", .fingerprint = "cpu|Busy CPU"};
+    ardb_stored_winner *sw = NULL;
+    size_t n = 0;
+    CHECK(ardb_stored_winners(db, &d, &sw, &n) == ARDB_DONE && n == 1);
+    CHECK(n == 1 && sw[0].provisional == 1 && sw[0].disturbance && strcmp(sw[0].disturbance, evidence) == 0 &&
+          sw[0].measurement_id == f.won);
+    ardb_stored_winners_free(sw, n);
+
+    /* Its finalists: the ok final timings of that round, newest of each
+     * candidate, fastest first; the screening and the failure are not. */
+    ardb_stored_finalist *fin = NULL;
+    CHECK(ardb_stored_finalists(db, f.won, &fin, &n) == ARDB_DONE && n == 2);
+    CHECK(n == 2 && fin[0].candidate_id == f.cand[0] && fin[0].measurement_id == f.won && fin[0].median_us == 10.0 &&
+          strcmp(fin[0].variant, "v_c0") == 0 && strcmp(fin[0].source, "int c0;") == 0 &&
+          strcmp(fin[0].params_json, "{\"threads\": 2}") == 0);
+    CHECK(n == 2 && fin[1].candidate_id == f.cand[2] && fin[1].measurement_id == f.c2_final &&
+          fin[1].median_us == 12.0);
+    ardb_stored_finalists_free(fin, n);
+    /* A winner timed outside a final round has none. */
+    CHECK(ardb_stored_finalists(db, f.later_won, &fin, &n) == ARDB_DONE && n == 0 && fin == NULL);
+
+    /* Timed again undisturbed, the run's winner is no longer provisional. */
+    CHECK(ardb_winner_set_ex(db, f.run, f.prob, f.dev, f.cand[2], f.c2_final, NULL) == ARDB_DONE);
+    CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE run_id = 1 AND provisional = 0"
+                        " AND disturbance IS NULL") == 1);
+    CHECK(ardb_winner_set_ex(db, f.run, f.prob, f.dev, f.cand[0], f.won, evidence) == ARDB_DONE);
+    CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE run_id = 1 AND provisional = 1") == 1);
+    /* A mark without evidence is refused and changes nothing. */
+    CHECK(ardb_winner_set_ex(db, f.run, f.prob, f.dev, f.cand[2], f.c2_final, "") == ARDB_EINVAL);
+    CHECK(strstr(ardb_errmsg(db), "needs the disturbance") != NULL);
+    CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE run_id = 1 AND provisional = 1"
+                        " AND candidate_id = 1") == 1);
+    /* The column takes 0 and 1 only. */
+    CHECK(raw_exec(path, "UPDATE winners SET provisional = 2") != SQLITE_OK);
+    ardb_close(db);
+}
+
+/* A file as schema v8 wrote it: a current file with v9's two columns
+ * taken away again has exactly the older shape. Read-only it is read as it
+ * is, with no provisional winner; a writer's open migrates it, with a
+ * backup, and every winner it held is an ordinary one. */
+static void test_v8_file_has_no_provisional_winner(void)
+{
+    char path[600], bak[700], msg[512];
+    final_fix f;
+    ardb *db = make_final_round("v8.db", path, sizeof path, NULL, &f);
+    REQUIRE(db != NULL);
+    ardb_close(db);
+    REQUIRE(raw_exec(path, "ALTER TABLE winners DROP COLUMN provisional; ALTER TABLE winners DROP COLUMN disturbance;"
+                           "UPDATE attnres_meta SET value = '8' WHERE key = 'schema_version';"
+                           "PRAGMA user_version = 8;") == SQLITE_OK);
+
+    db = open_db(path, ARDB_READONLY);
+    REQUIRE(db != NULL);
+    ardb_winner *w = NULL;
+    CHECK(lookup_one(db, &w) == 0 && w && w->provisional == 0 && w->disturbance == NULL);
+    ardb_winners_free(w, 1);
+    listing l;
+    memset(&l, 0, sizeof l);
+    CHECK(ardb_list_winners(db, 0, collect, &l) == ARDB_DONE && l.count == 1);
+    CHECK(strcmp(l.header, "problem,device,variant,median_us,gbps,roofline,provisional") == 0 &&
+          l.text[strlen(l.text) - 2] == '|');
+    ardb_device d = {.backend = "cpu", .fingerprint = "cpu|Busy CPU"};
+    ardb_stored_winner *sw = NULL;
+    size_t n = 0;
+    CHECK(ardb_stored_winners(db, &d, &sw, &n) == ARDB_DONE && n == 1 && sw[0].provisional == 0 &&
+          sw[0].disturbance == NULL);
+    ardb_stored_winners_free(sw, n);
+    char *why = (char *)1;
+    CHECK(ardb_measurement_disturbance(db, f.won, &why) == ARDB_DONE && why == NULL);
+    ardb_stored_finalist *fin = NULL;
+    CHECK(ardb_stored_finalists(db, f.won, &fin, &n) == ARDB_DONE && n == 2);
+    ardb_stored_finalists_free(fin, n);
+    buffer e = {0};
+    CHECK(ardb_export_json(db, 0, buffer_write, &e) == ARDB_DONE);
+    CHECK(e.data && strstr(e.data, "\"provisional\": 0, \"disturbance\": null}"));
+    free(e.data);
+    ardb_close(db);
+    CHECK(raw_int(path, "PRAGMA user_version") == 8);
+
+    snprintf(bak, sizeof bak, "%s.v8.bak", path);
+    db = NULL;
+    CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_DONE);
+    if (!db)
+        fprintf(stderr, "open %s: %s\n", path, msg);
+    ardb_close(db);
+    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
+    CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == 8);
+    CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('winners') WHERE name = 'provisional'"
+                        " AND \"notnull\" = 1 AND dflt_value = '0'") == 1);
+    CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE provisional = 0 AND disturbance IS NULL") == 2);
+    CHECK(raw_int(path, "SELECT count(*) FROM winners") == 2);
+}
+
+/* Removes every "provisional": N and "disturbance": X member of an
+ * export, as a build before v9 wrote it. */
+static void strip_provisional(char *text)
+{
+    static const char *const members[] = {", \"provisional\": ", ", \"disturbance\": "};
+    for (int k = 0; k < 2; k++) {
+        char *p;
+        while ((p = strstr(text, members[k]))) {
+            /* The member's value ends at the next ", \"" or at the
+             * object's end; the evidence holds no quote. */
+            char *end = p + strlen(members[k]);
+            if (*end == '"')
+                end = strchr(end + 1, '"') + 1;
+            else
+                end += strcspn(end, ",}");
+            memmove(p, end, strlen(end) + 1);
+        }
+    }
+}
+
+/* The mark and its evidence travel with export and import and with a
+ * merge; an export or a source file from before v9 brings ordinary
+ * winners, and a mark other than 0 or 1 is refused. */
+static void test_provisional_travels_with_export_import_and_merge(void)
+{
+    char src[600], path[600];
+    final_fix f;
+    buffer a = {0}, again = {0};
+    ardb_merge_stats s;
+    ardb *db = make_final_round("prov-src.db", src, sizeof src, evidence, &f);
+    REQUIRE(db != NULL);
+    CHECK(ardb_export_json(db, 0, buffer_write, &a) == ARDB_DONE);
+    {
+        buffer c = {0};
+        CHECK(ardb_export_csv(db, ARDB_CSV_WINNERS, buffer_write, &c) == ARDB_DONE);
+        CHECK(c.data && strstr(c.data, ",measured_in_run,provisional,disturbance\r\n") &&
+              strstr(c.data, ",1,1,\"threads waited 61% of the window for a CPU, 0% stolen, 930 preemptions/s\"\r\n") &&
+              strstr(c.data, ",2,0,\r\n"));
+        free(c.data);
+    }
+    ardb_close(db);
+    REQUIRE(a.data != NULL);
+    CHECK(strstr(a.data, "\"provisional\": 1, \"disturbance\": \"threads waited 61%") != NULL);
+
+    path_in_tmp(path, sizeof path, "prov-imported.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && s.winners == 2);
+    CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE provisional = 1 AND disturbance LIKE 'threads waited 61%'") ==
+          1);
+    CHECK(ardb_export_json(db, 0, buffer_write, &again) == ARDB_DONE);
+    CHECK(again.data && strcmp(a.data, again.data) == 0);
+    ardb_close(db);
+
+    path_in_tmp(path, sizeof path, "prov-merged.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_merge(db, src, &s) == ARDB_DONE && s.winners == 2);
+    CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE provisional = 1 AND disturbance LIKE 'threads waited 61%'") ==
+          1);
+    ardb_close(db);
+
+    /* A v8 source: its winners are ordinary ones. */
+    REQUIRE(raw_exec(src, "ALTER TABLE winners DROP COLUMN provisional; ALTER TABLE winners DROP COLUMN disturbance;"
+                          "UPDATE attnres_meta SET value = '8' WHERE key = 'schema_version';"
+                          "PRAGMA user_version = 8;") == SQLITE_OK);
+    path_in_tmp(path, sizeof path, "prov-merged-v8.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_merge(db, src, &s) == ARDB_DONE && s.winners == 2);
+    CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE provisional = 0 AND disturbance IS NULL") == 2);
+    ardb_close(db);
+
+    /* An export of a build before v9. */
+    strip_provisional(a.data);
+    a.len = strlen(a.data);
+    CHECK(strstr(a.data, "provisional") == NULL && strstr(a.data, "disturbance") == NULL);
+    path_in_tmp(path, sizeof path, "prov-older-export.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && s.winners == 2);
+    CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE provisional = 0 AND disturbance IS NULL") == 2);
+    {
+        static const char bad[] =
+            "{\"format\": \"attnres-export\", \"version\": 1,"
+            " \"devices\": [{\"backend\": \"cpu\", \"fingerprint\": \"fb\"}],"
+            " \"problems\": [{\"key\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\", \"op\": \"mix\", \"dtype\": \"f32\","
+            " \"form\": \"replace\", \"d\": 1, \"n\": 1, \"heads\": 1, \"epilogue\": 0, \"s\": 0, \"t_bucket\": 1}],"
+            " \"candidates\": [{\"variant\": \"v\", \"source_hash\": \"h\"}],"
+            " \"runs\": [{\"uid\": \"rb\", \"started_at\": \"t\", \"status\": \"complete\"}],"
+            " \"measurements\": [{\"id\": 1, \"run\": \"rb\", \"problem\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\","
+            " \"variant\": \"v\", \"source_hash\": \"h\", \"device\": \"fb\", \"status\": \"ok\","
+            " \"created_at\": \"t\"}],"
+            " \"winners\": [{\"run\": \"rb\", \"problem\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\","
+            " \"device\": \"fb\", \"variant\": \"v\", \"source_hash\": \"h\", \"measurement\": 1,"
+            " \"provisional\": 2, \"disturbance\": \"x\"}]}";
         CHECK(ardb_import_json(db, bad, strlen(bad), &s) == ARDB_EINVAL);
         CHECK(strstr(ardb_errmsg(db), "inconsistent") != NULL);
     }
@@ -1194,7 +1543,8 @@ static void test_csv_export(void)
     for (const char *p = w.data; *p; p++)
         lines += *p == '\n';
     CHECK(lines == 5);
-    CHECK(strstr(w.data, ",mix_c_bf16_online_v1_u1_t1,250,2,12,0.59999999999999998,2\r\n") != NULL);
+    /* Last, whether each is provisional and the evidence: none in a v1 file. */
+    CHECK(strstr(w.data, ",mix_c_bf16_online_v1_u1_t1,250,2,12,0.59999999999999998,2,0,\r\n") != NULL);
     CHECK(strstr(r.data, "v1:2025-02-01T10:00:00.000Z:builder:2") != NULL);
     /* The runs table has the read bandwidth last, empty for a v1 file. */
     CHECK(strstr(r.data, ",launch_us,note,read_gbps\r\n") != NULL);
@@ -1220,6 +1570,9 @@ int main(int argc, char **argv)
     RUN_CASE(test_v3_file_read_only_then_migrated);
     RUN_CASE(test_final_round_from_v6_and_v7_files);
     RUN_CASE(test_final_round_travels_with_export_import_and_merge);
+    RUN_CASE(test_provisional_winner_read_everywhere);
+    RUN_CASE(test_v8_file_has_no_provisional_winner);
+    RUN_CASE(test_provisional_travels_with_export_import_and_merge);
     RUN_CASE(test_diff_and_resolve);
     RUN_CASE(test_stored_winners_fall_back_like_the_runtime);
     RUN_CASE(test_merge_without_duplicates);

@@ -393,6 +393,7 @@ static void test_v4_file_migrated_to_v5(void)
     ardb_close(db);
     REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN owner; ALTER TABLE runs DROP COLUMN ceilings;"
                            " ALTER TABLE runs DROP COLUMN stages; ALTER TABLE measurements DROP COLUMN final_round;"
+                           " ALTER TABLE winners DROP COLUMN provisional; ALTER TABLE winners DROP COLUMN disturbance;"
                            " PRAGMA user_version = 4;"
                            " UPDATE attnres_meta SET value = '4' WHERE key = 'schema_version'") == SQLITE_OK);
     db = open_db(path, ARDB_READONLY);
@@ -430,7 +431,9 @@ static void test_v5_file_migrated_to_v6(void)
     CHECK(ardb_run_finish(db, old_id, "complete") == ARDB_DONE);
     ardb_close(db);
     REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN ceilings; ALTER TABLE runs DROP COLUMN stages;"
-                           " ALTER TABLE measurements DROP COLUMN final_round; PRAGMA user_version = 5;"
+                           " ALTER TABLE measurements DROP COLUMN final_round;"
+                           " ALTER TABLE winners DROP COLUMN provisional; ALTER TABLE winners DROP COLUMN disturbance;"
+                           " PRAGMA user_version = 5;"
                            " UPDATE attnres_meta SET value = '5' WHERE key = 'schema_version'") == SQLITE_OK);
     db = open_db(path, ARDB_READONLY);
     REQUIRE(db != NULL);

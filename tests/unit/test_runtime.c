@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -969,6 +970,68 @@ static void test_plans_share_kernels_and_see_a_database_tuned_meanwhile(void)
     attnres_db_close(db);
 }
 
+/* Runs sql on the database file at path with SQLite itself, as another
+ * process would; SQLITE_OK or its failure. */
+static int raw_exec(const char *path, const char *sql)
+{
+    sqlite3 *h = NULL;
+    int rc = sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(h, sql, NULL, NULL, NULL);
+    sqlite3_close(h);
+    return rc;
+}
+
+/* A provisional winner (schema v9: its final round was disturbed on every
+ * try) is served like any other, and the plan's explanation says so below
+ * its bucket, with the evidence and what decides it again; once it is not
+ * provisional, the explanation of a new plan says nothing of it. */
+static void test_provisional_winner_is_explained(void)
+{
+    char db_path[700], cmd[1600], msg[1024] = "";
+    snprintf(db_path, sizeof db_path, "%s/provisional.db", tmpdir);
+    const char *suite_db = getenv("ATTNRES_TEST_CI_DB");
+    char ci_db[700];
+    snprintf(ci_db, sizeof ci_db, "%s", suite_db && *suite_db ? suite_db : "");
+    if (!ci_db[0])
+        snprintf(ci_db, sizeof ci_db, "%s/t.db", tmpdir);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", ci_db, db_path);
+    int rc = system(cmd);
+    CHECK(rc == 0);
+    if (rc != 0) {
+        fprintf(stderr, "  no tuned ci database to copy (%s)\n", ci_db);
+        return;
+    }
+    CHECK(raw_exec(db_path, "UPDATE winners SET provisional = 1, disturbance = 'threads waited 77% of the window "
+                            "for a CPU, 0% stolen, 1100 preemptions/s'") == SQLITE_OK);
+    attnres_db *db = NULL;
+    REQUIRE(attnres_db_open(db_path, &db, msg, sizeof msg) == ATTNRES_OK);
+    attnres_problem p;
+    attnres_problem_init(&p, ATTNRES_DTYPE_F32, 256, 5); /* tuned by the ci preset */
+    attnres_plan *plan = plan_for(&p, db, ATTNRES_PLAN_REQUIRE_EXACT);
+    CHECK(plan != NULL);
+    char text[8192] = "";
+    if (plan) {
+        attnres_plan_explain(plan, text, sizeof text);
+        CHECK(strstr(text, "    provisional: the final round that chose it was disturbed by other work on every try "
+                           "(threads waited 77% of the window for a CPU, 0% stolen, 1100 preemptions/s); "
+                           "`attnres tune --revalidate` on a quiet machine decides it again\n") != NULL);
+        CHECK(count_bucket_lines(text) == 2);
+        const mix_case c = {ATTNRES_DTYPE_F32, 256, 5, 1, ATTNRES_FORM_REPLACE, 0, 17, 0, 0, 0, 0, 0, 93};
+        check_plan_on_case(plan, &c);
+    }
+    attnres_plan_destroy(plan);
+    CHECK(raw_exec(db_path, "UPDATE winners SET provisional = 0, disturbance = NULL") == SQLITE_OK);
+    plan = plan_for(&p, db, ATTNRES_PLAN_REQUIRE_EXACT);
+    CHECK(plan != NULL);
+    if (plan) {
+        attnres_plan_explain(plan, text, sizeof text);
+        CHECK(strstr(text, "provisional") == NULL);
+    }
+    attnres_plan_destroy(plan);
+    attnres_db_close(db);
+}
+
 /* ------------------------------------------------------------------------
  * Threads
  * ---------------------------------------------------------------------- */
@@ -1325,6 +1388,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_struct_cut_at_an_older_size_is_taken);
     RUN_CASE(test_tuned_db_gives_exact_plans_that_match_reference);
     RUN_CASE(test_plans_share_kernels_and_see_a_database_tuned_meanwhile);
+    RUN_CASE(test_provisional_winner_is_explained);
 
     attnres_device_close(cpu);
     scratch_remove(tmpdir);

@@ -2,8 +2,9 @@
  * test_tuner.c - the tuner library's decisions on given timings, with no
  * kernel run and no clock read: the timing statistics (timing_summarize),
  * the halving keep count, who reaches the interleaved final round, the
- * resources a variant holds and the choice of the winner among candidates
- * whose timings are equivalent (tuner/src/search.c, docs/tuning.md).
+ * resources a variant holds, the choice of the winner among candidates
+ * whose timings are equivalent (tuner/src/search.c, docs/tuning.md) and
+ * the final round's retries while other work disturbs it (final_round.h).
  *
  * Every expected value is worked out by hand in the comment of its case,
  * from the rule tune_session.h states, so that a change of a rule fails
@@ -19,6 +20,7 @@
 
 #include "check.h"
 #include "disturbance.h"
+#include "final_round.h"
 #include "isolate.h"
 #include "measure.h"
 #include "revalidate.h"
@@ -507,6 +509,103 @@ static void more_busy_threads_than_cpus_are_a_disturbance(void)
     CHECK(d.wait_frac >= 0 && d.wait_frac < DISTURBANCE_WAIT);
 }
 
+/* ---- the final round's retries (final_round.h) ------------------------ */
+
+/* A round whose tries show the given figures in turn (the last repeats). */
+typedef struct scripted_round {
+    const disturbance *figures;
+    int count, tries;
+} scripted_round;
+
+static disturbance scripted_try(void *ctx)
+{
+    scripted_round *s = ctx;
+    disturbance d = s->figures[s->tries < s->count ? s->tries : s->count - 1];
+    s->tries++;
+    return d;
+}
+
+typedef struct noted {
+    char text[2048];
+    int lines;
+} noted;
+
+static void take_note(void *ctx, const char *line)
+{
+    noted *n = ctx;
+    size_t used = strlen(n->text);
+    snprintf(n->text + used, sizeof n->text - used, "%s\n", line);
+    n->lines++;
+}
+
+static void final_round_is_timed_again_while_disturbed(void)
+{
+    /* Waits of 55% of the window are a disturbance, 3% are not; steal of
+     * 8% is one (disturbance_found). */
+    const disturbance quiet = {0.03, 0.0, 50}, busy = {0.55, 0.0, 900}, stolen = {0.02, 0.08, 20};
+    final_verdict v;
+    noted n;
+
+    /* Quiet at once: one try, nothing said. */
+    memset(&n, 0, sizeof n);
+    scripted_round s = {(const disturbance[]){quiet}, 1, 0};
+    final_retry(scripted_try, &s, 2, 0, 1, take_note, &n, &v);
+    CHECK(s.tries == 1 && v.tries == 1 && v.disturbed == 0 && !v.provisional && v.disturbance[0] == 0 &&
+          n.lines == 0);
+
+    /* Disturbed, then quiet: timed again once; the winner is not
+     * provisional, and the evidence of the disturbed try is kept for the
+     * run's `disturbed:` line. */
+    memset(&n, 0, sizeof n);
+    s = (scripted_round){(const disturbance[]){busy, quiet}, 2, 0};
+    final_retry(scripted_try, &s, 2, 0, 1, take_note, &n, &v);
+    CHECK(v.tries == 2 && v.disturbed == 1 && !v.provisional);
+    CHECK(strcmp(v.disturbance, "threads waited 55% of the window for a CPU, 0% stolen, 900 preemptions/s") == 0);
+    CHECK(strcmp(n.text, "final round disturbed (threads waited 55% of the window for a CPU, 0% stolen, 900 "
+                         "preemptions/s): timed again in 0 s\n") == 0);
+
+    /* Disturbed on every try: two retries, then the last try is recorded
+     * and its winner is provisional, with that try's evidence. */
+    memset(&n, 0, sizeof n);
+    s = (scripted_round){(const disturbance[]){busy, stolen, busy}, 3, 0};
+    final_retry(scripted_try, &s, 2, 0, 1, take_note, &n, &v);
+    CHECK(s.tries == 3 && v.tries == 3 && v.disturbed == 3 && v.provisional);
+    CHECK(strncmp(v.disturbance, "threads waited 55%", 18) == 0);
+    CHECK(n.lines == 3 && strstr(n.text, "(threads waited 2% of the window for a CPU, 8% stolen, 20 preemptions/s): "
+                                         "timed again in 0 s\n") &&
+          strstr(n.text, "900 preemptions/s); its winner is provisional\n"));
+
+    /* No retries (--retries 0, as the test suite tunes): the first
+     * disturbed try decides, provisional. */
+    s = (scripted_round){(const disturbance[]){stolen}, 1, 0};
+    final_retry(scripted_try, &s, 0, 0, 1, NULL, NULL, &v);
+    CHECK(s.tries == 1 && v.disturbed == 1 && v.provisional && strstr(v.disturbance, "8% stolen"));
+
+    /* A device not watched (a simulated one, whose times are a model):
+     * one try, never disturbed. */
+    memset(&n, 0, sizeof n);
+    s = (scripted_round){(const disturbance[]){busy}, 1, 0};
+    final_retry(scripted_try, &s, 2, 0, 0, take_note, &n, &v);
+    CHECK(s.tries == 1 && v.disturbed == 0 && !v.provisional && n.lines == 0);
+}
+
+static void final_round_message_names_the_round(void)
+{
+    /* The first word is "final": readers of files before schema v8 tell a
+     * final timing by it. */
+    job_result r;
+    memset(&r, 0, sizeof r);
+    r.paired = NAN;
+    char text[160];
+    final_message(&r, 3, 15, text, sizeof text);
+    CHECK(strcmp(text, "final (interleaved with 3, 15 rounds)") == 0);
+    r.paired = 0.5;
+    r.pair_gbps = 40;
+    final_message(&r, 2, 31, text, sizeof text);
+    CHECK(strcmp(text, "final (interleaved with 2, 31 rounds; 50.0% of a streaming pass at 40.00 GB/s in the same "
+                       "rounds)") == 0);
+}
+
 static void revalidation_flags_a_record_far_from_now(void)
 {
     /* Beyond 1.5x either way: 690 us on record, 193 now (3.6x faster) is
@@ -544,6 +643,8 @@ int main(int argc, char **argv)
     RUN_CASE(choose_equivalent_list_is_bounded);
     RUN_CASE(disturbance_rule_on_given_figures);
     RUN_CASE(more_busy_threads_than_cpus_are_a_disturbance);
+    RUN_CASE(final_round_is_timed_again_while_disturbed);
+    RUN_CASE(final_round_message_names_the_round);
     RUN_CASE(revalidation_flags_a_record_far_from_now);
     CHECK_EXIT();
 }

@@ -12,11 +12,24 @@
  * current compiler (compiling the stored source when the database holds no
  * binary for that build key), verifies it against the reference on fresh
  * inputs, times it, and records a measurement and, when it verifies, the
- * winner of the new run. device_spec NULL means the best device present.
- * Prints a table (and progress on stderr unless quiet). Returns a CLI exit
- * status: 0 when every winner was re-measured and verified, 1 otherwise
- * (including a database with no winner for the device). */
-int tune_revalidate(const char *device_spec, const char *db_path, int quiet);
+ * winner of the new run.
+ *
+ * A provisional winner (schema v9: the final round that chose it was
+ * disturbed on every try) is decided again instead: the finalists that
+ * round timed ok, itself among them, are verified and timed interleaved as
+ * the tuner's final round times them (final_round.h; a disturbed round is
+ * timed again up to `retries` times), every timing is recorded as one of a
+ * final round, and the winner of that round is recorded as the new run's,
+ * provisional again only if this round too was disturbed on every try.
+ * Its row says what was found and done ("stored under disturbance (...);
+ * now 193.00 us; re-decided: V (kept), of 3 finalist(s) timed
+ * interleaved").
+ *
+ * device_spec NULL means the best device present. Prints a table (and
+ * progress on stderr unless quiet). Returns a CLI exit status: 0 when
+ * every stored winner was re-measured and verified, 1 otherwise (including
+ * a database with no winner for the device). */
+int tune_revalidate(const char *device_spec, const char *db_path, int quiet, int retries);
 
 /* A re-measure this many times its record, either way, is more than noise:
  * one of the two was taken on a disturbed machine, or the machine changed.

@@ -17,6 +17,7 @@
 #include "tuner_base.h"
 #include "ardb_tools.h"
 #include "tune_session.h"
+#include "final_round.h"
 #include "isolate.h"
 #include "paired_stream.h"
 
@@ -322,12 +323,6 @@ int search_by_median(const void *a, const void *b)
  * their equivalent sets share members, and the tie-break below is a fixed
  * order, so both pick the same one. */
 #define FINALISTS_MAX 6
-/* Each finalist's share of a round is a batch of launches of about 2 ms,
- * since one 100 us launch times the wake-up of the device's workers as
- * much as the kernel. Fifteen rounds on the CPU cost about a second at
- * T = 4096. */
-#define FINAL_ROUND_US 2000.0
-#define FINAL_ROUNDS_CPU 15
 #define FINALIST_MARGIN 0.10 /* within 10% of the best full timing */
 /* Equivalence: within the final round's noise of the fastest, never less
  * than 3% and never more than 5% of its median. The cap is the default
@@ -483,14 +478,17 @@ static paired_stream *final_pair(tuner *t, const bench_case *bc)
     return ps;
 }
 
-/* A final round that other work disturbed is timed again after a pause,
- * up to tune_opts.retries times; the last one is recorded either way. */
-#define FINAL_RETRY_PAUSE_S 2
+/* Where the notes of the final round's retry policy go: the run's log. */
+static void final_note(void *ctx, const char *line)
+{
+    log_line(ctx, "  %s", line);
+}
 
 /* Re-times the best few candidates interleaved and records the results;
  * beyond the largest cache, a streaming pass that moves the same bytes
  * closes each round (paired_stream.h). A round the machine's other work
- * disturbed is timed again (tune_opts.retries); w says how it went. */
+ * disturbed is timed again (tune_opts.retries, final_round.h); w says how
+ * it went. */
 static void final_round(tuner *t, bench_case *bc, int64_t problem_id, candidate_ref **fin, size_t k,
                         winner_row *w)
 {
@@ -504,36 +502,16 @@ static void final_round(tuner *t, bench_case *bc, int64_t problem_id, candidate_
     job_result *res = calloc(nk ? nk : 1, sizeof *res);
     paired_stream *pair = res && nk ? final_pair(t, bc) : NULL;
     if (res && nk) {
-        /* A simulated device's times are a deterministic model: a few
-         * rounds decide as well as many, and each costs an interpreted run. */
-        int rounds = t->dev->simulated ? 3 : strcmp(t->dev->backend, "cpu") == 0 ? FINAL_ROUNDS_CPU : 31;
         job_options opt = {.verify = 0, .policy = t->policy, .time_limit_s = t->opt.time_limit_s,
-                           .isolate = t->opt.isolate, .pair = pair,
-                           .round_us = t->dev->simulated ? 0 : FINAL_ROUND_US};
-        for (int attempt = 0;; attempt++) {
-            job_interleave(t->dev, bc, ks, nk, rounds, &opt, res);
-            disturbance dist = res[0].dist;
-            if (t->dev->simulated || !disturbance_found(&dist))
-                break;
-            w->disturbed++;
-            disturbance_describe(&dist, w->disturbance, sizeof w->disturbance);
-            if (attempt >= t->opt.retries) {
-                w->provisional = 1;
-                log_line(t, "  final round disturbed (%s); its winner is provisional", w->disturbance);
-                break;
-            }
-            log_line(t, "  final round disturbed (%s): timed again in %d s", w->disturbance, FINAL_RETRY_PAUSE_S);
-            sleep(FINAL_RETRY_PAUSE_S);
-        }
+                           .isolate = t->opt.isolate, .pair = pair};
+        final_verdict v;
+        final_interleave(t->dev, bc, ks, nk, &opt, t->opt.retries, final_note, t, res, &v);
+        w->disturbed = v.disturbed;
+        w->provisional = v.provisional;
+        snprintf(w->disturbance, sizeof w->disturbance, "%s", v.disturbance);
         for (size_t i = 0; i < nk; i++) {
             char stage[160];
-            int len = snprintf(stage, sizeof stage, "final (interleaved with %zu, %d rounds", nk, rounds);
-            if (!isnan(res[i].paired))
-                snprintf(stage + len, sizeof stage - (size_t)len,
-                         "; %.1f%% of a streaming pass at %.2f GB/s in the same rounds)", 100.0 * res[i].paired,
-                         res[i].pair_gbps);
-            else
-                snprintf(stage + len, sizeof stage - (size_t)len, ")");
+            final_message(&res[i], nk, final_rounds(t->dev), stage, sizeof stage);
             loaded[i]->final_round = 1;
             loaded[i]->paired = res[i].paired;
             loaded[i]->paired_spread = res[i].paired_spread;
@@ -619,6 +597,20 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
         }
         if (nf)
             best = search_choose(fin, nf, equivalent, sizeof equivalent);
+        /* A choice among timings that a disturbed final round took is no
+         * surer now than when it was made: the winner stays provisional,
+         * with that round's evidence, until a quiet round decides. */
+        for (size_t i = 0; best && i < nf && !w->provisional; i++) {
+            char *why = NULL;
+            if (ardb_measurement_disturbance(t->db, fin[i]->measurement_id, &why) != ARDB_DONE) {
+                cli_error("tune", "reading whether a final round was disturbed: %s", ardb_errmsg(t->db));
+                t->unrecorded++;
+            } else if (why) {
+                w->provisional = 1;
+                snprintf(w->disturbance, sizeof w->disturbance, "%s", why);
+            }
+            free(why);
+        }
         free(fin);
     }
     if (!best && n > 0) {
@@ -689,8 +681,8 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
     }
     free(todo);
     if (best) {
-        if (ardb_winner_set(t->db, t->run_id, problem_id, t->device_id, best->e->candidate_id,
-                            best->measurement_id) != ARDB_DONE) {
+        if (ardb_winner_set_ex(t->db, t->run_id, problem_id, t->device_id, best->e->candidate_id,
+                               best->measurement_id, w->provisional ? w->disturbance : NULL) != ARDB_DONE) {
             cli_error("tune", "recording the winner: %s", ardb_errmsg(t->db));
             t->unrecorded++;
         }
