@@ -263,10 +263,17 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
     if (b->shared) {
         *k = b->shared->kernel;
         snprintf(k->variant, sizeof k->variant, "%s", w->variant);
-        /* In brackets: where the plan that loaded it got the binary. */
-        explain(plan, "  T bucket %" PRId64 ": %s (loaded already by another plan [%s], tuned on %s, "
-                      "%.2f us, %.0f%% of roofline)\n",
-                w->t_bucket, w->variant, b->shared->origin, w->device_fingerprint ? w->device_fingerprint : "?",
+        /* Which plan loaded it: this one, for an earlier T bucket that
+         * the same variant won (the buckets filled so far), or another.
+         * In brackets: where the loading plan got the binary. */
+        char by[64] = "by another plan";
+        for (int j = 0; j < plan->nbuckets; j++)
+            if (plan->buckets[j].shared == b->shared) {
+                snprintf(by, sizeof by, "for T bucket %" PRId64 " of this plan", plan->buckets[j].t_bucket);
+                break;
+            }
+        explain(plan, "  T bucket %" PRId64 ": %s (loaded already %s [%s], tuned on %s, %.2f us, %.0f%% of roofline)\n",
+                w->t_bucket, w->variant, by, b->shared->origin, w->device_fingerprint ? w->device_fingerprint : "?",
                 w->median_us, 100.0 * w->roofline);
         explain_provisional(plan, w);
         return ATTNRES_OK;

@@ -917,7 +917,9 @@ static void test_plans_share_kernels_and_see_a_database_tuned_meanwhile(void)
         char first[8192], second[8192];
         attnres_plan_explain(plans[0], first, sizeof first);
         attnres_plan_explain(plans[1], second, sizeof second);
-        CHECK(strstr(first, "loaded already") == NULL);
+        /* The first plan loads its own kernels (one may serve two of its
+         * T buckets when one variant won both). */
+        CHECK(strstr(first, "loaded already by another plan") == NULL);
         CHECK(strstr(second, "loaded already by another plan") != NULL);
         if (!strstr(second, "loaded already by another plan"))
             fprintf(stderr, "  the second plan of a shape loaded its own kernels:\n%s", second);
