@@ -42,7 +42,9 @@ foreach(level ${ATTNRES_BUILTIN_LEVELS})
         DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/${tmpl}.lua
         DEPFILE ${out}.d
         COMMENT "Generating the built-in CPU ${op} kernel (${dtype}, ${level})")
-      # -O3 as the tuner compiles; -Wno-psabi: wide vectors by value.
+      # -O3, compiled once with the library (the tuner compiles at -O2 to
+      # save its time: runtime/src/cpu_compiler.h); -Wno-psabi: wide vectors
+      # by value.
       set_source_files_properties(${out} PROPERTIES
         COMPILE_OPTIONS "-O3;-Wno-unused-function;-Wno-psabi;${ATTNRES_BUILTIN_FLAGS_${level}}")
       list(APPEND ATTNRES_BUILTIN_SOURCES ${out})

@@ -56,7 +56,9 @@ extern void (*const ar_generic_mix_backward_f16)(const struct attnres_cpu_mix_ba
 extern const char ar_generic_mix_backward_f32_variant[], ar_generic_mix_backward_bf16_variant[],
     ar_generic_mix_backward_f16_variant[];
 
-#define CPU_COMPILE_OPTIONS "-O3 -march=native -std=gnu11 -fPIC -shared -Wno-psabi"
+/* The options in a build key: cpu_compiler.h's AR_CPU_CC_OPTIONS, which
+ * say why -O2. */
+#define CPU_COMPILE_OPTIONS "-O2 -march=native -std=gnu11 -fPIC -shared -Wno-psabi"
 
 typedef struct cpu_state {
     cpu_pool *pool;

@@ -18,8 +18,15 @@
 #include <stddef.h>
 
 /* The options every kernel and the precompiled header are compiled with
- * (the header's must match the kernels' for the compiler to use it). */
-#define AR_CPU_CC_OPTIONS "-O3", "-march=native", "-std=gnu11", "-fPIC", "-Wno-psabi"
+ * (the header's must match the kernels' for the compiler to use it).
+ * -O2, not -O3: on the Zen 4 guest (GCC 12.2, 2026-12-06) the default
+ * preset's winners compiled at -O2 ran 0.97-1.03x those at -O3, problem by
+ * problem in interleaved rounds, and a cold default tune took 207 s against
+ * 235 s (compiling 76 s against 105 s); bench/results/tune-time-2026-12-06.md.
+ * The kernels' loops are unrolled and vectorised by their templates, so
+ * -O3's own unrolling and vectorising only adds code. cpu_backend.c's
+ * CPU_COMPILE_OPTIONS, part of every build key, says the same. */
+#define AR_CPU_CC_OPTIONS "-O2", "-march=native", "-std=gnu11", "-fPIC", "-Wno-psabi"
 
 /* Runs argv (argv[0] found on PATH) with stdout and stderr to log_path and
  * waits. Returns the wait status, or -1 with errno's code in *spawn_error
