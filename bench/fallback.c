@@ -94,6 +94,17 @@ typedef struct buffers {
     attnres_phase2_args p2;
 } buffers;
 
+/* Buffers aligned to 64 bytes, as an engine's allocator gives them
+ * (PyTorch's CPU allocator aligns to 64): a large malloc returns an mmap
+ * 16 bytes into its first page, so every 64-byte load of its rows would
+ * straddle two cache lines, and kernels would be ranked on a layout the
+ * tuner never times (its bench_case allocates through the device). */
+static void *aligned(size_t bytes)
+{
+    void *p = NULL;
+    return posix_memalign(&p, 64, bytes ? bytes : 64) == 0 ? p : NULL;
+}
+
 static int setup(buffers *bf, const attnres_problem *p, int64_t T)
 {
     memset(bf, 0, sizeof *bf);
@@ -101,16 +112,16 @@ static int setup(buffers *bf, const attnres_problem *p, int64_t T)
     const int rows = p->op == ATTNRES_OP_PHASE2 ? 1 : p->n;
     const int sites = p->op == ATTNRES_OP_PHASE1 ? p->s : 1;
     uint64_t seed = 42;
-    bf->src = malloc((es * td + SOURCE_GAP) * (size_t)rows);
-    bf->o1 = malloc(es * td * (size_t)sites);
-    bf->b = malloc(es * td);
-    bf->f = malloc(es * td);
-    bf->out = malloc(es * td);
-    bf->normed = malloc(es * td);
-    bf->partial = malloc(es * td);
-    bf->query = malloc(sizeof(float) * (size_t)(p->d * sites));
-    bf->gain = malloc(sizeof(float) * (size_t)p->d);
-    bf->lse = malloc(sizeof(float) * (size_t)(T * p->heads * sites));
+    bf->src = aligned((es * td + SOURCE_GAP) * (size_t)rows);
+    bf->o1 = aligned(es * td * (size_t)sites);
+    bf->b = aligned(es * td);
+    bf->f = aligned(es * td);
+    bf->out = aligned(es * td);
+    bf->normed = aligned(es * td);
+    bf->partial = aligned(es * td);
+    bf->query = aligned(sizeof(float) * (size_t)(p->d * sites));
+    bf->gain = aligned(sizeof(float) * (size_t)p->d);
+    bf->lse = aligned(sizeof(float) * (size_t)(T * p->heads * sites));
     if (!bf->src || !bf->o1 || !bf->b || !bf->f || !bf->out || !bf->normed || !bf->partial || !bf->query ||
         !bf->gain || !bf->lse || rows > 64 || sites > 64)
         return -1;
