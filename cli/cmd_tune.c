@@ -14,6 +14,7 @@
 
 #include "ceiling_check.h"
 #include "cli.h"
+#include "disturbance.h"
 #include "revalidate.h"
 #include "tune_session.h"
 
@@ -237,6 +238,15 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
     char summary[640];
     ceiling_check_summary(c, summary, sizeof summary);
     printf("\n%s%s\n", report, summary);
+    if (t->probe && t->probe->readings > 1) {
+        char probe[200];
+        device_probe_describe(t->probe, probe, sizeof probe);
+        const int drifted = t->probe->min_gbps * DISTURBANCE_DRIFT <= t->probe->max_gbps;
+        printf("device: %s%s\n", probe,
+               drifted ? "; its slowest reading was 1.25 times slower than its fastest or more: a final round "
+                         "after which it read so was timed again, or its winner is provisional"
+                       : "");
+    }
     /* Winners whose final rounds other work on the machine disturbed, in
      * this run or in the run whose final round this one decided from. */
     for (size_t i = 0; i < n; i++) {
@@ -289,6 +299,12 @@ static void record_stages(tuner *t, const winner_row *rows, size_t n)
         more[0] = 0; /* too many to list whole: the log has them */
     else if (used)
         snprintf(more + used, sizeof more - used, "]");
+    if (t->probe && t->probe->readings) {
+        char probe[256];
+        device_probe_json(t->probe, probe, sizeof probe);
+        used = strlen(more);
+        snprintf(more + used, sizeof more - used, ", \"device_probe\": %s", probe);
+    }
     tune_stages_json(&t->stages, more, json, sizeof json);
     if (ardb_run_set_stages(t->db, t->run_id, json) != ARDB_DONE) {
         cli_error("tune", "recording where the time went: %s", ardb_errmsg(t->db));
@@ -350,6 +366,7 @@ static void tuner_free(tuner *t)
     free(t->variants);
     free(t->nvariants);
     ardb_close(t->db);
+    device_probe_free(t->dev, t->probe);
     attnres_device_close(t->dev);
 }
 
@@ -412,6 +429,11 @@ int cmd_tune(int argc, char **argv)
         double ceiling = rooflines_ceiling(&t.roof, rows[i].read_bytes, rows[i].write_bytes);
         rows[i].roofline = rows[i].found && ceiling > 0 ? rows[i].gbps / ceiling : 0;
     }
+    /* The device's state at the end, against its first reading: the last
+     * problem's final round was read already, so this only tells the
+     * run's story (the table's `device:` line and the run's record). */
+    if (ok && t.probe && t.probe->readings)
+        device_probe_read(t.dev, t.probe);
     ceiling_check check;
     char report[4096];
     check_winners(&t, rows, set.count, &check, report, sizeof report);

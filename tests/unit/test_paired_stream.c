@@ -4,7 +4,8 @@
  * and bytes the pass takes from a run's ceilings, that a pass really copies
  * and reads what its steps say and refuses steps it cannot run, that the
  * interleaved rounds report a kernel's fraction of the pass (in process and
- * from a forked child), and the paired check's tally (ceiling_check.c).
+ * from a forked child), the paired check's tally (ceiling_check.c), and the
+ * device probe that a final round is held to (device_probe.h).
  * Nothing here holds a timing to a figure: timings are benchmarks' work.
  */
 #include <math.h>
@@ -16,6 +17,8 @@
 #include "attnres.h"
 #include "ceiling_check.h"
 #include "check.h"
+#include "device_probe.h"
+#include "final_round.h"
 #include "isolate.h"
 #include "measure.h"
 #include "paired_stream.h"
@@ -212,6 +215,84 @@ static void test_interleave_reports_the_fraction(void)
     argen_close(g);
 }
 
+/* The probe copies four times the largest cache (here 1 MiB) by the
+ * fastest copy kernel, and keeps its first, last, least and most reading;
+ * a simulated device has none. */
+static void test_probe_reads_the_device(void)
+{
+    rooflines r = ceilings(30.0, 20.0);
+    device_probe *p = NULL;
+    char err[256], text[256];
+    REQUIRE(device_probe_create(cpu, &r, &p, err, sizeof err) == 1 && p != NULL);
+    CHECK(strcmp(p->pass->pass.step[0].kernel, "copy-nt") == 0 && p->pass->pass.step[1].kernel == NULL);
+    CHECK(p->pass->bytes >= 4.0 * 1048576.0 - 2 * 4096.0 * cpu->units && p->pass->bytes <= 8.0 * 1048576.0);
+    device_probe_describe(p, text, sizeof text);
+    CHECK(text[0] == 0 && p->readings == 0);
+    const double a = device_probe_read(cpu, p), b = device_probe_read(cpu, p);
+    CHECK(a > 0 && isfinite(a) && b > 0 && isfinite(b) && p->readings == 2);
+    CHECK(p->first_gbps == a && p->last_gbps == b && p->min_gbps == fmin(a, b) && p->max_gbps == fmax(a, b));
+    device_probe_describe(p, text, sizeof text);
+    CHECK(strncmp(text, "copy pass ", 10) == 0 && strstr(text, " over 2 readings") != NULL);
+    device_probe_json(p, text, sizeof text);
+    CHECK(strstr(text, "\"readings\": 2}") != NULL);
+    device_probe_free(cpu, p);
+    const int simulated = cpu->simulated;
+    cpu->simulated = 1;
+    p = NULL;
+    CHECK(device_probe_create(cpu, &r, &p, err, sizeof err) == 0 && p == NULL);
+    cpu->simulated = simulated;
+    CHECK(device_probe_read(cpu, NULL) != device_probe_read(cpu, NULL)); /* NaN */
+}
+
+/* A final round after which the probe reads far below its fastest is
+ * disturbed, whatever the threads' waits say: here the fastest reading is
+ * made a hundred times the device's, as if memory had slowed that much
+ * since. With no retries the winner is provisional, and the evidence
+ * names the two readings. */
+static void test_final_round_holds_the_probe(void)
+{
+    argen *g = NULL;
+    char msg[512], *id = NULL, *src = NULL, *name = NULL, *json = NULL, *log = NULL;
+    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/mix", &g, msg, sizeof msg) == 0);
+    REQUIRE(argen_generic(g, "f32", &id) == 0);
+    REQUIRE(argen_emit(g, id, &src, &name, &json) == 0);
+    void *blob = NULL;
+    size_t size = 0;
+    REQUIRE(cpu->ops->compile(cpu, src, name, &blob, &size, &log) == ATTNRES_OK);
+    job_kernel jk = {.variant = id, .kernel_name = name, .params_json = json, .source = src,
+                     .build_key = "test", .blob = blob, .blob_size = size};
+    tune_problem tp;
+    memset(&tp, 0, sizeof tp);
+    attnres_problem_init(&tp.p, ATTNRES_DTYPE_F32, 256, 5);
+    tp.t = 64;
+    measure_policy pol;
+    measure_policy_default(&pol, cpu);
+    char err[512];
+    bench_case *bc = bench_case_create(cpu, &tp, &pol, 7, err, sizeof err);
+    REQUIRE(bc != NULL);
+    rooflines r = ceilings(30.0, 20.0);
+    device_probe *p = NULL;
+    REQUIRE(device_probe_create(cpu, &r, &p, err, sizeof err) == 1);
+    REQUIRE(device_probe_read(cpu, p) > 0);
+    p->max_gbps *= 100.0;
+    job_options opt = {.policy = pol, .time_limit_s = 60};
+    job_result res;
+    final_verdict v;
+    final_interleave(cpu, bc, &jk, 1, &opt, p, 0, NULL, NULL, &res, &v);
+    CHECK(res.status == ARDB_STATUS_OK && v.tries == 1 && v.disturbed == 1 && v.provisional);
+    CHECK(strstr(v.disturbance, ", copy pass at ") && strstr(v.disturbance, " at the run's fastest"));
+    CHECK(p->readings == 2);
+    device_probe_free(cpu, p);
+    bench_case_free(bc);
+    free(blob);
+    free(log);
+    free(src);
+    free(name);
+    free(json);
+    free(id);
+    argen_close(g);
+}
+
 /* The paired check: winners without a pass are not counted; one above it
  * beyond the noise is, with a warning that names it; the summary and the
  * record carry the counts and the median. */
@@ -246,6 +327,8 @@ int main(int argc, char **argv)
     RUN_CASE(test_bad_steps_are_refused);
     RUN_CASE(test_interleave_reports_the_fraction);
     RUN_CASE(test_paired_check);
+    RUN_CASE(test_probe_reads_the_device);
+    RUN_CASE(test_final_round_holds_the_probe);
     attnres_device_close(cpu);
     CHECK_EXIT();
 }

@@ -464,21 +464,39 @@ static void disturbance_rule_on_given_figures(void)
 {
     /* Waits of 20% of the window, or steal of 5%, are a disturbance;
      * unknown (NaN) figures are none; preemptions only inform. */
-    disturbance d = {0.199, 0.049, 5000};
+    disturbance d = {0.199, 0.049, 5000, NAN, NAN};
     CHECK(!disturbance_found(&d));
     d.wait_frac = 0.20;
     CHECK(disturbance_found(&d));
-    d = (disturbance){NAN, 0.05, NAN};
+    d = (disturbance){NAN, 0.05, NAN, NAN, NAN};
     CHECK(disturbance_found(&d));
-    d = (disturbance){NAN, NAN, NAN};
+    d = (disturbance){NAN, NAN, NAN, NAN, NAN};
     CHECK(!disturbance_found(&d));
     char text[160];
-    d = (disturbance){0.25, NAN, NAN};
+    d = (disturbance){0.25, NAN, NAN, NAN, NAN};
     disturbance_describe(&d, text, sizeof text);
     CHECK(strcmp(text, "threads waited 25% of the window for a CPU, steal unknown") == 0);
-    d = (disturbance){0.5, 0.0, 699.4};
+    d = (disturbance){0.5, 0.0, 699.4, NAN, NAN};
     disturbance_describe(&d, text, sizeof text);
     CHECK(strcmp(text, "threads waited 50% of the window for a CPU, 0% stolen, 699 preemptions/s") == 0);
+    /* The device's streaming pass 1.25 times slower than the run's
+     * fastest or more is one too, with quiet threads; 0 or NaN is no
+     * reading. */
+    d = (disturbance){0.01, 0.0, 10, 42.3, 67.1};
+    CHECK(disturbance_found(&d));
+    disturbance_describe(&d, text, sizeof text);
+    CHECK(strcmp(text, "threads waited 1% of the window for a CPU, 0% stolen, 10 preemptions/s, copy pass at "
+                       "42.3 GB/s against 67.1 at the run's fastest") == 0);
+    d.stream_gbps = 54.0; /* 0.80 of the first */
+    CHECK(!disturbance_found(&d));
+    d.stream_gbps = 53.6; /* 1.252 times slower */
+    CHECK(disturbance_found(&d));
+    d.stream_gbps = 0;
+    CHECK(!disturbance_found(&d));
+    d = (disturbance){0.01, 0.0, 10, 10.0, NAN};
+    CHECK(!disturbance_found(&d));
+    disturbance_describe(&d, text, sizeof text);
+    CHECK(strstr(text, "copy pass") == NULL);
 }
 
 static void more_busy_threads_than_cpus_are_a_disturbance(void)
@@ -542,7 +560,8 @@ static void final_round_is_timed_again_while_disturbed(void)
 {
     /* Waits of 55% of the window are a disturbance, 3% are not; steal of
      * 8% is one (disturbance_found). */
-    const disturbance quiet = {0.03, 0.0, 50}, busy = {0.55, 0.0, 900}, stolen = {0.02, 0.08, 20};
+    const disturbance quiet = {0.03, 0.0, 50, NAN, NAN}, busy = {0.55, 0.0, 900, NAN, NAN},
+                      stolen = {0.02, 0.08, 20, NAN, NAN};
     final_verdict v;
     noted n;
 

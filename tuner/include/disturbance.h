@@ -2,8 +2,10 @@
  * disturbance.h - whether other work took the machine while the tuner
  * timed: the measuring process's threads waiting for a CPU (Linux's
  * per-thread run-queue wait, /proc/self/task/N/schedstat), and time the
- * hypervisor gave the guest's CPUs to others (steal, /proc/stat). Either
- * well above its quiet level means the timings of that window
+ * hypervisor gave the guest's CPUs to others (steal, /proc/stat), and
+ * the device's own streaming pass read after the window against the run's
+ * fastest reading (device_probe.h). Any of them far from its quiet level
+ * means the timings of that window
  * compare kernels on a machine that was not the one they will run on
  * alone (docs/tuning.md, "Disturbance").
  */
@@ -29,6 +31,10 @@ typedef struct disturbance {
     double wait_frac;
     double steal_frac;
     double preempted_per_s; /* this process's threads taken off a CPU for another */
+    /* The device's streaming pass right after the window, and its fastest
+     * reading of the run so far, this one included, in GB/s
+     * (device_probe.h); 0 or NaN where none was read. */
+    double stream_gbps, stream_best_gbps;
 } disturbance;
 
 /* A window is disturbed from these fractions on. Waits have a floor on a
@@ -37,14 +43,24 @@ typedef struct disturbance {
  * beside a hog on every CPU 50-110%. Steal has none. */
 #define DISTURBANCE_WAIT 0.20
 #define DISTURBANCE_STEAL 0.05
+/* A streaming pass this factor slower than the run's fastest shows a
+ * device not in its quiet state: a quiet pass of the Zen 4 guest reads
+ * within a few percent of the last, while its memory bandwidth moved from
+ * 67 to 42 GB/s within two minutes once. Against the fastest, not the
+ * first: a run that began beside other work would otherwise find every
+ * quiet window after it disturbed. */
+#define DISTURBANCE_DRIFT 1.25
 
 void disturbance_begin(disturbance_mark *m);
 /* The figures of the window that began at m and ends now. */
 disturbance disturbance_end(const disturbance_mark *m);
-/* 1 when the waits reach DISTURBANCE_WAIT or the steal DISTURBANCE_STEAL. */
+/* 1 when the waits reach DISTURBANCE_WAIT, the steal DISTURBANCE_STEAL,
+ * or the streaming pass read DISTURBANCE_DRIFT times slower than the
+ * run's fastest. */
 int disturbance_found(const disturbance *d);
 /* "threads waited 42% of the window for a CPU, 0% stolen, 699 preemptions/s"
- * into buf. */
+ * into buf, and where a streaming pass was read, ", copy pass at 42.3 GB/s
+ * against 67.1 at the run's fastest". */
 void disturbance_describe(const disturbance *d, char *buf, size_t len);
 
 #endif

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "attnres-impl.h"
+#include "device_probe.h"
 #include "disturbance.h"
 #include "isolate.h"
 #include "measure.h"
@@ -33,7 +34,7 @@ typedef struct final_verdict {
     int disturbed;          /* of those, how many other work disturbed */
     int provisional;        /* the last try, the one recorded, was disturbed
                                too: its winner is provisional */
-    char disturbance[160];  /* what the last disturbed try showed; "" when
+    char disturbance[224];  /* what the last disturbed try showed; "" when
                                none was */
 } final_verdict;
 
@@ -63,9 +64,12 @@ int final_rounds(const attnres_device *dev);
  * FINAL_ROUND_US (one launch on a simulated device), under final_retry
  * with FINAL_RETRY_PAUSE_S. opt gives the rest (policy, isolation, time
  * limit, the streaming pass that closes each round); its round_us is
- * replaced. res gets the last try's k results. */
+ * replaced. probe (NULL: none) is read after each try, and a try after
+ * which it read far below its fastest counts as disturbed. res gets
+ * the last try's k results. */
 void final_interleave(attnres_device *dev, bench_case *bc, const job_kernel *ks, size_t k, const job_options *opt,
-                      int retries, final_note_fn note, void *note_ctx, job_result *res, final_verdict *v);
+                      device_probe *probe, int retries, final_note_fn note, void *note_ctx, job_result *res,
+                      final_verdict *v);
 
 /* The message recorded with a finalist's timing of a final round of k
  * finalists and `rounds` rounds: "final (interleaved with K, R rounds)",

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "argen.h"
+#include "device_probe.h"
 #include "ardb_write.h"
 #include "attnres-impl.h"
 #include "measure.h"
@@ -62,6 +63,9 @@ typedef struct tuner {
                        (run_ceilings.c), or carried */
     int roof_ready;
     int64_t roof_carried_from; /* the run they were carried from (0: measured) */
+    device_probe *probe;       /* first read right after the ceilings were
+                                  measured, then after each final round's try
+                                  and at the end of the run (NULL: none) */
     measure_policy policy;
     argen **templates;
     size_t ntemplates;
@@ -88,7 +92,7 @@ typedef struct winner_row {
      * record was disturbed too, after every retry. */
     int disturbed;
     int provisional;
-    char disturbance[160];
+    char disturbance[224];
 } winner_row;
 
 double now_s(void);

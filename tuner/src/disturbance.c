@@ -80,7 +80,7 @@ void disturbance_begin(disturbance_mark *m)
 
 disturbance disturbance_end(const disturbance_mark *m)
 {
-    disturbance d = {NAN, NAN, NAN};
+    disturbance d = {NAN, NAN, NAN, NAN, NAN};
     double wall = now_s() - m->wall_s, wait = threads_wait_s(), steal, total, pre = preemptions();
     if (m->preempted >= 0 && pre >= 0 && wall > 0)
         d.preempted_per_s = (pre - m->preempted) / wall;
@@ -91,19 +91,29 @@ disturbance disturbance_end(const disturbance_mark *m)
     return d;
 }
 
+/* Both readings there, and positive (0 and NaN are none). */
+static int stream_read(const disturbance *d)
+{
+    return d->stream_gbps > 0 && d->stream_best_gbps > 0;
+}
+
 int disturbance_found(const disturbance *d)
 {
-    return d->wait_frac >= DISTURBANCE_WAIT || d->steal_frac >= DISTURBANCE_STEAL;
+    const int drifted = stream_read(d) && d->stream_gbps * DISTURBANCE_DRIFT <= d->stream_best_gbps;
+    return d->wait_frac >= DISTURBANCE_WAIT || d->steal_frac >= DISTURBANCE_STEAL || drifted;
 }
 
 void disturbance_describe(const disturbance *d, char *buf, size_t len)
 {
-    char wait[64] = "thread waits unknown", steal[48] = "steal unknown", pre[48] = "";
+    char wait[64] = "thread waits unknown", steal[48] = "steal unknown", pre[48] = "", stream[80] = "";
     if (!isnan(d->wait_frac))
         snprintf(wait, sizeof wait, "threads waited %.0f%% of the window for a CPU", 100.0 * d->wait_frac);
     if (!isnan(d->steal_frac))
         snprintf(steal, sizeof steal, "%.0f%% stolen", 100.0 * d->steal_frac);
     if (!isnan(d->preempted_per_s))
         snprintf(pre, sizeof pre, ", %.0f preemptions/s", d->preempted_per_s);
-    snprintf(buf, len, "%s, %s%s", wait, steal, pre);
+    if (stream_read(d))
+        snprintf(stream, sizeof stream, ", copy pass at %.1f GB/s against %.1f at the run's fastest",
+                 d->stream_gbps, d->stream_best_gbps);
+    snprintf(buf, len, "%s, %s%s%s", wait, steal, pre, stream);
 }

@@ -52,6 +52,7 @@ typedef struct interleave_try {
     size_t k;
     int rounds;
     const job_options *opt;
+    device_probe *probe;
     job_result *res;
 } interleave_try;
 
@@ -59,16 +60,26 @@ static disturbance interleave_once(void *ctx)
 {
     interleave_try *t = ctx;
     job_interleave(t->dev, t->bc, t->ks, t->k, t->rounds, t->opt, t->res);
-    disturbance none = {NAN, NAN, NAN};
-    return t->k ? t->res[0].dist : none;
+    disturbance d = {NAN, NAN, NAN, NAN, NAN};
+    if (t->k)
+        d = t->res[0].dist;
+    /* Right after the rounds, in the window's state; the streaming pass
+     * of each round (paired_stream.h) moves the kernel's bytes, not the
+     * probe's, so it cannot stand in for it. */
+    if (t->probe) {
+        d.stream_gbps = device_probe_read(t->dev, t->probe);
+        d.stream_best_gbps = t->probe->max_gbps;
+    }
+    return d;
 }
 
 void final_interleave(attnres_device *dev, bench_case *bc, const job_kernel *ks, size_t k, const job_options *opt,
-                      int retries, final_note_fn note, void *note_ctx, job_result *res, final_verdict *v)
+                      device_probe *probe, int retries, final_note_fn note, void *note_ctx, job_result *res,
+                      final_verdict *v)
 {
     job_options o = *opt;
     o.round_us = dev->simulated ? 0 : FINAL_ROUND_US;
-    interleave_try t = {dev, bc, ks, k, final_rounds(dev), &o, res};
+    interleave_try t = {dev, bc, ks, k, final_rounds(dev), &o, probe, res};
     final_retry(interleave_once, &t, retries, FINAL_RETRY_PAUSE_S, !dev->simulated, note, note_ctx, v);
 }
 

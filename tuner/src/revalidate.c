@@ -47,6 +47,7 @@ typedef struct revalidation {
     ardb *db;
     int64_t device_id, run_id;
     rooflines roof;
+    device_probe *probe; /* read after each re-decision's round (NULL: none) */
     measure_policy policy;
     int quiet;
     int retries;       /* a disturbed re-decision is timed again (final_round.h) */
@@ -69,7 +70,7 @@ typedef struct outcome {
      * figures above are then the stored winner's in that round. */
     int redecided, still_provisional;
     size_t finalists;
-    char decided[128], evidence[160];
+    char decided[128], evidence[224];
     double decided_us;
 } outcome;
 
@@ -312,7 +313,7 @@ static void redecide_note(void *ctx, const char *line)
  * was disturbed on every try too. */
 static void describe_redecision(const ardb_stored_winner *w, outcome *o)
 {
-    char before[520] = "", now[64] = "", decided[320], again[220] = "";
+    char before[520] = "", now[64] = "", decided[320], again[280] = "";
     if (o->status != ARDB_STATUS_OK && o->message[0])
         snprintf(before, sizeof before, "%s; ", o->message);
     if (o->status == ARDB_STATUS_OK)
@@ -436,7 +437,7 @@ static void redecide(revalidation *r, const ardb_stored_winner *w, const tune_pr
                        .pair = pair};
     final_verdict v;
     note(r, "  re-deciding the provisional winner: %zu finalist(s) timed interleaved", nv);
-    final_interleave(r->dev, bc, ks, nv, &opt, r->retries, redecide_note, r, res, &v);
+    final_interleave(r->dev, bc, ks, nv, &opt, r->probe, r->retries, redecide_note, r, res, &v);
     size_t nref = 0;
     for (size_t j = 0; j < nv; j++) {
         finalist *x = &f[slot[j]];
@@ -678,6 +679,10 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet, int
         cli_error("tune", "measuring the device: %s", attnres_device_errmsg(r.dev));
         goto done;
     }
+    char probe_err[512];
+    if (device_probe_create(r.dev, &r.roof, &r.probe, probe_err, sizeof probe_err) < 0)
+        note(&r, "no streaming probe of the device: %s", probe_err);
+    device_probe_read(r.dev, r.probe);
     if (ardb_device_upsert(r.db, &d, &r.device_id) != ARDB_DONE) {
         cli_error("tune", "recording the device: %s", ardb_errmsg(r.db));
         goto done;
@@ -720,6 +725,7 @@ done:
     free(o);
     ardb_stored_winners_free(w, n);
     ardb_close(r.db);
+    device_probe_free(r.dev, r.probe);
     attnres_device_close(r.dev);
     return exit_code;
 }

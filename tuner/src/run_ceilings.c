@@ -51,6 +51,12 @@ int tuner_ceilings_measure(tuner *t)
         cli_error("tune", "measuring the device: %s", attnres_device_errmsg(t->dev));
         return -1;
     }
+    /* The probe's first reading, in the state the ceilings were measured
+     * in: later ones are held to it. */
+    char why[512];
+    if (device_probe_create(t->dev, &t->roof, &t->probe, why, sizeof why) < 0)
+        log_line(t, "no streaming probe of the device: %s", why);
+    device_probe_read(t->dev, t->probe);
     tune_stages_add(&t->stages, STAGE_CEILINGS, now_s() - c0, 0);
     t->roof_ready = 1;
     t->roof_carried_from = 0;

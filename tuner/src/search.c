@@ -505,7 +505,7 @@ static void final_round(tuner *t, bench_case *bc, int64_t problem_id, candidate_
         job_options opt = {.verify = 0, .policy = t->policy, .time_limit_s = t->opt.time_limit_s,
                            .isolate = t->opt.isolate, .pair = pair};
         final_verdict v;
-        final_interleave(t->dev, bc, ks, nk, &opt, t->opt.retries, final_note, t, res, &v);
+        final_interleave(t->dev, bc, ks, nk, &opt, t->probe, t->opt.retries, final_note, t, res, &v);
         w->disturbed = v.disturbed;
         w->provisional = v.provisional;
         snprintf(w->disturbance, sizeof w->disturbance, "%s", v.disturbance);
