@@ -15,18 +15,32 @@
 #      applicable CUDA variant is compiled with NVRTC, verified against the
 #      fp64 reference (status wrong_result / compile_failed / launch_failed
 #      otherwise) and timed;
-#   4. prints the winners (`attnres db show`) and, last, a short table of
-#      candidate statuses per problem.
+#   4. tunes the mix backward (op mix_backward, DESIGN §1b) at the same two
+#      shapes into that database from a problems file: every variant of
+#      cuda/mix_backward.lua is compiled, each gradient verified against
+#      attnres_reference_mix_backward, run twice and bit-compared (a
+#      candidate whose runs differ is wrong_result, "nondeterministic:"),
+#      and timed; then each backward shape is planned on cuda:0 with an
+#      exact winner required (`attnres plan --op mix_backward
+#      --require-exact`), which also reports its workspace;
+#   5. prints the winners (`attnres db show`) and, last, a short table of
+#      candidate statuses per problem, the backward's included.
 # Before tuning it runs BUILD_DIR/bin/test_nvrtc when present (the CUDA
 # backend alone: generic kernels against the fp64 reference), and
 # bin/test_cuda_stream_pass (the paired ceiling's pass) when present.
-# Exit status: 0 when every step ran and no candidate came back
-# wrong_result or launch_failed; 1 otherwise.
+# Exit status: 0 when every step ran, no candidate came back wrong_result
+# or launch_failed and every backward shape has an exact winner; 1
+# otherwise.
 #
 # Environment:
 #   OUT       where the database and logs go (default: BUILD_DIR/gpu-check)
 #   PRESETS   presets to tune (default: "k3 mhar-8b"; "default" and
-#             "delta-small" also exist)
+#             "delta-small" also exist; set but empty: none)
+#   BACKWARD  a problems file (docs/problems.md) of mix_backward lines to
+#             tune (default: the K3 and MHAR-8B shapes in bf16 at T 1, 64,
+#             4096 and 16384, written to OUT/backward.problems); "none"
+#             skips the backward
+#   UNIT_TESTS  0 skips test_nvrtc and test_cuda_stream_pass (default: 1)
 #   STRATEGY  tuner strategy (default: exhaustive, which times every
 #             candidate fully; "halving" is quicker)
 #   DEVICE    device spec (default: cuda:0)
@@ -35,7 +49,9 @@ set -u -o pipefail
 BUILD=${1:-build}
 BIN=$BUILD/bin/attnres
 OUT=${OUT:-$BUILD/gpu-check}
-PRESETS=${PRESETS:-k3 mhar-8b}
+PRESETS=${PRESETS-k3 mhar-8b}
+BACKWARD=${BACKWARD:-}
+UNIT_TESTS=${UNIT_TESTS:-1}
 STRATEGY=${STRATEGY:-exhaustive}
 DEVICE=${DEVICE:-cuda:0}
 DB=$OUT/gpu-check.db
@@ -75,14 +91,14 @@ command -v nvidia-smi >/dev/null 2>&1 &&
 # 3. The backend on its own (if the unit test was built): the generic kernels
 #    against the fp64 reference, copy bandwidth, empty launch, and every
 #    variant compiled for sm_80 and sm_90.
-if [ -x "$BUILD/bin/test_nvrtc" ]; then
+if [ "$UNIT_TESTS" != 0 ] && [ -x "$BUILD/bin/test_nvrtc" ]; then
     say "test_nvrtc"
     "$BUILD/bin/test_nvrtc" 2>&1 | tee "$OUT/test_nvrtc.log" ||
         failed=1
 fi
 # The stream pass that pairs out-of-cache winners: on a GPU it moves real
 # bytes through HBM (the K3 and MHAR presets at T >= 4096 exceed the L2).
-if [ -x "$BUILD/bin/test_cuda_stream_pass" ]; then
+if [ "$UNIT_TESTS" != 0 ] && [ -x "$BUILD/bin/test_cuda_stream_pass" ]; then
     say "test_cuda_stream_pass"
     "$BUILD/bin/test_cuda_stream_pass" 2>&1 | tee "$OUT/test_cuda_stream_pass.log" ||
         failed=1
@@ -100,7 +116,45 @@ for preset in $PRESETS; do
     took[$preset]=$(( $(date +%s) - start ))
 done
 
-# 5. Winners, then the status table.
+# 5. The mix backward: tuned from a problems file, since the presets hold
+#    forward problems only, then every shape planned with its exact winner.
+if [ "$BACKWARD" != none ]; then
+    if [ -z "$BACKWARD" ]; then
+        BACKWARD=$OUT/backward.problems
+        cat >"$BACKWARD" <<'EOF_PROBLEMS'
+# The mix backward at the K3 and MHAR-8B shapes (tuner presets k3 and mhar-8b).
+mix_backward  bf16  7168  9  1  replace  0  1,64,4096,16384
+mix_backward  bf16  4096  9  8  replace  0  1,64,4096,16384
+EOF_PROBLEMS
+    fi
+    [ -r "$BACKWARD" ] || die "cannot read the backward problems file $BACKWARD"
+    say "attnres tune --device $DEVICE --problems $BACKWARD --strategy $STRATEGY"
+    start=$(date +%s)
+    if ! "$BIN" tune --device "$DEVICE" --problems "$BACKWARD" --strategy "$STRATEGY" --db "$DB" \
+            2>&1 | tee "$OUT/tune-mix_backward.log"; then
+        failed=1
+    fi
+    took[mix_backward]=$(( $(date +%s) - start ))
+    PRESETS="$PRESETS mix_backward"
+    shapes=0
+    while read -r op dtype d n heads form epilogue _; do
+        case "$op" in ''|'#'*) continue ;; esac
+        [ "$op" = mix_backward ] || die "$BACKWARD: '$op' is not a mix_backward line"
+        shapes=$((shapes + 1))
+        flags=()
+        [ "$form" = additive ] && flags+=(--additive)
+        [ "$epilogue" = 1 ] && flags+=(--epilogue)
+        say "attnres plan --op mix_backward --dtype $dtype --d $d --n $n --heads $heads ${flags[*]-} --require-exact"
+        if ! "$BIN" plan --device "$DEVICE" --db "$DB" --op mix_backward --dtype "$dtype" --d "$d" --n "$n" \
+                --heads "$heads" ${flags[@]+"${flags[@]}"} --require-exact --explain 2>&1 |
+                tee -a "$OUT/plan-mix_backward.txt"; then
+            failed=1
+        fi
+    done < <(sed 's/#.*//' "$BACKWARD")
+    [ "$shapes" -gt 0 ] || { say "no mix_backward line in $BACKWARD"; failed=1; }
+fi
+
+# 6. Winners, then the status table.
 say "attnres db show"
 "$BIN" db show --db "$DB" | tee "$OUT/winners.txt" || failed=1
 

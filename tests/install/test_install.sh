@@ -6,7 +6,8 @@
 #     exports exactly the functions attnres.h declares;
 #   - libattnres.a is self-contained (it holds the database layer);
 #   - examples/, copied out of the tree, builds against the prefix with
-#     pkg-config and with find_package, shared and static, and passes.
+#     pkg-config and with find_package, shared and static, and passes its
+#     forward check and its training step.
 # Usage: test_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -69,9 +70,9 @@ cp -r "$src/examples" "$work/examples"
 export PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig"
 run_example() { # name binary
   local out
-  out=$("$2" --tokens 2 2>&1) || { echo "$out"; fail "$1: k3_engine failed"; }
+  out=$("$2" --tokens 2 --train 2>&1) || { echo "$out"; fail "$1: k3_engine failed"; }
   grep '^PASS$' <<<"$out" >/dev/null || { echo "$out"; fail "$1: k3_engine did not pass"; }
-  echo "$out" | sed -n 's/^/   /;/model load\|check:/p'
+  echo "$out" | sed -n 's/^/   /;/model load\|check\|train:/p'
 }
 
 step "pkg-config, shared"
