@@ -16,6 +16,32 @@
 #include "migrate.h"
 #include "query.h"
 
+/* ---- readers whose SQL depends on the schema version --------------------- */
+
+/* Writes a reader's SQL text for a file of schema version `version` into
+ * sql[size], reading a column that version lacks as its default; returns
+ * snprintf's count. */
+typedef int versioned_sql(char *sql, size_t size, int64_t version);
+
+/* Reads the schema version of the main file, builds the reader's SQL text
+ * for it and prepares it. what names the reader in messages, as for
+ * ardb__prepare. A text too long for the buffer fails as a truncated one
+ * would: ESQL. */
+static int prepare_versioned(ardb *db, versioned_sql *build, sqlite3_stmt **st,
+                             const char *what)
+{
+    char sql[4096];
+    int64_t version = 0;
+    int code, len;
+
+    if ((code = ardb__user_version(db, "main", &version)))
+        return code;
+    len = build(sql, sizeof sql, version);
+    if (len < 0 || (size_t)len >= sizeof sql)
+        return ardb__fail(db, ARDB_ESQL, "%s: SQL text too long", what);
+    return ardb__prepare(db, sql, st, what);
+}
+
 /* ---- runs ---------------------------------------------------------------- */
 
 void ardb_run_info_clear(ardb_run_info *r)
@@ -94,35 +120,36 @@ static int read_run(sqlite3_stmt *st, ardb_run_info *r)
     return 0;
 }
 
+/* Every run with its device and counts; ?1 selects one run, or all when 0. */
+static int runs_sql(char *sql, size_t size, int64_t version)
+{
+    return snprintf(sql, size,
+                    "SELECT r.id, r.device_id, %s, %s, r.started_at, r.finished_at,"
+                    " r.status, r.user, r.host, r.command, r.project_version,"
+                    " r.templates_hash, r.compiler, r.driver, r.policy_json,"
+                    " r.strategy, d.name, d.backend, d.arch, d.fingerprint,"
+                    " r.copy_gbps, r.launch_us, %s,"
+                    " (SELECT count(*) FROM measurements m WHERE m.run_id = r.id),"
+                    " (SELECT count(*) FROM winners w WHERE w.run_id = r.id),"
+                    " COALESCE(%s, 0), %s, %s"
+                    " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
+                    " WHERE ?1 = 0 OR r.id = ?1 ORDER BY r.id",
+                    ardb__run_uid_expr(version), version >= 2 ? "r.note" : "NULL",
+                    ardb__run_read_gbps_expr(version),
+                    ardb__device_simulated_expr(version, "d"),
+                    version >= 6 ? "r.ceilings" : "NULL", version >= 7 ? "r.stages" : "NULL");
+}
+
 /* Runs (one, or all when run_id is 0) into a malloc'ed array. */
 static int query_runs(ardb *db, int64_t run_id, ardb_run_info **out,
                       size_t *count)
 {
-    char sql[2048];
-    int64_t version = 0;
     sqlite3_stmt *st = NULL;
     ardb_run_info *arr = NULL;
     size_t n = 0, cap = 0;
     int code, rc;
 
-    if ((code = ardb__user_version(db, "main", &version)))
-        return code;
-    snprintf(sql, sizeof sql,
-             "SELECT r.id, r.device_id, %s, %s, r.started_at, r.finished_at,"
-             " r.status, r.user, r.host, r.command, r.project_version,"
-             " r.templates_hash, r.compiler, r.driver, r.policy_json,"
-             " r.strategy, d.name, d.backend, d.arch, d.fingerprint,"
-             " r.copy_gbps, r.launch_us, %s,"
-             " (SELECT count(*) FROM measurements m WHERE m.run_id = r.id),"
-             " (SELECT count(*) FROM winners w WHERE w.run_id = r.id),"
-             " COALESCE(%s, 0), %s, %s"
-             " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
-             " WHERE ?1 = 0 OR r.id = ?1 ORDER BY r.id",
-             ardb__run_uid_expr(version), version >= 2 ? "r.note" : "NULL",
-             ardb__run_read_gbps_expr(version),
-             ardb__device_simulated_expr(version, "d"),
-             version >= 6 ? "r.ceilings" : "NULL", version >= 7 ? "r.stages" : "NULL");
-    if ((code = ardb__prepare(db, sql, &st, "list runs")))
+    if ((code = prepare_versioned(db, runs_sql, &st, "list runs")))
         return code;
     if ((rc = sqlite3_bind_int64(st, 1, run_id)) != SQLITE_OK)
         return ardb__step_fail(db, st, rc, "list runs");
@@ -179,9 +206,18 @@ int ardb_run_get(ardb *db, int64_t run_id, ardb_run_info *out)
     return ARDB_DONE;
 }
 
+/* The runs whose uid starts with ?1, two at the most. */
+static int run_uid_prefix_sql(char *sql, size_t size, int64_t version)
+{
+    return snprintf(sql, size,
+                    "SELECT r.id FROM runs r WHERE substr(%s, 1, length(?1)) = ?1"
+                    " LIMIT 2",
+                    ardb__run_uid_expr(version));
+}
+
 int ardb_run_resolve(ardb *db, const char *text, int64_t *run_id)
 {
-    int64_t version = 0, v;
+    int64_t v;
     int code, rc;
     const char *p;
 
@@ -232,17 +268,10 @@ int ardb_run_resolve(ardb *db, const char *text, int64_t *run_id)
                           "'%s' is not a run: give an id, 'latest', "
                           "'latest~K' or at least 4 characters of a uid",
                           text);
-    if ((code = ardb__user_version(db, "main", &version)))
-        return code;
     {
-        char sql[512];
         sqlite3_stmt *st = NULL;
         int64_t found = 0, matches = 0;
-        snprintf(sql, sizeof sql,
-                 "SELECT r.id FROM runs r WHERE substr(%s, 1, length(?1)) = ?1"
-                 " LIMIT 2",
-                 ardb__run_uid_expr(version));
-        if ((code = ardb__prepare(db, sql, &st, "find run")))
+        if ((code = prepare_versioned(db, run_uid_prefix_sql, &st, "find run")))
             return code;
         if ((rc = sqlite3_bind_text(st, 1, text, -1, SQLITE_STATIC)) !=
             SQLITE_OK)
@@ -526,12 +555,13 @@ void ardb_winner_points_free(ardb_winner_point *p, size_t count)
     free(p);
 }
 
-int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
+/* Every winner with its problem, device, run and timing. The device is
+ * named as in the listings: a simulated one says so, so that a chart never
+ * passes a simulator's model timings for those of hardware of the same
+ * name. */
+static int winner_history_sql(char *sql, size_t size, int64_t version)
 {
-    /* The device is named as in the listings: a simulated one says so, so
-     * that a chart never passes a simulator's model timings for those of
-     * hardware of the same name. */
-    static const char sql_fmt[] =
+    return snprintf(sql, size,
         "SELECT w.run_id, w.problem_id, w.device_id, p.key,"
         " COALESCE(d.name, d.fingerprint) ||"
         " CASE WHEN %s THEN ' (simulated)' ELSE '' END, c.variant, r.strategy,"
@@ -541,9 +571,12 @@ int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
         " JOIN candidates c ON c.id = w.candidate_id"
         " JOIN measurements m ON m.id = w.measurement_id"
         " JOIN runs r ON r.id = w.run_id"
-        " ORDER BY " ARDB_PROBLEM_ORDER ", w.device_id, w.run_id";
-    char sql[sizeof sql_fmt + 32];
-    int64_t version = 0;
+        " ORDER BY " ARDB_PROBLEM_ORDER ", w.device_id, w.run_id",
+        ardb__device_simulated_expr(version, "d"));
+}
+
+int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
+{
     sqlite3_stmt *st = NULL;
     ardb_winner_point *arr = NULL;
     size_t n = 0, cap = 0;
@@ -556,11 +589,7 @@ int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
                           "ardb_winner_history: invalid argument");
     *out = NULL;
     *count = 0;
-    if ((code = ardb__user_version(db, "main", &version)))
-        return code;
-    snprintf(sql, sizeof sql, sql_fmt,
-             ardb__device_simulated_expr(version, "d"));
-    if ((code = ardb__prepare(db, sql, &st, "winner history")))
+    if ((code = prepare_versioned(db, winner_history_sql, &st, "winner history")))
         return code;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         ardb_winner_point *p;
@@ -624,14 +653,16 @@ void ardb_stored_winners_free(ardb_stored_winner *w, size_t count)
     free(w);
 }
 
-int ardb_stored_winners(ardb *db, const ardb_device *dev,
-                        ardb_stored_winner **out, size_t *count)
+/* Per problem, the winner a device would be served (?1 its fingerprint, ?2
+ * its backend, ?3 its arch, ?4 whether it is simulated). As
+ * ardb_winners_lookup: only devices of the same kind (simulated or real:
+ * the last conversion) count, at every level. A file older than v9 has no
+ * provisional winner. */
+static int stored_winners_sql(char *sql, size_t size, int64_t version)
 {
 #define LEVEL_EXPR                                                            \
     "CASE WHEN d.fingerprint = ?1 THEN 0 WHEN d.arch = ?3 THEN 1 ELSE 2 END"
-    /* As ardb_winners_lookup: only devices of the same kind (simulated or
-     * real: the second conversion) count, at every level. */
-    static const char sql_fmt[] =
+    return snprintf(sql, size,
         "SELECT problem_id, candidate_id, run_id, device_id, lvl, op, dtype,"
         " form, d, t_bucket, n, heads, epilogue, s, key, variant,"
         " template_name, kernel_name, params_json, source, source_hash,"
@@ -651,10 +682,16 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
         "  JOIN measurements m ON m.id = w.measurement_id"
         "  WHERE d.backend = ?2 AND %s = ?4"
         " ) AS x WHERE rn = 1"
-        " ORDER BY op, dtype, d, n, heads, form, epilogue, s, t_bucket";
+        " ORDER BY op, dtype, d, n, heads, form, epilogue, s, t_bucket",
+        version >= 9 ? "w.provisional" : "0",
+        version >= 9 ? "w.disturbance" : "NULL",
+        ardb__device_simulated_expr(version, "d"));
 #undef LEVEL_EXPR
-    char sql[sizeof sql_fmt + 64];
-    int64_t version = 0;
+}
+
+int ardb_stored_winners(ardb *db, const ardb_device *dev,
+                        ardb_stored_winner **out, size_t *count)
+{
     sqlite3_stmt *st = NULL;
     ardb_stored_winner *arr = NULL;
     size_t n = 0, cap = 0;
@@ -668,14 +705,7 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
                           "fingerprint is required");
     *out = NULL;
     *count = 0;
-    if ((code = ardb__user_version(db, "main", &version)))
-        return code;
-    /* A file older than v9 has no provisional winner. */
-    snprintf(sql, sizeof sql, sql_fmt,
-             version >= 9 ? "w.provisional" : "0",
-             version >= 9 ? "w.disturbance" : "NULL",
-             ardb__device_simulated_expr(version, "d"));
-    if ((code = ardb__prepare(db, sql, &st, "stored winners")))
+    if ((code = prepare_versioned(db, stored_winners_sql, &st, "stored winners")))
         return code;
     if ((rc = sqlite3_bind_text(st, 1, dev->fingerprint, -1, SQLITE_STATIC)) !=
             SQLITE_OK ||
@@ -757,13 +787,13 @@ void ardb_stored_finalists_free(ardb_stored_finalist *f, size_t count)
     free(f);
 }
 
-int ardb_stored_finalists(ardb *db, int64_t measurement_id,
-                          ardb_stored_finalist **out, size_t *count)
+/* The finalists of the final round that chose the winner measured as ?1.
+ * That round times each finalist once a run; the newest of a candidate is
+ * taken all the same, so that a file where one was timed twice still lists
+ * it once. */
+static int stored_finalists_sql(char *sql, size_t size, int64_t version)
 {
-    /* The final round of a problem times each finalist once a run; the
-     * newest of a candidate is taken all the same, so that a file where
-     * one was timed twice still lists it once. */
-    static const char sql_fmt[] =
+    return snprintf(sql, size,
         "SELECT candidate_id, id, variant, template_name, kernel_name,"
         " params_json, source, source_hash, median_us, spread_us FROM ("
         "  SELECT c.id AS candidate_id, m.id AS id, c.variant AS variant,"
@@ -778,9 +808,13 @@ int ardb_stored_finalists(ardb *db, int64_t measurement_id,
         "   AND m.problem_id = won.problem_id AND m.device_id = won.device_id"
         "  JOIN candidates c ON c.id = m.candidate_id"
         "  WHERE won.id = ?1 AND m.status = 'ok' AND %s"
-        " ) WHERE rn = 1 ORDER BY median_us, variant, candidate_id";
-    char sql[sizeof sql_fmt + 64];
-    int64_t version = 0;
+        " ) WHERE rn = 1 ORDER BY median_us, variant, candidate_id",
+        ardb__final_round_expr(version));
+}
+
+int ardb_stored_finalists(ardb *db, int64_t measurement_id,
+                          ardb_stored_finalist **out, size_t *count)
+{
     sqlite3_stmt *st = NULL;
     ardb_stored_finalist *arr = NULL;
     size_t n = 0, cap = 0;
@@ -793,10 +827,7 @@ int ardb_stored_finalists(ardb *db, int64_t measurement_id,
                           "ardb_stored_finalists: invalid argument");
     *out = NULL;
     *count = 0;
-    if ((code = ardb__user_version(db, "main", &version)))
-        return code;
-    snprintf(sql, sizeof sql, sql_fmt, ardb__final_round_expr(version));
-    if ((code = ardb__prepare(db, sql, &st, "stored finalists")))
+    if ((code = prepare_versioned(db, stored_finalists_sql, &st, "stored finalists")))
         return code;
     if ((rc = sqlite3_bind_int64(st, 1, measurement_id)) != SQLITE_OK)
         return ardb__step_fail(db, st, rc, "stored finalists");
