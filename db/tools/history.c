@@ -42,6 +42,51 @@ static int prepare_versioned(ardb *db, versioned_sql *build, sqlite3_stmt **st,
     return ardb__prepare(db, sql, st, what);
 }
 
+/* ---- a statement's rows into an array ------------------------------------ */
+
+/* Reads the current row of st into elem (zeroed); nonzero when out of
+ * memory, what it did copy left in elem for the array's free to release. */
+typedef int row_reader(sqlite3_stmt *st, void *elem);
+/* Frees an array of count elements and what they hold. */
+typedef void rows_free(void *rows, size_t count);
+
+/* Steps st to its end, reading each row into a new element (elem_size
+ * bytes) of a malloc'ed array, and finalizes st. On success *rows and
+ * *count hold the array; on failure what was read is freed and the
+ * message is "what: out of memory" or what's SQLite failure. */
+static int collect_rows(ardb *db, sqlite3_stmt *st, size_t elem_size,
+                        row_reader *read, rows_free *free_rows,
+                        const char *what, void **rows, size_t *count)
+{
+    void *arr = NULL;
+    size_t n = 0, cap = 0;
+    int code = ARDB_DONE, rc;
+
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        void *elem;
+        if (ardb__grow(&arr, &cap, n + 1, elem_size)) {
+            code = ardb__fail(db, ARDB_ENOMEM, "%s: out of memory", what);
+            break;
+        }
+        elem = (char *)arr + n++ * elem_size;
+        memset(elem, 0, elem_size);
+        if (read(st, elem)) {
+            code = ardb__fail(db, ARDB_ENOMEM, "%s: out of memory", what);
+            break;
+        }
+    }
+    if (!code && rc != SQLITE_DONE)
+        code = ardb__sql_fail(db, rc, what);
+    sqlite3_finalize(st);
+    if (code) {
+        free_rows(arr, n);
+        return code;
+    }
+    *rows = arr;
+    *count = n;
+    return ARDB_DONE;
+}
+
 /* ---- runs ---------------------------------------------------------------- */
 
 void ardb_run_info_clear(ardb_run_info *r)
@@ -81,10 +126,15 @@ void ardb_run_infos_free(ardb_run_info *r, size_t count)
     free(r);
 }
 
-static int read_run(sqlite3_stmt *st, ardb_run_info *r)
+static void free_runs(void *rows, size_t count)
 {
+    ardb_run_infos_free(rows, count);
+}
+
+static int read_run(sqlite3_stmt *st, void *elem)
+{
+    ardb_run_info *r = elem;
     int oom = 0, c = 0;
-    memset(r, 0, sizeof *r);
     r->id = sqlite3_column_int64(st, c++);
     r->device_id = sqlite3_column_int64(st, c++);
     r->uid = ardb__col_dup(st, c++, &oom);
@@ -113,11 +163,7 @@ static int read_run(sqlite3_stmt *st, ardb_run_info *r)
     r->device_simulated = sqlite3_column_int(st, c++) != 0;
     r->ceilings = ardb__col_dup(st, c++, &oom);
     r->stages = ardb__col_dup(st, c++, &oom);
-    if (oom) {
-        ardb_run_info_clear(r);
-        return -1;
-    }
-    return 0;
+    return oom;
 }
 
 /* Every run with its device and counts; ?1 selects one run, or all when 0. */
@@ -145,31 +191,17 @@ static int query_runs(ardb *db, int64_t run_id, ardb_run_info **out,
                       size_t *count)
 {
     sqlite3_stmt *st = NULL;
-    ardb_run_info *arr = NULL;
-    size_t n = 0, cap = 0;
+    void *rows = NULL;
     int code, rc;
 
     if ((code = prepare_versioned(db, runs_sql, &st, "list runs")))
         return code;
     if ((rc = sqlite3_bind_int64(st, 1, run_id)) != SQLITE_OK)
         return ardb__step_fail(db, st, rc, "list runs");
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr) ||
-            read_run(st, &arr[n])) {
-            code = ardb__fail(db, ARDB_ENOMEM, "list runs: out of memory");
-            break;
-        }
-        n++;
-    }
-    if (!code && rc != SQLITE_DONE)
-        code = ardb__sql_fail(db, rc, "list runs");
-    sqlite3_finalize(st);
-    if (code) {
-        ardb_run_infos_free(arr, n);
+    if ((code = collect_rows(db, st, sizeof **out, read_run, free_runs,
+                             "list runs", &rows, count)))
         return code;
-    }
-    *out = arr;
-    *count = n;
+    *out = rows;
     return ARDB_DONE;
 }
 
@@ -392,6 +424,33 @@ void ardb_diff_free(ardb_diff_row *rows, size_t count)
     free(rows);
 }
 
+static void free_diff_rows(void *rows, size_t count)
+{
+    ardb_diff_free(rows, count);
+}
+
+static int read_diff_row(sqlite3_stmt *st, void *elem)
+{
+    ardb_diff_row *r = elem;
+    int oom = 0;
+    r->problem_id = sqlite3_column_int64(st, 0);
+    r->problem = ardb__col_dup(st, 1, &oom);
+    r->winner_a = sqlite3_column_int(st, 2);
+    r->winner_b = sqlite3_column_int(st, 3);
+    r->tried_a = sqlite3_column_int(st, 4);
+    r->tried_b = sqlite3_column_int(st, 5);
+    r->variant_a = ardb__col_dup(st, 6, &oom);
+    r->variant_b = ardb__col_dup(st, 7, &oom);
+    r->us_a = ardb__col_double(st, 8);
+    r->us_b = ardb__col_double(st, 9);
+    r->spread_a = ardb__col_double(st, 10);
+    r->spread_b = ardb__col_double(st, 11);
+    r->roofline_a = ardb__col_double(st, 12);
+    r->roofline_b = ardb__col_double(st, 13);
+    r->status_b = ardb__col_dup(st, 14, &oom);
+    return oom;
+}
+
 static int run_exists(ardb *db, int64_t run_id)
 {
     int64_t id;
@@ -441,8 +500,7 @@ int ardb_diff_runs(ardb *db, int64_t run_a, int64_t run_b,
         " LEFT JOIN wb ON wb.problem_id = p.id"
         " ORDER BY " ARDB_PROBLEM_ORDER;
     sqlite3_stmt *st = NULL;
-    ardb_diff_row *arr = NULL;
-    size_t n = 0, cap = 0;
+    void *arr = NULL;
     int code, rc;
 
     if (!db)
@@ -457,44 +515,10 @@ int ardb_diff_runs(ardb *db, int64_t run_a, int64_t run_b,
     if ((rc = sqlite3_bind_int64(st, 1, run_a)) != SQLITE_OK ||
         (rc = sqlite3_bind_int64(st, 2, run_b)) != SQLITE_OK)
         return ardb__step_fail(db, st, rc, "diff runs");
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        ardb_diff_row *r;
-        int oom = 0;
-        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr)) {
-            code = ardb__fail(db, ARDB_ENOMEM, "diff runs: out of memory");
-            break;
-        }
-        r = &arr[n++];
-        memset(r, 0, sizeof *r);
-        r->problem_id = sqlite3_column_int64(st, 0);
-        r->problem = ardb__col_dup(st, 1, &oom);
-        r->winner_a = sqlite3_column_int(st, 2);
-        r->winner_b = sqlite3_column_int(st, 3);
-        r->tried_a = sqlite3_column_int(st, 4);
-        r->tried_b = sqlite3_column_int(st, 5);
-        r->variant_a = ardb__col_dup(st, 6, &oom);
-        r->variant_b = ardb__col_dup(st, 7, &oom);
-        r->us_a = ardb__col_double(st, 8);
-        r->us_b = ardb__col_double(st, 9);
-        r->spread_a = ardb__col_double(st, 10);
-        r->spread_b = ardb__col_double(st, 11);
-        r->roofline_a = ardb__col_double(st, 12);
-        r->roofline_b = ardb__col_double(st, 13);
-        r->status_b = ardb__col_dup(st, 14, &oom);
-        if (oom) {
-            code = ardb__fail(db, ARDB_ENOMEM, "diff runs: out of memory");
-            break;
-        }
-    }
-    if (!code && rc != SQLITE_DONE)
-        code = ardb__sql_fail(db, rc, "diff runs");
-    sqlite3_finalize(st);
-    if (code) {
-        ardb_diff_free(arr, n);
+    if ((code = collect_rows(db, st, sizeof **rows, read_diff_row,
+                             free_diff_rows, "diff runs", &arr, count)))
         return code;
-    }
     *rows = arr;
-    *count = n;
     return ARDB_DONE;
 }
 
@@ -559,6 +583,30 @@ void ardb_winner_points_free(ardb_winner_point *p, size_t count)
  * named as in the listings: a simulated one says so, so that a chart never
  * passes a simulator's model timings for those of hardware of the same
  * name. */
+static void free_winner_points(void *rows, size_t count)
+{
+    ardb_winner_points_free(rows, count);
+}
+
+static int read_winner_point(sqlite3_stmt *st, void *elem)
+{
+    ardb_winner_point *p = elem;
+    int oom = 0;
+    p->run_id = sqlite3_column_int64(st, 0);
+    p->problem_id = sqlite3_column_int64(st, 1);
+    p->device_id = sqlite3_column_int64(st, 2);
+    p->problem = ardb__col_dup(st, 3, &oom);
+    p->device = ardb__col_dup(st, 4, &oom);
+    p->variant = ardb__col_dup(st, 5, &oom);
+    p->strategy = ardb__col_dup(st, 6, &oom);
+    p->started_at = ardb__col_dup(st, 7, &oom);
+    p->median_us = ardb__col_double(st, 8);
+    p->spread_us = ardb__col_double(st, 9);
+    p->gbps = ardb__col_double(st, 10);
+    p->roofline = ardb__col_double(st, 11);
+    return oom;
+}
+
 static int winner_history_sql(char *sql, size_t size, int64_t version)
 {
     return snprintf(sql, size,
@@ -578,9 +626,8 @@ static int winner_history_sql(char *sql, size_t size, int64_t version)
 int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
 {
     sqlite3_stmt *st = NULL;
-    ardb_winner_point *arr = NULL;
-    size_t n = 0, cap = 0;
-    int code, rc;
+    void *rows = NULL;
+    int code;
 
     if (!db)
         return ARDB_EINVAL;
@@ -589,43 +636,12 @@ int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
                           "ardb_winner_history: invalid argument");
     *out = NULL;
     *count = 0;
-    if ((code = prepare_versioned(db, winner_history_sql, &st, "winner history")))
+    if ((code = prepare_versioned(db, winner_history_sql, &st, "winner history")) ||
+        (code = collect_rows(db, st, sizeof **out, read_winner_point,
+                             free_winner_points, "winner history", &rows,
+                             count)))
         return code;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        ardb_winner_point *p;
-        int oom = 0;
-        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr)) {
-            code = ardb__fail(db, ARDB_ENOMEM, "winner history: out of memory");
-            break;
-        }
-        p = &arr[n++];
-        memset(p, 0, sizeof *p);
-        p->run_id = sqlite3_column_int64(st, 0);
-        p->problem_id = sqlite3_column_int64(st, 1);
-        p->device_id = sqlite3_column_int64(st, 2);
-        p->problem = ardb__col_dup(st, 3, &oom);
-        p->device = ardb__col_dup(st, 4, &oom);
-        p->variant = ardb__col_dup(st, 5, &oom);
-        p->strategy = ardb__col_dup(st, 6, &oom);
-        p->started_at = ardb__col_dup(st, 7, &oom);
-        p->median_us = ardb__col_double(st, 8);
-        p->spread_us = ardb__col_double(st, 9);
-        p->gbps = ardb__col_double(st, 10);
-        p->roofline = ardb__col_double(st, 11);
-        if (oom) {
-            code = ardb__fail(db, ARDB_ENOMEM, "winner history: out of memory");
-            break;
-        }
-    }
-    if (!code && rc != SQLITE_DONE)
-        code = ardb__sql_fail(db, rc, "winner history");
-    sqlite3_finalize(st);
-    if (code) {
-        ardb_winner_points_free(arr, n);
-        return code;
-    }
-    *out = arr;
-    *count = n;
+    *out = rows;
     return ARDB_DONE;
 }
 
@@ -651,6 +667,45 @@ void ardb_stored_winners_free(ardb_stored_winner *w, size_t count)
         free(w[i].disturbance);
     }
     free(w);
+}
+
+static void free_stored_winners(void *rows, size_t count)
+{
+    ardb_stored_winners_free(rows, count);
+}
+
+static int read_stored_winner(sqlite3_stmt *st, void *elem)
+{
+    ardb_stored_winner *w = elem;
+    int oom = 0, c = 0;
+    w->problem_id = sqlite3_column_int64(st, c++);
+    w->candidate_id = sqlite3_column_int64(st, c++);
+    w->run_id = sqlite3_column_int64(st, c++);
+    w->device_id = sqlite3_column_int64(st, c++);
+    w->level = (ardb_level)sqlite3_column_int(st, c++);
+    w->op = ardb__col_dup(st, c++, &oom);
+    w->dtype = ardb__col_dup(st, c++, &oom);
+    w->form = ardb__col_dup(st, c++, &oom);
+    w->d = sqlite3_column_int64(st, c++);
+    w->t_bucket = sqlite3_column_int64(st, c++);
+    w->n = sqlite3_column_int(st, c++);
+    w->heads = sqlite3_column_int(st, c++);
+    w->epilogue = sqlite3_column_int(st, c++);
+    w->s = sqlite3_column_int(st, c++);
+    w->problem_key = ardb__col_dup(st, c++, &oom);
+    w->variant = ardb__col_dup(st, c++, &oom);
+    w->template_name = ardb__col_dup(st, c++, &oom);
+    w->kernel_name = ardb__col_dup(st, c++, &oom);
+    w->params_json = ardb__col_dup(st, c++, &oom);
+    w->source = ardb__col_dup(st, c++, &oom);
+    w->source_hash = ardb__col_dup(st, c++, &oom);
+    w->backend = ardb__col_dup(st, c++, &oom);
+    w->median_us = ardb__col_double(st, c++);
+    w->spread_us = ardb__col_double(st, c++);
+    w->measurement_id = sqlite3_column_int64(st, c++);
+    w->provisional = sqlite3_column_int(st, c++) != 0;
+    w->disturbance = w->provisional ? ardb__col_dup(st, c, &oom) : NULL;
+    return oom;
 }
 
 /* Per problem, the winner a device would be served (?1 its fingerprint, ?2
@@ -693,8 +748,7 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
                         ardb_stored_winner **out, size_t *count)
 {
     sqlite3_stmt *st = NULL;
-    ardb_stored_winner *arr = NULL;
-    size_t n = 0, cap = 0;
+    void *rows = NULL;
     int code, rc;
 
     if (!db)
@@ -715,57 +769,11 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
                         : sqlite3_bind_null(st, 3)) != SQLITE_OK ||
         (rc = sqlite3_bind_int(st, 4, dev->simulated ? 1 : 0)) != SQLITE_OK)
         return ardb__step_fail(db, st, rc, "stored winners");
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        ardb_stored_winner *w;
-        int oom = 0, c = 0;
-        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr)) {
-            code = ardb__fail(db, ARDB_ENOMEM, "stored winners: out of memory");
-            break;
-        }
-        w = &arr[n++];
-        memset(w, 0, sizeof *w);
-        w->problem_id = sqlite3_column_int64(st, c++);
-        w->candidate_id = sqlite3_column_int64(st, c++);
-        w->run_id = sqlite3_column_int64(st, c++);
-        w->device_id = sqlite3_column_int64(st, c++);
-        w->level = (ardb_level)sqlite3_column_int(st, c++);
-        w->op = ardb__col_dup(st, c++, &oom);
-        w->dtype = ardb__col_dup(st, c++, &oom);
-        w->form = ardb__col_dup(st, c++, &oom);
-        w->d = sqlite3_column_int64(st, c++);
-        w->t_bucket = sqlite3_column_int64(st, c++);
-        w->n = sqlite3_column_int(st, c++);
-        w->heads = sqlite3_column_int(st, c++);
-        w->epilogue = sqlite3_column_int(st, c++);
-        w->s = sqlite3_column_int(st, c++);
-        w->problem_key = ardb__col_dup(st, c++, &oom);
-        w->variant = ardb__col_dup(st, c++, &oom);
-        w->template_name = ardb__col_dup(st, c++, &oom);
-        w->kernel_name = ardb__col_dup(st, c++, &oom);
-        w->params_json = ardb__col_dup(st, c++, &oom);
-        w->source = ardb__col_dup(st, c++, &oom);
-        w->source_hash = ardb__col_dup(st, c++, &oom);
-        w->backend = ardb__col_dup(st, c++, &oom);
-        w->median_us = ardb__col_double(st, c++);
-        w->spread_us = ardb__col_double(st, c++);
-        w->measurement_id = sqlite3_column_int64(st, c++);
-        w->provisional = sqlite3_column_int(st, c++) != 0;
-        w->disturbance = w->provisional ? ardb__col_dup(st, c, &oom) : NULL;
-        c++;
-        if (oom) {
-            code = ardb__fail(db, ARDB_ENOMEM, "stored winners: out of memory");
-            break;
-        }
-    }
-    if (!code && rc != SQLITE_DONE)
-        code = ardb__sql_fail(db, rc, "stored winners");
-    sqlite3_finalize(st);
-    if (code) {
-        ardb_stored_winners_free(arr, n);
+    if ((code = collect_rows(db, st, sizeof **out, read_stored_winner,
+                             free_stored_winners, "stored winners", &rows,
+                             count)))
         return code;
-    }
-    *out = arr;
-    *count = n;
+    *out = rows;
     return ARDB_DONE;
 }
 
@@ -785,6 +793,28 @@ void ardb_stored_finalists_free(ardb_stored_finalist *f, size_t count)
         free(f[i].source_hash);
     }
     free(f);
+}
+
+static void free_stored_finalists(void *rows, size_t count)
+{
+    ardb_stored_finalists_free(rows, count);
+}
+
+static int read_stored_finalist(sqlite3_stmt *st, void *elem)
+{
+    ardb_stored_finalist *f = elem;
+    int oom = 0;
+    f->candidate_id = sqlite3_column_int64(st, 0);
+    f->measurement_id = sqlite3_column_int64(st, 1);
+    f->variant = ardb__col_dup(st, 2, &oom);
+    f->template_name = ardb__col_dup(st, 3, &oom);
+    f->kernel_name = ardb__col_dup(st, 4, &oom);
+    f->params_json = ardb__col_dup(st, 5, &oom);
+    f->source = ardb__col_dup(st, 6, &oom);
+    f->source_hash = ardb__col_dup(st, 7, &oom);
+    f->median_us = ardb__col_double(st, 8);
+    f->spread_us = ardb__col_double(st, 9);
+    return oom;
 }
 
 /* The finalists of the final round that chose the winner measured as ?1.
@@ -816,8 +846,7 @@ int ardb_stored_finalists(ardb *db, int64_t measurement_id,
                           ardb_stored_finalist **out, size_t *count)
 {
     sqlite3_stmt *st = NULL;
-    ardb_stored_finalist *arr = NULL;
-    size_t n = 0, cap = 0;
+    void *rows = NULL;
     int code, rc;
 
     if (!db)
@@ -831,41 +860,11 @@ int ardb_stored_finalists(ardb *db, int64_t measurement_id,
         return code;
     if ((rc = sqlite3_bind_int64(st, 1, measurement_id)) != SQLITE_OK)
         return ardb__step_fail(db, st, rc, "stored finalists");
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        ardb_stored_finalist *f;
-        int oom = 0;
-        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr)) {
-            code = ardb__fail(db, ARDB_ENOMEM,
-                              "stored finalists: out of memory");
-            break;
-        }
-        f = &arr[n++];
-        memset(f, 0, sizeof *f);
-        f->candidate_id = sqlite3_column_int64(st, 0);
-        f->measurement_id = sqlite3_column_int64(st, 1);
-        f->variant = ardb__col_dup(st, 2, &oom);
-        f->template_name = ardb__col_dup(st, 3, &oom);
-        f->kernel_name = ardb__col_dup(st, 4, &oom);
-        f->params_json = ardb__col_dup(st, 5, &oom);
-        f->source = ardb__col_dup(st, 6, &oom);
-        f->source_hash = ardb__col_dup(st, 7, &oom);
-        f->median_us = ardb__col_double(st, 8);
-        f->spread_us = ardb__col_double(st, 9);
-        if (oom) {
-            code = ardb__fail(db, ARDB_ENOMEM,
-                              "stored finalists: out of memory");
-            break;
-        }
-    }
-    if (!code && rc != SQLITE_DONE)
-        code = ardb__sql_fail(db, rc, "stored finalists");
-    sqlite3_finalize(st);
-    if (code) {
-        ardb_stored_finalists_free(arr, n);
+    if ((code = collect_rows(db, st, sizeof **out, read_stored_finalist,
+                             free_stored_finalists, "stored finalists", &rows,
+                             count)))
         return code;
-    }
-    *out = arr;
-    *count = n;
+    *out = rows;
     return ARDB_DONE;
 }
 
