@@ -75,6 +75,23 @@ int run_read_vector(const char *path, const char *flag, int64_t d, npy_array *a)
 /* Reads --sources: (N, T, d) with N >= 1 and d >= 1. */
 int run_read_sources(const run_opts *o, npy_array *s);
 
+/* The inputs of the depth mix and of its backward (cmd_run_mix.c,
+ * cmd_run_backward.c) as read from disk, each shape checked against the
+ * sources'; an array whose flag was not given stays empty. */
+typedef struct mix_inputs {
+    npy_array sources, query, gain, partial, out_gain, dout;
+    int64_t n, t, d; /* the sources' shape (N, T, d) */
+} mix_inputs;
+
+/* Reads --sources and --query, and whichever of --gain, --partial,
+ * --out-gain and --dout were given (each op's options admit only its own):
+ * vectors of d elements, partial and dout (T, d). 0, else -1 with the
+ * reason printed and in emptied. */
+int run_read_mix_inputs(const run_opts *o, mix_inputs *in);
+
+/* Frees the arrays of in; harmless on an emptied one. */
+void run_mix_inputs_free(mix_inputs *in);
+
 /* The most outputs one op writes: mix_backward's dsources, dquery, dgain,
  * dpartial and dalpha. */
 #define RUN_MAX_OUTPUTS 5

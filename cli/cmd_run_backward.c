@@ -15,44 +15,6 @@
 #include "convert.h"
 #include "npy.h"
 
-/* The inputs as read from disk, their shapes checked against the sources. */
-typedef struct bw_inputs {
-    npy_array sources, query, gain, partial, dout;
-    int64_t n, t, d;
-} bw_inputs;
-
-static void bw_inputs_free(bw_inputs *in)
-{
-    npy_free(&in->sources);
-    npy_free(&in->query);
-    npy_free(&in->gain);
-    npy_free(&in->partial);
-    npy_free(&in->dout);
-}
-
-static int bw_read_inputs(const run_opts *o, bw_inputs *in)
-{
-    memset(in, 0, sizeof *in);
-    if (run_read_sources(o, &in->sources))
-        return -1;
-    in->n = in->sources.shape[0];
-    in->t = in->sources.shape[1];
-    in->d = in->sources.shape[2];
-    if (run_read_vector(o->query, "--query", in->d, &in->query))
-        return -1;
-    if (o->gain && run_read_vector(o->gain, "--gain", in->d, &in->gain))
-        return -1;
-    /* The additive form's gradients do not depend on partial's values
-     * (DESIGN §1b, step 2: d(partial) = G, d(alpha) = <G, mix>), so the
-     * file only selects that form; its shape is checked all the same, as
-     * it is the forward's input. */
-    const int64_t td[2] = {in->t, in->d};
-    if (o->partial &&
-        run_read_shaped("--partial", o->partial, 2, td, "T, d", "to match the sources", &in->partial))
-        return -1;
-    return run_read_shaped("--dout", o->dout, 2, td, "T, d", "to match the sources", &in->dout);
-}
-
 /* Host buffers of one run; freed together. */
 typedef struct bw_host {
     void *src, *dout, *dsrc, *dpartial;
@@ -79,19 +41,23 @@ static void bw_host_free(bw_host *h)
 
 int run_mix_backward(const run_opts *o)
 {
-    bw_inputs in;
+    mix_inputs in;
     bw_host h;
     memset(&h, 0, sizeof h);
     int exit_code = CLI_EXIT_FAIL;
     attnres_device *dev = NULL;
     attnres_db *db = NULL;
     attnres_plan *plan = NULL;
-    if (bw_read_inputs(o, &in))
+    if (run_read_mix_inputs(o, &in))
         goto done;
     attnres_problem p;
     attnres_problem_init(&p, o->dtype, in.d, (int32_t)in.n);
     p.op = ATTNRES_OP_MIX_BACKWARD;
     p.heads = (int32_t)o->heads;
+    /* The additive form's gradients do not depend on partial's values
+     * (DESIGN §1b, step 2: d(partial) = G, d(alpha) = <G, mix>), so the
+     * file only selects that form; its shape is checked all the same, as
+     * it is the forward's input. */
     p.form = o->partial ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
     if (run_check_problem(&p))
         goto done;
@@ -191,6 +157,6 @@ int run_mix_backward(const run_opts *o)
 done:
     run_close_plan(dev, db, plan);
     bw_host_free(&h);
-    bw_inputs_free(&in);
+    run_mix_inputs_free(&in);
     return exit_code;
 }

@@ -98,6 +98,50 @@ int run_read_sources(const run_opts *o, npy_array *s)
     return 0;
 }
 
+/* Reads one input after another, stopping at the first that fails. */
+static int read_mix_inputs(const run_opts *o, mix_inputs *in)
+{
+    if (run_read_sources(o, &in->sources))
+        return -1;
+    in->n = in->sources.shape[0];
+    in->t = in->sources.shape[1];
+    in->d = in->sources.shape[2];
+    const int64_t td[2] = {in->t, in->d};
+    if (run_read_vector(o->query, "--query", in->d, &in->query))
+        return -1;
+    if (o->gain && run_read_vector(o->gain, "--gain", in->d, &in->gain))
+        return -1;
+    if (o->partial &&
+        run_read_shaped("--partial", o->partial, 2, td, "T, d", "to match the sources", &in->partial))
+        return -1;
+    if (o->out_gain && run_read_vector(o->out_gain, "--out-gain", in->d, &in->out_gain))
+        return -1;
+    if (o->dout && run_read_shaped("--dout", o->dout, 2, td, "T, d", "to match the sources", &in->dout))
+        return -1;
+    return 0;
+}
+
+int run_read_mix_inputs(const run_opts *o, mix_inputs *in)
+{
+    memset(in, 0, sizeof *in);
+    if (read_mix_inputs(o, in)) {
+        run_mix_inputs_free(in);
+        return -1;
+    }
+    return 0;
+}
+
+void run_mix_inputs_free(mix_inputs *in)
+{
+    npy_free(&in->sources);
+    npy_free(&in->query);
+    npy_free(&in->gain);
+    npy_free(&in->partial);
+    npy_free(&in->out_gain);
+    npy_free(&in->dout);
+    memset(in, 0, sizeof *in);
+}
+
 /* ---- writing outputs ------------------------------------------------- */
 
 /* One output's way into place: the new content waits in a temporary beside

@@ -2,7 +2,6 @@
  * cmd_run_mix.c - `attnres run --op mix`: the AttnRes depth mix of N sources.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "attnres-impl.h"
 #include "attnres.h"
@@ -11,57 +10,11 @@
 #include "convert.h"
 #include "npy.h"
 
-/* Inputs as read from disk, with their shapes checked against each other. */
-typedef struct run_inputs {
-    npy_array sources, query, gain, partial, out_gain;
-    int64_t n, t, d;
-} run_inputs;
-
-static void inputs_free(run_inputs *in)
-{
-    npy_free(&in->sources);
-    npy_free(&in->query);
-    npy_free(&in->gain);
-    npy_free(&in->partial);
-    npy_free(&in->out_gain);
-}
-
-static int read_inputs(const run_opts *o, run_inputs *in)
-{
-    char err[512];
-    memset(in, 0, sizeof *in);
-    if (run_read_sources(o, &in->sources))
-        return -1;
-    in->n = in->sources.shape[0];
-    in->t = in->sources.shape[1];
-    in->d = in->sources.shape[2];
-    if (run_read_vector(o->query, "--query", in->d, &in->query))
-        return -1;
-    if (o->gain && run_read_vector(o->gain, "--gain", in->d, &in->gain))
-        return -1;
-    if (o->out_gain && run_read_vector(o->out_gain, "--out-gain", in->d, &in->out_gain))
-        return -1;
-    if (o->partial) {
-        if (npy_read_f32(o->partial, &in->partial, err, sizeof err)) {
-            cli_error("run", "%s", err);
-            return -1;
-        }
-        if (in->partial.ndim != 2 || in->partial.shape[0] != in->t || in->partial.shape[1] != in->d) {
-            cli_error("run", "--partial %s must have shape (%lld, %lld) to match (T, d) of the sources", o->partial,
-                      (long long)in->t, (long long)in->d);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 int run_mix(const run_opts *o)
 {
-    run_inputs in;
-    if (read_inputs(o, &in)) {
-        inputs_free(&in);
+    mix_inputs in;
+    if (run_read_mix_inputs(o, &in))
         return CLI_EXIT_FAIL;
-    }
     attnres_problem p;
     attnres_problem_init(&p, o->dtype, in.d, (int32_t)in.n);
     p.heads = (int32_t)o->heads;
@@ -142,6 +95,6 @@ done:
     free(out_f);
     free(normed_f);
     free(srcs);
-    inputs_free(&in);
+    run_mix_inputs_free(&in);
     return exit_code;
 }

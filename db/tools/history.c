@@ -16,6 +16,77 @@
 #include "migrate.h"
 #include "query.h"
 
+/* ---- readers whose SQL depends on the schema version --------------------- */
+
+/* Writes a reader's SQL text for a file of schema version `version` into
+ * sql[size], reading a column that version lacks as its default; returns
+ * snprintf's count. */
+typedef int versioned_sql(char *sql, size_t size, int64_t version);
+
+/* Reads the schema version of the main file, builds the reader's SQL text
+ * for it and prepares it. what names the reader in messages, as for
+ * ardb__prepare. A text too long for the buffer fails as a truncated one
+ * would: ESQL. */
+static int prepare_versioned(ardb *db, versioned_sql *build, sqlite3_stmt **st,
+                             const char *what)
+{
+    char sql[4096];
+    int64_t version = 0;
+    int code, len;
+
+    if ((code = ardb__user_version(db, "main", &version)))
+        return code;
+    len = build(sql, sizeof sql, version);
+    if (len < 0 || (size_t)len >= sizeof sql)
+        return ardb__fail(db, ARDB_ESQL, "%s: SQL text too long", what);
+    return ardb__prepare(db, sql, st, what);
+}
+
+/* ---- a statement's rows into an array ------------------------------------ */
+
+/* Reads the current row of st into elem (zeroed); nonzero when out of
+ * memory, what it did copy left in elem for the array's free to release. */
+typedef int row_reader(sqlite3_stmt *st, void *elem);
+/* Frees an array of count elements and what they hold. */
+typedef void rows_free(void *rows, size_t count);
+
+/* Steps st to its end, reading each row into a new element (elem_size
+ * bytes) of a malloc'ed array, and finalizes st. On success *rows and
+ * *count hold the array; on failure what was read is freed and the
+ * message is "what: out of memory" or what's SQLite failure. */
+static int collect_rows(ardb *db, sqlite3_stmt *st, size_t elem_size,
+                        row_reader *read, rows_free *free_rows,
+                        const char *what, void **rows, size_t *count)
+{
+    void *arr = NULL;
+    size_t n = 0, cap = 0;
+    int code = ARDB_DONE, rc;
+
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        void *elem;
+        if (ardb__grow(&arr, &cap, n + 1, elem_size)) {
+            code = ardb__fail(db, ARDB_ENOMEM, "%s: out of memory", what);
+            break;
+        }
+        elem = (char *)arr + n++ * elem_size;
+        memset(elem, 0, elem_size);
+        if (read(st, elem)) {
+            code = ardb__fail(db, ARDB_ENOMEM, "%s: out of memory", what);
+            break;
+        }
+    }
+    if (!code && rc != SQLITE_DONE)
+        code = ardb__sql_fail(db, rc, what);
+    sqlite3_finalize(st);
+    if (code) {
+        free_rows(arr, n);
+        return code;
+    }
+    *rows = arr;
+    *count = n;
+    return ARDB_DONE;
+}
+
 /* ---- runs ---------------------------------------------------------------- */
 
 void ardb_run_info_clear(ardb_run_info *r)
@@ -55,10 +126,15 @@ void ardb_run_infos_free(ardb_run_info *r, size_t count)
     free(r);
 }
 
-static int read_run(sqlite3_stmt *st, ardb_run_info *r)
+static void free_runs(void *rows, size_t count)
 {
+    ardb_run_infos_free(rows, count);
+}
+
+static int read_run(sqlite3_stmt *st, void *elem)
+{
+    ardb_run_info *r = elem;
     int oom = 0, c = 0;
-    memset(r, 0, sizeof *r);
     r->id = sqlite3_column_int64(st, c++);
     r->device_id = sqlite3_column_int64(st, c++);
     r->uid = ardb__col_dup(st, c++, &oom);
@@ -87,62 +163,45 @@ static int read_run(sqlite3_stmt *st, ardb_run_info *r)
     r->device_simulated = sqlite3_column_int(st, c++) != 0;
     r->ceilings = ardb__col_dup(st, c++, &oom);
     r->stages = ardb__col_dup(st, c++, &oom);
-    if (oom) {
-        ardb_run_info_clear(r);
-        return -1;
-    }
-    return 0;
+    return oom;
+}
+
+/* Every run with its device and counts; ?1 selects one run, or all when 0. */
+static int runs_sql(char *sql, size_t size, int64_t version)
+{
+    return snprintf(sql, size,
+                    "SELECT r.id, r.device_id, %s, %s, r.started_at, r.finished_at,"
+                    " r.status, r.user, r.host, r.command, r.project_version,"
+                    " r.templates_hash, r.compiler, r.driver, r.policy_json,"
+                    " r.strategy, d.name, d.backend, d.arch, d.fingerprint,"
+                    " r.copy_gbps, r.launch_us, %s,"
+                    " (SELECT count(*) FROM measurements m WHERE m.run_id = r.id),"
+                    " (SELECT count(*) FROM winners w WHERE w.run_id = r.id),"
+                    " COALESCE(%s, 0), %s, %s"
+                    " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
+                    " WHERE ?1 = 0 OR r.id = ?1 ORDER BY r.id",
+                    ardb__run_uid_expr(version), version >= 2 ? "r.note" : "NULL",
+                    ardb__run_read_gbps_expr(version),
+                    ardb__device_simulated_expr(version, "d"),
+                    version >= 6 ? "r.ceilings" : "NULL", version >= 7 ? "r.stages" : "NULL");
 }
 
 /* Runs (one, or all when run_id is 0) into a malloc'ed array. */
 static int query_runs(ardb *db, int64_t run_id, ardb_run_info **out,
                       size_t *count)
 {
-    char sql[2048];
-    int64_t version = 0;
     sqlite3_stmt *st = NULL;
-    ardb_run_info *arr = NULL;
-    size_t n = 0, cap = 0;
+    void *rows = NULL;
     int code, rc;
 
-    if ((code = ardb__user_version(db, "main", &version)))
-        return code;
-    snprintf(sql, sizeof sql,
-             "SELECT r.id, r.device_id, %s, %s, r.started_at, r.finished_at,"
-             " r.status, r.user, r.host, r.command, r.project_version,"
-             " r.templates_hash, r.compiler, r.driver, r.policy_json,"
-             " r.strategy, d.name, d.backend, d.arch, d.fingerprint,"
-             " r.copy_gbps, r.launch_us, %s,"
-             " (SELECT count(*) FROM measurements m WHERE m.run_id = r.id),"
-             " (SELECT count(*) FROM winners w WHERE w.run_id = r.id),"
-             " COALESCE(%s, 0), %s, %s"
-             " FROM runs r LEFT JOIN devices d ON d.id = r.device_id"
-             " WHERE ?1 = 0 OR r.id = ?1 ORDER BY r.id",
-             ardb__run_uid_expr(version), version >= 2 ? "r.note" : "NULL",
-             ardb__run_read_gbps_expr(version),
-             ardb__device_simulated_expr(version, "d"),
-             version >= 6 ? "r.ceilings" : "NULL", version >= 7 ? "r.stages" : "NULL");
-    if ((code = ardb__prepare(db, sql, &st, "list runs")))
+    if ((code = prepare_versioned(db, runs_sql, &st, "list runs")))
         return code;
     if ((rc = sqlite3_bind_int64(st, 1, run_id)) != SQLITE_OK)
         return ardb__step_fail(db, st, rc, "list runs");
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr) ||
-            read_run(st, &arr[n])) {
-            code = ardb__fail(db, ARDB_ENOMEM, "list runs: out of memory");
-            break;
-        }
-        n++;
-    }
-    if (!code && rc != SQLITE_DONE)
-        code = ardb__sql_fail(db, rc, "list runs");
-    sqlite3_finalize(st);
-    if (code) {
-        ardb_run_infos_free(arr, n);
+    if ((code = collect_rows(db, st, sizeof **out, read_run, free_runs,
+                             "list runs", &rows, count)))
         return code;
-    }
-    *out = arr;
-    *count = n;
+    *out = rows;
     return ARDB_DONE;
 }
 
@@ -179,9 +238,18 @@ int ardb_run_get(ardb *db, int64_t run_id, ardb_run_info *out)
     return ARDB_DONE;
 }
 
+/* The runs whose uid starts with ?1, two at the most. */
+static int run_uid_prefix_sql(char *sql, size_t size, int64_t version)
+{
+    return snprintf(sql, size,
+                    "SELECT r.id FROM runs r WHERE substr(%s, 1, length(?1)) = ?1"
+                    " LIMIT 2",
+                    ardb__run_uid_expr(version));
+}
+
 int ardb_run_resolve(ardb *db, const char *text, int64_t *run_id)
 {
-    int64_t version = 0, v;
+    int64_t v;
     int code, rc;
     const char *p;
 
@@ -232,17 +300,10 @@ int ardb_run_resolve(ardb *db, const char *text, int64_t *run_id)
                           "'%s' is not a run: give an id, 'latest', "
                           "'latest~K' or at least 4 characters of a uid",
                           text);
-    if ((code = ardb__user_version(db, "main", &version)))
-        return code;
     {
-        char sql[512];
         sqlite3_stmt *st = NULL;
         int64_t found = 0, matches = 0;
-        snprintf(sql, sizeof sql,
-                 "SELECT r.id FROM runs r WHERE substr(%s, 1, length(?1)) = ?1"
-                 " LIMIT 2",
-                 ardb__run_uid_expr(version));
-        if ((code = ardb__prepare(db, sql, &st, "find run")))
+        if ((code = prepare_versioned(db, run_uid_prefix_sql, &st, "find run")))
             return code;
         if ((rc = sqlite3_bind_text(st, 1, text, -1, SQLITE_STATIC)) !=
             SQLITE_OK)
@@ -363,6 +424,33 @@ void ardb_diff_free(ardb_diff_row *rows, size_t count)
     free(rows);
 }
 
+static void free_diff_rows(void *rows, size_t count)
+{
+    ardb_diff_free(rows, count);
+}
+
+static int read_diff_row(sqlite3_stmt *st, void *elem)
+{
+    ardb_diff_row *r = elem;
+    int oom = 0;
+    r->problem_id = sqlite3_column_int64(st, 0);
+    r->problem = ardb__col_dup(st, 1, &oom);
+    r->winner_a = sqlite3_column_int(st, 2);
+    r->winner_b = sqlite3_column_int(st, 3);
+    r->tried_a = sqlite3_column_int(st, 4);
+    r->tried_b = sqlite3_column_int(st, 5);
+    r->variant_a = ardb__col_dup(st, 6, &oom);
+    r->variant_b = ardb__col_dup(st, 7, &oom);
+    r->us_a = ardb__col_double(st, 8);
+    r->us_b = ardb__col_double(st, 9);
+    r->spread_a = ardb__col_double(st, 10);
+    r->spread_b = ardb__col_double(st, 11);
+    r->roofline_a = ardb__col_double(st, 12);
+    r->roofline_b = ardb__col_double(st, 13);
+    r->status_b = ardb__col_dup(st, 14, &oom);
+    return oom;
+}
+
 static int run_exists(ardb *db, int64_t run_id)
 {
     int64_t id;
@@ -412,8 +500,7 @@ int ardb_diff_runs(ardb *db, int64_t run_a, int64_t run_b,
         " LEFT JOIN wb ON wb.problem_id = p.id"
         " ORDER BY " ARDB_PROBLEM_ORDER;
     sqlite3_stmt *st = NULL;
-    ardb_diff_row *arr = NULL;
-    size_t n = 0, cap = 0;
+    void *arr = NULL;
     int code, rc;
 
     if (!db)
@@ -428,44 +515,10 @@ int ardb_diff_runs(ardb *db, int64_t run_a, int64_t run_b,
     if ((rc = sqlite3_bind_int64(st, 1, run_a)) != SQLITE_OK ||
         (rc = sqlite3_bind_int64(st, 2, run_b)) != SQLITE_OK)
         return ardb__step_fail(db, st, rc, "diff runs");
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        ardb_diff_row *r;
-        int oom = 0;
-        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr)) {
-            code = ardb__fail(db, ARDB_ENOMEM, "diff runs: out of memory");
-            break;
-        }
-        r = &arr[n++];
-        memset(r, 0, sizeof *r);
-        r->problem_id = sqlite3_column_int64(st, 0);
-        r->problem = ardb__col_dup(st, 1, &oom);
-        r->winner_a = sqlite3_column_int(st, 2);
-        r->winner_b = sqlite3_column_int(st, 3);
-        r->tried_a = sqlite3_column_int(st, 4);
-        r->tried_b = sqlite3_column_int(st, 5);
-        r->variant_a = ardb__col_dup(st, 6, &oom);
-        r->variant_b = ardb__col_dup(st, 7, &oom);
-        r->us_a = ardb__col_double(st, 8);
-        r->us_b = ardb__col_double(st, 9);
-        r->spread_a = ardb__col_double(st, 10);
-        r->spread_b = ardb__col_double(st, 11);
-        r->roofline_a = ardb__col_double(st, 12);
-        r->roofline_b = ardb__col_double(st, 13);
-        r->status_b = ardb__col_dup(st, 14, &oom);
-        if (oom) {
-            code = ardb__fail(db, ARDB_ENOMEM, "diff runs: out of memory");
-            break;
-        }
-    }
-    if (!code && rc != SQLITE_DONE)
-        code = ardb__sql_fail(db, rc, "diff runs");
-    sqlite3_finalize(st);
-    if (code) {
-        ardb_diff_free(arr, n);
+    if ((code = collect_rows(db, st, sizeof **rows, read_diff_row,
+                             free_diff_rows, "diff runs", &arr, count)))
         return code;
-    }
     *rows = arr;
-    *count = n;
     return ARDB_DONE;
 }
 
@@ -526,12 +579,37 @@ void ardb_winner_points_free(ardb_winner_point *p, size_t count)
     free(p);
 }
 
-int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
+/* Every winner with its problem, device, run and timing. The device is
+ * named as in the listings: a simulated one says so, so that a chart never
+ * passes a simulator's model timings for those of hardware of the same
+ * name. */
+static void free_winner_points(void *rows, size_t count)
 {
-    /* The device is named as in the listings: a simulated one says so, so
-     * that a chart never passes a simulator's model timings for those of
-     * hardware of the same name. */
-    static const char sql_fmt[] =
+    ardb_winner_points_free(rows, count);
+}
+
+static int read_winner_point(sqlite3_stmt *st, void *elem)
+{
+    ardb_winner_point *p = elem;
+    int oom = 0;
+    p->run_id = sqlite3_column_int64(st, 0);
+    p->problem_id = sqlite3_column_int64(st, 1);
+    p->device_id = sqlite3_column_int64(st, 2);
+    p->problem = ardb__col_dup(st, 3, &oom);
+    p->device = ardb__col_dup(st, 4, &oom);
+    p->variant = ardb__col_dup(st, 5, &oom);
+    p->strategy = ardb__col_dup(st, 6, &oom);
+    p->started_at = ardb__col_dup(st, 7, &oom);
+    p->median_us = ardb__col_double(st, 8);
+    p->spread_us = ardb__col_double(st, 9);
+    p->gbps = ardb__col_double(st, 10);
+    p->roofline = ardb__col_double(st, 11);
+    return oom;
+}
+
+static int winner_history_sql(char *sql, size_t size, int64_t version)
+{
+    return snprintf(sql, size,
         "SELECT w.run_id, w.problem_id, w.device_id, p.key,"
         " COALESCE(d.name, d.fingerprint) ||"
         " CASE WHEN %s THEN ' (simulated)' ELSE '' END, c.variant, r.strategy,"
@@ -541,13 +619,15 @@ int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
         " JOIN candidates c ON c.id = w.candidate_id"
         " JOIN measurements m ON m.id = w.measurement_id"
         " JOIN runs r ON r.id = w.run_id"
-        " ORDER BY " ARDB_PROBLEM_ORDER ", w.device_id, w.run_id";
-    char sql[sizeof sql_fmt + 32];
-    int64_t version = 0;
+        " ORDER BY " ARDB_PROBLEM_ORDER ", w.device_id, w.run_id",
+        ardb__device_simulated_expr(version, "d"));
+}
+
+int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
+{
     sqlite3_stmt *st = NULL;
-    ardb_winner_point *arr = NULL;
-    size_t n = 0, cap = 0;
-    int code, rc;
+    void *rows = NULL;
+    int code;
 
     if (!db)
         return ARDB_EINVAL;
@@ -556,47 +636,12 @@ int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)
                           "ardb_winner_history: invalid argument");
     *out = NULL;
     *count = 0;
-    if ((code = ardb__user_version(db, "main", &version)))
+    if ((code = prepare_versioned(db, winner_history_sql, &st, "winner history")) ||
+        (code = collect_rows(db, st, sizeof **out, read_winner_point,
+                             free_winner_points, "winner history", &rows,
+                             count)))
         return code;
-    snprintf(sql, sizeof sql, sql_fmt,
-             ardb__device_simulated_expr(version, "d"));
-    if ((code = ardb__prepare(db, sql, &st, "winner history")))
-        return code;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        ardb_winner_point *p;
-        int oom = 0;
-        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr)) {
-            code = ardb__fail(db, ARDB_ENOMEM, "winner history: out of memory");
-            break;
-        }
-        p = &arr[n++];
-        memset(p, 0, sizeof *p);
-        p->run_id = sqlite3_column_int64(st, 0);
-        p->problem_id = sqlite3_column_int64(st, 1);
-        p->device_id = sqlite3_column_int64(st, 2);
-        p->problem = ardb__col_dup(st, 3, &oom);
-        p->device = ardb__col_dup(st, 4, &oom);
-        p->variant = ardb__col_dup(st, 5, &oom);
-        p->strategy = ardb__col_dup(st, 6, &oom);
-        p->started_at = ardb__col_dup(st, 7, &oom);
-        p->median_us = ardb__col_double(st, 8);
-        p->spread_us = ardb__col_double(st, 9);
-        p->gbps = ardb__col_double(st, 10);
-        p->roofline = ardb__col_double(st, 11);
-        if (oom) {
-            code = ardb__fail(db, ARDB_ENOMEM, "winner history: out of memory");
-            break;
-        }
-    }
-    if (!code && rc != SQLITE_DONE)
-        code = ardb__sql_fail(db, rc, "winner history");
-    sqlite3_finalize(st);
-    if (code) {
-        ardb_winner_points_free(arr, n);
-        return code;
-    }
-    *out = arr;
-    *count = n;
+    *out = rows;
     return ARDB_DONE;
 }
 
@@ -624,14 +669,55 @@ void ardb_stored_winners_free(ardb_stored_winner *w, size_t count)
     free(w);
 }
 
-int ardb_stored_winners(ardb *db, const ardb_device *dev,
-                        ardb_stored_winner **out, size_t *count)
+static void free_stored_winners(void *rows, size_t count)
+{
+    ardb_stored_winners_free(rows, count);
+}
+
+static int read_stored_winner(sqlite3_stmt *st, void *elem)
+{
+    ardb_stored_winner *w = elem;
+    int oom = 0, c = 0;
+    w->problem_id = sqlite3_column_int64(st, c++);
+    w->candidate_id = sqlite3_column_int64(st, c++);
+    w->run_id = sqlite3_column_int64(st, c++);
+    w->device_id = sqlite3_column_int64(st, c++);
+    w->level = (ardb_level)sqlite3_column_int(st, c++);
+    w->op = ardb__col_dup(st, c++, &oom);
+    w->dtype = ardb__col_dup(st, c++, &oom);
+    w->form = ardb__col_dup(st, c++, &oom);
+    w->d = sqlite3_column_int64(st, c++);
+    w->t_bucket = sqlite3_column_int64(st, c++);
+    w->n = sqlite3_column_int(st, c++);
+    w->heads = sqlite3_column_int(st, c++);
+    w->epilogue = sqlite3_column_int(st, c++);
+    w->s = sqlite3_column_int(st, c++);
+    w->problem_key = ardb__col_dup(st, c++, &oom);
+    w->variant = ardb__col_dup(st, c++, &oom);
+    w->template_name = ardb__col_dup(st, c++, &oom);
+    w->kernel_name = ardb__col_dup(st, c++, &oom);
+    w->params_json = ardb__col_dup(st, c++, &oom);
+    w->source = ardb__col_dup(st, c++, &oom);
+    w->source_hash = ardb__col_dup(st, c++, &oom);
+    w->backend = ardb__col_dup(st, c++, &oom);
+    w->median_us = ardb__col_double(st, c++);
+    w->spread_us = ardb__col_double(st, c++);
+    w->measurement_id = sqlite3_column_int64(st, c++);
+    w->provisional = sqlite3_column_int(st, c++) != 0;
+    w->disturbance = w->provisional ? ardb__col_dup(st, c, &oom) : NULL;
+    return oom;
+}
+
+/* Per problem, the winner a device would be served (?1 its fingerprint, ?2
+ * its backend, ?3 its arch, ?4 whether it is simulated). As
+ * ardb_winners_lookup: only devices of the same kind (simulated or real:
+ * the last conversion) count, at every level. A file older than v9 has no
+ * provisional winner. */
+static int stored_winners_sql(char *sql, size_t size, int64_t version)
 {
 #define LEVEL_EXPR                                                            \
     "CASE WHEN d.fingerprint = ?1 THEN 0 WHEN d.arch = ?3 THEN 1 ELSE 2 END"
-    /* As ardb_winners_lookup: only devices of the same kind (simulated or
-     * real: the second conversion) count, at every level. */
-    static const char sql_fmt[] =
+    return snprintf(sql, size,
         "SELECT problem_id, candidate_id, run_id, device_id, lvl, op, dtype,"
         " form, d, t_bucket, n, heads, epilogue, s, key, variant,"
         " template_name, kernel_name, params_json, source, source_hash,"
@@ -651,13 +737,18 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
         "  JOIN measurements m ON m.id = w.measurement_id"
         "  WHERE d.backend = ?2 AND %s = ?4"
         " ) AS x WHERE rn = 1"
-        " ORDER BY op, dtype, d, n, heads, form, epilogue, s, t_bucket";
+        " ORDER BY op, dtype, d, n, heads, form, epilogue, s, t_bucket",
+        version >= 9 ? "w.provisional" : "0",
+        version >= 9 ? "w.disturbance" : "NULL",
+        ardb__device_simulated_expr(version, "d"));
 #undef LEVEL_EXPR
-    char sql[sizeof sql_fmt + 64];
-    int64_t version = 0;
+}
+
+int ardb_stored_winners(ardb *db, const ardb_device *dev,
+                        ardb_stored_winner **out, size_t *count)
+{
     sqlite3_stmt *st = NULL;
-    ardb_stored_winner *arr = NULL;
-    size_t n = 0, cap = 0;
+    void *rows = NULL;
     int code, rc;
 
     if (!db)
@@ -668,14 +759,7 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
                           "fingerprint is required");
     *out = NULL;
     *count = 0;
-    if ((code = ardb__user_version(db, "main", &version)))
-        return code;
-    /* A file older than v9 has no provisional winner. */
-    snprintf(sql, sizeof sql, sql_fmt,
-             version >= 9 ? "w.provisional" : "0",
-             version >= 9 ? "w.disturbance" : "NULL",
-             ardb__device_simulated_expr(version, "d"));
-    if ((code = ardb__prepare(db, sql, &st, "stored winners")))
+    if ((code = prepare_versioned(db, stored_winners_sql, &st, "stored winners")))
         return code;
     if ((rc = sqlite3_bind_text(st, 1, dev->fingerprint, -1, SQLITE_STATIC)) !=
             SQLITE_OK ||
@@ -685,57 +769,11 @@ int ardb_stored_winners(ardb *db, const ardb_device *dev,
                         : sqlite3_bind_null(st, 3)) != SQLITE_OK ||
         (rc = sqlite3_bind_int(st, 4, dev->simulated ? 1 : 0)) != SQLITE_OK)
         return ardb__step_fail(db, st, rc, "stored winners");
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        ardb_stored_winner *w;
-        int oom = 0, c = 0;
-        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr)) {
-            code = ardb__fail(db, ARDB_ENOMEM, "stored winners: out of memory");
-            break;
-        }
-        w = &arr[n++];
-        memset(w, 0, sizeof *w);
-        w->problem_id = sqlite3_column_int64(st, c++);
-        w->candidate_id = sqlite3_column_int64(st, c++);
-        w->run_id = sqlite3_column_int64(st, c++);
-        w->device_id = sqlite3_column_int64(st, c++);
-        w->level = (ardb_level)sqlite3_column_int(st, c++);
-        w->op = ardb__col_dup(st, c++, &oom);
-        w->dtype = ardb__col_dup(st, c++, &oom);
-        w->form = ardb__col_dup(st, c++, &oom);
-        w->d = sqlite3_column_int64(st, c++);
-        w->t_bucket = sqlite3_column_int64(st, c++);
-        w->n = sqlite3_column_int(st, c++);
-        w->heads = sqlite3_column_int(st, c++);
-        w->epilogue = sqlite3_column_int(st, c++);
-        w->s = sqlite3_column_int(st, c++);
-        w->problem_key = ardb__col_dup(st, c++, &oom);
-        w->variant = ardb__col_dup(st, c++, &oom);
-        w->template_name = ardb__col_dup(st, c++, &oom);
-        w->kernel_name = ardb__col_dup(st, c++, &oom);
-        w->params_json = ardb__col_dup(st, c++, &oom);
-        w->source = ardb__col_dup(st, c++, &oom);
-        w->source_hash = ardb__col_dup(st, c++, &oom);
-        w->backend = ardb__col_dup(st, c++, &oom);
-        w->median_us = ardb__col_double(st, c++);
-        w->spread_us = ardb__col_double(st, c++);
-        w->measurement_id = sqlite3_column_int64(st, c++);
-        w->provisional = sqlite3_column_int(st, c++) != 0;
-        w->disturbance = w->provisional ? ardb__col_dup(st, c, &oom) : NULL;
-        c++;
-        if (oom) {
-            code = ardb__fail(db, ARDB_ENOMEM, "stored winners: out of memory");
-            break;
-        }
-    }
-    if (!code && rc != SQLITE_DONE)
-        code = ardb__sql_fail(db, rc, "stored winners");
-    sqlite3_finalize(st);
-    if (code) {
-        ardb_stored_winners_free(arr, n);
+    if ((code = collect_rows(db, st, sizeof **out, read_stored_winner,
+                             free_stored_winners, "stored winners", &rows,
+                             count)))
         return code;
-    }
-    *out = arr;
-    *count = n;
+    *out = rows;
     return ARDB_DONE;
 }
 
@@ -757,13 +795,35 @@ void ardb_stored_finalists_free(ardb_stored_finalist *f, size_t count)
     free(f);
 }
 
-int ardb_stored_finalists(ardb *db, int64_t measurement_id,
-                          ardb_stored_finalist **out, size_t *count)
+static void free_stored_finalists(void *rows, size_t count)
 {
-    /* The final round of a problem times each finalist once a run; the
-     * newest of a candidate is taken all the same, so that a file where
-     * one was timed twice still lists it once. */
-    static const char sql_fmt[] =
+    ardb_stored_finalists_free(rows, count);
+}
+
+static int read_stored_finalist(sqlite3_stmt *st, void *elem)
+{
+    ardb_stored_finalist *f = elem;
+    int oom = 0;
+    f->candidate_id = sqlite3_column_int64(st, 0);
+    f->measurement_id = sqlite3_column_int64(st, 1);
+    f->variant = ardb__col_dup(st, 2, &oom);
+    f->template_name = ardb__col_dup(st, 3, &oom);
+    f->kernel_name = ardb__col_dup(st, 4, &oom);
+    f->params_json = ardb__col_dup(st, 5, &oom);
+    f->source = ardb__col_dup(st, 6, &oom);
+    f->source_hash = ardb__col_dup(st, 7, &oom);
+    f->median_us = ardb__col_double(st, 8);
+    f->spread_us = ardb__col_double(st, 9);
+    return oom;
+}
+
+/* The finalists of the final round that chose the winner measured as ?1.
+ * That round times each finalist once a run; the newest of a candidate is
+ * taken all the same, so that a file where one was timed twice still lists
+ * it once. */
+static int stored_finalists_sql(char *sql, size_t size, int64_t version)
+{
+    return snprintf(sql, size,
         "SELECT candidate_id, id, variant, template_name, kernel_name,"
         " params_json, source, source_hash, median_us, spread_us FROM ("
         "  SELECT c.id AS candidate_id, m.id AS id, c.variant AS variant,"
@@ -778,12 +838,15 @@ int ardb_stored_finalists(ardb *db, int64_t measurement_id,
         "   AND m.problem_id = won.problem_id AND m.device_id = won.device_id"
         "  JOIN candidates c ON c.id = m.candidate_id"
         "  WHERE won.id = ?1 AND m.status = 'ok' AND %s"
-        " ) WHERE rn = 1 ORDER BY median_us, variant, candidate_id";
-    char sql[sizeof sql_fmt + 64];
-    int64_t version = 0;
+        " ) WHERE rn = 1 ORDER BY median_us, variant, candidate_id",
+        ardb__final_round_expr(version));
+}
+
+int ardb_stored_finalists(ardb *db, int64_t measurement_id,
+                          ardb_stored_finalist **out, size_t *count)
+{
     sqlite3_stmt *st = NULL;
-    ardb_stored_finalist *arr = NULL;
-    size_t n = 0, cap = 0;
+    void *rows = NULL;
     int code, rc;
 
     if (!db)
@@ -793,48 +856,15 @@ int ardb_stored_finalists(ardb *db, int64_t measurement_id,
                           "ardb_stored_finalists: invalid argument");
     *out = NULL;
     *count = 0;
-    if ((code = ardb__user_version(db, "main", &version)))
-        return code;
-    snprintf(sql, sizeof sql, sql_fmt, ardb__final_round_expr(version));
-    if ((code = ardb__prepare(db, sql, &st, "stored finalists")))
+    if ((code = prepare_versioned(db, stored_finalists_sql, &st, "stored finalists")))
         return code;
     if ((rc = sqlite3_bind_int64(st, 1, measurement_id)) != SQLITE_OK)
         return ardb__step_fail(db, st, rc, "stored finalists");
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        ardb_stored_finalist *f;
-        int oom = 0;
-        if (ardb__grow((void **)&arr, &cap, n + 1, sizeof *arr)) {
-            code = ardb__fail(db, ARDB_ENOMEM,
-                              "stored finalists: out of memory");
-            break;
-        }
-        f = &arr[n++];
-        memset(f, 0, sizeof *f);
-        f->candidate_id = sqlite3_column_int64(st, 0);
-        f->measurement_id = sqlite3_column_int64(st, 1);
-        f->variant = ardb__col_dup(st, 2, &oom);
-        f->template_name = ardb__col_dup(st, 3, &oom);
-        f->kernel_name = ardb__col_dup(st, 4, &oom);
-        f->params_json = ardb__col_dup(st, 5, &oom);
-        f->source = ardb__col_dup(st, 6, &oom);
-        f->source_hash = ardb__col_dup(st, 7, &oom);
-        f->median_us = ardb__col_double(st, 8);
-        f->spread_us = ardb__col_double(st, 9);
-        if (oom) {
-            code = ardb__fail(db, ARDB_ENOMEM,
-                              "stored finalists: out of memory");
-            break;
-        }
-    }
-    if (!code && rc != SQLITE_DONE)
-        code = ardb__sql_fail(db, rc, "stored finalists");
-    sqlite3_finalize(st);
-    if (code) {
-        ardb_stored_finalists_free(arr, n);
+    if ((code = collect_rows(db, st, sizeof **out, read_stored_finalist,
+                             free_stored_finalists, "stored finalists", &rows,
+                             count)))
         return code;
-    }
-    *out = arr;
-    *count = n;
+    *out = rows;
     return ARDB_DONE;
 }
 

@@ -70,6 +70,8 @@ __device__ __forceinline__ const st_t *source_row(const attnres_cuda_mix_args &a
     return (const st_t *)a.src[i] + tok * a.src_stride[i];
 }
 
+${DEPTH_STATS}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_cuda_mix_args a)
 {
     __shared__ float s_r[NMAX];         /* 1/rms of each source row */
@@ -134,32 +136,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
         }
         __syncthreads();
         if (fused) {
-            for (int i = tid; i < n; i += THREADS) {
-                float ss = 0.0f;
-                for (int hh = 0; hh < nh; hh++)
-                    ss += s_q[i * HT + hh];
-                s_r[i] = rsqrtf(ss * inv_d + a.eps);
-            }
+            depth_rms(s_r, s_q, HT, nh, n, inv_d, a.eps, tid, THREADS);
             __syncthreads();
         }
-        /* Depth softmax, one per head. */
-        for (int hh = tid; hh < nh; hh += THREADS) {
-            float m = -1e30f; /* never -inf */
-            for (int i = 0; i < n; i++) {
-                const float s = a.scale * s_r[i] * s_w[i * HT + hh];
-                s_w[i * HT + hh] = s;
-                m = fmaxf(m, s);
-            }
-            float l = 0.0f;
-            for (int i = 0; i < n; i++) {
-                const float e = expf(s_w[i * HT + hh] - m);
-                s_w[i * HT + hh] = e;
-                l += e;
-            }
-            const float inv = __fdividef(1.0f, l); /* l is in [1, N] */
-            for (int i = 0; i < n; i++)
-                s_w[i * HT + hh] *= inv;
-        }
+        /* Depth softmax, one per head, in place. */
+        for (int hh = tid; hh < nh; hh += THREADS)
+            depth_softmax<false>(s_w, s_w, nullptr, HT, hh, s_r, n, a.scale);
         __syncthreads();
         /* The sweep: every element of the tile's heads, all sources. */
         const ar_i64 kbase = (ar_i64)h0 * hd;
