@@ -45,7 +45,8 @@ static const char tune_usage[] =
     "  cache): they are not compiled or measured. --explain-pruning lists each with\n"
     "  its reason; --no-prune tunes them too.\n"
     "  A final round that other work on the machine disturbed (its threads waited\n"
-    "  for a CPU 20% of the round, or the hypervisor stole 5% of it) is timed\n"
+    "  for a CPU 20% of the round, the hypervisor stole 5% of it, or a streaming\n"
+    "  probe of the device read 1.25x slower than its fastest of the run) is timed\n"
     "  again after a 2 s pause, up to --retries times (default 2, or\n"
     "  ATTNRES_TUNE_RETRIES; 0: never); if every try is disturbed the winner is\n"
     "  marked provisional in the output, with the run (db runs --long) and in the\n"
@@ -260,6 +261,16 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
                    "provisional\n",
                    rows[i].problem, rows[i].disturbance);
     }
+    /* Screenings far noisier than the problem's earlier ones on this
+     * device: the choice stands, but it was made among finalists that a
+     * quiet screening might have chosen differently. */
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].screen_disturbed)
+            printf("screening disturbed: %s: its launches spread %.1f%% about their medians, %.1fx the usual "
+                   "%.1f%% of launches as long on this device; a candidate may have been left out of its final "
+                   "round (a tune into a fresh database screens it again)\n",
+                   rows[i].problem, 100.0 * rows[i].screen_spread, rows[i].screen_spread / rows[i].screen_usual,
+                   100.0 * rows[i].screen_usual);
 }
 
 /* s as the inside of a JSON string: quotes and backslashes escaped,
@@ -278,32 +289,61 @@ static void json_inner(const char *s, char *buf, size_t len)
     buf[o] = 0;
 }
 
-/* Records where the run's time went (tune_stages.h) with the run, and the
- * problems whose final rounds were disturbed (disturbance.h). */
+/* Appends text to buf (of size len) whole, or not at all: 0 when it fit. */
+static int append_whole(char *buf, size_t len, const char *text)
+{
+    size_t used = strlen(buf), add = strlen(text);
+    if (used + add >= len)
+        return -1;
+    memcpy(buf + used, text, add + 1);
+    return 0;
+}
+
+/* Appends `, "name": [items]` to more, whole or not at all: a list too
+ * long for the record is left out (the log has every line). */
+static void append_list(char *more, size_t len, const char *name, const char *items)
+{
+    char list[4096];
+    if (items[0] && snprintf(list, sizeof list, ", \"%s\": [%s]", name, items) < (int)sizeof list)
+        append_whole(more, len, list);
+}
+
+/* Records where the run's time went (tune_stages.h) with the run, the
+ * problems whose final rounds or screenings were disturbed, and the
+ * device probe's readings (disturbance.h, device_probe.h). */
 static void record_stages(tuner *t, const winner_row *rows, size_t n)
 {
-    char more[4096] = "", json[5120];
-    size_t used = 0;
-    for (size_t i = 0; i < n && used < sizeof more; i++) {
+    char more[8192] = "", items[4000] = "", item[700], json[9216];
+    int whole = 1;
+    for (size_t i = 0; i < n && whole; i++) {
         if (!rows[i].disturbed && !rows[i].provisional)
             continue;
         char evidence[2 * sizeof rows[i].disturbance];
         json_inner(rows[i].disturbance, evidence, sizeof evidence);
-        int k = snprintf(more + used, sizeof more - used,
-                         "%s{\"problem\": \"%s\", \"disturbed_rounds\": %d, \"provisional\": %s, \"evidence\": \"%s\"}",
-                         used ? ", " : ", \"disturbed\": [", rows[i].problem, rows[i].disturbed,
-                         rows[i].provisional ? "true" : "false", evidence);
-        used = k > 0 && used + (size_t)k < sizeof more ? used + (size_t)k : sizeof more;
+        snprintf(item, sizeof item,
+                 "%s{\"problem\": \"%s\", \"disturbed_rounds\": %d, \"provisional\": %s, \"evidence\": \"%s\"}",
+                 items[0] ? ", " : "", rows[i].problem, rows[i].disturbed, rows[i].provisional ? "true" : "false",
+                 evidence);
+        whole = append_whole(items, sizeof items, item) == 0;
     }
-    if (used >= sizeof more - 1)
-        more[0] = 0; /* too many to list whole: the log has them */
-    else if (used)
-        snprintf(more + used, sizeof more - used, "]");
+    if (whole)
+        append_list(more, sizeof more, "disturbed", items);
+    items[0] = 0;
+    whole = 1;
+    for (size_t i = 0; i < n && whole; i++) {
+        if (!rows[i].screen_disturbed)
+            continue;
+        snprintf(item, sizeof item, "%s{\"problem\": \"%s\", \"spread\": %.4f, \"usual\": %.4f}",
+                 items[0] ? ", " : "", rows[i].problem, rows[i].screen_spread, rows[i].screen_usual);
+        whole = append_whole(items, sizeof items, item) == 0;
+    }
+    if (whole)
+        append_list(more, sizeof more, "screening_disturbed", items);
     if (t->probe && t->probe->readings) {
         char probe[256];
         device_probe_json(t->probe, probe, sizeof probe);
-        used = strlen(more);
-        snprintf(more + used, sizeof more - used, ", \"device_probe\": %s", probe);
+        snprintf(item, sizeof item, ", \"device_probe\": %s", probe);
+        append_whole(more, sizeof more, item);
     }
     tune_stages_json(&t->stages, more, json, sizeof json);
     if (ardb_run_set_stages(t->db, t->run_id, json) != ARDB_DONE) {

@@ -36,6 +36,15 @@ int ardb_measurement_find_final(ardb *db, int64_t candidate_id,
 int ardb_measurement_disturbance(ardb *db, int64_t measurement_id,
                                  char **evidence);
 
+/* The relative spreads (spread_us / median_us) of the screenings on a
+ * device that timed at least 3 launches (message "screening"): those of
+ * problem_id in run_id into *now; those of every other problem or run
+ * whose median lies in [lo_us, hi_us] into *before; each at most `cap`,
+ * newest first. Arrays are malloc'ed (NULL when empty); the caller frees
+ * them. */
+int ardb_screening_spreads(ardb *db, int64_t problem_id, int64_t device_id, int64_t run_id, double lo_us,
+                           double hi_us, size_t cap, double **now, size_t *nnow, double **before, size_t *nbefore);
+
 /* The candidate that won the nearest other T bucket of a problem (same
  * op, dtype, form, d, n, heads, epilogue and s; nearest by the ratio of
  * the buckets, then the newest run) on a device: where the tuner starts

@@ -1,6 +1,8 @@
 /*
  * resume.c - what the tuner asks the database when it resumes work.
  */
+#include <stdlib.h>
+
 #include "ardb_internal.h"
 #include "ardb_tools.h"
 #include "migrate.h"
@@ -123,5 +125,68 @@ int ardb_measurement_disturbance(ardb *db, int64_t measurement_id, char **eviden
         code = ardb__sql_fail(db, rc, "a measurement's disturbance");
     }
     sqlite3_finalize(st);
+    return code;
+}
+
+/* Appends v to a growing array; 0, or -1 when out of memory. */
+static int push(double **a, size_t *n, size_t *cap, double v)
+{
+    if (*n == *cap) {
+        size_t grow = *cap ? 2 * *cap : 64;
+        double *p = realloc(*a, grow * sizeof *p);
+        if (!p)
+            return -1;
+        *a = p;
+        *cap = grow;
+    }
+    (*a)[(*n)++] = v;
+    return 0;
+}
+
+int ardb_screening_spreads(ardb *db, int64_t problem_id, int64_t device_id, int64_t run_id, double lo_us,
+                           double hi_us, size_t cap, double **now, size_t *nnow, double **before, size_t *nbefore)
+{
+    static const char sql[] =
+        "SELECT run_id = ?3 AND problem_id = ?1, spread_us / median_us FROM measurements"
+        " WHERE device_id = ?2 AND status = 'ok' AND message = 'screening' AND reps >= 3"
+        " AND median_us > 0 AND spread_us >= 0"
+        " AND ((run_id = ?3 AND problem_id = ?1) OR median_us BETWEEN ?4 AND ?5) ORDER BY id DESC";
+    if (!db)
+        return ARDB_EINVAL;
+    if (!now || !nnow || !before || !nbefore)
+        return ardb__fail(db, ARDB_EINVAL, "ardb_screening_spreads: invalid argument");
+    *now = *before = NULL;
+    *nnow = *nbefore = 0;
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return ardb__sql_fail(db, rc, "screening spreads");
+    sqlite3_bind_int64(st, 1, problem_id);
+    sqlite3_bind_int64(st, 2, device_id);
+    sqlite3_bind_int64(st, 3, run_id);
+    sqlite3_bind_double(st, 4, lo_us);
+    sqlite3_bind_double(st, 5, hi_us);
+    size_t cap_now = 0, cap_before = 0;
+    int code = ARDB_DONE;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const int mine = sqlite3_column_int(st, 0);
+        const double v = sqlite3_column_double(st, 1);
+        double **a = mine ? now : before;
+        size_t *n = mine ? nnow : nbefore, *c = mine ? &cap_now : &cap_before;
+        if (*n < cap && push(a, n, c, v)) {
+            code = ardb__fail(db, ARDB_ENOMEM, "screening spreads: out of memory");
+            break;
+        }
+        if (*nnow >= cap && *nbefore >= cap)
+            break;
+    }
+    if (code == ARDB_DONE && rc != SQLITE_DONE)
+        code = ardb__sql_fail(db, rc, "screening spreads");
+    sqlite3_finalize(st);
+    if (code != ARDB_DONE) {
+        free(*now), free(*before);
+        *now = *before = NULL;
+        *nnow = *nbefore = 0;
+    }
     return code;
 }

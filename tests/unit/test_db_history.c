@@ -915,6 +915,43 @@ static void test_provisional_winner_read_everywhere(void)
     ardb_close(db);
 }
 
+/* The screenings' relative spreads on a device: the problem's in this run
+ * apart from the others' of launches as long, newest first, each list
+ * capped; final timings and measurements of other stages are not
+ * screenings. */
+static void test_screening_spreads(void)
+{
+    char path[600];
+    final_fix f;
+    ardb *db = make_final_round("spreads.db", path, sizeof path, NULL, &f);
+    REQUIRE(db != NULL);
+    double *now = NULL, *before = NULL;
+    size_t nnow = 0, nbefore = 0;
+    CHECK(ardb_screening_spreads(db, f.prob, f.dev, f.run, 1, 100, 100, &now, &nnow, &before, &nbefore) ==
+          ARDB_DONE);
+    CHECK(nnow == 3 && nbefore == 0 && before == NULL);
+    CHECK(nnow == 3 && fabs(now[0] - 0.1 / 8.0) < 1e-12 && fabs(now[1] - 0.1 / 9.5) < 1e-12 &&
+          fabs(now[2] - 0.1 / 9.0) < 1e-12);
+    free(now);
+    /* From the later run, the first run's are the others': capped at 2,
+     * and only those of launches as long (9.0 and 9.5 us in [8.5, 20]). */
+    CHECK(ardb_screening_spreads(db, f.prob, f.dev, f.later_run, 1, 100, 2, &now, &nnow, &before, &nbefore) ==
+          ARDB_DONE);
+    CHECK(nnow == 0 && now == NULL && nbefore == 2 && fabs(before[0] - 0.1 / 8.0) < 1e-12);
+    free(before);
+    CHECK(ardb_screening_spreads(db, f.prob, f.dev, f.later_run, 8.5, 20, 100, &now, &nnow, &before, &nbefore) ==
+          ARDB_DONE);
+    CHECK(nnow == 0 && nbefore == 2 && fabs(before[0] - 0.1 / 9.5) < 1e-12 && fabs(before[1] - 0.1 / 9.0) < 1e-12);
+    free(before);
+    CHECK(ardb_screening_spreads(db, f.prob, f.dev, f.run, 100, 200, 100, &now, &nnow, &before, &nbefore) ==
+              ARDB_DONE &&
+          nnow == 3 && nbefore == 0);
+    free(now);
+    CHECK(ardb_screening_spreads(db, f.prob, f.dev, f.run, 1, 100, 100, NULL, &nnow, &before, &nbefore) ==
+          ARDB_EINVAL);
+    ardb_close(db);
+}
+
 /* A file as schema v8 wrote it: a current file with v9's two columns
  * taken away again has exactly the older shape. Read-only it is read as it
  * is, with no provisional winner; a writer's open migrates it, with a
@@ -1571,6 +1608,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_final_round_from_v6_and_v7_files);
     RUN_CASE(test_final_round_travels_with_export_import_and_merge);
     RUN_CASE(test_provisional_winner_read_everywhere);
+    RUN_CASE(test_screening_spreads);
     RUN_CASE(test_v8_file_has_no_provisional_winner);
     RUN_CASE(test_provisional_travels_with_export_import_and_merge);
     RUN_CASE(test_diff_and_resolve);

@@ -527,6 +527,39 @@ static void more_busy_threads_than_cpus_are_a_disturbance(void)
     CHECK(d.wait_frac >= 0 && d.wait_frac < DISTURBANCE_WAIT);
 }
 
+static void screening_spread_against_the_problems_usual(void)
+{
+    /* Ten screenings spreading 12% against forty earlier ones of 3%: 4x,
+     * and above the 5% floor, so disturbed; the medians come back. */
+    double now[10], before[40], a = 0, b = 0;
+    for (int i = 0; i < 10; i++)
+        now[i] = 0.12;
+    for (int i = 0; i < 40; i++)
+        before[i] = 0.03;
+    CHECK(search_screening_disturbed(now, 10, before, 40, &a, &b) && fabs(a - 0.12) < 1e-12 &&
+          fabs(b - 0.03) < 1e-12);
+    /* 2.9x is not; nor is 4x below the floor (a quiet problem of long
+     * launches that spreads 1.2% against 0.3%). */
+    for (int i = 0; i < 10; i++)
+        now[i] = 0.087;
+    for (int i = 0; i < 40; i++)
+        before[i] = 0.03;
+    CHECK(!search_screening_disturbed(now, 10, before, 40, &a, &b));
+    for (int i = 0; i < 10; i++)
+        now[i] = 0.012;
+    for (int i = 0; i < 40; i++)
+        before[i] = 0.003;
+    CHECK(!search_screening_disturbed(now, 10, before, 40, &a, &b));
+    /* Too few of either to judge: not disturbed, medians NaN. */
+    for (int i = 0; i < 10; i++)
+        now[i] = 0.5;
+    for (int i = 0; i < 40; i++)
+        before[i] = 0.01;
+    CHECK(!search_screening_disturbed(now, 9, before, 40, &a, &b) && isnan(a) && isnan(b));
+    CHECK(!search_screening_disturbed(now, 10, before, 29, &a, &b) && isnan(a));
+    CHECK(search_screening_disturbed(now, 10, before, 30, &a, &b));
+}
+
 /* ---- the final round's retries (final_round.h) ------------------------ */
 
 /* A round whose tries show the given figures in turn (the last repeats). */
@@ -662,6 +695,7 @@ int main(int argc, char **argv)
     RUN_CASE(choose_equivalent_list_is_bounded);
     RUN_CASE(disturbance_rule_on_given_figures);
     RUN_CASE(more_busy_threads_than_cpus_are_a_disturbance);
+    RUN_CASE(screening_spread_against_the_problems_usual);
     RUN_CASE(final_round_is_timed_again_while_disturbed);
     RUN_CASE(final_round_message_names_the_round);
     RUN_CASE(revalidation_flags_a_record_far_from_now);

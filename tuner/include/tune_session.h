@@ -93,6 +93,10 @@ typedef struct winner_row {
     int disturbed;
     int provisional;
     char disturbance[224];
+    /* The screening's spread against the device's usual for the problem
+     * (search_screening_disturbed); NaN where not judged. */
+    double screen_spread, screen_usual;
+    int screen_disturbed;
 } winner_row;
 
 double now_s(void);
@@ -160,6 +164,26 @@ double search_stop_above(double fastest_us);
 /* The deadline of a candidate's `launches` screening launches before its
  * stop decision, in microseconds; 0 (never cut) when nothing is fastest. */
 double search_cut_after(double fastest_us, int launches);
+
+/* Whether a problem's screening was disturbed, from its screenings'
+ * relative spreads (MAD over median, ardb_screening_spreads) in this run
+ * (now) and the device's other screenings of launches about as long
+ * (before: half to twice the problem's median screening, other problems
+ * of this run and earlier runs): the median of now at least
+ * SCREEN_SPREAD_FACTOR times that of before, and at least
+ * SCREEN_SPREAD_FLOOR, with at least SCREEN_SPREAD_MIN_NOW and
+ * SCREEN_SPREAD_MIN_BEFORE of each. About as long, because a launch of a
+ * few microseconds spreads far more than one of milliseconds on a quiet
+ * machine too. Sets the two medians (NaN where there are none).
+ * A disturbed screening can leave the best candidate out of the finalists,
+ * which no re-timing of the final round would bring back: the run says so
+ * (its `screening disturbed:` line) and leaves the choice as it is. */
+#define SCREEN_SPREAD_FACTOR 3.0
+#define SCREEN_SPREAD_FLOOR 0.05
+#define SCREEN_SPREAD_MIN_NOW 10
+#define SCREEN_SPREAD_MIN_BEFORE 30
+int search_screening_disturbed(double *now, size_t nnow, double *before, size_t nbefore, double *now_median,
+                               double *usual_median);
 
 /* Screening order: where a problem's nearest T bucket has a winner on
  * record for the device, that candidate goes first; the rest follow by

@@ -4,6 +4,7 @@
  * finalists interleaved and record the winner (see docs/tuning.md).
  */
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -347,6 +348,56 @@ size_t search_halving_keep(size_t nok, int64_t budget_candidates)
     return keep;
 }
 
+int search_screening_disturbed(double *now, size_t nnow, double *before, size_t nbefore, double *now_median,
+                               double *usual_median)
+{
+    *now_median = *usual_median = NAN;
+    if (nnow < SCREEN_SPREAD_MIN_NOW || nbefore < SCREEN_SPREAD_MIN_BEFORE || nnow > INT_MAX || nbefore > INT_MAX)
+        return 0;
+    timing a, b;
+    timing_summarize(now, (int)nnow, &a);
+    timing_summarize(before, (int)nbefore, &b);
+    *now_median = a.median_us;
+    *usual_median = b.median_us;
+    return a.median_us >= SCREEN_SPREAD_FLOOR && a.median_us >= SCREEN_SPREAD_FACTOR * b.median_us;
+}
+
+/* Judges the problem's screening just taken against the device's other
+ * screenings of launches about as long (search_screening_disturbed) into
+ * w, and logs a disturbed one. A database that cannot say is noted and
+ * judged not. */
+static void judge_screening(tuner *t, int64_t problem_id, const candidate_ref *cands, size_t n, winner_row *w)
+{
+    double *now = NULL, *before = NULL;
+    size_t nnow = 0, nbefore = 0;
+    w->screen_spread = w->screen_usual = NAN;
+    double *medians = malloc((n ? n : 1) * sizeof *medians);
+    int nm = 0;
+    for (size_t i = 0; medians && i < n && i < INT_MAX; i++)
+        if (!cands[i].reused && cands[i].status == ARDB_STATUS_OK && cands[i].median_us > 0)
+            medians[nm++] = cands[i].median_us;
+    timing typical = {0};
+    if (nm)
+        timing_summarize(medians, nm, &typical);
+    free(medians);
+    if (!(typical.median_us > 0))
+        return;
+    if (ardb_screening_spreads(t->db, problem_id, t->device_id, t->run_id, 0.5 * typical.median_us,
+                               2.0 * typical.median_us, 4000, &now, &nnow, &before, &nbefore) != ARDB_DONE) {
+        log_line(t, "  the screening's spread against earlier runs is not judged: %s", ardb_errmsg(t->db));
+        return;
+    }
+    w->screen_disturbed =
+        search_screening_disturbed(now, nnow, before, nbefore, &w->screen_spread, &w->screen_usual);
+    if (w->screen_disturbed)
+        log_line(t,
+                 "  screening disturbed: its launches spread %.1f%% about their medians, %.1fx the usual %.1f%% "
+                 "of launches as long on this device",
+                 100.0 * w->screen_spread, w->screen_spread / w->screen_usual, 100.0 * w->screen_usual);
+    free(now);
+    free(before);
+}
+
 double search_stop_above(double fastest_us)
 {
     return isfinite(fastest_us) && fastest_us >= SEARCH_STOP_MIN_US ? SEARCH_STOP_FACTOR * fastest_us : 0;
@@ -646,6 +697,8 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
                                 halving ? "screening" : "full", desc, t0);
         if (skipped)
             log_line(t, "  time budget spent: %zu candidate(s) left unmeasured", skipped);
+        if (halving)
+            judge_screening(t, problem_id, cands, n, w);
         candidate_ref **ok = malloc(n * sizeof *ok);
         size_t nok = 0;
         for (size_t i = 0; ok && i < n; i++)
