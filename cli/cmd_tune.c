@@ -371,10 +371,10 @@ static int begin_run(tuner *t, int argc, char **argv)
     gethostname(host, sizeof host - 1);
     struct passwd *pw = getpwuid(getuid());
     const char *user = getenv("USER") ? getenv("USER") : pw ? pw->pw_name : "unknown";
-    templates_hash(t, hash);
+    artuner_templates_hash(t, hash);
     ardb_run r = {.device_id = t->device_id, .user = user, .host = host, .command = cmdline,
                   .project_version = attnres_version(), .templates_hash = hash, .compiler = t->dev->compiler,
-                  .driver = t->dev->driver, .policy_json = policy, .strategy = strategy_name(t->opt.strategy),
+                  .driver = t->dev->driver, .policy_json = policy, .strategy = artuner_strategy_name(t->opt.strategy),
                   .copy_gbps = NAN, .read_gbps = NAN, .launch_us = NAN}; /* tuner_ceilings_* */
     if (ardb_run_begin(t->db, &r, &t->run_id) != ARDB_DONE) {
         cli_error("tune", "recording the run: %s", ardb_errmsg(t->db));
@@ -419,7 +419,7 @@ int cmd_tune(int argc, char **argv)
         return prc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     if (t.opt.revalidate)
         return tune_revalidate(t.opt.device, t.opt.db, t.opt.quiet, t.opt.retries);
-    double start = now_s();
+    double start = artuner_now_s();
     char msg[1024];
     const char *spec = t.opt.device ? t.opt.device : cli_best_device();
     problem_set set = {0};
@@ -439,10 +439,10 @@ int cmd_tune(int argc, char **argv)
         goto done;
     }
     if (t.opt.misses) {
-        log_line(&t, "%s: %zu problem(s) to tune%s", t.opt.misses, set.count,
+        artuner_log(&t, "%s: %zu problem(s) to tune%s", t.opt.misses, set.count,
                  torn ? "; skipped line(s) cut short" : "");
         if (other)
-            log_line(&t, "%s: %zu line(s) were recorded on other devices; tuned here for this one", t.opt.misses,
+            artuner_log(&t, "%s: %zu line(s) were recorded on other devices; tuned here for this one", t.opt.misses,
                      other);
     }
     if (ardb_open(t.opt.db, ARDB_CREATE, &t.db, msg, sizeof msg) != ARDB_DONE) {
@@ -450,7 +450,7 @@ int cmd_tune(int argc, char **argv)
         goto done;
     }
     measure_policy_default(&t.policy, t.dev);
-    if (load_templates(&t))
+    if (artuner_load_templates(&t))
         goto done;
     if (begin_run(&t, argc, argv))
         goto done;
@@ -479,7 +479,7 @@ int cmd_tune(int argc, char **argv)
     check_winners(&t, rows, set.count, &check, report, sizeof report);
     if (t.roof_ready)
         tuner_ceilings_record(&t, &check);
-    t.stages.total_s = now_s() - start;
+    t.stages.total_s = artuner_now_s() - start;
     record_stages(&t, rows, set.count);
     ok = ok && !t.unrecorded;
     if (ardb_run_finish(t.db, t.run_id, ok ? "complete" : "failed") != ARDB_DONE) {

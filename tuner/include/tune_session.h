@@ -18,6 +18,7 @@
 #include "problems.h"
 #include "rooflines.h"
 #include "tune_stages.h"
+#include "tuner_base.h"
 
 typedef enum strategy {
     STRATEGY_HALVING,    /* screen all cheaply, measure the best fully */
@@ -99,19 +100,18 @@ typedef struct winner_row {
     int screen_disturbed;
 } winner_row;
 
-double now_s(void);
-void log_line(const tuner *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-const char *strategy_name(strategy s);
+void artuner_log(const tuner *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *artuner_strategy_name(strategy s);
 
 /* candidates.c */
-int load_templates(tuner *t);
-void templates_hash(tuner *t, char out[65]);
+int artuner_load_templates(tuner *t);
+void artuner_templates_hash(tuner *t, char out[65]);
 /* The source of variant id of template g, emitted and recorded once. */
-source_entry *get_source(tuner *t, argen *g, const char *id, const char *spec);
+source_entry *artuner_source(tuner *t, argen *g, const char *id, const char *spec);
 /* Compiles the sources that have no binary yet, jobs at a time, and
  * stores the binaries: once per build key, and none the kernel cache
  * holds intact (CPU). todo is reordered. */
-void compile_missing(tuner *t, source_entry **todo, size_t count);
+void artuner_compile_missing(tuner *t, source_entry **todo, size_t count);
 
 /* search.c: measures one problem and records its winner in w. */
 int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t total, winner_row *w);

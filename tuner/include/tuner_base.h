@@ -29,6 +29,6 @@ const char *cli_best_device(void);
 const char *cli_template_dir(void);
 
 /* Seconds on the monotonic clock. */
-double now_s(void);
+double artuner_now_s(void);
 
 #endif

@@ -19,7 +19,7 @@
 
 /* ---- templates and candidates ---------------------------------------- */
 
-int load_templates(tuner *t)
+int artuner_load_templates(tuner *t)
 {
     const char *dir = cli_template_dir();
     char **names;
@@ -68,7 +68,7 @@ int load_templates(tuner *t)
 }
 
 /* Hash over the text of every template the run uses, for the run record. */
-void templates_hash(tuner *t, char out[65])
+void artuner_templates_hash(tuner *t, char out[65])
 {
     ar_sha256 s;
     ar_sha256_init(&s);
@@ -89,7 +89,7 @@ static source_entry *find_source(tuner *t, const char *id, const char *spec)
 
 /* Emits (once per specialization, argen_specialize) and records the
  * candidate for variant `id` of template g. */
-source_entry *get_source(tuner *t, argen *g, const char *id, const char *spec)
+source_entry *artuner_source(tuner *t, argen *g, const char *id, const char *spec)
 {
     source_entry *e = find_source(t, id, spec);
     if (e)
@@ -239,7 +239,7 @@ static void compile_pool_run(tuner *t, source_entry **todo, size_t count)
         pthread_join(th[i], NULL);
 }
 
-/* e has the build key of a variant compile_missing just handled: it takes
+/* e has the build key of a variant artuner_compile_missing just handled: it takes
  * that variant's outcome (the binary is stored by build key already). */
 static void share_outcome(tuner *t, source_entry *e)
 {
@@ -259,11 +259,11 @@ static void share_outcome(tuner *t, source_entry *e)
 
 /* Compiles every source that has no binary yet and is not in the kernel
  * cache, jobs at a time, storing each binary as it is built. */
-void compile_missing(tuner *t, source_entry **todo, size_t count)
+void artuner_compile_missing(tuner *t, source_entry **todo, size_t count)
 {
     if (count == 0)
         return;
-    double t0 = now_s();
+    double t0 = artuner_now_s();
     /* Variants with one source (CPU variants that differ only in their
      * thread count) share one build key: the first is compiled, the others
      * take its outcome afterwards. What the kernel cache holds is not
@@ -291,13 +291,13 @@ void compile_missing(tuner *t, source_entry **todo, size_t count)
     size_t failed = 0;
     for (size_t i = 0; i < left; i++)
         failed += todo[i]->compile_failed;
-    tune_stages_add(&t->stages, STAGE_COMPILE, now_s() - t0, left);
+    tune_stages_add(&t->stages, STAGE_COMPILE, artuner_now_s() - t0, left);
     if (cached)
-        log_line(t, "%zu variant(s) found in the kernel cache", cached);
+        artuner_log(t, "%zu variant(s) found in the kernel cache", cached);
     if (left)
-        log_line(t, "compiled %zu variant(s) in %.1f s with %d job(s)%s", left, now_s() - t0,
+        artuner_log(t, "compiled %zu variant(s) in %.1f s with %d job(s)%s", left, artuner_now_s() - t0,
                  t->opt.jobs < (int)left ? t->opt.jobs : (int)left,
                  failed ? " (some failed, recorded as compile_failed)" : "");
     if (nsame)
-        log_line(t, "%zu variant(s) share the source of one compiled or found above", nsame);
+        artuner_log(t, "%zu variant(s) share the source of one compiled or found above", nsame);
 }

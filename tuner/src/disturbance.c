@@ -68,7 +68,7 @@ static double preemptions(void)
 
 void disturbance_begin(disturbance_mark *m)
 {
-    m->wall_s = now_s();
+    m->wall_s = artuner_now_s();
     m->preempted = preemptions();
     m->wait_s = threads_wait_s();
     m->readable = m->wait_s >= 0;
@@ -81,7 +81,7 @@ void disturbance_begin(disturbance_mark *m)
 disturbance disturbance_end(const disturbance_mark *m)
 {
     disturbance d = {NAN, NAN, NAN, NAN, NAN};
-    double wall = now_s() - m->wall_s, wait = threads_wait_s(), steal, total, pre = preemptions();
+    double wall = artuner_now_s() - m->wall_s, wait = threads_wait_s(), steal, total, pre = preemptions();
     if (m->preempted >= 0 && pre >= 0 && wall > 0)
         d.preempted_per_s = (pre - m->preempted) / wall;
     if (m->wait_s >= 0 && wait >= 0 && wall > 0)

@@ -148,9 +148,9 @@ static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *
     if (load(dev, k, &kern, r) != ATTNRES_OK)
         return;
     if (opt->verify) {
-        double t0 = now_s();
+        double t0 = artuner_now_s();
         int rc = bench_case_verify(bc, &kern, &r->rel_err);
-        r->verify_s = now_s() - t0;
+        r->verify_s = artuner_now_s() - t0;
         if (rc != ATTNRES_OK) {
             r->status = ARDB_STATUS_LAUNCH_FAILED;
             set_message(r, "launch failed: %s", attnres_device_errmsg(dev));
@@ -175,7 +175,7 @@ static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *
         }
     }
     if (opt->policy.max_reps > 0) {
-        double t0 = now_s();
+        double t0 = artuner_now_s();
         /* The deadline covers the launches up to the stop decision. */
         measure_policy pol = opt->policy;
         int armed = cut && cut->after_us > 0 && cut_arm(cut->fd, r, cut->after_us) == 0;
@@ -184,7 +184,7 @@ static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *
         int rc = bench_case_time(bc, &kern, &pol, &r->tm);
         if (armed)
             cut_disarm();
-        r->time_s = now_s() - t0;
+        r->time_s = artuner_now_s() - t0;
         if (rc != ATTNRES_OK) {
             r->status = ARDB_STATUS_LAUNCH_FAILED;
             set_message(r, "timed launch failed: %s", attnres_device_errmsg(dev));
@@ -424,7 +424,7 @@ static int read_by(int fd, void *buf, size_t want, double deadline, int *timed_o
     while (got < want) {
         int wait_ms = -1;
         if (deadline) {
-            double left = deadline - now_s();
+            double left = deadline - artuner_now_s();
             if (left <= 0) {
                 *timed_out = 1;
                 return -1;
@@ -513,7 +513,7 @@ static void run_isolated(bench_case *bc, child_fn fn, const void *arg, size_t k,
     size_t want = k * sizeof(job_result);
     job_result *tmp = malloc(want);
     int timed_out = 0;
-    int got = tmp ? read_by(fd, tmp, want, limit_s > 0 ? now_s() + limit_s : 0, &timed_out) : -1;
+    int got = tmp ? read_by(fd, tmp, want, limit_s > 0 ? artuner_now_s() + limit_s : 0, &timed_out) : -1;
     int ws = reap(pid, fd, timed_out);
     if (got == 0)
         memcpy(out, tmp, want);
@@ -640,7 +640,7 @@ void job_measure_batch(attnres_device *dev, bench_case *bc, const job_batch *b, 
         int timed_out = 0, cut = 0;
         while (next < b->k && !cut) {
             double limit = b->opt->time_limit_s;
-            if (read_by(fd, &out[next], sizeof out[next], limit > 0 ? now_s() + limit : 0, &timed_out))
+            if (read_by(fd, &out[next], sizeof out[next], limit > 0 ? artuner_now_s() + limit : 0, &timed_out))
                 break;
             if (out[next].status == ARDB_STATUS_OK && out[next].tm.median_us < fastest)
                 fastest = out[next].tm.median_us;

@@ -45,7 +45,7 @@ int tuner_ceilings_measure(tuner *t)
 {
     if (t->roof_ready)
         return 0;
-    double c0 = now_s();
+    double c0 = artuner_now_s();
     memset(&t->roof, 0, sizeof t->roof);
     if (rooflines_measure(t->dev, &t->roof) != ATTNRES_OK) {
         cli_error("tune", "measuring the device: %s", attnres_device_errmsg(t->dev));
@@ -55,14 +55,14 @@ int tuner_ceilings_measure(tuner *t)
      * in: later ones are held to it. */
     char why[512];
     if (device_probe_create(t->dev, &t->roof, &t->probe, why, sizeof why) < 0)
-        log_line(t, "no streaming probe of the device: %s", why);
+        artuner_log(t, "no streaming probe of the device: %s", why);
     device_probe_read(t->dev, t->probe);
-    tune_stages_add(&t->stages, STAGE_CEILINGS, now_s() - c0, 0);
+    tune_stages_add(&t->stages, STAGE_CEILINGS, artuner_now_s() - c0, 0);
     t->roof_ready = 1;
     t->roof_carried_from = 0;
     char roof[320];
     rooflines_format(&t->roof, roof, sizeof roof);
-    log_line(t, "device %s: %s", t->dev->name, roof);
+    artuner_log(t, "device %s: %s", t->dev->name, roof);
     if (record_roofs(t))
         return -1;
     tuner_ceilings_record(t, NULL);
@@ -84,7 +84,7 @@ int tuner_ceilings_carry(tuner *t)
         return tuner_ceilings_measure(t);
     t->roof_ready = 1;
     t->roof_carried_from = from;
-    log_line(t, "nothing new to measure: the ceilings are those run %" PRId64 " measured", from);
+    artuner_log(t, "nothing new to measure: the ceilings are those run %" PRId64 " measured", from);
     if (record_roofs(t))
         return -1;
     tuner_ceilings_record(t, NULL);

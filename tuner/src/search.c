@@ -28,7 +28,7 @@ static void progress(const tuner *t, const char *desc, size_t done, size_t total
 {
     if (t->opt.quiet || !isatty(2))
         return;
-    double spent = now_s() - started;
+    double spent = artuner_now_s() - started;
     double eta = done ? spent / (double)done * (double)(total - done) : 0;
     fprintf(stderr, "\r\033[K  %s: %zu/%zu candidates, %.0f s, about %.0f s left", desc, done, total, spent, eta);
     if (done == total)
@@ -37,7 +37,7 @@ static void progress(const tuner *t, const char *desc, size_t done, size_t total
 
 /* ---- one problem ------------------------------------------------------ */
 
-const char *strategy_name(strategy s)
+const char *artuner_strategy_name(strategy s)
 {
     return s == STRATEGY_EXHAUSTIVE ? "exhaustive" : s == STRATEGY_RANDOM ? "random" : "halving";
 }
@@ -160,7 +160,7 @@ static size_t measure_list(tuner *t, bench_case *bc, int64_t problem_id, candida
         fresh += !list[i]->reused;
     job_options opt = {.verify = plan->verify, .policy = *plan->pol, .time_limit_s = t->opt.time_limit_s,
                        .isolate = t->opt.isolate};
-    double started = now_s();
+    double started = artuner_now_s();
     for (size_t i = 0; i < n;) {
         candidate_ref *batch[MEASURE_BATCH];
         job_kernel ks[MEASURE_BATCH];
@@ -170,7 +170,7 @@ static size_t measure_list(tuner *t, bench_case *bc, int64_t problem_id, candida
         for (; i < n && nb < MEASURE_BATCH; i++) {
             if (list[i]->reused)
                 continue;
-            if (t0 > 0 && t->opt.budget_seconds > 0 && now_s() - t0 > t->opt.budget_seconds) {
+            if (t0 > 0 && t->opt.budget_seconds > 0 && artuner_now_s() - t0 > t->opt.budget_seconds) {
                 skipped++;
                 continue;
             }
@@ -189,7 +189,7 @@ static size_t measure_list(tuner *t, bench_case *bc, int64_t problem_id, candida
                        .stop_above = plan->screening ? search_stop_above : NULL,
                        .warm_once_above_us = SEARCH_WARM_ONCE_ABOVE_US,
                        .cut_after = plan->screening ? search_cut_after : NULL};
-        double b0 = now_s();
+        double b0 = artuner_now_s();
         job_measure_batch(t->dev, bc, &b, res);
         double inside = 0;
         for (size_t j = 0; j < nb; j++) {
@@ -199,7 +199,7 @@ static size_t measure_list(tuner *t, bench_case *bc, int64_t problem_id, candida
                 fastest = batch[j]->median_us;
             free(blobs[j]);
         }
-        tune_stages_add(&t->stages, STAGE_ISOLATION, now_s() - b0 - inside, 1);
+        tune_stages_add(&t->stages, STAGE_ISOLATION, artuner_now_s() - b0 - inside, 1);
         done += nb;
     }
     if (desc)
@@ -274,7 +274,7 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
                 if (pruned) {
                     t->stages.pruned++;
                     if (t->opt.explain_pruning)
-                        log_line(t, "  pruned %s: %s", v[i].id, why);
+                        artuner_log(t, "  pruned %s: %s", v[i].id, why);
                     continue;
                 }
             }
@@ -283,7 +283,7 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
                 cli_error("tune", "%s", spec);
                 return -1;
             }
-            source_entry *e = get_source(t, t->templates[g], v[i].id, spec);
+            source_entry *e = artuner_source(t, t->templates[g], v[i].id, spec);
             candidate_ref *grown = e ? realloc(*out, (*count + 1) * sizeof *grown) : NULL;
             if (!grown)
                 return -1;
@@ -384,13 +384,13 @@ static void judge_screening(tuner *t, int64_t problem_id, const candidate_ref *c
         return;
     if (ardb_screening_spreads(t->db, problem_id, t->device_id, t->run_id, 0.5 * typical.median_us,
                                2.0 * typical.median_us, 4000, &now, &nnow, &before, &nbefore) != ARDB_DONE) {
-        log_line(t, "  the screening's spread against earlier runs is not judged: %s", ardb_errmsg(t->db));
+        artuner_log(t, "  the screening's spread against earlier runs is not judged: %s", ardb_errmsg(t->db));
         return;
     }
     w->screen_disturbed =
         search_screening_disturbed(now, nnow, before, nbefore, &w->screen_spread, &w->screen_usual);
     if (w->screen_disturbed)
-        log_line(t,
+        artuner_log(t,
                  "  screening disturbed: its launches spread %.1f%% about their medians, %.1fx the usual %.1f%% "
                  "of launches as long on this device",
                  100.0 * w->screen_spread, w->screen_spread / w->screen_usual, 100.0 * w->screen_usual);
@@ -520,11 +520,11 @@ static paired_stream *final_pair(tuner *t, const bench_case *bc)
     char err[512];
     int got = paired_stream_create(t->dev, &t->roof, rd, wr, &ps, err, sizeof err);
     if (got < 0)
-        log_line(t, "  no streaming pass to pair with: %s", err);
+        artuner_log(t, "  no streaming pass to pair with: %s", err);
     if (got > 0) {
         char pass[256];
         paired_stream_describe(ps, pass, sizeof pass);
-        log_line(t, "  final round paired with a streaming pass: %s", pass);
+        artuner_log(t, "  final round paired with a streaming pass: %s", pass);
     }
     return ps;
 }
@@ -532,7 +532,7 @@ static paired_stream *final_pair(tuner *t, const bench_case *bc)
 /* Where the notes of the final round's retry policy go: the run's log. */
 static void final_note(void *ctx, const char *line)
 {
-    log_line(ctx, "  %s", line);
+    artuner_log(ctx, "  %s", line);
 }
 
 /* Re-times the best few candidates interleaved and records the results;
@@ -593,12 +593,12 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
     }
     candidate_ref *cands;
     size_t n;
-    double g0 = now_s();
+    double g0 = artuner_now_s();
     size_t emitted = t->nsources;
     if (collect(t, tp, &cands, &n))
         return -1;
-    tune_stages_add(&t->stages, STAGE_GENERATION, now_s() - g0, t->nsources - emitted);
-    double t0 = now_s();
+    tune_stages_add(&t->stages, STAGE_GENERATION, artuner_now_s() - g0, t->nsources - emitted);
+    double t0 = artuner_now_s();
     /* Resume: the database is the cache. A candidate measured before with
      * the same build key (source, compiler, options, target) is reused. */
     size_t reused = 0;
@@ -671,7 +671,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
             return -1;
         }
         if (todo)
-            compile_missing(t, todo, ntodo);
+            artuner_compile_missing(t, todo, ntodo);
         bench_case *bc = NULL;
         char err[512];
         uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)index * 0x9e3779b97f4a7c15ull;
@@ -696,7 +696,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
         size_t skipped = screen(t, bc, problem_id, cands, n, halving ? &quick : &t->policy, halving,
                                 halving ? "screening" : "full", desc, t0);
         if (skipped)
-            log_line(t, "  time budget spent: %zu candidate(s) left unmeasured", skipped);
+            artuner_log(t, "  time budget spent: %zu candidate(s) left unmeasured", skipped);
         if (halving)
             judge_screening(t, problem_id, cands, n, w);
         candidate_ref **ok = malloc(n * sizeof *ok);
@@ -724,9 +724,9 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
         /* Round 3: the best three, interleaved, decide. */
         size_t k = ok ? search_finalists(ok, nok) : 0;
         if (k > 0) {
-            double f0 = now_s();
+            double f0 = artuner_now_s();
             final_round(t, bc, problem_id, ok, k, w);
-            tune_stages_add(&t->stages, STAGE_FINAL, now_s() - f0, 1);
+            tune_stages_add(&t->stages, STAGE_FINAL, artuner_now_s() - f0, 1);
             best = search_choose(ok, k, equivalent, sizeof equivalent);
         }
         free(ok);
@@ -763,8 +763,8 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
     char tie[1100] = "";
     if (strchr(equivalent, ','))
         snprintf(tie, sizeof tie, " (equivalent: %s)", equivalent);
-    log_line(t, "[%zu/%zu] %s: %zu candidate(s), %zu reused, %zu not ok, %.1f s; %s%s%s", index + 1, total, desc, n,
-             reused, bad, now_s() - t0, best ? "winner " : "no winner", best ? best->e->id : "", tie);
+    artuner_log(t, "[%zu/%zu] %s: %zu candidate(s), %zu reused, %zu not ok, %.1f s; %s%s%s", index + 1, total, desc, n,
+             reused, bad, artuner_now_s() - t0, best ? "winner " : "no winner", best ? best->e->id : "", tie);
     free(cands);
     return 0;
 }

@@ -25,7 +25,7 @@ const char *cli_best_device(void)
     return attnres_device_count("cuda") > 0 ? "cuda:0" : "cpu";
 }
 
-double now_s(void)
+double artuner_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -33,7 +33,7 @@ double now_s(void)
 }
 
 /* Declared in tune_session.h: a line of a tuning run's log, unless quiet. */
-void log_line(const tuner *t, const char *fmt, ...)
+void artuner_log(const tuner *t, const char *fmt, ...)
 {
     if (t->opt.quiet)
         return;
