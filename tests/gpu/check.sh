@@ -30,8 +30,7 @@
 # bin/test_cuda_stream_pass (the paired ceiling's pass) when present.
 # Exit status: 0 when every step ran, no candidate came back wrong_result,
 # nondeterministic or launch_failed and every backward shape has an exact
-# winner; 1
-# otherwise.
+# winner; 1 otherwise.
 #
 # Environment:
 #   OUT       where the database and logs go (default: BUILD_DIR/gpu-check)
