@@ -26,12 +26,18 @@
 /* Version 2 added runs.uid and runs.note, version 3 runs.read_gbps,
  * version 4 devices.simulated, version 5 runs.owner, version 6
  * runs.ceilings, version 7 runs.stages, version 8 measurements.final_round,
- * version 9 winners.provisional and winners.disturbance
- * (db/write/migrate.c). A writer's
+ * version 9 winners.provisional and winners.disturbance, version 10 the
+ * measurement status 'nondeterministic' (db/write/migrate.c). A writer's
  * open (ardb_open, ardb_write.h) migrates an older file in place, keeping
  * a copy as PATH.v<N>.bak; a read-only open reads it as it is (every
- * device of a file older than v4 is real). */
-#define ARDB_SCHEMA_VERSION 9
+ * device of a file older than v4 is real; no measurement of a file older
+ * than v10 is nondeterministic).
+ *
+ * A file newer than this build is refused by every open, the runtime's
+ * included (ARDB_ENEWER), even where the change would not affect what it
+ * reads (v10 adds no column): the version is the whole contract, so an
+ * older build never guesses what a newer file means. */
+#define ARDB_SCHEMA_VERSION 10
 
 /* Return codes of every ardb_ function. */
 enum {

@@ -121,7 +121,12 @@ typedef enum ardb_status {
     ARDB_STATUS_LAUNCH_FAILED = 2,
     ARDB_STATUS_WRONG_RESULT = 3,
     ARDB_STATUS_SKIPPED = 4,
-    ARDB_STATUS_TIMEOUT = 5
+    ARDB_STATUS_TIMEOUT = 5,
+    /* Two runs on the same inputs gave outputs that differ in some bit
+     * (schema v10): a kernel whose sums depend on more than its inputs,
+     * which never wins. Files older than v10 recorded it as wrong_result
+     * with a message starting "nondeterministic:". */
+    ARDB_STATUS_NONDETERMINISTIC = 6
 } ardb_status;
 const char *ardb_status_name(ardb_status s); /* "ok", "compile_failed", ... */
 

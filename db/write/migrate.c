@@ -130,13 +130,63 @@ static const char delta_v9[] =
     "UPDATE attnres_meta SET value = '9' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 9;\n";
 
+/* v9 -> v10: measurements.status accepts 'nondeterministic', for a
+ * candidate whose two runs on the same inputs differ in some bit (the
+ * backward's determinism check); until v10 it was recorded as
+ * 'wrong_result' with a message starting "nondeterministic:", and those
+ * rows stay as they are, since the message alone is what they hold.
+ * SQLite cannot change a CHECK constraint in place, so the table is
+ * rebuilt as v4 rebuilds devices: the same columns in the same order and
+ * the same ids (winners refer to measurements by id), its indexes and the
+ * append-only trigger recreated, with foreign keys off while it runs and
+ * checked before the migration commits (ardb__migrate). */
+static const char delta_v10[] =
+    "CREATE TABLE ardb_v10_measurements(\n"
+    "  id           INTEGER PRIMARY KEY,\n"
+    "  run_id       INTEGER NOT NULL REFERENCES runs(id),\n"
+    "  candidate_id INTEGER NOT NULL REFERENCES candidates(id),\n"
+    "  problem_id   INTEGER NOT NULL REFERENCES problems(id),\n"
+    "  device_id    INTEGER NOT NULL REFERENCES devices(id),\n"
+    "  build_key    TEXT,\n"
+    "  status       TEXT NOT NULL CHECK(status IN ('ok','compile_failed',\n"
+    "                 'launch_failed','wrong_result','skipped','timeout',\n"
+    "                 'nondeterministic')),\n"
+    "  median_us    REAL,\n"
+    "  min_us       REAL,\n"
+    "  max_us       REAL,\n"
+    "  spread_us    REAL,\n"
+    "  reps         INTEGER,\n"
+    "  gbps         REAL,\n"
+    "  roofline     REAL,\n"
+    "  rel_err      REAL,\n"
+    "  message      TEXT,\n"
+    "  created_at   TEXT NOT NULL,\n"
+    "  final_round  INTEGER NOT NULL DEFAULT 0 CHECK(final_round IN (0, 1))\n"
+    ");\n"
+    "INSERT INTO ardb_v10_measurements(id, run_id, candidate_id, problem_id,\n"
+    "  device_id, build_key, status, median_us, min_us, max_us, spread_us,\n"
+    "  reps, gbps, roofline, rel_err, message, created_at, final_round)\n"
+    "  SELECT id, run_id, candidate_id, problem_id, device_id, build_key,\n"
+    "  status, median_us, min_us, max_us, spread_us, reps, gbps, roofline,\n"
+    "  rel_err, message, created_at, final_round FROM measurements\n"
+    "  ORDER BY id;\n"
+    "DROP TABLE measurements;\n"
+    "ALTER TABLE ardb_v10_measurements RENAME TO measurements;\n"
+    "CREATE INDEX measurements_key ON measurements(candidate_id, problem_id,\n"
+    "                                              device_id, build_key);\n"
+    "CREATE INDEX measurements_run ON measurements(run_id);\n"
+    "CREATE TRIGGER measurements_append_only BEFORE UPDATE ON measurements\n"
+    "BEGIN SELECT RAISE(ABORT, 'measurements are append-only'); END;\n"
+    "UPDATE attnres_meta SET value = '10' WHERE key = 'schema_version';\n"
+    "PRAGMA user_version = 10;\n";
+
 typedef struct delta {
     int64_t to;
     const char *sql;
 } delta;
 
 static const delta deltas[] = {{2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}, {6, delta_v6},
-                                {7, delta_v7}, {8, delta_v8}, {9, delta_v9}};
+                                {7, delta_v7}, {8, delta_v8}, {9, delta_v9}, {10, delta_v10}};
 
 int ardb__schema_upgrade(ardb *db, int64_t from)
 {
@@ -273,7 +323,7 @@ int ardb__migrate(ardb *db, int64_t from)
 {
     int code, rc;
     /* A delta may rebuild a table that others refer to (v4 rebuilds
-     * devices); SQLite's procedure for that runs with foreign keys off,
+     * devices, v10 measurements); SQLite's procedure for that runs with foreign keys off,
      * which can only be switched outside a transaction. migrate_locked
      * checks the references itself before it commits. */
     rc = sqlite3_exec(db->h, "PRAGMA foreign_keys = OFF", NULL, NULL, NULL);

@@ -412,7 +412,7 @@ int ardb_binary_put(ardb *db, const ardb_binary *bin)
 
 static const char *const status_names[] = {
     "ok", "compile_failed", "launch_failed", "wrong_result", "skipped",
-    "timeout"};
+    "timeout", "nondeterministic"};
 #define N_STATUS (sizeof status_names / sizeof status_names[0])
 
 const char *ardb_status_name(ardb_status s)

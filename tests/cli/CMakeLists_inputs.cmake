@@ -29,6 +29,12 @@ attnres_unit_test(tuner_problems_file test_problems.c TIMEOUT 60 LABEL tuner
 # choice among equivalent candidates with its tie-breaks.
 attnres_unit_test(tuner_unit test_tuner.c TIMEOUT 60 LABEL tuner LIBS artuner)
 
+# The determinism check of a backward candidate: a CPU mix_backward variant
+# measured as a tuning run measures it (in process and in a child), as
+# generated (ok) and with stale workspace bytes let into du
+# (nondeterministic, the message naming the gradient that differed).
+attnres_unit_test(tuner_determinism_check test_determinism_check.c TIMEOUT 120 LABEL tuner TEMPLATES LIBS artuner)
+
 # The command line's option parser alone (cli/cli.c): every kind of value,
 # positional arguments, "--", and refusals that name the flag and the value.
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/cli-options)

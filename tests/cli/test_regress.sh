@@ -241,8 +241,8 @@ expect_rc 1 "regress reads a v1 file read-only" -- "$cli" db regress --db "$dir/
 [ ! -e "$dir/old.db.v1.bak" ] && ok "read-only use leaves the v1 file alone" || bad "read-only use migrated"
 expect_rc 0 "note migrates it in place" -- "$cli" db note 1 "before the driver update" --db "$dir/old.db"
 [ -e "$dir/old.db.v1.bak" ] && ok "the v1 file was backed up" || bad "no backup"
-python3 -c 'import sqlite3,sys; assert sqlite3.connect(sys.argv[1]).execute("pragma user_version").fetchone()[0]==9; assert sqlite3.connect(sys.argv[2]).execute("pragma user_version").fetchone()[0]==1' "$dir/old.db" "$dir/old.db.v1.bak" &&
-  ok "migrated to v9, backup still v1" || bad "versions after migration"
+python3 -c 'import sqlite3,sys; assert sqlite3.connect(sys.argv[1]).execute("pragma user_version").fetchone()[0]==10; assert sqlite3.connect(sys.argv[2]).execute("pragma user_version").fetchone()[0]==1' "$dir/old.db" "$dir/old.db.v1.bak" &&
+  ok "migrated to v10, backup still v1" || bad "versions after migration"
 python3 -c 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute("pragma user_version = 99"); c.commit()' "$dir/old.db"
 expect_rc 1 "a newer file is refused" -- "$cli" db runs --db "$dir/old.db"
 grep -q 'newer than this build' "$dir/err.txt" && ok "with a clear message" || bad "message: $(cat "$dir/err.txt")"

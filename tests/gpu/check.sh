@@ -19,7 +19,7 @@
 #      shapes into that database from a problems file: every variant of
 #      cuda/mix_backward.lua is compiled, each gradient verified against
 #      attnres_reference_mix_backward, run twice and bit-compared (a
-#      candidate whose runs differ is wrong_result, "nondeterministic:"),
+#      candidate whose runs differ is nondeterministic),
 #      and timed; then each backward shape is planned on cuda:0 with an
 #      exact winner required (`attnres plan --op mix_backward
 #      --require-exact`), which also reports its workspace;
@@ -28,9 +28,9 @@
 # Before tuning it runs BUILD_DIR/bin/test_nvrtc when present (the CUDA
 # backend alone: generic kernels against the fp64 reference), and
 # bin/test_cuda_stream_pass (the paired ceiling's pass) when present.
-# Exit status: 0 when every step ran, no candidate came back wrong_result
-# or launch_failed and every backward shape has an exact winner; 1
-# otherwise.
+# Exit status: 0 when every step ran, no candidate came back wrong_result,
+# nondeterministic or launch_failed and every backward shape has an exact
+# winner; 1 otherwise.
 #
 # Environment:
 #   OUT       where the database and logs go (default: BUILD_DIR/gpu-check)
@@ -166,19 +166,19 @@ import csv, sys, collections
 rows = list(csv.DictReader(open(sys.argv[1], newline="")))
 count = collections.Counter((r["problem"], r["status"]) for r in rows)
 problems = sorted({r["problem"] for r in rows})
-statuses = ["ok", "wrong_result", "compile_failed", "launch_failed", "skipped"]
+statuses = ["ok", "wrong_result", "nondeterministic", "compile_failed", "launch_failed", "skipped"]
 statuses += sorted({s for _, s in count} - set(statuses))
 print("%-44s" % "problem" + "".join("%15s" % s for s in statuses))
 for p in problems:
     print("%-44s" % p[:44] + "".join("%15d" % count[(p, s)] for s in statuses))
-bad = [r for r in rows if r["status"] in ("wrong_result", "launch_failed")]
+bad = [r for r in rows if r["status"] in ("wrong_result", "nondeterministic", "launch_failed")]
 for r in bad[:20]:
     print("BAD %s %s %s: %s" % (r["problem"], r["variant"], r["status"], r["message"][:200]))
 sys.exit(1 if bad else 0)
 EOF
 elif [ -s "$OUT/measurements.csv" ]; then
     echo "(python3 not found: see $OUT/measurements.csv)"
-    grep -q ',wrong_result,\|,launch_failed,' "$OUT/measurements.csv" && failed=1
+    grep -q ',wrong_result,\|,nondeterministic,\|,launch_failed,' "$OUT/measurements.csv" && failed=1
 else
     echo "(no measurements exported)"
     failed=1

@@ -117,10 +117,10 @@ static void test_create_reopen(void)
     REQUIRE(db != NULL);
     CHECK(strcmp(ardb_errmsg(db), "") == 0);
     ardb_close(db);
-    CHECK(ARDB_SCHEMA_VERSION == 9);
-    CHECK(raw_int(path, "PRAGMA user_version") == 9);
+    CHECK(ARDB_SCHEMA_VERSION == 10);
+    CHECK(raw_int(path, "PRAGMA user_version") == 10);
     CHECK(raw_int(path, "SELECT count(*) FROM attnres_meta WHERE key = "
-                        "'schema_version' AND value = '9'") == 1);
+                        "'schema_version' AND value = '10'") == 1);
     /* A new file has the shape of a migrated one: v1 plus every delta. */
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') "
                         "WHERE name IN ('uid', 'note', 'read_gbps')") == 3);
@@ -301,12 +301,12 @@ static void test_open_errors(void)
     db = create_db("newer.db", path, sizeof path);
     REQUIRE(db != NULL);
     ardb_close(db);
-    CHECK(raw_exec(path, "PRAGMA user_version = 10") == SQLITE_OK);
+    CHECK(raw_exec(path, "PRAGMA user_version = 11") == SQLITE_OK);
     EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENEWER,
-                "database schema version 10 is newer than this build (9)");
+                "database schema version 11 is newer than this build (10)");
     EXPECT_OPEN(path, 0, ARDB_ENEWER, "is newer than this build");
     EXPECT_OPEN(path, ARDB_CREATE, ARDB_ENEWER, "is newer than this build");
-    CHECK(raw_int(path, "PRAGMA user_version") == 10);
+    CHECK(raw_int(path, "PRAGMA user_version") == 11);
 }
 
 static void test_upserts(void)
@@ -449,6 +449,8 @@ static void test_measurements(void)
           0);
     CHECK(strcmp(ardb_status_name(ARDB_STATUS_SKIPPED), "skipped") == 0);
     CHECK(strcmp(ardb_status_name(ARDB_STATUS_TIMEOUT), "timeout") == 0);
+    CHECK(strcmp(ardb_status_name(ARDB_STATUS_NONDETERMINISTIC),
+                 "nondeterministic") == 0);
     CHECK(strcmp(ardb_status_name((ardb_status)99), "unknown") == 0);
 
     REQUIRE(ardb_device_upsert(db, &d, &dev) == ARDB_DONE);
@@ -490,6 +492,20 @@ static void test_measurements(void)
     CHECK(got.status == ARDB_STATUS_COMPILE_FAILED && got.build_key == NULL);
     CHECK(got.message && strcmp(got.message, "error: too many registers") == 0);
     ardb_measurement_clear(&got);
+    /* Two runs that differed (schema v10): stored and read back under
+     * its own status, never as a winner. */
+    m = meas_make(r2, cand, prob, dev, "bk-nd", 9.0);
+    m.status = ARDB_STATUS_NONDETERMINISTIC;
+    m.message = "two runs on the same inputs differ in dquery";
+    CHECK(ardb_measurement_add(db, &m, &found) == ARDB_DONE);
+    CHECK(ardb_winner_set(db, r2, prob, dev, cand, found) == ARDB_EINVAL);
+    CHECK(ardb_measurement_find(db, cand, prob, dev, "bk-nd", &got) ==
+          ARDB_DONE);
+    CHECK(got.status == ARDB_STATUS_NONDETERMINISTIC);
+    CHECK(got.message && strstr(got.message, "dquery") != NULL);
+    ardb_measurement_clear(&got);
+    CHECK(raw_int(path, "SELECT count(*) FROM measurements WHERE status = "
+                        "'nondeterministic'") == 1);
     CHECK(ardb_measurement_find(db, cand, prob, dev, "other", &got) ==
           ARDB_ENOTFOUND);
     CHECK(ardb_measurement_find(db, cand, prob, dev + 1, "bk", &got) ==

@@ -1009,6 +1009,200 @@ static void test_v8_file_has_no_provisional_winner(void)
     CHECK(raw_int(path, "SELECT count(*) FROM winners") == 2);
 }
 
+/* The measurements table as schema v9 held it: the v1 table with v8's
+ * column added, whose status check knows no 'nondeterministic'. The table
+ * is rebuilt with the same ids, as the v10 delta does the other way, so
+ * that a current file becomes exactly what v9 wrote. */
+static const char measurements_as_v9[] =
+    "PRAGMA foreign_keys = OFF;\n"
+    "BEGIN;\n"
+    "CREATE TABLE v9_measurements(\n"
+    "  id           INTEGER PRIMARY KEY,\n"
+    "  run_id       INTEGER NOT NULL REFERENCES runs(id),\n"
+    "  candidate_id INTEGER NOT NULL REFERENCES candidates(id),\n"
+    "  problem_id   INTEGER NOT NULL REFERENCES problems(id),\n"
+    "  device_id    INTEGER NOT NULL REFERENCES devices(id),\n"
+    "  build_key    TEXT,\n"
+    "  status       TEXT NOT NULL CHECK(status IN ('ok','compile_failed',\n"
+    "                 'launch_failed','wrong_result','skipped','timeout')),\n"
+    "  median_us    REAL,\n"
+    "  min_us       REAL,\n"
+    "  max_us       REAL,\n"
+    "  spread_us    REAL,\n"
+    "  reps         INTEGER,\n"
+    "  gbps         REAL,\n"
+    "  roofline     REAL,\n"
+    "  rel_err      REAL,\n"
+    "  message      TEXT,\n"
+    "  created_at   TEXT NOT NULL\n"
+    ");\n"
+    "ALTER TABLE v9_measurements ADD COLUMN final_round INTEGER NOT NULL\n"
+    "  DEFAULT 0 CHECK(final_round IN (0, 1));\n"
+    "INSERT INTO v9_measurements SELECT * FROM measurements ORDER BY id;\n"
+    "DROP TABLE measurements;\n"
+    "ALTER TABLE v9_measurements RENAME TO measurements;\n"
+    "CREATE INDEX measurements_key ON measurements(candidate_id, problem_id,\n"
+    "                                              device_id, build_key);\n"
+    "CREATE INDEX measurements_run ON measurements(run_id);\n"
+    "CREATE TRIGGER measurements_append_only BEFORE UPDATE ON measurements\n"
+    "BEGIN SELECT RAISE(ABORT, 'measurements are append-only'); END;\n"
+    "UPDATE attnres_meta SET value = '9' WHERE key = 'schema_version';\n"
+    "PRAGMA user_version = 9;\n"
+    "COMMIT;\n";
+
+/* Every measurement of a file, in id order, as one line each. */
+static char *measurement_rows(const char *path)
+{
+    return raw_text(path, "SELECT group_concat(row, '\n') FROM (SELECT id || '|' || run_id || '|' || candidate_id"
+                          " || '|' || problem_id || '|' || device_id || '|' || IFNULL(build_key, '-') || '|' ||"
+                          " status || '|' || IFNULL(median_us, '-') || '|' || IFNULL(spread_us, '-') || '|' ||"
+                          " IFNULL(reps, '-') || '|' || IFNULL(message, '-') || '|' || created_at || '|' ||"
+                          " final_round AS row FROM measurements ORDER BY id)");
+}
+
+/* A file as schema v9 wrote it takes no 'nondeterministic' measurement.
+ * Read-only it is read as it is; a writer's open migrates it, with a
+ * backup, rebuilding the table: every measurement keeps its id and
+ * values, the winners still refer to theirs, the indexes and the
+ * append-only trigger are back, and the new status is accepted. */
+static void test_v9_file_takes_nondeterministic_after_migration(void)
+{
+    char path[600], bak[700], msg[512];
+    final_fix f;
+    ardb *db = make_final_round("v9.db", path, sizeof path, evidence, &f);
+    REQUIRE(db != NULL);
+    ardb_close(db);
+    char *before = measurement_rows(path);
+    REQUIRE(before != NULL);
+    REQUIRE(raw_exec(path, measurements_as_v9) == SQLITE_OK);
+    char *as_v9 = measurement_rows(path);
+    CHECK(as_v9 && strcmp(before, as_v9) == 0);
+    free(as_v9);
+    const char *insert = "INSERT INTO measurements(run_id, candidate_id, problem_id, device_id, status, created_at)"
+                         " SELECT run_id, candidate_id, problem_id, device_id, 'nondeterministic', 'now'"
+                         " FROM measurements WHERE id = 1";
+    CHECK(raw_exec(path, insert) == SQLITE_CONSTRAINT);
+
+    db = open_db(path, ARDB_READONLY);
+    REQUIRE(db != NULL);
+    ardb_winner *w = NULL;
+    CHECK(lookup_one(db, &w) == 0 && w && w->provisional == 0);
+    ardb_winners_free(w, 1);
+    ardb_measurement m;
+    CHECK(ardb_measurement_find(db, f.cand[1], f.prob, f.dev, "bk", &m) == ARDB_DONE &&
+          m.status == ARDB_STATUS_LAUNCH_FAILED);
+    ardb_measurement_clear(&m);
+    ardb_close(db);
+    CHECK(raw_int(path, "PRAGMA user_version") == 9);
+
+    snprintf(bak, sizeof bak, "%s.v9.bak", path);
+    db = NULL;
+    CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_DONE);
+    if (!db)
+        fprintf(stderr, "open %s: %s\n", path, msg);
+    REQUIRE(db != NULL);
+    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
+    CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == 9);
+    char *after = measurement_rows(path);
+    CHECK(after && strcmp(before, after) == 0);
+    free(after);
+    CHECK(raw_int(path, "SELECT count(*) FROM winners w JOIN measurements m ON m.id = w.measurement_id"
+                        " AND m.candidate_id = w.candidate_id AND m.status = 'ok'") == 2);
+    CHECK(raw_int(path, "SELECT count(*) FROM pragma_foreign_key_check") == 0);
+    CHECK(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE tbl_name = 'measurements' AND name IN"
+                        " ('measurements_key', 'measurements_run', 'measurements_append_only')") == 3);
+    CHECK(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE name LIKE '%v10%'") == 0);
+    CHECK(raw_exec(path, "UPDATE measurements SET median_us = 1") == SQLITE_CONSTRAINT);
+    CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('measurements') WHERE name = 'final_round'"
+                        " AND \"notnull\" = 1 AND dflt_value = '0'") == 1);
+
+    /* The new status is accepted now, through ardb and in plain SQL. */
+    ardb_measurement nd = {.run_id = f.later_run, .candidate_id = f.cand[1], .problem_id = f.prob,
+                           .device_id = f.dev, .build_key = "bk-nd", .status = ARDB_STATUS_NONDETERMINISTIC,
+                           .rel_err = 0, .message = "two runs on the same inputs differ in dquery"};
+    int64_t id = 0;
+    CHECK(ardb_measurement_add(db, &nd, &id) == ARDB_DONE && id == f.later_won + 1);
+    CHECK(ardb_measurement_find(db, f.cand[1], f.prob, f.dev, "bk-nd", &m) == ARDB_DONE &&
+          m.status == ARDB_STATUS_NONDETERMINISTIC);
+    ardb_measurement_clear(&m);
+    ardb_close(db);
+    CHECK(raw_exec(path, insert) == SQLITE_OK);
+    CHECK(raw_int(path, "SELECT count(*) FROM measurements WHERE status = 'nondeterministic'") == 2);
+    free(before);
+}
+
+/* A nondeterministic measurement travels with export, import and merge;
+ * a merge from a v9 file, which holds none, brings its measurements as
+ * they are. */
+static void test_nondeterministic_travels(void)
+{
+    char src[600], path[600], old[600];
+    final_fix f;
+    buffer a = {0};
+    ardb_merge_stats s;
+    ardb *db = make_final_round("nd-src.db", src, sizeof src, NULL, &f);
+    REQUIRE(db != NULL);
+    ardb_measurement nd = {.run_id = f.later_run, .candidate_id = f.cand[1], .problem_id = f.prob,
+                           .device_id = f.dev, .build_key = "bk-nd", .status = ARDB_STATUS_NONDETERMINISTIC,
+                           .rel_err = 2e-7, .message = "two runs on the same inputs differ in dquery"};
+    CHECK(ardb_measurement_add(db, &nd, NULL) == ARDB_DONE);
+    CHECK(ardb_export_json(db, 0, buffer_write, &a) == ARDB_DONE);
+    {
+        buffer c = {0};
+        CHECK(ardb_export_csv(db, ARDB_CSV_MEASUREMENTS, buffer_write, &c) == ARDB_DONE);
+        CHECK(c.data && strstr(c.data, ",nondeterministic,") != NULL);
+        free(c.data);
+    }
+    ardb_close(db);
+    REQUIRE(a.data != NULL);
+    CHECK(strstr(a.data, "\"status\": \"nondeterministic\"") != NULL);
+
+    path_in_tmp(path, sizeof path, "nd-imported.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && s.measurements == 9);
+    CHECK(raw_int(path, "SELECT count(*) FROM measurements WHERE status = 'nondeterministic'"
+                        " AND message LIKE '%dquery'") == 1);
+    ardb_close(db);
+
+    path_in_tmp(path, sizeof path, "nd-merged.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_merge(db, src, &s) == ARDB_DONE && s.measurements == 9);
+    CHECK(raw_int(path, "SELECT count(*) FROM measurements WHERE status = 'nondeterministic'") == 1);
+    /* Merged again: nothing new. */
+    CHECK(ardb_merge(db, src, &s) == ARDB_DONE && s.measurements == 0);
+    ardb_close(db);
+
+    /* A v9 source (without the new row, which v9 could not hold). */
+    db = make_final_round("nd-v9.db", old, sizeof old, NULL, &f);
+    REQUIRE(db != NULL);
+    ardb_close(db);
+    REQUIRE(raw_exec(old, measurements_as_v9) == SQLITE_OK);
+    path_in_tmp(path, sizeof path, "nd-merged-v9.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_merge(db, old, &s) == ARDB_DONE && s.measurements == 8);
+    CHECK(raw_int(path, "SELECT count(*) FROM measurements WHERE status = 'nondeterministic'") == 0);
+    ardb_close(db);
+    CHECK(raw_int(old, "PRAGMA user_version") == 9);
+
+    /* A status this build does not know is refused at its row. */
+    char *bad = strdup(a.data);
+    REQUIRE(bad != NULL);
+    char *at = strstr(bad, "\"status\": \"nondeterministic\"");
+    REQUIRE(at != NULL);
+    memcpy(at + strlen("\"status\": \""), "nondeterminisTIC", 16);
+    path_in_tmp(path, sizeof path, "nd-bad.db");
+    db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_import_json(db, bad, strlen(bad), &s) == ARDB_EINVAL);
+    CHECK(strstr(ardb_errmsg(db), "measurements[8]") != NULL);
+    ardb_close(db);
+    free(bad);
+    free(a.data);
+}
+
 /* Removes every "provisional": N and "disturbance": X member of an
  * export, as a build before v9 wrote it. */
 static void strip_provisional(char *text)
@@ -1610,6 +1804,8 @@ int main(int argc, char **argv)
     RUN_CASE(test_provisional_winner_read_everywhere);
     RUN_CASE(test_screening_spreads);
     RUN_CASE(test_v8_file_has_no_provisional_winner);
+    RUN_CASE(test_v9_file_takes_nondeterministic_after_migration);
+    RUN_CASE(test_nondeterministic_travels);
     RUN_CASE(test_provisional_travels_with_export_import_and_merge);
     RUN_CASE(test_diff_and_resolve);
     RUN_CASE(test_stored_winners_fall_back_like_the_runtime);

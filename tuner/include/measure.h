@@ -56,6 +56,10 @@ int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err);
  * inputs and the two runs' outputs differed in any bit (the mix backward,
  * whose sums over tokens must be deterministic); such a kernel never wins. */
 int bench_case_nondeterministic(const bench_case *bc);
+/* What differed in that case: each gradient whose two runs differ, with
+ * the count of its values that do and the first of them, e.g. "dquery (3
+ * of 128 values, first at element 17)"; "" when the runs agreed. */
+const char *bench_case_difference(const bench_case *bc);
 
 /* Tolerance of the problem's dtype (DESIGN §1). */
 double bench_case_tolerance(const bench_case *bc);

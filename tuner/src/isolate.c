@@ -157,12 +157,14 @@ static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *
             goto done;
         }
         if (bench_case_nondeterministic(bc)) {
-            /* Recorded as a wrong result, which never wins; the message
-             * says why (the database's statuses stay as they are). */
-            r->status = ARDB_STATUS_WRONG_RESULT;
-            char detail[64];
-            snprintf(detail, sizeof detail, "%.3g", r->rel_err);
-            set_message(r, "nondeterministic: two runs on the same inputs differ (relative error %s)", detail);
+            /* Checked before the tolerance: a kernel whose runs differ is
+             * unusable for training however close either run is, and the
+             * status says so where wrong_result would not. */
+            r->status = ARDB_STATUS_NONDETERMINISTIC;
+            char detail[400];
+            snprintf(detail, sizeof detail, "%s (relative error against the reference %.3g)",
+                     bench_case_difference(bc), r->rel_err);
+            set_message(r, "two runs on the same inputs differ in %s", detail);
             goto done;
         }
         double tol = bench_case_tolerance(bc);

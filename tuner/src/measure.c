@@ -246,6 +246,8 @@ void bench_case_traffic(const bench_case *bc, double *read_bytes, double *write_
 
 int bench_case_nondeterministic(const bench_case *bc) { return bc->nondeterministic; }
 
+const char *bench_case_difference(const bench_case *bc) { return bc->nondeterministic ? bc->difference : ""; }
+
 double bench_case_tolerance(const bench_case *bc) { return bc->p.dtype == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
 
 int compare_n(bench_case *bc, const void *dev_buf, const double *ref, size_t n, int f32, double *err)
@@ -275,6 +277,7 @@ int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
 {
     *rel_err = NAN;
     bc->nondeterministic = 0;
+    bc->difference[0] = '\0';
     if (bc->p.op == ATTNRES_OP_MIX_BACKWARD)
         return bench_backward_verify(bc, k, rel_err);
     if (bc->p.op != ATTNRES_OP_MIX)

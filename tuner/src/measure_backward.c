@@ -201,6 +201,37 @@ static int outputs(bench_case *bc, char *host, size_t src_bytes, size_t row_byte
     return rc;
 }
 
+/* Appends to out one gradient's share of the difference between two runs:
+ * how many of its values differ and where the first is, its index split
+ * into source, token and element when rows > 0 (the sources' gradients),
+ * into token and element when rows == 0 and tokens > 0, and a plain
+ * element otherwise. Nothing when its bytes agree. */
+static void describe_gradient(char *out, size_t len, const char *name, const char *a, const char *b, size_t bytes,
+                              size_t es, int64_t tokens, int64_t d, int rows)
+{
+    if (memcmp(a, b, bytes) == 0)
+        return;
+    const size_t n = bytes / es;
+    size_t differ = 0, first = 0;
+    for (size_t i = n; i-- > 0;)
+        if (memcmp(a + i * es, b + i * es, es) != 0) {
+            differ++;
+            first = i;
+        }
+    char where[96];
+    if (rows > 0)
+        snprintf(where, sizeof where, "source %zu, token %zu, element %zu", first / (size_t)(tokens * d),
+                 first / (size_t)d % (size_t)tokens, first % (size_t)d);
+    else if (tokens > 0)
+        snprintf(where, sizeof where, "token %zu, element %zu", first / (size_t)d, first % (size_t)d);
+    else
+        snprintf(where, sizeof where, "element %zu", first);
+    const size_t used = strlen(out);
+    if (used + 1 < len)
+        snprintf(out + used, len - used, "%s%s (%zu of %zu values, first at %s)", used ? ", " : "", name, differ, n,
+                 where);
+}
+
 int bench_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
 {
     const size_t row_bytes = (size_t)(bc->tv * bc->p.d) * bc->es, src_bytes = row_bytes * (size_t)bc->p.n;
@@ -220,8 +251,22 @@ int bench_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
         rc = rc ? rc : bc->dev->ops->launch(bc->dev, k, &bc->p, bc->tv, &args, NULL);
         rc = rc ? rc : outputs(bc, run ? second : first, src_bytes, row_bytes);
     }
-    if (rc == ATTNRES_OK)
-        bc->nondeterministic = memcmp(first, second, all) != 0;
+    if (rc == ATTNRES_OK && memcmp(first, second, all) != 0) {
+        /* The message names the gradients that differ: a sum over tokens
+         * (dquery, dalpha) points at the workspace or the group order, a
+         * per-token one (dsources, dpartial) at a race in the kernel. */
+        const size_t d4 = (size_t)bc->p.d * 4;
+        char *out = bc->difference;
+        const size_t len = sizeof bc->difference;
+        out[0] = '\0';
+        bc->nondeterministic = 1;
+        describe_gradient(out, len, "dsources", first, second, src_bytes, bc->es, bc->tv, bc->p.d, 1);
+        describe_gradient(out, len, "dquery", first + src_bytes, second + src_bytes, d4, 4, 0, bc->p.d, 0);
+        describe_gradient(out, len, "dpartial", first + src_bytes + d4, second + src_bytes + d4, row_bytes, bc->es,
+                          bc->tv, bc->p.d, 0);
+        describe_gradient(out, len, "dalpha", first + src_bytes + d4 + row_bytes, second + src_bytes + d4 + row_bytes,
+                          4, 4, 0, 1, 0);
+    }
     free(first);
     free(second);
     if (rc != ATTNRES_OK)

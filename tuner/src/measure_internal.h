@@ -38,6 +38,9 @@ struct bench_case {
     double dalpha_scale; /* sum over tokens and elements of |dout| max_n |v_n|: bounds sum |dout mix| */
     size_t v_ws_size, t_ws_size;
     int nondeterministic;
+    /* What differed between the two runs: each gradient that did, with
+     * how many of its values and the first of them ("" when none). */
+    char difference[256];
     attnres_mix_backward_args v_bw, t_bw;
 };
 

@@ -542,6 +542,10 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
         timing tm;
         if (bench_case_verify(bc, &k, &rel_err) != ATTNRES_OK) {
             record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, attnres_device_errmsg(r->dev), o);
+        } else if (bench_case_nondeterministic(bc)) {
+            /* As in a tuning run: checked before the tolerance. */
+            snprintf(why, sizeof why, "two runs on the same inputs differ in %s", bench_case_difference(bc));
+            record(r, w, build_key, ARDB_STATUS_NONDETERMINISTIC, NULL, NULL, rel_err, why, o);
         } else if (!(rel_err <= bench_case_tolerance(bc))) {
             snprintf(why, sizeof why, "relative error %.3g exceeds %.0e", rel_err, bench_case_tolerance(bc));
             record(r, w, build_key, ARDB_STATUS_WRONG_RESULT, NULL, NULL, rel_err, why, o);

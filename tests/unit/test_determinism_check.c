@@ -1,0 +1,158 @@
+/*
+ * test_determinism_check.c - the tuner's determinism check of a backward
+ * candidate (tuner/src/measure_backward.c, isolate.c): a variant of
+ * templates/cpu/mix_backward.lua is measured as a tuning run measures it,
+ * in process and in a child, once as generated and once with a fault
+ * that lets the workspace's stale bytes into du. The generated one is
+ * ok; the faulty one, whose run compared with the reference is right, is
+ * recorded as nondeterministic, with a message naming the gradient that
+ * differed and where.
+ */
+#define _GNU_SOURCE /* nftw, FTW_PHYS (test_scratch.h) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "isolate.h"
+#include "measure.h"
+#include "test_variant.h"
+
+static attnres_device *cpu;
+static char scratch[4096];
+
+/* A compiled variant, as the tuner hands one to job_measure. */
+typedef struct built {
+    char *src, *name, *json;
+    void *blob;
+    size_t size;
+    char build_key[65];
+} built;
+
+/* Compiles src (named name) on the CPU; 0 on success. */
+static int build(built *b, char *src, char *name, char *json)
+{
+    char *log = NULL, hash[65];
+    b->src = src;
+    b->name = name;
+    b->json = json;
+    int rc = cpu->ops->compile(cpu, src, name, &b->blob, &b->size, &log);
+    if (rc)
+        fprintf(stderr, "compile: %s\n%s\n", attnres_device_errmsg(cpu), log ? log : "");
+    free(log);
+    ar_sha256_string(src, hash);
+    ar_build_key(cpu, hash, b->build_key);
+    return rc;
+}
+
+static void built_free(built *b)
+{
+    free(b->src);
+    free(b->name);
+    free(b->json);
+    free(b->blob);
+}
+
+/* The generated source with du's rows no longer cleared alone: a bit of
+ * the workspace's old contents decides whether du[0] starts at 1 or 0.
+ * The tuner poisons the workspace differently before each of its two runs
+ * (0xa5, then 0x3c), so the runs differ in dquery only. NULL when the
+ * template no longer has the line this replaces. */
+static char *with_stale_workspace(const char *src)
+{
+    static const char clear[] = "memset(du, 0, sizeof(float) * (size_t)d);";
+    static const char stale[] = "{ const unsigned stale = *(const unsigned char *)du;"
+                                " memset(du, 0, sizeof(float) * (size_t)d);"
+                                " if (stale & 1u) du[0] = 1.0f; }";
+    const char *at = strstr(src, clear);
+    if (!at)
+        return NULL;
+    const size_t head = (size_t)(at - src), rest = strlen(at + sizeof clear - 1);
+    char *out = malloc(head + sizeof stale + rest);
+    if (!out)
+        return NULL;
+    memcpy(out, src, head);
+    memcpy(out + head, stale, sizeof stale - 1);
+    memcpy(out + head + sizeof stale - 1, at + sizeof clear - 1, rest + 1);
+    return out;
+}
+
+static job_result measure(bench_case *bc, const char *variant, const built *b, int isolate)
+{
+    job_kernel k = {.variant = variant, .kernel_name = b->name, .params_json = b->json, .build_key = b->build_key,
+                    .source = b->src, .blob = b->blob, .blob_size = b->size};
+    job_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.verify = 1;
+    opt.isolate = isolate;
+    opt.time_limit_s = 60;
+    job_result r;
+    job_measure(cpu, bc, &k, &opt, &r);
+    return r;
+}
+
+static void test_nondeterministic_candidate_is_recorded_as_such(void)
+{
+    static const char id[] = "mix_backward_c_f32_v1_u1_t1";
+    char msg[1024];
+    argen *g = NULL;
+    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/mix_backward", &g, msg, sizeof msg) == 0);
+    char *src = NULL, *name = NULL, *json = NULL;
+    REQUIRE(argen_emit_for(g, id, NULL, &src, &name, &json) == 0);
+    char *faulty = with_stale_workspace(src);
+    REQUIRE(faulty != NULL);
+    built good, bad;
+    memset(&good, 0, sizeof good);
+    memset(&bad, 0, sizeof bad);
+    REQUIRE(build(&good, src, name, json) == 0);
+    REQUIRE(build(&bad, faulty, strdup(name), strdup(json)) == 0);
+    CHECK(strcmp(good.build_key, bad.build_key) != 0);
+
+    tune_problem tp;
+    attnres_problem_init(&tp.p, ATTNRES_DTYPE_F32, 128, 3);
+    tp.p.op = ATTNRES_OP_MIX_BACKWARD;
+    tp.t = 48;
+    measure_policy pol;
+    measure_policy_default(&pol, cpu);
+    pol.max_reps = 0; /* verification only */
+    char err[256];
+    bench_case *bc = bench_case_create(cpu, &tp, &pol, 7, err, sizeof err);
+    REQUIRE(bc != NULL);
+
+    for (int isolate = 0; isolate <= 1; isolate++) {
+        job_result r = measure(bc, id, &good, isolate);
+        CHECK(r.status == ARDB_STATUS_OK);
+        /* In a child the case's own record of the check stays there. */
+        if (!isolate)
+            CHECK(!bench_case_nondeterministic(bc) && strcmp(bench_case_difference(bc), "") == 0);
+        if (r.status != ARDB_STATUS_OK)
+            fprintf(stderr, "  generated (isolate %d): %s: %s\n", isolate, ardb_status_name(r.status), r.message);
+
+        r = measure(bc, id, &bad, isolate);
+        printf("faulty (isolate %d): %s: %s\n", isolate, ardb_status_name(r.status), r.message);
+        CHECK(r.status == ARDB_STATUS_NONDETERMINISTIC);
+        CHECK(strcmp(ardb_status_name(r.status), "nondeterministic") == 0);
+        CHECK(strncmp(r.message, "two runs on the same inputs differ in dquery (", 46) == 0);
+        CHECK(strstr(r.message, "first at element 0)") != NULL);
+        CHECK(strstr(r.message, "dsources") == NULL && strstr(r.message, "dalpha") == NULL);
+        CHECK(strstr(r.message, "relative error against the reference") != NULL);
+        /* The second run, the one compared with the reference, is right:
+         * only the determinism check tells this kernel from a good one. */
+        CHECK(r.rel_err <= bench_case_tolerance(bc));
+    }
+    bench_case_free(bc);
+    built_free(&good);
+    built_free(&bad);
+    argen_close(g);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK_ARGS(argc, argv);
+    if (scratch_cpu_open("determinism", scratch, sizeof scratch, &cpu) != 0)
+        return 1;
+    RUN_CASE(test_nondeterministic_candidate_is_recorded_as_such);
+    attnres_device_close(cpu);
+    scratch_remove(scratch);
+    CHECK_EXIT();
+}
