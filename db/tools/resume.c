@@ -6,6 +6,7 @@
 #include "ardb_internal.h"
 #include "ardb_tools.h"
 #include "migrate.h"
+#include "query.h"
 
 int ardb_measurement_find_final(ardb *db, int64_t candidate_id, int64_t problem_id, int64_t device_id,
                                 const char *build_key, double *median_us, double *spread_us,
@@ -158,16 +159,15 @@ int ardb_screening_spreads(ardb *db, int64_t problem_id, int64_t device_id, int6
     *now = *before = NULL;
     *nnow = *nbefore = 0;
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
-    if (rc != SQLITE_OK)
-        return ardb__sql_fail(db, rc, "screening spreads");
+    int rc, code = ardb__prepare(db, sql, &st, "screening spreads");
+    if (code)
+        return code;
     sqlite3_bind_int64(st, 1, problem_id);
     sqlite3_bind_int64(st, 2, device_id);
     sqlite3_bind_int64(st, 3, run_id);
     sqlite3_bind_double(st, 4, lo_us);
     sqlite3_bind_double(st, 5, hi_us);
     size_t cap_now = 0, cap_before = 0;
-    int code = ARDB_DONE;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const int mine = sqlite3_column_int(st, 0);
         const double v = sqlite3_column_double(st, 1);

@@ -165,30 +165,61 @@ static void test_bad_steps_are_refused(void)
     CHECK(strstr(attnres_device_errmsg(cpu), "not 64-byte aligned") != NULL);
 }
 
+/* The generic f32 mix kernel of cpu/mix, compiled, as a job runs it, with
+ * a bench case of d = 256, N = 5 at T tokens. */
+typedef struct generic_job {
+    argen *g;
+    char *id, *src, *name, *json, *log;
+    void *blob;
+    job_kernel jk;
+    measure_policy pol;
+    bench_case *bc;
+} generic_job;
+
+static int generic_job_open(generic_job *j, int64_t T)
+{
+    char msg[512];
+    size_t size = 0;
+    memset(j, 0, sizeof *j);
+    if (argen_open(TEMPLATE_DIR, "cpu/mix", &j->g, msg, sizeof msg) || argen_generic(j->g, "f32", &j->id) ||
+        argen_emit(j->g, j->id, &j->src, &j->name, &j->json) ||
+        cpu->ops->compile(cpu, j->src, j->name, &j->blob, &size, &j->log) != ATTNRES_OK)
+        return -1;
+    j->jk = (job_kernel){.variant = j->id, .kernel_name = j->name, .params_json = j->json, .source = j->src,
+                         .build_key = "test", .blob = j->blob, .blob_size = size};
+    tune_problem tp;
+    memset(&tp, 0, sizeof tp);
+    attnres_problem_init(&tp.p, ATTNRES_DTYPE_F32, 256, 5);
+    tp.t = T;
+    measure_policy_default(&j->pol, cpu);
+    j->bc = bench_case_create(cpu, &tp, &j->pol, 7, msg, sizeof msg);
+    return j->bc ? 0 : -1;
+}
+
+static void generic_job_close(generic_job *j)
+{
+    bench_case_free(j->bc);
+    free(j->blob);
+    free(j->log);
+    free(j->src);
+    free(j->name);
+    free(j->json);
+    free(j->id);
+    argen_close(j->g);
+}
+
 /* The interleaved rounds of the tuner's final round, with the pass closing
  * each: a kernel's fraction of the pass comes back (also from a forked
  * child, through its pipe), and none without a pass. */
 static void test_interleave_reports_the_fraction(void)
 {
-    argen *g = NULL;
-    char msg[512], *id = NULL, *src = NULL, *name = NULL, *json = NULL, *log = NULL;
-    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/mix", &g, msg, sizeof msg) == 0);
-    REQUIRE(argen_generic(g, "f32", &id) == 0);
-    REQUIRE(argen_emit(g, id, &src, &name, &json) == 0);
-    void *blob = NULL;
-    size_t size = 0;
-    REQUIRE(cpu->ops->compile(cpu, src, name, &blob, &size, &log) == ATTNRES_OK);
-    job_kernel jk = {.variant = id, .kernel_name = name, .params_json = json, .source = src,
-                     .build_key = "test", .blob = blob, .blob_size = size};
-    tune_problem tp;
-    memset(&tp, 0, sizeof tp);
-    attnres_problem_init(&tp.p, ATTNRES_DTYPE_F32, 256, 5);
-    tp.t = 256; /* 1.5 MB moved: beyond the 1 MiB cache of these ceilings */
-    measure_policy pol;
-    measure_policy_default(&pol, cpu);
+    generic_job j;
+    /* 1.5 MB moved: beyond the 1 MiB cache of these ceilings. */
+    REQUIRE(generic_job_open(&j, 256) == 0);
+    bench_case *bc = j.bc;
+    const measure_policy pol = j.pol;
+    const job_kernel jk = j.jk;
     char err[512];
-    bench_case *bc = bench_case_create(cpu, &tp, &pol, 7, err, sizeof err);
-    REQUIRE(bc != NULL);
     rooflines r = ceilings(30.0, 20.0);
     double rd, wr;
     bench_case_traffic(bc, &rd, &wr);
@@ -205,14 +236,7 @@ static void test_interleave_reports_the_fraction(void)
         CHECK(res.status == ARDB_STATUS_OK && isnan(res.paired) && isnan(res.pair_gbps));
     }
     paired_stream_free(cpu, ps);
-    bench_case_free(bc);
-    free(blob);
-    free(log);
-    free(src);
-    free(name);
-    free(json);
-    free(id);
-    argen_close(g);
+    generic_job_close(&j);
 }
 
 /* The probe copies four times the largest cache (here 1 MiB) by the
@@ -251,46 +275,23 @@ static void test_probe_reads_the_device(void)
  * names the two readings. */
 static void test_final_round_holds_the_probe(void)
 {
-    argen *g = NULL;
-    char msg[512], *id = NULL, *src = NULL, *name = NULL, *json = NULL, *log = NULL;
-    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/mix", &g, msg, sizeof msg) == 0);
-    REQUIRE(argen_generic(g, "f32", &id) == 0);
-    REQUIRE(argen_emit(g, id, &src, &name, &json) == 0);
-    void *blob = NULL;
-    size_t size = 0;
-    REQUIRE(cpu->ops->compile(cpu, src, name, &blob, &size, &log) == ATTNRES_OK);
-    job_kernel jk = {.variant = id, .kernel_name = name, .params_json = json, .source = src,
-                     .build_key = "test", .blob = blob, .blob_size = size};
-    tune_problem tp;
-    memset(&tp, 0, sizeof tp);
-    attnres_problem_init(&tp.p, ATTNRES_DTYPE_F32, 256, 5);
-    tp.t = 64;
-    measure_policy pol;
-    measure_policy_default(&pol, cpu);
-    char err[512];
-    bench_case *bc = bench_case_create(cpu, &tp, &pol, 7, err, sizeof err);
-    REQUIRE(bc != NULL);
+    generic_job j;
+    REQUIRE(generic_job_open(&j, 64) == 0);
     rooflines r = ceilings(30.0, 20.0);
     device_probe *p = NULL;
+    char err[512];
     REQUIRE(device_probe_create(cpu, &r, &p, err, sizeof err) == 1);
     REQUIRE(device_probe_read(cpu, p) > 0);
     p->max_gbps *= 100.0;
-    job_options opt = {.policy = pol, .time_limit_s = 60};
+    job_options opt = {.policy = j.pol, .time_limit_s = 60};
     job_result res;
     final_verdict v;
-    final_interleave(cpu, bc, &jk, 1, &opt, p, 0, NULL, NULL, &res, &v);
+    final_interleave(cpu, j.bc, &j.jk, 1, &opt, p, 0, NULL, NULL, &res, &v);
     CHECK(res.status == ARDB_STATUS_OK && v.tries == 1 && v.disturbed == 1 && v.provisional);
     CHECK(strstr(v.disturbance, ", copy pass at ") && strstr(v.disturbance, " at the run's fastest"));
     CHECK(p->readings == 2);
     device_probe_free(cpu, p);
-    bench_case_free(bc);
-    free(blob);
-    free(log);
-    free(src);
-    free(name);
-    free(json);
-    free(id);
-    argen_close(g);
+    generic_job_close(&j);
 }
 
 /* The paired check: winners without a pass are not counted; one above it
