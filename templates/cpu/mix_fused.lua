@@ -143,7 +143,7 @@ end
 -- The mix apart is for 8 lanes, whose registers a fused sweep overfills,
 -- and for 16 lanes with the sweep-ahead prefetches, the one pairing where
 -- it won at 16 lanes; "sweep" needs the mix apart and "all" the mix fused.
--- Bursts "auto" exist as the built-ins alone (tests/unit/test_cpu_builtins.c
+-- Bursts "auto" exist as the built-ins alone (tests/runtime/test_cpu_builtins.c
 -- runs them at every ISA level the host has).
 function T.constraint(p)
   return (p.dot == "fma" or (p.dtype == "bf16" and p.vec == 16)) and

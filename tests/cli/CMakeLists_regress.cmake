@@ -1,14 +1,7 @@
-# History, comparison and exchange of tuning databases: the unit tests of
-# db/tools/history.c, db/tools/exchange.c and db/write/migrate.c, and the
-# end-to-end test of `attnres db regress` on a real slowdown. Included from
+# History, comparison and exchange of tuning databases from the command
+# line: the end-to-end test of `attnres db regress` on a real slowdown and
+# its refusals (the unit tests of db/tools are tests/db's). Included from
 # tests/CMakeLists.txt.
-set(ATTNRES_DB_V1_FIXTURE ${CMAKE_CURRENT_SOURCE_DIR}/unit/fixtures/db_v1.sql)
-
-add_executable(test_db_history ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_db_history.c)
-target_include_directories(test_db_history PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit)
-target_link_libraries(test_db_history PRIVATE ardb m)
-add_test(NAME db_history_unit COMMAND test_db_history ${ATTNRES_DB_V1_FIXTURE})
-set_tests_properties(db_history_unit PROPERTIES TIMEOUT 120 LABELS "unit;db")
 
 # Its five tuning runs are real, but its verdicts are decided on synthetic
 # timings (see test_regress.sh), so it needs no idle machine and runs

@@ -1,5 +1,5 @@
 """one_case.py - one named check at a time for the Python tests, as
-tests/unit/check.h gives the C tests:
+tests/lib/check.h gives the C tests:
 
     --case NAME   runs only the check NAME (may repeat); a NAME that the
                   script does not have is an error (exit 2);

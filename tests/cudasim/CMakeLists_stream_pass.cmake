@@ -5,7 +5,7 @@
 # 77) when NVRTC cannot be loaded. Included from tests/cudasim/CMakeLists.txt.
 add_executable(test_cuda_stream_pass ${CMAKE_CURRENT_LIST_DIR}/test_cuda_stream_pass.c)
 target_include_directories(test_cuda_stream_pass PRIVATE
-  ${CMAKE_CURRENT_LIST_DIR}/../unit ${CMAKE_CURRENT_LIST_DIR}/../../runtime/src)
+  ${CMAKE_CURRENT_LIST_DIR}/../lib ${CMAKE_CURRENT_LIST_DIR}/../../runtime/src)
 target_link_libraries(test_cuda_stream_pass PRIVATE artuner attnres_static Threads::Threads m ${CMAKE_DL_LIBS})
 add_test(NAME cudasim_stream_pass_moves_its_bytes COMMAND test_cuda_stream_pass)
 set_tests_properties(cudasim_stream_pass_moves_its_bytes PROPERTIES

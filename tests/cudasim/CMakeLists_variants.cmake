@@ -7,7 +7,7 @@
 # after the attnres_cudasim target.
 add_executable(test_cuda_variants ${CMAKE_CURRENT_LIST_DIR}/test_cuda_variants.c)
 target_include_directories(test_cuda_variants PRIVATE
-  ${CMAKE_CURRENT_LIST_DIR} ${CMAKE_CURRENT_LIST_DIR}/../unit ${CMAKE_CURRENT_LIST_DIR}/../../runtime/src)
+  ${CMAKE_CURRENT_LIST_DIR} ${CMAKE_CURRENT_LIST_DIR}/../lib ${CMAKE_CURRENT_LIST_DIR}/../../runtime/src)
 target_compile_definitions(test_cuda_variants PRIVATE ATTNRES_TEMPLATE_DIR="${ATTNRES_TEMPLATE_DIR}")
 target_link_libraries(test_cuda_variants PRIVATE argen attnres_static Threads::Threads m ${CMAKE_DL_LIBS})
 add_test(NAME cudasim_every_cuda_variant_matches_reference COMMAND test_cuda_variants)

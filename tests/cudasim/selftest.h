@@ -11,7 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "../unit/check.h"
+#include "../lib/check.h"
 #include "driver_api_decl.h"
 
 static int g_pass, g_fail;

@@ -31,7 +31,7 @@
  * same tolerances, the two runs bit-identical, dquery exactly 0 for N = 1,
  * and its PTX free of atom. and red. instructions.
  *
- * One variant alone: --case test_every_variant/VARIANT_ID (tests/unit/check.h).
+ * One variant alone: --case test_every_variant/VARIANT_ID (tests/lib/check.h).
  *
  * Environment, for diagnosis (ctest sets none of them):
  *   ATTNRES_VARIANTS_ONLY=S     only the variants whose id contains S;

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../unit/check.h"
+#include "../lib/check.h"
 #include "cudasim.h"
 #include "selftest.h"
 

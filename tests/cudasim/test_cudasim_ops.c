@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../unit/check.h"
+#include "../lib/check.h"
 #include "cudasim.h"
 #include "ptx_numerics.h"
 /* The case tables leave the approximation fields of exact cases unset. */

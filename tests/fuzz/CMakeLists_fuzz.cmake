@@ -35,7 +35,7 @@ function(fuzz_add name)
   foreach(t ${targets})
     target_include_directories(${t} PRIVATE ${ATTNRES_FUZZ_DIR} ${PROJECT_SOURCE_DIR}/cli
                                ${PROJECT_SOURCE_DIR}/tuner/include ${PROJECT_SOURCE_DIR}/db/core ${PROJECT_SOURCE_DIR}/db/tools
-                               ${PROJECT_SOURCE_DIR}/tests/unit
+                               ${PROJECT_SOURCE_DIR}/tests/lib
                                ${F_INCLUDES})
     target_link_libraries(${t} PRIVATE ${F_LIBS} m)
   endforeach()

@@ -8,7 +8,7 @@
  * --case FILE replays only the corpus file of that name (may repeat);
  * --list prints the names of the files instead of replaying them. A file
  * that fails is followed by the command that replays it alone (the
- * harness of tests/unit/check.h).
+ * harness of tests/lib/check.h).
  *
  * A corpus file's name says what the loader must answer:
  *   ok-...    must be accepted;
@@ -27,7 +27,7 @@
  *
  * Exit status: 0 when every ordinary file met its expectation, 1 otherwise.
  */
-#include "../unit/check.h"
+#include "../lib/check.h"
 #include "fuzz.h"
 
 #include <dirent.h>

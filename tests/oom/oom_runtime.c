@@ -27,7 +27,7 @@
  * sqlite3_config(SQLITE_CONFIG_MALLOC). The library itself is unchanged.
  * Allocations made inside libc (fopen's buffer, dlopen) are not counted.
  *
- * Each failure point is a case of tests/unit/check.h's harness, named
+ * Each failure point is a case of tests/lib/check.h's harness, named
  * "transient/K" or "persistent/K": --case transient/37 runs the warm-up,
  * the count and that one point; --case persistent runs every persistent
  * point; --list prints the points up to the count's total (so it needs
@@ -44,7 +44,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../unit/check.h"
+#include "../lib/check.h"
 #include "attnres.h"
 
 /* ---- the hook -------------------------------------------------------- */

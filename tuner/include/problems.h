@@ -15,7 +15,7 @@
  *   phase2 bf16  7168  1  1     replace  0         1,64   fuse=1
  *
  * docs/problems.md is the full description (every field's range, what is
- * refused); tests/unit/test_problems.c keeps the two in step.
+ * refused); tests/tuner/test_problems.c keeps the two in step.
  */
 #ifndef TUNER_PROBLEMS_H
 #define TUNER_PROBLEMS_H

@@ -4,7 +4,7 @@
 # GPU; skips (exit 77) when NVRTC cannot be loaded. Included from
 # tests/CMakeLists.txt.
 add_executable(test_nvrtc ${CMAKE_CURRENT_LIST_DIR}/test_nvrtc.c)
-target_include_directories(test_nvrtc PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${CMAKE_SOURCE_DIR}/runtime/src)
+target_include_directories(test_nvrtc PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${ATTNRES_TEST_LIB_DIR} ${CMAKE_SOURCE_DIR}/runtime/src)
 target_compile_definitions(test_nvrtc PRIVATE ATTNRES_TEMPLATE_DIR="${ATTNRES_TEMPLATE_DIR}")
 target_link_libraries(test_nvrtc PRIVATE argen attnres_static Threads::Threads)
 add_test(NAME nvrtc_compile_all_variants COMMAND test_nvrtc)

@@ -24,7 +24,7 @@ list(APPEND ardb_robust_sources ${ardb_robust_write_sources} ${ardb_robust_tool_
 list(TRANSFORM ardb_robust_sources PREPEND ${CMAKE_SOURCE_DIR}/db/)
 add_executable(test_db_robust ${CMAKE_CURRENT_LIST_DIR}/test_db_robust.c ${ardb_robust_sources}
                ${CMAKE_SOURCE_DIR}/cli/svg_plot.c)
-target_include_directories(test_db_robust PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${CMAKE_SOURCE_DIR}/db/core
+target_include_directories(test_db_robust PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${ATTNRES_TEST_LIB_DIR} ${CMAKE_SOURCE_DIR}/db/core
                            ${CMAKE_SOURCE_DIR}/db/write ${CMAKE_SOURCE_DIR}/db/tools ${CMAKE_SOURCE_DIR}/cli)
 target_link_libraries(test_db_robust PRIVATE SQLite::SQLite3 m)
 if(ATTNRES_HAVE_ASAN_UBSAN)
@@ -63,3 +63,10 @@ add_test(NAME cli_db_read_only_directory
           --case "run reads a database in a read-only directory" $<TARGET_FILE:attnres_cli>)
 set_tests_properties(cli_db_fifo_refused_at_once cli_db_read_only_directory PROPERTIES TIMEOUT 200 LABELS cli)
 set_tests_properties(cli_db_read_only_directory PROPERTIES SKIP_RETURN_CODE 77)
+
+# The unit tests of db/tools/history.c, db/tools/exchange.c and
+# db/write/migrate.c; fixtures/db_v1.sql is a file as version 1 wrote it
+# (also read by tests/cli/test_regress.sh).
+set(ATTNRES_DB_V1_FIXTURE ${CMAKE_CURRENT_LIST_DIR}/fixtures/db_v1.sql)
+attnres_unit_test(db_history_unit test_db_history.c TIMEOUT 120 LABEL db LIBS ardb m
+  ARGS ${ATTNRES_DB_V1_FIXTURE})

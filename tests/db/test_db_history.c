@@ -4,7 +4,7 @@
  * regression classes), migration of a v1 file, merge, JSON/CSV export and
  * import, and the stored winners that a re-validation re-measures.
  *
- * argv[1] is tests/unit/fixtures/db_v1.sql, a database as schema v1 wrote
+ * argv[1] is tests/db/fixtures/db_v1.sql, a database as schema v1 wrote
  * it. Every file lives in a fresh mkdtemp directory, removed at the end.
  */
 #define _GNU_SOURCE /* nftw, FTW_PHYS */
@@ -1790,7 +1790,7 @@ int main(int argc, char **argv)
     /* --list runs no case, so it needs no fixture. */
     if (!check_listing && (argc < 2 || !(fixture_sql = file_read(argv[1])))) {
         fprintf(stderr, "usage: test_db_history [--list] [--case NAME]... FIXTURE.sql "
-                        "(tests/unit/fixtures/db_v1.sql)\n");
+                        "(tests/db/fixtures/db_v1.sql)\n");
         return 2;
     }
     if (scratch_make("db-history", tmpdir, sizeof tmpdir) != 0)

@@ -14,7 +14,7 @@
  *     the migration that records a run's process (schema v5).
  *
  * CMake builds this test with AddressSanitizer and UndefinedBehaviorSanitizer
- * where the compiler has them (tests/unit/CMakeLists_db.cmake), so a use
+ * where the compiler has them (tests/db/CMakeLists_db.cmake), so a use
  * after free or an undefined conversion fails it in an ordinary build.
  * Every file lives in a fresh mkdtemp directory, removed at the end.
  */
