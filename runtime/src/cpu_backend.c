@@ -560,7 +560,7 @@ static int cpu_load_generic(attnres_device *dev, const attnres_problem *p, ar_ke
     const cpu_state *st = dev->state;
     void *entry = NULL;
     const char *variant = NULL, *level = NULL;
-    if (p->heads > 0 && p->op != ATTNRES_OP_MIX_BACKWARD &&
+    if (p->heads > 0 &&
         ar_cpu_builtin_find(st->builtin_level, (int)p->op, dt, p->d / p->heads, &entry, &variant, &level) == 0) {
         k->entry = entry;
         k->threads = CPU_MAX_KERNEL_THREADS; /* all workers */

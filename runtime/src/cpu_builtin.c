@@ -13,6 +13,7 @@
 struct attnres_cpu_mix_args;
 struct attnres_cpu_phase1_args;
 struct attnres_cpu_phase2_args;
+struct attnres_cpu_mix_backward_args;
 
 /* Generated at build time by `attnres-gen ... builtin` (runtime/CMakeLists). */
 #define AR_BUILTIN_DECL(op, dt, level)                                                                  \
@@ -30,9 +31,15 @@ struct attnres_cpu_phase2_args;
     AR_BUILTIN_DECL(phase1, f16, level);                                                                \
     AR_BUILTIN_DECL(phase2, f32, level);                                                                \
     AR_BUILTIN_DECL(phase2, bf16, level);                                                               \
-    AR_BUILTIN_DECL(phase2, f16, level)
+    AR_BUILTIN_DECL(phase2, f16, level);                                                                \
+    AR_BUILTIN_DECL(mix_backward, f32, level);                                                          \
+    AR_BUILTIN_DECL(mix_backward, bf16, level);                                                         \
+    AR_BUILTIN_DECL(mix_backward, f16, level)
 
 typedef void (*any_fn)(void);
+
+/* The ops with built-in kernels: every attnres_op, mix to mix_backward. */
+#define AR_BUILTIN_OPS (ATTNRES_OP_MIX_BACKWARD + 1)
 
 typedef struct builtin_kernel {
     any_fn const *entry; /* the generated pointer to the kernel; it holds NULL when the template names none */
@@ -43,7 +50,7 @@ typedef struct builtin_kernel {
 typedef struct builtin_level {
     const char *name;
     int (*supported)(void);
-    builtin_kernel k[3][3]; /* [attnres_op][attnres_dtype] */
+    builtin_kernel k[AR_BUILTIN_OPS][3]; /* [attnres_op][attnres_dtype] */
 } builtin_level;
 
 #define AR_BUILTIN_ENTRY(op, dt, level)                                                                 \
@@ -52,7 +59,9 @@ typedef struct builtin_level {
 #define AR_BUILTIN_OP(op, level)                                                                        \
     {AR_BUILTIN_ENTRY(op, f32, level), AR_BUILTIN_ENTRY(op, bf16, level), AR_BUILTIN_ENTRY(op, f16, level)}
 #define AR_BUILTIN_LEVEL(level, check)                                                                  \
-    {#level, check, {AR_BUILTIN_OP(mix, level), AR_BUILTIN_OP(phase1, level), AR_BUILTIN_OP(phase2, level)}}
+    {#level, check,                                                                                     \
+     {AR_BUILTIN_OP(mix, level), AR_BUILTIN_OP(phase1, level), AR_BUILTIN_OP(phase2, level),            \
+      AR_BUILTIN_OP(mix_backward, level)}}
 
 /* Widest first; each level's CPU also runs every later one. */
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -136,7 +145,7 @@ int ar_cpu_builtin_level(char *msg, size_t msg_len)
 int ar_cpu_builtin_find(int level, int op, int dtype, int64_t hd, void **entry, const char **variant,
                         const char **level_name)
 {
-    if (level < 0 || op < 0 || op > 2 || dtype < 0 || dtype > 2 || hd < 1)
+    if (level < 0 || op < 0 || op >= AR_BUILTIN_OPS || dtype < 0 || dtype > 2 || hd < 1)
         return -1;
     for (int i = level; i < AR_NLEVELS; i++) {
         const builtin_kernel *k = &levels[i].k[op][dtype];

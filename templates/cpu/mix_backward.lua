@@ -54,7 +54,23 @@ local T = {
   -- The runtime's built-in fallback: scalar code that fits every d and H,
   -- spread over all cores.
   generic = { vec = 1, unroll = 1, threads = 64 },
+  -- The built-in kernels per ISA level (runtime/cpu_builtin.cmake), which a
+  -- plan without a database takes before the generic one. One register of
+  -- lanes where the level has 8 or 16; two accumulators per reduction where
+  -- the registers hold six of them with room to spare (32 zmm, 16 ymm), so
+  -- that sweep 1 waits on memory rather than on FMA latency. SSE2 and NEON
+  -- take 8 lanes as two registers, once, as the forward built-ins do; their
+  -- step of 8 also fits the most head widths.
+  builtin = {
+    avx512 = { vec = 16, unroll = 2, threads = 64 },
+    avx2 = { vec = 8, unroll = 2, threads = 64 },
+    sse2 = { vec = 8, unroll = 1, threads = 64 },
+    neon = { vec = 8, unroll = 1, threads = 64 },
+  },
 }
+
+-- AVX512-BF16 CPUs: the AVX-512 variant, compiled with it (see cpu/mix_fused.lua).
+T.builtin.avx512bf16 = T.builtin.avx512
 
 T.constraint = space.constraint
 

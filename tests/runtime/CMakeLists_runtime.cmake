@@ -26,10 +26,11 @@ attnres_unit_test(runtime_phase_ops test_phase_ops.c TIMEOUT 300 LABEL runtime T
 attnres_unit_test(runtime_reference_backward test_reference_backward.c TIMEOUT 60 LABEL runtime
   LIBS attnres_static Threads::Threads m)
 
-# The mix backward on the CPU (templates/cpu/mix_backward.lua): the generic
-# kernel through plans against the fp64 reference backward in every form,
-# bit-identical gradients across runs and at 1 and 2 threads, refusals, and
-# a covering sample of the template's variants; with --all every variant.
+# The mix backward on the CPU (templates/cpu/mix_backward.lua): the built-in
+# kernels of every ISA level the host has, and the scalar one, through plans
+# against the fp64 reference backward in every form, bit-identical gradients
+# across runs and at 1 and 2 threads, refusals, and a covering sample of the
+# template's variants; with --all every variant.
 attnres_unit_test(runtime_mix_backward test_mix_backward.c TIMEOUT 300 LABEL runtime TEMPLATES
   LIBS attnres_static argen Threads::Threads m)
 add_test(NAME runtime_mix_backward_variants COMMAND test_mix_backward --all)

@@ -3,13 +3,20 @@
  * templates/cpu/mix_backward.lua) against the fp64 reference backward.
  *
  * Cases:
- *   - the built-in generic kernel, through a plan made without a database,
+ *   - the built-in kernel, through a plan made without a database,
  *     matches attnres_reference_mix_backward per gradient (DESIGN §1
  *     tolerances) for every dtype, both forms, H = 1 and 4, N = 1 and 3,
  *     strided views, written and accumulated gradients;
  *   - N = 1 gives a query gradient of exactly zero;
  *   - the same plan gives bit-identical gradients on two runs, and one
  *     compiled variant gives bit-identical gradients at 1 and 2 threads;
+ *   - at every ISA level the host has (ATTNRES_CPU_BUILTIN_ISA; "scalar"
+ *     everywhere), the plan's explanation names the level's built-in
+ *     kernel or the scalar one as the fallback chain must, its gradients
+ *     match the reference in every dtype and form, written and
+ *     accumulated, at head widths for that level, the next one down and
+ *     the scalar kernel, and they are bit-identical on two runs and with
+ *     the launch in one part and in two ("LEVEL/CASE": --case avx2);
  *   - a covering sample of the template's variants (every value of every
  *     parameter once; --all: every variant) compiled as the tuner compiles
  *     them matches the reference;
@@ -319,6 +326,178 @@ static void test_bit_identical_across_runs_and_threads(void)
     case_free(&c);
 }
 
+/* ---- the built-in kernels per ISA level --------------------------------- */
+
+static attnres_device *lvl;  /* the CPU device opened at one ISA level */
+static const char *lvl_name; /* that level ("scalar": the scalar kernel alone) */
+static int lvl_present;      /* the host has the level */
+
+static int host_has(const char *name)
+{
+    if (strcmp(name, "scalar") == 0)
+        return 1;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (strcmp(name, "avx512bf16") == 0)
+        return host_has("avx512") && __builtin_cpu_supports("avx512bf16");
+    if (strcmp(name, "avx512") == 0)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    if (strcmp(name, "avx2") == 0)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (strcmp(name, "sse2") == 0)
+        return 1;
+#elif defined(__aarch64__)
+    if (strcmp(name, "neon") == 0)
+        return 1;
+#endif
+    return 0;
+}
+
+/* Plans p on the level's device without a database, and checks that the
+ * explanation names the kernel the fallback chain must take: the level's
+ * built-in where the host has the level and the head width is a multiple
+ * of 32 (every level's loop step divides it), the scalar kernel where the
+ * head width is no multiple of 8 (no level's step divides it), and a
+ * narrower level or the scalar kernel in between. */
+static attnres_plan *plan_at_level(const attnres_problem *p)
+{
+    attnres_plan *plan = NULL;
+    char msg[512], text[4096];
+    if (attnres_plan_create(lvl, NULL, p, 0, &plan, msg, sizeof msg) != ATTNRES_OK) {
+        fprintf(stderr, "  %s plan: %s\n", lvl_name, msg);
+        return NULL;
+    }
+    attnres_plan_explain(plan, text, sizeof text);
+    const int64_t hd = p->d / p->heads;
+    char want[64] = "";
+    if (hd % 8 != 0 || strcmp(lvl_name, "scalar") == 0)
+        snprintf(want, sizeof want, "(built in, scalar)");
+    else if (hd % 32 == 0 && lvl_present)
+        snprintf(want, sizeof want, "(built in, %s)", lvl_name);
+    if (want[0] && !strstr(text, want)) {
+        fprintf(stderr, "  %s d=%lld H=%d: expected %s in:\n%s", lvl_name, (long long)p->d, p->heads, want, text);
+        check_failures++;
+    }
+    return plan;
+}
+
+/* Every dtype, both forms, written and accumulated gradients, N = 1 and 3,
+ * at head widths of 256 and 64 (the level's own kernel), 48 (AVX-512's
+ * step of 32 does not divide it: the next level down) and 20 (the scalar
+ * kernel), over 70 tokens (two whole groups and a part). */
+static void test_builtin_matches_reference(void)
+{
+    static const struct { int64_t d; int h; } shapes[] = {{256, 1}, {256, 4}, {96, 2}, {20, 1}};
+    int cases = 0;
+    for (int di = 0; di < 3; di++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int additive = 0; additive <= 1; additive++)
+                for (int n = 1; n <= 3; n += 2)
+                    for (unsigned flags = 0; flags <= ATTNRES_GRAD_ACCUMULATE; flags++) {
+                        bw_case c;
+                        const int64_t pad = (si + (size_t)n) % 2 ? 16 : 0;
+                        REQUIRE(case_make(&c, dtypes[di], shapes[si].d, n, shapes[si].h, additive, 70, pad, flags,
+                                          (uint64_t)(4000 + cases)) == 0);
+                        attnres_plan *plan = plan_at_level(&c.p);
+                        CHECK(plan != NULL);
+                        if (plan) {
+                            const int rc = attnres_run_mix_backward(plan, c.T, &c.args, NULL);
+                            if (rc != ATTNRES_OK)
+                                fprintf(stderr, "  run: %s\n", attnres_plan_errmsg(plan));
+                            CHECK(rc == ATTNRES_OK);
+                            char what[128];
+                            snprintf(what, sizeof what, "%s %s d=%lld H=%d N=%d %s%s", lvl_name,
+                                     attnres_dtype_name(dtypes[di]), (long long)shapes[si].d, shapes[si].h, n,
+                                     additive ? "additive" : "replace", flags ? " accumulate" : "");
+                            if (rc == ATTNRES_OK)
+                                case_check(&c, what);
+                            if (n == 1) /* dz is exactly zero, so is du */
+                                for (int64_t k = 0; k < c.p.d; k++)
+                                    CHECK(c.dquery[k] == 0.0f);
+                        }
+                        attnres_plan_destroy(plan);
+                        case_free(&c);
+                        cases++;
+                    }
+    printf("ok: %d cases at %s\n", cases, lvl_name);
+}
+
+/* The gradients of one run, to compare bit for bit. */
+typedef struct bw_result {
+    void *dsrc, *dpartial;
+    float dquery[4096], dalpha;
+} bw_result;
+
+/* Runs c through k (NULL: through plan) from the same prior gradients,
+ * and compares its gradients with *first bit for bit, or keeps them there
+ * when first->dsrc is NULL. */
+static void run_and_compare(bw_case *c, attnres_plan *plan, const ar_kernel *k, const void *prior_dsrc,
+                            const void *prior_dpartial, size_t bytes, bw_result *first, const char *what)
+{
+    memcpy(c->dsrc, prior_dsrc, (size_t)c->p.n * bytes);
+    memcpy(c->dpartial, prior_dpartial, bytes);
+    memset(c->workspace, 0x5a, c->workspace_size); /* old partial sums must not matter */
+    const ar_op_args args = ar_op_mix_backward(&c->args);
+    const int rc = k ? lvl->ops->launch(lvl, k, &c->p, c->T, &args, NULL)
+                     : attnres_run_mix_backward(plan, c->T, &c->args, NULL);
+    CHECK(rc == ATTNRES_OK);
+    if (!first->dsrc) {
+        first->dsrc = malloc((size_t)c->p.n * bytes);
+        first->dpartial = malloc(bytes);
+        REQUIRE(first->dsrc && first->dpartial);
+        memcpy(first->dsrc, c->dsrc, (size_t)c->p.n * bytes);
+        memcpy(first->dpartial, c->dpartial, bytes);
+        memcpy(first->dquery, c->dquery, sizeof(float) * (size_t)c->p.d);
+        first->dalpha = c->dalpha;
+        case_check(c, what);
+        return;
+    }
+    const int same = memcmp(first->dsrc, c->dsrc, (size_t)c->p.n * bytes) == 0 &&
+                     memcmp(first->dpartial, c->dpartial, bytes) == 0 &&
+                     memcmp(first->dquery, c->dquery, sizeof(float) * (size_t)c->p.d) == 0 &&
+                     memcmp(&first->dalpha, &c->dalpha, sizeof c->dalpha) == 0;
+    if (!same)
+        fprintf(stderr, "  %s: gradients differ from the first run's\n", what);
+    CHECK(same);
+}
+
+/* The plan's kernel gives bit-identical gradients on two runs, and when
+ * launched with one part and with two (a launch of 5.9 MB: the built-ins
+ * split launches per 2 MiB, cpu_builtin.h), written and accumulated. */
+static void test_builtin_bit_identical_across_runs_and_threads(void)
+{
+    for (unsigned flags = 0; flags <= ATTNRES_GRAD_ACCUMULATE; flags++) {
+        bw_case c;
+        REQUIRE(case_make(&c, ATTNRES_DTYPE_BF16, 1024, 3, 2, 1, 300, 0, flags, 77 + flags) == 0);
+        attnres_plan *plan = plan_at_level(&c.p);
+        REQUIRE(plan != NULL);
+        const size_t bytes = (size_t)c.T * (size_t)c.stride * 2;
+        void *prior_dsrc = malloc((size_t)c.p.n * bytes), *prior_dpartial = malloc(bytes);
+        REQUIRE(prior_dsrc && prior_dpartial);
+        memcpy(prior_dsrc, c.dsrc, (size_t)c.p.n * bytes);
+        memcpy(prior_dpartial, c.dpartial, bytes);
+        bw_result first = {0};
+        char what[96];
+        snprintf(what, sizeof what, "%s bf16 d=1024 H=2 N=3 additive%s", lvl_name, flags ? " accumulate" : "");
+        run_and_compare(&c, plan, NULL, prior_dsrc, prior_dpartial, bytes, &first, what);
+        run_and_compare(&c, plan, NULL, prior_dsrc, prior_dpartial, bytes, &first, what);
+        ar_kernel k;
+        REQUIRE(lvl->ops->load_generic(lvl, &c.p, &k) == ATTNRES_OK);
+        for (int threads = 1; threads <= 2; threads++) {
+            k.threads = threads;
+            run_and_compare(&c, NULL, &k, prior_dsrc, prior_dpartial, bytes, &first, what);
+        }
+        lvl->ops->unload(lvl, &k);
+        attnres_plan_destroy(plan);
+        free(first.dsrc);
+        free(first.dpartial);
+        free(prior_dsrc);
+        free(prior_dpartial);
+        case_free(&c);
+    }
+}
+
 static void test_template_variants_match_reference(void)
 {
     char msg[1024];
@@ -441,6 +620,37 @@ int main(int argc, char **argv)
     RUN_CASE(test_bit_identical_across_runs_and_threads);
     RUN_CASE(test_template_variants_match_reference);
     RUN_CASE(test_refusals);
+#if defined(__x86_64__)
+    static const char *const levels[] = {"avx512bf16", "avx512", "avx2", "sse2", "scalar"};
+#elif defined(__aarch64__)
+    static const char *const levels[] = {"neon", "scalar"};
+#else
+    static const char *const levels[] = {"scalar"};
+#endif
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
+        lvl_name = levels[i];
+        lvl_present = host_has(lvl_name);
+        if (!lvl_present && !check_listing)
+            printf("skip %s: this CPU lacks it (plans take the next level down)\n", lvl_name);
+        setenv("ATTNRES_CPU_BUILTIN_ISA", lvl_name, 1);
+        char msg[512];
+        if (attnres_device_open("cpu", &lvl, msg, sizeof msg) != ATTNRES_OK) {
+            /* A compiler without -mavx512bf16 builds no such level. */
+            if (strcmp(lvl_name, "avx512bf16") == 0 && strstr(msg, "is not an ISA level of this build")) {
+                if (!check_listing)
+                    printf("skip %s: this build has no such level (%s)\n", lvl_name, msg);
+                continue;
+            }
+            fprintf(stderr, "cannot open the CPU device with ATTNRES_CPU_BUILTIN_ISA=%s: %s\n", lvl_name, msg);
+            check_failures++;
+            continue;
+        }
+        /* Named "LEVEL/CASE": --case avx2 runs every case at that level. */
+        RUN_CASE_IN(lvl_name, test_builtin_matches_reference);
+        RUN_CASE_IN(lvl_name, test_builtin_bit_identical_across_runs_and_threads);
+        attnres_device_close(lvl);
+    }
+    unsetenv("ATTNRES_CPU_BUILTIN_ISA");
     attnres_device_close(cpu);
     scratch_remove(scratch);
     CHECK_EXIT();
