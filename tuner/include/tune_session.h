@@ -174,7 +174,8 @@ double search_cut_after(double fastest_us, int launches);
  * SCREEN_SPREAD_FLOOR, with at least SCREEN_SPREAD_MIN_NOW and
  * SCREEN_SPREAD_MIN_BEFORE of each. About as long, because a launch of a
  * few microseconds spreads far more than one of milliseconds on a quiet
- * machine too. Sets the two medians (NaN where there are none).
+ * machine too. Sets the two medians (NaN where there are none); sorts
+ * both arrays.
  * A disturbed screening can leave the best candidate out of the finalists,
  * which no re-timing of the final round would bring back: the run says so
  * (its `screening disturbed:` line) and leaves the choice as it is. */
