@@ -339,15 +339,19 @@ done:
 
 #define FLOAT_ARG(nm, st, member, dflt, fl) {nm, NULL, K_FLOAT, W_ALWAYS, fl, dflt, -1, offsetof(st, member), 0}
 
-static void init_mix(run_args *r)
-{
-    attnres_mix_args_init(&r->mix);
-}
+/* An op's init and run entries: its public _args_init and attnres_run_
+ * call on its own member of run_args. */
+#define OP_ENTRIES(op, member)                                                                  \
+    static void init_##op(run_args *r)                                                          \
+    {                                                                                           \
+        attnres_##op##_args_init(&r->member);                                                   \
+    }                                                                                           \
+    static int run_##op(attnres_plan *plan, int64_t t, const run_args *r, void *stream)         \
+    {                                                                                           \
+        return attnres_run_##op(plan, t, &r->member, stream);                                   \
+    }
 
-static int run_mix(attnres_plan *plan, int64_t t, const run_args *r, void *stream)
-{
-    return attnres_run_mix(plan, t, &r->mix, stream);
-}
+OP_ENTRIES(mix, mix)
 
 enum { MIX_SOURCES, MIX_QUERY, MIX_GAIN, MIX_EPS, MIX_SCALE, MIX_PARTIAL, MIX_ALPHA, MIX_OUT_GAIN, MIX_OUT_EPS,
        MIX_NORMED, MIX_OUT, MIX_STREAM, MIX_NARGS };
@@ -372,15 +376,7 @@ static arg_spec mix_args[MIX_NARGS] = {
 static const op_spec mix_spec = {"mix", ATTNRES_OP_MIX, 2, MIX_NARGS, mix_args, init_mix, run_mix,
                                  {MIX_OUT, MIX_NORMED}};
 
-static void init_phase1(run_args *r)
-{
-    attnres_phase1_args_init(&r->p1);
-}
-
-static int run_phase1(attnres_plan *plan, int64_t t, const run_args *r, void *stream)
-{
-    return attnres_run_phase1(plan, t, &r->p1, stream);
-}
+OP_ENTRIES(phase1, p1)
 
 enum { P1_SOURCES, P1_QUERIES, P1_GAINS, P1_EPS, P1_SCALE, P1_OUT, P1_LSE, P1_STREAM, P1_NARGS };
 static arg_spec p1_args[P1_NARGS] = {
@@ -399,15 +395,7 @@ static arg_spec p1_args[P1_NARGS] = {
 static const op_spec p1_spec = {"phase1", ATTNRES_OP_PHASE1, 2, P1_NARGS, p1_args, init_phase1, run_phase1,
                                 {P1_OUT, P1_LSE}};
 
-static void init_phase2(run_args *r)
-{
-    attnres_phase2_args_init(&r->p2);
-}
-
-static int run_phase2(attnres_plan *plan, int64_t t, const run_args *r, void *stream)
-{
-    return attnres_run_phase2(plan, t, &r->p2, stream);
-}
+OP_ENTRIES(phase2, p2)
 
 enum { P2_O1, P2_LSE, P2_PARTIAL, P2_QUERY, P2_GAIN, P2_SUBLAYER, P2_EPS, P2_SCALE, P2_OUT_GAIN, P2_OUT_EPS,
        P2_NORMED, P2_OUT, P2_STREAM, P2_NARGS };

@@ -204,14 +204,21 @@ int ar_problem_adopt(const attnres_problem *p, attnres_problem *out, char *msg, 
     return ATTNRES_OK;
 }
 
+/* Every op's argument struct starts zeroed, carries its own size, and has
+ * the same scale and eps defaults; the _init functions add the rest. */
+#define ARGS_RESET(a)                                                                                                  \
+    do {                                                                                                               \
+        memset((a), 0, sizeof *(a));                                                                                   \
+        (a)->struct_size = sizeof *(a);                                                                                \
+        (a)->scale = 1.0f;                                                                                             \
+        (a)->eps = 1e-6f;                                                                                              \
+    } while (0)
+
 void attnres_mix_args_init(attnres_mix_args *a)
 {
     if (!a)
         return;
-    memset(a, 0, sizeof *a);
-    a->struct_size = sizeof *a;
-    a->scale = 1.0f;
-    a->eps = 1e-6f;
+    ARGS_RESET(a);
     a->alpha = 1.0f;
     a->out_eps = 1e-6f;
 }
@@ -228,20 +235,14 @@ void attnres_phase1_args_init(attnres_phase1_args *a)
 {
     if (!a)
         return;
-    memset(a, 0, sizeof *a);
-    a->struct_size = sizeof *a;
-    a->scale = 1.0f;
-    a->eps = 1e-6f;
+    ARGS_RESET(a);
 }
 
 void attnres_phase2_args_init(attnres_phase2_args *a)
 {
     if (!a)
         return;
-    memset(a, 0, sizeof *a);
-    a->struct_size = sizeof *a;
-    a->scale = 1.0f;
-    a->eps = 1e-6f;
+    ARGS_RESET(a);
     a->out_eps = 1e-6f;
 }
 
@@ -249,9 +250,6 @@ void attnres_mix_backward_args_init(attnres_mix_backward_args *a)
 {
     if (!a)
         return;
-    memset(a, 0, sizeof *a);
-    a->struct_size = sizeof *a;
-    a->scale = 1.0f;
-    a->eps = 1e-6f;
+    ARGS_RESET(a);
     a->alpha = 1.0f;
 }

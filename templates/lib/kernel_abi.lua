@@ -37,27 +37,59 @@ M.const = {
 
 -- A field is "type name" or "type name[BOUND]" with BOUND a key of
 -- M.const, optionally with a comment: { "type name", "comment" }.
+
+-- Runs of fields that several structs share word for word, so that each is
+-- written once; fields(...) joins runs into one field list.
+local function fields(...)
+  local all = {}
+  for _, run in ipairs({ ... }) do
+    for _, f in ipairs(run) do all[#all + 1] = f end
+  end
+  return all
+end
+
+-- The gain-folded query and its softmax parameters.
+local QUERY = { { "const float *query", "[d] fp32, gain-folded" }, "float scale", "float eps" }
+
+-- A mix's partial sum, output and optional RMSNorm epilogue.
+local MIX_OUTPUTS = {
+  { "const void *partial", "additive form, else NULL" },
+  "int64_t partial_stride",
+  "float alpha",
+  "void *out",
+  "int64_t out_stride",
+  { "const float *out_gain", "epilogue, else NULL" },
+  "float out_eps",
+  { "void *normed", "epilogue, else NULL" },
+  "int64_t normed_stride",
+}
+
+-- A mix backward's form and incoming gradient.
+local BACKWARD_INPUTS = {
+  { "float alpha", "1 in the replace form" },
+  { "int32_t accumulate", "1: add dsrc and dpartial into the buffers" },
+  { "const void *dout", "[T, d] incoming gradient" },
+  "int64_t dout_stride",
+}
+
+-- A mix backward's partial-sum gradient and per-group workspace.
+local BACKWARD_WORKSPACE = {
+  { "void *dpartial", "additive form, else NULL" },
+  "int64_t dpartial_stride",
+  { "float *ws_du", "[groups, d] per-group sums of du" },
+  { "float *ws_dalpha", "[groups] per-group sums of dalpha; NULL unless additive" },
+}
+
 M.structs = {
   cpu_mix = {
     version = 1, op = "mix", name = "attnres_cpu_mix_args",
     doc = "CPU mix kernels (cpu/mix.lua, cpu/mix_fused.lua). Strides count elements.",
-    fields = {
+    fields = fields({
       "int64_t d",
       "int32_t n", "int32_t heads",
       { "const void *const *src", "n pointers, each a [T, d] view" },
       { "const int64_t *src_stride", "n token strides" },
-      { "const float *query", "[d] fp32, gain-folded" },
-      "float scale", "float eps",
-      { "const void *partial", "additive form, else NULL" },
-      "int64_t partial_stride",
-      "float alpha",
-      "void *out",
-      "int64_t out_stride",
-      { "const float *out_gain", "epilogue, else NULL" },
-      "float out_eps",
-      { "void *normed", "epilogue, else NULL" },
-      "int64_t normed_stride",
-    },
+    }, QUERY, MIX_OUTPUTS),
   },
   cpu_phase1 = {
     version = 1, op = "phase1", name = "attnres_cpu_phase1_args",
@@ -102,47 +134,28 @@ M.structs = {
   cpu_mix_backward = {
     version = 1, op = "mix_backward", name = "attnres_cpu_mix_backward_args",
     doc = "CPU mix backward kernels (cpu/mix_backward.lua). Strides count elements.",
-    fields = {
+    fields = fields({
       "int64_t d",
       "int32_t n", "int32_t heads",
       { "const void *const *src", "n pointers, each a [T, d] view" },
       { "const int64_t *src_stride", "n token strides, never 0" },
-      { "const float *query", "[d] fp32, gain-folded" },
-      "float scale", "float eps",
-      { "float alpha", "1 in the replace form" },
-      { "int32_t accumulate", "1: add dsrc and dpartial into the buffers" },
-      { "const void *dout", "[T, d] incoming gradient" },
-      "int64_t dout_stride",
+    }, QUERY, BACKWARD_INPUTS, {
       { "void *const *dsrc", "n pointers, each a [T, d] view" },
       { "const int64_t *dsrc_stride", "n token strides, never 0" },
-      { "void *dpartial", "additive form, else NULL" },
-      "int64_t dpartial_stride",
-      { "float *ws_du", "[groups, d] per-group sums of du" },
-      { "float *ws_dalpha", "[groups] per-group sums of dalpha; NULL unless additive" },
+    }, BACKWARD_WORKSPACE, {
       { "int64_t group", "tokens per group; a launch starts on a group's first token" },
-    },
+    }),
   },
   cuda_mix = {
     version = 1, op = "mix", name = "attnres_cuda_mix_args",
     doc = "CUDA mix kernels (cuda/mix.lua), passed by value. Strides count elements.",
-    fields = {
+    fields = fields({
       { "const void *src[AR_CUDA_MAX_SOURCES]", "device pointers, [T, d] views" },
       { "int64_t src_stride[AR_CUDA_MAX_SOURCES]", "token strides" },
       "int64_t d",
       "int32_t n", "int32_t heads",
       "int64_t T",
-      { "const float *query", "[d] fp32, gain-folded" },
-      "float scale", "float eps",
-      { "const void *partial", "additive form, else NULL" },
-      "int64_t partial_stride",
-      "float alpha",
-      "void *out",
-      "int64_t out_stride",
-      { "const float *out_gain", "epilogue, else NULL" },
-      "float out_eps",
-      { "void *normed", "epilogue, else NULL" },
-      "int64_t normed_stride",
-    },
+    }, QUERY, MIX_OUTPUTS),
   },
   cuda_phase1 = {
     version = 1, op = "phase1", name = "attnres_cuda_phase1_args",
@@ -189,7 +202,7 @@ M.structs = {
   cuda_mix_backward = {
     version = 1, op = "mix_backward", name = "attnres_cuda_mix_backward_args",
     doc = "CUDA mix backward kernels (cuda/mix_backward.lua), both entries, passed by value. Strides count elements.",
-    fields = {
+    fields = fields({
       { "const void *src[AR_CUDA_MAX_SOURCES]", "device pointers, [T, d] views" },
       { "int64_t src_stride[AR_CUDA_MAX_SOURCES]", "token strides" },
       { "void *dsrc[AR_CUDA_MAX_SOURCES]", "[T, d] source gradients" },
@@ -197,21 +210,12 @@ M.structs = {
       "int64_t d",
       "int32_t n", "int32_t heads",
       "int64_t T",
-      { "const float *query", "[d] fp32, gain-folded" },
-      "float scale", "float eps",
-      { "float alpha", "1 in the replace form" },
-      { "int32_t accumulate", "1: add dsrc and dpartial into the buffers" },
-      { "const void *dout", "[T, d] incoming gradient" },
-      "int64_t dout_stride",
-      { "void *dpartial", "additive form, else NULL" },
-      "int64_t dpartial_stride",
-      { "float *ws_du", "[groups, d] per-group sums of du" },
-      { "float *ws_dalpha", "[groups] per-group sums of dalpha; NULL unless additive" },
+    }, QUERY, BACKWARD_INPUTS, BACKWARD_WORKSPACE, {
       { "int64_t group", "tokens per group: one block's tokens" },
       { "int64_t groups", "ceil(T / group): the rows the second entry sums" },
       { "float *dquery", "[d] fp32: the sum of the groups' rows" },
       { "float *dalpha", "one fp32 sum of ws_dalpha, or NULL" },
-    },
+    }),
   },
 }
 

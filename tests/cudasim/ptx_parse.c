@@ -280,14 +280,21 @@ typedef struct fbuild {
         }                                                                  \
     } while (0)
 
-static int add_symbol(parser *ps, fbuild *fb, const char *name, sym_kind kind, int64_t value)
+/* Appends a symbol to a growing table: a function's or the module's. */
+static int push_symbol(parser *ps, symbol **syms, int *nsyms, int *capsyms, const char *name, sym_kind kind,
+                       int64_t value)
 {
-    GROW(fb->syms, fb->nsyms, fb->capsyms);
-    symbol *s = &fb->syms[fb->nsyms++];
+    GROW(*syms, *nsyms, *capsyms);
+    symbol *s = &(*syms)[(*nsyms)++];
     snprintf(s->name, sizeof s->name, "%s", name);
     s->kind = kind;
     s->value = value;
     return 0;
+}
+
+static int add_symbol(parser *ps, fbuild *fb, const char *name, sym_kind kind, int64_t value)
+{
+    return push_symbol(ps, &fb->syms, &fb->nsyms, &fb->capsyms, name, kind, value);
 }
 
 static const symbol *find_symbol(const fbuild *fb, const char *name)
@@ -1284,19 +1291,7 @@ static int add_global(parser *ps, mbuild *mb, var_decl *v)
     if (v->init)
         memcpy(g->data, v->init, (size_t)v->size);
     m->nglobals++;
-    if (mb->nsyms >= mb->capsyms) {
-        int nc = mb->capsyms ? 2 * mb->capsyms : 16;
-        void *np = realloc(mb->syms, (size_t)nc * sizeof *mb->syms);
-        if (!np)
-            return fail(ps, ps->tok.line, "out of memory");
-        mb->syms = np;
-        mb->capsyms = nc;
-    }
-    symbol *s = &mb->syms[mb->nsyms++];
-    snprintf(s->name, sizeof s->name, "%s", v->name);
-    s->kind = SYM_GLOBAL;
-    s->value = m->nglobals - 1;
-    return 0;
+    return push_symbol(ps, &mb->syms, &mb->nsyms, &mb->capsyms, v->name, SYM_GLOBAL, m->nglobals - 1);
 }
 
 static int add_module_shared(parser *ps, mbuild *mb, var_decl *v, int is_extern)
@@ -1308,20 +1303,10 @@ static int add_module_shared(parser *ps, mbuild *mb, var_decl *v, int is_extern)
         mb->dyn_align = v->align;
         return 0;
     }
-    if (mb->nsyms >= mb->capsyms) {
-        int nc = mb->capsyms ? 2 * mb->capsyms : 16;
-        void *np = realloc(mb->syms, (size_t)nc * sizeof *mb->syms);
-        if (!np)
-            return fail(ps, ps->tok.line, "out of memory");
-        mb->syms = np;
-        mb->capsyms = nc;
-    }
     int64_t off = align_up(mb->shared_bytes, v->align);
+    if (push_symbol(ps, &mb->syms, &mb->nsyms, &mb->capsyms, v->name, SYM_SHARED, off))
+        return -1;
     mb->shared_bytes = off + v->size;
-    symbol *s = &mb->syms[mb->nsyms++];
-    snprintf(s->name, sizeof s->name, "%s", v->name);
-    s->kind = SYM_SHARED;
-    s->value = off;
     return 0;
 }
 

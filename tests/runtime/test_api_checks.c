@@ -20,6 +20,21 @@
 #include "miss_file.h"
 #include "test_device.h"
 
+/* The call is refused with EINVAL, and the plan's message names what was
+ * wrong. */
+#define CHECK_REFUSED(plan, call, what)                                                                                \
+    do {                                                                                                               \
+        CHECK((call) == ATTNRES_EINVAL);                                                                               \
+        CHECK(strstr(attnres_plan_errmsg(plan), (what)) != NULL);                                                      \
+    } while (0)
+
+/* The same for a conflict between two arguments: the message names both. */
+#define CHECK_REFUSED_NAMING_BOTH(plan, call, first, second)                                                           \
+    do {                                                                                                               \
+        CHECK((call) == ATTNRES_EINVAL);                                                                               \
+        CHECK(strstr(attnres_plan_errmsg(plan), (first)) && strstr(attnres_plan_errmsg(plan), (second)));              \
+    } while (0)
+
 static attnres_device *cpu;
 
 static int plan_status(const attnres_problem *p, char *msg, size_t msg_len)
@@ -194,26 +209,21 @@ static void test_stride_times_tokens_overflow_is_refused(void)
     const int64_t huge[] = {INT64_MAX, INT64_MAX / 2, INT64_MAX / 4 + 1, (int64_t)1 << 61};
     for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
         a.out_stride = huge[i];
-        CHECK(attnres_run_mix(plan, 2, &a, NULL) == ATTNRES_EINVAL);
-        CHECK(strstr(attnres_plan_errmsg(plan), "out_stride") != NULL);
+        CHECK_REFUSED(plan, attnres_run_mix(plan, 2, &a, NULL), "out_stride");
         a.out_stride = 0;
         strides[1] = huge[i];
-        CHECK(attnres_run_mix(plan, 2, &a, NULL) == ATTNRES_EINVAL);
-        CHECK(strstr(attnres_plan_errmsg(plan), "source 1") != NULL);
+        CHECK_REFUSED(plan, attnres_run_mix(plan, 2, &a, NULL), "source 1");
         strides[1] = 0;
         a.partial_stride = huge[i];
-        CHECK(attnres_run_mix(plan, 2, &a, NULL) == ATTNRES_EINVAL);
-        CHECK(strstr(attnres_plan_errmsg(plan), "partial_stride") != NULL);
+        CHECK_REFUSED(plan, attnres_run_mix(plan, 2, &a, NULL), "partial_stride");
         a.partial_stride = 0;
         a.normed_stride = huge[i];
-        CHECK(attnres_run_mix(plan, 2, &a, NULL) == ATTNRES_EINVAL);
-        CHECK(strstr(attnres_plan_errmsg(plan), "normed_stride") != NULL);
+        CHECK_REFUSED(plan, attnres_run_mix(plan, 2, &a, NULL), "normed_stride");
         a.normed_stride = 0;
     }
     /* One token spans no stride, but kernels scale it to bytes anyway. */
     strides[0] = (int64_t)1 << 61;
-    CHECK(attnres_run_mix(plan, 1, &a, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "source 0") != NULL);
+    CHECK_REFUSED(plan, attnres_run_mix(plan, 1, &a, NULL), "source 0");
     strides[0] = 0;
     /* T itself can overflow the extent with an ordinary stride. */
     CHECK(attnres_run_mix(plan, INT64_MAX / 8, &a, NULL) == ATTNRES_EINVAL);
@@ -235,12 +245,10 @@ static void test_stride_times_tokens_overflow_is_refused(void)
     a2.out = out;
     CHECK(attnres_run_phase2(plan, 2, &a2, NULL) == ATTNRES_OK);
     a2.lse_stride = INT64_MAX;
-    CHECK(attnres_run_phase2(plan, 2, &a2, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "lse_stride") != NULL);
+    CHECK_REFUSED(plan, attnres_run_phase2(plan, 2, &a2, NULL), "lse_stride");
     a2.lse_stride = 0;
     a2.o1_stride = INT64_MAX / 2;
-    CHECK(attnres_run_phase2(plan, 2, &a2, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "o1_stride") != NULL);
+    CHECK_REFUSED(plan, attnres_run_phase2(plan, 2, &a2, NULL), "o1_stride");
     a2.o1_stride = 0;
     CHECK(attnres_run_phase2(plan, 2, &a2, NULL) == ATTNRES_OK);
     attnres_plan_destroy(plan);
@@ -260,12 +268,10 @@ static void test_stride_times_tokens_overflow_is_refused(void)
     a1.lse = lses;
     CHECK(attnres_run_phase1(plan, 2, &a1, NULL) == ATTNRES_OK);
     a1.o1_stride = INT64_MAX;
-    CHECK(attnres_run_phase1(plan, 2, &a1, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "o1_stride") != NULL);
+    CHECK_REFUSED(plan, attnres_run_phase1(plan, 2, &a1, NULL), "o1_stride");
     a1.o1_stride = 0;
     strides[0] = INT64_MAX / 2;
-    CHECK(attnres_run_phase1(plan, 2, &a1, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "source 0") != NULL);
+    CHECK_REFUSED(plan, attnres_run_phase1(plan, 2, &a1, NULL), "source 0");
     strides[0] = 0;
     attnres_plan_destroy(plan);
 }
@@ -320,8 +326,7 @@ static void test_null_arguments_are_refused_or_ignored(void)
     a.sources = none;
     a.query = q;
     a.out = out;
-    CHECK(attnres_run_mix(plan, 1, &a, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "source 0") != NULL);
+    CHECK_REFUSED(plan, attnres_run_mix(plan, 1, &a, NULL), "source 0");
     attnres_plan_destroy(plan);
     /* The references. */
     double dq[8] = {0}, dout[8];
@@ -367,18 +372,15 @@ static void test_overlapping_outputs_are_refused(void)
     CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_OK);
     /* out shifted by one element from partial. */
     a.out = big + 2 * T * D + 1;
-    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "out") && strstr(attnres_plan_errmsg(plan), "partial"));
+    CHECK_REFUSED_NAMING_BOTH(plan, attnres_run_mix(plan, T, &a, NULL), "out", "partial");
     /* The query inside out. */
     a.out = big + 3 * T * D;
     a.query = big + 3 * T * D + D;
-    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "query") && strstr(attnres_plan_errmsg(plan), "out"));
+    CHECK_REFUSED_NAMING_BOTH(plan, attnres_run_mix(plan, T, &a, NULL), "query", "out");
     a.query = q;
     /* out over a source, by its last row. */
     a.out = big + T * D + (T - 1) * D;
-    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "source 1") && strstr(attnres_plan_errmsg(plan), "out"));
+    CHECK_REFUSED_NAMING_BOTH(plan, attnres_run_mix(plan, T, &a, NULL), "source 1", "out");
     /* Interleaved rows of one [T, 2D] buffer do not overlap: source 1 in
      * the even half-rows, out in the odd ones. */
     int64_t strides[N] = {0, 2 * D};
@@ -402,13 +404,11 @@ static void test_overlapping_outputs_are_refused(void)
     a.out = big + 3 * T * D;
     a.out_gain = q;
     a.normed = big + 3 * T * D;
-    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "normed") && strstr(attnres_plan_errmsg(plan), "out"));
+    CHECK_REFUSED_NAMING_BOTH(plan, attnres_run_mix(plan, T, &a, NULL), "normed", "out");
     a.normed = big + 4 * T * D;
     CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_OK);
     a.out_gain = big + 4 * T * D + D;
-    CHECK(attnres_run_mix(plan, T, &a, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "out_gain") && strstr(attnres_plan_errmsg(plan), "normed"));
+    CHECK_REFUSED_NAMING_BOTH(plan, attnres_run_mix(plan, T, &a, NULL), "out_gain", "normed");
     attnres_plan_destroy(plan);
 
     /* Phase 1: two sites' o1 as one buffer; an lse over a source. */
@@ -427,12 +427,10 @@ static void test_overlapping_outputs_are_refused(void)
     a1.lse = lses;
     CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_OK);
     o1s[1] = o1;
-    CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "o1[0]") && strstr(attnres_plan_errmsg(plan), "o1[1]"));
+    CHECK_REFUSED_NAMING_BOTH(plan, attnres_run_phase1(plan, T, &a1, NULL), "o1[0]", "o1[1]");
     o1s[1] = o1 + T * D;
     lses[1] = big + 1;
-    CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "lse[1]") && strstr(attnres_plan_errmsg(plan), "source 0"));
+    CHECK_REFUSED_NAMING_BOTH(plan, attnres_run_phase1(plan, T, &a1, NULL), "lse[1]", "source 0");
     lses[1] = lse + T;
     CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_OK);
     attnres_plan_destroy(plan);
@@ -454,12 +452,10 @@ static void test_overlapping_outputs_are_refused(void)
     a1.lse = lsem;
     CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_OK);
     lsem[70] = lsem[3] + 1;
-    CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "lse[3]") && strstr(attnres_plan_errmsg(plan), "lse[70]"));
+    CHECK_REFUSED_NAMING_BOTH(plan, attnres_run_phase1(plan, T, &a1, NULL), "lse[3]", "lse[70]");
     lsem[70] = many + (size_t)S * T * D + 70 * T;
     o1m[5] = (float *)o1m[6] + (T - 1) * D;
-    CHECK(attnres_run_phase1(plan, T, &a1, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "o1[5]") && strstr(attnres_plan_errmsg(plan), "o1[6]"));
+    CHECK_REFUSED_NAMING_BOTH(plan, attnres_run_phase1(plan, T, &a1, NULL), "o1[5]", "o1[6]");
     attnres_plan_destroy(plan);
     free(many);
 
@@ -476,11 +472,9 @@ static void test_overlapping_outputs_are_refused(void)
     a2.out = big + T * D;
     CHECK(attnres_run_phase2(plan, T, &a2, NULL) == ATTNRES_OK);
     a2.out = o1;
-    CHECK(attnres_run_phase2(plan, T, &a2, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "o1") && strstr(attnres_plan_errmsg(plan), "out"));
+    CHECK_REFUSED_NAMING_BOTH(plan, attnres_run_phase2(plan, T, &a2, NULL), "o1", "out");
     a2.out = big;
-    CHECK(attnres_run_phase2(plan, T, &a2, NULL) == ATTNRES_EINVAL);
-    CHECK(strstr(attnres_plan_errmsg(plan), "partial") && strstr(attnres_plan_errmsg(plan), "out"));
+    CHECK_REFUSED_NAMING_BOTH(plan, attnres_run_phase2(plan, T, &a2, NULL), "partial", "out");
     attnres_plan_destroy(plan);
 }
 

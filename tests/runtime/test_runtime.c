@@ -781,6 +781,26 @@ static int count_bucket_lines(const char *text)
     return n;
 }
 
+/* Copies the tuned ci database (the suite's fixture, else the one that
+ * test_tuned_db_gives_exact_plans_that_match_reference tuned) to dest; says
+ * so and returns -1 when there is none to copy. */
+static int copy_ci_db(const char *dest)
+{
+    const char *suite_db = getenv("ATTNRES_TEST_CI_DB");
+    char ci_db[700], cmd[1600];
+    snprintf(ci_db, sizeof ci_db, "%s", suite_db && *suite_db ? suite_db : "");
+    if (!ci_db[0])
+        snprintf(ci_db, sizeof ci_db, "%s/t.db", tmpdir);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", ci_db, dest);
+    int rc = system(cmd);
+    CHECK(rc == 0);
+    if (rc != 0) {
+        fprintf(stderr, "  no tuned ci database to copy (%s)\n", ci_db);
+        return -1;
+    }
+    return 0;
+}
+
 static void test_tuned_db_gives_exact_plans_that_match_reference(void)
 {
     char db_path[700], log_path[700], cmd[3000], msg[1024] = "";
@@ -889,22 +909,10 @@ static void test_plans_share_kernels_and_see_a_database_tuned_meanwhile(void)
     snprintf(db_path, sizeof db_path, "%s/share.db", tmpdir);
     snprintf(problems, sizeof problems, "%s/share.problems", tmpdir);
     snprintf(log_path, sizeof log_path, "%s/share.log", tmpdir);
-    /* The ci database: the suite's fixture, else the one the case before
-     * this one tuned. */
-    const char *suite_db = getenv("ATTNRES_TEST_CI_DB");
-    char ci_db[700];
-    snprintf(ci_db, sizeof ci_db, "%s", suite_db && *suite_db ? suite_db : "");
-    if (!ci_db[0])
-        snprintf(ci_db, sizeof ci_db, "%s/t.db", tmpdir);
-    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", ci_db, db_path);
-    int rc = system(cmd);
-    CHECK(rc == 0);
-    if (rc != 0) {
-        fprintf(stderr, "  no tuned ci database to copy (%s)\n", ci_db);
+    if (copy_ci_db(db_path))
         return;
-    }
     attnres_db *db = NULL;
-    rc = attnres_db_open(db_path, &db, msg, sizeof msg);
+    int rc = attnres_db_open(db_path, &db, msg, sizeof msg);
     REQUIRE(rc == ATTNRES_OK);
 
     attnres_problem p;
@@ -990,20 +998,10 @@ static int raw_exec(const char *path, const char *sql)
  * provisional, the explanation of a new plan says nothing of it. */
 static void test_provisional_winner_is_explained(void)
 {
-    char db_path[700], cmd[1600], msg[1024] = "";
+    char db_path[700], msg[1024] = "";
     snprintf(db_path, sizeof db_path, "%s/provisional.db", tmpdir);
-    const char *suite_db = getenv("ATTNRES_TEST_CI_DB");
-    char ci_db[700];
-    snprintf(ci_db, sizeof ci_db, "%s", suite_db && *suite_db ? suite_db : "");
-    if (!ci_db[0])
-        snprintf(ci_db, sizeof ci_db, "%s/t.db", tmpdir);
-    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", ci_db, db_path);
-    int rc = system(cmd);
-    CHECK(rc == 0);
-    if (rc != 0) {
-        fprintf(stderr, "  no tuned ci database to copy (%s)\n", ci_db);
+    if (copy_ci_db(db_path))
         return;
-    }
     CHECK(raw_exec(db_path, "UPDATE winners SET provisional = 1, disturbance = 'threads waited 77% of the window "
                             "for a CPU, 0% stolen, 1100 preemptions/s'") == SQLITE_OK);
     attnres_db *db = NULL;

@@ -9,6 +9,8 @@
 #ifndef TUNER_BASE_H
 #define TUNER_BASE_H
 
+#include <stdarg.h>
+
 /* Exit codes of the command line, which the tuner's entry points that a
  * command hands over to whole (tune_revalidate) return too: 0 success,
  * 1 failure (bad data, device or database), 2 usage error (unknown flag,
@@ -30,5 +32,9 @@ const char *cli_template_dir(void);
 
 /* Seconds on the monotonic clock. */
 double artuner_now_s(void);
+
+/* Writes one progress line to stderr, unless quiet: the format's text and a
+ * newline. */
+void artuner_vlog(int quiet, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 #endif

@@ -77,13 +77,10 @@ typedef struct outcome {
 static void note(const revalidation *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void note(const revalidation *r, const char *fmt, ...)
 {
-    if (r->quiet)
-        return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    artuner_vlog(r->quiet, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
 }
 
 /* The run record: who, where, what versions, which policy. */

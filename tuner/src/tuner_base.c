@@ -32,16 +32,21 @@ double artuner_now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void artuner_vlog(int quiet, const char *fmt, va_list ap)
+{
+    if (quiet)
+        return;
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 /* Declared in tune_session.h: a line of a tuning run's log, unless quiet. */
 void artuner_log(const tuner *t, const char *fmt, ...)
 {
-    if (t->opt.quiet)
-        return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    artuner_vlog(t->opt.quiet, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
 }
 
 #ifndef ATTNRES_SOURCE_TEMPLATE_DIR
