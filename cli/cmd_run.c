@@ -42,12 +42,14 @@ static const char run_usage[] =
     "--op mix_backward: the gradients of the mix (DESIGN 1b) from those of its output\n"
     "    --sources S.npy --query W.npy [--gain G.npy] [--partial P.npy --alpha A]\n"
     "    --dout DO.npy [--dsources DS.npy] [--dquery DW.npy] [--dgain DG.npy]\n"
-    "    [--dpartial DP.npy] [--dalpha DA.npy]\n"
+    "    [--dpartial DP.npy] [--dalpha DA.npy] [--dsources-f32]\n"
     "  The forward's inputs as for --op mix (P selects the additive form; its values\n"
     "  do not enter the gradients), and DO, the gradient of OUT, (T, d). Writes each\n"
     "  gradient that has a path, at least one: DS of the sources (N, T, d), DW of W\n"
     "  and DG of G (d,), summed over tokens, and in the additive form DP of P (T, d)\n"
     "  and DA of alpha, a scalar (). Sums over tokens are bit-identical on every run.\n"
+    "  --dsources-f32: the kernel writes DS in float32 (ATTNRES_GRAD_DSOURCES_F32)\n"
+    "  instead of the storage type, so a bf16 or f16 run's DS is not rounded to it.\n"
     "\n"
     "  Every array is float32 in C order. --dtype is the storage type the kernel runs\n"
     "  in: inputs are rounded to it and results widened back (lse stays float32).\n"
@@ -102,10 +104,11 @@ static int parse(int argc, char **argv, run_opts *o)
         {"--dalpha", &o->dalpha, USE_MIXBW}};
     enum { NPATHS = sizeof paths / sizeof paths[0] };
     /* The file flags above, then the others. */
-    cli_opt opts[NPATHS + 9] = {CLI_OPT_END};
+    cli_opt opts[NPATHS + 10] = {CLI_OPT_END};
     for (size_t k = 0; k < NPATHS; k++)
         opts[k] = (cli_opt)CLI_OPT_STRING(paths[k].flag, paths[k].dst);
     const cli_opt more[] = {CLI_OPT_FLAG("--require-exact", &o->require_exact),
+                            CLI_OPT_FLAG("--dsources-f32", &o->dsources_f32),
                             CLI_OPT_CUSTOM("--op", o, parse_op),
                             CLI_OPT_INT64("--heads", &o->heads, 1, PROBLEM_MAX_HEADS, .seen = &o->have_heads),
                             CLI_OPT_DOUBLE("--eps", &o->eps),
@@ -113,7 +116,7 @@ static int parse(int argc, char **argv, run_opts *o)
                             CLI_OPT_DOUBLE("--alpha", &o->alpha, .seen = &o->have_alpha),
                             CLI_OPT_DOUBLE("--out-eps", &o->out_eps, .seen = &o->have_out_eps),
                             CLI_OPT_CUSTOM("--dtype", &o->dtype, cli_parse_dtype)};
-    _Static_assert(sizeof more / sizeof more[0] + 1 == 9, "opts holds the paths, more and the end");
+    _Static_assert(sizeof more / sizeof more[0] + 1 == 10, "opts holds the paths, more and the end");
     memcpy(opts + NPATHS, more, sizeof more);
     const cli_spec spec = {.cmd = "run", .usage = run_usage, .opts = opts};
     int rc = cli_parse(&spec, argc, argv);
@@ -143,6 +146,10 @@ static int parse(int argc, char **argv, run_opts *o)
     }
     if (o->op == ATTNRES_OP_PHASE2 && (!o->o1 || !o->lse || !o->partial || !o->query || !o->out)) {
         cli_error("run", "--op phase2 requires --o1, --lse, --partial, --query and --out (see attnres run --help)");
+        return -1;
+    }
+    if (o->dsources_f32 && o->op != ATTNRES_OP_MIX_BACKWARD) {
+        cli_error("run", "--dsources-f32 is not used by --op %s (it has no source gradients)", o->op_name);
         return -1;
     }
     if (o->op == ATTNRES_OP_MIX_BACKWARD) {

@@ -22,6 +22,7 @@ typedef struct run_opts {
     int64_t heads;
     attnres_dtype dtype;
     int have_alpha, have_out_eps, have_heads, require_exact;
+    int dsources_f32; /* mix_backward: ATTNRES_GRAD_DSOURCES_F32 */
 } run_opts;
 
 /* Device copies of a run's buffers; freed together. */

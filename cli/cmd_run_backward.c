@@ -63,10 +63,12 @@ int run_mix_backward(const run_opts *o)
         goto done;
 
     const size_t es = attnres_dtype_size(o->dtype);
+    /* The source gradients' element size: fp32 with --dsources-f32. */
+    const size_t ges = o->dsources_f32 ? 4 : es;
     const size_t row = (size_t)in.t * (size_t)in.d, n = (size_t)in.n, d = (size_t)in.d;
     /* One spare byte or float keeps every size non-zero for T = 0. */
     h.src = malloc(row * n * es + 1);
-    h.dsrc = malloc(row * n * es + 1);
+    h.dsrc = malloc(row * n * ges + 1);
     h.dout = malloc(row * es + 1);
     h.u = malloc(d * 4);
     h.du = malloc(d * 4);
@@ -104,7 +106,7 @@ int run_mix_backward(const run_opts *o)
     void *d_src = run_stage(&st, h.src, row * n * es);
     float *d_u = run_stage(&st, h.u, d * 4);
     void *d_dout = run_stage(&st, h.dout, row * es);
-    void *d_dsrc = run_stage(&st, NULL, row * n * es);
+    void *d_dsrc = run_stage(&st, NULL, row * n * ges);
     float *d_du = run_stage(&st, NULL, d * 4);
     void *d_dpart = o->partial ? run_stage(&st, NULL, row * es) : NULL;
     float *d_dalpha = o->partial ? run_stage(&st, NULL, 4) : NULL;
@@ -116,7 +118,7 @@ int run_mix_backward(const run_opts *o)
     }
     for (size_t i = 0; i < n; i++) {
         h.srcs[i] = (const char *)d_src + i * row * es;
-        h.dsrcs[i] = (char *)d_dsrc + i * row * es;
+        h.dsrcs[i] = (char *)d_dsrc + i * row * ges;
     }
     attnres_mix_backward_args a;
     attnres_mix_backward_args_init(&a);
@@ -126,6 +128,7 @@ int run_mix_backward(const run_opts *o)
     a.eps = (float)o->eps;
     a.alpha = (float)o->alpha;
     a.dout = d_dout;
+    a.flags = o->dsources_f32 ? ATTNRES_GRAD_DSOURCES_F32 : 0;
     a.dsources = h.dsrcs;
     a.dquery = d_du;
     a.dpartial = d_dpart;
@@ -134,7 +137,9 @@ int run_mix_backward(const run_opts *o)
     a.workspace_size = ws_bytes;
     rc = attnres_run_mix_backward(plan, in.t, &a, NULL);
     float dalpha = 0;
-    run_output grads[] = {{d_dsrc, h.dsrc, row * n, h.dsrc_f, {NULL, NULL, 0, {0, 0, 0}}},
+    /* fp32 source gradients come back as they are, with nothing to widen. */
+    run_output grads[] = {o->dsources_f32 ? (run_output){d_dsrc, h.dsrc_f, row * n, NULL, {NULL, NULL, 0, {0, 0, 0}}}
+                                          : (run_output){d_dsrc, h.dsrc, row * n, h.dsrc_f, {NULL, NULL, 0, {0, 0, 0}}},
                           {d_du, h.du, d, NULL, {NULL, NULL, 0, {0, 0, 0}}},
                           {d_dpart, h.dpartial, row, h.dpartial_f, {NULL, NULL, 0, {0, 0, 0}}},
                           {d_dalpha, &dalpha, 1, NULL, {NULL, NULL, 0, {0, 0, 0}}}};

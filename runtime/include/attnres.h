@@ -636,7 +636,16 @@ ATTNRES_API int attnres_run_phase2(attnres_plan *plan, int64_t T,
  * CPU. Strides count elements; 0 means d. No output may overlap an input;
  * with ATTNRES_GRAD_ACCUMULATE two source gradients may be the very same
  * view (same pointer and stride: one tensor that is two sources), and
- * both gradients are added into it. */
+ * both gradients are added into it.
+ *
+ * With ATTNRES_GRAD_DSOURCES_F32 in flags every dsources view is fp32
+ * [T, d] (its stride counts floats, its pointer is 4-byte aligned) for
+ * every storage dtype, written or, with ATTNRES_GRAD_ACCUMULATE, added
+ * into in fp32 with no rounding to the storage dtype: a bf16 or f16 model
+ * sums the gradients of a layer output that feeds many routing sites in
+ * one fp32 buffer. dout, dpartial and the sources keep the storage dtype.
+ * The buffers stay the caller's; the flag changes only how they are read
+ * and written. With f32 storage it changes nothing. */
 typedef struct attnres_mix_backward_args {
     size_t struct_size;            /* sizeof(attnres_mix_backward_args); _init sets it */
     /* The forward's inputs, as attnres_mix_args holds them. */
@@ -652,9 +661,12 @@ typedef struct attnres_mix_backward_args {
     /* The gradients. */
     unsigned flags;                /* ATTNRES_GRAD_ACCUMULATE: add the per-token
                                     * gradients (dsources, dpartial) into the
-                                    * caller's buffers instead of writing them */
-    void *const *dsources;         /* n pointers, each a [T, d] view (storage dtype) */
-    const int64_t *dsource_strides;/* n token strides; NULL means all d */
+                                    * caller's buffers instead of writing them;
+                                    * ATTNRES_GRAD_DSOURCES_F32: dsources are fp32 */
+    void *const *dsources;         /* n pointers, each a [T, d] view: storage dtype,
+                                    * or fp32 with ATTNRES_GRAD_DSOURCES_F32 */
+    const int64_t *dsource_strides;/* n token strides (in elements of the
+                                    * dsources' type); NULL means all d */
     float *dquery;                 /* [d] fp32 gradient of u, summed over tokens,
                                     * always written (attnres_reference_fold_query_backward
                                     * turns it into those of w and the gain) */
@@ -745,6 +757,9 @@ ATTNRES_API int attnres_reference_phase2(const attnres_problem *problem,
  *     additive form's alpha): summed over the T tokens in token order, in
  *     fp64, and always written (zero for T = 0), never accumulated; the
  *     same inputs give bit-identical results on every call.
+ * ATTNRES_GRAD_DSOURCES_F32 is accepted by the backwards that return
+ * source gradients (mix, phase 1) and changes nothing there, their
+ * buffers being fp64 already; phase 2 refuses it.
  * An incoming gradient that is NULL counts as zero: the loss does not read
  * that output. A gradient output the caller does not train (dalpha,
  * dout_gain, dsublayer) may be NULL; every other output is needed.
@@ -762,9 +777,11 @@ ATTNRES_API int attnres_reference_phase2(const attnres_problem *problem,
  * be NULL; msg_len is then ignored).
  * ---------------------------------------------------------------------- */
 
-/* Flags of the backward references. */
+/* Flags of the backward references and of attnres_mix_backward_args. */
 #define ATTNRES_GRAD_ACCUMULATE 1u /* add per-token gradients into the
                                     * caller's buffers instead of writing */
+#define ATTNRES_GRAD_DSOURCES_F32 2u /* the source gradients are fp32 views,
+                                      * whatever the storage dtype */
 
 /* The backward of attnres_reference_mix, for a problem of op
  * ATTNRES_OP_MIX (every H, both forms, the epilogue). Forward inputs as

@@ -797,6 +797,7 @@ static int cpu_launch_mix_backward(attnres_device *dev, const ar_kernel *k, cons
         .query = a->query, .scale = a->scale, .eps = a->eps,
         .alpha = additive ? a->alpha : 1.0f,
         .accumulate = (a->flags & ATTNRES_GRAD_ACCUMULATE) != 0,
+        .dsrc_f32 = (a->flags & ATTNRES_GRAD_DSOURCES_F32) != 0,
         .dout = a->dout, .dout_stride = a->dout_stride ? a->dout_stride : p->d,
         .dsrc = a->dsources, .dsrc_stride = dstrides,
         .dpartial = additive ? a->dpartial : NULL,

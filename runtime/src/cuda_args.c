@@ -330,6 +330,10 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
                               a->workspace ? a->workspace_size : 0, (long long)T, need);
     memset(args, 0, sizeof *args);
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
+    /* fp32 source gradients take VEC floats per access, as the query does
+     * (qalign), instead of VEC storage elements. */
+    const int dsrc_f32 = (a->flags & ATTNRES_GRAD_DSOURCES_F32) != 0;
+    const int64_t des = dsrc_f32 ? 4 : es, dalign = dsrc_f32 ? ck->qalign : align;
     if (T > 0) {
         if (!a->sources || !a->query || !a->dout || !a->dsources || (additive && !a->dpartial))
             return ar_device_fail(dev, ATTNRES_EINVAL,
@@ -339,11 +343,12 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
             const int64_t dstride = a->dsource_strides && a->dsource_strides[i] ? a->dsource_strides[i] : p->d;
             if (!a->sources[i] || !a->dsources[i])
                 return ar_device_fail(dev, ATTNRES_EINVAL, "source %d or its gradient is NULL", i);
-            if (view_misaligned(a->sources[i], stride, es, align) || view_misaligned(a->dsources[i], dstride, es, align))
+            if (view_misaligned(a->sources[i], stride, es, align) ||
+                view_misaligned(a->dsources[i], dstride, des, dalign))
                 return ar_device_fail(dev, ATTNRES_EINVAL,
-                                      "source %d or its gradient (pointer or stride) is not %lld-byte aligned as "
-                                      "kernel %s needs",
-                                      i, (long long)align, k->kernel_name);
+                                      "source %d or its gradient (pointer or stride) is not %lld-byte (%lld-byte) "
+                                      "aligned as kernel %s needs",
+                                      i, (long long)align, (long long)dalign, k->kernel_name);
             args->src[i] = a->sources[i];
             args->src_stride[i] = stride;
             args->dsrc[i] = a->dsources[i];
@@ -374,6 +379,7 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
     args->eps = a->eps;
     args->alpha = additive ? a->alpha : 1.0f;
     args->accumulate = (a->flags & ATTNRES_GRAD_ACCUMULATE) != 0;
+    args->dsrc_f32 = dsrc_f32;
     args->group = AR_GRAD_GROUP;
     args->groups = (T + AR_GRAD_GROUP - 1) / AR_GRAD_GROUP;
     args->dquery = a->dquery;

@@ -1039,9 +1039,10 @@ static int check_mix_backward_views(attnres_plan *plan, int64_t T, const attnres
         (st = add_view(plan, &views[count++], "dout", -1, 0, a->dout, T, a->dout_stride ? a->dout_stride : p->d,
                        p->d, es, "dout_stride")))
         return st;
+    const size_t des = (a->flags & ATTNRES_GRAD_DSOURCES_F32) ? 4 : es;
     for (int i = 0; i < p->n; i++) {
         const int64_t stride = a->dsource_strides && a->dsource_strides[i] ? a->dsource_strides[i] : p->d;
-        if ((st = add_view(plan, &views[count++], "dsources", i, 1, a->dsources[i], T, stride, p->d, es,
+        if ((st = add_view(plan, &views[count++], "dsources", i, 1, a->dsources[i], T, stride, p->d, des,
                            "dsource stride")))
             return st;
     }
@@ -1100,18 +1101,22 @@ int attnres_run_mix_backward(attnres_plan *plan, int64_t T, const attnres_mix_ba
         return st;
     if (!a || !a->dquery || misaligned(a->dquery, 4) || (a->dalpha && misaligned(a->dalpha, 4)))
         return run_fail(plan, ATTNRES_EINVAL, "args and an aligned dquery must not be NULL (and dalpha aligned)");
-    if (a->flags & ~(unsigned)ATTNRES_GRAD_ACCUMULATE)
-        return run_fail(plan, ATTNRES_EINVAL, "unknown flags 0x%x (only ATTNRES_GRAD_ACCUMULATE)",
-                        a->flags & ~(unsigned)ATTNRES_GRAD_ACCUMULATE);
+    const unsigned known = ATTNRES_GRAD_ACCUMULATE | ATTNRES_GRAD_DSOURCES_F32;
+    if (a->flags & ~known)
+        return run_fail(plan, ATTNRES_EINVAL,
+                        "unknown flags 0x%x (only ATTNRES_GRAD_ACCUMULATE and ATTNRES_GRAD_DSOURCES_F32)",
+                        a->flags & ~known);
+    /* The source gradients' element size: fp32 with the flag. */
+    const size_t des = (a->flags & ATTNRES_GRAD_DSOURCES_F32) ? 4 : es;
     if (T > 0) {
         if (!a->sources || !a->query || !a->dout || !a->dsources)
             return run_fail(plan, ATTNRES_EINVAL, "sources, query, dout and dsources must not be NULL");
         if ((st = check_sources(plan, a->sources, a->source_strides)) != ATTNRES_OK)
             return st;
         for (int i = 0; i < p->n; i++) {
-            if (!a->dsources[i] || misaligned(a->dsources[i], es))
+            if (!a->dsources[i] || misaligned(a->dsources[i], des))
                 return run_fail(plan, ATTNRES_EINVAL, "dsources[%d] is NULL or not aligned to %zu-byte elements", i,
-                                es);
+                                des);
             if (a->dsource_strides && a->dsource_strides[i] && a->dsource_strides[i] < p->d)
                 return run_fail(plan, ATTNRES_EMISMATCH,
                                 "dsources[%d] stride %" PRId64 " is less than d = %" PRId64, i,

@@ -80,16 +80,28 @@ static int check_tokens(int64_t T, int64_t per_token, int64_t times, char *msg, 
     return ATTNRES_OK;
 }
 
-/* The scalar arguments every backward shares. */
-static int check_common(double eps, int epilogue, double out_eps, unsigned flags, char *msg, size_t msg_len)
+/* The flags every backward knows. ATTNRES_GRAD_DSOURCES_F32 asks for fp32
+ * source gradients; the reference's are fp64 already, so a backward with
+ * source gradients accepts it and computes the very same values. */
+#define KNOWN_FLAGS (ATTNRES_GRAD_ACCUMULATE | ATTNRES_GRAD_DSOURCES_F32)
+
+/* The scalar arguments every backward shares; has_dsources says whether
+ * the backward returns source gradients, which ATTNRES_GRAD_DSOURCES_F32
+ * needs. */
+static int check_common(double eps, int epilogue, double out_eps, unsigned flags, int has_dsources, char *msg,
+                        size_t msg_len)
 {
     if (!(eps > 0))
         return fail(msg, msg_len, "eps must be greater than 0 (got %g)", eps);
     if (epilogue && !(out_eps > 0))
         return fail(msg, msg_len, "out_eps must be greater than 0 with the epilogue (got %g)", out_eps);
-    if (flags & ~ATTNRES_GRAD_ACCUMULATE)
-        return fail(msg, msg_len, "unknown flag bits 0x%x (only ATTNRES_GRAD_ACCUMULATE = 0x%x is defined)",
-                    flags & ~ATTNRES_GRAD_ACCUMULATE, ATTNRES_GRAD_ACCUMULATE);
+    if (flags & ~KNOWN_FLAGS)
+        return fail(msg, msg_len,
+                    "unknown flag bits 0x%x (only ATTNRES_GRAD_ACCUMULATE = 0x%x and ATTNRES_GRAD_DSOURCES_F32 = "
+                    "0x%x are defined)",
+                    flags & ~KNOWN_FLAGS, ATTNRES_GRAD_ACCUMULATE, ATTNRES_GRAD_DSOURCES_F32);
+    if (!has_dsources && (flags & ATTNRES_GRAD_DSOURCES_F32))
+        return fail(msg, msg_len, "ATTNRES_GRAD_DSOURCES_F32 does not apply: this backward has no source gradients");
     return ATTNRES_OK;
 }
 
@@ -443,7 +455,7 @@ static int mix_check(const attnres_problem *p, int64_t T, const double *const *s
 {
     const int additive = p->form == ATTNRES_FORM_ADDITIVE, epi = p->epilogue;
     int rc;
-    if ((rc = check_tokens(T, p->d, 1, msg, msg_len)) || (rc = check_common(eps, epi, out_eps, flags, msg, msg_len)))
+    if ((rc = check_tokens(T, p->d, 1, msg, msg_len)) || (rc = check_common(eps, epi, out_eps, flags, 1, msg, msg_len)))
         return rc;
     if ((rc = check_each((const void *const *)sources, p->n, "sources", msg, msg_len)) ||
         (rc = check_each((const void *const *)dsources, p->n, "dsources", msg, msg_len)))
@@ -558,7 +570,7 @@ int attnres_reference_phase1_backward(const attnres_problem *caller, int64_t T, 
     attnres_problem p;
     int rc = adopt_problem(caller, ATTNRES_OP_PHASE1, "attnres_reference_phase1_backward", &p, msg, msg_len);
     if (rc || (rc = check_tokens(T, p.d, p.s, msg, msg_len)) ||
-        (rc = check_common(eps, 0, 0, flags, msg, msg_len)) ||
+        (rc = check_common(eps, 0, 0, flags, 1, msg, msg_len)) ||
         (rc = check_each((const void *const *)sources, p.n, "sources", msg, msg_len)) ||
         (rc = check_each((const void *const *)dsources, p.n, "dsources", msg, msg_len)))
         return rc;
@@ -630,7 +642,7 @@ static int phase2_check(const attnres_problem *p, int64_t T, const double *o1, c
 {
     int rc;
     if ((rc = check_tokens(T, p->d, 1, msg, msg_len)) ||
-        (rc = check_common(eps, p->epilogue, out_eps, flags, msg, msg_len)))
+        (rc = check_common(eps, p->epilogue, out_eps, flags, 0, msg, msg_len)))
         return rc;
     const struct {
         const void *ptr;

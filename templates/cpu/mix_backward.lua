@@ -11,7 +11,8 @@
 --            c_n = sum_h dz q;
 --   sweep 2, over the same rows, now in cache: the source gradients
 --            dv = a gm + scale r (dz u - v r^2 c / d), written or added
---            into the caller's buffer, and the token's share of du,
+--            into the caller's buffer (storage type, or fp32 when the
+--            runtime sets dsrc_f32), and the token's share of du,
 --            scale dz r v, added into its token group's fp32 row of the
 --            workspace.
 -- In the additive form d(partial) = dout, written or added the same way,
@@ -122,7 +123,7 @@ function T.emit(p)
     const int n = a->n, heads = a->heads;
     const int64_t hd = d / heads;
     const float inv_d = 1.0f / (float)d, eps = a->eps, scale = a->scale, alpha = a->alpha;
-    const int acc = a->accumulate;
+    const int acc = a->accumulate, f32 = a->dsrc_f32;
     /* Per source and head: the dots with u (q) and with dout (pd), the
      * softmax weight (w) and the score gradient (dz); per source r and c. */
     float q[n * heads], pd[n * heads], w[n * heads], dz[n * heads], r[n], c[n];
@@ -186,16 +187,25 @@ ${sweep1}
         /* Sweep 2: the same rows, now in cache. */
         for (int i = 0; i < n; i++) {
             const storage_t *row = (const storage_t *)a->src[i] + t * a->src_stride[i];
-            storage_t *dv = (storage_t *)a->dsrc[i] + t * a->dsrc_stride[i];
+            /* The gradient row in the storage type, or in fp32 (dvf) when
+             * the caller sums source gradients across sites in fp32. */
+            storage_t *dv = f32 ? NULL : (storage_t *)a->dsrc[i] + t * a->dsrc_stride[i];
+            float *dvf = f32 ? (float *)a->dsrc[i] + t * a->dsrc_stride[i] : NULL;
             const float sr = scale * r[i], rc = r[i] * r[i] * c[i] * inv_d;
             for (int h = 0; h < heads; h++) {
                 const float wa = w[i * heads + h] * alpha, z = dz[i * heads + h], zr = scale * z * r[i];
                 for (int64_t k = (int64_t)h * hd; k < (int64_t)(h + 1) * hd; k += ${VEC}) {
                     const vf x = load_row(row + k);
                     vf y = wa * load_row(go + k) + sr * (z * load_f32(a->query + k) - x * rc);
-                    if (acc)
-                        y += load_row(dv + k);
-                    store_row(dv + k, y);
+                    if (f32) {
+                        if (acc)
+                            y += load_f32(dvf + k);
+                        store_f32(dvf + k, y);
+                    } else {
+                        if (acc)
+                            y += load_row(dv + k);
+                        store_row(dv + k, y);
+                    }
                     store_f32(du + k, load_f32(du + k) + zr * x);
                 }
             }

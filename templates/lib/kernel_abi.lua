@@ -68,6 +68,7 @@ local MIX_OUTPUTS = {
 local BACKWARD_INPUTS = {
   { "float alpha", "1 in the replace form" },
   { "int32_t accumulate", "1: add dsrc and dpartial into the buffers" },
+  { "int32_t dsrc_f32", "1: every dsrc view is fp32, whatever the storage dtype" },
   { "const void *dout", "[T, d] incoming gradient" },
   "int64_t dout_stride",
 }
@@ -132,7 +133,7 @@ M.structs = {
     },
   },
   cpu_mix_backward = {
-    version = 1, op = "mix_backward", name = "attnres_cpu_mix_backward_args",
+    version = 2, op = "mix_backward", name = "attnres_cpu_mix_backward_args",
     doc = "CPU mix backward kernels (cpu/mix_backward.lua). Strides count elements.",
     fields = fields({
       "int64_t d",
@@ -200,7 +201,7 @@ M.structs = {
     },
   },
   cuda_mix_backward = {
-    version = 1, op = "mix_backward", name = "attnres_cuda_mix_backward_args",
+    version = 2, op = "mix_backward", name = "attnres_cuda_mix_backward_args",
     doc = "CUDA mix backward kernels (cuda/mix_backward.lua), both entries, passed by value. Strides count elements.",
     fields = fields({
       { "const void *src[AR_CUDA_MAX_SOURCES]", "device pointers, [T, d] views" },

@@ -162,6 +162,29 @@ for name, dtype, n, t, d, heads, additive, gain in CASES:
                 shapes_ok = False
         report(shapes_ok, name, ", ".join(errs))
 
+# ---- fp32 source gradients ---------------------------------------------------
+
+if one_case.wanted("bf16_dsources_f32"):
+    with tempfile.TemporaryDirectory() as tmp:
+        # --dsources-f32: the kernel writes DS in fp32, never rounded to bf16,
+        # so DS meets fp32's tolerance against the reference of the rounded
+        # inputs; the other gradients keep bf16's.
+        c = Case(tmp, "bf16", 3, 40, 64, 2, True, False)
+        res = run(c.args + ["--dsources-f32"])
+        ok, errs = res.returncode == 0, []
+        if not ok:
+            errs.append("exit %d: %s" % (res.returncode, res.stderr.strip()[-300:]))
+        for grad in c.outputs() if ok else []:
+            shape, got = c.read(grad)
+            err = rel_err(got, flat(c.want[grad]))
+            errs.append("%s %.1e" % (grad, err))
+            ok = ok and err <= (1e-5 if grad == "dsources" else 1e-2)
+        refused = subprocess.run([CLI, "run", "--op", "mix", "--device", "cpu", "--sources", c.path("s.npy"),
+                                  "--query", c.path("w.npy"), "--out", c.path("o.npy"), "--dsources-f32"],
+                                 capture_output=True, text=True)
+        ok = ok and refused.returncode != 0 and "--dsources-f32" in refused.stderr
+        report(ok, "bf16_dsources_f32", ", ".join(errs))
+
 # ---- determinism -----------------------------------------------------------
 
 if one_case.wanted("two_runs_byte_identical"):

@@ -361,6 +361,7 @@ typedef struct problem {
     attnres_problem p;
     int64_t T;
     int accumulate; /* mix_backward: ATTNRES_GRAD_ACCUMULATE */
+    int dsrc_f32;   /* mix_backward: ATTNRES_GRAD_DSOURCES_F32 */
 } problem;
 
 static void describe(const problem *pr, char *buf, size_t len)
@@ -375,8 +376,9 @@ static void describe(const problem *pr, char *buf, size_t len)
     n += snprintf(buf + n, len - (size_t)n, " H=%d T=%lld%s%s%s", p->heads, (long long)pr->T,
                   p->form == ATTNRES_FORM_ADDITIVE ? " additive" : "", p->fuse_add ? " fused-add" : "",
                   p->epilogue ? " epilogue" : "");
-    if (p->op == ATTNRES_OP_MIX_BACKWARD && pr->accumulate)
-        snprintf(buf + n, len - (size_t)n, " accumulate");
+    if (p->op == ATTNRES_OP_MIX_BACKWARD)
+        snprintf(buf + n, len - (size_t)n, "%s%s", pr->accumulate ? " accumulate" : "",
+                 pr->dsrc_f32 ? " fp32-dsources" : "");
 }
 
 /* The n sources of p: random [T, d] views with padded strides (each a
@@ -402,7 +404,7 @@ static uint64_t problem_seed(const problem *pr)
     return 0x5eedull ^ ((uint64_t)p->op << 56) ^ ((uint64_t)p->dtype << 52) ^ ((uint64_t)p->d << 20) ^
            ((uint64_t)p->n << 12) ^ ((uint64_t)p->heads << 4) ^ (uint64_t)pr->T ^ ((uint64_t)p->s << 40) ^
            ((uint64_t)p->form << 48) ^ ((uint64_t)p->epilogue << 49) ^ ((uint64_t)p->fuse_add << 50) ^
-           ((uint64_t)pr->accumulate << 51);
+           ((uint64_t)pr->accumulate << 51) ^ ((uint64_t)pr->dsrc_f32 << 53);
 }
 
 /* Runs mix on the loaded kernel; returns the worst relative error (NaN or
@@ -503,6 +505,10 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
     const int64_t T = pr->T, d = p->d;
     const int n = p->n, additive = p->form == ATTNRES_FORM_ADDITIVE, acc = pr->accumulate;
     const size_t es = attnres_dtype_size(p->dtype);
+    /* The source gradients' type and element size: fp32 with the flag. */
+    const attnres_dtype gdt = pr->dsrc_f32 ? ATTNRES_DTYPE_F32 : p->dtype;
+    const size_t ges = attnres_dtype_size(gdt);
+    const unsigned flags = (acc ? ATTNRES_GRAD_ACCUMULATE : 0) | (pr->dsrc_f32 ? ATTNRES_GRAD_DSOURCES_F32 : 0);
     uint64_t s = problem_seed(pr);
     view src[64], dsrc[64], q, dout, dpart, dq, da, ws;
     memset(src, 0, sizeof src), memset(dsrc, 0, sizeof dsrc);
@@ -526,14 +532,14 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
     }
     for (int i = 0; i < n; i++) {
         if (view_make(c, &src[i], p->dtype, es, T, d, padded(d, ae, 1 + i % 3), 1, &s, 0) ||
-            view_make(c, &dsrc[i], p->dtype, es, T, d, padded(d, ae, 1 + (i + 1) % 3), acc, &s, 1.0))
+            view_make(c, &dsrc[i], gdt, ges, T, d, padded(d, ae, 1 + (i + 1) % 3), acc, &s, 1.0))
             goto done;
         rows[i] = src[i].dptr, strides[i] = src[i].stride, xs[i] = src[i].x;
         drows[i] = dsrc[i].dptr, dstrides[i] = dsrc[i].stride;
         rs[i] = ref + (size_t)i * td;
         if (acc)
             memcpy(rs[i], dsrc[i].x, sizeof(double) * td);
-        total += (size_t)(T * dsrc[i].stride) * es;
+        total += (size_t)(T * dsrc[i].stride) * ges;
     }
     if (vec_make(c, &q, d, &s, 0.0, 3.0 / sqrt((double)d)) ||
         view_make(c, &dout, p->dtype, es, T, d, padded(d, ae, 2), 1, &s, 1.0) ||
@@ -559,7 +565,7 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
     char msg[256];
     /* partial's value enters no gradient: zeros stand in for it. */
     if (attnres_reference_mix_backward(&fwd, T, xs, q.x, 0.9, 1e-5, additive ? zeros : NULL, 0.75, NULL, 1e-5,
-                                       dout.x, NULL, acc ? ATTNRES_GRAD_ACCUMULATE : 0, rs, refq,
+                                       dout.x, NULL, flags, rs, refq,
                                        additive ? refp : NULL, additive ? &refa : NULL, NULL, msg,
                                        sizeof msg) != ATTNRES_OK) {
         fail_run(c, 0, "the reference refused the problem: %s", msg);
@@ -575,7 +581,7 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
     a.alpha = 0.75f;
     a.dout = dout.dptr;
     a.dout_stride = dout.stride;
-    a.flags = acc ? ATTNRES_GRAD_ACCUMULATE : 0;
+    a.flags = flags;
     a.dsources = drows;
     a.dsource_strides = dstrides;
     a.dquery = dq.dptr;
@@ -589,7 +595,7 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
         size_t at = 0;
         /* The initial gradients and a poisoned workspace, before each run. */
         for (int i = 0; i < n; i++)
-            if (dev->ops->copy_to_device(dev, dsrc[i].dptr, dsrc[i].host, (size_t)(T * dsrc[i].stride) * es)) {
+            if (dev->ops->copy_to_device(dev, dsrc[i].dptr, dsrc[i].host, (size_t)(T * dsrc[i].stride) * ges)) {
                 fail_run(c, 1, "resetting a gradient");
                 goto done;
             }
@@ -604,7 +610,7 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
             goto done;
         }
         for (int i = 0; i < n; i++) {
-            const size_t b = (size_t)(T * dsrc[i].stride) * es;
+            const size_t b = (size_t)(T * dsrc[i].stride) * ges;
             if (fetch_raw(c, &dsrc[i], out + at, b, "a source gradient"))
                 goto done;
             at += b;
@@ -624,8 +630,9 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
     for (int i = 0; i < n && !c->why[0]; i++) {
         char name[32];
         snprintf(name, sizeof name, "dsources[%d]", i);
+        /* fp32 gradients are never rounded to the storage type. */
         if (view_fetch(c, &dsrc[i], name, got) == 0)
-            err = fmax(err, compare(c, name, got, rs[i], T * d, tol));
+            err = fmax(err, compare(c, name, got, rs[i], T * d, case_tolerance(gdt)));
     }
     if (additive && !c->why[0] && view_fetch(c, &dpart, "dpartial", got) == 0)
         err = fmax(err, compare(c, "dpartial", got, refp, T * d, tol));
@@ -892,6 +899,7 @@ static int try_problem(variant *v, attnres_op op, int64_t d, int n, int heads, i
     pr.T = T;
     static const char *const ops[] = {"mix", "phase1", "phase2", "mix_backward"};
     pr.accumulate = 0;
+    pr.dsrc_f32 = 0;
     argen_problem ap = {.op = ops[op], .dtype = attnres_dtype_name(v->dt), .form = additive ? "additive" : "replace",
                         .d = d, .t = T, .n = n, .heads = heads, .epilogue = epi, .s = pr.p.s};
     argen_device ad = gen_device();
@@ -925,7 +933,7 @@ static int choose_problems(variant *v, char *err, size_t err_len)
     const int G = strcmp(map, "warp") == 0 ? 32 : threads;
     /* T: never a multiple of the tokens per block (when that exceeds 1). */
     const int64_t T1 = tpb > 1 ? tpb + 1 : 3, T2 = tpb > 1 ? 2 * tpb + tpb / 2 + 1 : 2, T3 = 1;
-    struct { const char *role; int got; } roles[3] = {{NULL, 0}, {NULL, 0}, {NULL, 0}};
+    struct { const char *role; int got; } roles[4] = {{NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}};
     int nroles = 0, r;
 
 #define ROLE(name) (roles[nroles].role = (name), roles[nroles].got = 0, nroles++)
@@ -984,8 +992,14 @@ static int choose_problems(variant *v, char *err, size_t err_len)
         TRY(ATTNRES_OP_MIX_BACKWARD, 3 * 11 * vec, 2 * batch + 1, 3, 0, 2 * 32 + 5, 1, 0, 0);
         if (roles[nroles - 1].got)
             v->prob[v->nprob - 1].accumulate = 1;
-        ROLE("more heads than warps, two groups");
+        ROLE("more heads than warps, two groups, fp32 source gradients accumulated");
         TRY(ATTNRES_OP_MIX_BACKWARD, (int64_t)(warps + 1) * 2 * vec, 4, warps + 1, 0, 33, 0, 0, 0);
+        if (roles[nroles - 1].got)
+            v->prob[v->nprob - 1].accumulate = v->prob[v->nprob - 1].dsrc_f32 = 1;
+        ROLE("fp32 source gradients written, small d");
+        TRY(ATTNRES_OP_MIX_BACKWARD, 37 * vec, 2, 1, 0, 2, 0, 0, 0);
+        if (roles[nroles - 1].got)
+            v->prob[v->nprob - 1].dsrc_f32 = 1;
     } else {
         snprintf(err, err_len, "unknown op %d", v->op);
         return -1;

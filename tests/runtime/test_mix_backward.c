@@ -6,7 +6,9 @@
  *   - the built-in kernel, through a plan made without a database,
  *     matches attnres_reference_mix_backward per gradient (DESIGN §1
  *     tolerances) for every dtype, both forms, H = 1 and 4, N = 1 and 3,
- *     strided views, written and accumulated gradients;
+ *     strided views, written and accumulated gradients, each in the
+ *     storage type and in fp32 (ATTNRES_GRAD_DSOURCES_F32, which must meet
+ *     fp32's tolerance: no rounding to the storage type);
  *   - N = 1 gives a query gradient of exactly zero;
  *   - the same plan gives bit-identical gradients on two runs, and one
  *     compiled variant gives bit-identical gradients at 1 and 2 threads;
@@ -21,7 +23,8 @@
  *     parameter once; --all: every variant) compiled as the tuner compiles
  *     them matches the reference;
  *   - refusals: the epilogue at plan time, a short or missing workspace,
- *     overlapping gradients, a plan of another op; T = 0 writes zeros.
+ *     overlapping gradients (fp32 ones as fp32 views), a plan of another
+ *     op; T = 0 writes zeros.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -48,6 +51,7 @@ typedef struct bw_case {
     attnres_problem p;
     int64_t T, stride; /* the token stride of every source and gradient view */
     unsigned flags;
+    attnres_dtype gdt; /* the source gradients' type: fp32 with ATTNRES_GRAD_DSOURCES_F32 */
     void *src, *dout, *dsrc, *dpartial;
     const void *rows[8];
     void *drows[8];
@@ -89,9 +93,11 @@ static int case_make(bw_case *c, attnres_dtype dt, int64_t d, int n, int heads, 
     c->T = T;
     c->stride = d + pad;
     c->flags = flags;
+    c->gdt = (flags & ATTNRES_GRAD_DSOURCES_F32) ? ATTNRES_DTYPE_F32 : dt;
     const size_t es = attnres_dtype_size(dt), row = (size_t)(T ? T : 1) * (size_t)c->stride;
+    const size_t ges = attnres_dtype_size(c->gdt);
     c->src = calloc((size_t)n * row, es);
-    c->dsrc = calloc((size_t)n * row, es);
+    c->dsrc = calloc((size_t)n * row, ges);
     c->dout = calloc(row, es);
     c->dpartial = calloc(row, es);
     c->query = calloc((size_t)d, 4);
@@ -113,7 +119,7 @@ static int case_make(bw_case *c, attnres_dtype dt, int64_t d, int n, int heads, 
     double *rrows[8];
     for (int i = 0; i < n; i++) {
         c->rows[i] = (char *)c->src + (size_t)i * row * es;
-        c->drows[i] = (char *)c->dsrc + (size_t)i * row * es;
+        c->drows[i] = (char *)c->dsrc + (size_t)i * row * ges;
         c->strides[i] = c->stride;
         xrows[i] = c->x_src + (size_t)i * (size_t)T * (size_t)d;
         rrows[i] = c->r_dsrc + (size_t)i * (size_t)T * (size_t)d;
@@ -124,8 +130,8 @@ static int case_make(bw_case *c, attnres_dtype dt, int64_t d, int n, int heads, 
                 c->x_src[(size_t)i * (size_t)T * (size_t)d + (size_t)(t * d + k)] =
                     elem_load(dt, c->rows[i], t * c->stride + k);
                 if (flags & ATTNRES_GRAD_ACCUMULATE) {
-                    elem_store(dt, c->drows[i], t * c->stride + k, rng_normal(&s));
-                    rrows[i][t * d + k] = elem_load(dt, c->drows[i], t * c->stride + k);
+                    elem_store(c->gdt, c->drows[i], t * c->stride + k, rng_normal(&s));
+                    rrows[i][t * d + k] = elem_load(c->gdt, c->drows[i], t * c->stride + k);
                 }
             }
         }
@@ -197,13 +203,16 @@ static double case_check(const bw_case *c, const char *what)
 {
     const attnres_problem *p = &c->p;
     const double tol = case_tolerance(p->dtype);
+    /* fp32 source gradients are never rounded to the storage type: they
+     * meet fp32's tolerance whatever the inputs' type. */
+    const double gtol = case_tolerance(c->gdt);
     double worst = 0;
     for (int i = 0; i < p->n; i++) {
-        const double e = rel_err_storage(p->dtype, c->drows[i], c->stride,
+        const double e = rel_err_storage(c->gdt, c->drows[i], c->stride,
                                          c->r_dsrc + (size_t)i * (size_t)c->T * (size_t)p->d, c->T, p->d);
-        if (!(e <= tol))
-            fprintf(stderr, "  %s: dsources[%d] relative error %.3g over %.0e\n", what, i, e, tol);
-        CHECK(e <= tol);
+        if (!(e <= gtol))
+            fprintf(stderr, "  %s: dsources[%d] relative error %.3g over %.0e\n", what, i, e, gtol);
+        CHECK(e <= gtol);
         worst = e > worst ? e : worst;
     }
     double num = 0, den = 0;
@@ -238,6 +247,17 @@ static attnres_plan *plan_generic(const attnres_problem *p)
 
 static const attnres_dtype dtypes[] = {ATTNRES_DTYPE_F32, ATTNRES_DTYPE_BF16, ATTNRES_DTYPE_F16};
 
+/* Every combination of the gradient flags: written or accumulated, in the
+ * storage type or in fp32. */
+#define ALL_FLAGS (ATTNRES_GRAD_ACCUMULATE | ATTNRES_GRAD_DSOURCES_F32)
+
+/* The flags as words for a case's name. */
+static const char *flags_name(unsigned flags)
+{
+    static const char *names[] = {"", " accumulate", " fp32 dsources", " accumulate fp32 dsources"};
+    return names[flags & ALL_FLAGS];
+}
+
 static void test_generic_matches_reference(void)
 {
     int cases = 0;
@@ -245,12 +265,12 @@ static void test_generic_matches_reference(void)
         for (int additive = 0; additive <= 1; additive++)
             for (int hi = 0; hi < 2; hi++)
                 for (int ni = 0; ni < 2; ni++)
-                    for (unsigned flags = 0; flags <= ATTNRES_GRAD_ACCUMULATE; flags++) {
+                    for (unsigned flags = 0; flags <= ALL_FLAGS; flags++) {
                         const int heads = hi ? 4 : 1, n = ni ? 3 : 1;
                         bw_case c;
                         const int64_t pad = (di + ni) % 2 ? 8 : 0;
                         REQUIRE(case_make(&c, dtypes[di], 64, n, heads, additive, 37, pad, flags,
-                                          (uint64_t)(di * 97 + additive * 13 + hi * 5 + ni + 17 * flags)) == 0);
+                                          (uint64_t)(di * 97 + additive * 13 + hi * 5 + ni + 17 * (flags & ATTNRES_GRAD_ACCUMULATE))) == 0);
                         attnres_plan *plan = plan_generic(&c.p);
                         CHECK(plan != NULL);
                         if (plan) {
@@ -260,7 +280,7 @@ static void test_generic_matches_reference(void)
                             CHECK(rc == ATTNRES_OK);
                             char what[96];
                             snprintf(what, sizeof what, "%s %s H=%d N=%d%s", attnres_dtype_name(dtypes[di]),
-                                     additive ? "additive" : "replace", heads, n, flags ? " accumulate" : "");
+                                     additive ? "additive" : "replace", heads, n, flags_name(flags));
                             if (rc == ATTNRES_OK)
                                 case_check(&c, what);
                             if (n == 1) /* dz is exactly zero, so is du */
@@ -282,13 +302,13 @@ static int launch_kernel(const ar_kernel *k, bw_case *c)
     return cpu->ops->launch(cpu, k, &c->p, c->T, &args, NULL);
 }
 
-static void test_bit_identical_across_runs_and_threads(void)
+static void bit_identical_across_runs_and_threads(unsigned flags)
 {
     bw_case c;
-    REQUIRE(case_make(&c, ATTNRES_DTYPE_BF16, 128, 3, 2, 1, 300, 0, 0, 5) == 0);
+    REQUIRE(case_make(&c, ATTNRES_DTYPE_BF16, 128, 3, 2, 1, 300, 0, flags, 5) == 0);
     attnres_plan *plan = plan_generic(&c.p);
     REQUIRE(plan != NULL);
-    const size_t es = 2, bytes = (size_t)c.p.n * (size_t)c.T * (size_t)c.stride * es;
+    const size_t es = attnres_dtype_size(c.gdt), bytes = (size_t)c.p.n * (size_t)c.T * (size_t)c.stride * es;
     CHECK(attnres_run_mix_backward(plan, c.T, &c.args, NULL) == ATTNRES_OK);
     void *first = malloc(bytes);
     float q1[128], a1 = c.dalpha;
@@ -324,6 +344,12 @@ static void test_bit_identical_across_runs_and_threads(void)
     argen_close(g);
     free(first);
     case_free(&c);
+}
+
+static void test_bit_identical_across_runs_and_threads(void)
+{
+    bit_identical_across_runs_and_threads(0);
+    bit_identical_across_runs_and_threads(ATTNRES_GRAD_DSOURCES_F32);
 }
 
 /* ---- the built-in kernels per ISA level --------------------------------- */
@@ -394,11 +420,14 @@ static void test_builtin_matches_reference(void)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int additive = 0; additive <= 1; additive++)
                 for (int n = 1; n <= 3; n += 2)
-                    for (unsigned flags = 0; flags <= ATTNRES_GRAD_ACCUMULATE; flags++) {
+                    for (unsigned flags = 0; flags <= ALL_FLAGS; flags++) {
                         bw_case c;
                         const int64_t pad = (si + (size_t)n) % 2 ? 16 : 0;
+                        /* fp32 gradients reuse the data of the storage-type case. */
+                        const int seed = (int)(((((size_t)di * 4 + si) * 2 + (size_t)additive) * 2 + (size_t)(n > 1)) *
+                                                   2 + (flags & ATTNRES_GRAD_ACCUMULATE));
                         REQUIRE(case_make(&c, dtypes[di], shapes[si].d, n, shapes[si].h, additive, 70, pad, flags,
-                                          (uint64_t)(4000 + cases)) == 0);
+                                          (uint64_t)(4000 + seed)) == 0);
                         attnres_plan *plan = plan_at_level(&c.p);
                         CHECK(plan != NULL);
                         if (plan) {
@@ -409,7 +438,7 @@ static void test_builtin_matches_reference(void)
                             char what[128];
                             snprintf(what, sizeof what, "%s %s d=%lld H=%d N=%d %s%s", lvl_name,
                                      attnres_dtype_name(dtypes[di]), (long long)shapes[si].d, shapes[si].h, n,
-                                     additive ? "additive" : "replace", flags ? " accumulate" : "");
+                                     additive ? "additive" : "replace", flags_name(flags));
                             if (rc == ATTNRES_OK)
                                 case_check(&c, what);
                             if (n == 1) /* dz is exactly zero, so is du */
@@ -435,7 +464,9 @@ typedef struct bw_result {
 static void run_and_compare(bw_case *c, attnres_plan *plan, const ar_kernel *k, const void *prior_dsrc,
                             const void *prior_dpartial, size_t bytes, bw_result *first, const char *what)
 {
-    memcpy(c->dsrc, prior_dsrc, (size_t)c->p.n * bytes);
+    /* bytes is one storage-type view; the source gradients' may be fp32. */
+    const size_t gbytes = bytes / attnres_dtype_size(c->p.dtype) * attnres_dtype_size(c->gdt);
+    memcpy(c->dsrc, prior_dsrc, (size_t)c->p.n * gbytes);
     memcpy(c->dpartial, prior_dpartial, bytes);
     memset(c->workspace, 0x5a, c->workspace_size); /* old partial sums must not matter */
     const ar_op_args args = ar_op_mix_backward(&c->args);
@@ -443,17 +474,17 @@ static void run_and_compare(bw_case *c, attnres_plan *plan, const ar_kernel *k, 
                      : attnres_run_mix_backward(plan, c->T, &c->args, NULL);
     CHECK(rc == ATTNRES_OK);
     if (!first->dsrc) {
-        first->dsrc = malloc((size_t)c->p.n * bytes);
+        first->dsrc = malloc((size_t)c->p.n * gbytes);
         first->dpartial = malloc(bytes);
         REQUIRE(first->dsrc && first->dpartial);
-        memcpy(first->dsrc, c->dsrc, (size_t)c->p.n * bytes);
+        memcpy(first->dsrc, c->dsrc, (size_t)c->p.n * gbytes);
         memcpy(first->dpartial, c->dpartial, bytes);
         memcpy(first->dquery, c->dquery, sizeof(float) * (size_t)c->p.d);
         first->dalpha = c->dalpha;
         case_check(c, what);
         return;
     }
-    const int same = memcmp(first->dsrc, c->dsrc, (size_t)c->p.n * bytes) == 0 &&
+    const int same = memcmp(first->dsrc, c->dsrc, (size_t)c->p.n * gbytes) == 0 &&
                      memcmp(first->dpartial, c->dpartial, bytes) == 0 &&
                      memcmp(first->dquery, c->dquery, sizeof(float) * (size_t)c->p.d) == 0 &&
                      memcmp(&first->dalpha, &c->dalpha, sizeof c->dalpha) == 0;
@@ -467,19 +498,20 @@ static void run_and_compare(bw_case *c, attnres_plan *plan, const ar_kernel *k, 
  * split launches per 2 MiB, cpu_builtin.h), written and accumulated. */
 static void test_builtin_bit_identical_across_runs_and_threads(void)
 {
-    for (unsigned flags = 0; flags <= ATTNRES_GRAD_ACCUMULATE; flags++) {
+    for (unsigned flags = 0; flags <= ALL_FLAGS; flags++) {
         bw_case c;
         REQUIRE(case_make(&c, ATTNRES_DTYPE_BF16, 1024, 3, 2, 1, 300, 0, flags, 77 + flags) == 0);
         attnres_plan *plan = plan_at_level(&c.p);
         REQUIRE(plan != NULL);
         const size_t bytes = (size_t)c.T * (size_t)c.stride * 2;
-        void *prior_dsrc = malloc((size_t)c.p.n * bytes), *prior_dpartial = malloc(bytes);
+        const size_t gbytes = (size_t)c.T * (size_t)c.stride * attnres_dtype_size(c.gdt);
+        void *prior_dsrc = malloc((size_t)c.p.n * gbytes), *prior_dpartial = malloc(bytes);
         REQUIRE(prior_dsrc && prior_dpartial);
-        memcpy(prior_dsrc, c.dsrc, (size_t)c.p.n * bytes);
+        memcpy(prior_dsrc, c.dsrc, (size_t)c.p.n * gbytes);
         memcpy(prior_dpartial, c.dpartial, bytes);
         bw_result first = {0};
         char what[96];
-        snprintf(what, sizeof what, "%s bf16 d=1024 H=2 N=3 additive%s", lvl_name, flags ? " accumulate" : "");
+        snprintf(what, sizeof what, "%s bf16 d=1024 H=2 N=3 additive%s", lvl_name, flags_name(flags));
         run_and_compare(&c, plan, NULL, prior_dsrc, prior_dpartial, bytes, &first, what);
         run_and_compare(&c, plan, NULL, prior_dsrc, prior_dpartial, bytes, &first, what);
         ar_kernel k;
@@ -534,13 +566,16 @@ static void test_template_variants_match_reference(void)
             CHECK(0);
             continue;
         }
-        for (int additive = 0; additive <= 1; additive++) {
+        /* Replace written, additive accumulated, each in the storage type
+         * and in fp32. */
+        for (int form = 0; form < 4; form++) {
+            const int additive = form & 1;
+            const unsigned flags = (additive ? ATTNRES_GRAD_ACCUMULATE : 0) | (form & 2 ? ATTNRES_GRAD_DSOURCES_F32 : 0);
             bw_case c;
-            REQUIRE(case_make(&c, dt, 128, 2 + additive, 2, additive, 70, 16 * additive,
-                              additive ? ATTNRES_GRAD_ACCUMULATE : 0, 1000 + i) == 0);
+            REQUIRE(case_make(&c, dt, 128, 2 + additive, 2, additive, 70, 16 * additive, flags, 1000 + i + form) == 0);
             CHECK(launch_kernel(&k, &c) == ATTNRES_OK);
             char what[160];
-            snprintf(what, sizeof what, "%s %s", v[i].id, additive ? "additive, accumulated" : "replace");
+            snprintf(what, sizeof what, "%s %s%s", v[i].id, additive ? "additive" : "replace", flags_name(flags));
             case_check(&c, what);
             case_free(&c);
         }
@@ -591,6 +626,23 @@ static void test_refusals(void)
     c.args.flags = 4;
     CHECK(attnres_run_mix_backward(plan, c.T, &c.args, NULL) == ATTNRES_EINVAL);
     c.args.flags = 0;
+    c.drows[1] = keep;
+    attnres_plan_destroy(plan);
+    case_free(&c);
+
+    /* fp32 source gradients of a bf16 plan: checked as fp32 views, for
+     * alignment and for overlap, though bf16 views would pass. */
+    REQUIRE(case_make(&c, ATTNRES_DTYPE_BF16, 64, 2, 1, 0, 40, 0, ATTNRES_GRAD_DSOURCES_F32, 10) == 0);
+    plan = plan_generic(&c.p);
+    REQUIRE(plan != NULL);
+    CHECK(attnres_run_mix_backward(plan, c.T, &c.args, NULL) == ATTNRES_OK);
+    keep = c.drows[1];
+    c.drows[1] = (char *)c.drows[0] + 2;
+    CHECK(attnres_run_mix_backward(plan, c.T, &c.args, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "aligned to 4-byte") != NULL);
+    c.drows[1] = (char *)c.drows[0] + (size_t)c.T * (size_t)c.stride * 2;
+    CHECK(attnres_run_mix_backward(plan, c.T, &c.args, NULL) == ATTNRES_EINVAL);
+    CHECK(strstr(attnres_plan_errmsg(plan), "overlap") != NULL);
     c.drows[1] = keep;
     /* No tokens: zero sums, nothing else read. */
     for (int64_t k = 0; k < c.p.d; k++)

@@ -648,6 +648,45 @@ static void test_accumulate_adds_what_write_writes(void)
     scratch_release();
 }
 
+/* ATTNRES_GRAD_DSOURCES_F32 asks for fp32 source gradients; the
+ * reference's are fp64 already, so the mix and phase-1 backwards give
+ * the very same bits with it, written or accumulated, and phase 2, which
+ * has no source gradients, refuses it. */
+static void test_dsources_f32_flag_changes_nothing_in_fp64(void)
+{
+    const unsigned f32 = ATTNRES_GRAD_DSOURCES_F32, acc = ATTNRES_GRAD_ACCUMULATE;
+    mix_case c;
+    mix_case_make(&c, "dsources f32", 12, 3, 2, 1, 1, 45);
+    const int64_t td = c.T * c.p.d;
+    mix_grads plain = {0}, flagged = {0};
+    REQUIRE(mix_backward(&c, &plain, c.wo, 0) == ATTNRES_OK);
+    REQUIRE(mix_backward(&c, &flagged, c.wo, f32) == ATTNRES_OK);
+    CHECK(memcmp(plain.dsrc, flagged.dsrc, sizeof(double) * (size_t)(c.p.n * td)) == 0);
+    CHECK(memcmp(plain.dquery, flagged.dquery, sizeof(double) * (size_t)c.p.d) == 0);
+    CHECK(memcmp(plain.dpartial, flagged.dpartial, sizeof(double) * (size_t)td) == 0);
+    CHECK(plain.dalpha == flagged.dalpha);
+    REQUIRE(mix_backward(&c, &plain, c.wo, acc) == ATTNRES_OK);
+    REQUIRE(mix_backward(&c, &flagged, c.wo, acc | f32) == ATTNRES_OK);
+    CHECK(memcmp(plain.dsrc, flagged.dsrc, sizeof(double) * (size_t)(c.p.n * td)) == 0);
+    CHECK(memcmp(plain.dpartial, flagged.dpartial, sizeof(double) * (size_t)td) == 0);
+
+    phase1_case p1;
+    phase1_case_make(&p1, "dsources f32 phase1", 8, 3, 2, 2, 46);
+    const int64_t p1n = p1.p.n * p1.T * p1.p.d, p1q = p1.p.s * p1.p.d;
+    double *ds_a = scratch(p1n), *ds_b = scratch(p1n), *dq_a = scratch(p1q), *dq_b = scratch(p1q);
+    REQUIRE(phase1_backward(&p1, ds_a, dq_a, 0) == ATTNRES_OK);
+    REQUIRE(phase1_backward(&p1, ds_b, dq_b, f32) == ATTNRES_OK);
+    CHECK(memcmp(ds_a, ds_b, sizeof(double) * (size_t)p1n) == 0);
+    CHECK(memcmp(dq_a, dq_b, sizeof(double) * (size_t)p1q) == 0);
+
+    phase2_case p2;
+    phase2_case_make(&p2, "dsources f32 phase2", 8, 2, 0, 0, 47);
+    phase2_grads g2;
+    phase2_grads_make(&g2, &p2);
+    CHECK(phase2_backward(&p2, &g2, f32) == ATTNRES_EINVAL);
+    scratch_release();
+}
+
 /* Two calls on the same inputs give bit-identical gradients: the sums over
  * tokens have one fixed order. */
 static void test_two_calls_are_bit_identical(void)
@@ -904,6 +943,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_phases_chained_equal_the_mix_backward);
     RUN_CASE(test_fold_query_backward);
     RUN_CASE(test_accumulate_adds_what_write_writes);
+    RUN_CASE(test_dsources_f32_flag_changes_nothing_in_fp64);
     RUN_CASE(test_two_calls_are_bit_identical);
     RUN_CASE(test_no_tokens_writes_zero_parameter_gradients);
     RUN_CASE(test_mix_backward_refuses_bad_arguments);
