@@ -626,10 +626,10 @@ ATTNRES_API int attnres_run_phase2(attnres_plan *plan, int64_t T,
  * same plan on the same inputs gives bit-identical gradients on every run
  * and at every thread count. No atomics are used.
  *
- * The CPU runs the replace and additive forms at every H; the output-norm
- * epilogue's backward is not there yet (attnres_plan_create refuses such
- * a problem with EUNSUPPORTED and says so), nor is a CUDA kernel
- * (EUNSUPPORTED).
+ * The CPU and CUDA devices run the replace and additive forms at every H,
+ * from tuned winners or, without one, their built-in kernels; the
+ * output-norm epilogue's backward is not there yet (attnres_plan_create
+ * refuses such a problem with EUNSUPPORTED and says so).
  * ---------------------------------------------------------------------- */
 
 /* Arguments of one mix backward launch. Pointers are host pointers on the
