@@ -71,6 +71,13 @@ with tempfile.TemporaryDirectory() as tmp:
     report(res.returncode != 0 and "exact match was required" in res.stderr,
            "plan --require-exact refuses the untuned replace form: " + res.stderr.strip()[:160])
 
+    # A revalidation re-measures the backward winner as it does the forward
+    # ones (verified, then timed), and says ok.
+    res = cli(["tune", "--revalidate", "--device", "cpu", "--db", db, "--quiet"])
+    row = [line for line in res.stdout.splitlines() if line.startswith("mix_backward:")]
+    report(res.returncode == 0 and len(row) == 1 and " ok" in row[0],
+           "tune --revalidate re-measures the backward winner: %s" % (row[0] if row else res.stdout + res.stderr))
+
     rng = random.Random()
     for t in (16, 5):
         sources = [[[reference.round_f32(10 ** rng.uniform(-1, 1) * rng.gauss(0, 1)) for _ in range(D)]

@@ -85,8 +85,12 @@ void problem_traffic(const tune_problem *tp, double *read_bytes, double *write_b
  * sum of squares), 0 for the others. */
 double problem_flops(const tune_problem *tp);
 
-/* The operation's name: "mix", "phase1", "phase2". */
+/* The operation's name: "mix", "phase1", "phase2", "mix_backward". */
 const char *problem_op_name(attnres_op op);
+
+/* The operation of a name problem_op_name gives; 0, or -1 for another
+ * name (or NULL). */
+int problem_op_parse(const char *name, attnres_op *op);
 
 /* The form recorded in the database: "replace" or "additive" for mix;
  * phase2 with the sublayer add fused records "fused". */

@@ -154,15 +154,7 @@ static int parse_line(char *line, problem_set *out, char *err, size_t err_len, c
     attnres_dtype dt;
     attnres_op opv;
     const char *op = tok[0], *dtype = tok[1], *form = tok[5];
-    if (strcmp(op, "mix") == 0)
-        opv = ATTNRES_OP_MIX;
-    else if (strcmp(op, "phase1") == 0)
-        opv = ATTNRES_OP_PHASE1;
-    else if (strcmp(op, "phase2") == 0)
-        opv = ATTNRES_OP_PHASE2;
-    else if (strcmp(op, "mix_backward") == 0)
-        opv = ATTNRES_OP_MIX_BACKWARD;
-    else {
+    if (problem_op_parse(op, &opv)) {
         snprintf(err, err_len, "%s:%d: op '%.40s' is not mix, phase1, phase2 or mix_backward", path, lineno, op);
         return -1;
     }
@@ -331,6 +323,17 @@ const char *problem_op_name(attnres_op op)
            : op == ATTNRES_OP_PHASE2       ? "phase2"
            : op == ATTNRES_OP_MIX_BACKWARD ? "mix_backward"
                                            : "mix";
+}
+
+int problem_op_parse(const char *name, attnres_op *op)
+{
+    static const attnres_op ops[] = {ATTNRES_OP_MIX, ATTNRES_OP_PHASE1, ATTNRES_OP_PHASE2, ATTNRES_OP_MIX_BACKWARD};
+    for (size_t i = 0; name && i < sizeof ops / sizeof ops[0]; i++)
+        if (strcmp(name, problem_op_name(ops[i])) == 0) {
+            *op = ops[i];
+            return 0;
+        }
+    return -1;
 }
 
 const char *problem_form_name(const attnres_problem *p)

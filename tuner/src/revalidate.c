@@ -137,13 +137,7 @@ static int tune_problem_of(const ardb_stored_winner *w, tune_problem *tp, char *
     attnres_dtype dt;
     attnres_op op;
     memset(tp, 0, sizeof *tp);
-    if (w->op && strcmp(w->op, "mix") == 0)
-        op = ATTNRES_OP_MIX;
-    else if (w->op && strcmp(w->op, "phase1") == 0)
-        op = ATTNRES_OP_PHASE1;
-    else if (w->op && strcmp(w->op, "phase2") == 0)
-        op = ATTNRES_OP_PHASE2;
-    else {
+    if (problem_op_parse(w->op, &op)) {
         snprintf(why, len, "unknown op '%s'", w->op ? w->op : "?");
         return -1;
     }
