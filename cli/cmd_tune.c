@@ -46,7 +46,7 @@ static const char tune_usage[] =
     "  its reason; --no-prune tunes them too.\n"
     "  A final round that other work on the machine disturbed (its threads waited\n"
     "  for a CPU 20% of the round, the hypervisor stole 5% of it, or a streaming\n"
-    "  probe of the device read 1.25x slower than its fastest of the run) is timed\n"
+    "  probe of the device read 1.25x slower than its median of the run) is timed\n"
     "  again after a 2 s pause, up to --retries times (default 2, or\n"
     "  ATTNRES_TUNE_RETRIES; 0: never); if every try is disturbed the winner is\n"
     "  marked provisional in the output, with the run (db runs --long) and in the\n"
@@ -242,9 +242,9 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
     if (t->probe && t->probe->readings > 1) {
         char probe[200];
         device_probe_describe(t->probe, probe, sizeof probe);
-        const int drifted = t->probe->min_gbps * DISTURBANCE_DRIFT <= t->probe->max_gbps;
+        const int drifted = t->probe->min_gbps * DISTURBANCE_DRIFT <= t->probe->usual_gbps;
         printf("device: %s%s\n", probe,
-               drifted ? "; its slowest reading was 1.25 times slower than its fastest or more: a final round "
+               drifted ? "; its slowest reading was 1.25 times slower than its median or more: a final round "
                          "after which it read so was timed again, or its winner is provisional"
                        : "");
     }

@@ -4,7 +4,7 @@
  * per-thread run-queue wait, /proc/self/task/N/schedstat), and time the
  * hypervisor gave the guest's CPUs to others (steal, /proc/stat), and
  * the device's own streaming pass read after the window against the run's
- * fastest reading (device_probe.h). Any of them far from its quiet level
+ * usual reading (device_probe.h). Any of them far from its quiet level
  * means the timings of that window
  * compare kernels on a machine that was not the one they will run on
  * alone (docs/tuning.md, "Disturbance").
@@ -31,10 +31,10 @@ typedef struct disturbance {
     double wait_frac;
     double steal_frac;
     double preempted_per_s; /* this process's threads taken off a CPU for another */
-    /* The device's streaming pass right after the window, and its fastest
-     * reading of the run so far, this one included, in GB/s
+    /* The device's streaming pass right after the window, and the median
+     * of its readings of the run so far, this one included, in GB/s
      * (device_probe.h); 0 or NaN where none was read. */
-    double stream_gbps, stream_best_gbps;
+    double stream_gbps, stream_usual_gbps;
 } disturbance;
 
 /* A window is disturbed from these fractions on. Waits have a floor on a
@@ -43,12 +43,13 @@ typedef struct disturbance {
  * beside a hog on every CPU 50-110%. Steal has none. */
 #define DISTURBANCE_WAIT 0.20
 #define DISTURBANCE_STEAL 0.05
-/* A streaming pass this factor slower than the run's fastest shows a
- * device not in its quiet state: a quiet pass of the Zen 4 guest reads
- * within a few percent of the last, while its memory bandwidth moved from
- * 67 to 42 GB/s within two minutes once. Against the fastest, not the
- * first: a run that began beside other work would otherwise find every
- * quiet window after it disturbed. */
+/* A streaming pass this factor slower than the run's usual (the median of
+ * its readings) shows a device not in its usual state: the Zen 4 guest's
+ * memory bandwidth moved from 67 to 42 GB/s within two minutes once.
+ * Against the median, not the first reading: a run that began beside
+ * other work would otherwise find every quiet window after it disturbed;
+ * nor the fastest: one run read 70 GB/s once and 38-55 otherwise, and
+ * held to 70 it timed 10 of 13 final rounds again. */
 #define DISTURBANCE_DRIFT 1.25
 
 void disturbance_begin(disturbance_mark *m);
@@ -56,11 +57,11 @@ void disturbance_begin(disturbance_mark *m);
 disturbance disturbance_end(const disturbance_mark *m);
 /* 1 when the waits reach DISTURBANCE_WAIT, the steal DISTURBANCE_STEAL,
  * or the streaming pass read DISTURBANCE_DRIFT times slower than the
- * run's fastest. */
+ * run's usual. */
 int disturbance_found(const disturbance *d);
 /* "threads waited 42% of the window for a CPU, 0% stolen, 699 preemptions/s"
  * into buf, and where a streaming pass was read, ", copy pass at 42.3 GB/s
- * against 67.1 at the run's fastest". */
+ * against the run's usual 67.1". */
 void disturbance_describe(const disturbance *d, char *buf, size_t len);
 
 #endif

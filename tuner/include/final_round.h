@@ -65,7 +65,7 @@ int final_rounds(const attnres_device *dev);
  * with FINAL_RETRY_PAUSE_S. opt gives the rest (policy, isolation, time
  * limit, the streaming pass that closes each round); its round_us is
  * replaced. probe (NULL: none) is read after each try, and a try after
- * which it read far below its fastest counts as disturbed. res gets
+ * which it read far below its usual counts as disturbed. res gets
  * the last try's k results. */
 void final_interleave(attnres_device *dev, bench_case *bc, const job_kernel *ks, size_t k, const job_options *opt,
                       device_probe *probe, int retries, final_note_fn note, void *note_ctx, job_result *res,

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int device_probe_create(attnres_device *dev, const rooflines *r, device_probe **out, char *err, size_t err_len)
 {
@@ -29,7 +30,7 @@ int device_probe_create(attnres_device *dev, const rooflines *r, device_probe **
         return -1;
     }
     p->pass = ps;
-    p->first_gbps = p->last_gbps = p->min_gbps = p->max_gbps = NAN;
+    p->first_gbps = p->last_gbps = p->min_gbps = p->max_gbps = p->usual_gbps = NAN;
     *out = p;
     return 1;
 }
@@ -39,6 +40,7 @@ void device_probe_free(attnres_device *dev, device_probe *p)
     if (!p)
         return;
     paired_stream_free(dev, p->pass);
+    free(p->all);
     free(p);
 }
 
@@ -60,11 +62,31 @@ double device_probe_read(attnres_device *dev, device_probe *p)
             return NAN;
     qsort(us, DEVICE_PROBE_PASSES, sizeof us[0], by_value);
     const double gbps = p->pass->bytes / (us[DEVICE_PROBE_PASSES / 2] * 1e3);
-    if (p->readings++ == 0)
+    if (p->readings == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 64;
+        double *all = realloc(p->all, (size_t)cap * sizeof *all);
+        if (!all)
+            return NAN;
+        p->all = all;
+        p->cap = cap;
+    }
+    p->all[p->readings++] = gbps;
+    if (p->readings == 1)
         p->first_gbps = p->min_gbps = p->max_gbps = gbps;
     p->last_gbps = gbps;
     p->min_gbps = fmin(p->min_gbps, gbps);
     p->max_gbps = fmax(p->max_gbps, gbps);
+    /* The median, robust to one fast outlier as to one slow window: a
+     * run that read 70 GB/s once and 45-55 otherwise is not disturbed at
+     * 47. A run of a few hundred problems sorts a few hundred values. */
+    double *sorted = malloc((size_t)p->readings * sizeof *sorted);
+    if (sorted) {
+        memcpy(sorted, p->all, (size_t)p->readings * sizeof *sorted);
+        qsort(sorted, (size_t)p->readings, sizeof *sorted, by_value);
+        const int h = p->readings / 2;
+        p->usual_gbps = p->readings % 2 ? sorted[h] : 0.5 * (sorted[h - 1] + sorted[h]);
+        free(sorted);
+    }
     return gbps;
 }
 
@@ -78,8 +100,8 @@ void device_probe_describe(const device_probe *p, char *buf, size_t len)
         snprintf(buf, len, "copy pass %.1f GB/s at the start", p->first_gbps);
         return;
     }
-    snprintf(buf, len, "copy pass %.1f GB/s at the start, %.1f at the end, %.1f-%.1f over %d readings",
-             p->first_gbps, p->last_gbps, p->min_gbps, p->max_gbps, p->readings);
+    snprintf(buf, len, "copy pass %.1f GB/s at the start, %.1f at the end, %.1f-%.1f over %d readings, median %.1f",
+             p->first_gbps, p->last_gbps, p->min_gbps, p->max_gbps, p->readings, p->usual_gbps);
 }
 
 void device_probe_json(const device_probe *p, char *buf, size_t len)
@@ -90,6 +112,6 @@ void device_probe_json(const device_probe *p, char *buf, size_t len)
     }
     snprintf(buf, len,
              "{\"bytes\": %.0f, \"first_gbps\": %.3f, \"last_gbps\": %.3f, \"min_gbps\": %.3f, "
-             "\"max_gbps\": %.3f, \"readings\": %d}",
-             p->pass->bytes, p->first_gbps, p->last_gbps, p->min_gbps, p->max_gbps, p->readings);
+             "\"max_gbps\": %.3f, \"median_gbps\": %.3f, \"readings\": %d}",
+             p->pass->bytes, p->first_gbps, p->last_gbps, p->min_gbps, p->max_gbps, p->usual_gbps, p->readings);
 }

@@ -94,12 +94,12 @@ disturbance disturbance_end(const disturbance_mark *m)
 /* Both readings there, and positive (0 and NaN are none). */
 static int stream_read(const disturbance *d)
 {
-    return d->stream_gbps > 0 && d->stream_best_gbps > 0;
+    return d->stream_gbps > 0 && d->stream_usual_gbps > 0;
 }
 
 int disturbance_found(const disturbance *d)
 {
-    const int drifted = stream_read(d) && d->stream_gbps * DISTURBANCE_DRIFT <= d->stream_best_gbps;
+    const int drifted = stream_read(d) && d->stream_gbps * DISTURBANCE_DRIFT <= d->stream_usual_gbps;
     return d->wait_frac >= DISTURBANCE_WAIT || d->steal_frac >= DISTURBANCE_STEAL || drifted;
 }
 
@@ -113,7 +113,7 @@ void disturbance_describe(const disturbance *d, char *buf, size_t len)
     if (!isnan(d->preempted_per_s))
         snprintf(pre, sizeof pre, ", %.0f preemptions/s", d->preempted_per_s);
     if (stream_read(d))
-        snprintf(stream, sizeof stream, ", copy pass at %.1f GB/s against %.1f at the run's fastest",
-                 d->stream_gbps, d->stream_best_gbps);
+        snprintf(stream, sizeof stream, ", copy pass at %.1f GB/s against the run's usual %.1f", d->stream_gbps,
+                 d->stream_usual_gbps);
     snprintf(buf, len, "%s, %s%s%s", wait, steal, pre, stream);
 }

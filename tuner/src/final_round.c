@@ -68,7 +68,7 @@ static disturbance interleave_once(void *ctx)
      * probe's, so it cannot stand in for it. */
     if (t->probe) {
         d.stream_gbps = device_probe_read(t->dev, t->probe);
-        d.stream_best_gbps = t->probe->max_gbps;
+        d.stream_usual_gbps = t->probe->usual_gbps;
     }
     return d;
 }

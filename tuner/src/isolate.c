@@ -30,7 +30,7 @@ static void result_clear(job_result *r)
     r->rel_err = NAN;
     r->paired = r->paired_spread = r->pair_gbps = NAN;
     r->dist.wait_frac = r->dist.steal_frac = r->dist.preempted_per_s = NAN;
-    r->dist.stream_gbps = r->dist.stream_best_gbps = NAN;
+    r->dist.stream_gbps = r->dist.stream_usual_gbps = NAN;
 }
 
 /* Loads a candidate on dev; on failure fills r. */
