@@ -23,6 +23,7 @@
 #include "attnres.h"
 #include "check.h"
 #include "test_data.h"
+#include "test_device.h"
 #include "test_mix_case.h"
 
 static attnres_device *cpu;
@@ -270,55 +271,17 @@ static void test_unknown_level_fails_the_open_with_its_name(void)
     attnres_device_close(dev);
 }
 
-static int host_has(const char *name)
-{
-    if (strcmp(name, "scalar") == 0)
-        return 1;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (strcmp(name, "avx512bf16") == 0)
-        return host_has("avx512") && __builtin_cpu_supports("avx512bf16");
-    if (strcmp(name, "avx512") == 0)
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    if (strcmp(name, "avx2") == 0)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (strcmp(name, "sse2") == 0)
-        return 1;
-#elif defined(__aarch64__)
-    if (strcmp(name, "neon") == 0)
-        return 1;
-#endif
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-#if defined(__x86_64__)
-    static const char *const levels[] = {"avx512bf16", "avx512", "avx2", "sse2", "scalar"};
-#elif defined(__aarch64__)
-    static const char *const levels[] = {"neon", "scalar"};
-#else
-    static const char *const levels[] = {"scalar"};
-#endif
-    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
-        level = levels[i];
-        level_present = host_has(level);
-        if (!level_present && !check_listing)
-            printf("skip %s: this CPU lacks it (plans take the next level down)\n", level);
-        setenv("ATTNRES_CPU_BUILTIN_ISA", level, 1);
-        char msg[512];
-        if (attnres_device_open("cpu", &cpu, msg, sizeof msg) != ATTNRES_OK) {
-            /* A compiler without -mavx512bf16 builds no such level. */
-            if (strcmp(level, "avx512bf16") == 0 && strstr(msg, "is not an ISA level of this build")) {
-                if (!check_listing)
-                    printf("skip %s: this build has no such level (%s)\n", level, msg);
-                continue;
-            }
-            fprintf(stderr, "cannot open the CPU device with ATTNRES_CPU_BUILTIN_ISA=%s: %s\n", level, msg);
+    for (size_t i = 0; i < TEST_BUILTIN_LEVELS; i++) {
+        level = test_builtin_levels[i];
+        level_present = test_host_has_level(level);
+        const int opened = test_cpu_open_level(level, &cpu, check_listing);
+        if (opened < 0)
             return 1;
-        }
+        if (!opened)
+            continue;
         if (!check_listing)
             printf("level %s\n", level);
         /* Named "LEVEL/CASE": --case avx2 runs every case at that level. */

@@ -39,6 +39,7 @@
 #include "test_compare.h"
 #include "test_covering.h"
 #include "test_data.h"
+#include "test_device.h"
 #include "test_variant.h"
 
 static attnres_device *cpu;
@@ -358,28 +359,6 @@ static attnres_device *lvl;  /* the CPU device opened at one ISA level */
 static const char *lvl_name; /* that level ("scalar": the scalar kernel alone) */
 static int lvl_present;      /* the host has the level */
 
-static int host_has(const char *name)
-{
-    if (strcmp(name, "scalar") == 0)
-        return 1;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (strcmp(name, "avx512bf16") == 0)
-        return host_has("avx512") && __builtin_cpu_supports("avx512bf16");
-    if (strcmp(name, "avx512") == 0)
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    if (strcmp(name, "avx2") == 0)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (strcmp(name, "sse2") == 0)
-        return 1;
-#elif defined(__aarch64__)
-    if (strcmp(name, "neon") == 0)
-        return 1;
-#endif
-    return 0;
-}
-
 /* Plans p on the level's device without a database, and checks that the
  * explanation names the kernel the fallback chain must take: the level's
  * built-in where the host has the level and the head width is a multiple
@@ -672,31 +651,14 @@ int main(int argc, char **argv)
     RUN_CASE(test_bit_identical_across_runs_and_threads);
     RUN_CASE(test_template_variants_match_reference);
     RUN_CASE(test_refusals);
-#if defined(__x86_64__)
-    static const char *const levels[] = {"avx512bf16", "avx512", "avx2", "sse2", "scalar"};
-#elif defined(__aarch64__)
-    static const char *const levels[] = {"neon", "scalar"};
-#else
-    static const char *const levels[] = {"scalar"};
-#endif
-    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
-        lvl_name = levels[i];
-        lvl_present = host_has(lvl_name);
-        if (!lvl_present && !check_listing)
-            printf("skip %s: this CPU lacks it (plans take the next level down)\n", lvl_name);
-        setenv("ATTNRES_CPU_BUILTIN_ISA", lvl_name, 1);
-        char msg[512];
-        if (attnres_device_open("cpu", &lvl, msg, sizeof msg) != ATTNRES_OK) {
-            /* A compiler without -mavx512bf16 builds no such level. */
-            if (strcmp(lvl_name, "avx512bf16") == 0 && strstr(msg, "is not an ISA level of this build")) {
-                if (!check_listing)
-                    printf("skip %s: this build has no such level (%s)\n", lvl_name, msg);
-                continue;
-            }
-            fprintf(stderr, "cannot open the CPU device with ATTNRES_CPU_BUILTIN_ISA=%s: %s\n", lvl_name, msg);
+    for (size_t i = 0; i < TEST_BUILTIN_LEVELS; i++) {
+        lvl_name = test_builtin_levels[i];
+        lvl_present = test_host_has_level(lvl_name);
+        const int opened = test_cpu_open_level(lvl_name, &lvl, check_listing);
+        if (opened < 0)
             check_failures++;
+        if (opened <= 0)
             continue;
-        }
         /* Named "LEVEL/CASE": --case avx2 runs every case at that level. */
         RUN_CASE_IN(lvl_name, test_builtin_matches_reference);
         RUN_CASE_IN(lvl_name, test_builtin_bit_identical_across_runs_and_threads);
