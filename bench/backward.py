@@ -68,6 +68,10 @@ import time
 
 import attnres
 
+# DESIGN section 1 in plain PyTorch, the baseline both bench scripts time
+# (this script's folder is first on sys.path when it runs).
+from python_overhead import torch_mix
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -123,19 +127,6 @@ def tune(args):
 
 
 # ---- step 2: the times -------------------------------------------------------
-
-
-def torch_mix(sources, u, heads: int, eps: float):
-    """DESIGN section 1 in plain PyTorch: fp32 arithmetic, storage dtype out
-    (bench/python_overhead.py's function)."""
-    import torch
-
-    v = sources.float()
-    n, t, d = v.shape
-    r = torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
-    s = (r * v * u).view(n, t, heads, d // heads).sum(-1)
-    w = torch.softmax(s, dim=0)
-    return (w.unsqueeze(-1) * v.view(n, t, heads, d // heads)).sum(0).view(t, d).to(sources.dtype)
 
 
 def rel_err(got, want):

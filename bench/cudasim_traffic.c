@@ -180,24 +180,28 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
         }                                                                                                         \
     } while (0)
 #define OUT(ptr, bytes, f32) (outs[nout] = (ptr), out_bytes[nout] = (bytes), outs_f32[nout++] = (f32))
+    /* Each branch fills its op's arguments and op, which points at them, so
+     * they live until the one launch after the branches. */
+    const void *src[MIX_N > P1_N ? MIX_N : P1_N];
+    void *o1[P1_S];
+    float *lse[P1_S];
+    attnres_mix_args ma;
+    attnres_phase1_args p1a;
+    attnres_phase2_args p2a;
+    ar_op_args op;
     if (p->op == ATTNRES_OP_MIX) {
-        const void *src[MIX_N];
         for (int i = 0; i < p->n; i++)
             NEED(src[i] = dbuf(row, BF16_RANDOM, 0, 0));
-        attnres_mix_args a;
-        attnres_mix_args_init(&a);
-        a.sources = src;
-        NEED(a.query = dbuf(d4, F32_RANDOM, -qs, qs));
-        NEED(a.out = dbuf(row, POISON, 0, 0));
-        a.eps = 1e-5f;
-        OUT(a.out, row, 0);
-        const ar_op_args op = ar_op_mix(&a);
-        rc = dev->ops->launch(dev, k, p, T, &op, NULL);
+        attnres_mix_args *const a = &ma;
+        attnres_mix_args_init(a);
+        a->sources = src;
+        NEED(a->query = dbuf(d4, F32_RANDOM, -qs, qs));
+        NEED(a->out = dbuf(row, POISON, 0, 0));
+        a->eps = 1e-5f;
+        OUT(a->out, row, 0);
+        op = ar_op_mix(a);
         *m = (minimal){(double)p->n * row, (double)row, (double)d4};
     } else if (p->op == ATTNRES_OP_PHASE1) {
-        const void *src[P1_N];
-        void *o1[P1_S];
-        float *lse[P1_S];
         for (int i = 0; i < p->n; i++)
             NEED(src[i] = dbuf(row, BF16_RANDOM, 0, 0));
         for (int j = 0; j < p->s; j++) {
@@ -206,34 +210,33 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
             OUT(o1[j], row, 0);
             OUT(lse[j], lse_bytes, 1);
         }
-        attnres_phase1_args a;
-        attnres_phase1_args_init(&a);
-        a.sources = src;
-        NEED(a.queries = dbuf((size_t)p->s * d4, F32_RANDOM, -qs, qs));
-        a.o1 = o1;
-        a.lse = lse;
-        a.eps = 1e-5f;
-        const ar_op_args op = ar_op_phase1(&a);
-        rc = dev->ops->launch(dev, k, p, T, &op, NULL);
+        attnres_phase1_args *const a = &p1a;
+        attnres_phase1_args_init(a);
+        a->sources = src;
+        NEED(a->queries = dbuf((size_t)p->s * d4, F32_RANDOM, -qs, qs));
+        a->o1 = o1;
+        a->lse = lse;
+        a->eps = 1e-5f;
+        op = ar_op_phase1(a);
         *m = (minimal){(double)p->n * row, (double)p->s * (row + lse_bytes), (double)p->s * d4};
     } else {
-        attnres_phase2_args a;
-        attnres_phase2_args_init(&a);
-        NEED(a.o1 = dbuf(row, BF16_RANDOM, 0, 0));
-        NEED(a.lse = dbuf(lse_bytes, F32_RANDOM, -0.5f, 3.5f));
-        NEED(a.partial = dbuf(row, BF16_RANDOM, 0, 0));
+        attnres_phase2_args *const a = &p2a;
+        attnres_phase2_args_init(a);
+        NEED(a->o1 = dbuf(row, BF16_RANDOM, 0, 0));
+        NEED(a->lse = dbuf(lse_bytes, F32_RANDOM, -0.5f, 3.5f));
+        NEED(a->partial = dbuf(row, BF16_RANDOM, 0, 0));
         if (p->fuse_add) {
-            NEED(a.sublayer = dbuf(row, BF16_RANDOM, 0, 0));
-            OUT(a.partial, row, 0);
+            NEED(a->sublayer = dbuf(row, BF16_RANDOM, 0, 0));
+            OUT(a->partial, row, 0);
         }
-        NEED(a.query = dbuf(d4, F32_RANDOM, -qs, qs));
-        NEED(a.out = dbuf(row, POISON, 0, 0));
-        a.eps = 1e-5f;
-        OUT(a.out, row, 0);
-        const ar_op_args op = ar_op_phase2(&a);
-        rc = dev->ops->launch(dev, k, p, T, &op, NULL);
+        NEED(a->query = dbuf(d4, F32_RANDOM, -qs, qs));
+        NEED(a->out = dbuf(row, POISON, 0, 0));
+        a->eps = 1e-5f;
+        OUT(a->out, row, 0);
+        op = ar_op_phase2(a);
         *m = (minimal){(2.0 + p->fuse_add) * row + lse_bytes, (1.0 + p->fuse_add) * row, (double)d4};
     }
+    rc = dev->ops->launch(dev, k, p, T, &op, NULL);
 #undef NEED
 #undef OUT
     if (rc != ATTNRES_OK) {

@@ -5,8 +5,8 @@
 # and MHAR-8B shapes, counted by the simulated driver (docs/cudasim.md) and
 # set against DESIGN §2's minimal traffic; prints a markdown table
 # (bench/cudasim_traffic.c says what each column is). Builds nothing: build
-# the targets cudasim_traffic and attnres_cudasim first (the latter comes
-# with the tests, ATTNRES_TESTS=ON).
+# the targets cudasim_traffic and attnres_cudasim first (both come with the
+# tests, ATTNRES_TESTS=ON, since the simulator is theirs).
 # Options after BUILD_DIR go to the program (--tokens 8,1, --only SUBSTRING).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -27,12 +27,9 @@
 # attnres whose `gen` writes the kernels. A shared host's neighbours shift
 # every binary of a round alike; compare the medians of one run, not runs.
 set -euo pipefail
-if [ $# -lt 3 ]; then
-  echo "usage: $0 REV \"D T N THREADS REPEATS [HEADS]\" VARIANT..." >&2
-  exit 2
-fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/bench/variant_bench.sh"
+bench_args 3 "REV \"D T N THREADS REPEATS [HEADS]\" VARIANT..." "$@"
 rev=$1 shape=$2
 shift 2
 build=$(cd "${BUILD_DIR:-$root/build}" && pwd)

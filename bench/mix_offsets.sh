@@ -13,12 +13,9 @@
 # attnres whose `gen` writes the kernels, OFFSETS (default "0 64") the
 # offsets in bytes.
 set -euo pipefail
-if [ $# -lt 2 ]; then
-  echo "usage: $0 \"D T N THREADS REPEATS [HEADS]\" VARIANT..." >&2
-  exit 2
-fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/bench/variant_bench.sh"
+bench_args 2 "\"D T N THREADS REPEATS [HEADS]\" VARIANT..." "$@"
 shape=$1
 shift
 build=$(cd "${BUILD_DIR:-$root/build}" && pwd)

@@ -1,7 +1,7 @@
 /*
  * read_bandwidth.c - how fast this machine's cores stream reads from memory,
  * the ceiling of a read-dominated kernel such as the depth mix, next to the
- * copy bandwidth as the tuner measures it (its roofline, which counts read
+ * copy bandwidth as the tuner measures it (its ceiling, which counts read
  * and written bytes), so that one run gives both.
  *
  *   cc -O2 -march=native -pthread bench/read_bandwidth.c -o /tmp/read_bandwidth

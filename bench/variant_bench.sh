@@ -3,6 +3,17 @@
 # phase2_kernel.c): the build of one variant's timing binary, the same for
 # each of them so that their numbers compare.
 #
+# bench_args MIN USAGE ARGS...: exits 2 after printing "usage: SCRIPT
+# USAGE" when fewer than MIN arguments follow.
+bench_args() {
+  local min=$1 usage=$2
+  shift 2
+  if [ $# -lt "$min" ]; then
+    echo "usage: $0 $usage" >&2
+    exit 2
+  fi
+}
+
 # bench_variant BUILD_DIR ID OUT HARNESS [CFLAGS...]: writes the source of
 # variant ID (`attnres gen` of BUILD_DIR, from the caller's
 # ATTNRES_TEMPLATE_DIR) to OUT.c, and compiles HARNESS around it into OUT

@@ -176,5 +176,14 @@ int cli_parse(const cli_spec *s, int argc, char **argv)
         if (s->npos)
             *s->npos = npos;
     }
+    if (npos < s->min_pos) {
+        cli_error(s->cmd, "%s", s->missing);
+        return -1;
+    }
+    for (const cli_opt *o = s->opts; o && o->name; o++)
+        if (o->required && !*(const char **)o->dst) {
+            cli_error(s->cmd, "%s", o->required);
+            return -1;
+        }
     return CLI_PARSED;
 }

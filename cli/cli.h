@@ -1,16 +1,24 @@
 /*
- * cli.h - what the `attnres` subcommands share: strict number parsing and
- * the list of commands (error reports are tuner_base.h's).
- *
- * Exit codes: 0 success, 1 failure (bad data, device or database), 2 usage
- * error (unknown flag, missing or malformed argument).
+ * cli.h - what the `attnres` subcommands share: exit codes, error reports,
+ * the default device, strict number parsing and the list of commands.
  */
 #ifndef TUNER_CLI_H
 #define TUNER_CLI_H
 
 #include <stdint.h>
 
-#include "tuner_base.h" /* exit codes, cli_error, cli_best_device, cli_template_dir */
+/* Exit codes: 0 success, 1 failure (bad data, device or database), 2 usage
+ * error (unknown flag, missing or malformed argument). */
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_FAIL 1
+#define CLI_EXIT_USAGE 2
+
+/* Prints "attnres <cmd>: message" to stderr. */
+void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The device a command uses when --device is not given: the first CUDA
+ * device when there is one, else the CPU. */
+const char *cli_best_device(void);
 
 /* A whole-string number; 0 on success, -1 (with a message printed) if not. */
 int cli_parse_double(const char *cmd, const char *flag, const char *text, double *out);
@@ -50,6 +58,9 @@ typedef struct cli_opt {
     /* CLI_CUSTOM: 0, or -1 after printing a message that names flag. */
     int (*parse)(const char *cmd, const char *flag, const char *value, void *dst);
     int *seen; /* when not NULL, set to 1 when the flag is given */
+    /* CLI_STRING: when not NULL, the flag must be given (its value is then
+     * not NULL); without it cli_parse refuses with this message. */
+    const char *required;
 } cli_opt;
 
 /* Table entries: CLI_OPT_STRING("--db", &path), CLI_OPT_INT("--jobs",
@@ -77,6 +88,9 @@ typedef struct cli_spec {
     int max_pos;
     int *npos;
     const char *extra;
+    /* Fewer than min_pos positional arguments are refused with `missing`. */
+    int min_pos;
+    const char *missing;
     /* Whether "-x" (one dash) is a positional argument rather than an
      * option, for commands whose arguments are free text or run ids. */
     int dash_positional;
@@ -96,7 +110,8 @@ int cli_parse_op(const char *cmd, const char *flag, const char *value, void *dst
  * override earlier ones; "--" ends the options, and "-" alone is a
  * positional argument. Returns CLI_PARSED, CLI_HELP, or -1 after printing
  * what is wrong (exit with CLI_EXIT_USAGE): an unknown option, a flag
- * without its value, a value out of range, an unexpected argument. */
+ * without its value, a value out of range, an unexpected argument, a
+ * missing positional argument or required flag. */
 int cli_parse(const cli_spec *spec, int argc, char **argv);
 
 /* The default of tune's --retries (cmd_tune.c): ATTNRES_TUNE_RETRIES where

@@ -100,6 +100,18 @@ void db_json_number(FILE *out, double v)
         fputs("null", out);
 }
 
+void db_json_string_member(FILE *out, const char *key, const char *s)
+{
+    fprintf(out, ", \"%s\": ", key);
+    db_json_string(out, s);
+}
+
+void db_json_number_member(FILE *out, const char *key, double v)
+{
+    fprintf(out, ", \"%s\": ", key);
+    db_json_number(out, v);
+}
+
 void db_run_label(const ardb_run_info *r, char *buf, size_t len)
 {
     char when[20] = "?";
@@ -216,7 +228,7 @@ static void print_runs_long(const ardb_run_info *r, size_t n)
         char read[48] = "read not measured";
         if (!isnan(r[i].read_gbps))
             snprintf(read, sizeof read, "%.1f GB/s read", r[i].read_gbps);
-        printf("  roofline     %.1f GB/s copy, %s, %.2f us empty launch\n", r[i].copy_gbps, read, r[i].launch_us);
+        printf("  ceilings     %.1f GB/s copy, %s, %.2f us empty launch\n", r[i].copy_gbps, read, r[i].launch_us);
         if (r[i].ceilings)
             printf("  ceilings     %s\n", r[i].ceilings);
         if (r[i].stages)
@@ -253,12 +265,9 @@ void db_print_run_json(FILE *out, const ardb_run_info *r)
         fprintf(out, ", \"%s\": ", s[i].k);
         db_json_string(out, s[i].v);
     }
-    fputs(", \"copy_gbps\": ", out);
-    db_json_number(out, r->copy_gbps);
-    fputs(", \"read_gbps\": ", out);
-    db_json_number(out, r->read_gbps);
-    fputs(", \"launch_us\": ", out);
-    db_json_number(out, r->launch_us);
+    db_json_number_member(out, "copy_gbps", r->copy_gbps);
+    db_json_number_member(out, "read_gbps", r->read_gbps);
+    db_json_number_member(out, "launch_us", r->launch_us);
     fprintf(out, ", \"device_simulated\": %s", r->device_simulated ? "true" : "false");
     fprintf(out, ", \"measurements\": %" PRId64 ", \"winners\": %" PRId64 "}", r->measurements, r->winners);
 }
@@ -309,13 +318,10 @@ static int cmd_note(int argc, char **argv)
     int npos = 0;
     const cli_opt opts[] = {CLI_OPT_STRING("--db", &path), CLI_OPT_END};
     const cli_spec spec = {.cmd = "db", .opts = opts, .pos = pos, .max_pos = 2, .npos = &npos,
-                           .extra = "note takes RUN and one TEXT (quote it)", .dash_positional = 1};
+                           .extra = "note takes RUN and one TEXT (quote it)", .dash_positional = 1,
+                           .min_pos = 2, .missing = "usage: attnres db note RUN TEXT [--db FILE]"};
     if (cli_parse(&spec, argc, argv) != CLI_PARSED)
         return CLI_EXIT_USAGE;
-    if (npos != 2) {
-        cli_error("db", "usage: attnres db note RUN TEXT [--db FILE]");
-        return CLI_EXIT_USAGE;
-    }
     ardb *db;
     int64_t run;
     if (db_open(path, 0, &db))
@@ -345,7 +351,7 @@ static int cmd_revalidate(int argc, char **argv)
     const cli_spec spec = {.cmd = "db", .opts = opts};
     if (cli_parse(&spec, argc, argv) != CLI_PARSED)
         return CLI_EXIT_USAGE;
-    return tune_revalidate(device, path, quiet, retries);
+    return tune_revalidate(device ? device : cli_best_device(), path, quiet, retries);
 }
 
 /* ---- dispatch --------------------------------------------------------------- */

@@ -20,12 +20,15 @@ int db_resolve_run(ardb *db, const char *text, int64_t *run_id);
  * (not finite: null). */
 void db_json_string(FILE *out, const char *s);
 void db_json_number(FILE *out, double v);
+/* The same as a further member of an object: `, "key": value`. */
+void db_json_string_member(FILE *out, const char *key, const char *s);
+void db_json_number_member(FILE *out, const char *key, double v);
 
 /* A short text for one run: "run 3 (revalidate, 2025-01-02 10:11:12)". */
 void db_run_label(const ardb_run_info *r, char *buf, size_t len);
 
 /* One run as a JSON object: id, uid, note, times, who, versions, device,
- * policy, roofline and counts. */
+ * policy, ceilings and counts. */
 void db_print_run_json(FILE *out, const ardb_run_info *r);
 
 int db_cmd_diff(int argc, char **argv);

@@ -78,20 +78,13 @@ static void json_row(FILE *out, const ardb_diff_row *r, ardb_change c)
     double ratio = r->winner_a && r->winner_b && r->us_a > 0 ? r->us_b / r->us_a : NAN;
     fputs("{\"problem\": ", out);
     db_json_string(out, r->problem);
-    fputs(", \"baseline_us\": ", out);
-    db_json_number(out, r->winner_a ? r->us_a : NAN);
-    fputs(", \"candidate_us\": ", out);
-    db_json_number(out, r->winner_b ? r->us_b : NAN);
-    fputs(", \"ratio\": ", out);
-    db_json_number(out, ratio);
-    fputs(", \"variant_a\": ", out);
-    db_json_string(out, r->variant_a);
-    fputs(", \"variant_b\": ", out);
-    db_json_string(out, r->variant_b);
-    fputs(", \"baseline_spread_us\": ", out);
-    db_json_number(out, r->winner_a ? r->spread_a : NAN);
-    fputs(", \"candidate_spread_us\": ", out);
-    db_json_number(out, r->winner_b ? r->spread_b : NAN);
+    db_json_number_member(out, "baseline_us", r->winner_a ? r->us_a : NAN);
+    db_json_number_member(out, "candidate_us", r->winner_b ? r->us_b : NAN);
+    db_json_number_member(out, "ratio", ratio);
+    db_json_string_member(out, "variant_a", r->variant_a);
+    db_json_string_member(out, "variant_b", r->variant_b);
+    db_json_number_member(out, "baseline_spread_us", r->winner_a ? r->spread_a : NAN);
+    db_json_number_member(out, "candidate_spread_us", r->winner_b ? r->spread_b : NAN);
     fprintf(out, ", \"beyond_noise\": %s, \"change\": \"%s\", \"candidate_status\": ",
             ardb_diff_beyond_noise(r) ? "true" : "false", ardb_change_name(c));
     db_json_string(out, r->winner_b ? "ok" : r->status_b);
@@ -120,6 +113,16 @@ static void json_rows_of(const run_pair *cmp, double pct, const ardb_change *kin
     printf("%s]", first || names_only ? "" : "\n ");
 }
 
+/* Parses diff's or regress's arguments and opens the database *path names
+ * read-only: 0, -1 when the arguments are wrong, 1 when the database does
+ * not open (each said). */
+static int parse_and_open(const cli_spec *spec, int argc, char **argv, const char *const *path, ardb **db)
+{
+    if (cli_parse(spec, argc, argv) != CLI_PARSED)
+        return -1;
+    return db_open(*path, ARDB_READONLY, db) ? 1 : 0;
+}
+
 /* ---- diff ------------------------------------------------------------------- */
 
 int db_cmd_diff(int argc, char **argv)
@@ -132,17 +135,14 @@ int db_cmd_diff(int argc, char **argv)
                             CLI_OPT_FLAG("--json", &json),
                             CLI_OPT_END};
     const cli_spec spec = {.cmd = "db", .opts = opts, .pos = pos, .max_pos = 2, .npos = &npos,
-                           .extra = "diff compares two runs: RUN_A RUN_B", .dash_positional = 1};
-    if (cli_parse(&spec, argc, argv) != CLI_PARSED)
-        return CLI_EXIT_USAGE;
-    if (npos != 2) {
-        cli_error("db", "usage: attnres db diff RUN_A RUN_B [--db FILE] [--threshold PCT] [--json]");
-        return CLI_EXIT_USAGE;
-    }
+                           .extra = "diff compares two runs: RUN_A RUN_B", .dash_positional = 1,
+                           .min_pos = 2,
+                           .missing = "usage: attnres db diff RUN_A RUN_B [--db FILE] [--threshold PCT] [--json]"};
     ardb *db;
+    const int opened = parse_and_open(&spec, argc, argv, &path, &db);
+    if (opened)
+        return opened < 0 ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
     int64_t a, b;
-    if (db_open(path, ARDB_READONLY, &db))
-        return CLI_EXIT_FAIL;
     if (db_resolve_run(db, pos[0], &a) || db_resolve_run(db, pos[1], &b)) {
         ardb_close(db);
         return CLI_EXIT_USAGE;
@@ -234,22 +234,17 @@ int db_cmd_regress(int argc, char **argv)
     int json = 0;
     double pct = ARDB_DEFAULT_THRESHOLD_PCT;
     const cli_opt opts[] = {CLI_OPT_STRING("--db", &path),
-                            CLI_OPT_STRING("--baseline", &base_text),
+                            CLI_OPT_STRING("--baseline", &base_text,
+                                           .required = "regress needs --baseline RUN (see attnres db --help)"),
                             CLI_OPT_STRING("--candidate", &cand_text),
                             CLI_OPT_CUSTOM("--threshold", &pct, parse_threshold),
                             CLI_OPT_FLAG("--json", &json),
                             CLI_OPT_END};
     const cli_spec spec = {.cmd = "db", .opts = opts};
-    if (cli_parse(&spec, argc, argv) != CLI_PARSED)
-        return REGRESS_USAGE;
-    if (!base_text) {
-        cli_error("db", "regress needs --baseline RUN (see attnres db --help)");
-        return REGRESS_USAGE;
-    }
     ardb *db;
-    int64_t a, b;
-    if (db_open(path, ARDB_READONLY, &db))
+    if (parse_and_open(&spec, argc, argv, &path, &db))
         return REGRESS_USAGE;
+    int64_t a, b;
     run_pair cmp;
     memset(&cmp, 0, sizeof cmp);
     int code = REGRESS_USAGE;

@@ -149,13 +149,10 @@ int db_cmd_import(int argc, char **argv)
     const char *path = "attnres.db", *in = NULL;
     const cli_opt opts[] = {CLI_OPT_STRING("--db", &path), CLI_OPT_END};
     const cli_spec spec = {.cmd = "db", .opts = opts, .pos = &in, .max_pos = 1,
-                           .extra = "import takes one file", .dash_positional = 1};
+                           .extra = "import takes one file", .dash_positional = 1, .min_pos = 1,
+                           .missing = "usage: attnres db import FILE.json [--db FILE]"};
     if (cli_parse(&spec, argc, argv) != CLI_PARSED)
         return CLI_EXIT_USAGE;
-    if (!in) {
-        cli_error("db", "usage: attnres db import FILE.json [--db FILE]");
-        return CLI_EXIT_USAGE;
-    }
     size_t len = 0;
     char *text = read_all(in, &len);
     if (!text)
@@ -182,13 +179,10 @@ int db_cmd_merge(int argc, char **argv)
     const cli_opt opts[] = {CLI_OPT_STRING("--db", &path), CLI_OPT_END};
     const cli_spec spec = {.cmd = "db", .opts = opts, .pos = &src, .max_pos = 1,
                            .extra = "merge takes one source database (run it once per file)",
-                           .dash_positional = 1};
+                           .dash_positional = 1, .min_pos = 1,
+                           .missing = "usage: attnres db merge SRC.db [--db FILE]"};
     if (cli_parse(&spec, argc, argv) != CLI_PARSED)
         return CLI_EXIT_USAGE;
-    if (!src) {
-        cli_error("db", "usage: attnres db merge SRC.db [--db FILE]");
-        return CLI_EXIT_USAGE;
-    }
     ardb *db;
     if (db_open(path, ARDB_CREATE, &db))
         return CLI_EXIT_FAIL;

@@ -2,7 +2,7 @@
  * cmd_db_plot.c - `attnres db plot`: the history as pictures. One line
  * chart per problem (the winner's latency across runs, one line per
  * device, error bars from the spread), one grouped bar chart of the % of
- * roofline each of the last runs achieved by problem, and an index.html
+ * ceiling each of the last runs achieved by problem, and an index.html
  * that shows them all.
  */
 #include <ctype.h>
@@ -117,7 +117,7 @@ static int latency_chart(plot_ctx *c, const ardb_winner_point *p, size_t lo, siz
         else
             snprintf(run_label, sizeof run_label, "run %" PRId64, q->run_id);
         snprintf(label, sizeof label, "%s: %.3f us +- %.3f, %s, %.1f%% of its ceiling%s%s", run_label, q->median_us,
-                 q->spread_us, q->variant ? q->variant : "?", 100.0 * q->roofline, r && r->note ? "; " : "",
+                 q->spread_us, q->variant ? q->variant : "?", 100.0 * q->ceiling_fraction, r && r->note ? "; " : "",
                  r && r->note ? r->note : "");
         x[i] = (double)q->run_id;
         y[i] = q->median_us;
@@ -161,7 +161,7 @@ done:
 }
 
 /* The grouped bars: problems of the last `last` runs with winners. */
-static int roofline_chart(plot_ctx *c, const ardb_winner_point *p, size_t n, int64_t last)
+static int ceiling_chart(plot_ctx *c, const ardb_winner_point *p, size_t n, int64_t last)
 {
     const ardb_run_info *chosen[64];
     size_t ns = 0;
@@ -202,7 +202,7 @@ static int roofline_chart(plot_ctx *c, const ardb_winner_point *p, size_t n, int
                 values[ng * ns + k] = NAN;
             ng++;
         }
-        double v = 100.0 * p[i].roofline, *slot = &values[(ng - 1) * ns + s];
+        double v = 100.0 * p[i].ceiling_fraction, *slot = &values[(ng - 1) * ns + s];
         if (isfinite(v) && (!isfinite(*slot) || v > *slot))
             *slot = v; /* several devices in one run: the best */
     }
@@ -219,7 +219,7 @@ static int roofline_chart(plot_ctx *c, const ardb_winner_point *p, size_t n, int
              "winner's bandwidth / the run's ceiling for its traffic (copy bandwidth in runs that measured no "
              "ceilings); the last %zu run(s) with winners, one bar each",
              ns);
-    FILE *f = open_output(c, "roofline.svg", "Achieved % of ceiling by problem, per run");
+    FILE *f = open_output(c, "ceiling.svg", "Achieved % of ceiling by problem, per run");
     if (!f)
         goto done;
     svg_bar_opts o = {.title = "Achieved % of ceiling by problem, per run", .subtitle = subtitle,
@@ -229,7 +229,7 @@ static int roofline_chart(plot_ctx *c, const ardb_winner_point *p, size_t n, int
     if (close_output(c) != 0)
         rc = -1;
     else if (rc)
-        cli_error("db", "writing %s/roofline.svg failed: no bar to draw", c->dir);
+        cli_error("db", "writing %s/ceiling.svg failed: no bar to draw", c->dir);
 done:
     free(groups);
     free(values);
@@ -241,15 +241,12 @@ int db_cmd_plot(int argc, char **argv)
 {
     const char *path = "attnres.db", *dir = NULL;
     int64_t last = DEFAULT_RUNS;
-    const cli_opt opts[] = {
-        CLI_OPT_STRING("--db", &path), CLI_OPT_STRING("--out", &dir), CLI_OPT_INT64("--runs", &last, 1, 64), CLI_OPT_END};
+    const cli_opt opts[] = {CLI_OPT_STRING("--db", &path),
+                            CLI_OPT_STRING("--out", &dir, .required = "plot needs --out DIR"),
+                            CLI_OPT_INT64("--runs", &last, 1, 64), CLI_OPT_END};
     const cli_spec spec = {.cmd = "db", .opts = opts};
     if (cli_parse(&spec, argc, argv) != CLI_PARSED)
         return CLI_EXIT_USAGE;
-    if (!dir) {
-        cli_error("db", "plot needs --out DIR");
-        return CLI_EXIT_USAGE;
-    }
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         cli_error("db", "cannot create %s: %s", dir, strerror(errno));
         return CLI_EXIT_FAIL;
@@ -282,7 +279,7 @@ int db_cmd_plot(int argc, char **argv)
                          "<style>body{font-family:sans-serif} img{max-width:100%%;border:1px solid #ddd}"
                          "</style></head><body>\n<h1>attnres tuning history</h1>\n",
                 path);
-    int ok = roofline_chart(&c, p, n, last) == 0;
+    int ok = ceiling_chart(&c, p, n, last) == 0;
     size_t charts = 0;
     for (size_t lo = 0; lo < n && ok;) {
         size_t hi = lo + 1;

@@ -5,6 +5,7 @@
 
 #include "argen.h"
 #include "cli.h"
+#include "tuner_base.h"
 
 static const char gen_usage[] =
     "usage: attnres gen --list [--template NAME]\n"
@@ -19,7 +20,7 @@ static const char gen_usage[] =
 /* Runs fn over each template (or just `only`); stops at a non-zero result. */
 static int for_each_template(const char *only, int (*fn)(argen *g, void *ctx), void *ctx)
 {
-    const char *dir = cli_template_dir();
+    const char *dir = artuner_template_dir();
     char **names = NULL;
     size_t count = 0;
     if (only) {

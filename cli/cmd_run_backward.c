@@ -23,20 +23,17 @@ typedef struct bw_host {
     void **dsrcs;
 } bw_host;
 
+static void free_each(void *const *bufs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(bufs[i]);
+}
+
 static void bw_host_free(bw_host *h)
 {
-    free(h->src);
-    free(h->dout);
-    free(h->dsrc);
-    free(h->dpartial);
-    free(h->u);
-    free(h->du);
-    free(h->dsrc_f);
-    free(h->dpartial_f);
-    free(h->dquery);
-    free(h->dgain);
-    free(h->srcs);
-    free(h->dsrcs);
+    void *const bufs[] = {h->src, h->dout, h->dsrc, h->dpartial, h->u, h->du, h->dsrc_f, h->dpartial_f,
+                          h->dquery, h->dgain, h->srcs, h->dsrcs};
+    free_each(bufs, sizeof bufs / sizeof bufs[0]);
 }
 
 int run_mix_backward(const run_opts *o)

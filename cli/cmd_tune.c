@@ -203,13 +203,13 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
                         const char *report)
 {
     char roof[320];
-    rooflines_format(&t->roof, roof, sizeof roof);
+    device_ceilings_format(&t->roof, roof, sizeof roof);
     printf("\nwinners on %s (%s)\n%s\n", t->dev->name, t->dev->backend, roof);
     if (t->roof_carried_from)
         printf("(ceilings as run %" PRId64 " measured them: this run measured nothing new)\n", t->roof_carried_from);
     else if (t->roof.ceil.n > 0) {
         char detail[4096];
-        rooflines_detail(&t->roof, detail, sizeof detail);
+        device_ceilings_detail(&t->roof, detail, sizeof detail);
         printf("ceilings (best of each streaming kernel by threads):\n%s\n", detail);
     }
     /* "% ceiling" is of the ceiling that matches the kernel's traffic, the
@@ -228,13 +228,13 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
         }
         char copy[16], read[16], fma[16] = "-", paired[16] = "-";
         if (rows[i].paired > 0)
-            rooflines_percent(rows[i].paired, 1.0, paired, sizeof paired);
-        rooflines_percent(rows[i].gbps, t->roof.copy_gbps, copy, sizeof copy);
-        rooflines_percent(rows[i].gbps, t->roof.read_gbps, read, sizeof read);
+            device_ceilings_percent(rows[i].paired, 1.0, paired, sizeof paired);
+        device_ceilings_percent(rows[i].gbps, t->roof.copy_gbps, copy, sizeof copy);
+        device_ceilings_percent(rows[i].gbps, t->roof.read_gbps, read, sizeof read);
         if (rows[i].flops > 0 && rows[i].median_us > 0)
-            rooflines_percent(rows[i].flops / (rows[i].median_us * 1e3), t->roof.ceil.fma_gflops, fma, sizeof fma);
+            device_ceilings_percent(rows[i].flops / (rows[i].median_us * 1e3), t->roof.ceil.fma_gflops, fma, sizeof fma);
         printf("%-44s %-34s %12.2f %9.2f %8.1f%% %8s %7s %7s %7s\n", rows[i].problem, rows[i].variant,
-               rows[i].median_us, rows[i].gbps, 100.0 * rows[i].roofline, paired, copy, read, fma);
+               rows[i].median_us, rows[i].gbps, 100.0 * rows[i].ceiling_fraction, paired, copy, read, fma);
     }
     char summary[640];
     ceiling_check_summary(c, summary, sizeof summary);
@@ -418,7 +418,7 @@ int cmd_tune(int argc, char **argv)
     if (prc)
         return prc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     if (t.opt.revalidate)
-        return tune_revalidate(t.opt.device, t.opt.db, t.opt.quiet, t.opt.retries);
+        return tune_revalidate(t.opt.device ? t.opt.device : cli_best_device(), t.opt.db, t.opt.quiet, t.opt.retries);
     double start = artuner_now_s();
     char msg[1024];
     const char *spec = t.opt.device ? t.opt.device : cli_best_device();
@@ -466,8 +466,8 @@ int cmd_tune(int argc, char **argv)
     if (ok && !t.unrecorded && tuner_ceilings_carry(&t))
         ok = 0;
     for (size_t i = 0; i < set.count; i++) {
-        double ceiling = rooflines_ceiling(&t.roof, rows[i].read_bytes, rows[i].write_bytes);
-        rows[i].roofline = rows[i].found && ceiling > 0 ? rows[i].gbps / ceiling : 0;
+        double ceiling = device_ceilings_ceiling(&t.roof, rows[i].read_bytes, rows[i].write_bytes);
+        rows[i].ceiling_fraction = rows[i].found && ceiling > 0 ? rows[i].gbps / ceiling : 0;
     }
     /* The device's state at the end, against its first reading: the last
      * problem's final round was read already, so this only tells the

@@ -1,7 +1,7 @@
 /*
  * svg_plot.h - two kinds of chart as hand-written SVG (no libraries): a
  * line chart with error bars (latency across runs) and a grouped bar chart
- * (% of roofline by problem, one bar per run). Axes, ticks, labels, a
+ * (% of ceiling by problem, one bar per run). Axes, ticks, labels, a
  * title and a legend; a logarithmic y axis when asked or when the data
  * span more than a factor of ten.
  */

@@ -144,14 +144,17 @@ static int model_init(model *m)
     return 0;
 }
 
+/* Frees each of the n buffers (the free functions below list theirs). */
+static void free_each(void *const *bufs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(bufs[i]);
+}
+
 static void model_free(model *m)
 {
-    free(m->w);
-    free(m->g);
-    free(m->u);
-    free(m->u64);
-    free(m->a);
-    free(m->embedding);
+    void *const bufs[] = {m->w, m->g, m->u, m->u64, m->a, m->embedding};
+    free_each(bufs, sizeof bufs / sizeof bufs[0]);
 }
 
 /* The toy sublayer of site s: f = 0.5 tanh(a_s * h / rms(h)), per token.
@@ -295,13 +298,8 @@ static void engine_free(engine *e)
 {
     for (int s = 0; s < K3_SITES; s++)
         attnres_plan_destroy(e->plans[s]);
-    free(e->bank);
-    free(e->b);
-    free(e->f);
-    free(e->h);
-    free(e->o1);
-    free(e->lse);
-    free(e->scratch);
+    void *const bufs[] = {e->bank, e->b, e->f, e->h, e->o1, e->lse, e->scratch};
+    free_each(bufs, sizeof bufs / sizeof bufs[0]);
 }
 
 /* Checks the output of site s against attnres_reference_mix of the inputs
@@ -459,23 +457,10 @@ static void trainer_free(trainer *t)
         attnres_plan_destroy(t->fwd[i]);
         attnres_plan_destroy(t->bwd[i]);
     }
-    free(t->workspace);
-    free(t->target);
-    free(t->out);
-    free(t->dout);
-    free(t->dsrc);
-    free(t->dquery);
-    free(t->dw);
-    free(t->dg);
-    free(t->src64);
-    free(t->dsrc64);
-    free(t->dout64);
-    free(t->dq64);
-    free(t->w64);
-    free(t->g64);
-    free(t->dw64);
-    free(t->dg64);
-    free(t->dwg64);
+    void *const bufs[] = {t->workspace, t->target, t->out, t->dout, t->dsrc, t->dquery, t->dw, t->dg,
+                          t->src64, t->dsrc64, t->dout64, t->dq64, t->w64, t->g64, t->dw64, t->dg64,
+                          t->dwg64};
+    free_each(bufs, sizeof bufs / sizeof bufs[0]);
 }
 
 /* Training load: a forward and a backward plan per trained site, and the

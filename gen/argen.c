@@ -21,15 +21,6 @@ struct argen {
     char msg[2048];
 };
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = malloc(n);
-    if (p)
-        memcpy(p, s, n);
-    return p;
-}
-
 static int load_prelude(argen *g)
 {
     lua_State *L = sandbox_state(g->sb);
@@ -139,7 +130,7 @@ int argen_open_module(const char *template_dir, const char *name, argen **out,
 static int pop_string(argen *g, char **out)
 {
     lua_State *L = sandbox_state(g->sb);
-    *out = dup_str(lua_tostring(L, -1));
+    *out = strdup(lua_tostring(L, -1));
     lua_pop(L, 1);
     if (!*out) {
         snprintf(g->msg, sizeof g->msg, "out of memory");
@@ -205,8 +196,8 @@ int argen_enumerate(argen *g, argen_variant **out, size_t *count)
         lua_getfield(L, -1, "id");
         lua_getfield(L, -2, "json");
         const char *id = lua_tostring(L, -2), *json = lua_tostring(L, -1);
-        v[i].id = dup_str(id ? id : "");
-        v[i].params_json = dup_str(json ? json : "{}");
+        v[i].id = strdup(id ? id : "");
+        v[i].params_json = strdup(json ? json : "{}");
         lua_pop(L, 3);
         if (!v[i].id || !v[i].params_json) {
             argen_variants_free(v, i + 1);
@@ -232,38 +223,40 @@ void argen_variants_free(argen_variant *v, size_t count)
     free(v);
 }
 
+/* Sets field name of the table on top of the stack. */
+static void set_string(lua_State *L, const char *name, const char *value)
+{
+    lua_pushstring(L, value);
+    lua_setfield(L, -2, name);
+}
+
+static void set_integer(lua_State *L, const char *name, lua_Integer value)
+{
+    lua_pushinteger(L, value);
+    lua_setfield(L, -2, name);
+}
+
 static void push_problem(lua_State *L, const argen_problem *p)
 {
     lua_newtable(L);
-    lua_pushstring(L, p->op ? p->op : "mix");
-    lua_setfield(L, -2, "op");
-    lua_pushstring(L, p->dtype ? p->dtype : "f32");
-    lua_setfield(L, -2, "dtype");
-    lua_pushstring(L, p->form ? p->form : "replace");
-    lua_setfield(L, -2, "form");
-    lua_pushinteger(L, p->d);
-    lua_setfield(L, -2, "d");
-    lua_pushinteger(L, p->t);
-    lua_setfield(L, -2, "t");
-    lua_pushinteger(L, p->n);
-    lua_setfield(L, -2, "n");
-    lua_pushinteger(L, p->heads);
-    lua_setfield(L, -2, "heads");
+    set_string(L, "op", p->op ? p->op : "mix");
+    set_string(L, "dtype", p->dtype ? p->dtype : "f32");
+    set_string(L, "form", p->form ? p->form : "replace");
+    set_integer(L, "d", p->d);
+    set_integer(L, "t", p->t);
+    set_integer(L, "n", p->n);
+    set_integer(L, "heads", p->heads);
     lua_pushboolean(L, p->epilogue);
     lua_setfield(L, -2, "epilogue");
-    lua_pushinteger(L, p->s);
-    lua_setfield(L, -2, "s");
+    set_integer(L, "s", p->s);
 }
 
 static void push_device(lua_State *L, const argen_device *d)
 {
     lua_newtable(L);
-    lua_pushstring(L, d && d->backend ? d->backend : "");
-    lua_setfield(L, -2, "backend");
-    lua_pushstring(L, d && d->arch ? d->arch : "");
-    lua_setfield(L, -2, "arch");
-    lua_pushinteger(L, d ? d->units : 1);
-    lua_setfield(L, -2, "units");
+    set_string(L, "backend", d && d->backend ? d->backend : "");
+    set_string(L, "arch", d && d->arch ? d->arch : "");
+    set_integer(L, "units", d ? d->units : 1);
 }
 
 /* Calls the prelude's fn(T, id, problem, device) for nresults results,
@@ -359,10 +352,10 @@ int argen_emit_for(argen *g, const char *id, const char *spec, char **source, ch
         lua_pushnil(L);
     if (sandbox_call(g->sb, 4, 3, g->msg, sizeof g->msg))
         return 1;
-    *source = dup_str(lua_tostring(L, -3));
-    *kernel_name = dup_str(lua_tostring(L, -2));
+    *source = strdup(lua_tostring(L, -3));
+    *kernel_name = strdup(lua_tostring(L, -2));
     if (params_json)
-        *params_json = dup_str(lua_tostring(L, -1));
+        *params_json = strdup(lua_tostring(L, -1));
     lua_pop(L, 3);
     if (!*source || !*kernel_name || (params_json && !*params_json)) {
         free(*source);
@@ -404,7 +397,7 @@ int argen_builtin(argen *g, const char *dtype, const char *level, char **id, int
         ok = 1;
     } else if (lua_isinteger(L, -1) && lua_tointeger(L, -1) > 0 && lua_tointeger(L, -1) < (1 << 20)) {
         *step = (int)lua_tointeger(L, -1);
-        *id = dup_str(lua_tostring(L, -2));
+        *id = strdup(lua_tostring(L, -2));
         ok = *id != NULL;
         if (!ok)
             snprintf(g->msg, sizeof g->msg, "out of memory");
@@ -448,7 +441,7 @@ int argen_list_templates(const char *template_dir, char ***names,
             char name[600];
             snprintf(name, sizeof name, "%s/%.*s", *dl, (int)(len - 4),
                      e->d_name);
-            out[n] = dup_str(name);
+            out[n] = strdup(name);
             if (!out[n]) {
                 closedir(dp);
                 argen_names_free(out, n);

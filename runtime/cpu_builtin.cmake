@@ -37,12 +37,8 @@ foreach(level ${ATTNRES_BUILTIN_LEVELS})
     set(tmpl ${ATTNRES_BUILTIN_TEMPLATE_${op}})
     foreach(dtype f32 bf16 f16)
       set(out ${CMAKE_CURRENT_BINARY_DIR}/builtin_${op}_${dtype}_${level}.c)
-      add_custom_command(
-        OUTPUT ${out}
-        COMMAND attnres-gen ${ATTNRES_TEMPLATE_DIR} builtin ${tmpl} ${dtype} ${level} ${out} ${out}.d
-        DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/${tmpl}.lua
-        DEPFILE ${out}.d
-        COMMENT "Generating the built-in CPU ${op} kernel (${dtype}, ${level})")
+      attnres_generate(${out} MODE builtin TEMPLATE ${tmpl} ARGS ${dtype} ${level}
+                       COMMENT "Generating the built-in CPU ${op} kernel (${dtype}, ${level})")
       # -O3, compiled once with the library (the tuner compiles at -O2 to
       # save its time: runtime/src/cpu_compiler.h); -Wno-psabi: wide vectors
       # by value.

@@ -15,13 +15,9 @@ set(ATTNRES_CUDA_SOURCES
 
 foreach(dtype f32 bf16 f16)
   set(out ${CMAKE_CURRENT_BINARY_DIR}/cuda_generic_mix_${dtype}.c)
-  add_custom_command(
-    OUTPUT ${out}
-    COMMAND attnres-gen ${ATTNRES_TEMPLATE_DIR} generic-source cuda/mix_twopass ${dtype} ${out}
-            ar_cuda_generic_mix_${dtype} ${out}.d
-    DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/cuda/mix_twopass.lua
-    DEPFILE ${out}.d
-    COMMENT "Embedding the built-in CUDA mix kernel source (${dtype})")
+  attnres_generate(${out} MODE generic-source TEMPLATE cuda/mix_twopass ARGS ${dtype}
+                   AFTER ar_cuda_generic_mix_${dtype}
+                   COMMENT "Embedding the built-in CUDA mix kernel source (${dtype})")
   list(APPEND ATTNRES_CUDA_SOURCES ${out})
 endforeach()
 
@@ -30,13 +26,9 @@ endforeach()
 foreach(op phase1 phase2 mix_backward)
   foreach(dtype f32 bf16 f16)
     set(out ${CMAKE_CURRENT_BINARY_DIR}/cuda_generic_${op}_${dtype}.c)
-    add_custom_command(
-      OUTPUT ${out}
-      COMMAND attnres-gen ${ATTNRES_TEMPLATE_DIR} generic-source cuda/${op} ${dtype} ${out}
-              ar_cuda_generic_${op}_${dtype} ${out}.d
-      DEPENDS attnres-gen ${ATTNRES_TEMPLATE_DIR}/cuda/${op}.lua
-      DEPFILE ${out}.d
-      COMMENT "Embedding the built-in CUDA ${op} kernel source (${dtype})")
+    attnres_generate(${out} MODE generic-source TEMPLATE cuda/${op} ARGS ${dtype}
+                     AFTER ar_cuda_generic_${op}_${dtype}
+                     COMMENT "Embedding the built-in CUDA ${op} kernel source (${dtype})")
     list(APPEND ATTNRES_CUDA_SOURCES ${out})
   endforeach()
 endforeach()

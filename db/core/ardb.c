@@ -89,6 +89,28 @@ void ardb__release(sqlite3_stmt *st)
     }
 }
 
+int ardb__stmt_for_version(ardb *db, int64_t version, const ardb_stmt_form *forms, size_t n, sqlite3_stmt **st)
+{
+    size_t i = 0;
+    while (i + 1 < n && forms[i].since > version)
+        i++;
+    return ardb__stmt(db, forms[i].id, forms[i].sql, st);
+}
+
+int ardb__stmt_for_schema(ardb *db, const ardb_stmt_form *forms, size_t n, sqlite3_stmt **st)
+{
+    int64_t version = 0;
+    const int code = ardb__user_version(db, "main", &version);
+    return code ? code : ardb__stmt_for_version(db, version, forms, n, st);
+}
+
+int ardb__stmt_fail(ardb *db, sqlite3_stmt *st, int rc, const char *what)
+{
+    const int code = ardb__sql_fail(db, rc, what);
+    ardb__release(st);
+    return code;
+}
+
 int ardb__check_writable(ardb *db)
 {
     if (db->readonly)
@@ -398,15 +420,6 @@ static int open_connection(ardb *db, int create)
     return ardb__exec(db, "PRAGMA foreign_keys = ON", "PRAGMA foreign_keys = ON");
 }
 
-static char *dup_string(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 int ardb__open(const char *path, int readonly, int create,
                int (*setup)(ardb *db, int create), ardb **out, char *msg,
                size_t msg_len)
@@ -421,7 +434,7 @@ int ardb__open(const char *path, int readonly, int create,
         return ARDB_EINVAL;
     }
     db = calloc(1, sizeof *db);
-    if (!db || !(db->path = dup_string(path))) {
+    if (!db || !(db->path = strdup(path))) {
         free(db);
         copy_msg(msg, msg_len, "out of memory");
         return ARDB_ENOMEM;
@@ -491,11 +504,8 @@ int ardb_binary_get(ardb *db, const char *build_key, void **blob, size_t *size)
         return code;
     b = (ardb_binder){st, SQLITE_OK, 0};
     ardb__bind_text(&b, build_key);
-    if (b.rc != SQLITE_OK) {
-        code = ardb__sql_fail(db, b.rc, "binary get");
-        ardb__release(st);
-        return code;
-    }
+    if (b.rc != SQLITE_OK)
+        return ardb__stmt_fail(db, st, b.rc, "binary get");
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         const void *p = sqlite3_column_blob(st, 0);

@@ -27,17 +27,19 @@
  * version 4 devices.simulated, version 5 runs.owner, version 6
  * runs.ceilings, version 7 runs.stages, version 8 measurements.final_round,
  * version 9 winners.provisional and winners.disturbance, version 10 the
- * measurement status 'nondeterministic' (db/write/migrate.c). A writer's
- * open (ardb_open, ardb_write.h) migrates an older file in place, keeping
- * a copy as PATH.v<N>.bak; a read-only open reads it as it is (every
+ * measurement status 'nondeterministic', version 11 the name
+ * measurements.ceiling_fraction (roofline before v11; db/write/migrate.c).
+ * A writer's open (ardb_open, ardb_write.h) migrates an older file in place,
+ * keeping a copy as PATH.v<N>.bak; a read-only open reads it as it is (every
  * device of a file older than v4 is real; no measurement of a file older
- * than v10 is nondeterministic).
+ * than v10 is nondeterministic; a file older than v11 is read under the
+ * column's older name).
  *
  * A file newer than this build is refused by every open, the runtime's
  * included (ARDB_ENEWER), even where the change would not affect what it
  * reads (v10 adds no column): the version is the whole contract, so an
  * older build never guesses what a newer file means. */
-#define ARDB_SCHEMA_VERSION 10
+#define ARDB_SCHEMA_VERSION 11
 
 /* Return codes of every ardb_ function. */
 enum {
@@ -113,7 +115,9 @@ typedef struct ardb_winner {
     char *device_fingerprint, *device_arch;
     int64_t run_id;
     double median_us, gbps;
-    double roofline; /* gbps over the ceiling matching its traffic (v6) */
+    double ceiling_fraction; /* gbps over the ceiling matching its traffic
+                                (runs that record ceilings, v6); over the
+                                run's copy_gbps before */
     /* 1 when the final round that chose it was disturbed by other work on
      * every try (schema v9): the choice may be the noise's, and `attnres
      * tune --revalidate` decides it again. disturbance is that evidence,

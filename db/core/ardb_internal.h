@@ -14,6 +14,11 @@
 /* The ISO-8601 UTC timestamp expression used by every INSERT/UPDATE. */
 #define ARDB_NOW "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
 
+/* The name of measurements.ceiling_fraction in a file older than schema
+ * v11, which renamed the column (the values are the same). A writer's open
+ * migrates such a file; a read-only handle reads it as it is. */
+#define ARDB_CEILING_FRACTION_PRE_V11 "roofline"
+
 /* Prepared statements cached per connection (SQLITE_PREPARE_PERSISTENT). */
 enum ardb_stmt_id {
     ST_DEVICE_INSERT,
@@ -33,15 +38,18 @@ enum ardb_stmt_id {
     ST_MEASUREMENT_INSERT,
     ST_MEASUREMENT_FIND,
     ST_MEASUREMENT_FIND_PRE_V8,
+    ST_MEASUREMENT_FIND_PRE_V11,
     ST_WINNER_SET,
     ST_WINNERS_LOOKUP,
     ST_WINNERS_LOOKUP_PRE_V4,
     ST_WINNERS_LOOKUP_PRE_V9,
+    ST_WINNERS_LOOKUP_PRE_V11,
     ST_LIST_WINNERS,
     ST_LIST_RUNS,
     ST_LIST_RUNS_PRE_V3,
     ST_LIST_WINNERS_PRE_V4,
     ST_LIST_WINNERS_PRE_V9,
+    ST_LIST_WINNERS_PRE_V11,
     ST_LIST_RUNS_PRE_V4,
     ST_COUNT
 };
@@ -75,8 +83,23 @@ int ardb__sql_fail(ardb *db, int rc, const char *what);
 int ardb__exec(ardb *db, const char *sql, const char *what);
 /* The cached statement for id (prepared on first use), reset and unbound. */
 int ardb__stmt(ardb *db, int id, const char *sql, sqlite3_stmt **st);
+/* One form of a statement that differs by schema version: the cached
+ * statement id and SQL for files of version `since` and later. */
+typedef struct ardb_stmt_form {
+    int64_t since;
+    int id;
+    const char *sql;
+} ardb_stmt_form;
+/* ardb__stmt of the first of the n forms (newest first) whose `since` is
+ * at most version; the last form should have since 0. */
+int ardb__stmt_for_version(ardb *db, int64_t version, const ardb_stmt_form *forms, size_t n, sqlite3_stmt **st);
+/* The same for the schema version of the main database, read first. */
+int ardb__stmt_for_schema(ardb *db, const ardb_stmt_form *forms, size_t n, sqlite3_stmt **st);
 /* Resets a statement after use so that it holds no read transaction. */
 void ardb__release(sqlite3_stmt *st);
+/* ardb__sql_fail, then ardb__release of st: the end of a statement that
+ * failed to bind or to step. */
+int ardb__stmt_fail(ardb *db, sqlite3_stmt *st, int rc, const char *what);
 /* EREADONLY with a message when the connection is read-only. */
 int ardb__check_writable(ardb *db);
 /* malloc'ed copy of a text column; NULL for SQL NULL. *oom set on failure. */

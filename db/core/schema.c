@@ -99,6 +99,12 @@ int ardb__schema_check(ardb *db, const schema_state *s)
     return ARDB_DONE;
 }
 
+int ardb__read_version(ardb *db, int64_t *version)
+{
+    *version = ARDB_SCHEMA_VERSION;
+    return db->readonly ? ardb__user_version(db, "main", version) : ARDB_DONE;
+}
+
 int ardb__user_version(ardb *db, const char *schema, int64_t *version)
 {
     char sql[96];

@@ -30,4 +30,9 @@ int ardb__schema_check(ardb *db, const schema_state *s);
 /* PRAGMA <schema>.user_version of an attached schema ("main", ...). */
 int ardb__user_version(ardb *db, const char *schema, int64_t *version);
 
+/* The schema version of the main database as db reads it: a writer's open
+ * migrated the file to ARDB_SCHEMA_VERSION, a read-only handle reads the
+ * file's own version. */
+int ardb__read_version(ardb *db, int64_t *version);
+
 #endif

@@ -53,13 +53,14 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
      * is never ranked, as before. The rows are put in T bucket order here
      * (sort_by_t_bucket), not by an ORDER BY, which would copy the sources
      * through a sorter once more. */
-#define WINNERS_LOOKUP_SQL(simulated, provisional, disturbance)             \
+#define WINNERS_LOOKUP_SQL(simulated, provisional, disturbance, fraction)   \
     "SELECT x.t_bucket, c.variant, c.kernel_name, c.source, c.source_hash,"   \
     " c.params_json, x.fingerprint, x.arch, x.run_id, x.median_us, x.gbps,"   \
-    " x.roofline, x.provisional, x.disturbance"                               \
+    " x.fraction, x.provisional, x.disturbance"                               \
     " FROM ("                                                                 \
     "  SELECT p.t_bucket, w.candidate_id, d.fingerprint, d.arch, w.run_id,"   \
-    "   m.median_us, m.gbps, m.roofline, " provisional " AS provisional,"     \
+    "   m.median_us, m.gbps, m." fraction " AS fraction,"                     \
+    "   " provisional " AS provisional,"                                      \
     "   " disturbance " AS disturbance,"                                      \
     "   row_number() OVER (PARTITION BY p.t_bucket"                           \
     "    ORDER BY r.started_at DESC, w.run_id DESC, d.fingerprint IS ?9 DESC,"  \
@@ -82,12 +83,14 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
      * the filter sits outside the level's CASE so that no level can cross
      * it. A file older than v4, opened read-only, has no simulated column
      * and only real devices; one older than v9 has no provisional winner
-     * (nothing watched its final rounds). */
-    static const char sql[] = WINNERS_LOOKUP_SQL("d.simulated", "w.provisional", "w.disturbance");
-    static const char sql_pre_v9[] = WINNERS_LOOKUP_SQL("d.simulated", "0", "NULL");
-    static const char sql_pre_v4[] = WINNERS_LOOKUP_SQL("0", "0", "NULL");
+     * (nothing watched its final rounds); one older than v11 names the
+     * fraction of the ceiling by its older name. */
+    static const char sql[] = WINNERS_LOOKUP_SQL("d.simulated", "w.provisional", "w.disturbance", "ceiling_fraction");
+    static const char sql_pre_v11[] =
+        WINNERS_LOOKUP_SQL("d.simulated", "w.provisional", "w.disturbance", ARDB_CEILING_FRACTION_PRE_V11);
+    static const char sql_pre_v9[] = WINNERS_LOOKUP_SQL("d.simulated", "0", "NULL", ARDB_CEILING_FRACTION_PRE_V11);
+    static const char sql_pre_v4[] = WINNERS_LOOKUP_SQL("0", "0", "NULL", ARDB_CEILING_FRACTION_PRE_V11);
 #undef WINNERS_LOOKUP_SQL
-    int64_t version = 0;
     sqlite3_stmt *st;
     ardb_binder b;
     ardb_winner *arr = NULL;
@@ -105,38 +108,25 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
         return ardb__fail(db, ARDB_EINVAL,
                           "ardb_winners_lookup: problem op, dtype and form "
                           "and a device are required");
-    switch (level) {
-    case ARDB_LEVEL_EXACT:
-        if (!dev->fingerprint)
-            return ardb__fail(db, ARDB_EINVAL,
-                              "ardb_winners_lookup: EXACT needs the device "
-                              "fingerprint");
-        break;
-    case ARDB_LEVEL_ARCHITECTURE:
-        if (!dev->backend || !dev->arch)
-            return ardb__fail(db, ARDB_EINVAL,
-                              "ardb_winners_lookup: ARCHITECTURE needs the "
-                              "device backend and arch");
-        break;
-    case ARDB_LEVEL_BACKEND:
-        if (!dev->backend)
-            return ardb__fail(db, ARDB_EINVAL,
-                              "ardb_winners_lookup: BACKEND needs the device "
-                              "backend");
-        break;
-    default:
+    /* What each level matches on, and whether the device lacks it. */
+    const struct {
+        const char *needs;
+        int missing;
+    } levels[] = {
+        [ARDB_LEVEL_EXACT] = {"EXACT needs the device fingerprint", !dev->fingerprint},
+        [ARDB_LEVEL_ARCHITECTURE] = {"ARCHITECTURE needs the device backend and arch", !dev->backend || !dev->arch},
+        [ARDB_LEVEL_BACKEND] = {"BACKEND needs the device backend", !dev->backend},
+    };
+    if ((unsigned)level >= sizeof levels / sizeof levels[0])
         return ardb__fail(db, ARDB_EINVAL,
                           "ardb_winners_lookup: unknown level %d", (int)level);
-    }
-    if ((code = ardb__user_version(db, "main", &version)))
-        return code;
-    if (version >= 9)
-        code = ardb__stmt(db, ST_WINNERS_LOOKUP, sql, &st);
-    else if (version >= 4)
-        code = ardb__stmt(db, ST_WINNERS_LOOKUP_PRE_V9, sql_pre_v9, &st);
-    else
-        code = ardb__stmt(db, ST_WINNERS_LOOKUP_PRE_V4, sql_pre_v4, &st);
-    if (code)
+    if (levels[level].missing)
+        return ardb__fail(db, ARDB_EINVAL, "ardb_winners_lookup: %s", levels[level].needs);
+    const ardb_stmt_form forms[] = {{11, ST_WINNERS_LOOKUP, sql},
+                                    {9, ST_WINNERS_LOOKUP_PRE_V11, sql_pre_v11},
+                                    {4, ST_WINNERS_LOOKUP_PRE_V9, sql_pre_v9},
+                                    {0, ST_WINNERS_LOOKUP_PRE_V4, sql_pre_v4}};
+    if ((code = ardb__stmt_for_schema(db, forms, 4, &st)))
         return code;
     b = (ardb_binder){st, SQLITE_OK, 0};
     ardb__bind_text(&b, p->op);      /* ?1 */
@@ -152,11 +142,8 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
     ardb__bind_text(&b, dev->arch);        /* ?11 */
     ardb__bind_int64(&b, (int64_t)level);  /* ?12 */
     ardb__bind_int64(&b, dev->simulated ? 1 : 0); /* ?13 */
-    if (b.rc != SQLITE_OK) {
-        code = ardb__sql_fail(db, b.rc, "winners lookup");
-        ardb__release(st);
-        return code;
-    }
+    if (b.rc != SQLITE_OK)
+        return ardb__stmt_fail(db, st, b.rc, "winners lookup");
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         ardb_winner *w;
         int oom = 0;
@@ -184,7 +171,7 @@ int ardb_winners_lookup(ardb *db, const ardb_problem *p, const ardb_device *dev,
         w->run_id = sqlite3_column_int64(st, 8);
         w->median_us = ardb__col_double(st, 9);
         w->gbps = ardb__col_double(st, 10);
-        w->roofline = ardb__col_double(st, 11);
+        w->ceiling_fraction = ardb__col_double(st, 11);
         w->provisional = sqlite3_column_int(st, 12) != 0;
         /* The evidence belongs to a provisional winner only. */
         w->disturbance = w->provisional ? ardb__col_dup(st, 13, &oom) : NULL;

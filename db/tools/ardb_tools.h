@@ -62,7 +62,7 @@ typedef int (*ardb_row_fn)(void *ctx, int ncol, const char *const *names,
 /* The latest winner of every problem for every device (or the winners of
  * one run), joined with its measurement: columns problem (key), device
  * (name, with " (simulated)" after a simulated device's), variant,
- * median_us, gbps, roofline, provisional ("yes: " and the evidence for a
+ * median_us, gbps, ceiling_fraction, provisional ("yes: " and the evidence for a
  * provisional winner, schema v9; "" otherwise); in problem key order with
  * numeric fields compared as numbers. */
 int ardb_list_winners(ardb *db, int64_t run_id /* 0: all */, ardb_row_fn fn,
@@ -147,7 +147,7 @@ typedef struct ardb_diff_row {
     char *variant_a, *variant_b;   /* NULL without a winner */
     double us_a, us_b;             /* winner median; NaN without a winner */
     double spread_a, spread_b;     /* median abs deviation; NaN if unknown */
-    double roofline_a, roofline_b; /* the winner's roofline (ardb_measurement) */
+    double ceiling_fraction_a, ceiling_fraction_b; /* the winner's (ardb_measurement) */
     char *status_b;                /* without a winner in b: the status of
                                       b's last measurement of it, or NULL */
 } ardb_diff_row;
@@ -184,7 +184,7 @@ int ardb_diff_beyond_noise(const ardb_diff_row *r);
 typedef struct ardb_winner_point {
     int64_t run_id, problem_id, device_id;
     char *problem, *device, *variant, *strategy, *started_at;
-    double median_us, spread_us, gbps, roofline;
+    double median_us, spread_us, gbps, ceiling_fraction;
 } ardb_winner_point;
 /* Every winner of every run, ordered by problem (key order), device, run.
  * *out is owned by the caller (ardb_winner_points_free). */
@@ -289,14 +289,14 @@ int ardb_import_json(ardb *db, const char *text, size_t len,
  *     that time, and within the int32 of ardb_measurement;
  *   - bandwidths (gbps, copy_gbps, read_gbps): at most 1e6 GB/s, 200 times
  *     the fastest memory of today (H200: 4.8 TB/s);
- *   - roofline (a measured bandwidth over the ceiling that matches its
+ *   - ceiling_fraction (a measured bandwidth over the ceiling that matches its
  *     traffic, or over the run's copy bandwidth before v6; above 1 when a
- *     problem fits in a cache): at most 1e6;
+ *     problem fits in a cache; its key was "roofline" before v11): at most 1e6;
  *   - rel_err: finite. */
 #define ARDB_IMPORT_MAX_US 1e9
 #define ARDB_IMPORT_MAX_REPS 1e9
 #define ARDB_IMPORT_MAX_GBPS 1e6
-#define ARDB_IMPORT_MAX_ROOFLINE 1e6
+#define ARDB_IMPORT_MAX_CEILING_FRACTION 1e6
 
 /* Writes s (n bytes) through fn as a quoted JSON string: quotes, control
  * characters and backslashes escaped, and bytes that are not well-formed

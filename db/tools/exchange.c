@@ -31,6 +31,14 @@
 #define EXPORT_FORMAT "attnres-export"
 #define EXPORT_VERSION 1
 
+/* A measurement or winner row (alias t) joined to the run, problem,
+ * candidate and device it names; the JSON and CSV exports read both. */
+#define KEY_JOINS(t)                                                   \
+    " JOIN runs r ON r.id = " t ".run_id"                              \
+    " JOIN problems p ON p.id = " t ".problem_id"                      \
+    " JOIN candidates c ON c.id = " t ".candidate_id"                  \
+    " JOIN devices d ON d.id = " t ".device_id"
+
 /* ---- writing ---------------------------------------------------------------- */
 
 typedef struct writer {
@@ -198,24 +206,18 @@ int ardb_export_json(ardb *db, unsigned flags, ardb_write_fn fn, void *ctx)
              " m.status AS status, m.median_us AS median_us,"
              " m.min_us AS min_us, m.max_us AS max_us,"
              " m.spread_us AS spread_us, m.reps AS reps, m.gbps AS gbps,"
-             " m.roofline AS roofline, m.rel_err AS rel_err,"
+             " %s AS ceiling_fraction, m.rel_err AS rel_err,"
              " m.message AS message, %s AS final_round,"
              " m.created_at AS created_at"
-             " FROM measurements m JOIN runs r ON r.id = m.run_id"
-             " JOIN problems p ON p.id = m.problem_id"
-             " JOIN candidates c ON c.id = m.candidate_id"
-             " JOIN devices d ON d.id = m.device_id ORDER BY m.id",
-             uid, sim, ardb__final_round_expr(version));
+             " FROM measurements m" KEY_JOINS("m") " ORDER BY m.id",
+             uid, sim, ardb__ceiling_fraction_expr(version, "m"), ardb__final_round_expr(version));
     snprintf(sql[3], sizeof sql[3],
              "SELECT %s AS run, p.key AS problem, d.fingerprint AS device,"
              " %s AS device_simulated,"
              " c.variant AS variant, c.source_hash AS source_hash,"
              " w.measurement_id AS measurement, w.created_at AS created_at,"
              " %s AS provisional, %s AS disturbance"
-             " FROM winners w JOIN runs r ON r.id = w.run_id"
-             " JOIN problems p ON p.id = w.problem_id"
-             " JOIN candidates c ON c.id = w.candidate_id"
-             " JOIN devices d ON d.id = w.device_id"
+             " FROM winners w" KEY_JOINS("w")
              " ORDER BY w.run_id, " ARDB_PROBLEM_ORDER ", w.device_id",
              uid, sim, version >= 9 ? "w.provisional" : "0",
              version >= 9 ? "w.disturbance" : "NULL");
@@ -320,16 +322,13 @@ int ardb_export_csv(ardb *db, ardb_csv_table table, ardb_write_fn fn,
                  " m.status AS status, m.median_us AS median_us,"
                  " m.min_us AS min_us, m.max_us AS max_us,"
                  " m.spread_us AS spread_us, m.reps AS reps, m.gbps AS gbps,"
-                 " m.roofline AS roofline, m.rel_err AS rel_err,"
+                 " %s AS ceiling_fraction, m.rel_err AS rel_err,"
                  " EXISTS (SELECT 1 FROM winners w WHERE w.run_id = m.run_id"
                  "  AND w.measurement_id = m.id) AS is_winner,"
                  " %s AS final_round,"
                  " m.message AS message, m.created_at AS created_at"
-                 " FROM measurements m JOIN runs r ON r.id = m.run_id"
-                 " JOIN problems p ON p.id = m.problem_id"
-                 " JOIN candidates c ON c.id = m.candidate_id"
-                 " JOIN devices d ON d.id = m.device_id ORDER BY m.id",
-                 uid, sim, ardb__final_round_expr(version));
+                 " FROM measurements m" KEY_JOINS("m") " ORDER BY m.id",
+                 uid, sim, ardb__ceiling_fraction_expr(version, "m"), ardb__final_round_expr(version));
         break;
     case ARDB_CSV_WINNERS:
         snprintf(sql, sizeof sql,
@@ -339,16 +338,13 @@ int ardb_export_csv(ardb *db, ardb_csv_table table, ardb_write_fn fn,
                  PROBLEM_COLUMNS
                  " c.template_name AS template, c.variant AS variant,"
                  " m.median_us AS median_us, m.spread_us AS spread_us,"
-                 " m.gbps AS gbps, m.roofline AS roofline,"
+                 " m.gbps AS gbps, %s AS ceiling_fraction,"
                  " m.run_id AS measured_in_run,"
                  " %s AS provisional, %s AS disturbance"
-                 " FROM winners w JOIN runs r ON r.id = w.run_id"
-                 " JOIN problems p ON p.id = w.problem_id"
-                 " JOIN candidates c ON c.id = w.candidate_id"
-                 " JOIN devices d ON d.id = w.device_id"
+                 " FROM winners w" KEY_JOINS("w")
                  " JOIN measurements m ON m.id = w.measurement_id"
                  " ORDER BY w.run_id, " ARDB_PROBLEM_ORDER ", w.device_id",
-                 uid, sim, version >= 9 ? "w.provisional" : "0",
+                 uid, sim, ardb__ceiling_fraction_expr(version, "m"), version >= 9 ? "w.provisional" : "0",
                  version >= 9 ? "w.disturbance" : "NULL");
         break;
     default:
@@ -528,10 +524,10 @@ static const char *const merge_steps[] = {
     " AND m.status = s.status AND m.created_at = s.created_at)",
     "INSERT INTO main.measurements(run_id, candidate_id, problem_id,"
     " device_id, build_key, status, median_us, min_us, max_us, spread_us,"
-    " reps, gbps, roofline, rel_err, message, final_round, created_at)"
+    " reps, gbps, ceiling_fraction, rel_err, message, final_round, created_at)"
     " SELECT mm.run, mm.cand, mm.prob, mm.dev, s.build_key, s.status,"
     " s.median_us, s.min_us, s.max_us, s.spread_us, s.reps, s.gbps,"
-    " s.roofline, s.rel_err, s.message, %1$s, s.created_at"
+    " %2$s, s.rel_err, s.message, %1$s, s.created_at"
     " FROM temp.ardb_map_meas mm JOIN ardb_src.measurements s"
     " ON s.id = mm.src WHERE mm.dst IS NULL ORDER BY s.id",
     "UPDATE temp.ardb_map_meas SET dst = (SELECT min(m.id)"
@@ -593,7 +589,7 @@ static int merge_attached(ardb *db, int64_t src_version,
             if (format_step(sql, sizeof sql, merge_steps[i],
                             src_version >= 8 ? "s.final_round"
                                              : ARDB_LEGACY_FINAL_ROUND("s.message"),
-                            NULL, NULL, NULL, NULL))
+                            ardb__ceiling_fraction_expr(src_version, "s"), NULL, NULL, NULL))
                 return ardb__fail(db, ARDB_ESQL, "merge: statement too long");
         } else if (strstr(merge_steps[i], "ardb_src.winners s")) {
             /* A source older than v9 has no provisional winner. */
@@ -746,7 +742,7 @@ static const char staging_ddl[] =
     "  'compile_failed','launch_failed','wrong_result','skipped','timeout',"
     "  'nondeterministic')),"
     " median_us REAL, min_us REAL, max_us REAL, spread_us REAL,"
-    " reps INTEGER, gbps REAL, roofline REAL, rel_err REAL, message TEXT,"
+    " reps INTEGER, gbps REAL, ceiling_fraction REAL, rel_err REAL, message TEXT,"
     " created_at TEXT NOT NULL,"
     " final_round INTEGER NOT NULL DEFAULT 0 CHECK(final_round IN (0, 1)));"
     "CREATE TABLE ardb_src.winners(run_id INTEGER NOT NULL,"
@@ -766,6 +762,12 @@ typedef struct import_field {
     char range;
 } import_field;
 
+/* Members that exports of older builds wrote under another name, which
+ * an import still reads. */
+static const struct {
+    const char *name, *old_name;
+} renamed_members[] = {{"ceiling_fraction", ARDB_CEILING_FRACTION_PRE_V11}};
+
 /* The ranges of imported numbers (ardb.h gives the bounds and why): a file
  * that claims a negative or absurd time would otherwise be stored and
  * shown, and would break the charts and comparisons that read it. */
@@ -773,7 +775,7 @@ enum import_range {
     RANGE_NONE = 0,
     RANGE_TIME = 't',      /* microseconds, 0 .. ARDB_IMPORT_MAX_US */
     RANGE_BANDWIDTH = 'b', /* GB/s, 0 .. ARDB_IMPORT_MAX_GBPS */
-    RANGE_ROOFLINE = 'f',  /* fraction, 0 .. ARDB_IMPORT_MAX_ROOFLINE */
+    RANGE_CEILING_FRACTION = 'f',  /* fraction, 0 .. ARDB_IMPORT_MAX_CEILING_FRACTION */
     RANGE_FINITE = 'e',    /* finite and >= 0 (a relative error) */
     RANGE_REPS = 'n'       /* a count, 0 .. ARDB_IMPORT_MAX_REPS */
 };
@@ -830,7 +832,7 @@ static const import_field measurement_fields[] = {
     {"median_us", 'r', 0, RANGE_TIME},     {"min_us", 'r', 0, RANGE_TIME},
     {"max_us", 'r', 0, RANGE_TIME},        {"spread_us", 'r', 0, RANGE_TIME},
     {"reps", 'i', 0, RANGE_REPS},          {"gbps", 'r', 0, RANGE_BANDWIDTH},
-    {"roofline", 'r', 0, RANGE_ROOFLINE},  {"rel_err", 'r', 0, RANGE_FINITE},
+    {"ceiling_fraction", 'r', 0, RANGE_CEILING_FRACTION},  {"rel_err", 'r', 0, RANGE_FINITE},
     {"message", 's', 0, 0},   {"created_at", 's', 1, 0},
     {"device_simulated", 'i', 0, 0},
     /* Optional: exports of builds before schema v8 do not carry it; their
@@ -876,7 +878,7 @@ static const import_section sections[] = {
     {"measurements",
      "INSERT INTO ardb_src.measurements(id, run_id, problem_id, candidate_id,"
      " device_id, build_key, status, median_us, min_us, max_us, spread_us,"
-     " reps, gbps, roofline, rel_err, message, created_at, final_round)"
+     " reps, gbps, ceiling_fraction, rel_err, message, created_at, final_round)"
      " VALUES(?1, (SELECT id FROM ardb_src.runs WHERE uid = ?2),"
      " (SELECT id FROM ardb_src.problems WHERE key = ?3),"
      " (SELECT id FROM ardb_src.candidates WHERE variant = ?4"
@@ -920,9 +922,9 @@ static int check_range(ardb *db, const ardb_json *v, const import_field *f,
         max = ARDB_IMPORT_MAX_GBPS;
         what = "a bandwidth in GB/s";
         break;
-    case RANGE_ROOFLINE:
-        max = ARDB_IMPORT_MAX_ROOFLINE;
-        what = "a fraction of the roofline";
+    case RANGE_CEILING_FRACTION:
+        max = ARDB_IMPORT_MAX_CEILING_FRACTION;
+        what = "a fraction of the ceiling";
         break;
     case RANGE_REPS:
         max = ARDB_IMPORT_MAX_REPS;
@@ -991,6 +993,27 @@ static int bind_field(ardb *db, sqlite3_stmt *st, int i, const ardb_json *v,
     return ARDB_DONE;
 }
 
+/* Binds the member of obj that field f names, or where obj has none, the
+ * member of its older name, with errors naming the key the file used. An
+ * object that holds both is refused: which one it means is unclear. */
+static int bind_member(ardb *db, sqlite3_stmt *st, int i, const ardb_json *obj,
+                       const import_field *f, const char *sec, size_t row)
+{
+    const ardb_json *v = ardb__json_get(obj, f->name), *old = NULL;
+    import_field as_named = *f;
+    size_t k;
+    for (k = 0; k < COUNT_OF(renamed_members) && !old; k++)
+        if (!strcmp(f->name, renamed_members[k].name) &&
+            (old = ardb__json_get(obj, renamed_members[k].old_name)))
+            as_named.name = renamed_members[k].old_name;
+    if (v && old)
+        return ardb__fail(db, ARDB_EINVAL,
+                          "import: %s[%zu] (line %d) holds both \"%s\" and "
+                          "its older name \"%s\"",
+                          sec, row, obj->line, f->name, as_named.name);
+    return bind_field(db, st, i, old ? old : v, &as_named, sec, row);
+}
+
 static int import_section_rows(ardb *db, const ardb_json *doc,
                                const import_section *sec)
 {
@@ -1018,9 +1041,8 @@ static int import_section_rows(ardb *db, const ardb_json *doc,
         sqlite3_reset(st);
         sqlite3_clear_bindings(st);
         for (f = 0; f < sec->nfields && !code; f++)
-            code = bind_field(db, st, (int)f + 1,
-                              ardb__json_get(obj, sec->fields[f].name),
-                              &sec->fields[f], sec->name, r);
+            code = bind_member(db, st, (int)f + 1, obj, &sec->fields[f],
+                               sec->name, r);
         if (code)
             break;
         rc = sqlite3_step(st);

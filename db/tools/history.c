@@ -93,26 +93,13 @@ void ardb_run_info_clear(ardb_run_info *r)
 {
     if (!r)
         return;
-    free(r->uid);
-    free(r->note);
-    free(r->ceilings);
-    free(r->stages);
-    free(r->started_at);
-    free(r->finished_at);
-    free(r->status);
-    free(r->user);
-    free(r->host);
-    free(r->command);
-    free(r->project_version);
-    free(r->templates_hash);
-    free(r->compiler);
-    free(r->driver);
-    free(r->policy_json);
-    free(r->strategy);
-    free(r->device_name);
-    free(r->device_backend);
-    free(r->device_arch);
-    free(r->device_fingerprint);
+    char *const owned[] = {r->uid,          r->note,        r->ceilings,    r->stages,
+                           r->started_at,   r->finished_at, r->status,      r->user,
+                           r->host,         r->command,     r->project_version, r->templates_hash,
+                           r->compiler,     r->driver,      r->policy_json, r->strategy,
+                           r->device_name,  r->device_backend, r->device_arch, r->device_fingerprint};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        free(owned[i]);
     memset(r, 0, sizeof *r);
 }
 
@@ -445,8 +432,8 @@ static int read_diff_row(sqlite3_stmt *st, void *elem)
     r->us_b = ardb__col_double(st, 9);
     r->spread_a = ardb__col_double(st, 10);
     r->spread_b = ardb__col_double(st, 11);
-    r->roofline_a = ardb__col_double(st, 12);
-    r->roofline_b = ardb__col_double(st, 13);
+    r->ceiling_fraction_a = ardb__col_double(st, 12);
+    r->ceiling_fraction_b = ardb__col_double(st, 13);
     r->status_b = ardb__col_dup(st, 14, &oom);
     return oom;
 }
@@ -462,21 +449,20 @@ static int run_exists(ardb *db, int64_t run_id)
     return code;
 }
 
-int ardb_diff_runs(ardb *db, int64_t run_a, int64_t run_b,
-                   ardb_diff_row **rows, size_t *count)
+/* Per run and problem, the fastest winner (a run normally has one device);
+ * the problems either run measured or chose a winner for. */
+static int diff_runs_sql(char *sql, size_t size, int64_t version)
 {
-    /* Per run and problem, the fastest winner (a run normally has one
-     * device); the problems either run measured or chose a winner for. */
-    static const char sql[] =
+    return snprintf(sql, size,
         "WITH"
         " wa AS (SELECT * FROM (SELECT w.problem_id, c.variant, m.median_us,"
-        "  m.spread_us, m.roofline, row_number() OVER (PARTITION BY"
+        "  m.spread_us, %1$s AS fraction, row_number() OVER (PARTITION BY"
         "  w.problem_id ORDER BY m.median_us, w.device_id) AS rn"
         "  FROM winners w JOIN measurements m ON m.id = w.measurement_id"
         "  JOIN candidates c ON c.id = w.candidate_id WHERE w.run_id = ?1)"
         "  WHERE rn = 1),"
         " wb AS (SELECT * FROM (SELECT w.problem_id, c.variant, m.median_us,"
-        "  m.spread_us, m.roofline, row_number() OVER (PARTITION BY"
+        "  m.spread_us, %1$s AS fraction, row_number() OVER (PARTITION BY"
         "  w.problem_id ORDER BY m.median_us, w.device_id) AS rn"
         "  FROM winners w JOIN measurements m ON m.id = w.measurement_id"
         "  JOIN candidates c ON c.id = w.candidate_id WHERE w.run_id = ?2)"
@@ -491,14 +477,20 @@ int ardb_diff_runs(ardb *db, int64_t run_a, int64_t run_b,
         "  EXISTS (SELECT 1 FROM ta WHERE ta.problem_id = p.id),"
         "  EXISTS (SELECT 1 FROM tb WHERE tb.problem_id = p.id),"
         "  wa.variant, wb.variant, wa.median_us, wb.median_us, wa.spread_us,"
-        "  wb.spread_us, wa.roofline, wb.roofline,"
+        "  wb.spread_us, wa.fraction, wb.fraction,"
         "  CASE WHEN wb.problem_id IS NULL THEN (SELECT m.status"
         "   FROM measurements m WHERE m.run_id = ?2 AND m.problem_id = p.id"
         "   ORDER BY m.id DESC LIMIT 1) END"
         " FROM k JOIN problems p ON p.id = k.problem_id"
         " LEFT JOIN wa ON wa.problem_id = p.id"
         " LEFT JOIN wb ON wb.problem_id = p.id"
-        " ORDER BY " ARDB_PROBLEM_ORDER;
+        " ORDER BY " ARDB_PROBLEM_ORDER,
+        ardb__ceiling_fraction_expr(version, "m"));
+}
+
+int ardb_diff_runs(ardb *db, int64_t run_a, int64_t run_b,
+                   ardb_diff_row **rows, size_t *count)
+{
     sqlite3_stmt *st = NULL;
     void *arr = NULL;
     int code, rc;
@@ -510,7 +502,7 @@ int ardb_diff_runs(ardb *db, int64_t run_a, int64_t run_b,
     *rows = NULL;
     *count = 0;
     if ((code = run_exists(db, run_a)) || (code = run_exists(db, run_b)) ||
-        (code = ardb__prepare(db, sql, &st, "diff runs")))
+        (code = prepare_versioned(db, diff_runs_sql, &st, "diff runs")))
         return code;
     if ((rc = sqlite3_bind_int64(st, 1, run_a)) != SQLITE_OK ||
         (rc = sqlite3_bind_int64(st, 2, run_b)) != SQLITE_OK)
@@ -603,7 +595,7 @@ static int read_winner_point(sqlite3_stmt *st, void *elem)
     p->median_us = ardb__col_double(st, 8);
     p->spread_us = ardb__col_double(st, 9);
     p->gbps = ardb__col_double(st, 10);
-    p->roofline = ardb__col_double(st, 11);
+    p->ceiling_fraction = ardb__col_double(st, 11);
     return oom;
 }
 
@@ -613,14 +605,14 @@ static int winner_history_sql(char *sql, size_t size, int64_t version)
         "SELECT w.run_id, w.problem_id, w.device_id, p.key,"
         " COALESCE(d.name, d.fingerprint) ||"
         " CASE WHEN %s THEN ' (simulated)' ELSE '' END, c.variant, r.strategy,"
-        " r.started_at, m.median_us, m.spread_us, m.gbps, m.roofline"
+        " r.started_at, m.median_us, m.spread_us, m.gbps, %s"
         " FROM winners w JOIN problems p ON p.id = w.problem_id"
         " JOIN devices d ON d.id = w.device_id"
         " JOIN candidates c ON c.id = w.candidate_id"
         " JOIN measurements m ON m.id = w.measurement_id"
         " JOIN runs r ON r.id = w.run_id"
         " ORDER BY " ARDB_PROBLEM_ORDER ", w.device_id, w.run_id",
-        ardb__device_simulated_expr(version, "d"));
+        ardb__device_simulated_expr(version, "d"), ardb__ceiling_fraction_expr(version, "m"));
 }
 
 int ardb_winner_history(ardb *db, ardb_winner_point **out, size_t *count)

@@ -296,72 +296,67 @@ static int next_item(parser *ps, char close, const char *expected)
     return fail(ps, "%s", expected);
 }
 
-static int parse_array(parser *ps, ardb_json *v, int depth)
+/* Appends a zeroed item to the array or object v (with room for its key
+ * where with_key), doubling the capacity *cap when it is full. The new
+ * item's index, or -1 when out of memory. */
+static long add_item(ardb_json *v, size_t *cap, int with_key)
 {
-    size_t cap = 0;
-    v->type = ARDB_JSON_ARRAY;
-    skip_space(ps);
-    if (take(ps, ']'))
-        return 0;
-    for (;;) {
-        if (v->count == cap) {
-            size_t ncap = cap ? cap * 2 : 8;
-            ardb_json *ni = realloc(v->items, ncap * sizeof *ni);
-            if (!ni)
-                return fail(ps, "out of memory");
-            v->items = ni;
-            cap = ncap;
-        }
-        memset(&v->items[v->count], 0, sizeof *v->items);
-        v->count++;
-        if (parse_value(ps, &v->items[v->count - 1], depth + 1))
+    if (v->count == *cap) {
+        const size_t ncap = *cap ? *cap * 2 : 8;
+        ardb_json *ni = realloc(v->items, ncap * sizeof *ni);
+        if (!ni)
             return -1;
-        const int more = next_item(ps, ']', "expected ',' or ']' in an array");
-        if (more <= 0)
-            return more;
+        v->items = ni;
+        if (with_key) {
+            char **nk = realloc(v->keys, ncap * sizeof *nk);
+            if (!nk)
+                return -1;
+            v->keys = nk;
+        }
+        *cap = ncap;
     }
+    memset(&v->items[v->count], 0, sizeof *v->items);
+    return (long)v->count++;
 }
 
-static int parse_object(parser *ps, ardb_json *v, int depth)
+/* An array's items or an object's members, after the opening bracket:
+ * one comma-separated list, whose members are a name, a colon and a
+ * value. */
+static int parse_items(parser *ps, ardb_json *v, int depth, int object)
 {
+    const char close = object ? '}' : ']';
     size_t cap = 0;
-    v->type = ARDB_JSON_OBJECT;
+    v->type = object ? ARDB_JSON_OBJECT : ARDB_JSON_ARRAY;
     skip_space(ps);
-    if (take(ps, '}'))
+    if (take(ps, close))
         return 0;
     for (;;) {
-        char *key;
+        char *key = NULL;
         size_t klen;
-        skip_space(ps);
-        if (ps->p >= ps->end || *ps->p != '"')
-            return fail(ps, "expected a member name");
-        ps->p++;
-        if (parse_string(ps, &key, &klen))
-            return -1;
-        if (v->count == cap) {
-            size_t ncap = cap ? cap * 2 : 8;
-            ardb_json *ni = realloc(v->items, ncap * sizeof *ni);
-            char **nk;
-            if (ni)
-                v->items = ni;
-            nk = ni ? realloc(v->keys, ncap * sizeof *nk) : NULL;
-            if (!nk) {
-                free(key);
-                return fail(ps, "out of memory");
-            }
-            v->keys = nk;
-            cap = ncap;
+        if (object) {
+            skip_space(ps);
+            if (ps->p >= ps->end || *ps->p != '"')
+                return fail(ps, "expected a member name");
+            ps->p++;
+            if (parse_string(ps, &key, &klen))
+                return -1;
         }
-        memset(&v->items[v->count], 0, sizeof *v->items);
-        v->keys[v->count] = key;
-        v->count++;
-        skip_space(ps);
-        if (ps->p >= ps->end || *ps->p != ':')
-            return fail(ps, "expected ':' after member name");
-        ps->p++;
-        if (parse_value(ps, &v->items[v->count - 1], depth + 1))
+        const long i = add_item(v, &cap, object);
+        if (i < 0) {
+            free(key);
+            return fail(ps, "out of memory");
+        }
+        if (object) {
+            v->keys[i] = key;
+            skip_space(ps);
+            if (ps->p >= ps->end || *ps->p != ':')
+                return fail(ps, "expected ':' after member name");
+            ps->p++;
+        }
+        if (parse_value(ps, &v->items[i], depth + 1))
             return -1;
-        const int more = next_item(ps, '}', "expected ',' or '}' in an object");
+        const int more =
+            next_item(ps, close, object ? "expected ',' or '}' in an object" : "expected ',' or ']' in an array");
         if (more <= 0)
             return more;
     }
@@ -378,10 +373,10 @@ static int parse_value(parser *ps, ardb_json *v, int depth)
     switch (*ps->p) {
     case '{':
         ps->p++;
-        return parse_object(ps, v, depth);
+        return parse_items(ps, v, depth, 1);
     case '[':
         ps->p++;
-        return parse_array(ps, v, depth);
+        return parse_items(ps, v, depth, 0);
     case '"':
         ps->p++;
         v->type = ARDB_JSON_STRING;

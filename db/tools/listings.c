@@ -61,8 +61,9 @@ static int list_rows(ardb *db, sqlite3_stmt *st, ardb_row_fn fn, void *ctx,
 
 int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
 {
-#define LIST_WINNERS_SQL(simulated, provisional)                              \
-    "SELECT problem, device, variant, median_us, gbps, roofline, provisional" \
+#define LIST_WINNERS_SQL(simulated, provisional, fraction)                    \
+    "SELECT problem, device, variant, median_us, gbps, ceiling_fraction,"     \
+    " provisional"                                                            \
     " FROM ("                                                                 \
     "  SELECT p.key AS problem, " DEVICE_LABEL(simulated) " AS device,"       \
     "   c.variant AS variant,"                                                \
@@ -70,8 +71,8 @@ int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
     "        ELSE printf('%.3f', m.median_us) END AS median_us,"              \
     "   CASE WHEN m.gbps IS NULL THEN NULL"                                   \
     "        ELSE printf('%.1f', m.gbps) END AS gbps,"                        \
-    "   CASE WHEN m.roofline IS NULL THEN NULL"                               \
-    "        ELSE printf('%.3f', m.roofline) END AS roofline,"                \
+    "   CASE WHEN m." fraction " IS NULL THEN NULL"                           \
+    "        ELSE printf('%.3f', m." fraction ") END AS ceiling_fraction,"    \
     "   " provisional " AS provisional,"                                      \
     "   p.op, p.dtype, p.d, p.n, p.heads, p.form, p.epilogue, p.s,"           \
     "   p.t_bucket, d.id AS did,"                                             \
@@ -92,13 +93,14 @@ int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
     "CASE WHEN w.provisional THEN 'yes: ' ||"                                 \
     " COALESCE(NULLIF(w.disturbance, ''), 'its final round was disturbed') END"
     /* A file older than v4 opened read-only has only real devices; one
-     * older than v9 has no provisional winner. */
-    static const char sql[] = LIST_WINNERS_SQL("d.simulated", PROVISIONAL);
-    static const char sql_pre_v9[] = LIST_WINNERS_SQL("d.simulated", "NULL");
-    static const char sql_pre_v4[] = LIST_WINNERS_SQL("0", "NULL");
+     * older than v9 has no provisional winner; one older than v11 names the
+     * fraction of the ceiling by its older name. */
+    static const char sql[] = LIST_WINNERS_SQL("d.simulated", PROVISIONAL, "ceiling_fraction");
+    static const char sql_pre_v11[] = LIST_WINNERS_SQL("d.simulated", PROVISIONAL, ARDB_CEILING_FRACTION_PRE_V11);
+    static const char sql_pre_v9[] = LIST_WINNERS_SQL("d.simulated", "NULL", ARDB_CEILING_FRACTION_PRE_V11);
+    static const char sql_pre_v4[] = LIST_WINNERS_SQL("0", "NULL", ARDB_CEILING_FRACTION_PRE_V11);
 #undef PROVISIONAL
 #undef LIST_WINNERS_SQL
-    int64_t version = 0;
     sqlite3_stmt *st;
     ardb_binder b;
     int code;
@@ -107,23 +109,16 @@ int ardb_list_winners(ardb *db, int64_t run_id, ardb_row_fn fn, void *ctx)
         return ARDB_EINVAL;
     if (!fn || run_id < 0)
         return ardb__fail(db, ARDB_EINVAL, "ardb_list_winners: invalid argument");
-    if ((code = ardb__user_version(db, "main", &version)))
-        return code;
-    if (version >= 9)
-        code = ardb__stmt(db, ST_LIST_WINNERS, sql, &st);
-    else if (version >= 4)
-        code = ardb__stmt(db, ST_LIST_WINNERS_PRE_V9, sql_pre_v9, &st);
-    else
-        code = ardb__stmt(db, ST_LIST_WINNERS_PRE_V4, sql_pre_v4, &st);
-    if (code)
+    const ardb_stmt_form forms[] = {{11, ST_LIST_WINNERS, sql},
+                                    {9, ST_LIST_WINNERS_PRE_V11, sql_pre_v11},
+                                    {4, ST_LIST_WINNERS_PRE_V9, sql_pre_v9},
+                                    {0, ST_LIST_WINNERS_PRE_V4, sql_pre_v4}};
+    if ((code = ardb__stmt_for_schema(db, forms, 4, &st)))
         return code;
     b = (ardb_binder){st, SQLITE_OK, 0};
     ardb__bind_int64(&b, run_id);
-    if (b.rc != SQLITE_OK) {
-        code = ardb__sql_fail(db, b.rc, "list winners");
-        ardb__release(st);
-        return code;
-    }
+    if (b.rc != SQLITE_OK)
+        return ardb__stmt_fail(db, st, b.rc, "list winners");
     return list_rows(db, st, fn, ctx, "list winners");
 }
 
@@ -151,22 +146,15 @@ int ardb_list_runs(ardb *db, ardb_row_fn fn, void *ctx)
 #undef READ_GBPS
 #undef LIST_RUNS_SQL
     sqlite3_stmt *st;
-    int64_t version = 0;
     int code;
 
     if (!db)
         return ARDB_EINVAL;
     if (!fn)
         return ardb__fail(db, ARDB_EINVAL, "ardb_list_runs: invalid argument");
-    if ((code = ardb__user_version(db, "main", &version)))
-        return code;
-    if (version >= 4)
-        code = ardb__stmt(db, ST_LIST_RUNS, sql, &st);
-    else if (version == 3)
-        code = ardb__stmt(db, ST_LIST_RUNS_PRE_V4, sql_pre_v4, &st);
-    else
-        code = ardb__stmt(db, ST_LIST_RUNS_PRE_V3, sql_pre_v3, &st);
-    if (code)
+    const ardb_stmt_form forms[] = {
+        {4, ST_LIST_RUNS, sql}, {3, ST_LIST_RUNS_PRE_V4, sql_pre_v4}, {0, ST_LIST_RUNS_PRE_V3, sql_pre_v3}};
+    if ((code = ardb__stmt_for_schema(db, forms, 3, &st)))
         return code;
     return list_rows(db, st, fn, ctx, "list runs");
 }

@@ -99,3 +99,14 @@ const char *ardb__final_round_expr(int64_t version)
 {
     return version >= 8 ? "m.final_round" : ARDB_LEGACY_FINAL_ROUND("m.message");
 }
+
+const char *ardb__ceiling_fraction_expr(int64_t version, const char *alias)
+{
+    if (!alias)
+        return NULL;
+    if (!strcmp(alias, "m"))
+        return version >= 11 ? "m.ceiling_fraction" : "m." ARDB_CEILING_FRACTION_PRE_V11;
+    if (!strcmp(alias, "s"))
+        return version >= 11 ? "s.ceiling_fraction" : "s." ARDB_CEILING_FRACTION_PRE_V11;
+    return NULL;
+}

@@ -42,6 +42,11 @@ const char *ardb__device_simulated_expr(int64_t version, const char *alias);
  * schema version, measurements aliased `m`: the column from v8 on, else
  * what the migration to v8 derives from the message. */
 const char *ardb__final_round_expr(int64_t version);
+/* The SQL expression of a measurement's fraction of the ceiling for a
+ * schema version, measurements aliased `alias`: ceiling_fraction from v11
+ * on, the column's older name before. Returns a static string per alias it
+ * knows ("m", "s"), NULL for another. */
+const char *ardb__ceiling_fraction_expr(int64_t version, const char *alias);
 /* The order of problems in every listing: key fields compared as numbers.
  * `p` is the alias of the problems table. */
 #define ARDB_PROBLEM_ORDER                                                    \

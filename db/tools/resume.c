@@ -7,6 +7,19 @@
 #include "ardb_tools.h"
 #include "migrate.h"
 #include "query.h"
+#include "schema.h"
+
+/* Prepares sql, which runs once and so is not cached, with the n ids bound
+ * to ?1 to ?n; ARDB_DONE, or the failure recorded as what's. */
+static int prepare_ids(ardb *db, const char *sql, const char *what, sqlite3_stmt **st, int n, const int64_t *ids)
+{
+    const int rc = sqlite3_prepare_v2(db->h, sql, -1, st, NULL);
+    if (rc != SQLITE_OK)
+        return ardb__sql_fail(db, rc, what);
+    for (int i = 0; i < n; i++)
+        sqlite3_bind_int64(*st, i + 1, ids[i]);
+    return ARDB_DONE;
+}
 
 int ardb_measurement_find_final(ardb *db, int64_t candidate_id, int64_t problem_id, int64_t device_id,
                                 const char *build_key, double *median_us, double *spread_us,
@@ -23,26 +36,18 @@ int ardb_measurement_find_final(ardb *db, int64_t candidate_id, int64_t problem_
     static const char sql_pre_v8[] = FIND_FINAL_SQL(ARDB_LEGACY_FINAL_ROUND("message"));
 #undef FIND_FINAL_SQL
     sqlite3_stmt *st = NULL;
-    int64_t version = ARDB_SCHEMA_VERSION;
+    int64_t version;
     if (!db || !median_us || !spread_us || !measurement_id)
         return ARDB_EINVAL;
-    if (db->readonly) {
-        int code = ardb__user_version(db, "main", &version);
-        if (code)
-            return code;
-    }
-    int rc = sqlite3_prepare_v2(db->h, version >= 8 ? sql : sql_pre_v8, -1, &st, NULL);
-    if (rc != SQLITE_OK)
-        return ardb__sql_fail(db, rc, "final measurement");
-    sqlite3_bind_int64(st, 1, candidate_id);
-    sqlite3_bind_int64(st, 2, problem_id);
-    sqlite3_bind_int64(st, 3, device_id);
+    const int64_t ids[] = {candidate_id, problem_id, device_id};
+    int code = ardb__read_version(db, &version);
+    if (code || (code = prepare_ids(db, version >= 8 ? sql : sql_pre_v8, "final measurement", &st, 3, ids)))
+        return code;
     if (build_key)
         sqlite3_bind_text(st, 4, build_key, -1, SQLITE_TRANSIENT);
     else
         sqlite3_bind_null(st, 4);
-    rc = sqlite3_step(st);
-    int code = ARDB_DONE;
+    const int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         *measurement_id = sqlite3_column_int64(st, 0);
         *median_us = ardb__col_double(st, 1);
@@ -70,13 +75,11 @@ int ardb_winner_nearest_bucket(ardb *db, int64_t problem_id, int64_t device_id, 
     if (!db || !candidate_id)
         return ARDB_EINVAL;
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
-    if (rc != SQLITE_OK)
-        return ardb__sql_fail(db, rc, "nearest bucket's winner");
-    sqlite3_bind_int64(st, 1, problem_id);
-    sqlite3_bind_int64(st, 2, device_id);
-    rc = sqlite3_step(st);
-    int code = ARDB_DONE;
+    const int64_t ids[] = {problem_id, device_id};
+    int code = prepare_ids(db, sql, "nearest bucket's winner", &st, 2, ids);
+    if (code)
+        return code;
+    const int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         *candidate_id = sqlite3_column_int64(st, 0);
     else if (rc == SQLITE_DONE)
@@ -97,27 +100,21 @@ int ardb_measurement_disturbance(ardb *db, int64_t measurement_id, char **eviden
         " FROM measurements m JOIN winners w ON w.run_id = m.run_id"
         " AND w.problem_id = m.problem_id AND w.device_id = m.device_id"
         " WHERE m.id = ?1 AND w.provisional = 1";
-    int64_t version = ARDB_SCHEMA_VERSION;
+    int64_t version;
     if (!db)
         return ARDB_EINVAL;
     if (!evidence)
         return ardb__fail(db, ARDB_EINVAL, "ardb_measurement_disturbance: invalid argument");
     *evidence = NULL;
-    if (db->readonly) {
-        int code = ardb__user_version(db, "main", &version);
-        if (code)
-            return code;
-    }
+    int code = ardb__read_version(db, &version);
     /* No winner of a file older than v9 is provisional. */
-    if (version < 9)
-        return ARDB_DONE;
+    if (code || version < 9)
+        return code;
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
-    if (rc != SQLITE_OK)
-        return ardb__sql_fail(db, rc, "a measurement's disturbance");
-    sqlite3_bind_int64(st, 1, measurement_id);
-    rc = sqlite3_step(st);
-    int code = ARDB_DONE, oom = 0;
+    if ((code = prepare_ids(db, sql, "a measurement's disturbance", &st, 1, &measurement_id)))
+        return code;
+    const int rc = sqlite3_step(st);
+    int oom = 0;
     if (rc == SQLITE_ROW) {
         *evidence = ardb__col_dup(st, 0, &oom);
         if (oom)

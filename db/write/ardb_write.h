@@ -137,7 +137,7 @@ typedef struct ardb_measurement {
     double median_us, min_us, max_us, spread_us; /* spread: median abs deviation */
     int32_t reps;
     double gbps;               /* achieved bandwidth at the median */
-    double roofline;           /* gbps over the ceiling matching its traffic
+    double ceiling_fraction;   /* gbps over the ceiling matching its traffic
                                   (runs that record ceilings, v6); over
                                   the run's copy_gbps before */
     double rel_err;            /* ||out-ref|| / ||ref|| */

@@ -3,6 +3,7 @@
  * backup, of files written by an older version.
  */
 #include "migrate.h"
+#include "schema_sql.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -17,17 +18,13 @@ static const char delta_v2[] =
     "ALTER TABLE runs ADD COLUMN uid TEXT;\n"
     "ALTER TABLE runs ADD COLUMN note TEXT;\n"
     "UPDATE runs SET uid = " ARDB_LEGACY_RUN_UID("runs") ";\n"
-    "CREATE UNIQUE INDEX runs_uid ON runs(uid);\n"
-    "CREATE TRIGGER runs_uid_default AFTER INSERT ON runs\n"
-    "WHEN NEW.uid IS NULL BEGIN\n"
-    "  UPDATE runs SET uid = lower(hex(randomblob(16))) WHERE id = NEW.id;\n"
-    "END;\n"
+    ARDB_SQL_RUNS_UID_INDEX
     "UPDATE attnres_meta SET value = '2' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 2;\n";
 
-/* v2 -> v3: a second roofline per run, the measured read-only bandwidth
+/* v2 -> v3: a second ceiling per run, the measured read-only bandwidth
  * (runs.read_gbps, GB/s). On CPUs reads alone can be far below the copy
- * figure, so a roofline taken from copy_gbps alone misjudges kernels that
+ * figure, so a ceiling taken from copy_gbps alone misjudges kernels that
  * mostly read; the run records both. Runs recorded before v3, and runs of
  * backends that do not measure it, hold NULL. */
 static const char delta_v3[] =
@@ -48,13 +45,7 @@ static const char delta_v3[] =
  * with no rows. */
 static const char delta_v4[] =
     "CREATE TABLE ardb_v4_devices(\n"
-    "  id          INTEGER PRIMARY KEY,\n"
-    "  backend     TEXT NOT NULL,\n"
-    "  name        TEXT,\n"
-    "  arch        TEXT,\n"
-    "  units       INTEGER,\n"
-    "  memory      INTEGER,\n"
-    "  driver      TEXT,\n"
+    ARDB_SQL_DEVICE_COLUMNS_TO_DRIVER
     "  fingerprint TEXT NOT NULL,\n"
     "  created_at  TEXT NOT NULL,\n"
     "  simulated   INTEGER NOT NULL DEFAULT 0 CHECK(simulated IN (0, 1)),\n"
@@ -110,8 +101,7 @@ static const char delta_v8[] =
     "  DEFAULT 0 CHECK(final_round IN (0, 1));\n"
     "DROP TRIGGER measurements_append_only;\n"
     "UPDATE measurements SET final_round = " ARDB_LEGACY_FINAL_ROUND("message") ";\n"
-    "CREATE TRIGGER measurements_append_only BEFORE UPDATE ON measurements\n"
-    "BEGIN SELECT RAISE(ABORT, 'measurements are append-only'); END;\n"
+    ARDB_SQL_MEASUREMENTS_APPEND_ONLY
     "UPDATE attnres_meta SET value = '8' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 8;\n";
 
@@ -142,25 +132,9 @@ static const char delta_v9[] =
  * checked before the migration commits (ardb__migrate). */
 static const char delta_v10[] =
     "CREATE TABLE ardb_v10_measurements(\n"
-    "  id           INTEGER PRIMARY KEY,\n"
-    "  run_id       INTEGER NOT NULL REFERENCES runs(id),\n"
-    "  candidate_id INTEGER NOT NULL REFERENCES candidates(id),\n"
-    "  problem_id   INTEGER NOT NULL REFERENCES problems(id),\n"
-    "  device_id    INTEGER NOT NULL REFERENCES devices(id),\n"
-    "  build_key    TEXT,\n"
-    "  status       TEXT NOT NULL CHECK(status IN ('ok','compile_failed',\n"
-    "                 'launch_failed','wrong_result','skipped','timeout',\n"
+    ARDB_SQL_MEASUREMENT_COLUMNS_TO_STATUS ",\n"
     "                 'nondeterministic')),\n"
-    "  median_us    REAL,\n"
-    "  min_us       REAL,\n"
-    "  max_us       REAL,\n"
-    "  spread_us    REAL,\n"
-    "  reps         INTEGER,\n"
-    "  gbps         REAL,\n"
-    "  roofline     REAL,\n"
-    "  rel_err      REAL,\n"
-    "  message      TEXT,\n"
-    "  created_at   TEXT NOT NULL,\n"
+    ARDB_SQL_MEASUREMENT_COLUMNS_AFTER_STATUS ",\n"
     "  final_round  INTEGER NOT NULL DEFAULT 0 CHECK(final_round IN (0, 1))\n"
     ");\n"
     "INSERT INTO ardb_v10_measurements(id, run_id, candidate_id, problem_id,\n"
@@ -172,13 +146,19 @@ static const char delta_v10[] =
     "  ORDER BY id;\n"
     "DROP TABLE measurements;\n"
     "ALTER TABLE ardb_v10_measurements RENAME TO measurements;\n"
-    "CREATE INDEX measurements_key ON measurements(candidate_id, problem_id,\n"
-    "                                              device_id, build_key);\n"
-    "CREATE INDEX measurements_run ON measurements(run_id);\n"
-    "CREATE TRIGGER measurements_append_only BEFORE UPDATE ON measurements\n"
-    "BEGIN SELECT RAISE(ABORT, 'measurements are append-only'); END;\n"
+    ARDB_SQL_MEASUREMENTS_INDEXES
     "UPDATE attnres_meta SET value = '10' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 10;\n";
+
+/* v10 -> v11: measurements.roofline becomes measurements.ceiling_fraction,
+ * the project's one word for the idea; the values stay as they are. SQLite
+ * renames the column in place, in the table, its indexes and triggers.
+ * Readers of an older file opened read-only use the older name
+ * (ARDB_CEILING_FRACTION_PRE_V11). */
+static const char delta_v11[] =
+    "ALTER TABLE measurements RENAME COLUMN " ARDB_CEILING_FRACTION_PRE_V11 " TO ceiling_fraction;\n"
+    "UPDATE attnres_meta SET value = '11' WHERE key = 'schema_version';\n"
+    "PRAGMA user_version = 11;\n";
 
 typedef struct delta {
     int64_t to;
@@ -186,7 +166,8 @@ typedef struct delta {
 } delta;
 
 static const delta deltas[] = {{2, delta_v2}, {3, delta_v3}, {4, delta_v4}, {5, delta_v5}, {6, delta_v6},
-                                {7, delta_v7}, {8, delta_v8}, {9, delta_v9}, {10, delta_v10}};
+                                {7, delta_v7}, {8, delta_v8}, {9, delta_v9}, {10, delta_v10},
+                                {11, delta_v11}};
 
 int ardb__schema_upgrade(ardb *db, int64_t from)
 {

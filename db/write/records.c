@@ -45,13 +45,6 @@ static int step_id(ardb *db, sqlite3_stmt *st, const char *what, int64_t *id)
     return code;
 }
 
-static int bind_fail(ardb *db, sqlite3_stmt *st, int rc, const char *what)
-{
-    int code = ardb__sql_fail(db, rc, what);
-    ardb__release(st);
-    return code;
-}
-
 /* INSERT ... ON CONFLICT DO NOTHING, then SELECT the id: race-free across
  * processes because rows are never deleted. */
 #define UPSERT_ID(db, ins, sel, what, id)                                     \
@@ -100,13 +93,13 @@ int ardb_device_upsert(ardb *db, const ardb_device *dev, int64_t *id)
     ardb__bind_text(&b, dev->fingerprint);
     ardb__bind_int64(&b, dev->simulated ? 1 : 0);
     if (b.rc != SQLITE_OK)
-        return bind_fail(db, ins, b.rc, "device upsert");
+        return ardb__stmt_fail(db, ins, b.rc, "device upsert");
     b = (ardb_binder){sel, SQLITE_OK, 0};
     ardb__bind_text(&b, dev->fingerprint);
     ardb__bind_int64(&b, dev->simulated ? 1 : 0);
     if (b.rc != SQLITE_OK) {
         ardb__release(ins);
-        return bind_fail(db, sel, b.rc, "device upsert");
+        return ardb__stmt_fail(db, sel, b.rc, "device upsert");
     }
     UPSERT_ID(db, ins, sel, "device upsert", id);
 }
@@ -147,7 +140,7 @@ int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id)
     ardb__bind_double(&b, run->copy_gbps);
     ardb__bind_double(&b, run->launch_us);
     /* Not measured (NaN, or 0 from a caller that zero-initializes the
-     * struct and predates the field) is NULL, never a zero roofline. */
+     * struct and predates the field) is NULL, never a zero ceiling. */
     ardb__bind_double(&b, isfinite(run->read_gbps) && run->read_gbps > 0
                               ? run->read_gbps
                               : NAN);
@@ -156,15 +149,12 @@ int ardb_run_begin(ardb *db, const ardb_run *run, int64_t *run_id)
     ardb__bind_text(&b, ardb__owner_self(owner, sizeof owner) == 0 ? owner
                                                                     : NULL);
     if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "run begin");
+        return ardb__stmt_fail(db, st, b.rc, "run begin");
     /* The rowid is read before the statement is reset: same connection. */
     {
         int rc = sqlite3_step(st);
-        if (rc != SQLITE_DONE) {
-            code = ardb__sql_fail(db, rc, "run begin");
-            ardb__release(st);
-            return code;
-        }
+        if (rc != SQLITE_DONE)
+            return ardb__stmt_fail(db, st, rc, "run begin");
         *run_id = sqlite3_last_insert_rowid(db->h);
         ardb__release(st);
     }
@@ -193,7 +183,7 @@ int ardb_run_finish(ardb *db, int64_t run_id, const char *status)
     ardb__bind_text(&b, status);
     ardb__bind_int64(&b, run_id);
     if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "run finish");
+        return ardb__stmt_fail(db, st, b.rc, "run finish");
     if ((code = step_done(db, st, "run finish")))
         return code;
     if (sqlite3_changes(db->h) == 0)
@@ -221,7 +211,7 @@ static int run_set_json(ardb *db, int stmt, const char *sql, const char *what, i
     ardb__bind_text(&b, json);
     ardb__bind_int64(&b, run_id);
     if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, what);
+        return ardb__stmt_fail(db, st, b.rc, what);
     if ((code = step_done(db, st, what)))
         return code;
     if (sqlite3_changes(db->h) == 0)
@@ -253,7 +243,7 @@ int ardb_run_set_roofs(ardb *db, int64_t run_id, double copy_gbps, double read_g
     ardb__bind_double(&b, launch_us);
     ardb__bind_int64(&b, run_id);
     if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "the run's ceilings");
+        return ardb__stmt_fail(db, st, b.rc, "the run's ceilings");
     if ((code = step_done(db, st, "the run's ceilings")))
         return code;
     if (sqlite3_changes(db->h) == 0)
@@ -318,12 +308,12 @@ int ardb_problem_upsert(ardb *db, const ardb_problem *p, int64_t *id)
     ardb__bind_int64(&b, p->s);
     ardb__bind_int64(&b, p->t_bucket);
     if (b.rc != SQLITE_OK)
-        return bind_fail(db, ins, b.rc, "problem upsert");
+        return ardb__stmt_fail(db, ins, b.rc, "problem upsert");
     b = (ardb_binder){sel, SQLITE_OK, 0};
     ardb__bind_text(&b, key);
     if (b.rc != SQLITE_OK) {
         ardb__release(ins);
-        return bind_fail(db, sel, b.rc, "problem upsert");
+        return ardb__stmt_fail(db, sel, b.rc, "problem upsert");
     }
     UPSERT_ID(db, ins, sel, "problem upsert", id);
 }
@@ -362,13 +352,13 @@ int ardb_candidate_upsert(ardb *db, const ardb_candidate *c, int64_t *id)
     ardb__bind_text(&b, c->source);
     ardb__bind_text(&b, c->kernel_name);
     if (b.rc != SQLITE_OK)
-        return bind_fail(db, ins, b.rc, "candidate upsert");
+        return ardb__stmt_fail(db, ins, b.rc, "candidate upsert");
     b = (ardb_binder){sel, SQLITE_OK, 0};
     ardb__bind_text(&b, c->variant);
     ardb__bind_text(&b, c->source_hash);
     if (b.rc != SQLITE_OK) {
         ardb__release(ins);
-        return bind_fail(db, sel, b.rc, "candidate upsert");
+        return ardb__stmt_fail(db, sel, b.rc, "candidate upsert");
     }
     UPSERT_ID(db, ins, sel, "candidate upsert", id);
 }
@@ -403,7 +393,7 @@ int ardb_binary_put(ardb *db, const ardb_binary *bin)
     ardb__bind_blob(&b, bin->blob, bin->size);
     ardb__bind_text(&b, bin->resources_json);
     if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "binary put");
+        return ardb__stmt_fail(db, st, b.rc, "binary put");
     return step_done(db, st, "binary put");
 }
 
@@ -438,7 +428,7 @@ int ardb_measurement_add(ardb *db, const ardb_measurement *m, int64_t *id)
     static const char sql[] =
         "INSERT INTO measurements(run_id, candidate_id, problem_id, device_id,"
         " build_key, status, median_us, min_us, max_us, spread_us, reps, gbps,"
-        " roofline, rel_err, message, final_round, created_at)"
+        " ceiling_fraction, rel_err, message, final_round, created_at)"
         " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " ARDB_NOW ")";
     sqlite3_stmt *st;
     ardb_binder b;
@@ -467,18 +457,15 @@ int ardb_measurement_add(ardb *db, const ardb_measurement *m, int64_t *id)
     ardb__bind_double(&b, m->spread_us);
     ardb__bind_int64(&b, m->reps);
     ardb__bind_double(&b, m->gbps);
-    ardb__bind_double(&b, m->roofline);
+    ardb__bind_double(&b, m->ceiling_fraction);
     ardb__bind_double(&b, m->rel_err);
     ardb__bind_text(&b, m->message);
     ardb__bind_int64(&b, m->final_round != 0);
     if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "measurement add");
+        return ardb__stmt_fail(db, st, b.rc, "measurement add");
     rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE) {
-        code = ardb__sql_fail(db, rc, "measurement add");
-        ardb__release(st);
-        return code;
-    }
+    if (rc != SQLITE_DONE)
+        return ardb__stmt_fail(db, st, rc, "measurement add");
     if (id)
         *id = sqlite3_last_insert_rowid(db->h);
     ardb__release(st);
@@ -498,22 +485,23 @@ int ardb_measurement_find_ex(ardb *db, int64_t candidate_id,
                              const char *build_key, ardb_measurement *m,
                              int64_t *measurement_id)
 {
-#define MEASUREMENT_FIND_SQL(final_round)                                     \
+#define MEASUREMENT_FIND_SQL(fraction, final_round)                           \
     "SELECT id, run_id, status, median_us, min_us, max_us, spread_us,"       \
-    " reps, gbps, roofline, rel_err, message, build_key, " final_round       \
+    " reps, gbps, " fraction ", rel_err, message, build_key, " final_round   \
     " FROM measurements"                                                      \
     " WHERE candidate_id = ? AND problem_id = ? AND device_id = ?"           \
     " AND build_key IS ?"                                                     \
     " ORDER BY id DESC LIMIT 1"
-    static const char sql[] = MEASUREMENT_FIND_SQL("final_round");
+    static const char sql[] = MEASUREMENT_FIND_SQL("ceiling_fraction", "final_round");
     /* A writer's handle is always of the current version (its open
      * migrates); a reader's may be of an older file, read as it is. */
+    static const char sql_pre_v11[] = MEASUREMENT_FIND_SQL(ARDB_CEILING_FRACTION_PRE_V11, "final_round");
     static const char sql_pre_v8[] =
-        MEASUREMENT_FIND_SQL(ARDB_LEGACY_FINAL_ROUND("message"));
+        MEASUREMENT_FIND_SQL(ARDB_CEILING_FRACTION_PRE_V11, ARDB_LEGACY_FINAL_ROUND("message"));
 #undef MEASUREMENT_FIND_SQL
     sqlite3_stmt *st;
     ardb_binder b;
-    int64_t version = ARDB_SCHEMA_VERSION;
+    int64_t version;
     int code = ARDB_DONE, rc, oom = 0;
 
     if (!db)
@@ -522,13 +510,12 @@ int ardb_measurement_find_ex(ardb *db, int64_t candidate_id,
         return ardb__fail(db, ARDB_EINVAL,
                           "ardb_measurement_find: invalid argument");
     memset(m, 0, sizeof *m);
-    if (db->readonly && (code = ardb__user_version(db, "main", &version)))
+    if ((code = ardb__read_version(db, &version)))
         return code;
-    if (version >= 8)
-        code = ardb__stmt(db, ST_MEASUREMENT_FIND, sql, &st);
-    else
-        code = ardb__stmt(db, ST_MEASUREMENT_FIND_PRE_V8, sql_pre_v8, &st);
-    if (code)
+    const ardb_stmt_form forms[] = {{11, ST_MEASUREMENT_FIND, sql},
+                                    {8, ST_MEASUREMENT_FIND_PRE_V11, sql_pre_v11},
+                                    {0, ST_MEASUREMENT_FIND_PRE_V8, sql_pre_v8}};
+    if ((code = ardb__stmt_for_version(db, version, forms, 3, &st)))
         return code;
     b = (ardb_binder){st, SQLITE_OK, 0};
     ardb__bind_int64(&b, candidate_id);
@@ -536,7 +523,7 @@ int ardb_measurement_find_ex(ardb *db, int64_t candidate_id,
     ardb__bind_int64(&b, device_id);
     ardb__bind_text(&b, build_key);
     if (b.rc != SQLITE_OK)
-        return bind_fail(db, st, b.rc, "measurement find");
+        return ardb__stmt_fail(db, st, b.rc, "measurement find");
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         ardb_status s = ARDB_STATUS_OK;
@@ -558,7 +545,7 @@ int ardb_measurement_find_ex(ardb *db, int64_t candidate_id,
         m->spread_us = ardb__col_double(st, 6);
         m->reps = (int32_t)sqlite3_column_int64(st, 7);
         m->gbps = ardb__col_double(st, 8);
-        m->roofline = ardb__col_double(st, 9);
+        m->ceiling_fraction = ardb__col_double(st, 9);
         m->rel_err = ardb__col_double(st, 10);
         m->message = ardb__col_dup(st, 11, &oom);
         m->build_key = ardb__col_dup(st, 12, &oom);
@@ -640,17 +627,11 @@ int ardb_winner_set_ex(ardb *db, int64_t run_id, int64_t problem_id,
     ardb__bind_int64(&b, candidate_id);
     ardb__bind_int64(&b, measurement_id);
     ardb__bind_text(&b, disturbance);
-    if (b.rc != SQLITE_OK) {
-        code = ardb__sql_fail(db, b.rc, "winner set");
-        ardb__release(st);
-        return code;
-    }
+    if (b.rc != SQLITE_OK)
+        return ardb__stmt_fail(db, st, b.rc, "winner set");
     rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE) {
-        code = ardb__sql_fail(db, rc, "winner set");
-        ardb__release(st);
-        return code;
-    }
+    if (rc != SQLITE_DONE)
+        return ardb__stmt_fail(db, st, rc, "winner set");
     ardb__release(st);
     if (sqlite3_changes(db->h) == 0)
         return ardb__fail(db, ARDB_EINVAL,

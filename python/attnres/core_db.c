@@ -39,21 +39,9 @@ PyObject *open_db(PyObject *module, PyObject *arg)
 
 static void db_dealloc(PyObject *op)
 {
-    DbObject *self = (DbObject *)op;
-    self->closed = 1;
-    self->users = 0;
-    db_release(self);
-    Py_CLEAR(self->path);
+    handle_drop(op);
+    Py_CLEAR(((DbObject *)op)->path);
     generic_dealloc(op);
-}
-
-static PyObject *db_close(PyObject *op, PyObject *unused)
-{
-    (void)unused;
-    DbObject *self = (DbObject *)op;
-    self->closed = 1;
-    db_release(self);
-    Py_RETURN_NONE;
 }
 
 static PyObject *db_repr(PyObject *op)
@@ -63,7 +51,7 @@ static PyObject *db_repr(PyObject *op)
 }
 
 static PyMethodDef db_methods[] = {
-    {"close", db_close, METH_NOARGS, "Closes the database; plans made from it stay valid."},
+    {"close", handle_close, METH_NOARGS, "Closes the database; plans made from it stay valid."},
     {"__enter__", handle_enter, METH_NOARGS, NULL},
     {"__exit__", handle_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -59,29 +59,14 @@ static void device_dealloc(PyObject *op)
     if (self->weakrefs)
         PyObject_ClearWeakRefs(op);
     /* Plans hold a reference, so none is alive here. */
-    self->closed = 1;
-    self->users = 0;
-    device_release(self);
+    handle_drop(op);
     Py_CLEAR(self->spec);
     generic_dealloc(op);
 }
 
-static PyObject *device_close(PyObject *op, PyObject *unused)
-{
-    (void)unused;
-    DeviceObject *self = (DeviceObject *)op;
-    self->closed = 1;
-    device_release(self);
-    Py_RETURN_NONE;
-}
-
 int device_usable(DeviceObject *self)
 {
-    if (self->closed || !self->dev) {
-        PyErr_SetString(PyExc_ValueError, "the device is closed");
-        return 0;
-    }
-    return 1;
+    return handle_usable(self->closed, self->dev, "the device is closed");
 }
 
 static PyObject *device_info(PyObject *op, void *closure)
@@ -114,7 +99,7 @@ static PyObject *device_repr(PyObject *op)
 }
 
 static PyMethodDef device_methods[] = {
-    {"close", device_close, METH_NOARGS, "Closes the device (once the plans made on it are gone)."},
+    {"close", handle_close, METH_NOARGS, "Closes the device (once the plans made on it are gone)."},
     {"__enter__", handle_enter, METH_NOARGS, NULL},
     {"__exit__", handle_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -82,6 +82,15 @@ void plan_release(PlanObject *self);
 void plan_begin(PlanObject *self);
 void plan_end(PlanObject *self);
 void generic_dealloc(PyObject *self);
+/* A Device's, Db's or Plan's deallocation: marks it closed, forgets its
+ * users and releases its runtime handle. */
+void handle_drop(PyObject *self);
+/* close() of the three types: marks the handle closed; its runtime handle
+ * goes now, or when the last user finishes. */
+PyObject *handle_close(PyObject *self, PyObject *unused);
+/* Whether a handle can be used (not closed, its runtime handle alive); else
+ * raises ValueError with closed_msg. */
+int handle_usable(int closed, const void *runtime_handle, const char *closed_msg);
 PyObject *handle_enter(PyObject *self, PyObject *unused);
 PyObject *handle_exit(PyObject *self, PyObject *args);
 /* The getter of `closed`, for a getset entry whose closure is the offset of

@@ -51,6 +51,53 @@ void plan_release(PlanObject *self)
     }
 }
 
+/* Marks a handle of any of the three types closed and releases its
+ * runtime handle unless a user still holds it. dropping (the handle's
+ * deallocation) also forgets the users, none of which can be alive then. */
+static void handle_shut(PyObject *self, int dropping)
+{
+    if (Py_TYPE(self) == DeviceType) {
+        DeviceObject *d = (DeviceObject *)self;
+        d->closed = 1;
+        if (dropping)
+            d->users = 0;
+        device_release(d);
+    } else if (Py_TYPE(self) == DbType) {
+        DbObject *b = (DbObject *)self;
+        b->closed = 1;
+        if (dropping)
+            b->users = 0;
+        db_release(b);
+    } else {
+        PlanObject *p = (PlanObject *)self;
+        p->closed = 1;
+        if (dropping)
+            p->busy = 0;
+        plan_release(p);
+    }
+}
+
+void handle_drop(PyObject *self)
+{
+    handle_shut(self, 1);
+}
+
+PyObject *handle_close(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    handle_shut(self, 0);
+    Py_RETURN_NONE;
+}
+
+int handle_usable(int closed, const void *runtime_handle, const char *closed_msg)
+{
+    if (closed || !runtime_handle) {
+        PyErr_SetString(PyExc_ValueError, closed_msg);
+        return 0;
+    }
+    return 1;
+}
+
 void generic_dealloc(PyObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);

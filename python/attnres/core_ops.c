@@ -72,6 +72,9 @@ typedef union {
     attnres_phase2_args p2;
 } run_args;
 
+/* An attnres_run_ call on a plan, T tokens, the op's args and a stream. */
+typedef int (*run_fn)(attnres_plan *, int64_t, const void *, void *);
+
 typedef struct {
     const char *fn;
     attnres_op op;
@@ -79,7 +82,7 @@ typedef struct {
     int nargs;
     arg_spec *args;
     void (*init)(run_args *);
-    int (*run)(attnres_plan *, int64_t, const run_args *, void *);
+    run_fn run;    /* takes the op's member of a run_args */
     int result[2]; /* the slots returned: one object, or a pair when the second applies */
 } op_spec;
 
@@ -154,6 +157,23 @@ static double clock_ns(clockid_t clock)
     struct timespec ts;
     clock_gettime(clock, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* Runs once, or with repeat > 0 that many times (a failure stops them),
+ * adding the wall and this thread's CPU time to *wall and *cpu. Takes no
+ * Python object, so that callers run it without the GIL. */
+static int run_timed(run_fn run, attnres_plan *plan, int64_t t, const void *args, void *stream, long repeat,
+                     double *wall, double *cpu)
+{
+    if (repeat <= 0)
+        return run(plan, t, args, stream);
+    int rc = ATTNRES_OK;
+    const double wall0 = clock_ns(CLOCK_MONOTONIC), cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    for (long i = 0; i < repeat && rc == ATTNRES_OK; i++)
+        rc = run(plan, t, args, stream);
+    *cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+    *wall = clock_ns(CLOCK_MONOTONIC) - wall0;
+    return rc;
 }
 
 static int applies(const attnres_problem *p, int when)
@@ -306,15 +326,7 @@ static PyObject *call_op(const op_spec *spec, PlanObject *self, PyObject *const 
     double wall = 0, cpu = 0;
     plan_begin(self);
     Py_BEGIN_ALLOW_THREADS
-    if (repeat > 0) {
-        const double wall0 = clock_ns(CLOCK_MONOTONIC), cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-        for (long i = 0; i < repeat && rc == ATTNRES_OK; i++)
-            rc = spec->run(plan, t, &r, stream);
-        cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
-        wall = clock_ns(CLOCK_MONOTONIC) - wall0;
-    } else {
-        rc = spec->run(plan, t, &r, stream);
-    }
+    rc = run_timed(spec->run, plan, t, &r, stream, repeat, &wall, &cpu);
     if (rc != ATTNRES_OK)
         snprintf(msg, sizeof msg, "%s", attnres_plan_errmsg(plan));
     Py_END_ALLOW_THREADS
@@ -338,6 +350,23 @@ done:
 /* ---- the three ops' tables ---- */
 
 #define FLOAT_ARG(nm, st, member, dflt, fl) {nm, NULL, K_FLOAT, W_ALWAYS, fl, dflt, -1, offsetof(st, member), 0}
+/* A view whose token stride is member##_stride of st. */
+#define STRIDED_ARG(nm, kind, when, fl, st, member) \
+    {nm, NULL, kind, when, fl, 0, -1, offsetof(st, member), offsetof(st, member##_stride)}
+#define STREAM_ARG {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0}
+/* The folded query's gain (arg_spec.fold names its entry), taken by the query's fold, not a struct member. */
+#define GAIN_ARG(nm) {nm, NULL, K_GAIN, W_ALWAYS, 0, 0, -1, 0, 0}
+/* The score's epsilon and scale, which every op takes. */
+#define SCORE_ARGS(P, st)                                        \
+    [P##_EPS] = FLOAT_ARG("eps", st, eps, 1e-6, F_POSITIVE),     \
+    [P##_SCALE] = FLOAT_ARG("scale", st, scale, 1.0, 0)
+/* The entries mix and phase 2 end with: the output norm's epilogue, out
+ * and the stream. */
+#define EPILOGUE_OUT_STREAM(P, st)                                                                          \
+    [P##_OUT_GAIN] = {"out_gain", NULL, K_VEC, W_EPILOGUE, F_REQUIRED, 0, -1, offsetof(st, out_gain), 0},  \
+    [P##_OUT_EPS] = FLOAT_ARG("out_eps", st, out_eps, 1e-6, F_POSITIVE),                                  \
+    [P##_NORMED] = STRIDED_ARG("normed", K_ROWS, W_EPILOGUE, F_OUT, st, normed),                          \
+    [P##_OUT] = STRIDED_ARG("out", K_ROWS, W_ALWAYS, F_OUT, st, out), [P##_STREAM] = STREAM_ARG
 
 /* An op's init and run entries: its public _args_init and attnres_run_
  * call on its own member of run_args. */
@@ -346,9 +375,9 @@ done:
     {                                                                                           \
         attnres_##op##_args_init(&r->member);                                                   \
     }                                                                                           \
-    static int run_##op(attnres_plan *plan, int64_t t, const run_args *r, void *stream)         \
+    static int run_##op(attnres_plan *plan, int64_t t, const void *r, void *stream)             \
     {                                                                                           \
-        return attnres_run_##op(plan, t, &r->member, stream);                                   \
+        return attnres_run_##op(plan, t, &((const run_args *)r)->member, stream);               \
     }
 
 OP_ENTRIES(mix, mix)
@@ -359,19 +388,11 @@ static arg_spec mix_args[MIX_NARGS] = {
     [MIX_SOURCES] = {"sources", NULL, K_BANK, W_ALWAYS, 0, 0, -1, offsetof(attnres_mix_args, sources),
                      offsetof(attnres_mix_args, source_strides)},
     [MIX_QUERY] = {"query", NULL, K_QUERY, W_ALWAYS, 0, 0, MIX_GAIN, offsetof(attnres_mix_args, query), 0},
-    [MIX_GAIN] = {"gain", NULL, K_GAIN, W_ALWAYS, 0, 0, -1, 0, 0},
-    [MIX_EPS] = FLOAT_ARG("eps", attnres_mix_args, eps, 1e-6, F_POSITIVE),
-    [MIX_SCALE] = FLOAT_ARG("scale", attnres_mix_args, scale, 1.0, 0),
-    [MIX_PARTIAL] = {"partial", NULL, K_ROWS, W_ADDITIVE, F_REQUIRED, 0, -1, offsetof(attnres_mix_args, partial),
-                     offsetof(attnres_mix_args, partial_stride)},
+    [MIX_GAIN] = GAIN_ARG("gain"),
+    SCORE_ARGS(MIX, attnres_mix_args),
+    [MIX_PARTIAL] = STRIDED_ARG("partial", K_ROWS, W_ADDITIVE, F_REQUIRED, attnres_mix_args, partial),
     [MIX_ALPHA] = FLOAT_ARG("alpha", attnres_mix_args, alpha, 1.0, 0),
-    [MIX_OUT_GAIN] = {"out_gain", NULL, K_VEC, W_EPILOGUE, F_REQUIRED, 0, -1, offsetof(attnres_mix_args, out_gain), 0},
-    [MIX_OUT_EPS] = FLOAT_ARG("out_eps", attnres_mix_args, out_eps, 1e-6, F_POSITIVE),
-    [MIX_NORMED] = {"normed", NULL, K_ROWS, W_EPILOGUE, F_OUT, 0, -1, offsetof(attnres_mix_args, normed),
-                    offsetof(attnres_mix_args, normed_stride)},
-    [MIX_OUT] = {"out", NULL, K_ROWS, W_ALWAYS, F_OUT, 0, -1, offsetof(attnres_mix_args, out),
-                 offsetof(attnres_mix_args, out_stride)},
-    [MIX_STREAM] = {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0},
+    EPILOGUE_OUT_STREAM(MIX, attnres_mix_args),
 };
 static const op_spec mix_spec = {"mix", ATTNRES_OP_MIX, 2, MIX_NARGS, mix_args, init_mix, run_mix,
                                  {MIX_OUT, MIX_NORMED}};
@@ -383,14 +404,12 @@ static arg_spec p1_args[P1_NARGS] = {
     [P1_SOURCES] = {"sources", NULL, K_BANK, W_ALWAYS, 0, 0, -1, offsetof(attnres_phase1_args, sources),
                     offsetof(attnres_phase1_args, source_strides)},
     [P1_QUERIES] = {"queries", NULL, K_QUERY, W_ALWAYS, F_SITES, 0, P1_GAINS, offsetof(attnres_phase1_args, queries), 0},
-    [P1_GAINS] = {"gains", NULL, K_GAIN, W_ALWAYS, 0, 0, -1, 0, 0},
-    [P1_EPS] = FLOAT_ARG("eps", attnres_phase1_args, eps, 1e-6, F_POSITIVE),
-    [P1_SCALE] = FLOAT_ARG("scale", attnres_phase1_args, scale, 1.0, 0),
-    [P1_OUT] = {"out", NULL, K_BANK, W_ALWAYS, F_OUT | F_SITES | F_COMMON, 0, -1, offsetof(attnres_phase1_args, o1),
-                offsetof(attnres_phase1_args, o1_stride)},
-    [P1_LSE] = {"lse", NULL, K_BANK, W_ALWAYS, F_OUT | F_SITES | F_COMMON | F_F32 | F_HEADS, 0, -1,
-                offsetof(attnres_phase1_args, lse), offsetof(attnres_phase1_args, lse_stride)},
-    [P1_STREAM] = {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0},
+    [P1_GAINS] = GAIN_ARG("gains"),
+    SCORE_ARGS(P1, attnres_phase1_args),
+    [P1_OUT] = STRIDED_ARG("out", K_BANK, W_ALWAYS, F_OUT | F_SITES | F_COMMON, attnres_phase1_args, o1),
+    [P1_LSE] = STRIDED_ARG("lse", K_BANK, W_ALWAYS, F_OUT | F_SITES | F_COMMON | F_F32 | F_HEADS, attnres_phase1_args,
+                           lse),
+    [P1_STREAM] = STREAM_ARG,
 };
 static const op_spec p1_spec = {"phase1", ATTNRES_OP_PHASE1, 2, P1_NARGS, p1_args, init_phase1, run_phase1,
                                 {P1_OUT, P1_LSE}};
@@ -400,30 +419,25 @@ OP_ENTRIES(phase2, p2)
 enum { P2_O1, P2_LSE, P2_PARTIAL, P2_QUERY, P2_GAIN, P2_SUBLAYER, P2_EPS, P2_SCALE, P2_OUT_GAIN, P2_OUT_EPS,
        P2_NORMED, P2_OUT, P2_STREAM, P2_NARGS };
 static arg_spec p2_args[P2_NARGS] = {
-    [P2_O1] = {"o1", NULL, K_ROWS, W_ALWAYS, 0, 0, -1, offsetof(attnres_phase2_args, o1),
-               offsetof(attnres_phase2_args, o1_stride)},
-    [P2_LSE] = {"lse", NULL, K_ROWS, W_ALWAYS, F_F32 | F_HEADS, 0, -1, offsetof(attnres_phase2_args, lse),
-                offsetof(attnres_phase2_args, lse_stride)},
-    [P2_PARTIAL] = {"partial", NULL, K_ROWS, W_ALWAYS, F_FUSED_OUT, 0, -1, offsetof(attnres_phase2_args, partial),
-                    offsetof(attnres_phase2_args, partial_stride)},
+    [P2_O1] = STRIDED_ARG("o1", K_ROWS, W_ALWAYS, 0, attnres_phase2_args, o1),
+    [P2_LSE] = STRIDED_ARG("lse", K_ROWS, W_ALWAYS, F_F32 | F_HEADS, attnres_phase2_args, lse),
+    [P2_PARTIAL] = STRIDED_ARG("partial", K_ROWS, W_ALWAYS, F_FUSED_OUT, attnres_phase2_args, partial),
     [P2_QUERY] = {"query", NULL, K_QUERY, W_ALWAYS, 0, 0, P2_GAIN, offsetof(attnres_phase2_args, query), 0},
-    [P2_GAIN] = {"gain", NULL, K_GAIN, W_ALWAYS, 0, 0, -1, 0, 0},
-    [P2_SUBLAYER] = {"sublayer", NULL, K_ROWS, W_FUSE_ADD, F_REQUIRED, 0, -1, offsetof(attnres_phase2_args, sublayer),
-                     offsetof(attnres_phase2_args, sublayer_stride)},
-    [P2_EPS] = FLOAT_ARG("eps", attnres_phase2_args, eps, 1e-6, F_POSITIVE),
-    [P2_SCALE] = FLOAT_ARG("scale", attnres_phase2_args, scale, 1.0, 0),
-    [P2_OUT_GAIN] = {"out_gain", NULL, K_VEC, W_EPILOGUE, F_REQUIRED, 0, -1, offsetof(attnres_phase2_args, out_gain), 0},
-    [P2_OUT_EPS] = FLOAT_ARG("out_eps", attnres_phase2_args, out_eps, 1e-6, F_POSITIVE),
-    [P2_NORMED] = {"normed", NULL, K_ROWS, W_EPILOGUE, F_OUT, 0, -1, offsetof(attnres_phase2_args, normed),
-                   offsetof(attnres_phase2_args, normed_stride)},
-    [P2_OUT] = {"out", NULL, K_ROWS, W_ALWAYS, F_OUT, 0, -1, offsetof(attnres_phase2_args, out),
-                offsetof(attnres_phase2_args, out_stride)},
-    [P2_STREAM] = {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0},
+    [P2_GAIN] = GAIN_ARG("gain"),
+    [P2_SUBLAYER] = STRIDED_ARG("sublayer", K_ROWS, W_FUSE_ADD, F_REQUIRED, attnres_phase2_args, sublayer),
+    SCORE_ARGS(P2, attnres_phase2_args),
+    EPILOGUE_OUT_STREAM(P2, attnres_phase2_args),
 };
 static const op_spec p2_spec = {"phase2", ATTNRES_OP_PHASE2, 4, P2_NARGS, p2_args, init_phase2, run_phase2,
                                 {P2_OUT, P2_NORMED}};
 
 static const op_spec *const op_specs[] = {&mix_spec, &p1_spec, &p2_spec};
+
+/* The mix backward's run_fn, for run_timed. */
+static int run_mix_backward(attnres_plan *plan, int64_t t, const void *args, void *stream)
+{
+    return attnres_run_mix_backward(plan, t, args, stream);
+}
 
 /* ---- the mix backward ------------------------------------------------------
  * Plan.mix_backward takes the forward's inputs and the gradient of out and
@@ -435,7 +449,7 @@ static const op_spec *const op_specs[] = {&mix_spec, &p1_spec, &p2_spec};
  * still matched by parse_args, so keyword errors read as the forward's. */
 
 enum { BW_SOURCES, BW_QUERY, BW_DOUT, BW_GAIN, BW_EPS, BW_SCALE, BW_ALPHA, BW_DSOURCES, BW_DQUERY, BW_DGAIN,
-       BW_DPARTIAL, BW_DALPHA, BW_ACCUMULATE, BW_STREAM, BW_NARGS };
+       BW_DPARTIAL, BW_DALPHA, BW_ACCUMULATE, BW_DSOURCES_F32, BW_STREAM, BW_NARGS };
 /* Only the names of this table are read (by parse_args and intern_names). */
 static arg_spec bw_args[BW_NARGS] = {
     [BW_SOURCES] = {"sources", NULL, K_BANK, W_ALWAYS, 0, 0, -1, 0, 0},
@@ -451,6 +465,7 @@ static arg_spec bw_args[BW_NARGS] = {
     [BW_DPARTIAL] = {"dpartial", NULL, K_ROWS, W_ADDITIVE, F_OUT, 0, -1, 0, 0},
     [BW_DALPHA] = {"dalpha", NULL, K_VEC, W_ADDITIVE, F_OUT, 0, -1, 0, 0},
     [BW_ACCUMULATE] = {"accumulate", NULL, K_FLOAT, W_ALWAYS, 0, 0, -1, 0, 0},
+    [BW_DSOURCES_F32] = {"dsources_f32", NULL, K_FLOAT, W_ALWAYS, 0, 0, -1, 0, 0},
     [BW_STREAM] = {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0},
 };
 static const op_spec bw_spec = {"mix_backward", ATTNRES_OP_MIX_BACKWARD, 3, BW_NARGS, bw_args, NULL, NULL,
@@ -545,6 +560,11 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
     const int accumulate = a[BW_ACCUMULATE] ? PyObject_IsTrue(a[BW_ACCUMULATE]) : 0;
     if (accumulate < 0)
         return NULL;
+    /* fp32 source gradients whatever the storage: a trainer that sums several
+     * sites' gradients into one buffer keeps them unrounded. */
+    const int dsrc_f32 = a[BW_DSOURCES_F32] ? PyObject_IsTrue(a[BW_DSOURCES_F32]) : 0;
+    if (dsrc_f32 < 0)
+        return NULL;
     PyObject *gain = opt(a[BW_GAIN]);
     if (accumulate && (opt(a[BW_DSOURCES]) == Py_None || (additive && opt(a[BW_DPARTIAL]) == Py_None))) {
         PyErr_SetString(PyExc_ValueError, additive ? "accumulate=True adds into the given gradients: pass dsources= "
@@ -560,12 +580,12 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
         PyErr_SetString(PyExc_ValueError, "stream= is only for CUDA plans");
         return NULL;
     }
-    r.flags = accumulate ? ATTNRES_GRAD_ACCUMULATE : 0;
+    r.flags = (accumulate ? ATTNRES_GRAD_ACCUMULATE : 0u) | (dsrc_f32 ? ATTNRES_GRAD_DSOURCES_F32 : 0u);
 
     call_ctx c;
     ctx_init(&c, self);
     PyObject *result = NULL, *like = NULL, *dfirst = NULL;
-    const dl_dtype storage = storage_dl(p->dtype);
+    const dl_dtype storage = storage_dl(p->dtype), f32 = {DL_FLOAT, 32, 1};
     const char *sname = attnres_dtype_name(p->dtype);
     int64_t t = -1;
     void *own = NULL;
@@ -584,8 +604,9 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
     r.sources = (const void *const *)ptrs;
     r.source_strides = strides;
     r.dout = dout.data;
-    if (!(objs[BW_DSOURCES] = out_or_new(&c, opt(a[BW_DSOURCES]), like, sname, 3, p->n, t, p->d)) ||
-        borrow_bank(&c, objs[BW_DSOURCES], "dsources", p->n, p->d, storage, 1, &t, &dptrs, &dstrides, &dfirst) ||
+    if (!(objs[BW_DSOURCES] = out_or_new(&c, opt(a[BW_DSOURCES]), like, dsrc_f32 ? "f32" : sname, 3, p->n, t, p->d)) ||
+        borrow_bank(&c, objs[BW_DSOURCES], "dsources", p->n, p->d, dsrc_f32 ? f32 : storage, 1, &t, &dptrs, &dstrides,
+                    &dfirst) ||
         !(objs[BW_DQUERY] = out_or_new(&c, opt(a[BW_DQUERY]), like, "f32", 1, p->d, 0, 0)) ||
         borrow_f32_out(&c, objs[BW_DQUERY], "dquery", p->d, &dq))
         goto done;
@@ -629,15 +650,7 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
     double wall = 0, cpu = 0;
     plan_begin(self);
     Py_BEGIN_ALLOW_THREADS
-    if (repeat > 0) {
-        const double wall0 = clock_ns(CLOCK_MONOTONIC), cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-        for (long i = 0; i < repeat && rc == ATTNRES_OK; i++)
-            rc = attnres_run_mix_backward(plan, t, &r, NULL);
-        cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
-        wall = clock_ns(CLOCK_MONOTONIC) - wall0;
-    } else {
-        rc = attnres_run_mix_backward(plan, t, &r, NULL);
-    }
+    rc = run_timed(run_mix_backward, plan, t, &r, NULL, repeat, &wall, &cpu);
     if (rc != ATTNRES_OK)
         snprintf(msg, sizeof msg, "%s", attnres_plan_errmsg(plan));
     /* u = gain * w, so the runtime's du gives dw = du * gain and dgain =

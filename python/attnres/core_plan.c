@@ -145,28 +145,13 @@ static void plan_dealloc(PyObject *op)
     PlanObject *self = (PlanObject *)op;
     if (self->weakrefs)
         PyObject_ClearWeakRefs(op);
-    self->closed = 1;
-    self->busy = 0;
-    plan_release(self);
+    handle_drop(op);
     generic_dealloc(op);
-}
-
-static PyObject *plan_close(PyObject *op, PyObject *unused)
-{
-    (void)unused;
-    PlanObject *self = (PlanObject *)op;
-    self->closed = 1;
-    plan_release(self);
-    Py_RETURN_NONE;
 }
 
 int plan_usable(PlanObject *self)
 {
-    if (self->closed || !self->plan) {
-        PyErr_SetString(PyExc_ValueError, "the plan is closed");
-        return 0;
-    }
-    return 1;
+    return handle_usable(self->closed, self->plan, "the plan is closed");
 }
 
 static PyObject *plan_explain(PyObject *op, PyObject *unused)
@@ -241,13 +226,15 @@ static PyMethodDef plan_methods[] = {
      "with fuse_add, partial is updated in place to partial + sublayer"},
     {"mix_backward", FASTCALL_KW(plan_mix_backward), METH_FASTCALL | METH_KEYWORDS,
      "mix_backward(sources, query, dout, *, gain=None, eps=1e-6, scale=1.0, alpha=1.0, dsources=None,\n"
-     "             dquery=None, dgain=None, dpartial=None, dalpha=None, accumulate=False, stream=None)\n"
+     "             dquery=None, dgain=None, dpartial=None, dalpha=None, accumulate=False, dsources_f32=False,\n"
+     "             stream=None)\n"
      "    -> (dsources, dquery, dgain), and in the additive form (dsources, dquery, dgain, dpartial, dalpha):\n"
      "the gradients of the mix (DESIGN §1b) for a plan made with op='mix_backward'; dgain is None\n"
-     "without gain; accumulate=True adds into the given dsources (and dpartial)"},
+     "without gain; accumulate=True adds into the given dsources (and dpartial); dsources_f32=True\n"
+     "makes every source gradient float32 (written or added unrounded) whatever the plan's dtype"},
     {"_time_c", FASTCALL_KW(plan_time_c), METH_FASTCALL | METH_KEYWORDS, NULL},
     {"explain", plan_explain, METH_NOARGS, "Which kernels the plan loaded, at which fallback level, and why."},
-    {"close", plan_close, METH_NOARGS, "Destroys the plan (after any run in progress)."},
+    {"close", handle_close, METH_NOARGS, "Destroys the plan (after any run in progress)."},
     {"__enter__", handle_enter, METH_NOARGS, NULL},
     {"__exit__", handle_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -291,3 +291,21 @@ def test_mix_backward_bad_input(dev, rng):
     plan.close()
     with pytest.raises(ValueError, match="the plan is closed"):
         plan.mix_backward(src, w, dout)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_mix_backward_dsources_f32(dev, rng, accumulate):
+    """f16 storage with float32 source gradients: unrounded, so held to fp32's tolerance."""
+    plan = attnres.Plan(dev, None, op="mix_backward", dtype="f16", d=D, n=N, heads=2)
+    src, w, g, dout = inputs(rng, dtype=np.float16)
+    want = backward(f64(src), f64(w), f64(g), f64(dout), 2, 1e-6, 1.0)
+    base = rng.standard_normal((N, T, D)).astype(np.float32) if accumulate else np.zeros((N, T, D), np.float32)
+    dsrc = base.copy()
+    got = plan.mix_backward(src, w, dout, gain=g, dsources=dsrc if accumulate else None, accumulate=accumulate,
+                            dsources_f32=True)
+    assert got[0].dtype == np.float32
+    assert rel_err(got[0] - base, want[0]) <= TOL["f32"]
+    assert rel_err(got[1], want[1]) <= TOL["f16"]
+    # Without the keyword the source gradients are the storage dtype's.
+    with pytest.raises(ValueError, match="dsources"):
+        plan.mix_backward(src, w, dout, dsources=np.zeros((N, T, D), np.float32))

@@ -32,29 +32,24 @@
 #include "cpu_pool.h"
 #include "device.h"
 
-/* Generated at build time from templates/cpu/mix.lua (see CMakeLists). */
-extern void (*const ar_generic_mix_f32)(const struct attnres_cpu_mix_args *, int64_t, int64_t);
-extern void (*const ar_generic_mix_bf16)(const struct attnres_cpu_mix_args *, int64_t, int64_t);
-extern void (*const ar_generic_mix_f16)(const struct attnres_cpu_mix_args *, int64_t, int64_t);
-extern const char ar_generic_mix_f32_variant[], ar_generic_mix_bf16_variant[],
-    ar_generic_mix_f16_variant[];
-/* ... and from templates/cpu/phase1.lua and templates/cpu/phase2.lua. */
-extern void (*const ar_generic_phase1_f32)(const struct attnres_cpu_phase1_args *, int64_t, int64_t);
-extern void (*const ar_generic_phase1_bf16)(const struct attnres_cpu_phase1_args *, int64_t, int64_t);
-extern void (*const ar_generic_phase1_f16)(const struct attnres_cpu_phase1_args *, int64_t, int64_t);
-extern const char ar_generic_phase1_f32_variant[], ar_generic_phase1_bf16_variant[],
-    ar_generic_phase1_f16_variant[];
-extern void (*const ar_generic_phase2_f32)(const struct attnres_cpu_phase2_args *, int64_t, int64_t);
-extern void (*const ar_generic_phase2_bf16)(const struct attnres_cpu_phase2_args *, int64_t, int64_t);
-extern void (*const ar_generic_phase2_f16)(const struct attnres_cpu_phase2_args *, int64_t, int64_t);
-extern const char ar_generic_phase2_f32_variant[], ar_generic_phase2_bf16_variant[],
-    ar_generic_phase2_f16_variant[];
-/* ... and from templates/cpu/mix_backward.lua. */
-extern void (*const ar_generic_mix_backward_f32)(const struct attnres_cpu_mix_backward_args *, int64_t, int64_t);
-extern void (*const ar_generic_mix_backward_bf16)(const struct attnres_cpu_mix_backward_args *, int64_t, int64_t);
-extern void (*const ar_generic_mix_backward_f16)(const struct attnres_cpu_mix_backward_args *, int64_t, int64_t);
-extern const char ar_generic_mix_backward_f32_variant[], ar_generic_mix_backward_bf16_variant[],
-    ar_generic_mix_backward_f16_variant[];
+/* Generated at build time from templates/cpu/<op>.lua (see CMakeLists):
+ * each op's generic kernel and variant id per dtype. */
+#define GENERIC_KERNELS(op, argt)                                                               \
+    extern void (*const ar_generic_##op##_f32)(const struct argt *, int64_t, int64_t);         \
+    extern void (*const ar_generic_##op##_bf16)(const struct argt *, int64_t, int64_t);        \
+    extern void (*const ar_generic_##op##_f16)(const struct argt *, int64_t, int64_t);         \
+    extern const char ar_generic_##op##_f32_variant[], ar_generic_##op##_bf16_variant[],       \
+        ar_generic_##op##_f16_variant[]
+GENERIC_KERNELS(mix, attnres_cpu_mix_args);
+GENERIC_KERNELS(phase1, attnres_cpu_phase1_args);
+GENERIC_KERNELS(phase2, attnres_cpu_phase2_args);
+GENERIC_KERNELS(mix_backward, attnres_cpu_mix_backward_args);
+
+/* An entry of cpu_load_generic's table. */
+#define GENERIC_ENTRY(code, op)                                                                        \
+    {code,                                                                                             \
+     {(void *)ar_generic_##op##_f32, (void *)ar_generic_##op##_bf16, (void *)ar_generic_##op##_f16}, \
+     {ar_generic_##op##_f32_variant, ar_generic_##op##_bf16_variant, ar_generic_##op##_f16_variant}}
 
 /* The options in a build key: cpu_compiler.h's AR_CPU_CC_OPTIONS, which
  * say why -O2. */
@@ -540,20 +535,10 @@ static int id_without_threads(const char *id)
 static int cpu_load_generic(attnres_device *dev, const attnres_problem *p, ar_kernel *k)
 {
     const generic_entry table[] = {
-        {ATTNRES_OP_MIX,
-         {(void *)ar_generic_mix_f32, (void *)ar_generic_mix_bf16, (void *)ar_generic_mix_f16},
-         {ar_generic_mix_f32_variant, ar_generic_mix_bf16_variant, ar_generic_mix_f16_variant}},
-        {ATTNRES_OP_PHASE1,
-         {(void *)ar_generic_phase1_f32, (void *)ar_generic_phase1_bf16, (void *)ar_generic_phase1_f16},
-         {ar_generic_phase1_f32_variant, ar_generic_phase1_bf16_variant, ar_generic_phase1_f16_variant}},
-        {ATTNRES_OP_PHASE2,
-         {(void *)ar_generic_phase2_f32, (void *)ar_generic_phase2_bf16, (void *)ar_generic_phase2_f16},
-         {ar_generic_phase2_f32_variant, ar_generic_phase2_bf16_variant, ar_generic_phase2_f16_variant}},
-        {ATTNRES_OP_MIX_BACKWARD,
-         {(void *)ar_generic_mix_backward_f32, (void *)ar_generic_mix_backward_bf16,
-          (void *)ar_generic_mix_backward_f16},
-         {ar_generic_mix_backward_f32_variant, ar_generic_mix_backward_bf16_variant,
-          ar_generic_mix_backward_f16_variant}},
+        GENERIC_ENTRY(ATTNRES_OP_MIX, mix),
+        GENERIC_ENTRY(ATTNRES_OP_PHASE1, phase1),
+        GENERIC_ENTRY(ATTNRES_OP_PHASE2, phase2),
+        GENERIC_ENTRY(ATTNRES_OP_MIX_BACKWARD, mix_backward),
     };
     memset(k, 0, sizeof *k);
     const int dt = (int)p->dtype;
@@ -648,6 +633,16 @@ static int run_split(attnres_device *dev, const ar_kernel *k, const attnres_prob
     return ATTNRES_OK;
 }
 
+/* Refuses a launch of the mix or its backward with more sources than the
+ * CPU backend's tables hold. */
+static int sources_fit(attnres_device *dev, const attnres_problem *p)
+{
+    if (p->n > CPU_MAX_SOURCES)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the CPU backend supports at most %d sources (N = %d)",
+                              CPU_MAX_SOURCES, p->n);
+    return ATTNRES_OK;
+}
+
 /* The sources' token strides, 0 (or none given) meaning d. */
 static void source_strides(const attnres_problem *p, const int64_t *given, int64_t *strides)
 {
@@ -660,9 +655,9 @@ static int cpu_launch_mix(attnres_device *dev, const ar_kernel *k,
                           const attnres_mix_args *a, void *stream)
 {
     (void)stream;
-    if (p->n > CPU_MAX_SOURCES)
-        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the CPU backend supports at most %d sources (N = %d)",
-                              CPU_MAX_SOURCES, p->n);
+    int rc = sources_fit(dev, p);
+    if (rc != ATTNRES_OK)
+        return rc;
     int64_t strides[CPU_MAX_SOURCES];
     source_strides(p, a->source_strides, strides);
     cpu_run r;
@@ -768,9 +763,9 @@ static int cpu_launch_mix_backward(attnres_device *dev, const ar_kernel *k, cons
                                    const attnres_mix_backward_args *a)
 {
     cpu_state *st = dev->state;
-    if (p->n > CPU_MAX_SOURCES)
-        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "the CPU backend supports at most %d sources (N = %d)",
-                              CPU_MAX_SOURCES, p->n);
+    int rc = sources_fit(dev, p);
+    if (rc != ATTNRES_OK)
+        return rc;
     const int additive = p->form == ATTNRES_FORM_ADDITIVE;
     if (T == 0) { /* sums over no tokens */
         memset(a->dquery, 0, sizeof(float) * (size_t)p->d);
@@ -899,7 +894,7 @@ static void copy_chunk(void *ctx, int64_t b0, int64_t b1)
 /* Best of multi-threaded memcpy runs over buffers far larger than any
  * cache; read + written bytes per second, as DESIGN §2 counts. The runs
  * span at least half a second: on a shared host a core can stall for a
- * few tens of milliseconds, and a roofline taken inside one such stall
+ * few tens of milliseconds, and a ceiling taken inside one such stall
  * measured one core's copy rate instead of the machine's. */
 static int cpu_copy_bandwidth(attnres_device *dev, double *gbps)
 {

@@ -19,26 +19,34 @@ static int64_t phase1_weights_smem(const attnres_problem *p)
     return ((int64_t)p->n * p->s * p->heads + (int64_t)p->n * p->heads + p->n) * (int64_t)sizeof(float);
 }
 
-/* Refuses, with `status`, a phase 1 whose weights need more shared memory
- * than a CUDA phase1 kernel may use: EINVAL when a plan is made, and
- * EUNSUPPORTED when a launch outside a plan (the tuner's) gets that far. */
-static int phase1_smem_check(attnres_device *dev, const attnres_problem *p, int status)
-{
-    const int64_t smem = phase1_weights_smem(p);
-    if (smem <= AR_CUDA_PHASE1_MAX_SMEM)
-        return ATTNRES_OK;
-    return ar_device_fail(dev, status,
-                          "phase1 with N = %d, S = %d, H = %d needs %lld bytes of shared memory, over the %d a CUDA "
-                          "phase1 kernel may use",
-                          p->n, p->s, p->heads, (long long)smem, AR_CUDA_PHASE1_MAX_SMEM);
-}
-
 /* The dynamic shared memory of the mix backward's per-token tables
  * (templates/cuda/mix_backward.lua): three of n * H floats, two of n, one
  * of H. */
 static int64_t mix_backward_tables_smem(const attnres_problem *p)
 {
     return (3 * (int64_t)p->n * p->heads + 2 * (int64_t)p->n + p->heads) * (int64_t)sizeof(float);
+}
+
+/* Refuses, with `status`, a phase 1 (its weights) or a mix backward (its
+ * tables) that needs more shared memory than its CUDA kernel may use:
+ * EINVAL when a plan is made, and EUNSUPPORTED when a launch outside a
+ * plan (the tuner's) gets that far. */
+static int tables_smem_check(attnres_device *dev, const attnres_problem *p, int status)
+{
+    const int phase1 = p->op == ATTNRES_OP_PHASE1;
+    const int64_t smem = phase1 ? phase1_weights_smem(p) : mix_backward_tables_smem(p);
+    const int max = phase1 ? AR_CUDA_PHASE1_MAX_SMEM : AR_CUDA_MIX_BACKWARD_MAX_SMEM;
+    if (smem <= max)
+        return ATTNRES_OK;
+    const char *op = phase1 ? "phase1" : "mix_backward";
+    char shape[64];
+    if (phase1)
+        snprintf(shape, sizeof shape, "N = %d, S = %d, H = %d", p->n, p->s, p->heads);
+    else
+        snprintf(shape, sizeof shape, "N = %d, H = %d", p->n, p->heads);
+    return ar_device_fail(dev, status,
+                          "%s with %s needs %lld bytes of shared memory, over the %d a CUDA %s kernel may use", op,
+                          shape, (long long)smem, max, op);
 }
 
 /* What no CUDA kernel runs, refused when the plan is made: the launch
@@ -54,12 +62,7 @@ int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
         if (n > AR_CUDA_MAX_SOURCES)
             return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA mix_backward kernels take at most %d sources (N = %d)",
                                   AR_CUDA_MAX_SOURCES, n);
-        const int64_t smem = mix_backward_tables_smem(p);
-        if (smem > AR_CUDA_MIX_BACKWARD_MAX_SMEM)
-            return ar_device_fail(dev, ATTNRES_EINVAL,
-                                  "mix_backward with N = %d, H = %d needs %lld bytes of shared memory, over the %d a "
-                                  "CUDA mix_backward kernel may use",
-                                  n, H, (long long)smem, AR_CUDA_MIX_BACKWARD_MAX_SMEM);
+        return tables_smem_check(dev, p, ATTNRES_EINVAL);
     }
     if (p->op == ATTNRES_OP_MIX && n > AR_CUDA_MAX_SOURCES)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA kernels take at most %d sources (N = %d)",
@@ -69,7 +72,7 @@ int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
             return ar_device_fail(dev, ATTNRES_EINVAL,
                                   "the CUDA phase1 kernels take at most %d sources and %d sites (N = %d, S = %d)",
                                   AR_CUDA_PHASE1_MAX_SOURCES, AR_CUDA_PHASE1_MAX_SITES, n, S);
-        const int rc = phase1_smem_check(dev, p, ATTNRES_EINVAL);
+        const int rc = tables_smem_check(dev, p, ATTNRES_EINVAL);
         if (rc != ATTNRES_OK)
             return rc;
     }
@@ -128,6 +131,18 @@ static int fill_sources(attnres_device *dev, const ar_kernel *k, const attnres_p
         (args)->normed_stride = (a)->normed_stride ? (a)->normed_stride : (p)->d; \
     } while (0)
 
+/* The shape and softmax parameters that every op's by-value struct carries
+ * under the same names: d, heads and T from the problem and launch, scale
+ * and eps from the caller's arguments `a`. */
+#define FILL_SHAPE(args, a, p, nh, nt) \
+    do {                               \
+        (args)->d = (p)->d;            \
+        (args)->heads = (nh);          \
+        (args)->T = (nt);              \
+        (args)->scale = (a)->scale;    \
+        (args)->eps = (a)->eps;        \
+    } while (0)
+
 /* Fills the by-value argument struct; EINVAL/EMISMATCH with a message when
  * the arguments cannot be run by this kernel. No allocation. */
 static int fill_mix(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
@@ -158,13 +173,9 @@ static int fill_mix(attnres_device *dev, const ar_kernel *k, const attnres_probl
         memset(&args->src[n], 0, (size_t)(AR_CUDA_MAX_SOURCES - n) * sizeof args->src[0]);
         memset(&args->src_stride[n], 0, (size_t)(AR_CUDA_MAX_SOURCES - n) * sizeof args->src_stride[0]);
     }
-    args->d = p->d;
+    FILL_SHAPE(args, a, p, p->heads, T);
     args->n = n;
-    args->heads = p->heads;
-    args->T = T;
     args->query = a->query;
-    args->scale = a->scale;
-    args->eps = a->eps;
     args->partial = p->form == ATTNRES_FORM_ADDITIVE ? a->partial : NULL;
     args->partial_stride = a->partial_stride ? a->partial_stride : p->d;
     args->alpha = a->alpha;
@@ -200,7 +211,7 @@ static int fill_phase1(attnres_device *dev, const ar_kernel *k, const attnres_pr
                               AR_CUDA_PHASE1_MAX_SITES, S);
     if (H < 1 || p->d < 1 || p->d > ((int64_t)1 << 30) || p->d % H)
         return ar_device_fail(dev, ATTNRES_EINVAL, "d = %lld and H = %d are not a valid shape", (long long)p->d, H);
-    const int smem_rc = phase1_smem_check(dev, p, ATTNRES_EUNSUPPORTED);
+    const int smem_rc = tables_smem_check(dev, p, ATTNRES_EUNSUPPORTED);
     if (smem_rc != ATTNRES_OK)
         return smem_rc;
     const int64_t smem = phase1_weights_smem(p);
@@ -227,14 +238,10 @@ static int fill_phase1(attnres_device *dev, const ar_kernel *k, const attnres_pr
     if (misaligned(a->queries, ck->qalign))
         return ar_device_fail(dev, ATTNRES_EINVAL, "queries is not %d-byte aligned as kernel %s needs", ck->qalign,
                               k->kernel_name);
-    args->d = p->d;
+    FILL_SHAPE(args, a, p, H, T);
     args->n = n;
-    args->heads = H;
     args->s = S;
-    args->T = T;
     args->queries = a->queries;
-    args->scale = a->scale;
-    args->eps = a->eps;
     *smem_out = smem + k->smem;
     return ATTNRES_OK;
 }
@@ -261,9 +268,7 @@ static int fill_phase2(attnres_device *dev, const ar_kernel *k, const attnres_pr
         return ar_device_fail(dev, ATTNRES_EINVAL, "the epilogue needs normed and out_gain");
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
     memset(args, 0, sizeof *args);
-    args->d = p->d;
-    args->heads = H;
-    args->T = T;
+    FILL_SHAPE(args, a, p, H, T);
     args->o1 = a->o1;
     args->o1_stride = a->o1_stride ? a->o1_stride : p->d;
     args->lse = a->lse;
@@ -273,8 +278,6 @@ static int fill_phase2(attnres_device *dev, const ar_kernel *k, const attnres_pr
     args->sublayer = p->fuse_add ? a->sublayer : NULL;
     args->sublayer_stride = a->sublayer_stride ? a->sublayer_stride : p->d;
     args->query = a->query;
-    args->scale = a->scale;
-    args->eps = a->eps;
     FILL_OUTPUTS(args, a, p);
     if (view_misaligned(args->o1, args->o1_stride, es, align) ||
         view_misaligned(args->partial, args->partial_stride, es, align) ||
@@ -315,12 +318,10 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
         return ar_device_fail(dev, ATTNRES_EINVAL, "d = %lld and H = %d are not a valid shape", (long long)p->d, H);
     if (p->epilogue)
         return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA has no mix_backward kernels for the epilogue");
+    const int smem_rc = tables_smem_check(dev, p, ATTNRES_EUNSUPPORTED);
+    if (smem_rc != ATTNRES_OK)
+        return smem_rc;
     const int64_t smem = mix_backward_tables_smem(p);
-    if (smem > AR_CUDA_MIX_BACKWARD_MAX_SMEM)
-        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED,
-                              "mix_backward with N = %d, H = %d needs %lld bytes of shared memory, over the %d a "
-                              "CUDA mix_backward kernel may use",
-                              n, H, (long long)smem, AR_CUDA_MIX_BACKWARD_MAX_SMEM);
     if (!a || !a->dquery)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the arguments and dquery are required");
     const int additive = p->form == ATTNRES_FORM_ADDITIVE;
@@ -370,13 +371,9 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
         args->ws_du = a->workspace;
         args->ws_dalpha = additive ? (float *)((char *)a->workspace + alpha_off) : NULL;
     }
-    args->d = p->d;
+    FILL_SHAPE(args, a, p, H, T);
     args->n = n;
-    args->heads = H;
-    args->T = T;
     args->query = a->query;
-    args->scale = a->scale;
-    args->eps = a->eps;
     args->alpha = additive ? a->alpha : 1.0f;
     args->accumulate = (a->flags & ATTNRES_GRAD_ACCUMULATE) != 0;
     args->dsrc_f32 = dsrc_f32;

@@ -46,18 +46,25 @@ static int parse_spec(const char *spec, const ar_backend **ops, int *index)
     return 0;
 }
 
+int ar_handle_call_start(const void *out, char **msg, size_t *msg_len, char *scratch, size_t scratch_len)
+{
+    if (!*msg) {
+        *msg = scratch;
+        *msg_len = scratch_len;
+    }
+    if (!out) {
+        snprintf(*msg, *msg_len, "out is NULL");
+        return ATTNRES_EINVAL;
+    }
+    return ATTNRES_OK;
+}
+
 int attnres_device_open(const char *spec, attnres_device **out, char *msg,
                         size_t msg_len)
 {
     char scratch[8];
-    if (!msg) {
-        msg = scratch;
-        msg_len = sizeof scratch;
-    }
-    if (!out) {
-        snprintf(msg, msg_len, "out is NULL");
+    if (ar_handle_call_start(out, &msg, &msg_len, scratch, sizeof scratch) != ATTNRES_OK)
         return ATTNRES_EINVAL;
-    }
     *out = NULL;
     const ar_backend *ops;
     int index;

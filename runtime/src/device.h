@@ -229,6 +229,19 @@ extern const ar_backend ar_cuda_backend;
 int ar_device_fail(attnres_device *dev, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Softmax over the n sources of each head, in place on scores laid out
+ * [n][heads], for the fp64 references (reference.c). Writes the log-sum-exp
+ * per head when lse is not NULL. */
+void ar_softmax_heads(double *s, int n, int heads, double *lse);
+
+/* The logistic function, without overflow for large |x|; NaN stays NaN. */
+double ar_sigmoid(double x);
+
+/* Starts a public call that returns a handle through out: points a NULL
+ * msg at scratch, so that every failure can write its message, and fails
+ * with ATTNRES_EINVAL (said in msg) when out is NULL. */
+int ar_handle_call_start(const void *out, char **msg, size_t *msg_len, char *scratch, size_t scratch_len);
+
 /* Whether a kernel that declares ABI version `abi` for op `op` (an
  * attnres_op; -1 when it declares none) suits this library, whose versions
  * by op are versions[AR_OPS] (AR_CPU_ABI_VERSIONS, AR_CUDA_ABI_VERSIONS). A

@@ -272,9 +272,9 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
                 snprintf(by, sizeof by, "for T bucket %" PRId64 " of this plan", plan->buckets[j].t_bucket);
                 break;
             }
-        explain(plan, "  T bucket %" PRId64 ": %s (loaded already %s [%s], tuned on %s, %.2f us, %.0f%% of roofline)\n",
+        explain(plan, "  T bucket %" PRId64 ": %s (loaded already %s [%s], tuned on %s, %.2f us, %.0f%% of ceiling)\n",
                 w->t_bucket, w->variant, by, b->shared->origin, w->device_fingerprint ? w->device_fingerprint : "?",
-                w->median_us, 100.0 * w->roofline);
+                w->median_us, 100.0 * w->ceiling_fraction);
         explain_provisional(plan, w);
         return ATTNRES_OK;
     }
@@ -334,9 +334,9 @@ static int load_winner(attnres_plan *plan, attnres_db *db, const ardb_winner *w,
         return st;
     if (w->kernel_name)
         b->shared = shared_add(dev, w, k, origin);
-    explain(plan, "  T bucket %" PRId64 ": %s (%s%s, tuned on %s, %.2f us, %.0f%% of roofline)\n", w->t_bucket,
+    explain(plan, "  T bucket %" PRId64 ": %s (%s%s, tuned on %s, %.2f us, %.0f%% of ceiling)\n", w->t_bucket,
             w->variant, origin, why, w->device_fingerprint ? w->device_fingerprint : "?", w->median_us,
-            100.0 * w->roofline);
+            100.0 * w->ceiling_fraction);
     explain_provisional(plan, w);
     return ATTNRES_OK;
 }
@@ -428,14 +428,8 @@ int attnres_plan_create(attnres_device *dev, attnres_db *db, const attnres_probl
                         attnres_plan **out, char *msg, size_t msg_len)
 {
     char scratch[8];
-    if (!msg) {
-        msg = scratch;
-        msg_len = sizeof scratch;
-    }
-    if (!out) {
-        snprintf(msg, msg_len, "out is NULL");
+    if (ar_handle_call_start(out, &msg, &msg_len, scratch, sizeof scratch) != ATTNRES_OK)
         return ATTNRES_EINVAL;
-    }
     *out = NULL;
     if (!dev) {
         snprintf(msg, msg_len, "device is NULL");
@@ -623,6 +617,21 @@ static int add_view(attnres_plan *plan, run_view *rv, const char *name, int inde
                     stride_name, stride, what, T, width, es);
 }
 
+/* Adds the views of the epilogue, which mix and phase 2 share: out_gain
+ * read and normed written, where the problem has an epilogue. */
+static int add_epilogue_views(attnres_plan *plan, run_view *views, int *count, int64_t T, const float *out_gain,
+                              const void *normed, int64_t normed_stride)
+{
+    const attnres_problem *p = &plan->problem;
+    const size_t es = attnres_dtype_size(p->dtype);
+    int st = ATTNRES_OK;
+    if (p->epilogue && !(st = add_view(plan, &views[(*count)++], "out_gain", -1, 0, out_gain, 1, p->d, p->d, 4,
+                                       "stride")))
+        st = add_view(plan, &views[(*count)++], "normed", -1, 1, normed, T, normed_stride ? normed_stride : p->d,
+                      p->d, es, "normed_stride");
+    return st;
+}
+
 /* Whether a and b may overlap: only mix's in-place form, out exactly
  * partial (each token's partial row is read before its out row is
  * written). */
@@ -713,14 +722,28 @@ static int check_mix_views(attnres_plan *plan, int64_t T, const attnres_mix_args
         (st = add_view(plan, &views[count++], "partial", -1, 0, a->partial, T,
                        a->partial_stride ? a->partial_stride : p->d, p->d, es, "partial_stride")))
         return st;
-    if (p->epilogue) {
-        if ((st = add_view(plan, &views[count++], "out_gain", -1, 0, a->out_gain, 1, p->d, p->d, 4, "stride")))
-            return st;
-        if ((st = add_view(plan, &views[count++], "normed", -1, 1, a->normed, T,
-                           a->normed_stride ? a->normed_stride : p->d, p->d, es, "normed_stride")))
-            return st;
-    }
+    if ((st = add_epilogue_views(plan, views, &count, T, a->out_gain, a->normed, a->normed_stride)))
+        return st;
     return check_overlaps(plan, views, count);
+}
+
+static int check_eps(attnres_plan *plan, const char *name, float eps)
+{
+    if (!(eps > 0.0f) || !(eps < 1e30f))
+        return run_fail(plan, ATTNRES_EINVAL, "%s must be positive and finite (got %g)", name, (double)eps);
+    return ATTNRES_OK;
+}
+
+/* Checks the epilogue's arguments, which mix and phase 2 share: normed
+ * and out_gain given and aligned, out_eps positive and finite. */
+static int check_epilogue_args(attnres_plan *plan, const void *normed, const float *out_gain, float out_eps)
+{
+    if (!plan->problem.epilogue)
+        return ATTNRES_OK;
+    const size_t es = attnres_dtype_size(plan->problem.dtype);
+    if (!normed || !out_gain || misaligned(normed, es) || misaligned(out_gain, 4))
+        return run_fail(plan, ATTNRES_EINVAL, "the epilogue needs aligned normed and out_gain");
+    return check_eps(plan, "out_eps", out_eps);
 }
 
 int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, void *stream)
@@ -743,17 +766,12 @@ int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, vo
     if ((a->out_stride && a->out_stride < p->d) || (a->partial_stride && a->partial_stride < p->d) ||
         (a->normed_stride && a->normed_stride < p->d))
         return run_fail(plan, ATTNRES_EMISMATCH, "a row stride is less than d = %" PRId64, p->d);
-    if (!(a->eps > 0.0f) || !(a->eps < 1e30f))
-        return run_fail(plan, ATTNRES_EINVAL, "eps must be positive and finite (got %g)", (double)a->eps);
+    if (check_eps(plan, "eps", a->eps))
+        return ATTNRES_EINVAL;
     if (p->form == ATTNRES_FORM_ADDITIVE && (!a->partial || misaligned(a->partial, es)))
         return run_fail(plan, ATTNRES_EINVAL, "the additive form needs an aligned partial");
-    if (p->epilogue) {
-        if (!a->normed || !a->out_gain || misaligned(a->normed, es) || misaligned(a->out_gain, 4))
-            return run_fail(plan, ATTNRES_EINVAL, "the epilogue needs aligned normed and out_gain");
-        if (!(a->out_eps > 0.0f) || !(a->out_eps < 1e30f))
-            return run_fail(plan, ATTNRES_EINVAL, "out_eps must be positive and finite (got %g)",
-                            (double)a->out_eps);
-    }
+    if ((st = check_epilogue_args(plan, a->normed, a->out_gain, a->out_eps)) != ATTNRES_OK)
+        return st;
     if ((st = check_mix_views(plan, T, a)) != ATTNRES_OK)
         return st;
     const plan_bucket *b = pick_bucket(plan, T);
@@ -765,13 +783,6 @@ int attnres_run_mix(attnres_plan *plan, int64_t T, const attnres_mix_args *a, vo
 }
 
 /* ---- Block AttnRes phases -------------------------------------------- */
-
-static int check_eps(attnres_plan *plan, const char *name, float eps)
-{
-    if (!(eps > 0.0f) || !(eps < 1e30f))
-        return run_fail(plan, ATTNRES_EINVAL, "%s must be positive and finite (got %g)", name, (double)eps);
-    return ATTNRES_OK;
-}
 
 /* Sites up to which phase 1's outputs are compared pair by pair; beyond,
  * by sorted address ranges, so that S = 4096 costs no 16 million pairs. */
@@ -951,10 +962,7 @@ static int check_phase2_views(attnres_plan *plan, int64_t T, const attnres_phase
     if (p->fuse_add && (st = add_view(plan, &views[count++], "sublayer", -1, 0, a->sublayer, T,
                                       a->sublayer_stride ? a->sublayer_stride : p->d, p->d, es, "sublayer_stride")))
         return st;
-    if (p->epilogue &&
-        ((st = add_view(plan, &views[count++], "out_gain", -1, 0, a->out_gain, 1, p->d, p->d, 4, "stride")) ||
-         (st = add_view(plan, &views[count++], "normed", -1, 1, a->normed, T,
-                        a->normed_stride ? a->normed_stride : p->d, p->d, es, "normed_stride"))))
+    if ((st = add_epilogue_views(plan, views, &count, T, a->out_gain, a->normed, a->normed_stride)))
         return st;
     return check_overlaps(plan, views, count);
 }
@@ -986,12 +994,8 @@ int attnres_run_phase2(attnres_plan *plan, int64_t T, const attnres_phase2_args 
         return ATTNRES_EINVAL;
     if (p->fuse_add && (!a->sublayer || misaligned(a->sublayer, es)))
         return run_fail(plan, ATTNRES_EINVAL, "the fused add needs an aligned sublayer output");
-    if (p->epilogue) {
-        if (!a->normed || !a->out_gain || misaligned(a->normed, es) || misaligned(a->out_gain, 4))
-            return run_fail(plan, ATTNRES_EINVAL, "the epilogue needs aligned normed and out_gain");
-        if (check_eps(plan, "out_eps", a->out_eps))
-            return ATTNRES_EINVAL;
-    }
+    if ((st = check_epilogue_args(plan, a->normed, a->out_gain, a->out_eps)) != ATTNRES_OK)
+        return st;
     if ((st = check_phase2_views(plan, T, a)) != ATTNRES_OK)
         return st;
     const plan_bucket *b = pick_bucket(plan, T);

@@ -5,6 +5,35 @@
 #include "attnres.h"
 #include "device.h"
 
+/* Softmax over the n sources of each head, in place on scores laid out
+ * [n][H]: the forward's max-shifted form, so that one source gets a weight
+ * of exactly 1 (exp(0) / 1). Writes the log-sum-exp per head when lse is
+ * not NULL. fmax skips NaN: a NaN score still reaches every weight through
+ * exp(NaN) and the sum, as the kernels do. */
+void ar_softmax_heads(double *s, int n, int heads, double *lse)
+{
+    for (int h = 0; h < heads; h++) {
+        double m = -1e300, l = 0;
+        for (int i = 0; i < n; i++)
+            m = fmax(m, s[i * heads + h]);
+        for (int i = 0; i < n; i++) {
+            s[i * heads + h] = exp(s[i * heads + h] - m);
+            l += s[i * heads + h];
+        }
+        for (int i = 0; i < n; i++)
+            s[i * heads + h] /= l;
+        if (lse)
+            lse[h] = m + log(l);
+    }
+}
+
+/* Copies the caller's problem into own: whether it could be read and is a
+ * valid problem. */
+static int adopt_valid(const attnres_problem *caller, attnres_problem *own)
+{
+    return ar_problem_adopt(caller, own, NULL, 0) == ATTNRES_OK && attnres_problem_check(own, NULL, 0) == ATTNRES_OK;
+}
+
 int attnres_reference_mix(const attnres_problem *caller, int64_t T,
                           const double *const *sources, const double *query,
                           double scale, double eps, const double *partial,
@@ -12,10 +41,8 @@ int attnres_reference_mix(const attnres_problem *caller, int64_t T,
                           double *out, double *normed)
 {
     attnres_problem own;
-    if (ar_problem_adopt(caller, &own, NULL, 0) != ATTNRES_OK)
-        return ATTNRES_EINVAL;
     const attnres_problem *p = &own;
-    if (attnres_problem_check(p, NULL, 0) != ATTNRES_OK || T < 0 || !sources ||
+    if (!adopt_valid(caller, &own) || T < 0 || !sources ||
         !query || !out || !(eps > 0) ||
         (p->form == ATTNRES_FORM_ADDITIVE && !partial) ||
         (p->epilogue && (!out_gain || !normed || !(out_eps > 0))))
@@ -42,19 +69,7 @@ int attnres_reference_mix(const attnres_problem *caller, int64_t T,
                 score[i * heads + h] = scale * dot;
             }
         }
-        for (int h = 0; h < heads; h++) {
-            /* fmax skips NaN: a NaN score still reaches every weight through
-             * exp(NaN) and the sum, as the kernels do. */
-            double m = -1e300, l = 0;
-            for (int i = 0; i < n; i++)
-                m = fmax(m, score[i * heads + h]);
-            for (int i = 0; i < n; i++) {
-                score[i * heads + h] = exp(score[i * heads + h] - m);
-                l += score[i * heads + h];
-            }
-            for (int i = 0; i < n; i++)
-                score[i * heads + h] /= l;
-        }
+        ar_softmax_heads(score, n, heads, NULL);
         double *o = out + t * d;
         for (int64_t k = 0; k < d; k++) {
             const int h = (int)(k / hd);
@@ -95,10 +110,8 @@ int attnres_reference_phase1(const attnres_problem *caller, int64_t T,
                              double *o1, double *lse)
 {
     attnres_problem own;
-    if (ar_problem_adopt(caller, &own, NULL, 0) != ATTNRES_OK)
-        return ATTNRES_EINVAL;
     const attnres_problem *p = &own;
-    if (attnres_problem_check(p, NULL, 0) != ATTNRES_OK ||
+    if (!adopt_valid(caller, &own) ||
         p->op != ATTNRES_OP_PHASE1 || T < 0 || !sources || !queries || !o1 ||
         !lse || !(eps > 0))
         return ATTNRES_EINVAL;
@@ -128,19 +141,11 @@ int attnres_reference_phase1(const attnres_problem *caller, int64_t T,
                         dot += r[i] * v[k] * u[k];
                     score[i] = scale * dot;
                 }
-                /* As in the mix reference: fmax skips NaN, exp(NaN) does not. */
-                double m = -1e300, l = 0;
-                for (int i = 0; i < n; i++)
-                    m = fmax(m, score[i]);
-                for (int i = 0; i < n; i++) {
-                    score[i] = exp(score[i] - m);
-                    l += score[i];
-                }
-                lse[((int64_t)j * T + t) * heads + h] = m + log(l);
+                ar_softmax_heads(score, n, 1, &lse[((int64_t)j * T + t) * heads + h]);
                 for (int64_t k = h * hd; k < (h + 1) * hd; k++) {
                     double mix = 0;
                     for (int i = 0; i < n; i++)
-                        mix += score[i] / l * sources[i][t * d + k];
+                        mix += score[i] * sources[i][t * d + k];
                     o[k] = mix;
                 }
             }
@@ -151,8 +156,7 @@ int attnres_reference_phase1(const attnres_problem *caller, int64_t T,
     return ATTNRES_OK;
 }
 
-/* The logistic function, without overflow for large |x|; NaN stays NaN. */
-static double sigmoid(double x)
+double ar_sigmoid(double x)
 {
     if (x >= 0)
         return 1.0 / (1.0 + exp(-x));
@@ -168,10 +172,8 @@ int attnres_reference_phase2(const attnres_problem *caller, int64_t T,
                              double *out, double *normed)
 {
     attnres_problem own;
-    if (ar_problem_adopt(caller, &own, NULL, 0) != ATTNRES_OK)
-        return ATTNRES_EINVAL;
     const attnres_problem *p = &own;
-    if (attnres_problem_check(p, NULL, 0) != ATTNRES_OK ||
+    if (!adopt_valid(caller, &own) ||
         p->op != ATTNRES_OP_PHASE2 || T < 0 || !o1 || !lse || !partial ||
         !query || !out || !(eps > 0) || (p->fuse_add && !sublayer) ||
         (p->epilogue && (!out_gain || !normed || !(out_eps > 0))))
@@ -190,7 +192,7 @@ int attnres_reference_phase2(const attnres_problem *caller, int64_t T,
             double dot = 0;
             for (int64_t k = h * hd; k < (h + 1) * hd; k++)
                 dot += r * b[k] * query[k];
-            const double p2 = sigmoid(scale * dot - lse[t * heads + h]);
+            const double p2 = ar_sigmoid(scale * dot - lse[t * heads + h]);
             for (int64_t k = h * hd; k < (h + 1) * hd; k++)
                 y[k] = o[k] + p2 * (b[k] - o[k]);
         }

@@ -164,6 +164,16 @@ static int overlap_fail(const view *a, const view *b, char *msg, size_t msg_len)
                 view_name(a, na, sizeof na), view_name(b, nb, sizeof nb));
 }
 
+/* The epilogue's views, which the mix and phase 2 backward share: out_gain
+ * and dout_gain of d values, dnormed of td. */
+static void add_epilogue_views(view_list *l, const double *out_gain, const double *dnormed, const double *dout_gain,
+                               int64_t d, int64_t td)
+{
+    view_add(l, "out_gain", -1, out_gain, d, 0, 0);
+    view_add(l, "dnormed", -1, dnormed, td, 0, 0);
+    view_add(l, "dout_gain", -1, dout_gain, d, 1, 0);
+}
+
 /* Checks that no output overlaps an input or another output, with the
  * exception that accumulating allows the same per-token buffer twice.
  * Sorted by start, a view overlaps an earlier one exactly when it starts
@@ -228,6 +238,23 @@ static double *doubles(int64_t count)
     return calloc(count ? (size_t)count : 1, sizeof(double));
 }
 
+/* Points each of the n slots at count[i] doubles: ATTNRES_ENOMEM when any
+ * allocation fails, the slots then each NULL or allocated, for
+ * free_slots. */
+static int alloc_slots(double **const slot[], const int64_t count[], int n)
+{
+    int ok = 1;
+    for (int i = 0; i < n; i++)
+        ok &= (*slot[i] = doubles(count[i])) != NULL;
+    return ok ? ATTNRES_OK : ATTNRES_ENOMEM;
+}
+
+static void free_slots(double **const slot[], int n)
+{
+    for (int i = 0; i < n; i++)
+        free(*slot[i]);
+}
+
 /* ---- the math of one token ---------------------------------------------- */
 
 static double inv_rms(const double *v, int64_t d, double eps)
@@ -250,27 +277,6 @@ static void head_dots(const double *v, const double *u, int64_t d, int heads, do
     }
 }
 
-/* Softmax over the n sources of each head, in place on scores laid out
- * [n][H]: the forward's max-shifted form, so that one source gets a weight
- * of exactly 1 (exp(0) / 1). Writes the log-sum-exp per head when lse is
- * not NULL. */
-static void softmax_heads(double *s, int n, int heads, double *lse)
-{
-    for (int h = 0; h < heads; h++) {
-        double m = -1e300, l = 0;
-        for (int i = 0; i < n; i++)
-            m = fmax(m, s[i * heads + h]);
-        for (int i = 0; i < n; i++) {
-            s[i * heads + h] = exp(s[i * heads + h] - m);
-            l += s[i * heads + h];
-        }
-        for (int i = 0; i < n; i++)
-            s[i * heads + h] /= l;
-        if (lse)
-            lse[h] = m + log(l);
-    }
-}
-
 /* The forward state of one token against S queries: per source r, and per
  * site j the head dots q[j][n][H] and the softmax weights a[j][n][H]. */
 typedef struct attend {
@@ -281,27 +287,24 @@ typedef struct attend {
     double *row;            /* [d] one source row's gradient */
 } attend;
 
+/* The buffers of an attend, in the order attend_alloc sizes them. */
+#define ATTEND_SLOTS(at) {&(at)->r, &(at)->q, &(at)->a, &(at)->dz, &(at)->row}
+
 static int attend_alloc(attend *at, const attnres_problem *p, int sites, double scale, double eps)
 {
     const int64_t per_site = buffer_count(p->n, p->heads, 1), all = buffer_count(per_site, sites, 1);
     *at = (attend){.n = p->n, .sites = sites, .heads = p->heads, .d = p->d, .scale = scale, .eps = eps};
     if (all < 0)
         return ATTNRES_ENOMEM;
-    at->r = doubles(p->n);
-    at->q = doubles(all);
-    at->a = doubles(all);
-    at->dz = doubles(all);
-    at->row = doubles(p->d);
-    return at->r && at->q && at->a && at->dz && at->row ? ATTNRES_OK : ATTNRES_ENOMEM;
+    double **const slot[] = ATTEND_SLOTS(at);
+    const int64_t count[] = {p->n, all, all, all, p->d};
+    return alloc_slots(slot, count, 5);
 }
 
 static void attend_free(attend *at)
 {
-    free(at->r);
-    free(at->q);
-    free(at->a);
-    free(at->dz);
-    free(at->row);
+    double **const slot[] = ATTEND_SLOTS(at);
+    free_slots(slot, 5);
 }
 
 /* Recomputes r, q and the weights of one token whose source rows are
@@ -318,7 +321,7 @@ static void attend_forward(attend *at, const double *const *rows, const double *
             for (int h = 0; h < heads; h++)
                 a[i * heads + h] = at->scale * at->r[i] * q[i * heads + h];
         }
-        softmax_heads(a, n, heads, NULL);
+        ar_softmax_heads(a, n, heads, NULL);
     }
 }
 
@@ -429,23 +432,20 @@ typedef struct rows {
     double *mix, *out, *g, *gm, *dgain;
 } rows;
 
+/* The buffers of a rows, each d doubles. */
+#define ROWS_SLOTS(w) {&(w)->mix, &(w)->out, &(w)->g, &(w)->gm, &(w)->dgain}
+
 static int rows_alloc(rows *w, int64_t d)
 {
-    w->mix = doubles(d);
-    w->out = doubles(d);
-    w->g = doubles(d);
-    w->gm = doubles(d);
-    w->dgain = doubles(d);
-    return w->mix && w->out && w->g && w->gm && w->dgain ? ATTNRES_OK : ATTNRES_ENOMEM;
+    double **const slot[] = ROWS_SLOTS(w);
+    const int64_t count[] = {d, d, d, d, d};
+    return alloc_slots(slot, count, 5);
 }
 
 static void rows_free(rows *w)
 {
-    free(w->mix);
-    free(w->out);
-    free(w->g);
-    free(w->gm);
-    free(w->dgain);
+    double **const slot[] = ROWS_SLOTS(w);
+    free_slots(slot, 5);
 }
 
 static int mix_check(const attnres_problem *p, int64_t T, const double *const *sources, const double *query,
@@ -487,11 +487,8 @@ static int mix_check(const attnres_problem *p, int64_t T, const double *const *s
         view_add(&l, "dpartial", -1, dpartial, td, 1, 1);
         view_add(&l, "dalpha", -1, dalpha, 1, 1, 0);
     }
-    if (epi) {
-        view_add(&l, "out_gain", -1, out_gain, p->d, 0, 0);
-        view_add(&l, "dnormed", -1, dnormed, td, 0, 0);
-        view_add(&l, "dout_gain", -1, dout_gain, p->d, 1, 0);
-    }
+    if (epi)
+        add_epilogue_views(&l, out_gain, dnormed, dout_gain, p->d, td);
     rc = check_overlaps(&l, flags & ATTNRES_GRAD_ACCUMULATE, msg, msg_len);
     free(l.v);
     return rc;
@@ -626,14 +623,6 @@ done:
 
 /* ---- phase 2 -------------------------------------------------------------------- */
 
-/* The logistic function, without overflow for large |x|, as reference.c. */
-static double sigmoid(double x)
-{
-    if (x >= 0)
-        return 1.0 / (1.0 + exp(-x));
-    const double e = exp(x);
-    return e / (1.0 + e);
-}
 
 static int phase2_check(const attnres_problem *p, int64_t T, const double *o1, const double *lse, const double *b,
                         const double *query, double eps, const double *out_gain, double out_eps, const double *dout,
@@ -669,11 +658,8 @@ static int phase2_check(const attnres_problem *p, int64_t T, const double *o1, c
     view_add(&l, "dquery", -1, dquery, p->d, 1, 0);
     if (p->fuse_add)
         view_add(&l, "dsublayer", -1, dsublayer, td, 1, 1);
-    if (p->epilogue) {
-        view_add(&l, "out_gain", -1, out_gain, p->d, 0, 0);
-        view_add(&l, "dnormed", -1, dnormed, td, 0, 0);
-        view_add(&l, "dout_gain", -1, dout_gain, p->d, 1, 0);
-    }
+    if (p->epilogue)
+        add_epilogue_views(&l, out_gain, dnormed, dout_gain, p->d, td);
     rc = check_overlaps(&l, flags & ATTNRES_GRAD_ACCUMULATE, msg, msg_len);
     free(l.v);
     return rc;
@@ -694,8 +680,10 @@ int attnres_reference_phase2_backward(const attnres_problem *caller, int64_t T, 
     const int heads = p.heads, epi = p.epilogue, accumulate = (flags & ATTNRES_GRAD_ACCUMULATE) != 0;
     const int64_t d = p.d, hd = d / heads;
     rows w = {0};
-    double *q = doubles(heads), *p2 = doubles(heads), *dx = doubles(heads), *dl = doubles(heads);
-    if (!q || !p2 || !dx || !dl || rows_alloc(&w, d) != ATTNRES_OK) {
+    double *q, *p2, *dx, *dl;
+    double **const per_head[] = {&q, &p2, &dx, &dl};
+    const int64_t per_head_count[] = {heads, heads, heads, heads};
+    if (alloc_slots(per_head, per_head_count, 4) != ATTNRES_OK || rows_alloc(&w, d) != ATTNRES_OK) {
         rc = out_of_memory(msg, msg_len, "the scratch rows");
         goto done;
     }
@@ -705,7 +693,7 @@ int attnres_reference_phase2_backward(const attnres_problem *caller, int64_t T, 
         const double r = inv_rms(bt, d, eps);
         head_dots(bt, query, d, heads, q);
         for (int h = 0; h < heads; h++)
-            p2[h] = sigmoid(scale * r * q[h] - lse[t * heads + h]);
+            p2[h] = ar_sigmoid(scale * r * q[h] - lse[t * heads + h]);
         for (int64_t k = 0; k < d; k++)
             w.out[k] = ot[k] + p2[k / hd] * (bt[k] - ot[k]);
         output_grad(dout ? dout + t * d : NULL, epi && dnormed ? dnormed + t * d : NULL, w.out, out_gain, out_eps,
@@ -735,10 +723,7 @@ int attnres_reference_phase2_backward(const attnres_problem *caller, int64_t T, 
         memcpy(dout_gain, w.dgain, sizeof(double) * (size_t)d);
     rc = ATTNRES_OK;
 done:
-    free(q);
-    free(p2);
-    free(dx);
-    free(dl);
+    free_slots(per_head, 4);
     rows_free(&w);
     return rc;
 }

@@ -14,26 +14,22 @@
 --             launch parameter, not part of the source (lib/cpu_space.lua).
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
+local template = require("lib/template")
 local storage = require("lib/c_storage")
-local kabi = require("lib/kernel_abi")
 local rowops = require("lib/c_rowops")
 local space = require("lib/cpu_space")
 local kernel = require("lib/c_kernel")
 
-local T = {
-  backend = "cpu",
-  op = "mix",
-  params = {
-    { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "schedule", values = { "online", "twopass", "pipelined" } },
-    { name = "vec", values = { 1, 8, 16 } },
-    { name = "unroll", values = { 1, 2, 4 } },
-    space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
-  },
+local T = template.new("cpu", "mix", {
+  { name = "schedule", values = { "online", "twopass", "pipelined" } },
+  { name = "vec", values = { 1, 8, 16 } },
+  { name = "unroll", values = { 1, 2, 4 } },
+  space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
+}, {
   -- The runtime's built-in fallback: scalar code that fits every d and H,
   -- spread over all cores.
   generic = { schedule = "online", vec = 1, unroll = 1, threads = 64 },
-}
+})
 
 function T.constraint(p)
   -- The pipelined sweep already keeps 2N independent accumulators per lane.
@@ -45,17 +41,7 @@ local function source_id(p)
   return string.format("mix_c_%s_%s_v%d_u%d", p.dtype, p.schedule, p.vec, p.unroll)
 end
 
-function T.id(p)
-  return space.id(source_id(p), p)
-end
-
-function T.launch(p)
-  return { abi = kabi.version("cpu_mix") }
-end
-
-function T.applies(p, problem, device)
-  return space.applies(T, p, problem, device)
-end
+space.entries(T, "cpu_mix", source_id)
 
 -- Writes one head's output lanes from fp32 vector `o` at offset k: the
 -- additive form adds the partial sum; the epilogue keeps o in `keep`.

@@ -37,21 +37,17 @@
 -- Numerics: fp32 arithmetic throughout, the storage type only at loads
 -- and stores; 64-bit offsets.
 
+local template = require("lib/template")
 local storage = require("lib/c_storage")
 local space = require("lib/cpu_space")
 local kernel = require("lib/c_kernel")
 local rowops = require("lib/c_rowops")
-local kabi = require("lib/kernel_abi")
 
-local T = {
-  backend = "cpu",
-  op = "mix_backward",
-  params = {
-    { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "vec", values = { 1, 8, 16 } },
-    { name = "unroll", values = { 1, 2 } },
-    space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
-  },
+local T = template.new("cpu", "mix_backward", {
+  { name = "vec", values = { 1, 8, 16 } },
+  { name = "unroll", values = { 1, 2 } },
+  space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
+}, {
   -- The runtime's built-in fallback: scalar code that fits every d and H,
   -- spread over all cores.
   generic = { vec = 1, unroll = 1, threads = 64 },
@@ -68,7 +64,7 @@ local T = {
     sse2 = { vec = 8, unroll = 1, threads = 64 },
     neon = { vec = 8, unroll = 1, threads = 64 },
   },
-}
+})
 
 -- AVX512-BF16 CPUs: the AVX-512 variant, compiled with it (see cpu/mix_fused.lua).
 T.builtin.avx512bf16 = T.builtin.avx512
@@ -79,17 +75,7 @@ local function source_id(p)
   return string.format("mix_backward_c_%s_v%d_u%d", p.dtype, p.vec, p.unroll)
 end
 
-function T.id(p)
-  return space.id(source_id(p), p)
-end
-
-function T.launch(p)
-  return { abi = kabi.version("cpu_mix_backward") }
-end
-
-function T.applies(p, problem, device)
-  return space.applies(T, p, problem, device)
-end
+space.entries(T, "cpu_mix_backward", source_id)
 
 function T.emit(p)
   local name = space.kernel_name(source_id(p))

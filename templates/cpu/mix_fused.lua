@@ -64,27 +64,23 @@
 --           launch parameter, not part of the source (lib/cpu_space.lua).
 -- The kernel entry processes tokens [t0, t1); the runtime splits T.
 
+local template = require("lib/template")
 local storage = require("lib/c_storage")
-local kabi = require("lib/kernel_abi")
 local rowops = require("lib/c_rowops")
 local space = require("lib/cpu_space")
 local prefetch_lib = require("lib/c_prefetch")
 local kernel = require("lib/c_kernel")
 
-local T = {
-  backend = "cpu",
-  op = "mix",
-  params = {
-    { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "vec", values = { 8, 16 } },
-    { name = "group", values = { 4, 8 } },
-    { name = "mix", values = { "fused", "apart" } },
-    { name = "burst", values = { 1, 4, "auto" } },
-    { name = "prefetch", values = { "none", "token", "both", "sweep", "all" } },
-    { name = "dot", values = { "fma", "bf16" } },
-    { name = "store", values = { "cached", "stream" } },
-    space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
-  },
+local T = template.new("cpu", "mix", {
+  { name = "vec", values = { 8, 16 } },
+  { name = "group", values = { 4, 8 } },
+  { name = "mix", values = { "fused", "apart" } },
+  { name = "burst", values = { 1, 4, "auto" } },
+  { name = "prefetch", values = { "none", "token", "both", "sweep", "all" } },
+  { name = "dot", values = { "fma", "bf16" } },
+  { name = "store", values = { "cached", "stream" } },
+  space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
+}, {
   -- The runtime's built-in kernels per ISA level (compiled into the library
   -- with that level's flags, chosen at device open), spread over all cores;
   -- head widths that are not a multiple of the step take cpu/mix.lua's
@@ -98,7 +94,7 @@ local T = {
     sse2 = { vec = 8, group = 4, mix = "fused", burst = "auto", prefetch = "none", dot = "fma", store = "cached", threads = 64 },
     neon = { vec = 8, group = 4, mix = "fused", burst = "auto", prefetch = "none", dot = "fma", store = "cached", threads = 64 },
   },
-}
+})
 
 -- CPUs with AVX512-BF16 take the AVX-512 variant compiled with it as well,
 -- for its one-instruction bf16 rounding in the stores (lib/c_storage.lua).
@@ -123,9 +119,7 @@ local function source_id(p)
                        p.dot, p.store:sub(1, 1))
 end
 
-function T.id(p)
-  return space.id(source_id(p), p)
-end
+space.entries(T, "cpu_mix", source_id)
 
 -- Whether p is one of T.builtin's variants (of any dtype).
 local function builtin_form(p)
@@ -143,7 +137,7 @@ end
 -- The mix apart is for 8 lanes, whose registers a fused sweep overfills,
 -- and for 16 lanes with the sweep-ahead prefetches, the one pairing where
 -- it won at 16 lanes; "sweep" needs the mix apart and "all" the mix fused.
--- Bursts "auto" exist as the built-ins alone (tests/runtime/test_cpu_builtins.c
+-- Bursts "auto" exist as the built-ins alone (backend_ops --variant 'builtin-*'
 -- runs them at every ISA level the host has).
 function T.constraint(p)
   return (p.dot == "fma" or (p.dtype == "bf16" and p.vec == 16)) and
@@ -157,10 +151,6 @@ end
 -- built-ins and every other use of the template emit the general source.
 function T.specialize(p, problem, device)
   return { n = problem.n }
-end
-
-function T.launch(p)
-  return { abi = kabi.version("cpu_mix") }
 end
 
 -- One sweep step covers a pair of vectors.

@@ -41,24 +41,20 @@
 -- Numerics: fp32 reductions, the running max starts at -1e30f (never -inf),
 -- 64-bit offsets; NaN in one token's source row reaches only that token.
 
+local template = require("lib/template")
 local storage = require("lib/c_storage")
 local space = require("lib/cpu_space")
 local kernel = require("lib/c_kernel")
 local rowops = require("lib/c_rowops")
-local kabi = require("lib/kernel_abi")
 
-local T = {
-  backend = "cpu",
-  op = "phase1",
-  params = {
-    { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "schedule", values = { "siteouter", "sourceouter", "tiled" } },
-    { name = "scores", values = { "persite", "tiled" } },
-    { name = "stream", values = { 0, 1 } },
-    { name = "vec", values = { 1, 8, 16 } },
-    { name = "unroll", values = { 1, 2, 4 } },
-    space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
-  },
+local T = template.new("cpu", "phase1", {
+  { name = "schedule", values = { "siteouter", "sourceouter", "tiled" } },
+  { name = "scores", values = { "persite", "tiled" } },
+  { name = "stream", values = { 0, 1 } },
+  { name = "vec", values = { 1, 8, 16 } },
+  { name = "unroll", values = { 1, 2, 4 } },
+  space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
+}, {
   -- The runtime's built-in fallback: scalar code that fits every d, H and S,
   -- spread over all cores.
   generic = { schedule = "siteouter", scores = "persite", stream = 0, vec = 1, unroll = 1, threads = 64 },
@@ -69,7 +65,7 @@ local T = {
     sse2 = { schedule = "tiled", scores = "tiled", stream = 0, vec = 8, unroll = 1, threads = 64 },
     neon = { schedule = "tiled", scores = "tiled", stream = 0, vec = 8, unroll = 1, threads = 64 },
   },
-}
+})
 
 -- AVX512-BF16 CPUs: the AVX-512 variant, compiled with it (see cpu/mix_fused.lua).
 T.builtin.avx512bf16 = T.builtin.avx512
@@ -93,17 +89,11 @@ local function source_id(p)
                        p.stream == 1 and "_nt" or "", p.vec, p.unroll)
 end
 
-function T.id(p)
-  return space.id(source_id(p), p)
-end
+space.entries(T, "cpu_phase1", source_id)
 
 -- A loop step: two vectors when streaming, so the head width must hold them.
 function T.step(p)
   return p.stream == 1 and 2 * p.vec or p.vec * p.unroll
-end
-
-function T.launch(p)
-  return { abi = kabi.version("cpu_phase1") }
 end
 
 function T.applies(p, problem, device)

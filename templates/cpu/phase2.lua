@@ -43,24 +43,20 @@
 -- are taken from b as stored (rounded to the storage type), the same b a
 -- later reader sees. NaN in one token's data reaches only that token.
 
+local template = require("lib/template")
 local storage = require("lib/c_storage")
 local space = require("lib/cpu_space")
 local kernel = require("lib/c_kernel")
 local rowops = require("lib/c_rowops")
 local prefetch = require("lib/c_prefetch")
-local kabi = require("lib/kernel_abi")
 
-local T = {
-  backend = "cpu",
-  op = "phase2",
-  params = {
-    { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "vec", values = { 1, 8, 16 } },
-    { name = "unroll", values = { 1, 2, 4 } },
-    { name = "prefetch", values = { 0, 1 } },
-    { name = "store", values = { "cached", "stream" } },
-    space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
-  },
+local T = template.new("cpu", "phase2", {
+  { name = "vec", values = { 1, 8, 16 } },
+  { name = "unroll", values = { 1, 2, 4 } },
+  { name = "prefetch", values = { 0, 1 } },
+  { name = "store", values = { "cached", "stream" } },
+  space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
+}, {
   -- The runtime's built-in fallback: scalar code that fits every d and H,
   -- spread over all cores.
   generic = { vec = 1, unroll = 1, prefetch = 0, store = "cached", threads = 64 },
@@ -71,7 +67,7 @@ local T = {
     sse2 = { vec = 8, unroll = 1, prefetch = 1, store = "cached", threads = 64 },
     neon = { vec = 8, unroll = 1, prefetch = 1, store = "cached", threads = 64 },
   },
-}
+})
 
 -- AVX512-BF16 CPUs: the AVX-512 variant, compiled with it (see cpu/mix_fused.lua).
 T.builtin.avx512bf16 = T.builtin.avx512
@@ -89,9 +85,7 @@ local function source_id(p)
                        p.store == "stream" and "_ss" or "")
 end
 
-function T.id(p)
-  return space.id(source_id(p), p)
-end
+space.entries(T, "cpu_phase2", source_id)
 
 -- Stores vector `x`, or the pair `lo`, `hi`, at `dst`: past the caches for
 -- p.store == "stream".
@@ -111,14 +105,6 @@ end
 -- A loop's step in elements: unroll vectors, or unroll pairs of them.
 function T.step(p)
   return (pairs_of(p) and 2 or 1) * p.vec * p.unroll
-end
-
-function T.launch(p)
-  return { abi = kabi.version("cpu_phase2") }
-end
-
-function T.applies(p, problem, device)
-  return space.applies(T, p, problem, device)
 end
 
 -- The pair forms of the add-and-statistics step, the merge step and the

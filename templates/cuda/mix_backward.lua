@@ -32,7 +32,7 @@
 -- token of its block), the tokens of a group run in order, and the second
 -- pass adds the groups in order. So every gradient is the same on every
 -- run, whatever the grid's schedule; the generated PTX has no atom. or
--- red. instruction (tests/cudasim/test_cuda_variants.c checks).
+-- red. instruction (tests/backend_ops/ops_cuda.c checks).
 --
 -- Parameters and why they matter:
 --   threads  threads per block: more warps for sweep 1's (source, head)
@@ -46,6 +46,7 @@
 -- Numerics: fp32 after loading, as lib/cuda_mix.lua (rsqrtf, __fdividef,
 -- a running max from -1e30f); 64-bit token offsets.
 
+local template = require("lib/template")
 local storage = require("lib/cuda_storage")
 local space = require("lib/cuda_space")
 local kabi = require("lib/kernel_abi")
@@ -54,32 +55,20 @@ local mix = require("lib/cuda_mix")
 local esize = storage.esize
 local MAX_SOURCES = kabi.const.AR_CUDA_MAX_SOURCES
 
-local T = {
-  backend = "cuda",
-  op = "mix_backward",
-  params = {
-    { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "threads", values = { 128, 256, 512 } },
-    { name = "vec", values = { 1, 4, 8 } },
-    { name = "unroll", values = { 1, 4 } },
-  },
+local T = template.new("cuda", "mix_backward", {
+  { name = "threads", values = { 128, 256, 512 } },
+  { name = "vec", values = { 1, 4, 8 } },
+  { name = "unroll", values = { 1, 4 } },
+}, {
   -- The runtime's built-in fallback: scalar loads (any alignment, any head
   -- width), any d, any H within the shared memory bound, N <= 64.
   generic = { threads = 256, vec = 1, unroll = 4 },
-}
+})
 
-function T.constraint(p)
-  local vb = p.vec * esize[p.dtype]
-  return p.vec == 1 or vb == 16
-end
+T.constraint = space.scalar_or_16_bytes
 
 function T.id(p)
   return string.format("mix_backward_cu_%s_b%d_v%d_u%d", p.dtype, p.threads, p.vec, p.unroll)
-end
-
--- The tuner's seeds: 16-byte loads, 256 threads, four sources in flight.
-local function is_default(p)
-  return p.threads == 256 and p.vec * esize[p.dtype] == 16 and p.unroll == 4
 end
 
 function T.launch(p)
@@ -95,7 +84,7 @@ function T.launch(p)
   l.qalign = math.min(p.vec * 4, 16) -- bytes: the query, and fp32 dsrc
   l.max_sources = MAX_SOURCES
   l.dmax = 0
-  l.default = is_default(p) and 1 or 0
+  l.default = mix.sweep_seed(p) and 1 or 0
   return l
 end
 

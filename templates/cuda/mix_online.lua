@@ -21,26 +21,22 @@
 -- slice is a compile-time size (registers), and d is a run-time value up to
 -- dmax = chunks*G*vec (in the variant id as d<dmax>).
 
+local template = require("lib/template")
 local mix = require("lib/cuda_mix")
 
-local T = {
-  backend = "cuda",
-  op = "mix",
-  params = {
-    { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "sched", values = { "reg", "pipe", "reread" } },
-    { name = "map", values = { "warp", "block" } },
-    -- threads per block
-    { name = "threads", values = { 128, 256, 512, 1024 } },
-    -- elements per load: always a 16-byte load (the constraint)
-    { name = "vec", values = { 1, 2, 4, 8 } },
-    -- vectors per thread per row, so d <= dmax = chunks*G*vec is a
-    -- compile-time bound (d itself stays a run-time value)
-    { name = "chunks", values = { 1, 2, 4, 8 } },
-    -- sources reduced per batch
-    { name = "batch", values = { 1, 2, 4 } },
-  },
-}
+local T = template.new("cuda", "mix", {
+  { name = "sched", values = { "reg", "pipe", "reread" } },
+  { name = "map", values = { "warp", "block" } },
+  -- threads per block
+  { name = "threads", values = { 128, 256, 512, 1024 } },
+  -- elements per load: always a 16-byte load (the constraint)
+  { name = "vec", values = { 1, 2, 4, 8 } },
+  -- vectors per thread per row, so d <= dmax = chunks*G*vec is a
+  -- compile-time bound (d itself stays a run-time value)
+  { name = "chunks", values = { 1, 2, 4, 8 } },
+  -- sources reduced per batch
+  { name = "batch", values = { 1, 2, 4 } },
+})
 
 local esize = mix.esize
 

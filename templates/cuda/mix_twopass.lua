@@ -9,25 +9,22 @@
 -- read twice (the second time mostly from L2). The runtime's generic
 -- (fallback) kernel is a variant of this template.
 
+local template = require("lib/template")
 local mix = require("lib/cuda_mix")
 
-local T = {
-  backend = "cuda",
-  op = "mix",
-  params = {
-    { name = "dtype", values = { "f32", "bf16", "f16" } },
-    -- threads per block
-    { name = "threads", values = { 256, 512 } },
-    -- elements per load: 1 (scalar loads, any alignment), or a 16-byte load
-    -- (an 8-byte one too, with 256 threads and unroll 4)
-    { name = "vec", values = { 1, 2, 4, 8 } },
-    -- sources whose loads the sweep issues together
-    { name = "unroll", values = { 2, 4 } },
-  },
+local T = template.new("cuda", "mix", {
+  -- threads per block
+  { name = "threads", values = { 256, 512 } },
+  -- elements per load: 1 (scalar loads, any alignment), or a 16-byte load
+  -- (an 8-byte one too, with 256 threads and unroll 4)
+  { name = "vec", values = { 1, 2, 4, 8 } },
+  -- sources whose loads the sweep issues together
+  { name = "unroll", values = { 2, 4 } },
+}, {
   -- The runtime's built-in fallback: scalar loads (any alignment, any head
   -- width), any d, any H, N <= 64.
   generic = { threads = 256, vec = 1, unroll = 4 },
-}
+})
 
 local esize = mix.esize
 
@@ -41,14 +38,8 @@ function T.id(p)
   return string.format("mix_cu_%s_twopass_b%d_v%d_u%d", p.dtype, p.threads, p.vec, p.unroll)
 end
 
--- Variants the template proposes as starting points (the tuner's seeds);
--- they must compile without spills on every supported architecture.
-local function is_default(p)
-  return p.threads == 256 and p.vec * esize[p.dtype] == 16 and p.unroll == 4
-end
-
 function T.launch(p)
-  return mix.launch(p, p.threads, 1, 0, is_default(p))
+  return mix.launch(p, p.threads, 1, 0, mix.sweep_seed(p))
 end
 
 function T.applies(p, problem, device)

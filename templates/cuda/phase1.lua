@@ -24,22 +24,19 @@
 -- Numerics: fp32 throughout, running max from -1e30f, 64-bit token offsets,
 -- rsqrtf for 1/rms; NaN in one token's rows reaches only that token.
 
+local template = require("lib/template")
 local storage = require("lib/cuda_storage")
 local space = require("lib/cuda_space")
 
-local T = {
-  backend = "cuda",
-  op = "phase1",
-  params = {
-    { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "threads", values = { 128, 256, 512 } },
-    -- elements per load: 1, or a 16-byte load (4 f32, 8 bf16/f16)
-    { name = "vec", values = { 1, 4, 8 } },
-    -- sites per score sweep and per mixing sweep
-    { name = "sj", values = { 2, 4 } },
-  },
+local T = template.new("cuda", "phase1", {
+  { name = "threads", values = { 128, 256, 512 } },
+  -- elements per load: 1, or a 16-byte load (4 f32, 8 bf16/f16)
+  { name = "vec", values = { 1, 4, 8 } },
+  -- sites per score sweep and per mixing sweep
+  { name = "sj", values = { 2, 4 } },
+}, {
   generic = { threads = 256, vec = 1, sj = 4 },
-}
+})
 
 local kabi = require("lib/kernel_abi")
 local ABI = kabi.version("cuda_phase1")
@@ -52,29 +49,19 @@ local function smem_floats(n, s, h)
   return n * s * h + n * h + n
 end
 
-function T.constraint(p)
-  return p.vec == 1 or p.vec * storage.esize[p.dtype] == 16
-end
+T.constraint = space.scalar_or_16_bytes
 
 function T.id(p)
   return string.format("phase1_cu_%s_b%d_v%d_s%d", p.dtype, p.threads, p.vec, p.sj)
 end
 
+-- The runtime adds (n*S*H + n*H + n) * 4 bytes of shared memory per launch.
 function T.launch(p)
-  local vb = p.vec * storage.esize[p.dtype]
-  return {
-    abi = ABI,
-    abi_op = kabi.op("cuda_phase1"),
-    block = p.threads,
-    tokens_per_block = 1,
-    smem = 0, -- the runtime adds (n*S*H + n*H + n) * 4 bytes per launch
-    align = vb,
-    qalign = p.vec % 4 == 0 and 16 or 4,
+  return space.phase_launch(p, "cuda_phase1", {
     max_sources = MAX_SOURCES,
     max_sites = MAX_SITES,
-    dmax = 0,
     default = (p.threads == 256 and p.vec > 1 and p.sj == 4) and 1 or 0,
-  }
+  })
 end
 
 function T.applies(p, problem, device)

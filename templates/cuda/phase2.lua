@@ -19,47 +19,33 @@
 -- Numerics: fp32 throughout, 64-bit token offsets, rsqrtf for 1/rms; with
 -- the fused add the scores use b as stored; NaN stays in its token.
 
+local template = require("lib/template")
 local storage = require("lib/cuda_storage")
 local space = require("lib/cuda_space")
 
-local T = {
-  backend = "cuda",
-  op = "phase2",
-  params = {
-    { name = "dtype", values = { "f32", "bf16", "f16" } },
-    { name = "threads", values = { 128, 256, 512 } },
-    -- elements per load: 1, or a 16-byte load (4 f32, 8 bf16/f16)
-    { name = "vec", values = { 1, 4, 8 } },
-  },
+local T = template.new("cuda", "phase2", {
+  { name = "threads", values = { 128, 256, 512 } },
+  -- elements per load: 1, or a 16-byte load (4 f32, 8 bf16/f16)
+  { name = "vec", values = { 1, 4, 8 } },
+}, {
   generic = { threads = 256, vec = 1 },
-}
+})
 
 local kabi = require("lib/kernel_abi")
 local ABI = kabi.version("cuda_phase2")
 local MAX_HEADS = 1024
 
-function T.constraint(p)
-  return p.vec == 1 or p.vec * storage.esize[p.dtype] == 16
-end
+T.constraint = space.scalar_or_16_bytes
 
 function T.id(p)
   return string.format("phase2_cu_%s_b%d_v%d", p.dtype, p.threads, p.vec)
 end
 
 function T.launch(p)
-  local vb = p.vec * storage.esize[p.dtype]
-  return {
-    abi = ABI,
-    abi_op = kabi.op("cuda_phase2"),
-    block = p.threads,
-    tokens_per_block = 1,
-    smem = 0,
-    align = vb,
-    qalign = p.vec % 4 == 0 and 16 or 4,
+  return space.phase_launch(p, "cuda_phase2", {
     max_heads = MAX_HEADS,
-    dmax = 0,
     default = (p.threads == 256 and p.vec > 1) and 1 or 0,
-  }
+  })
 end
 
 function T.applies(p, problem, device)

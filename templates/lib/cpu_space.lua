@@ -1,6 +1,8 @@
 -- lib/cpu_space.lua: the rules every CPU template's parameter space shares
 -- (cpu/mix.lua, cpu/mix_fused.lua, cpu/phase1.lua, cpu/phase2.lua).
 
+local kabi = require("lib/kernel_abi")
+
 local M = {}
 
 -- The most worker threads a launch spreads tokens over: a launch parameter
@@ -14,6 +16,22 @@ M.threads = { name = "threads", values = { 1, 2, 4, 8, 16, 32, 64 }, launch = tr
 -- naming the thread count they were measured with.
 function M.id(source_id, p)
   return string.format("%s_t%d", source_id, p.threads)
+end
+
+-- Defines the entries every CPU template has alike: T.id (source_id(p)
+-- and the thread count), T.launch (the ABI version of argument struct abi)
+-- and T.applies (M.applies alone; a template with more to check defines its
+-- own after this call).
+function M.entries(T, abi, source_id)
+  function T.id(p)
+    return M.id(source_id(p), p)
+  end
+  function T.launch()
+    return { abi = kabi.version(abi) }
+  end
+  function T.applies(p, problem, device)
+    return M.applies(T, p, problem, device)
+  end
 end
 
 -- The entry symbol of the kernel generated for source_id.

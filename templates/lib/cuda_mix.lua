@@ -28,6 +28,14 @@ M.ABI = kabi.version("cuda_mix")
 M.MAX_SOURCES = kabi.const.AR_CUDA_MAX_SOURCES
 M.esize = storage.esize
 
+-- The tuner's seeds (the variants a template proposes as starting points,
+-- which must compile without spills on every supported architecture) of
+-- the kernels that sweep U sources at a time (cuda/mix_twopass.lua,
+-- cuda/mix_backward.lua): 256 threads, 16-byte loads, four sources in
+-- flight.
+function M.sweep_seed(p)
+  return p.threads == 256 and p.vec * M.esize[p.dtype] == 16 and p.unroll == 4
+end
 
 -- The launch data of a variant: its block size, tokens per block and dmax
 -- (0: any d) come from the template, the rest follows from dtype and vec.

@@ -3,7 +3,35 @@
 -- cuda/phase1.lua, cuda/phase2.lua), as lib/cpu_space.lua holds the CPU
 -- templates' rules.
 
+local storage = require("lib/cuda_storage")
+local kabi = require("lib/kernel_abi")
+
 local M = {}
+
+-- Whether p loads one element at a time or 16 bytes, the loads the phase
+-- kernels and the mix backward take.
+function M.scalar_or_16_bytes(p)
+  return p.vec == 1 or p.vec * storage.esize[p.dtype] == 16
+end
+
+-- The launch data of a phase kernel (cuda/phase1.lua, cuda/phase2.lua) for
+-- argument struct abi: one token per block of p.threads, loads of vec
+-- elements, the query's 16-byte loads where vec is a multiple of 4, no
+-- static dynamic shared memory (the runtime adds what a launch needs) and
+-- no dmax; extra holds the op's own fields.
+function M.phase_launch(p, abi, extra)
+  local l = kabi.launch(abi)
+  l.block = p.threads
+  l.tokens_per_block = 1
+  l.smem = 0
+  l.align = p.vec * storage.esize[p.dtype]
+  l.qalign = p.vec % 4 == 0 and 16 or 4
+  l.dmax = 0
+  for k, v in pairs(extra) do
+    l[k] = v
+  end
+  return l
+end
 
 -- The checks of applies() that do not depend on the schedule: the op and
 -- dtype match, the device is a CUDA one (or not given), N, S and H are

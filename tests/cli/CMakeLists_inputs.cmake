@@ -2,15 +2,9 @@
 # or none, integer flags and fields are range-checked, the .npy reader reads
 # the header as the Python literal it is, and the option parser. Included from
 # tests/CMakeLists.txt.
-add_test(NAME cli_run_outputs_all_or_none
-  COMMAND ${CMAKE_COMMAND} -E env ${ATTNRES_TEST_ENV}
-          ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_run_outputs_atomic.py $<TARGET_FILE:attnres_cli>)
-set_tests_properties(cli_run_outputs_all_or_none PROPERTIES TIMEOUT 120 LABELS cli)
+attnres_cli_py_test(cli_run_outputs_all_or_none test_run_outputs_atomic.py 120)
 
-add_test(NAME cli_integer_ranges
-  COMMAND ${CMAKE_COMMAND} -E env ${ATTNRES_TEST_ENV}
-          ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_cli_ranges.py $<TARGET_FILE:attnres_cli>)
-set_tests_properties(cli_integer_ranges PROPERTIES TIMEOUT 300 LABELS cli)
+attnres_cli_py_test(cli_integer_ranges test_cli_ranges.py 300)
 
 # The .npy reader alone, on files each case writes into a scratch directory.
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/npy)
@@ -20,7 +14,7 @@ attnres_unit_test(tuner_npy_reader test_npy.c TIMEOUT 60 LABEL tuner
 # The command line's option parser alone (cli/cli.c): every kind of value,
 # positional arguments, "--", and refusals that name the flag and the value.
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/test-data/cli-options)
-attnres_unit_test(cli_options_unit test_cli_options.c TIMEOUT 60 LABEL cli SOURCES ${CMAKE_SOURCE_DIR}/cli/cli.c
+attnres_unit_test(cli_options_unit test_cli_options.c TIMEOUT 60 LABEL cli SOURCES ${CMAKE_SOURCE_DIR}/cli/cli.c ${CMAKE_SOURCE_DIR}/cli/cli_util.c
   INCLUDES ${CMAKE_SOURCE_DIR}/cli LIBS artuner ARGS ${CMAKE_BINARY_DIR}/test-data/cli-options)
 
 # docs/templates.md's minimal template, taken out of the page: listed,

@@ -62,7 +62,7 @@ doc = {
               "device": "fp", "copy_gbps": 20.0}],
     "measurements": [{"id": 1, "run": "run-1", "problem": KEY, "variant": "v1", "source_hash": "h1",
                       "device": "fp", "status": "ok", "median_us": 3.0, "spread_us": 0.1, "reps": 10,
-                      "gbps": 1.0, "roofline": 0.05, "created_at": "2025-01-01T00:00:01.000Z"}],
+                      "gbps": 1.0, "ceiling_fraction": 0.05, "created_at": "2025-01-01T00:00:01.000Z"}],
     "winners": [{"run": "run-1", "problem": KEY, "device": "fp", "variant": "v1", "source_hash": "h1",
                  "measurement": 1}],
 }
@@ -130,7 +130,7 @@ check(r.returncode == 0 and os.path.exists(os.path.join(plots, "index.html")),
 before = {n: read(os.path.join(plots, n)) for n in os.listdir(plots)}
 
 # A second problem whose winner has no time: its chart has no point to draw,
-# so the plot fails after it has written the roofline and the first chart.
+# so the plot fails after it has written the ceiling chart and the first chart.
 con = sqlite3.connect(db)
 con.execute("INSERT INTO problems(key, op, dtype, form, d, n, heads, epilogue, s, t_bucket)"
             " VALUES(?, 'mix', 'f32', 'replace', 32, 2, 1, 0, 0, 8)", (KEY2,))

@@ -110,8 +110,8 @@ for m in d["measurements"]:
         continue
     new = SLOW_US if run_id[m["run"]] >= 4 else FAST_US
     old = m["median_us"]
-    # Bandwidth and roofline follow the time: the bytes moved stay the same.
-    for k in ("gbps", "roofline"):
+    # Bandwidth and ceiling fraction follow the time: the bytes moved stay the same.
+    for k in ("gbps", "ceiling_fraction"):
         if m.get(k) and old:
             m[k] = m[k] * old / new
     m["median_us"], m["min_us"], m["max_us"], m["spread_us"] = new, new * 0.99, new * 1.01, new * 0.01
@@ -193,7 +193,7 @@ ys = [float(p.split(",")[1]) for p in pts]
 assert ys[3] < ys[0] - 50, ys                  # run 4 drawn far higher (slower)
 tips = [t.text for t in root.iter(ns + "title")]
 assert any("run 4" in (t or "") and "_v1_" in (t or "") for t in tips), tips
-roof = ET.parse(os.path.join(d, "roofline.svg")).getroot()
+roof = ET.parse(os.path.join(d, "ceiling.svg")).getroot()
 bars = [r for r in roof.iter(ns + "rect") if r.find(ns + "title") is not None]
 assert len(bars) == 5, len(bars)               # 1 problem x 5 runs
 labels = " ".join(t.text or "" for t in roof.iter(ns + "text"))
@@ -241,8 +241,8 @@ expect_rc 1 "regress reads a v1 file read-only" -- "$cli" db regress --db "$dir/
 [ ! -e "$dir/old.db.v1.bak" ] && ok "read-only use leaves the v1 file alone" || bad "read-only use migrated"
 expect_rc 0 "note migrates it in place" -- "$cli" db note 1 "before the driver update" --db "$dir/old.db"
 [ -e "$dir/old.db.v1.bak" ] && ok "the v1 file was backed up" || bad "no backup"
-python3 -c 'import sqlite3,sys; assert sqlite3.connect(sys.argv[1]).execute("pragma user_version").fetchone()[0]==10; assert sqlite3.connect(sys.argv[2]).execute("pragma user_version").fetchone()[0]==1' "$dir/old.db" "$dir/old.db.v1.bak" &&
-  ok "migrated to v10, backup still v1" || bad "versions after migration"
+python3 -c 'import sqlite3,sys; assert sqlite3.connect(sys.argv[1]).execute("pragma user_version").fetchone()[0]==11; assert sqlite3.connect(sys.argv[2]).execute("pragma user_version").fetchone()[0]==1' "$dir/old.db" "$dir/old.db.v1.bak" &&
+  ok "migrated to v11, backup still v1" || bad "versions after migration"
 python3 -c 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute("pragma user_version = 99"); c.commit()' "$dir/old.db"
 expect_rc 1 "a newer file is refused" -- "$cli" db runs --db "$dir/old.db"
 grep -q 'newer than this build' "$dir/err.txt" && ok "with a clear message" || bad "message: $(cat "$dir/err.txt")"

@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from compare import flat, rel_err  # noqa: E402
+from compare import dalpha_err, flat, rel_err  # noqa: E402
 import npyio  # noqa: E402
 import reference  # noqa: E402
 
@@ -108,7 +108,8 @@ with tempfile.TemporaryDirectory() as tmp:
             runs.append(files)
         if len(runs) != 2:
             continue
-        errs = {g: rel_err(npyio.read_f32(p(g + ".npy"))[1], flat(want[g])) for g in GRADS}
+        errs = {g: rel_err(npyio.read_f32(p(g + ".npy"))[1], flat(want[g])) for g in GRADS if g != "dalpha"}
+        errs["dalpha"] = dalpha_err(npyio.read_f32(p("dalpha.npy"))[1], flat(want["dalpha"]), sources, dout)
         report(all(e <= 1e-5 for e in errs.values()), "tuned run at T = %d against the reference: %s" % (
             t, ", ".join("%s %.1e" % (g, e) for g, e in errs.items())))
         report(runs[0] == runs[1], "tuned run at T = %d: two runs give byte-identical files" % t)

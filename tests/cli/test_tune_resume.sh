@@ -47,11 +47,11 @@ done
 # which is "-" for the ci preset's problems, all in cache, % copy, % read
 # and % FMA).
 read_runs=$(sqlite3 "$dir/t.db" "select count(*) from runs where read_gbps > 0")
-echo "runs with a read roofline: $read_runs"
+echo "runs with a read ceiling: $read_runs"
 if [ "$read_runs" != 2 ]; then echo "FAIL: a run recorded no read bandwidth"; fail=1; fi
 if ! grep -Eq '^copy bandwidth [0-9.]+ GB/s, read [0-9.]+ GB/s' "$dir/first.txt" ||
    [ "$(sed -n '/^problem/,/^$/p' "$dir/first.txt" | grep -Ec '[0-9]% +(-|[0-9.]+%) +[0-9.]+% +[0-9.]+% +(-|[0-9.]+%)$')" -lt 2 ]; then
-  echo "FAIL: the winners table lacks the read roofline"; fail=1
+  echo "FAIL: the winners table lacks the read ceiling"; fail=1
 fi
 rows=$(sqlite3 "$dir/t.db" "select count(*) from winners" 2>/dev/null || echo "?")
 echo "winner rows: $rows"

@@ -213,25 +213,21 @@ uint64_t num_float_to_int(double v, int rnd, ptx_type dst)
     return (uint64_t)r;
 }
 
-float num_int_to_f32(uint64_t bits, int src_signed, int rnd)
-{
-    volatile float r = 0;
-    if (src_signed)
-        UNDER(rnd, r = (float)(int64_t)bits);
-    else
-        UNDER(rnd, r = (float)bits);
-    return r;
-}
+/* An integer's conversion to one floating type under one rounding mode;
+ * converting to double and then to float would round twice. */
+#define INT_TO_FLOAT(T, name)                          \
+    T name(uint64_t bits, int src_signed, int rnd)     \
+    {                                                  \
+        volatile T r = 0;                              \
+        if (src_signed)                                \
+            UNDER(rnd, r = (T)(int64_t)bits);          \
+        else                                           \
+            UNDER(rnd, r = (T)bits);                   \
+        return r;                                      \
+    }
 
-double num_int_to_f64(uint64_t bits, int src_signed, int rnd)
-{
-    volatile double r = 0;
-    if (src_signed)
-        UNDER(rnd, r = (double)(int64_t)bits);
-    else
-        UNDER(rnd, r = (double)bits);
-    return r;
-}
+INT_TO_FLOAT(float, num_int_to_f32)
+INT_TO_FLOAT(double, num_int_to_f64)
 
 float num_f64_to_f32(double v, int rnd)
 {

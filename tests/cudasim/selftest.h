@@ -75,4 +75,24 @@ static inline int selftest_end(CUdevice dev)
     return check_exit_status(g_fail);
 }
 
+/* One case of a self-test: its name (what --case selects) and function. */
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} selftest_case;
+#define SELFTEST_CASE(fn) {#fn, fn}
+
+/* A self-test's main after its own setup: runs cases[0, n) on the
+ * simulated device, its failures counted in g_fail; the exit status. */
+static inline int selftest_run(const selftest_case *cases, size_t n)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    CUdevice dev;
+    if (selftest_begin(&dev) != 0)
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        check_run_case(cases[i].name, cases[i].fn, &g_fail, 0);
+    return selftest_end(dev);
+}
+
 #endif

@@ -523,6 +523,18 @@ static uint64_t convert(const ptx_instr *in, uint64_t v)
 
 /* ---- memory ----------------------------------------------------------- */
 
+/* Faults on an access to shared byte a that races with thread wr's write
+ * since the last barrier; access and wrote complete the message. */
+static int writer_race(block_ctx *b, warp *w, int lane, const ptx_instr *in, uint64_t a, int32_t wr,
+                       const char *access, const char *wrote)
+{
+    unsigned o[3];
+    thread_coords(b, wr, o);
+    return fault(b, CU_LAUNCH_FAILED, w, lane, in,
+                 "shared-memory race: %s offset 0x%llx, which thread (%u,%u,%u) %s since the last barrier", access,
+                 (unsigned long long)a, o[0], o[1], o[2], wrote);
+}
+
 static int shared_access(block_ctx *b, warp *w, int lane, const ptx_instr *in, uint64_t addr, int bytes,
                          int is_store)
 {
@@ -542,22 +554,12 @@ static int shared_access(block_ctx *b, warp *w, int lane, const ptx_instr *in, u
         }
         const int32_t wr = b->sh_writer[a], rd = b->sh_reader[a];
         if (is_store) {
-            if (wr >= 0 && wr != tid) {
-                unsigned o[3];
-                thread_coords(b, wr, o);
-                return fault(b, CU_LAUNCH_FAILED, w, lane, in,
-                             "shared-memory race: write to offset 0x%llx, which thread (%u,%u,%u) also wrote "
-                             "since the last barrier",
-                             (unsigned long long)a, o[0], o[1], o[2]);
-            }
-            if (rd == -2 || (rd >= 0 && rd != tid)) {
-                unsigned o[3] = {0, 0, 0};
-                if (rd >= 0)
-                    thread_coords(b, rd, o);
+            if (wr >= 0 && wr != tid)
+                return writer_race(b, w, lane, in, a, wr, "write to", "also wrote");
+            if (rd == -2 || (rd >= 0 && rd != tid))
                 return fault(b, CU_LAUNCH_FAILED, w, lane, in,
                              "shared-memory race: write to offset 0x%llx, which %s read since the last barrier",
                              (unsigned long long)a, rd == -2 ? "several other threads" : "another thread");
-            }
             b->sh_writer[a] = tid;
             b->sh_init[a] = 1;
         } else {
@@ -565,14 +567,8 @@ static int shared_access(block_ctx *b, warp *w, int lane, const ptx_instr *in, u
                 return fault(b, CU_LAUNCH_FAILED, w, lane, in,
                              "read of shared memory at offset 0x%llx, which no thread has written",
                              (unsigned long long)a);
-            if (wr >= 0 && wr != tid) {
-                unsigned o[3];
-                thread_coords(b, wr, o);
-                return fault(b, CU_LAUNCH_FAILED, w, lane, in,
-                             "shared-memory race: read of offset 0x%llx, which thread (%u,%u,%u) wrote since "
-                             "the last barrier",
-                             (unsigned long long)a, o[0], o[1], o[2]);
-            }
+            if (wr >= 0 && wr != tid)
+                return writer_race(b, w, lane, in, a, wr, "read of", "wrote");
             b->sh_reader[a] = rd == -1 || rd == tid ? tid : -2;
         }
     }

@@ -23,8 +23,9 @@
 #include "device.h"
 #include "nvrtc.h"
 #include "paired_stream.h"
-#include "rooflines.h"
+#include "device_ceilings.h"
 #include "test_cuda_open.h"
+#include "test_stream_steps.h"
 
 static attnres_device *dev;
 
@@ -95,10 +96,7 @@ static void test_bad_steps_are_refused(void)
 {
     void *mem = NULL;
     REQUIRE(dev->ops->mem_alloc(dev, 2 * STEP, &mem) == ATTNRES_OK);
-    const struct {
-        ar_stream_step step;
-        const char *says;
-    } bad[] = {
+    static const test_bad_step bad[] = {
         {{"copy-nt", 4, 0, 4096}, "no streaming kernel 'copy-nt'"},
         {{"read", 0, 0, 4096}, "0 blocks per SM; it takes 1 to 32"},
         {{"copy", 33, 0, 4096}, "33 blocks per SM"},
@@ -107,15 +105,8 @@ static void test_bad_steps_are_refused(void)
         {{"read", 4, 32, 4096}, "4096 bytes at offset 32"},
         {{"read", 4, 0, 0}, "positive multiple of 4096"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ar_stream_pass pass = {{{"read", 4, 0, 4096}, bad[i].step}};
-        double us = -1;
-        CHECK(dev->ops->stream_pass(dev, mem, &pass, &us) == ATTNRES_EINVAL && us == -1);
-        CHECK(strstr(attnres_device_errmsg(dev), "stream pass step 1: ") != NULL);
-        CHECK(strstr(attnres_device_errmsg(dev), bad[i].says) != NULL);
-        if (!strstr(attnres_device_errmsg(dev), bad[i].says))
-            fprintf(stderr, "  step %zu: %s\n", i, attnres_device_errmsg(dev));
-    }
+    const ar_stream_step lead = {"read", 4, 0, 4096};
+    test_bad_steps_refused(dev, mem, &lead, bad, sizeof bad / sizeof bad[0]);
     /* The kernels load 16-byte vectors: a misaligned buffer is refused, not
      * faulted on. */
     ar_stream_pass pass = {{{"read", 4, 0, 4096}}};
@@ -127,9 +118,9 @@ static void test_bad_steps_are_refused(void)
 
 /* The run's CUDA ceilings as cuda_ceilings records them, with a cache small
  * enough that the kernel below is out of it. */
-static rooflines cuda_ceilings_of_a_run(void)
+static device_ceilings cuda_ceilings_of_a_run(void)
 {
-    rooflines r = {.copy_gbps = 3000.0, .read_gbps = 3800.0};
+    device_ceilings r = {.copy_gbps = 3000.0, .read_gbps = 3800.0};
     r.ceil.pt[r.ceil.n++] = (ar_ceiling_point){"memcpy-dtod", AR_CEILING_COPY, 0, 3000.0, 3000.0};
     r.ceil.pt[r.ceil.n++] = (ar_ceiling_point){"read", AR_CEILING_READ, 2, 3500.0, 3500.0};
     r.ceil.pt[r.ceil.n++] = (ar_ceiling_point){"copy", AR_CEILING_COPY, 2, 2800.0, 2800.0};
@@ -146,7 +137,7 @@ static rooflines cuda_ceilings_of_a_run(void)
  * names them so, and runs on the device. */
 static void test_tuner_pass_on_cuda(void)
 {
-    rooflines r = cuda_ceilings_of_a_run();
+    device_ceilings r = cuda_ceilings_of_a_run();
     paired_stream *ps = NULL;
     char err[256];
     REQUIRE(paired_stream_create(dev, &r, 9.0 * STEP, 1.0 * STEP, &ps, err, sizeof err) == 1);

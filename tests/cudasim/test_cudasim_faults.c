@@ -617,16 +617,10 @@ static void test_sticky(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    setvbuf(stdout, NULL, _IOLBF, 0);
     unsetenv("ATTNRES_CUDASIM_CHECKS");
-    CUdevice dev;
-    if (selftest_begin(&dev) != 0)
-        return 1;
-    RUN_CASE_COUNTING(test_global, g_fail);
-    RUN_CASE_COUNTING(test_coordinates, g_fail);
-    RUN_CASE_COUNTING(test_shared, g_fail);
-    RUN_CASE_COUNTING(test_barriers, g_fail);
-    RUN_CASE_COUNTING(test_shuffle_faults, g_fail);
-    RUN_CASE_COUNTING(test_sticky, g_fail);
-    return selftest_end(dev);
+    static const selftest_case cases[] = {
+        SELFTEST_CASE(test_global),   SELFTEST_CASE(test_coordinates),    SELFTEST_CASE(test_shared),
+        SELFTEST_CASE(test_barriers), SELFTEST_CASE(test_shuffle_faults), SELFTEST_CASE(test_sticky),
+    };
+    return selftest_run(cases, sizeof cases / sizeof cases[0]);
 }

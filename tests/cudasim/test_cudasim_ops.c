@@ -981,18 +981,10 @@ static void test_refusals(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    CUdevice dev;
-    if (selftest_begin(&dev) != 0)
-        return 1;
-    RUN_CASE_COUNTING(test_integer, g_fail);
-    RUN_CASE_COUNTING(test_float, g_fail);
-    RUN_CASE_COUNTING(test_loads_stores, g_fail);
-    RUN_CASE_COUNTING(test_shuffles, g_fail);
-    RUN_CASE_COUNTING(test_shared_and_barriers, g_fail);
-    RUN_CASE_COUNTING(test_params, g_fail);
-    RUN_CASE_COUNTING(test_divergence, g_fail);
-    RUN_CASE_COUNTING(test_grid, g_fail);
-    RUN_CASE_COUNTING(test_refusals, g_fail);
-    return selftest_end(dev);
+    static const selftest_case cases[] = {
+        SELFTEST_CASE(test_integer),  SELFTEST_CASE(test_float),           SELFTEST_CASE(test_loads_stores),
+        SELFTEST_CASE(test_shuffles), SELFTEST_CASE(test_shared_and_barriers), SELFTEST_CASE(test_params),
+        SELFTEST_CASE(test_divergence), SELFTEST_CASE(test_grid),          SELFTEST_CASE(test_refusals),
+    };
+    return selftest_run(cases, sizeof cases / sizeof cases[0]);
 }

@@ -22,68 +22,32 @@
 #include "ardb_tools.h"
 #include "check.h"
 #include "test_db_run.h"
+#include "test_db_scratch.h"
 #include "test_files.h"
 #include "test_scratch.h"
 #include "test_sqlite.h"
 
-static char tmpdir[512];
-
-static void path_in_tmp(char *buf, size_t len, const char *name)
-{
-    snprintf(buf, len, "%s/%s", tmpdir, name);
-}
-
-static ardb *create_db(const char *name, char *path, size_t len)
-{
-    path_in_tmp(path, len, name);
-    return open_db(path, ARDB_CREATE);
-}
 
 /* ---- fixtures ------------------------------------------------------------- */
 
 static ardb_device dev_make(const char *backend, const char *name,
                             const char *arch, const char *fp)
 {
-    ardb_device d;
-    memset(&d, 0, sizeof d);
-    d.backend = backend;
-    d.name = name;
-    d.arch = arch;
-    d.driver = "12.4";
-    d.fingerprint = fp;
-    d.units = 132;
-    d.memory = INT64_C(150) << 30;
-    return d;
+    return (ardb_device){.backend = backend, .name = name, .arch = arch, .driver = "12.4", .fingerprint = fp,
+                         .units = 132, .memory = INT64_C(150) << 30};
 }
 
 static ardb_problem prob_make(int64_t t)
 {
-    ardb_problem p;
-    memset(&p, 0, sizeof p);
-    p.op = "mix";
-    p.dtype = "bf16";
-    p.form = "replace";
-    p.d = 7168;
-    p.n = 9;
-    p.heads = 1;
-    p.epilogue = 0;
-    p.s = 0;
-    p.t_bucket = t;
-    return p;
+    return (ardb_problem){.op = "mix", .dtype = "bf16", .form = "replace", .d = 7168, .n = 9, .heads = 1,
+                          .epilogue = 0, .s = 0, .t_bucket = t};
 }
 
 static ardb_candidate cand_make(const char *variant, const char *hash)
 {
-    ardb_candidate c;
-    memset(&c, 0, sizeof c);
-    c.template_name = "cuda/mix";
-    c.variant = variant;
-    c.params_json = "{\"vec\":8}";
-    c.source_hash = hash;
-    c.source = "__global__ void k(){}";
-    c.kernel_name = "k";
-    c.backend = "cuda";
-    return c;
+    return (ardb_candidate){.template_name = "cuda/mix", .variant = variant, .params_json = "{\"vec\":8}",
+                            .source_hash = hash, .source = "__global__ void k(){}", .kernel_name = "k",
+                            .backend = "cuda"};
 }
 
 static ardb_measurement meas_make(int64_t run, int64_t cand, int64_t prob,
@@ -103,7 +67,7 @@ static ardb_measurement meas_make(int64_t run, int64_t cand, int64_t prob,
     m.spread_us = med * 0.01;
     m.reps = 50;
     m.gbps = 1000.0 / med;
-    m.roofline = 0.5;
+    m.ceiling_fraction = 0.5;
     m.rel_err = 1e-6;
     return m;
 }
@@ -117,16 +81,18 @@ static void test_create_reopen(void)
     REQUIRE(db != NULL);
     CHECK(strcmp(ardb_errmsg(db), "") == 0);
     ardb_close(db);
-    CHECK(ARDB_SCHEMA_VERSION == 10);
-    CHECK(raw_int(path, "PRAGMA user_version") == 10);
+    CHECK(ARDB_SCHEMA_VERSION == 11);
+    CHECK(raw_int(path, "PRAGMA user_version") == 11);
     CHECK(raw_int(path, "SELECT count(*) FROM attnres_meta WHERE key = "
-                        "'schema_version' AND value = '10'") == 1);
+                        "'schema_version' AND value = '11'") == 1);
     /* A new file has the shape of a migrated one: v1 plus every delta. */
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') "
                         "WHERE name IN ('uid', 'note', 'read_gbps')") == 3);
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('devices') "
                         "WHERE name = 'simulated' AND \"notnull\" = 1 "
                         "AND dflt_value = '0'") == 1);
+    CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('measurements') "
+                        "WHERE name = 'ceiling_fraction'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM attnres_meta WHERE key = "
                         "'format' AND value = 'attnres-tuning-db'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE name IN "
@@ -301,12 +267,12 @@ static void test_open_errors(void)
     db = create_db("newer.db", path, sizeof path);
     REQUIRE(db != NULL);
     ardb_close(db);
-    CHECK(raw_exec(path, "PRAGMA user_version = 11") == SQLITE_OK);
+    CHECK(raw_exec(path, "PRAGMA user_version = 12") == SQLITE_OK);
     EXPECT_OPEN(path, ARDB_READONLY, ARDB_ENEWER,
-                "database schema version 11 is newer than this build (10)");
+                "database schema version 12 is newer than this build (11)");
     EXPECT_OPEN(path, 0, ARDB_ENEWER, "is newer than this build");
     EXPECT_OPEN(path, ARDB_CREATE, ARDB_ENEWER, "is newer than this build");
-    CHECK(raw_int(path, "PRAGMA user_version") == 11);
+    CHECK(raw_int(path, "PRAGMA user_version") == 12);
 }
 
 static void test_upserts(void)
@@ -333,15 +299,8 @@ static void test_upserts(void)
     ardb_problem_key(&p, key, sizeof key);
     CHECK(strcmp(key, "mix:bf16:d7168:n9:h1:replace:epi0:s0:t4096") == 0);
     {
-        ardb_problem q = prob_make(1);
-        q.op = "phase1";
-        q.dtype = "f32";
-        q.form = "additive";
-        q.d = 4096;
-        q.n = 73;
-        q.heads = 8;
-        q.epilogue = 1;
-        q.s = 4;
+        const ardb_problem q = {.op = "phase1", .dtype = "f32", .form = "additive", .d = 4096, .n = 73,
+                                .heads = 8, .epilogue = 1, .s = 4, .t_bucket = 1};
         ardb_problem_key(&q, key, sizeof key);
         CHECK(strcmp(key, "phase1:f32:d4096:n73:h8:additive:epi1:s4:t1") == 0);
         ardb_problem_key(&q, key, 8); /* truncates safely */
@@ -639,6 +598,18 @@ static int wfix_make(ardb *db, wfix *f)
     return rc ? -1 : 0;
 }
 
+/* How many winners a lookup at `level` returns, freed again; -1 when the
+ * lookup fails. */
+static long lookup_count(ardb *db, const ardb_problem *p, const ardb_device *q, ardb_level level)
+{
+    ardb_winner *w = NULL;
+    size_t n = 0;
+    if (ardb_winners_lookup(db, p, q, level, &w, &n) != ARDB_DONE)
+        return -1;
+    ardb_winners_free(w, n);
+    return (long)n;
+}
+
 static void test_winners(void)
 {
     char path[600];
@@ -680,7 +651,7 @@ static void test_winners(void)
         CHECK(strcmp(w[0].source_hash, "h1") == 0);
         CHECK(strcmp(w[0].params_json, "{\"vec\":8}") == 0);
         CHECK(strcmp(w[0].source, "__global__ void k(){}") == 0);
-        CHECK(fabs(w[0].gbps - 200.0) < 1e-9 && w[0].roofline == 0.5);
+        CHECK(fabs(w[0].gbps - 200.0) < 1e-9 && w[0].ceiling_fraction == 0.5);
         CHECK(w[1].t_bucket == 4096 && strcmp(w[1].variant, "mix_v3") == 0);
         CHECK(w[1].median_us == 40.0);
     }
@@ -707,9 +678,7 @@ static void test_winners(void)
 
     /* BACKEND cuda: all three buckets, newest run each. */
     q = dev_make("cuda", "whatever", "sm_100", "fpX");
-    CHECK(ardb_winners_lookup(db, &p, &q, ARDB_LEVEL_ARCHITECTURE, &w, &n) ==
-          ARDB_DONE && n == 0);
-    ardb_winners_free(w, n);
+    CHECK(lookup_count(db, &p, &q, ARDB_LEVEL_ARCHITECTURE) == 0);
     CHECK(ardb_winners_lookup(db, &p, &q, ARDB_LEVEL_BACKEND, &w, &n) ==
           ARDB_DONE);
     CHECK(n == 3);
@@ -723,19 +692,13 @@ static void test_winners(void)
 
     /* Other backend, other problem fields. */
     q = dev_make("cpu", "EPYC", "x86_64-avx512", "fpCPU");
-    CHECK(ardb_winners_lookup(db, &p, &q, ARDB_LEVEL_BACKEND, &w, &n) ==
-          ARDB_DONE && n == 0);
-    ardb_winners_free(w, n);
+    CHECK(lookup_count(db, &p, &q, ARDB_LEVEL_BACKEND) == 0);
     q = dev_make("cuda", "NVIDIA H200", "sm_90", "fpA");
     p.heads = 8;
-    CHECK(ardb_winners_lookup(db, &p, &q, ARDB_LEVEL_EXACT, &w, &n) ==
-          ARDB_DONE && n == 1);
-    ardb_winners_free(w, n);
+    CHECK(lookup_count(db, &p, &q, ARDB_LEVEL_EXACT) == 1);
     p.heads = 1;
     p.dtype = "f16";
-    CHECK(ardb_winners_lookup(db, &p, &q, ARDB_LEVEL_BACKEND, &w, &n) ==
-          ARDB_DONE && n == 0);
-    ardb_winners_free(w, n);
+    CHECK(lookup_count(db, &p, &q, ARDB_LEVEL_BACKEND) == 0);
     p.dtype = "bf16";
 
     /* A newer run on A wins over the older one at every level. */
@@ -761,9 +724,7 @@ static void test_winners(void)
     CHECK(ardb_open(path, ARDB_READONLY, &ro, NULL, 0) == ARDB_DONE);
     if (ro) {
         q = dev_make("cuda", "x", "sm_90", "zzz");
-        CHECK(ardb_winners_lookup(ro, &p, &q, ARDB_LEVEL_ARCHITECTURE, &w,
-                                  &n) == ARDB_DONE && n == 2);
-        ardb_winners_free(w, n);
+        CHECK(lookup_count(ro, &p, &q, ARDB_LEVEL_ARCHITECTURE) == 2);
     }
     ardb_close(ro);
     ardb_winners_free(NULL, 0);
@@ -819,7 +780,7 @@ static void test_lists(void)
     memset(&r, 0, sizeof r);
     CHECK(ardb_list_winners(db, 0, collect, &r) == ARDB_DONE);
     CHECK(strcmp(r.header,
-                 "problem,device,variant,median_us,gbps,roofline,provisional") ==
+                 "problem,device,variant,median_us,gbps,ceiling_fraction,provisional") ==
           0);
     CHECK(r.count == 5);
     /* No winner is provisional: the last column is empty. */
@@ -1419,8 +1380,7 @@ static void test_reader_during_write(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    if (scratch_make("db", tmpdir, sizeof tmpdir) != 0)
-        return 1;
+    db_scratch_begin("db");
     RUN_CASE(test_create_reopen);
     RUN_CASE(test_open_errors);
     RUN_CASE(test_corrupt_pages);
@@ -1434,9 +1394,5 @@ int main(int argc, char **argv)
     RUN_CASE(test_simulated_devices);
     RUN_CASE(test_concurrent_writers);
     RUN_CASE(test_reader_during_write);
-    if (!getenv("TEST_DB_KEEP"))
-        scratch_remove(tmpdir);
-    else
-        printf("kept %s\n", tmpdir);
     CHECK_EXIT();
 }

@@ -20,20 +20,17 @@
 #include "ardb.h"
 #include "ardb_tools.h"
 #include "check.h"
+#include "schema_sql.h"
 #include "test_buffer.h"
+#include "test_db_scratch.h"
 #include "test_files.h"
 #include "test_scratch.h"
 #include "test_sqlite.h"
 
-static char tmpdir[512];
 static char *fixture_sql;
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static void path_in_tmp(char *buf, size_t len, const char *name)
-{
-    snprintf(buf, len, "%s/%s", tmpdir, name);
-}
 
 /* Writes the v1 fixture to tmpdir/name; path gets its full path. */
 static int make_v1(const char *name, char *path, size_t len)
@@ -43,8 +40,9 @@ static int make_v1(const char *name, char *path, size_t len)
 }
 
 /* Writes the v1 fixture migrated to v2 exactly as a build of schema v2
- * did it (the v2 delta of db/write/migrate.c, copied here so that the file stays
- * what v2 wrote when later deltas come). */
+ * did it: the v2 delta of db/write/migrate.c, with the uid it derived
+ * spelled out here, so that the file stays what v2 wrote whatever later
+ * code derives. */
 static int make_v2(const char *name, char *path, size_t len)
 {
     static const char delta_v2[] =
@@ -52,11 +50,7 @@ static int make_v2(const char *name, char *path, size_t len)
         "ALTER TABLE runs ADD COLUMN note TEXT;\n"
         "UPDATE runs SET uid = printf('v1:%s:%s:%d', runs.started_at,"
         " COALESCE(runs.host, ''), runs.id);\n"
-        "CREATE UNIQUE INDEX runs_uid ON runs(uid);\n"
-        "CREATE TRIGGER runs_uid_default AFTER INSERT ON runs\n"
-        "WHEN NEW.uid IS NULL BEGIN\n"
-        "  UPDATE runs SET uid = lower(hex(randomblob(16))) WHERE id = NEW.id;\n"
-        "END;\n"
+        ARDB_SQL_RUNS_UID_INDEX
         "UPDATE attnres_meta SET value = '2' WHERE key = 'schema_version';\n"
         "PRAGMA user_version = 2;\n";
     if (make_v1(name, path, len))
@@ -90,12 +84,6 @@ static int collect(void *ctx, int ncol, const char *const *names, const char *co
     return 0;
 }
 
-static int file_exists(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
-
 static int failing_write(void *ctx, const void *data, size_t len)
 {
     (void)ctx;
@@ -115,7 +103,7 @@ static int64_t add_winner(ardb *db, int64_t run, int64_t cand, int64_t prob, int
 {
     ardb_measurement m = {.run_id = run, .candidate_id = cand, .problem_id = prob, .device_id = dev,
                           .build_key = "bk", .status = ARDB_STATUS_OK, .median_us = us, .min_us = us,
-                          .max_us = us, .spread_us = spread, .reps = 10, .gbps = 1, .roofline = 0.5,
+                          .max_us = us, .spread_us = spread, .reps = 10, .gbps = 1, .ceiling_fraction = 0.5,
                           .rel_err = 0};
     int64_t mid = 0;
     if (ardb_measurement_add(db, &m, &mid) != ARDB_DONE)
@@ -217,9 +205,7 @@ static void test_v1_file_read_only_then_migrated(void)
     /* Read-write: migrated in place, with a backup of the v1 file. */
     db = open_db(path, 0);
     REQUIRE(db != NULL);
-    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
-    CHECK(file_exists(bak));
-    CHECK(raw_int(bak, "PRAGMA user_version") == 1);
+    CHECK(migrated_with_backup(path, bak, 1));
     CHECK(raw_int(bak, "SELECT count(*) FROM measurements") == 4);
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'uid'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM measurements") == 4);
@@ -309,6 +295,52 @@ static void test_v1_file_read_only_then_migrated(void)
     CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION + 1);
 }
 
+/* The fixture is what version 1 wrote, so it holds the schema's history:
+ * the pieces of the v1 DDL that a later version shares
+ * (db/write/schema_sql.h: the v4 and v10 rebuilds take the columns from
+ * them) are its statements to the letter, and a new file and the fixture
+ * migrated have the same schema, object by object and to the letter of
+ * the SQL that SQLite keeps. */
+static void test_schema_is_what_v1_wrote_and_its_migrations_made(void)
+{
+    static const char schema[] = "SELECT group_concat(object, char(10)) FROM (SELECT type || '|' || name || '|' ||"
+                                 " tbl_name || '|' || IFNULL(sql, '') AS object FROM sqlite_schema"
+                                 " ORDER BY type, name)";
+    static const char measurements_v1[] = "CREATE TABLE measurements(\n" ARDB_SQL_MEASUREMENT_COLUMNS_TO_STATUS ")),\n"
+                                          ARDB_SQL_MEASUREMENT_COLUMNS_AFTER_STATUS "\n)";
+    static const char devices_v1[] = "CREATE TABLE devices(\n" ARDB_SQL_DEVICE_COLUMNS_TO_DRIVER;
+    static const char *const measurement_objects[] = {"measurements_key", "measurements_run",
+                                                      "measurements_append_only"};
+    char path[600], fresh[600], sql[160];
+    REQUIRE(make_v1("v1-schema.db", path, sizeof path) == 0);
+    char *text = raw_text(path, "SELECT sql FROM sqlite_schema WHERE name = 'measurements'");
+    CHECK(text && strcmp(text, measurements_v1) == 0);
+    free(text);
+    text = raw_text(path, "SELECT sql FROM sqlite_schema WHERE name = 'devices'");
+    CHECK(text && strncmp(text, devices_v1, strlen(devices_v1)) == 0);
+    free(text);
+    for (size_t i = 0; i < sizeof measurement_objects / sizeof measurement_objects[0]; i++) {
+        snprintf(sql, sizeof sql, "SELECT sql || ';' || char(10) FROM sqlite_schema WHERE name = '%s'",
+                 measurement_objects[i]);
+        text = raw_text(path, sql);
+        CHECK(text && strstr(ARDB_SQL_MEASUREMENTS_INDEXES, text));
+        free(text);
+    }
+
+    ardb *db = open_db(path, 0);
+    REQUIRE(db != NULL);
+    ardb_close(db);
+    db = create_db("new-schema.db", fresh, sizeof fresh);
+    REQUIRE(db != NULL);
+    ardb_close(db);
+    char *migrated = raw_text(path, schema), *created = raw_text(fresh, schema);
+    CHECK(migrated && created && strstr(created, "CREATE TRIGGER measurements_append_only") && strcmp(migrated, created) == 0);
+    if (migrated && created && strcmp(migrated, created) != 0)
+        fprintf(stderr, "migrated v1 file:\n%s\nnew file:\n%s\n", migrated, created);
+    free(migrated);
+    free(created);
+}
+
 static void test_v2_file_read_only_then_migrated(void)
 {
     char path[600], bak[700];
@@ -347,8 +379,7 @@ static void test_v2_file_read_only_then_migrated(void)
     /* Read-write: migrated to v4 in place, with a backup of the v2 file. */
     db = open_db(path, 0);
     REQUIRE(db != NULL);
-    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
-    CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == 2);
+    CHECK(migrated_with_backup(path, bak, 2));
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'read_gbps'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE note = 'kept' AND uid LIKE 'v1:%'") == 1);
@@ -379,7 +410,7 @@ static int make_v3(const char *name, char *path, size_t len)
         " VALUES(3, '2025-03-01T10:00:00.000Z', '2025-03-01T10:01:00.000Z', 'complete', 5, 'exhaustive',"
         " 4300.0, 4100.0, 'v3-gpu-run');\n"
         "INSERT INTO measurements(id, run_id, candidate_id, problem_id, device_id, build_key, status,"
-        " median_us, spread_us, reps, gbps, roofline, created_at)"
+        " median_us, spread_us, reps, gbps, roofline, created_at)" /* its name before v11 */
         " VALUES(5, 3, 1, 1, 5, 'key-gpu', 'ok', 2.0, 0.01, 50, 3000.0, 0.7, '2025-03-01T10:00:30.000Z');\n"
         "INSERT INTO winners(run_id, problem_id, device_id, candidate_id, measurement_id, created_at)"
         " VALUES(3, 1, 5, 1, 5, '2025-03-01T10:01:00.000Z');\n";
@@ -451,8 +482,7 @@ static void test_v3_file_read_only_then_migrated(void)
     }
     ardb_close(db);
     /* A merge from it (only read) records real devices. */
-    path_in_tmp(fresh, sizeof fresh, "v3-merged.db");
-    db = open_db(fresh, ARDB_CREATE);
+    db = create_db("v3-merged.db", fresh, sizeof fresh);
     REQUIRE(db != NULL);
     CHECK(ardb_merge(db, path, &s) == ARDB_DONE && s.devices == 2 && s.runs == 3 && s.winners == 5);
     CHECK(raw_int(fresh, "SELECT count(*) FROM devices WHERE simulated = 0") == 2);
@@ -479,8 +509,7 @@ static void test_v3_file_read_only_then_migrated(void)
      * every device keeps its id and is real, and nothing is lost. */
     db = open_db(path, 0);
     REQUIRE(db != NULL);
-    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
-    CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == 3);
+    CHECK(migrated_with_backup(path, bak, 3));
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('devices') WHERE name = 'simulated'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('devices') WHERE name = 'simulated'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM devices") == 2);
@@ -596,19 +625,13 @@ static void test_final_round_from_v6_and_v7_files(void)
     static const int unset[6] = {0};
     const size_t n = sizeof messages / sizeof messages[0];
     for (int version = 6; version <= 7; version++) {
-        char name[32], path[600], bak[700], sql[512], msg[512];
+        char name[32], path[600], bak[700];
         int64_t ids[6];
         snprintf(name, sizeof name, "final-v%d.db", version);
         ardb *db = make_measured(name, path, sizeof path, messages, unset, n, ids);
         REQUIRE(db != NULL);
         ardb_close(db);
-        snprintf(sql, sizeof sql,
-                 "ALTER TABLE measurements DROP COLUMN final_round;%s"
-                 "ALTER TABLE winners DROP COLUMN provisional; ALTER TABLE winners DROP COLUMN disturbance;"
-                 "UPDATE attnres_meta SET value = '%d' WHERE key = 'schema_version';"
-                 "PRAGMA user_version = %d;",
-                 version < 7 ? "ALTER TABLE runs DROP COLUMN stages;" : "", version, version);
-        REQUIRE(raw_exec(path, sql) == SQLITE_OK);
+        REQUIRE(schema_back_to(path, version) == SQLITE_OK);
         REQUIRE(raw_int(path, "SELECT count(*) FROM pragma_table_info('measurements') WHERE name = 'final_round'") ==
                 0);
 
@@ -639,13 +662,10 @@ static void test_final_round_from_v6_and_v7_files(void)
         /* Read-write: migrated in place, with a backup. "finalist" starts
          * with "final" as the tuner's old test read it: marked, as then. */
         snprintf(bak, sizeof bak, "%s.v%d.bak", path, version);
-        db = NULL;
-        CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_DONE);
-        if (!db)
-            fprintf(stderr, "open %s: %s\n", path, msg);
+        db = open_db(path, 0);
+        CHECK(db != NULL);
         ardb_close(db);
-        CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
-        CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == version);
+        CHECK(migrated_with_backup(path, bak, version));
         CHECK(final_flags(path) == 100011);
         CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('measurements') WHERE name = 'final_round' "
                             "AND \"notnull\" = 1 AND dflt_value = '0'") == 1);
@@ -654,6 +674,20 @@ static void test_final_round_from_v6_and_v7_files(void)
         CHECK(final_flags(path) == 100011);
     }
 }
+
+/* An export of one measurement, open after its created_at member: a case
+ * closes it with the member it tests, and with winners where it needs
+ * them. */
+#define ONE_MEASUREMENT_EXPORT \
+    "{\"format\": \"attnres-export\", \"version\": 1," \
+    " \"devices\": [{\"backend\": \"cpu\", \"fingerprint\": \"fb\"}]," \
+    " \"problems\": [{\"key\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\", \"op\": \"mix\", \"dtype\": \"f32\"," \
+    " \"form\": \"replace\", \"d\": 1, \"n\": 1, \"heads\": 1, \"epilogue\": 0, \"s\": 0, \"t_bucket\": 1}]," \
+    " \"candidates\": [{\"variant\": \"v\", \"source_hash\": \"h\"}]," \
+    " \"runs\": [{\"uid\": \"rb\", \"started_at\": \"t\", \"status\": \"complete\"}]," \
+    " \"measurements\": [{\"id\": 1, \"run\": \"rb\", \"problem\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\"," \
+    " \"variant\": \"v\", \"source_hash\": \"h\", \"device\": \"fb\", \"status\": \"ok\"," \
+    " \"created_at\": \"t\""
 
 /* Removes every "final_round": N member, as an export of a build before v8. */
 static void strip_final_round(char *text)
@@ -685,8 +719,7 @@ static void test_final_round_travels_with_export_import_and_merge(void)
     ardb_close(db);
     REQUIRE(a.data != NULL);
 
-    path_in_tmp(path, sizeof path, "final-imported.db");
-    db = open_db(path, ARDB_CREATE);
+    db = create_db("final-imported.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && s.measurements == 4);
     CHECK(final_flags(path) == 1010);
@@ -694,8 +727,7 @@ static void test_final_round_travels_with_export_import_and_merge(void)
     CHECK(again.data && strcmp(a.data, again.data) == 0);
     ardb_close(db);
 
-    path_in_tmp(path, sizeof path, "final-merged.db");
-    db = open_db(path, ARDB_CREATE);
+    db = create_db("final-merged.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_merge(db, src, &s) == ARDB_DONE && s.measurements == 4);
     CHECK(final_flags(path) == 1010);
@@ -704,25 +736,11 @@ static void test_final_round_travels_with_export_import_and_merge(void)
     strip_final_round(a.data);
     a.len = strlen(a.data);
     CHECK(strstr(a.data, "final_round") == NULL);
-    path_in_tmp(path, sizeof path, "final-older-export.db");
-    db = open_db(path, ARDB_CREATE);
+    db = create_db("final-older-export.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && s.measurements == 4);
     CHECK(final_flags(path) == 100); /* leading zero: "0100" */
-    {
-        static const char bad[] =
-            "{\"format\": \"attnres-export\", \"version\": 1,"
-            " \"devices\": [{\"backend\": \"cpu\", \"fingerprint\": \"fb\"}],"
-            " \"problems\": [{\"key\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\", \"op\": \"mix\", \"dtype\": \"f32\","
-            " \"form\": \"replace\", \"d\": 1, \"n\": 1, \"heads\": 1, \"epilogue\": 0, \"s\": 0, \"t_bucket\": 1}],"
-            " \"candidates\": [{\"variant\": \"v\", \"source_hash\": \"h\"}],"
-            " \"runs\": [{\"uid\": \"rb\", \"started_at\": \"t\", \"status\": \"complete\"}],"
-            " \"measurements\": [{\"id\": 1, \"run\": \"rb\", \"problem\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\","
-            " \"variant\": \"v\", \"source_hash\": \"h\", \"device\": \"fb\", \"status\": \"ok\","
-            " \"created_at\": \"t\", \"final_round\": 2}]}";
-        CHECK(ardb_import_json(db, bad, strlen(bad), &s) == ARDB_EINVAL);
-        CHECK(strstr(ardb_errmsg(db), "inconsistent") != NULL);
-    }
+    check_import_refused(db, "final_round 2", 0, ONE_MEASUREMENT_EXPORT ", \"final_round\": 2}]}", "inconsistent");
     ardb_close(db);
     free(a.data);
     free(again.data);
@@ -858,7 +876,7 @@ static void test_provisional_winner_read_everywhere(void)
     listing l;
     memset(&l, 0, sizeof l);
     CHECK(ardb_list_winners(db, f.run, collect, &l) == ARDB_DONE && l.count == 1);
-    CHECK(strcmp(l.header, "problem,device,variant,median_us,gbps,roofline,provisional") == 0);
+    CHECK(strcmp(l.header, "problem,device,variant,median_us,gbps,ceiling_fraction,provisional") == 0);
     CHECK(strstr(l.text, "|v_c0|10.000|") && strstr(l.text, "|yes: threads waited 61% of the window for a CPU"));
     memset(&l, 0, sizeof l);
     CHECK(ardb_list_winners(db, f.later_run, collect, &l) == ARDB_DONE && l.count == 1);
@@ -958,14 +976,12 @@ static void test_screening_spreads(void)
  * backup, and every winner it held is an ordinary one. */
 static void test_v8_file_has_no_provisional_winner(void)
 {
-    char path[600], bak[700], msg[512];
+    char path[600], bak[700];
     final_fix f;
     ardb *db = make_final_round("v8.db", path, sizeof path, NULL, &f);
     REQUIRE(db != NULL);
     ardb_close(db);
-    REQUIRE(raw_exec(path, "ALTER TABLE winners DROP COLUMN provisional; ALTER TABLE winners DROP COLUMN disturbance;"
-                           "UPDATE attnres_meta SET value = '8' WHERE key = 'schema_version';"
-                           "PRAGMA user_version = 8;") == SQLITE_OK);
+    REQUIRE(schema_back_to(path, 8) == SQLITE_OK);
 
     db = open_db(path, ARDB_READONLY);
     REQUIRE(db != NULL);
@@ -975,7 +991,7 @@ static void test_v8_file_has_no_provisional_winner(void)
     listing l;
     memset(&l, 0, sizeof l);
     CHECK(ardb_list_winners(db, 0, collect, &l) == ARDB_DONE && l.count == 1);
-    CHECK(strcmp(l.header, "problem,device,variant,median_us,gbps,roofline,provisional") == 0 &&
+    CHECK(strcmp(l.header, "problem,device,variant,median_us,gbps,ceiling_fraction,provisional") == 0 &&
           l.text[strlen(l.text) - 2] == '|');
     ardb_device d = {.backend = "cpu", .fingerprint = "cpu|Busy CPU"};
     ardb_stored_winner *sw = NULL;
@@ -996,13 +1012,10 @@ static void test_v8_file_has_no_provisional_winner(void)
     CHECK(raw_int(path, "PRAGMA user_version") == 8);
 
     snprintf(bak, sizeof bak, "%s.v8.bak", path);
-    db = NULL;
-    CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_DONE);
-    if (!db)
-        fprintf(stderr, "open %s: %s\n", path, msg);
+    db = open_db(path, 0);
+    CHECK(db != NULL);
     ardb_close(db);
-    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
-    CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == 8);
+    CHECK(migrated_with_backup(path, bak, 8));
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('winners') WHERE name = 'provisional'"
                         " AND \"notnull\" = 1 AND dflt_value = '0'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE provisional = 0 AND disturbance IS NULL") == 2);
@@ -1017,35 +1030,15 @@ static const char measurements_as_v9[] =
     "PRAGMA foreign_keys = OFF;\n"
     "BEGIN;\n"
     "CREATE TABLE v9_measurements(\n"
-    "  id           INTEGER PRIMARY KEY,\n"
-    "  run_id       INTEGER NOT NULL REFERENCES runs(id),\n"
-    "  candidate_id INTEGER NOT NULL REFERENCES candidates(id),\n"
-    "  problem_id   INTEGER NOT NULL REFERENCES problems(id),\n"
-    "  device_id    INTEGER NOT NULL REFERENCES devices(id),\n"
-    "  build_key    TEXT,\n"
-    "  status       TEXT NOT NULL CHECK(status IN ('ok','compile_failed',\n"
-    "                 'launch_failed','wrong_result','skipped','timeout')),\n"
-    "  median_us    REAL,\n"
-    "  min_us       REAL,\n"
-    "  max_us       REAL,\n"
-    "  spread_us    REAL,\n"
-    "  reps         INTEGER,\n"
-    "  gbps         REAL,\n"
-    "  roofline     REAL,\n"
-    "  rel_err      REAL,\n"
-    "  message      TEXT,\n"
-    "  created_at   TEXT NOT NULL\n"
+    ARDB_SQL_MEASUREMENT_COLUMNS_TO_STATUS ")),\n"
+    ARDB_SQL_MEASUREMENT_COLUMNS_AFTER_STATUS "\n"
     ");\n"
     "ALTER TABLE v9_measurements ADD COLUMN final_round INTEGER NOT NULL\n"
     "  DEFAULT 0 CHECK(final_round IN (0, 1));\n"
     "INSERT INTO v9_measurements SELECT * FROM measurements ORDER BY id;\n"
     "DROP TABLE measurements;\n"
     "ALTER TABLE v9_measurements RENAME TO measurements;\n"
-    "CREATE INDEX measurements_key ON measurements(candidate_id, problem_id,\n"
-    "                                              device_id, build_key);\n"
-    "CREATE INDEX measurements_run ON measurements(run_id);\n"
-    "CREATE TRIGGER measurements_append_only BEFORE UPDATE ON measurements\n"
-    "BEGIN SELECT RAISE(ABORT, 'measurements are append-only'); END;\n"
+    ARDB_SQL_MEASUREMENTS_INDEXES
     "UPDATE attnres_meta SET value = '9' WHERE key = 'schema_version';\n"
     "PRAGMA user_version = 9;\n"
     "COMMIT;\n";
@@ -1067,7 +1060,7 @@ static char *measurement_rows(const char *path)
  * append-only trigger are back, and the new status is accepted. */
 static void test_v9_file_takes_nondeterministic_after_migration(void)
 {
-    char path[600], bak[700], msg[512];
+    char path[600], bak[700];
     final_fix f;
     ardb *db = make_final_round("v9.db", path, sizeof path, evidence, &f);
     REQUIRE(db != NULL);
@@ -1096,13 +1089,9 @@ static void test_v9_file_takes_nondeterministic_after_migration(void)
     CHECK(raw_int(path, "PRAGMA user_version") == 9);
 
     snprintf(bak, sizeof bak, "%s.v9.bak", path);
-    db = NULL;
-    CHECK(ardb_open(path, 0, &db, msg, sizeof msg) == ARDB_DONE);
-    if (!db)
-        fprintf(stderr, "open %s: %s\n", path, msg);
+    db = open_db(path, 0);
     REQUIRE(db != NULL);
-    CHECK(raw_int(path, "PRAGMA user_version") == ARDB_SCHEMA_VERSION);
-    CHECK(file_exists(bak) && raw_int(bak, "PRAGMA user_version") == 9);
+    CHECK(migrated_with_backup(path, bak, 9));
     char *after = measurement_rows(path);
     CHECK(after && strcmp(before, after) == 0);
     free(after);
@@ -1157,16 +1146,14 @@ static void test_nondeterministic_travels(void)
     REQUIRE(a.data != NULL);
     CHECK(strstr(a.data, "\"status\": \"nondeterministic\"") != NULL);
 
-    path_in_tmp(path, sizeof path, "nd-imported.db");
-    db = open_db(path, ARDB_CREATE);
+    db = create_db("nd-imported.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && s.measurements == 9);
     CHECK(raw_int(path, "SELECT count(*) FROM measurements WHERE status = 'nondeterministic'"
                         " AND message LIKE '%dquery'") == 1);
     ardb_close(db);
 
-    path_in_tmp(path, sizeof path, "nd-merged.db");
-    db = open_db(path, ARDB_CREATE);
+    db = create_db("nd-merged.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_merge(db, src, &s) == ARDB_DONE && s.measurements == 9);
     CHECK(raw_int(path, "SELECT count(*) FROM measurements WHERE status = 'nondeterministic'") == 1);
@@ -1179,8 +1166,7 @@ static void test_nondeterministic_travels(void)
     REQUIRE(db != NULL);
     ardb_close(db);
     REQUIRE(raw_exec(old, measurements_as_v9) == SQLITE_OK);
-    path_in_tmp(path, sizeof path, "nd-merged-v9.db");
-    db = open_db(path, ARDB_CREATE);
+    db = create_db("nd-merged-v9.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_merge(db, old, &s) == ARDB_DONE && s.measurements == 8);
     CHECK(raw_int(path, "SELECT count(*) FROM measurements WHERE status = 'nondeterministic'") == 0);
@@ -1193,14 +1179,135 @@ static void test_nondeterministic_travels(void)
     char *at = strstr(bad, "\"status\": \"nondeterministic\"");
     REQUIRE(at != NULL);
     memcpy(at + strlen("\"status\": \""), "nondeterminisTIC", 16);
-    path_in_tmp(path, sizeof path, "nd-bad.db");
-    db = open_db(path, ARDB_CREATE);
+    db = create_db("nd-bad.db", path, sizeof path);
     REQUIRE(db != NULL);
-    CHECK(ardb_import_json(db, bad, strlen(bad), &s) == ARDB_EINVAL);
-    CHECK(strstr(ardb_errmsg(db), "measurements[8]") != NULL);
+    check_import_refused(db, "unknown status", 0, bad, "measurements[8]");
     ardb_close(db);
     free(bad);
     free(a.data);
+}
+
+/* Replaces every `from` in text by `to`; a new string to free, or NULL. */
+static char *replace_all(const char *text, const char *from, const char *to)
+{
+    size_t nf = strlen(from), nt = strlen(to), n = 0;
+    for (const char *p = strstr(text, from); p; p = strstr(p + nf, from))
+        n++;
+    char *out = malloc(strlen(text) + n * nt + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (const char *p; (p = strstr(text, from)); text = p + nf) {
+        memcpy(o, text, (size_t)(p - text));
+        o += p - text;
+        memcpy(o, to, nt);
+        o += nt;
+    }
+    strcpy(o, text);
+    return out;
+}
+
+/* A file as schema v10 wrote it names the fraction of the ceiling by its
+ * name before v11, "roofline". Read-only, every reader finds it so and hands
+ * it on under the new one (the runtime's lookup, the listing of `db show`,
+ * the resume cache, compare, history, export and merge); a writer's open
+ * renames the column, with a backup, keeping every value. An export of a
+ * build before v11 imports, its older key read; one that holds both keys
+ * is refused. */
+static void test_v10_file_renamed_to_ceiling_fraction(void)
+{
+    static const char old_name[] = "roofline"; /* its name before v11 */
+    char path[600], bak[700], merged[600];
+    final_fix f;
+    ardb_merge_stats s;
+    ardb *db = make_final_round("v10.db", path, sizeof path, NULL, &f);
+    REQUIRE(db != NULL);
+    int64_t mid = add_winner(db, f.later_run, f.cand[0], f.prob, f.dev, 5.0, 0.1);
+    CHECK(mid > 0);
+    ardb_close(db);
+    char *before = measurement_rows(path);
+    REQUIRE(before != NULL);
+    REQUIRE(raw_exec(path, TEST_SQL_PRE_V11 "UPDATE attnres_meta SET value = '10' WHERE key = 'schema_version';"
+                           "PRAGMA user_version = 10;") == SQLITE_OK);
+    CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('measurements') WHERE name = 'ceiling_fraction'") == 0);
+
+    db = open_db(path, ARDB_READONLY);
+    REQUIRE(db != NULL);
+    ardb_winner *w = NULL;
+    CHECK(lookup_one(db, &w) == 0 && w && w->ceiling_fraction == 0.5 && strcmp(w->variant, "v_c0") == 0);
+    ardb_winners_free(w, 1);
+    listing l;
+    memset(&l, 0, sizeof l);
+    CHECK(ardb_list_winners(db, f.later_run, collect, &l) == ARDB_DONE && l.count == 1);
+    CHECK(strcmp(l.header, "problem,device,variant,median_us,gbps,ceiling_fraction,provisional") == 0 &&
+          strstr(l.text, "|0.500|") != NULL);
+    ardb_measurement m;
+    CHECK(ardb_measurement_find(db, f.cand[0], f.prob, f.dev, "bk", &m) == ARDB_DONE && m.ceiling_fraction == 0.5);
+    ardb_measurement_clear(&m);
+    ardb_diff_row *rows = NULL;
+    size_t n = 0;
+    CHECK(ardb_diff_runs(db, f.run, f.later_run, &rows, &n) == ARDB_DONE && n == 1 && rows &&
+          rows[0].ceiling_fraction_b == 0.5 && rows[0].ceiling_fraction_a == 0.0);
+    ardb_diff_free(rows, n);
+    ardb_winner_point *pts = NULL;
+    CHECK(ardb_winner_history(db, &pts, &n) == ARDB_DONE && n == 2 && pts && pts[1].run_id == f.later_run &&
+          pts[1].ceiling_fraction == 0.5);
+    ardb_winner_points_free(pts, n);
+    buffer a = {0}, c = {0};
+    CHECK(ardb_export_json(db, 0, buffer_write, &a) == ARDB_DONE);
+    CHECK(ardb_export_csv(db, ARDB_CSV_WINNERS, buffer_write, &c) == ARDB_DONE);
+    ardb_close(db);
+    REQUIRE(a.data != NULL);
+    CHECK(strstr(a.data, "\"ceiling_fraction\": 0.5") != NULL && strstr(a.data, old_name) == NULL);
+    CHECK(c.data && strstr(c.data, ",ceiling_fraction,") != NULL && strstr(c.data, old_name) == NULL);
+    free(c.data);
+    CHECK(raw_int(path, "PRAGMA user_version") == 10);
+
+    path_in_tmp(merged, sizeof merged, "v10-merged.db");
+    db = open_db(merged, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_merge(db, path, &s) == ARDB_DONE && s.measurements == 9);
+    ardb_close(db);
+    CHECK(raw_int(merged, "SELECT count(*) FROM measurements WHERE ceiling_fraction = 0.5") == 1);
+
+    snprintf(bak, sizeof bak, "%s.v10.bak", path);
+    db = open_db(path, 0);
+    REQUIRE(db != NULL);
+    ardb_close(db);
+    CHECK(migrated_with_backup(path, bak, 10));
+    /* The backup keeps the older name, the file holds the new one with every value. */
+    static const char renamed[] = "SELECT count(*) FROM pragma_table_info('measurements') WHERE name = 'ceiling_fraction'";
+    CHECK(raw_int(bak, renamed) == 0 && raw_int(path, renamed) == 1);
+    CHECK(raw_int(path, "SELECT count(*) FROM measurements WHERE ceiling_fraction = 0.5") == 1 &&
+          raw_int(path, "SELECT count(*) FROM measurements WHERE ceiling_fraction = 0") == 8);
+    char *after = measurement_rows(path);
+    CHECK(after && strcmp(before, after) == 0);
+    free(after);
+    CHECK(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE tbl_name = 'measurements' AND name IN"
+                        " ('measurements_key', 'measurements_run', 'measurements_append_only')") == 3);
+    CHECK(raw_exec(path, "UPDATE measurements SET ceiling_fraction = 1") == SQLITE_CONSTRAINT);
+
+    /* The export as a build before v11 wrote it. */
+    char *older = replace_all(a.data, "\"ceiling_fraction\"", "\"roofline\""); /* its key before v11 */
+    REQUIRE(older != NULL);
+    CHECK(strstr(older, "ceiling_fraction") == NULL);
+    path_in_tmp(merged, sizeof merged, "v10-imported.db");
+    db = open_db(merged, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_import_json(db, older, strlen(older), &s) == ARDB_DONE && s.measurements == 9);
+    CHECK(raw_int(merged, "SELECT count(*) FROM measurements WHERE ceiling_fraction = 0.5") == 1);
+    char *both = replace_all(older, "\"roofline\": 0.5", "\"roofline\": 0.5, \"ceiling_fraction\": 0.5"); /* before v11 */
+    REQUIRE(both != NULL);
+    path_in_tmp(merged, sizeof merged, "v10-both.db");
+    ardb_close(db);
+    db = open_db(merged, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    CHECK(ardb_import_json(db, both, strlen(both), &s) == ARDB_EINVAL);
+    CHECK(strstr(ardb_errmsg(db), "measurements[8]") && strstr(ardb_errmsg(db), "its older name"));
+    ardb_close(db);
+    free(both);
+    free(older);
+    free(a.data);
+    free(before);
 }
 
 /* Removes every "provisional": N and "disturbance": X member of an
@@ -1247,8 +1354,7 @@ static void test_provisional_travels_with_export_import_and_merge(void)
     REQUIRE(a.data != NULL);
     CHECK(strstr(a.data, "\"provisional\": 1, \"disturbance\": \"threads waited 61%") != NULL);
 
-    path_in_tmp(path, sizeof path, "prov-imported.db");
-    db = open_db(path, ARDB_CREATE);
+    db = create_db("prov-imported.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && s.winners == 2);
     CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE provisional = 1 AND disturbance LIKE 'threads waited 61%'") ==
@@ -1257,8 +1363,7 @@ static void test_provisional_travels_with_export_import_and_merge(void)
     CHECK(again.data && strcmp(a.data, again.data) == 0);
     ardb_close(db);
 
-    path_in_tmp(path, sizeof path, "prov-merged.db");
-    db = open_db(path, ARDB_CREATE);
+    db = create_db("prov-merged.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_merge(db, src, &s) == ARDB_DONE && s.winners == 2);
     CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE provisional = 1 AND disturbance LIKE 'threads waited 61%'") ==
@@ -1266,11 +1371,8 @@ static void test_provisional_travels_with_export_import_and_merge(void)
     ardb_close(db);
 
     /* A v8 source: its winners are ordinary ones. */
-    REQUIRE(raw_exec(src, "ALTER TABLE winners DROP COLUMN provisional; ALTER TABLE winners DROP COLUMN disturbance;"
-                          "UPDATE attnres_meta SET value = '8' WHERE key = 'schema_version';"
-                          "PRAGMA user_version = 8;") == SQLITE_OK);
-    path_in_tmp(path, sizeof path, "prov-merged-v8.db");
-    db = open_db(path, ARDB_CREATE);
+    REQUIRE(schema_back_to(src, 8) == SQLITE_OK);
+    db = create_db("prov-merged-v8.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_merge(db, src, &s) == ARDB_DONE && s.winners == 2);
     CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE provisional = 0 AND disturbance IS NULL") == 2);
@@ -1280,28 +1382,16 @@ static void test_provisional_travels_with_export_import_and_merge(void)
     strip_provisional(a.data);
     a.len = strlen(a.data);
     CHECK(strstr(a.data, "provisional") == NULL && strstr(a.data, "disturbance") == NULL);
-    path_in_tmp(path, sizeof path, "prov-older-export.db");
-    db = open_db(path, ARDB_CREATE);
+    db = create_db("prov-older-export.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE && s.winners == 2);
     CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE provisional = 0 AND disturbance IS NULL") == 2);
-    {
-        static const char bad[] =
-            "{\"format\": \"attnres-export\", \"version\": 1,"
-            " \"devices\": [{\"backend\": \"cpu\", \"fingerprint\": \"fb\"}],"
-            " \"problems\": [{\"key\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\", \"op\": \"mix\", \"dtype\": \"f32\","
-            " \"form\": \"replace\", \"d\": 1, \"n\": 1, \"heads\": 1, \"epilogue\": 0, \"s\": 0, \"t_bucket\": 1}],"
-            " \"candidates\": [{\"variant\": \"v\", \"source_hash\": \"h\"}],"
-            " \"runs\": [{\"uid\": \"rb\", \"started_at\": \"t\", \"status\": \"complete\"}],"
-            " \"measurements\": [{\"id\": 1, \"run\": \"rb\", \"problem\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\","
-            " \"variant\": \"v\", \"source_hash\": \"h\", \"device\": \"fb\", \"status\": \"ok\","
-            " \"created_at\": \"t\"}],"
-            " \"winners\": [{\"run\": \"rb\", \"problem\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\","
-            " \"device\": \"fb\", \"variant\": \"v\", \"source_hash\": \"h\", \"measurement\": 1,"
-            " \"provisional\": 2, \"disturbance\": \"x\"}]}";
-        CHECK(ardb_import_json(db, bad, strlen(bad), &s) == ARDB_EINVAL);
-        CHECK(strstr(ardb_errmsg(db), "inconsistent") != NULL);
-    }
+    check_import_refused(db, "provisional 2", 0,
+                         ONE_MEASUREMENT_EXPORT "}],"
+                         " \"winners\": [{\"run\": \"rb\", \"problem\": \"mix:f32:d1:n1:h1:replace:epi0:s0:t1\","
+                         " \"device\": \"fb\", \"variant\": \"v\", \"source_hash\": \"h\", \"measurement\": 1,"
+                         " \"provisional\": 2, \"disturbance\": \"x\"}]}",
+                         "inconsistent");
     ardb_close(db);
     free(a.data);
     free(again.data);
@@ -1328,7 +1418,7 @@ static void test_diff_and_resolve(void)
         CHECK(rows[0].spread_a == 1.0 && rows[0].spread_b == 2.0);
         CHECK(strcmp(rows[0].variant_a, "mix_c_bf16_online_v8_u1_t4") == 0);
         CHECK(strcmp(rows[0].variant_b, "mix_c_bf16_online_v1_u1_t1") == 0);
-        CHECK(rows[0].roofline_b == 0.6);
+        CHECK(rows[0].ceiling_fraction_b == 0.6);
         CHECK(ardb_diff_classify(&rows[0], 5) == ARDB_CHANGE_SLOWER);
         CHECK(ardb_diff_classify(&rows[0], 200) == ARDB_CHANGE_SAME);
         CHECK(strcmp(rows[1].problem, "mix:f32:d256:n5:h1:replace:epi0:s0:t64") == 0);
@@ -1561,8 +1651,7 @@ static void test_merge_without_duplicates(void)
     /* From a v1 file that is only read (and stays v1); once that file is
      * migrated, merging it again adds nothing: run identities agree. */
     REQUIRE(make_v1("old.db", v1, sizeof v1) == 0);
-    path_in_tmp(path, sizeof path, "fresh.db");
-    db = open_db(path, ARDB_CREATE);
+    db = create_db("fresh.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_merge(db, v1, &s) == ARDB_DONE);
     CHECK(s.devices == 1 && s.problems == 2 && s.candidates == 3 && s.binaries == 1);
@@ -1630,8 +1719,7 @@ static void test_export_import_round_trip(void)
 
     /* Into an empty database: everything, in the same order, so that its
      * own export is the same text. Twice: nothing more. */
-    path_in_tmp(path, sizeof path, "imported.db");
-    db = open_db(path, ARDB_CREATE);
+    db = create_db("imported.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_import_json(db, a.data, a.len, &s) == ARDB_DONE);
     CHECK(s.devices == 1 && s.problems == 2 && s.candidates == 3 && s.binaries == 0);
@@ -1663,7 +1751,7 @@ static void test_export_import_round_trip(void)
             "\"runs\": [{\"uid\": \"old-run\", \"started_at\": \"2025-03-01T00:00:00.000Z\","
             " \"status\": \"complete\", \"device\": \"fp-old\", \"copy_gbps\": 30.5, \"note\": null},\n"
             " {\"uid\": \"new-run\", \"started_at\": \"2025-03-02T00:00:00.000Z\", \"status\": \"complete\","
-            " \"device\": \"fp-old\", \"read_gbps\": 12.25, \"roofline_kind\": \"read\"},\n"
+            " \"device\": \"fp-old\", \"read_gbps\": 12.25, \"ceiling_kind\": \"read\"},\n"
             " {\"uid\": \"zero-run\", \"started_at\": \"2025-03-03T00:00:00.000Z\", \"status\": \"complete\","
             " \"read_gbps\": 0}],\n"
             "\"future_section\": [{\"a\": 1}]}\n";
@@ -1672,8 +1760,7 @@ static void test_export_import_round_trip(void)
             " \"status\": \"complete\", \"read_gbps\": \"fast\"}]}";
         ardb_run_info *runs = NULL;
         size_t n = 0;
-        path_in_tmp(path2, sizeof path2, "older-export.db");
-        db = open_db(path2, ARDB_CREATE);
+        db = create_db("older-export.db", path2, sizeof path2);
         REQUIRE(db != NULL);
         CHECK(ardb_import_json(db, older, strlen(older), &s) == ARDB_DONE && s.runs == 3 && s.devices == 1);
         CHECK(ardb_run_list(db, &runs, &n) == ARDB_DONE && n == 3);
@@ -1683,14 +1770,12 @@ static void test_export_import_round_trip(void)
             CHECK(strcmp(runs[2].uid, "zero-run") == 0 && isnan(runs[2].read_gbps));
         }
         ardb_run_infos_free(runs, n);
-        CHECK(ardb_import_json(db, bad_type, strlen(bad_type), &s) == ARDB_EINVAL);
-        CHECK(strstr(ardb_errmsg(db), "\"read_gbps\" must be a number") != NULL);
+        check_import_refused(db, "read_gbps as a string", 0, bad_type, "\"read_gbps\" must be a number");
         ardb_close(db);
     }
 
     /* Without sources first: the later full import fills them in. */
-    path_in_tmp(path2, sizeof path2, "nosource.db");
-    db = open_db(path2, ARDB_CREATE);
+    db = create_db("nosource.db", path2, sizeof path2);
     REQUIRE(db != NULL);
     CHECK(ardb_import_json(db, nosrc.data, nosrc.len, &s) == ARDB_DONE && s.candidates == 3);
     CHECK(raw_int(path2, "SELECT count(*) FROM candidates WHERE source IS NULL") == 3);
@@ -1698,9 +1783,7 @@ static void test_export_import_round_trip(void)
     CHECK(raw_int(path2, "SELECT count(*) FROM candidates WHERE source IS NULL") == 0);
 
     /* Bad input: refused whole, with a message that says where. */
-    static const struct {
-        const char *text, *msg;
-    } bad[] = {
+    static const import_refusal bad[] = {
         {"{\"format\": \"attnres-export\", \"version\": 1,\n \"runs\": [}", "line 2"},
         {"[1, 2]", "not an attnres export"},
         {"{\"format\": \"something else\", \"version\": 1}", "not an attnres export"},
@@ -1723,13 +1806,8 @@ static void test_export_import_round_trip(void)
          "\"fingerprint\": \"\\ud800\"}]}",
          "surrogate"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        int rc = ardb_import_json(db, bad[i].text, strlen(bad[i].text), &s);
-        if (rc != ARDB_EINVAL || !strstr(ardb_errmsg(db), bad[i].msg)) {
-            fprintf(stderr, "bad input %zu: rc %d, message '%s' (want '%s')\n", i, rc, ardb_errmsg(db), bad[i].msg);
-            check_failures++;
-        }
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        check_import_refused(db, "bad input", i, bad[i].text, bad[i].msg);
     /* A file whose last row is bad adds nothing at all. */
     {
         const char *tail = "{\"format\": \"attnres-export\", \"version\": 1, \"devices\": [{\"backend\": \"cpu\", "
@@ -1793,10 +1871,10 @@ int main(int argc, char **argv)
                         "(tests/db/fixtures/db_v1.sql)\n");
         return 2;
     }
-    if (scratch_make("db-history", tmpdir, sizeof tmpdir) != 0)
-        return 2;
+    db_scratch_begin("db-history");
     RUN_CASE(test_classify_noise_and_threshold);
     RUN_CASE(test_v1_file_read_only_then_migrated);
+    RUN_CASE(test_schema_is_what_v1_wrote_and_its_migrations_made);
     RUN_CASE(test_v2_file_read_only_then_migrated);
     RUN_CASE(test_v3_file_read_only_then_migrated);
     RUN_CASE(test_final_round_from_v6_and_v7_files);
@@ -1806,13 +1884,13 @@ int main(int argc, char **argv)
     RUN_CASE(test_v8_file_has_no_provisional_winner);
     RUN_CASE(test_v9_file_takes_nondeterministic_after_migration);
     RUN_CASE(test_nondeterministic_travels);
+    RUN_CASE(test_v10_file_renamed_to_ceiling_fraction);
     RUN_CASE(test_provisional_travels_with_export_import_and_merge);
     RUN_CASE(test_diff_and_resolve);
     RUN_CASE(test_stored_winners_fall_back_like_the_runtime);
     RUN_CASE(test_merge_without_duplicates);
     RUN_CASE(test_export_import_round_trip);
     RUN_CASE(test_csv_export);
-    scratch_remove(tmpdir);
     free(fixture_sql);
     CHECK_EXIT();
 }

@@ -35,26 +35,20 @@
 #include "check.h"
 #include "svg_plot.h"
 #include "test_buffer.h"
+#include "test_db_scratch.h"
 #include "test_scratch.h"
 #include "test_sqlite.h"
 #include "test_utf8.h"
 
-static char tmpdir[512];
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static void path_in_tmp(char *buf, size_t len, const char *name)
-{
-    snprintf(buf, len, "%s/%s", tmpdir, name);
-}
 
 /* ---- 1: an unsupported export version ------------------------------------------ */
 
 static void test_import_of_another_version_is_refused(void)
 {
-    static const struct {
-        const char *text, *msg;
-    } cases[] = {
+    static const import_refusal cases[] = {
         {"{\"format\": \"attnres-export\", \"version\": 2}", "export version 2 is newer than this build reads (1)"},
         {"{\"format\": \"attnres-export\", \"version\": 0}", "export version 0 is not one this build reads (1)"},
         {"{\"format\": \"attnres-export\", \"version\": 1.5}", "export version 1.5 is not one this build reads"},
@@ -62,18 +56,10 @@ static void test_import_of_another_version_is_refused(void)
         {"{\"format\": \"attnres-export\"}", "export version is missing or not a number"},
     };
     char path[600];
-    ardb_merge_stats s;
-    path_in_tmp(path, sizeof path, "version.db");
-    ardb *db = open_db(path, ARDB_CREATE);
+    ardb *db = create_db("version.db", path, sizeof path);
     REQUIRE(db != NULL);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int rc = ardb_import_json(db, cases[i].text, strlen(cases[i].text), &s);
-        if (rc != ARDB_EINVAL || !strstr(ardb_errmsg(db), cases[i].msg)) {
-            fprintf(stderr, "version case %zu: rc %d, message '%s' (want '%s')\n", i, rc, ardb_errmsg(db),
-                    cases[i].msg);
-            check_failures++;
-        }
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_import_refused(db, "version case", i, cases[i].text, cases[i].msg);
     ardb_close(db);
 }
 
@@ -109,7 +95,7 @@ static void test_import_refuses_impossible_values(void)
         const char *run, *measurement, *msg; /* msg NULL: imports */
     } cases[] = {
         {"", "\"median_us\": 12.5, \"min_us\": 12, \"max_us\": 14, \"spread_us\": 0.25, \"reps\": 100, "
-             "\"gbps\": 3.5, \"roofline\": 0.5, \"rel_err\": 1e-7, ",
+             "\"gbps\": 3.5, \"ceiling_fraction\": 0.5, \"rel_err\": 1e-7, ",
          NULL},
         {"\"launch_us\": 4.5, \"copy_gbps\": 20, \"read_gbps\": 11, ", "\"median_us\": 0, \"reps\": 0, ", NULL},
         {"", "\"median_us\": -1, ", "measurements[0] (line 7): \"median_us\" must be a time in microseconds"},
@@ -121,7 +107,8 @@ static void test_import_refuses_impossible_values(void)
         {"", "\"reps\": 1000000000000, ", "\"reps\" must be a repetition count"},
         {"", "\"gbps\": -3, ", "\"gbps\" must be a bandwidth"},
         {"", "\"gbps\": 1e300, ", "\"gbps\" must be a bandwidth"},
-        {"", "\"roofline\": -0.1, ", "\"roofline\""},
+        {"", "\"ceiling_fraction\": -0.1, ", "\"ceiling_fraction\""},
+        {"", "\"roofline\": 2e6, ", "\"roofline\" must be a fraction of the ceiling"}, /* its key before v11 */
         {"", "\"rel_err\": 1e999, ", "\"rel_err\" must be a finite number >= 0"},
         {"", "\"rel_err\": -1, ", "\"rel_err\""},
         {"\"launch_us\": -2, ", "", "runs[0] (line 5): \"launch_us\" must be a time in microseconds"},
@@ -213,7 +200,7 @@ static char *chart_text(int bar, const double *y, const double *err, size_t n)
         x[i] = (double)(i + 1);
     if (bar) {
         const char *groups[8] = {"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"}, *series[1] = {"run 1"};
-        svg_bar_opts o = {.title = "t", .y_label = "% of roofline", .reference = 100, .reference_name = "r"};
+        svg_bar_opts o = {.title = "t", .y_label = "% of ceiling", .reference = 100, .reference_name = "r"};
         rc = svg_bar_chart(f, &o, groups, n, series, 1, y);
     } else {
         svg_series s = {.name = "cpu", .count = n, .x = x, .y = y, .err = err};
@@ -242,28 +229,18 @@ static void test_charts_of_huge_timings(void)
     static const double y3[] = {1e-300, 1.7976931348623157e308}, e3[] = {1e-300, 0};
     static const double y4[] = {5, 5.0000001}, e4[] = {1e308, 0};
     static const double b1[] = {1.7e308, 50}, b2[] = {1.7976931348623157e308, 1e-300}, b3[] = {1e300, 1};
-    char *t;
-    t = chart_text(0, y1, e1, 2);
-    CHECK(chart_sane(t));
-    free(t);
-    t = chart_text(0, y2, e2, 2);
-    CHECK(chart_sane(t));
-    free(t);
-    t = chart_text(0, y3, e3, 2);
-    CHECK(chart_sane(t));
-    free(t);
-    t = chart_text(0, y4, e4, 2);
-    CHECK(chart_sane(t));
-    free(t);
-    t = chart_text(1, b1, NULL, 2);
-    CHECK(chart_sane(t));
-    free(t);
-    t = chart_text(1, b2, NULL, 2);
-    CHECK(chart_sane(t));
-    free(t);
-    t = chart_text(1, b3, NULL, 2);
-    CHECK(chart_sane(t));
-    free(t);
+    static const struct {
+        int bars;
+        const double *y, *err;
+    } charts[] = {{0, y1, e1}, {0, y2, e2}, {0, y3, e3}, {0, y4, e4}, {1, b1, NULL}, {1, b2, NULL}, {1, b3, NULL}};
+    for (size_t i = 0; i < sizeof charts / sizeof charts[0]; i++) {
+        char *t = chart_text(charts[i].bars, charts[i].y, charts[i].err, 2);
+        if (!chart_sane(t)) {
+            fprintf(stderr, "chart %zu is not sane\n", i);
+            check_failures++;
+        }
+        free(t);
+    }
 }
 
 /* ---- 6: runs whose process is gone ------------------------------------------- */
@@ -312,8 +289,7 @@ static void test_killed_runs_become_interrupted(void)
     char path[600];
     ardb_run r = {.host = "here", .strategy = "exhaustive"};
     int64_t live, killed = 0, reused, other_machine, old_run, rebooted, done;
-    path_in_tmp(path, sizeof path, "runs.db");
-    ardb *db = open_db(path, ARDB_CREATE);
+    ardb *db = create_db("runs.db", path, sizeof path);
     REQUIRE(db != NULL);
     REQUIRE(ardb_run_begin(db, &r, &live) == ARDB_DONE);
     ardb_close(db);
@@ -385,32 +361,21 @@ static void test_v4_file_migrated_to_v5(void)
     char path[600], bak[700];
     ardb_run r = {.host = "old"};
     int64_t id;
-    struct stat sb;
-    path_in_tmp(path, sizeof path, "v4.db");
-    ardb *db = open_db(path, ARDB_CREATE);
+    ardb *db = create_db("v4.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_run_begin(db, &r, &id) == ARDB_DONE);
     ardb_close(db);
-    REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN owner; ALTER TABLE runs DROP COLUMN ceilings;"
-                           " ALTER TABLE runs DROP COLUMN stages; ALTER TABLE measurements DROP COLUMN final_round;"
-                           " ALTER TABLE winners DROP COLUMN provisional; ALTER TABLE winners DROP COLUMN disturbance;"
-                           " PRAGMA user_version = 4;"
-                           " UPDATE attnres_meta SET value = '4' WHERE key = 'schema_version'") == SQLITE_OK);
+    REQUIRE(schema_back_to(path, 4) == SQLITE_OK);
     db = open_db(path, ARDB_READONLY);
     REQUIRE(db != NULL);
     ardb_close(db);
     snprintf(bak, sizeof bak, "%s.v4.bak", path);
-    CHECK(stat(bak, &sb) != 0);
+    CHECK(!file_exists(bak));
     db = open_db(path, 0);
     REQUIRE(db != NULL);
     ardb_close(db);
-    CHECK(stat(bak, &sb) == 0);
-    char *v = raw_text(path, "PRAGMA user_version"), *bv = raw_text(bak, "PRAGMA user_version");
-    char *col = raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'owner'");
-    CHECK(v && atoi(v) == ARDB_SCHEMA_VERSION && bv && strcmp(bv, "4") == 0 && col && strcmp(col, "1") == 0);
-    free(v);
-    free(bv);
-    free(col);
+    CHECK(migrated_with_backup(path, bak, 4));
+    CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'owner'") == 1);
     CHECK(status_is(path, id, "running"));
 }
 
@@ -423,18 +388,12 @@ static void test_v5_file_migrated_to_v6(void)
     ardb_run r = {.host = "old", .copy_gbps = 40.0, .read_gbps = 50.0};
     ardb_run_info info;
     int64_t old_id, new_id;
-    struct stat sb;
-    path_in_tmp(path, sizeof path, "v5.db");
-    ardb *db = open_db(path, ARDB_CREATE);
+    ardb *db = create_db("v5.db", path, sizeof path);
     REQUIRE(db != NULL);
     CHECK(ardb_run_begin(db, &r, &old_id) == ARDB_DONE);
     CHECK(ardb_run_finish(db, old_id, "complete") == ARDB_DONE);
     ardb_close(db);
-    REQUIRE(raw_exec(path, "ALTER TABLE runs DROP COLUMN ceilings; ALTER TABLE runs DROP COLUMN stages;"
-                           " ALTER TABLE measurements DROP COLUMN final_round;"
-                           " ALTER TABLE winners DROP COLUMN provisional; ALTER TABLE winners DROP COLUMN disturbance;"
-                           " PRAGMA user_version = 5;"
-                           " UPDATE attnres_meta SET value = '5' WHERE key = 'schema_version'") == SQLITE_OK);
+    REQUIRE(schema_back_to(path, 5) == SQLITE_OK);
     db = open_db(path, ARDB_READONLY);
     REQUIRE(db != NULL);
     CHECK(ardb_run_get(db, old_id, &info) == ARDB_DONE && info.ceilings == NULL && info.copy_gbps == 40.0);
@@ -442,14 +401,10 @@ static void test_v5_file_migrated_to_v6(void)
     CHECK(ardb_run_set_ceilings(db, old_id, "{}") != ARDB_DONE); /* read-only */
     ardb_close(db);
     snprintf(bak, sizeof bak, "%s.v5.bak", path);
-    CHECK(stat(bak, &sb) != 0);
+    CHECK(!file_exists(bak));
     db = open_db(path, 0);
     REQUIRE(db != NULL);
-    CHECK(stat(bak, &sb) == 0);
-    char *v = raw_text(path, "PRAGMA user_version"), *bv = raw_text(bak, "PRAGMA user_version");
-    CHECK(v && atoi(v) == ARDB_SCHEMA_VERSION && bv && strcmp(bv, "5") == 0);
-    free(v);
-    free(bv);
+    CHECK(migrated_with_backup(path, bak, 5));
     CHECK(ardb_run_get(db, old_id, &info) == ARDB_DONE && info.ceilings == NULL);
     ardb_run_info_clear(&info);
 
@@ -466,8 +421,7 @@ static void test_v5_file_migrated_to_v6(void)
     ardb_run_info_clear(&info);
 
     /* A merge into an empty file keeps them, and the old run's NULL. */
-    path_in_tmp(shard, sizeof shard, "v6-merged.db");
-    ardb *dst = open_db(shard, ARDB_CREATE);
+    ardb *dst = create_db("v6-merged.db", shard, sizeof shard);
     ardb_merge_stats ms;
     REQUIRE(dst != NULL);
     CHECK(ardb_merge(dst, path, &ms) == ARDB_DONE && ms.runs == 2);
@@ -482,8 +436,7 @@ static void test_v5_file_migrated_to_v6(void)
     /* So do an export and an import. */
     buffer e = {0};
     CHECK(ardb_export_json(db, 0, buffer_write, &e) == ARDB_DONE && e.data && strstr(e.data, "\"ceilings\": null"));
-    path_in_tmp(copy, sizeof copy, "v6-imported.db");
-    dst = open_db(copy, ARDB_CREATE);
+    dst = create_db("v6-imported.db", copy, sizeof copy);
     ardb_merge_stats is;
     REQUIRE(dst != NULL);
     CHECK(e.data && ardb_import_json(dst, e.data, e.len, &is) == ARDB_DONE && is.runs == 2);
@@ -498,8 +451,7 @@ static void test_v5_file_migrated_to_v6(void)
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
-    if (scratch_make("db-robust", tmpdir, sizeof tmpdir) != 0)
-        return 2;
+    db_scratch_begin("db-robust");
     /* A chart whose tick loop never ends must fail the test, not hang it. */
     alarm(60);
     RUN_CASE(test_import_of_another_version_is_refused);
@@ -509,6 +461,5 @@ int main(int argc, char **argv)
     RUN_CASE(test_killed_runs_become_interrupted);
     RUN_CASE(test_v4_file_migrated_to_v5);
     RUN_CASE(test_v5_file_migrated_to_v6);
-    scratch_remove(tmpdir);
     CHECK_EXIT();
 }

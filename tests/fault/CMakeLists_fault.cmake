@@ -1,6 +1,7 @@
 # tests/fault: damaged databases never crash the host process
 # (test_damaged_db.py; plan_probe plans through the public API only).
 add_executable(plan_probe ${CMAKE_CURRENT_LIST_DIR}/plan_probe.c)
+target_include_directories(plan_probe PRIVATE ${ATTNRES_TEST_LIB_DIR})
 target_link_libraries(plan_probe PRIVATE attnres::attnres m)
 
 add_test(NAME fault_damaged_databases_never_crash

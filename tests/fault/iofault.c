@@ -66,6 +66,24 @@ static void *real(const char *name)
     return f;
 }
 
+/* fn, the real function `name` (the next one after this library's),
+ * looked up on its first call. */
+#define REAL_FN(name)                  \
+    static __typeof__(&name) fn;       \
+    if (!fn)                           \
+        fn = (__typeof__(&name))real(#name)
+
+/* The body of a wrapper that fails with -1 (errno set by fires) where
+ * `fault` holds and the operation op fires, and otherwise makes the real
+ * call with the arguments. */
+#define FAIL_OR_CALL(name, op, fault, ...)   \
+    do {                                     \
+        REAL_FN(name);                       \
+        if ((fault) && fires(op, #name))     \
+            return -1;                       \
+        return fn(__VA_ARGS__);              \
+    } while (0)
+
 __attribute__((constructor)) static void iofault_init(void)
 {
     real_write = real("write");
@@ -81,33 +99,27 @@ __attribute__((constructor)) static void iofault_init(void)
         return;
     setenv("IOFAULT_OWNER", me, 1);
     const char *op = getenv("IOFAULT_OP");
+    static const struct {
+        const char *name;
+        int op;
+    } op_names[] = {{"open", OP_OPEN},         {"write", OP_WRITE},   {"sync", OP_SYNC},
+                    {"truncate", OP_TRUNCATE}, {"rename", OP_RENAME}, {"close", OP_CLOSE}};
     if (op && *op) {
         ops = 0;
-        if (strstr(op, "open"))
-            ops |= OP_OPEN;
-        if (strstr(op, "write"))
-            ops |= OP_WRITE;
-        if (strstr(op, "sync"))
-            ops |= OP_SYNC;
-        if (strstr(op, "truncate"))
-            ops |= OP_TRUNCATE;
-        if (strstr(op, "rename"))
-            ops |= OP_RENAME;
-        if (strstr(op, "close"))
-            ops |= OP_CLOSE;
+        for (size_t i = 0; i < sizeof op_names / sizeof op_names[0]; i++)
+            if (strstr(op, op_names[i].name))
+                ops |= op_names[i].op;
     }
+    static const struct {
+        const char *name;
+        int value;
+    } errno_names[] = {{"EIO", EIO}, {"ENOSPC", ENOSPC}, {"EFBIG", EFBIG}, {"EDQUOT", EDQUOT}};
     const char *e = getenv("IOFAULT_ERRNO");
     if (e && *e) {
-        if (strcmp(e, "EIO") == 0)
-            fail_errno = EIO;
-        else if (strcmp(e, "ENOSPC") == 0)
-            fail_errno = ENOSPC;
-        else if (strcmp(e, "EFBIG") == 0)
-            fail_errno = EFBIG;
-        else if (strcmp(e, "EDQUOT") == 0)
-            fail_errno = EDQUOT;
-        else
-            fail_errno = atoi(e);
+        fail_errno = atoi(e);
+        for (size_t i = 0; i < sizeof errno_names / sizeof errno_names[0]; i++)
+            if (strcmp(e, errno_names[i].name) == 0)
+                fail_errno = errno_names[i].value;
     }
     const char *n = getenv("IOFAULT_NTH");
     if (n && atol(n) > 0)
@@ -205,33 +217,25 @@ __attribute__((destructor)) static void iofault_fini(void)
 
 int open(const char *path, int flags, ...)
 {
-    static int (*fn)(const char *, int, ...);
-    if (!fn)
-        fn = real("open");
+    REAL_FN(open);
     OPEN_WRAPPER(open, path, flags, mode)
 }
 
 int open64(const char *path, int flags, ...)
 {
-    static int (*fn)(const char *, int, ...);
-    if (!fn)
-        fn = real("open64");
+    REAL_FN(open64);
     OPEN_WRAPPER(open64, path, flags, mode)
 }
 
 int openat(int dirfd, const char *path, int flags, ...)
 {
-    static int (*fn)(int, const char *, int, ...);
-    if (!fn)
-        fn = real("openat");
+    REAL_FN(openat);
     OPEN_WRAPPER(openat, dirfd, path, flags, mode)
 }
 
 int openat64(int dirfd, const char *path, int flags, ...)
 {
-    static int (*fn)(int, const char *, int, ...);
-    if (!fn)
-        fn = real("openat64");
+    REAL_FN(openat64);
     OPEN_WRAPPER(openat64, dirfd, path, flags, mode)
 }
 
@@ -250,36 +254,28 @@ int creat64(const char *path, mode_t mode) { return open64(path, O_CREAT | O_WRO
 
 int mkstemp(char *tmpl)
 {
-    static int (*fn)(char *);
-    if (!fn)
-        fn = real("mkstemp");
+    REAL_FN(mkstemp);
     MKSTEMP_WRAPPER(mkstemp, tmpl)
 }
 
 int mkstemp64(char *tmpl)
 {
-    static int (*fn)(char *);
-    if (!fn)
-        fn = real("mkstemp64");
+    REAL_FN(mkstemp64);
     MKSTEMP_WRAPPER(mkstemp64, tmpl)
 }
 
 int mkostemp(char *tmpl, int flags)
 {
-    static int (*fn)(char *, int);
-    if (!fn)
-        fn = real("mkostemp");
+    REAL_FN(mkostemp);
     MKSTEMP_WRAPPER(mkostemp, tmpl, flags)
 }
 
 static int mode_writes(const char *mode) { return strpbrk(mode, "wa+") != NULL; }
 
-FILE *fopen(const char *path, const char *mode)
+/* fopen and fopen64 through the real one, fn, named name. */
+static FILE *open_stream(FILE *(*fn)(const char *, const char *), const char *name, const char *path, const char *mode)
 {
-    static FILE *(*fn)(const char *, const char *);
-    if (!fn)
-        fn = real("fopen");
-    if (path_matches(path) && mode_writes(mode) && fires(OP_OPEN, "fopen"))
+    if (path_matches(path) && mode_writes(mode) && fires(OP_OPEN, name))
         return NULL;
     FILE *f = fn(path, mode);
     if (f)
@@ -287,17 +283,16 @@ FILE *fopen(const char *path, const char *mode)
     return f;
 }
 
+FILE *fopen(const char *path, const char *mode)
+{
+    REAL_FN(fopen);
+    return open_stream(fn, "fopen", path, mode);
+}
+
 FILE *fopen64(const char *path, const char *mode)
 {
-    static FILE *(*fn)(const char *, const char *);
-    if (!fn)
-        fn = real("fopen64");
-    if (path_matches(path) && mode_writes(mode) && fires(OP_OPEN, "fopen64"))
-        return NULL;
-    FILE *f = fn(path, mode);
-    if (f)
-        track(fileno(f), path);
-    return f;
+    REAL_FN(fopen64);
+    return open_stream(fn, "fopen64", path, mode);
 }
 
 /* ---- writing ------------------------------------------------------------ */
@@ -311,32 +306,17 @@ ssize_t write(int fd, const void *buf, size_t n)
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
-    static ssize_t (*fn)(int, const void *, size_t, off_t);
-    if (!fn)
-        fn = real("pwrite");
-    if (fd_matches(fd) && fires(OP_WRITE, "pwrite"))
-        return -1;
-    return fn(fd, buf, n, off);
+    FAIL_OR_CALL(pwrite, OP_WRITE, fd_matches(fd), fd, buf, n, off);
 }
 
 ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off)
 {
-    static ssize_t (*fn)(int, const void *, size_t, off64_t);
-    if (!fn)
-        fn = real("pwrite64");
-    if (fd_matches(fd) && fires(OP_WRITE, "pwrite64"))
-        return -1;
-    return fn(fd, buf, n, off);
+    FAIL_OR_CALL(pwrite64, OP_WRITE, fd_matches(fd), fd, buf, n, off);
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int count)
 {
-    static ssize_t (*fn)(int, const struct iovec *, int);
-    if (!fn)
-        fn = real("writev");
-    if (fd_matches(fd) && fires(OP_WRITE, "writev"))
-        return -1;
-    return fn(fd, iov, count);
+    FAIL_OR_CALL(writev, OP_WRITE, fd_matches(fd), fd, iov, count);
 }
 
 /* Drops what stdio holds for f, as a write that failed would lose it, and
@@ -351,9 +331,7 @@ static int pending(FILE *f) { return f && f->_IO_write_ptr > f->_IO_write_base; 
 
 int fflush(FILE *f)
 {
-    static int (*fn)(FILE *);
-    if (!fn)
-        fn = real("fflush");
+    REAL_FN(fflush);
     if (pending(f) && fd_matches(fileno(f)) && fires(OP_WRITE, "fflush")) {
         const int e = errno;
         drop_pending(f);
@@ -365,9 +343,7 @@ int fflush(FILE *f)
 
 int fclose(FILE *f)
 {
-    static int (*fn)(FILE *);
-    if (!fn)
-        fn = real("fclose");
+    REAL_FN(fclose);
     const int fd = f ? fileno(f) : -1;
     int failed = 0, e = 0;
     if (pending(f) && fd_matches(fd) && fires(OP_WRITE, "fclose")) {
@@ -393,70 +369,38 @@ int fclose(FILE *f)
 
 int fsync(int fd)
 {
-    static int (*fn)(int);
-    if (!fn)
-        fn = real("fsync");
-    if (fd_matches(fd) && fires(OP_SYNC, "fsync"))
-        return -1;
-    return fn(fd);
+    FAIL_OR_CALL(fsync, OP_SYNC, fd_matches(fd), fd);
 }
 
 int fdatasync(int fd)
 {
-    static int (*fn)(int);
-    if (!fn)
-        fn = real("fdatasync");
-    if (fd_matches(fd) && fires(OP_SYNC, "fdatasync"))
-        return -1;
-    return fn(fd);
+    FAIL_OR_CALL(fdatasync, OP_SYNC, fd_matches(fd), fd);
 }
 
 int ftruncate(int fd, off_t len)
 {
-    static int (*fn)(int, off_t);
-    if (!fn)
-        fn = real("ftruncate");
-    if (fd_matches(fd) && fires(OP_TRUNCATE, "ftruncate"))
-        return -1;
-    return fn(fd, len);
+    FAIL_OR_CALL(ftruncate, OP_TRUNCATE, fd_matches(fd), fd, len);
 }
 
 int ftruncate64(int fd, off64_t len)
 {
-    static int (*fn)(int, off64_t);
-    if (!fn)
-        fn = real("ftruncate64");
-    if (fd_matches(fd) && fires(OP_TRUNCATE, "ftruncate64"))
-        return -1;
-    return fn(fd, len);
+    FAIL_OR_CALL(ftruncate64, OP_TRUNCATE, fd_matches(fd), fd, len);
 }
 
 int rename(const char *from, const char *to)
 {
-    static int (*fn)(const char *, const char *);
-    if (!fn)
-        fn = real("rename");
-    if ((path_matches(from) || path_matches(to)) && fires(OP_RENAME, "rename"))
-        return -1;
-    return fn(from, to);
+    FAIL_OR_CALL(rename, OP_RENAME, path_matches(from) || path_matches(to), from, to);
 }
 
 int renameat(int fromfd, const char *from, int tofd, const char *to)
 {
-    static int (*fn)(int, const char *, int, const char *);
-    if (!fn)
-        fn = real("renameat");
-    if ((path_matches(from) || path_matches(to)) && fires(OP_RENAME, "renameat"))
-        return -1;
-    return fn(fromfd, from, tofd, to);
+    FAIL_OR_CALL(renameat, OP_RENAME, path_matches(from) || path_matches(to), fromfd, from, tofd, to);
 }
 
 /* A close that fails has still closed the descriptor, as on Linux. */
 int close(int fd)
 {
-    static int (*fn)(int);
-    if (!fn)
-        fn = real("close");
+    REAL_FN(close);
     const int failing = fd_matches(fd) && fires(OP_CLOSE, "close");
     const int e = errno;
     if (fd >= 0 && fd < MAX_FD)

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "attnres.h"
+#include "test_plain_mix.h"
 
 enum { EXIT_CORRECT = 0, EXIT_DEFECT = 1, EXIT_USAGE = 2, EXIT_REFUSED = 3 };
 enum { NPROBLEMS = 3, TMAX = 16 };
@@ -111,12 +112,7 @@ static int run_checked(attnres_plan *plan, int i, int64_t T)
             for (int64_t k = 0; k < td; k++)
                 dsrc[j][k] = src[j][k];
         }
-        attnres_mix_args a;
-        attnres_mix_args_init(&a);
-        a.sources = s;
-        a.query = query;
-        a.out = out;
-        st = attnres_run_mix(plan, T, &a, NULL);
+        st = plain_mix_run(plan, T, s, query, out);
         rst = attnres_reference_mix(&p, T, ds, dq, 1.0, 1e-6, NULL, 1.0, NULL, 1e-6, dref, NULL);
     } else {
         for (int64_t k = 0; k < td; k++) {
@@ -141,12 +137,7 @@ static int run_checked(attnres_plan *plan, int i, int64_t T)
         defect("%s failed on a valid plan: %s", what, attnres_plan_errmsg(plan));
         return -1;
     }
-    double num = 0, den = 0;
-    for (int64_t k = 0; k < td; k++) {
-        num += (out[k] - dref[k]) * (out[k] - dref[k]);
-        den += dref[k] * dref[k];
-    }
-    const double err = sqrt(num / den);
+    const double err = plain_rel_err(out, dref, td);
     if (!(err <= 1e-5)) {
         char e[32];
         snprintf(e, sizeof e, "%.3g", err);

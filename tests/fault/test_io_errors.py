@@ -236,6 +236,24 @@ def old_or_whole(path, old, new_path, outdir, rc, err, what):
     return "the previous %s was lost (%s)" % (what, "absent" if have is None else "%d bytes" % len(have))
 
 
+def sweep_one_file(label, args, target, old, ref, outdir, what, same):
+    """Sweeps the faults over a command that writes the file target, which
+    holds old before each run: after each, target is old or the whole of
+    what ref holds; after the faults, the command writes it as ref."""
+
+    def reset():
+        with open(target, "wb") as f:
+            f.write(old)
+
+    def after(rc, err):
+        return old_or_whole(target, old, ref, outdir, rc, err, what)
+
+    sweep(label, args, outdir, after, env=env, prepare=reset)
+    reset()
+    rc, _, err, _, _ = run(args, env)
+    check(rc == 0 and same(target, ref), "%s recovers after the faults" % label, err)
+
+
 def test_output_files():
     outdir = os.path.join(scratch, "outputs")
     os.makedirs(outdir, exist_ok=True)
@@ -243,20 +261,8 @@ def test_output_files():
     new = os.path.join(scratch, "export-ref.json")
     rc, _, err, _, _ = run(["db", "export", "--json", "--out", new, "--db", base_db], env)
     check(rc == 0, "db export without a fault", err)
-    old = b"the user's previous export\n"
-
-    def reset():
-        with open(target, "wb") as f:
-            f.write(old)
-
-    def export_after(rc, err):
-        return old_or_whole(target, old, new, outdir, rc, err, "file")
-
-    sweep("db export --out", ["db", "export", "--json", "--out", target, "--db", base_db], outdir, export_after,
-          env=env, prepare=reset)
-    reset()
-    rc, _, err, _, _ = run(["db", "export", "--json", "--out", target, "--db", base_db], env)
-    check(rc == 0 and read(target) == read(new), "db export recovers after the faults", err)
+    sweep_one_file("db export --out", ["db", "export", "--json", "--out", target, "--db", base_db], target,
+                   b"the user's previous export\n", new, outdir, "file", lambda a, b: read(a) == read(b))
 
     # db plot writes several files into one directory.
     plotdir = os.path.join(scratch, "plots")
@@ -290,19 +296,8 @@ def test_output_files():
 
     # run's .npy output.
     out = os.path.join(outdir, "out.npy")
-    old_npy = b"\x93NUMPY the user's previous output"
-
-    def reset_out():
-        with open(out, "wb") as f:
-            f.write(old_npy)
-
-    def out_after(rc, err):
-        return old_or_whole(out, old_npy, ref_out, outdir, rc, err, "output")
-
-    sweep("run --out", run_args(out), outdir, out_after, env=env, prepare=reset_out)
-    reset_out()
-    rc, _, err, _, _ = run(run_args(out), env)
-    check(rc == 0 and same_result(out, ref_out), "run --out recovers after the faults", err)
+    sweep_one_file("run --out", run_args(out), out, b"\x93NUMPY the user's previous output", ref_out, outdir, "output",
+                   same_result)
 
 
 # ---- the database -----------------------------------------------------------
@@ -340,21 +335,20 @@ def test_database():
             return "exit 0, but its change is not in the database"
         return None
 
-    def noted():
-        c = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
-        try:
-            return c.execute("select count(*) from runs where note = 'faulted'").fetchone()[0] == 1
-        finally:
-            c.close()
+    def one_run_noted(note):
+        """The check that exactly one run of the database has the note."""
 
-    def has_other_note():
-        c = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
-        try:
-            return c.execute("select count(*) from runs where note = 'from another host'").fetchone()[0] == 1
-        finally:
-            c.close()
+        def noted():
+            c = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
+            try:
+                return c.execute("select count(*) from runs where note = ?", (note,)).fetchone()[0] == 1
+            finally:
+                c.close()
 
-    for name, args, effect in (("db note", ["db", "note", "latest", "faulted", "--db", db], noted),
+        return noted
+
+    has_other_note = one_run_noted("from another host")
+    for name, args, effect in (("db note", ["db", "note", "latest", "faulted", "--db", db], one_run_noted("faulted")),
                                ("db import", ["db", "import", export, "--db", db], has_other_note),
                                ("db merge", ["db", "merge", other, "--db", db], has_other_note)):
         sweep(name + " (the database)", args, db, lambda rc, err: db_after(rc, err, effect), env=env,

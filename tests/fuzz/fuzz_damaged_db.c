@@ -25,6 +25,7 @@
 #include "attnres.h"
 #include "fuzz.h"
 #include "svg_plot.h"
+#include "test_plain_mix.h"
 
 enum { D = 64, N = 3, T = 4 };
 
@@ -45,13 +46,8 @@ static void open_cpu(void)
     attnres_device_info info = {.struct_size = sizeof info};
     if (attnres_device_info_get(cpu, &info) != ATTNRES_OK)
         fuzz_fail("no CPU device info", NULL);
-    cpu_info.backend = info.backend;
-    cpu_info.name = info.name;
-    cpu_info.arch = info.arch;
-    cpu_info.driver = info.driver;
-    cpu_info.fingerprint = info.fingerprint;
-    cpu_info.units = info.units;
-    cpu_info.memory = info.memory;
+    cpu_info = (ardb_device){.backend = info.backend, .name = info.name, .arch = info.arch, .driver = info.driver,
+                             .fingerprint = info.fingerprint, .units = info.units, .memory = info.memory};
     atexit(close_cpu);
 }
 
@@ -99,7 +95,7 @@ static void plot(const ardb_winner_point *p, size_t n)
         (void)svg_line_chart(f, &o, &s, 1);
         const char *group = p[0].problem ? p[0].problem : "?";
         const char *series = "run";
-        double value = 100.0 * p[0].roofline;
+        double value = 100.0 * p[0].ceiling_fraction;
         svg_bar_opts b = {.title = "t", .y_label = "%", .reference = 100.0, .reference_name = "copy"};
         (void)svg_bar_chart(f, &b, &group, 1, &series, 1, &value);
     }
@@ -195,22 +191,12 @@ static void plan_and_run(attnres_db *adb, int n)
         query[k] = (float)(0.25 * cos(0.11 * k));
         dq[k] = query[k];
     }
-    attnres_mix_args a;
-    attnres_mix_args_init(&a);
-    a.sources = s;
-    a.query = query;
-    a.out = out;
-    rc = attnres_run_mix(plan, T, &a, NULL);
+    rc = plain_mix_run(plan, T, s, query, out);
     if (rc != ATTNRES_OK)
         fuzz_fail("a plan that was made does not run", attnres_plan_errmsg(plan));
     if (attnres_reference_mix(&p, T, ds, dq, 1.0, 1e-6, NULL, 1.0, NULL, 1e-6, ref, NULL) != ATTNRES_OK)
         fuzz_fail("the reference refuses the problem", NULL);
-    double num = 0, den = 0;
-    for (int k = 0; k < T * D; k++) {
-        num += (out[k] - ref[k]) * (out[k] - ref[k]);
-        den += ref[k] * ref[k];
-    }
-    if (!(sqrt(num / den) <= 1e-5)) {
+    if (!(plain_rel_err(out, ref, T * D) <= 1e-5)) {
         char explain[2048];
         attnres_plan_explain(plan, explain, sizeof explain);
         fuzz_fail("a plan from the database computes a wrong result", explain);

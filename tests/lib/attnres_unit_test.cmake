@@ -21,3 +21,13 @@ function(attnres_unit_test name source)
   add_test(NAME ${name} COMMAND ${exe} ${T_ARGS})
   set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "unit;${T_LABEL}")
 endfunction()
+
+# attnres_cli_py_test(NAME SCRIPT TIMEOUT [ARGS ...]): the Python test
+# tests/cli/SCRIPT run on the command line's binary (then ARGS), in the
+# suite's environment (ATTNRES_TEST_ENV), as ctest test NAME labelled cli.
+function(attnres_cli_py_test name script timeout)
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_COMMAND} -E env ${ATTNRES_TEST_ENV}
+            ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/cli/${script} $<TARGET_FILE:attnres_cli> ${ARGN})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} LABELS cli)
+endfunction()

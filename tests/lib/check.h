@@ -18,11 +18,10 @@
  * It carries the ATTNRES_ variables the program started with, since ctest
  * sets some of them (the simulated CUDA driver, the template directory).
  *
- * Names are paths: RUN_CASE_AS names a case at run time ("avx2/test_x" for
- * a case run at each ISA level), and a case that loops over units (the
- * variants of a template) names each unit "CASE/UNIT" with check_unit. A
- * NAME selects the case or unit of that name and everything under it:
- * "avx2" runs every case at that level, "CASE" every unit of CASE.
+ * Names are paths: a case that loops over units (the trials of a property
+ * test) names each unit "CASE/UNIT" with check_unit. A NAME selects the
+ * case or unit of that name and everything under it: "CASE" runs every
+ * unit of CASE.
  */
 #ifndef CHECK_H
 #define CHECK_H
@@ -36,24 +35,35 @@
 /* Unused in programs that count failures themselves (RUN_CASE_COUNTING). */
 static int check_failures __attribute__((unused));
 
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                    #cond);                                                  \
-            check_failures++;                                                \
-        }                                                                    \
+/* Counts a failed check or requirement and says where and what it was;
+ * `text` is the condition as written (stringized by the caller, before
+ * its macros expand). */
+#define CHECK_FAILED_(kind, text) \
+    (fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, (kind), (text)), check_failures++)
+
+#define CHECK(cond)                               \
+    do {                                          \
+        if (!(cond))                              \
+            CHECK_FAILED_("check failed", #cond); \
     } while (0)
 
-#define REQUIRE(cond)                                                        \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: required: %s\n", __FILE__, __LINE__,     \
-                    #cond);                                                  \
-            check_failures++;                                                \
-            return;                                                          \
-        }                                                                    \
+#define REQUIRE(cond)                         \
+    do {                                      \
+        if (!(cond)) {                        \
+            CHECK_FAILED_("required", #cond); \
+            return;                           \
+        }                                     \
     } while (0)
+
+/* Checks that the message `msg` of the refusal `what` holds `needle`,
+ * printing all three where it does not. */
+static inline void check_message_has(const char *what, const char *msg, const char *needle)
+{
+    if (!strstr(msg, needle)) {
+        fprintf(stderr, "%s: message '%s' lacks '%s'\n", what, msg, needle);
+        check_failures++;
+    }
+}
 
 /* ---- selection ------------------------------------------------------- */
 
@@ -183,10 +193,12 @@ static inline void check_put_word(const char *s)
     putchar('\'');
 }
 
-/* Prints the command that reruns the case or unit `name` alone. */
-static inline void check_print_rerun(const char *name)
+/* Prints "LABEL: [env ATTNRES_...=...] /abs/path/program", without a
+ * newline: the start of a command that runs this program again as it
+ * started, for the caller to add its arguments to. */
+static inline void check_print_program(const char *label)
 {
-    fputs("rerun: ", stdout);
+    printf("%s: ", label);
     if (check_rerun_nenv)
         fputs("env ", stdout);
     for (int i = 0; i < check_rerun_nenv; i++) {
@@ -194,6 +206,12 @@ static inline void check_print_rerun(const char *name)
         putchar(' ');
     }
     check_put_word(check_program[0] ? check_program : "PROGRAM");
+}
+
+/* Prints the command that reruns the case or unit `name` alone. */
+static inline void check_print_rerun(const char *name)
+{
+    check_print_program("rerun");
     fputs(" --case ", stdout);
     check_put_word(name);
     for (int i = 0; i < check_rerun_argc; i++) {
@@ -251,14 +269,6 @@ static inline void check_run_case(const char *name, void (*fn)(void), int *failu
 /* A case whose state the cases after it use (templates it loads): it runs
  * whichever cases --case selects, so that each of them can run alone. */
 #define RUN_FIXTURE(fn) check_run_case(#fn, fn, &check_failures, 1)
-
-/* The case named "group/fn", for a case a program runs once per group. */
-#define RUN_CASE_IN(group, fn)                                            \
-    do {                                                                  \
-        char check_name_[512];                                            \
-        snprintf(check_name_, sizeof check_name_, "%s/%s", (group), #fn); \
-        check_run_case(check_name_, fn, &check_failures, 0);              \
-    } while (0)
 
 /* RUN_CASE for a harness with its own failure counter. */
 #define RUN_CASE_COUNTING(fn, failures) check_run_case(#fn, fn, &(failures), 0)

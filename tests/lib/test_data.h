@@ -1,7 +1,7 @@
 /*
  * test_data.h - random test data and storage conversions shared by the
- * tests that run kernels (test_runtime, test_phase_ops, and the simulated
- * CUDA variant sweep). Header-only: each test is one translation unit.
+ * tests that run kernels (test_runtime, backend_ops on the CPU and on the
+ * simulated CUDA driver). Header-only: static inline in each unit.
  * Elements convert as the runtime's storage_convert.h says.
  */
 #ifndef ATTNRES_TEST_DATA_H

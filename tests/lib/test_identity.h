@@ -1,6 +1,6 @@
 /*
  * test_identity.h - the three problems of the Block AttnRes identity that
- * test_phase_ops (forward) and test_reference_backward (gradients) check:
+ * test_phase_api (forward) and test_reference_backward (gradients) check:
  * phase 1 over n sources and `sites` queries, phase 2 of one site, and the
  * mix over the n sources and the site's partial sum, n + 1 in all, which
  * the two phases together must equal. Header-only.

@@ -1,8 +1,8 @@
 /*
  * test_mix_case.h - kernel cases on random data: filling, widening and the
  * error against the fp64 reference (DESIGN §1), and one mix problem run
- * through any launch, a plan (test_cpu_builtins) or a compiled template
- * variant (test_cpu_mix_variants). Header-only, like test_data.h.
+ * through any launch, a plan (a built-in kernel) or a compiled template
+ * variant (the CPU cases of backend_ops). Header-only, like test_data.h.
  */
 #ifndef ATTNRES_TEST_MIX_CASE_H
 #define ATTNRES_TEST_MIX_CASE_H

@@ -1,7 +1,8 @@
 /*
  * test_scratch.h - a test's scratch directory: making it under $TMPDIR,
  * and removing it with all it holds, the one clean-up every C test that
- * writes files ends with. Header-only.
+ * writes files ends with, or one made for the whole program and removed
+ * at its exit. Header-only.
  *
  * nftw and mkdtemp need _GNU_SOURCE (or _XOPEN_SOURCE 500) defined before
  * the first include of the test's source file.
@@ -40,6 +41,34 @@ static inline void scratch_remove(const char *dir)
 {
     if (nftw(dir, scratch_remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* The directory scratch_begin made, and the variable that keeps it. */
+static const char *scratch_begun __attribute__((unused));
+static const char *scratch_keep_env __attribute__((unused));
+
+static inline void scratch_end(void)
+{
+    if (!scratch_keep_env || !getenv(scratch_keep_env))
+        scratch_remove(scratch_begun);
+    else
+        printf("kept %s\n", scratch_begun);
+}
+
+/* Makes a program's scratch directory as scratch_make does, for the cases
+ * main runs, and has it removed at exit, or kept, its path printed, where
+ * the variable keep_env (NULL: none) is set, for a look at what a failed
+ * case left. Ends the program (status 2, the reason printed) where it
+ * cannot be made; makes none when listing, since then no case runs. */
+static inline void scratch_begin(const char *name, char *dir, size_t len, int listing, const char *keep_env)
+{
+    if (listing)
+        return;
+    if (scratch_make(name, dir, len) != 0)
+        exit(2);
+    scratch_begun = dir;
+    scratch_keep_env = keep_env;
+    atexit(scratch_end);
 }
 
 #endif

@@ -14,6 +14,10 @@
 
 #include "ardb.h"
 
+/* SQL that takes back v11's rename of measurements.ceiling_fraction, for
+ * a test that turns a current file into one that an older version wrote. */
+#define TEST_SQL_PRE_V11 "ALTER TABLE measurements RENAME COLUMN ceiling_fraction TO roofline;"
+
 /* Opens path through ardb with flags; NULL, with ardb's message printed,
  * where it cannot. */
 static inline ardb *open_db(const char *path, unsigned flags)

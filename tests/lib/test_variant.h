@@ -1,7 +1,7 @@
 /*
  * test_variant.h - compiling and loading one template variant on a device
  * as the tuner does (emit, compile, load), for the tests that run tuned
- * variants against the reference (test_phase_ops, test_cpu_mix_variants).
+ * variants against the reference (backend_ops).
  * Header-only.
  */
 #ifndef ATTNRES_TEST_VARIANT_H

@@ -2,10 +2,10 @@
  * test_api_checks.c - what the public API refuses before anything runs:
  * problems beyond the limits of attnres.h or of the CPU's kernels (refused
  * when the plan is made, with a message naming the limit), views whose
- * extent overflows, NULL arguments, and outputs that overlap other
- * buffers. Each refusal is EINVAL with a message naming the argument; the
- * legitimate cases next to each (in-place out = partial, interleaved rows)
- * still run.
+ * extent overflows, NULL arguments, outputs that overlap other buffers,
+ * and a CPU device asked for a built-in level there is not. Each refusal
+ * is EINVAL with a message naming the argument; the legitimate cases next
+ * to each (in-place out = partial, interleaved rows) still run.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -26,6 +26,15 @@
     do {                                                                                                               \
         CHECK((call) == ATTNRES_EINVAL);                                                                               \
         CHECK(strstr(attnres_plan_errmsg(plan), (what)) != NULL);                                                      \
+    } while (0)
+
+/* Sets one stride of the arguments to value, checks that call refuses it
+ * naming what, and puts the stride back to 0 for the next check. */
+#define CHECK_STRIDE_REFUSED(plan, call, stride, value, what)                                                          \
+    do {                                                                                                               \
+        (stride) = (value);                                                                                            \
+        CHECK_REFUSED(plan, call, what);                                                                               \
+        (stride) = 0;                                                                                                  \
     } while (0)
 
 /* The same for a conflict between two arguments: the message names both. */
@@ -208,23 +217,13 @@ static void test_stride_times_tokens_overflow_is_refused(void)
      * caller's lie, which no check can see. */
     const int64_t huge[] = {INT64_MAX, INT64_MAX / 2, INT64_MAX / 4 + 1, (int64_t)1 << 61};
     for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
-        a.out_stride = huge[i];
-        CHECK_REFUSED(plan, attnres_run_mix(plan, 2, &a, NULL), "out_stride");
-        a.out_stride = 0;
-        strides[1] = huge[i];
-        CHECK_REFUSED(plan, attnres_run_mix(plan, 2, &a, NULL), "source 1");
-        strides[1] = 0;
-        a.partial_stride = huge[i];
-        CHECK_REFUSED(plan, attnres_run_mix(plan, 2, &a, NULL), "partial_stride");
-        a.partial_stride = 0;
-        a.normed_stride = huge[i];
-        CHECK_REFUSED(plan, attnres_run_mix(plan, 2, &a, NULL), "normed_stride");
-        a.normed_stride = 0;
+        CHECK_STRIDE_REFUSED(plan, attnres_run_mix(plan, 2, &a, NULL), a.out_stride, huge[i], "out_stride");
+        CHECK_STRIDE_REFUSED(plan, attnres_run_mix(plan, 2, &a, NULL), strides[1], huge[i], "source 1");
+        CHECK_STRIDE_REFUSED(plan, attnres_run_mix(plan, 2, &a, NULL), a.partial_stride, huge[i], "partial_stride");
+        CHECK_STRIDE_REFUSED(plan, attnres_run_mix(plan, 2, &a, NULL), a.normed_stride, huge[i], "normed_stride");
     }
     /* One token spans no stride, but kernels scale it to bytes anyway. */
-    strides[0] = (int64_t)1 << 61;
-    CHECK_REFUSED(plan, attnres_run_mix(plan, 1, &a, NULL), "source 0");
-    strides[0] = 0;
+    CHECK_STRIDE_REFUSED(plan, attnres_run_mix(plan, 1, &a, NULL), strides[0], (int64_t)1 << 61, "source 0");
     /* T itself can overflow the extent with an ordinary stride. */
     CHECK(attnres_run_mix(plan, INT64_MAX / 8, &a, NULL) == ATTNRES_EINVAL);
     CHECK(attnres_run_mix(plan, 2, &a, NULL) == ATTNRES_OK);
@@ -244,12 +243,8 @@ static void test_stride_times_tokens_overflow_is_refused(void)
     a2.query = q;
     a2.out = out;
     CHECK(attnres_run_phase2(plan, 2, &a2, NULL) == ATTNRES_OK);
-    a2.lse_stride = INT64_MAX;
-    CHECK_REFUSED(plan, attnres_run_phase2(plan, 2, &a2, NULL), "lse_stride");
-    a2.lse_stride = 0;
-    a2.o1_stride = INT64_MAX / 2;
-    CHECK_REFUSED(plan, attnres_run_phase2(plan, 2, &a2, NULL), "o1_stride");
-    a2.o1_stride = 0;
+    CHECK_STRIDE_REFUSED(plan, attnres_run_phase2(plan, 2, &a2, NULL), a2.lse_stride, INT64_MAX, "lse_stride");
+    CHECK_STRIDE_REFUSED(plan, attnres_run_phase2(plan, 2, &a2, NULL), a2.o1_stride, INT64_MAX / 2, "o1_stride");
     CHECK(attnres_run_phase2(plan, 2, &a2, NULL) == ATTNRES_OK);
     attnres_plan_destroy(plan);
 
@@ -267,12 +262,8 @@ static void test_stride_times_tokens_overflow_is_refused(void)
     a1.o1 = o1s;
     a1.lse = lses;
     CHECK(attnres_run_phase1(plan, 2, &a1, NULL) == ATTNRES_OK);
-    a1.o1_stride = INT64_MAX;
-    CHECK_REFUSED(plan, attnres_run_phase1(plan, 2, &a1, NULL), "o1_stride");
-    a1.o1_stride = 0;
-    strides[0] = INT64_MAX / 2;
-    CHECK_REFUSED(plan, attnres_run_phase1(plan, 2, &a1, NULL), "source 0");
-    strides[0] = 0;
+    CHECK_STRIDE_REFUSED(plan, attnres_run_phase1(plan, 2, &a1, NULL), a1.o1_stride, INT64_MAX, "o1_stride");
+    CHECK_STRIDE_REFUSED(plan, attnres_run_phase1(plan, 2, &a1, NULL), strides[0], INT64_MAX / 2, "source 0");
     attnres_plan_destroy(plan);
 }
 
@@ -478,6 +469,20 @@ static void test_overlapping_outputs_are_refused(void)
     attnres_plan_destroy(plan);
 }
 
+/* An unknown built-in level (ATTNRES_CPU_BUILTIN_ISA) makes the CPU
+ * device's open fail with a message naming it and the levels there are. */
+static void test_unknown_level_fails_the_open_with_its_name(void)
+{
+    setenv("ATTNRES_CPU_BUILTIN_ISA", "avx1024", 1);
+    attnres_device *dev = NULL;
+    char msg[512] = "";
+    CHECK(attnres_device_open("cpu", &dev, msg, sizeof msg) == ATTNRES_EINVAL);
+    CHECK(dev == NULL);
+    CHECK(strstr(msg, "avx1024") != NULL && strstr(msg, "scalar") != NULL);
+    attnres_device_close(dev);
+    unsetenv("ATTNRES_CPU_BUILTIN_ISA");
+}
+
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
@@ -489,6 +494,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_stride_times_tokens_overflow_is_refused);
     RUN_CASE(test_null_arguments_are_refused_or_ignored);
     RUN_CASE(test_overlapping_outputs_are_refused);
+    RUN_CASE(test_unknown_level_fails_the_open_with_its_name);
     attnres_device_close(cpu);
     CHECK_EXIT();
 }

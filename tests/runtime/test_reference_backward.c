@@ -206,6 +206,17 @@ static int mix_backward(mix_case *c, mix_grads *g, const double *dout, unsigned 
     return rc;
 }
 
+/* Checks that two sets of gradients of case c hold the same bits in every
+ * array; each caller compares dalpha in its own way. */
+static void check_grad_arrays_identical(const mix_case *c, const mix_grads *a, const mix_grads *b)
+{
+    const int64_t td = c->T * c->p.d;
+    CHECK(memcmp(a->dsrc, b->dsrc, sizeof(double) * (size_t)(c->p.n * td)) == 0);
+    CHECK(memcmp(a->dquery, b->dquery, sizeof(double) * (size_t)c->p.d) == 0);
+    CHECK(memcmp(a->dpartial, b->dpartial, sizeof(double) * (size_t)td) == 0);
+    CHECK(memcmp(a->dgain, b->dgain, sizeof(double) * (size_t)c->p.d) == 0);
+}
+
 static void check_mix_case(mix_case *c)
 {
     const int64_t td = c->T * c->p.d, d = c->p.d;
@@ -282,10 +293,7 @@ static void test_null_incoming_gradient_is_zero(void)
     double *zeros = scratch(td);
     REQUIRE(mix_backward(&c, &a, NULL, 0) == ATTNRES_OK);
     REQUIRE(mix_backward(&c, &b, zeros, 0) == ATTNRES_OK);
-    CHECK(memcmp(a.dsrc, b.dsrc, sizeof(double) * (size_t)(c.p.n * td)) == 0);
-    CHECK(memcmp(a.dquery, b.dquery, sizeof(double) * (size_t)c.p.d) == 0);
-    CHECK(memcmp(a.dpartial, b.dpartial, sizeof(double) * (size_t)td) == 0);
-    CHECK(memcmp(a.dgain, b.dgain, sizeof(double) * (size_t)c.p.d) == 0);
+    check_grad_arrays_identical(&c, &a, &b);
     CHECK(a.dalpha == b.dalpha);
     scratch_release();
 }
@@ -693,14 +701,10 @@ static void test_two_calls_are_bit_identical(void)
 {
     mix_case c;
     mix_case_make(&c, "determinism", 12, 4, 3, 1, 1, 50);
-    const int64_t td = c.T * c.p.d;
     mix_grads a = {0}, b = {0};
     REQUIRE(mix_backward(&c, &a, c.wo, 0) == ATTNRES_OK);
     REQUIRE(mix_backward(&c, &b, c.wo, 0) == ATTNRES_OK);
-    CHECK(memcmp(a.dsrc, b.dsrc, sizeof(double) * (size_t)(c.p.n * td)) == 0);
-    CHECK(memcmp(a.dquery, b.dquery, sizeof(double) * (size_t)c.p.d) == 0);
-    CHECK(memcmp(a.dpartial, b.dpartial, sizeof(double) * (size_t)td) == 0);
-    CHECK(memcmp(a.dgain, b.dgain, sizeof(double) * (size_t)c.p.d) == 0);
+    check_grad_arrays_identical(&c, &a, &b);
     CHECK(memcmp(&a.dalpha, &b.dalpha, sizeof a.dalpha) == 0);
 
     phase1_case c1;

@@ -1036,6 +1036,22 @@ static void test_provisional_winner_is_explained(void)
  * Threads
  * ---------------------------------------------------------------------- */
 
+/* Runs fn on each of the n jobs (job_size bytes apart) in a thread of its
+ * own and waits for them all; returns how many started. After a partial
+ * start it joins none, since the started ones wait at their barrier for the
+ * rest for ever. */
+static int run_threads(int n, void *(*fn)(void *), void *jobs, size_t job_size)
+{
+    pthread_t tids[n];
+    int started = 0;
+    for (int i = 0; i < n; i++)
+        started += pthread_create(&tids[i], NULL, fn, (char *)jobs + (size_t)i * job_size) == 0;
+    if (started == n)
+        for (int i = 0; i < n; i++)
+            pthread_join(tids[i], NULL);
+    return started;
+}
+
 enum { THREADS = 4, THREAD_ITERS = 40 };
 
 typedef struct thread_job {
@@ -1087,7 +1103,6 @@ static void test_plans_are_safe_from_four_threads(void)
         return;
     }
     thread_job jobs[THREADS];
-    pthread_t tids[THREADS];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, THREADS);
     const int64_t ts[THREADS] = {5, 31, 64, 129};
@@ -1104,12 +1119,7 @@ static void test_plans_are_safe_from_four_threads(void)
     }
     CHECK(made == THREADS);
     if (made == THREADS) {
-        int started = 0;
-        for (int i = 0; i < THREADS; i++)
-            started += pthread_create(&tids[i], NULL, thread_main, &jobs[i]) == 0;
-        REQUIRE(started == THREADS); /* a partial start would deadlock the barrier */
-        for (int i = 0; i < THREADS; i++)
-            pthread_join(tids[i], NULL);
+        REQUIRE(run_threads(THREADS, thread_main, jobs, sizeof jobs[0]) == THREADS);
         for (int i = 0; i < THREADS; i++) {
             CHECK(jobs[i].failures == 0);
             if (jobs[i].failures)
@@ -1331,17 +1341,11 @@ static void test_failure_messages_are_each_threads_own(void)
     /* A thread that never failed on a handle reads an empty message. */
     CHECK(strcmp(attnres_plan_errmsg(plan), "") == 0);
     msg_job jobs[MSG_THREADS];
-    pthread_t tids[MSG_THREADS];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, MSG_THREADS);
-    int started = 0;
-    for (int i = 0; i < MSG_THREADS; i++) {
-        jobs[i] = (msg_job){.index = i, .plan = plan, .start = &start};
-        started += pthread_create(&tids[i], NULL, msg_thread, &jobs[i]) == 0;
-    }
-    REQUIRE(started == MSG_THREADS); /* a partial start would deadlock the barrier */
     for (int i = 0; i < MSG_THREADS; i++)
-        pthread_join(tids[i], NULL);
+        jobs[i] = (msg_job){.index = i, .plan = plan, .start = &start};
+    REQUIRE(run_threads(MSG_THREADS, msg_thread, jobs, sizeof jobs[0]) == MSG_THREADS);
     for (int i = 0; i < MSG_THREADS; i++) {
         CHECK(jobs[i].wrong == 0);
         if (jobs[i].wrong)

@@ -1,5 +1,5 @@
 /*
- * test_ceilings.c - the ceilings a timing is held to (tuner/src/rooflines.c,
+ * test_ceilings.c - the ceilings a timing is held to (tuner/src/device_ceilings.c,
  * docs/design.md §2), on synthetic figures: the time-based blend puts pure
  * reads at the read ceiling and equal reads and writes at the copy ceiling,
  * the out-of-cache check flags a winner above its ceiling beyond the noise
@@ -23,14 +23,14 @@
 #include "check.h"
 #include "cpu_ceilings.h"
 #include "problems.h"
-#include "rooflines.h"
+#include "device_ceilings.h"
 #include "test_scratch.h"
 
 static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b); }
 
-static rooflines figures(double copy, double read)
+static device_ceilings figures(double copy, double read)
 {
-    rooflines r = {.copy_gbps = copy, .read_gbps = read};
+    device_ceilings r = {.copy_gbps = copy, .read_gbps = read};
     r.ceil.fma_gflops = NAN;
     return r;
 }
@@ -38,18 +38,18 @@ static rooflines figures(double copy, double read)
 /* The AMD host of the report: reads alone faster than a copy. */
 static void test_blend_read_above_copy(void)
 {
-    rooflines r = figures(46.5, 53.7);
-    CHECK(near(rooflines_ceiling(&r, 1.0, 0.0), 53.7));
-    CHECK(near(rooflines_ceiling(&r, 1.0, 1.0), 46.5));
-    CHECK(near(rooflines_ceiling(&r, 5e8, 5e8), 46.5));
+    device_ceilings r = figures(46.5, 53.7);
+    CHECK(near(device_ceilings_ceiling(&r, 1.0, 0.0), 53.7));
+    CHECK(near(device_ceilings_ceiling(&r, 1.0, 1.0), 46.5));
+    CHECK(near(device_ceilings_ceiling(&r, 5e8, 5e8), 46.5));
     /* 1 / w = 2 / copy - 1 / read */
-    CHECK(near(rooflines_write_gbps(&r), 1.0 / (2.0 / 46.5 - 1.0 / 53.7)));
+    CHECK(near(device_ceilings_write_gbps(&r), 1.0 / (2.0 / 46.5 - 1.0 / 53.7)));
     /* Nine rows in, one out: between the two, nearer the read ceiling. */
-    double mix = rooflines_ceiling(&r, 9.0, 1.0);
+    double mix = device_ceilings_ceiling(&r, 9.0, 1.0);
     CHECK(mix > 46.5 && mix < 53.7);
-    CHECK(near(mix, 10.0 / (9.0 / 53.7 + 1.0 / rooflines_write_gbps(&r))));
+    CHECK(near(mix, 10.0 / (9.0 / 53.7 + 1.0 / device_ceilings_write_gbps(&r))));
     /* More reads, higher ceiling: the blend is monotonic in the mix. */
-    CHECK(rooflines_ceiling(&r, 25.0, 1.0) > mix && rooflines_ceiling(&r, 2.0, 1.0) < mix);
+    CHECK(device_ceilings_ceiling(&r, 25.0, 1.0) > mix && device_ceilings_ceiling(&r, 2.0, 1.0) < mix);
 }
 
 /* An Intel host: reads at 60% of the copy (its stores cost no load
@@ -57,10 +57,10 @@ static void test_blend_read_above_copy(void)
  * about the read figure. */
 static void test_blend_read_below_copy(void)
 {
-    rooflines r = figures(43.2, 26.1);
-    CHECK(near(rooflines_ceiling(&r, 1.0, 0.0), 26.1));
-    CHECK(near(rooflines_ceiling(&r, 1.0, 1.0), 43.2));
-    double mix = rooflines_ceiling(&r, 9.0, 1.0);
+    device_ceilings r = figures(43.2, 26.1);
+    CHECK(near(device_ceilings_ceiling(&r, 1.0, 0.0), 26.1));
+    CHECK(near(device_ceilings_ceiling(&r, 1.0, 1.0), 43.2));
+    double mix = device_ceilings_ceiling(&r, 9.0, 1.0);
     CHECK(mix > 26.1 && mix < 43.2);
 }
 
@@ -70,34 +70,34 @@ static void test_blend_read_below_copy(void)
  * copy; without a copy there is no ceiling. */
 static void test_blend_edges(void)
 {
-    rooflines r = figures(40.0, 10.0);
-    CHECK(isinf(rooflines_write_gbps(&r)));
-    CHECK(near(rooflines_ceiling(&r, 1.0, 1.0), 40.0));
-    CHECK(near(rooflines_ceiling(&r, 1.0, 0.0), 20.0));
+    device_ceilings r = figures(40.0, 10.0);
+    CHECK(isinf(device_ceilings_write_gbps(&r)));
+    CHECK(near(device_ceilings_ceiling(&r, 1.0, 1.0), 40.0));
+    CHECK(near(device_ceilings_ceiling(&r, 1.0, 0.0), 20.0));
     r = figures(40.0, NAN);
-    CHECK(isnan(rooflines_write_gbps(&r)));
-    CHECK(near(rooflines_ceiling(&r, 9.0, 1.0), 40.0) && near(rooflines_ceiling(&r, 1.0, 0.0), 40.0));
+    CHECK(isnan(device_ceilings_write_gbps(&r)));
+    CHECK(near(device_ceilings_ceiling(&r, 9.0, 1.0), 40.0) && near(device_ceilings_ceiling(&r, 1.0, 0.0), 40.0));
     r = figures(0.0, 20.0);
-    CHECK(isnan(rooflines_ceiling(&r, 1.0, 1.0)));
+    CHECK(isnan(device_ceilings_ceiling(&r, 1.0, 1.0)));
 }
 
 /* Out of cache: four times the device's largest cache, 64 MiB by default.
  * Noise: twice the relative spread, at least 5%. */
 static void test_out_of_cache_check(void)
 {
-    rooflines r = figures(46.5, 53.7);
+    device_ceilings r = figures(46.5, 53.7);
     r.ceil.cache_bytes = 32.0 * 1048576;
-    CHECK(!rooflines_out_of_cache(&r, 127.0 * 1048576));
-    CHECK(rooflines_out_of_cache(&r, 128.0 * 1048576));
+    CHECK(!device_ceilings_out_of_cache(&r, 127.0 * 1048576));
+    CHECK(device_ceilings_out_of_cache(&r, 128.0 * 1048576));
     r.ceil.cache_bytes = 0;
-    CHECK(!rooflines_out_of_cache(&r, 255.0 * 1048576) && rooflines_out_of_cache(&r, 256.0 * 1048576));
-    CHECK(near(rooflines_noise(100.0, 1.0), 0.05));
-    CHECK(near(rooflines_noise(100.0, 10.0), 0.20));
-    CHECK(near(rooflines_noise(0.0, 0.0), 0.05));
+    CHECK(!device_ceilings_out_of_cache(&r, 255.0 * 1048576) && device_ceilings_out_of_cache(&r, 256.0 * 1048576));
+    CHECK(near(device_ceilings_noise(100.0, 1.0), 0.05));
+    CHECK(near(device_ceilings_noise(100.0, 10.0), 0.20));
+    CHECK(near(device_ceilings_noise(0.0, 0.0), 0.05));
     /* The report's K3 f32 winner: 68.7 GB/s against the read ceiling. */
-    CHECK(rooflines_above(68.7 / 53.7, rooflines_noise(17000.0, 300.0)));
-    CHECK(!rooflines_above(1.04, 0.05) && rooflines_above(1.06, 0.05));
-    CHECK(!rooflines_above(1.15, rooflines_noise(100.0, 10.0)));
+    CHECK(device_ceilings_above(68.7 / 53.7, device_ceilings_noise(17000.0, 300.0)));
+    CHECK(!device_ceilings_above(1.04, 0.05) && device_ceilings_above(1.06, 0.05));
+    CHECK(!device_ceilings_above(1.15, device_ceilings_noise(100.0, 10.0)));
 }
 
 /* The check holds a kernel's median to the fastest streaming runs, the
@@ -107,21 +107,21 @@ static void test_out_of_cache_check(void)
  * with two figures only) both are the same ceiling. */
 static void test_check_uses_the_fastest_runs(void)
 {
-    rooflines r = figures(40.0, 30.0);
-    CHECK(near(rooflines_fastest_ceiling(&r, 1.0, 0.0), 30.0));
-    CHECK(near(rooflines_fastest_ceiling(&r, 9.0, 1.0), rooflines_ceiling(&r, 9.0, 1.0)));
+    device_ceilings r = figures(40.0, 30.0);
+    CHECK(near(device_ceilings_fastest_ceiling(&r, 1.0, 0.0), 30.0));
+    CHECK(near(device_ceilings_fastest_ceiling(&r, 9.0, 1.0), device_ceilings_ceiling(&r, 9.0, 1.0)));
     r.copy_best_gbps = 50.0;
     r.read_best_gbps = 40.0;
-    CHECK(near(rooflines_ceiling(&r, 1.0, 0.0), 30.0));
-    CHECK(near(rooflines_fastest_ceiling(&r, 1.0, 0.0), 40.0));
-    CHECK(near(rooflines_fastest_ceiling(&r, 1.0, 1.0), 50.0));
-    const double noise = rooflines_noise(100.0, 1.0);
-    CHECK(rooflines_above(33.0 / rooflines_ceiling(&r, 1.0, 0.0), noise));
-    CHECK(!rooflines_above(33.0 / rooflines_fastest_ceiling(&r, 1.0, 0.0), noise));
-    CHECK(rooflines_above(43.0 / rooflines_fastest_ceiling(&r, 1.0, 0.0), noise));
+    CHECK(near(device_ceilings_ceiling(&r, 1.0, 0.0), 30.0));
+    CHECK(near(device_ceilings_fastest_ceiling(&r, 1.0, 0.0), 40.0));
+    CHECK(near(device_ceilings_fastest_ceiling(&r, 1.0, 1.0), 50.0));
+    const double noise = device_ceilings_noise(100.0, 1.0);
+    CHECK(device_ceilings_above(33.0 / device_ceilings_ceiling(&r, 1.0, 0.0), noise));
+    CHECK(!device_ceilings_above(33.0 / device_ceilings_fastest_ceiling(&r, 1.0, 0.0), noise));
+    CHECK(device_ceilings_above(43.0 / device_ceilings_fastest_ceiling(&r, 1.0, 0.0), noise));
     /* A fastest figure below the median one (not measured so) is ignored. */
     r.read_best_gbps = 20.0;
-    CHECK(near(rooflines_fastest_ceiling(&r, 1.0, 0.0), 30.0));
+    CHECK(near(device_ceilings_fastest_ceiling(&r, 1.0, 0.0), 30.0));
 }
 
 static void test_traffic_splits_the_bytes(void)
@@ -132,20 +132,29 @@ static void test_traffic_splits_the_bytes(void)
     tp.p.d = 7168;
     tp.p.n = 9;
     tp.p.heads = 1;
-    double rd, wr, td = 4096.0 * 7168;
+    double rd, wr, td = 4096.0 * 7168, lse = 4096.0 * 4;
     problem_traffic(&tp, &rd, &wr);
     CHECK(near(rd, 9 * td * 4) && near(wr, td * 4) && near(rd + wr, problem_bytes(&tp)));
     CHECK(problem_flops(&tp) == 0);
     tp.p.form = ATTNRES_FORM_ADDITIVE;
     tp.p.epilogue = 1;
     problem_traffic(&tp, &rd, &wr);
-    CHECK(near(rd, 10 * td * 4) && near(wr, 2 * td * 4) && near(rd + wr, problem_bytes(&tp)));
+    CHECK(near(rd, 10 * td * 4) && near(wr, 2 * td * 4));
+    /* The backward recomputes the mix from the sources: it reads them and
+     * dout, and writes their gradients and, additive, dpartial. */
+    tp.p.op = ATTNRES_OP_MIX_BACKWARD;
+    tp.p.epilogue = 0;
+    problem_traffic(&tp, &rd, &wr);
+    CHECK(near(rd, 10 * td * 4) && near(wr, 10 * td * 4) && near(problem_bytes(&tp), 20 * td * 4));
+    tp.p.form = ATTNRES_FORM_REPLACE;
+    problem_traffic(&tp, &rd, &wr);
+    CHECK(near(rd, 10 * td * 4) && near(wr, 9 * td * 4));
     tp.p.op = ATTNRES_OP_PHASE2;
     tp.p.dtype = ATTNRES_DTYPE_BF16;
-    tp.p.form = ATTNRES_FORM_REPLACE;
+    tp.p.epilogue = 1;
     tp.p.fuse_add = 1;
     problem_traffic(&tp, &rd, &wr);
-    CHECK(near(rd + wr, problem_bytes(&tp)) && near(wr, 3 * td * 2));
+    CHECK(near(rd, 3 * td * 2 + lse) && near(wr, 3 * td * 2));
     tp.p.op = ATTNRES_OP_PHASE1;
     tp.p.epilogue = 0;
     tp.p.fuse_add = 0;
@@ -153,7 +162,7 @@ static void test_traffic_splits_the_bytes(void)
     tp.p.s = 24;
     tp.t = 64;
     problem_traffic(&tp, &rd, &wr);
-    CHECK(near(rd + wr, problem_bytes(&tp)) && near(rd, 8 * 64.0 * 7168 * 2));
+    CHECK(near(rd, 8 * 64.0 * 7168 * 2) && near(wr, 24 * (64.0 * 7168 * 2 + 64.0 * 4)));
     CHECK(near(problem_flops(&tp), 8 * 64.0 * 7168 * (2 + 4 * 24)));
 }
 
@@ -215,8 +224,8 @@ static void test_cpu_device_measures_every_kernel(void)
     attnres_device *dev = NULL;
     char msg[256];
     REQUIRE(attnres_device_open("cpu", &dev, msg, sizeof msg) == ATTNRES_OK);
-    rooflines r;
-    CHECK(rooflines_measure(dev, &r) == ATTNRES_OK);
+    device_ceilings r;
+    CHECK(device_ceilings_measure(dev, &r) == ATTNRES_OK);
     unsetenv("ATTNRES_CPU_CACHE_SYSFS");
     scratch_remove(dir);
     const double mib = 1048576.0;
@@ -227,7 +236,7 @@ static void test_cpu_device_measures_every_kernel(void)
     const char *alone = getenv("ATTNRES_TEST_ALONE");
     if (alone && strcmp(alone, "1") == 0) {
         CHECK(r.ceil.cache_measured >= 2 * mib && r.ceil.cache_measured < 480 * mib);
-        CHECK(rooflines_out_of_cache(&r, 587e6));
+        CHECK(device_ceilings_out_of_cache(&r, 587e6));
     }
     int read1 = 0, memcpy1 = 0, prefetch1 = 0, best_copy = 0, best_read = 0;
     for (int i = 0; i < r.ceil.n; i++) {
@@ -250,13 +259,13 @@ static void test_cpu_device_measures_every_kernel(void)
 #endif
     CHECK(r.copy_best_gbps >= r.copy_gbps && r.read_best_gbps >= r.read_gbps);
     CHECK(r.ceil.fma_gflops > 0 && r.ceil.fma_threads >= 1);
-    char json[ROOFLINES_JSON_SIZE];
-    rooflines_json(&r, json, sizeof json);
+    char json[DEVICE_CEILINGS_JSON_SIZE];
+    device_ceilings_json(&r, json, sizeof json);
     CHECK(json[0] == '{' && json[strlen(json) - 1] == '}' && strstr(json, "\"kernel\": \"read-8streams\""));
     CHECK(strstr(json, "\"read_best_gbps\": ") && strstr(json, "\"best_gbps\": "));
     /* Both cache figures are recorded (to six digits), and read back. */
-    rooflines back;
-    CHECK(rooflines_from_record(json, r.copy_gbps, r.read_gbps, r.launch_us, &back) == 0);
+    device_ceilings back;
+    CHECK(device_ceilings_from_record(json, r.copy_gbps, r.read_gbps, r.launch_us, &back) == 0);
     CHECK(fabs(back.ceil.cache_hint_bytes - 480 * mib) <= 1e-5 * 480 * mib);
     CHECK(fabs(back.ceil.cache_bytes - r.ceil.cache_bytes) <= 1e-5 * r.ceil.cache_bytes);
     CHECK(fabs(back.ceil.cache_measured - r.ceil.cache_measured) <= 1e-5 * r.ceil.cache_measured + 1e-9);
@@ -268,7 +277,7 @@ static void test_cpu_device_measures_every_kernel(void)
  * run is, with a warning that names it, and the record carries the counts. */
 static void test_check_tally_and_record(void)
 {
-    rooflines r = figures(40.0, 30.0);
+    device_ceilings r = figures(40.0, 30.0);
     r.read_best_gbps = 32.0;
     r.ceil.cache_bytes = 1e6; /* out of cache from 4 MB */
     ceiling_check c = {0};
@@ -300,7 +309,7 @@ static void test_check_tally_and_record(void)
  * pass, is over. */
 static void test_check_holds_late_winners_to_their_pass(void)
 {
-    rooflines r = figures(40.0, 30.0);
+    device_ceilings r = figures(40.0, 30.0);
     r.read_best_gbps = 32.0;
     r.ceil.cache_bytes = 1e6;
     ceiling_check c = {0};
@@ -333,7 +342,7 @@ static void test_check_holds_late_winners_to_their_pass(void)
  * readers), in the size the tuner gives it. */
 static void test_record_of_every_point_is_whole(void)
 {
-    rooflines r = figures(99999.99, 99999.99);
+    device_ceilings r = figures(99999.99, 99999.99);
     r.copy_best_gbps = r.read_best_gbps = 99999.99;
     r.ceil.fma_gflops = 999999.0;
     r.ceil.fma_threads = 4096;

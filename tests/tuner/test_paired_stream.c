@@ -22,8 +22,9 @@
 #include "isolate.h"
 #include "measure.h"
 #include "paired_stream.h"
-#include "rooflines.h"
+#include "device_ceilings.h"
 #include "test_device.h"
+#include "test_stream_steps.h"
 
 #ifndef TEMPLATE_DIR
 #error "TEMPLATE_DIR must name the templates/ folder"
@@ -33,9 +34,9 @@ static attnres_device *cpu;
 
 /* Ceilings as a run records them: copy-nt fastest on all threads, the
  * eight-stream read fastest on all threads; a 1 MiB cache. */
-static rooflines ceilings(double copy, double read)
+static device_ceilings ceilings(double copy, double read)
 {
-    rooflines r = {.copy_gbps = copy, .read_gbps = read};
+    device_ceilings r = {.copy_gbps = copy, .read_gbps = read};
     const int all = cpu->units;
     r.ceil.pt[r.ceil.n++] = (ar_ceiling_point){"memcpy", AR_CEILING_COPY, 1, 0.5 * copy, 0};
     r.ceil.pt[r.ceil.n++] = (ar_ceiling_point){"copy-nt", AR_CEILING_COPY, all, copy, 0};
@@ -56,7 +57,7 @@ static size_t pages(double bytes, int threads)
  * thread count, in whole pages per thread. */
 static void test_pass_follows_the_ceilings(void)
 {
-    rooflines r = ceilings(30.0, 20.0);
+    device_ceilings r = ceilings(30.0, 20.0);
     paired_stream *ps = NULL;
     char err[256];
     REQUIRE(paired_stream_create(cpu, &r, 9e6, 1e6, &ps, err, sizeof err) == 1);
@@ -77,10 +78,10 @@ static void test_pass_follows_the_ceilings(void)
 }
 
 /* Reading below half the copy figure: the blend reads at half the copy
- * rate (rooflines.c), so the pass copies the remaining reads in halves. */
+ * rate (device_ceilings.c), so the pass copies the remaining reads in halves. */
 static void test_slow_reads_are_copied(void)
 {
-    rooflines r = ceilings(30.0, 12.0);
+    device_ceilings r = ceilings(30.0, 12.0);
     paired_stream *ps = NULL;
     char err[256];
     REQUIRE(paired_stream_create(cpu, &r, 9e6, 1e6, &ps, err, sizeof err) == 1);
@@ -96,7 +97,7 @@ static void test_slow_reads_are_copied(void)
  * reads, no read ceiling. */
 static void test_no_pass_where_none_matches(void)
 {
-    rooflines r = ceilings(30.0, 20.0);
+    device_ceilings r = ceilings(30.0, 20.0);
     paired_stream *ps = NULL;
     char err[256];
     CHECK(paired_stream_create(cpu, &r, 5e5, 1e5, &ps, err, sizeof err) == 0 && ps == NULL);
@@ -138,10 +139,7 @@ static void test_bad_steps_are_refused(void)
 {
     const int all = cpu->units;
     char buf[8192 * 4] __attribute__((aligned(64)));
-    const struct {
-        ar_stream_step step;
-        const char *says;
-    } bad[] = {
+    const test_bad_step bad[] = {
         {{"copy-fast", 1, 0, 4096}, "no streaming kernel 'copy-fast'"},
         {{"read", 0, 0, 4096}, "0 threads"},
         {{"read", all + 1, 0, 4096 * (size_t)(all + 1)}, "threads, this device has 1 to"},
@@ -149,14 +147,7 @@ static void test_bad_steps_are_refused(void)
         {{"read", 1, 32, 4096}, "4096 bytes at offset 32"},
         {{"read", 1, 0, 0}, "positive multiple"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ar_stream_pass pass = {{bad[i].step}};
-        double us = 0;
-        CHECK(cpu->ops->stream_pass(cpu, buf, &pass, &us) == ATTNRES_EINVAL);
-        CHECK(strstr(attnres_device_errmsg(cpu), bad[i].says) != NULL);
-        if (!strstr(attnres_device_errmsg(cpu), bad[i].says))
-            fprintf(stderr, "  step %zu: %s\n", i, attnres_device_errmsg(cpu));
-    }
+    test_bad_steps_refused(cpu, buf, NULL, bad, sizeof bad / sizeof bad[0]);
     /* The streaming kernels load aligned vectors: a misaligned buffer is
      * refused, not faulted on. */
     ar_stream_pass pass = {{{"read", 1, 0, 4096}}};
@@ -199,12 +190,9 @@ static int generic_job_open(generic_job *j, int64_t T)
 static void generic_job_close(generic_job *j)
 {
     bench_case_free(j->bc);
-    free(j->blob);
-    free(j->log);
-    free(j->src);
-    free(j->name);
-    free(j->json);
-    free(j->id);
+    void *const owned[] = {j->blob, j->log, j->src, j->name, j->json, j->id};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        free(owned[i]);
     argen_close(j->g);
 }
 
@@ -220,11 +208,9 @@ static void test_interleave_reports_the_fraction(void)
     const measure_policy pol = j.pol;
     const job_kernel jk = j.jk;
     char err[512];
-    rooflines r = ceilings(30.0, 20.0);
-    double rd, wr;
-    bench_case_traffic(bc, &rd, &wr);
+    device_ceilings r = ceilings(30.0, 20.0);
     paired_stream *ps = NULL;
-    REQUIRE(paired_stream_create(cpu, &r, rd, wr, &ps, err, sizeof err) == 1);
+    REQUIRE(paired_stream_for_case(cpu, &r, bc, &ps, err, sizeof err) == 1);
     for (int isolate = 0; isolate < 2; isolate++) {
         job_options opt = {.policy = pol, .time_limit_s = 60, .isolate = isolate, .pair = ps};
         job_result res;
@@ -244,7 +230,7 @@ static void test_interleave_reports_the_fraction(void)
  * a simulated device has none. */
 static void test_probe_reads_the_device(void)
 {
-    rooflines r = ceilings(30.0, 20.0);
+    device_ceilings r = ceilings(30.0, 20.0);
     device_probe *p = NULL;
     char err[256], text[256];
     REQUIRE(device_probe_create(cpu, &r, &p, err, sizeof err) == 1 && p != NULL);
@@ -278,7 +264,7 @@ static void test_final_round_holds_the_probe(void)
 {
     generic_job j;
     REQUIRE(generic_job_open(&j, 64) == 0);
-    rooflines r = ceilings(30.0, 20.0);
+    device_ceilings r = ceilings(30.0, 20.0);
     device_probe *p = NULL;
     char err[512];
     REQUIRE(device_probe_create(cpu, &r, &p, err, sizeof err) == 1);
@@ -302,7 +288,7 @@ static void test_final_round_holds_the_probe(void)
  * record carry the counts and the median. */
 static void test_paired_check(void)
 {
-    rooflines r = ceilings(30.0, 20.0);
+    device_ceilings r = ceilings(30.0, 20.0);
     ceiling_check c = {0};
     char warning[512], line[640], json[4096 + 256];
     CHECK(!ceiling_check_paired(&c, "unpaired", NAN, NAN, warning, sizeof warning) && c.paired == 0);

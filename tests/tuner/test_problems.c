@@ -81,10 +81,7 @@ static void expect_refused_n(const char *what, const char *text, size_t len, con
         problems_free(&set);
         return;
     }
-    if (!strstr(err, needle)) {
-        fprintf(stderr, "%s: message '%s' lacks '%s'\n", what, err, needle);
-        check_failures++;
-    }
+    check_message_has(what, err, needle);
     CHECK(set.items == NULL && set.count == 0);
 }
 

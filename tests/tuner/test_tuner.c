@@ -30,19 +30,28 @@ static int near(double a, double b) { return fabs(a - b) <= 1e-12 * (fabs(a) + f
 
 /* ---- timing statistics ------------------------------------------------ */
 
+/* Whether timing_summarize of the n samples t gives the median, extremes
+ * and spread given (and n repetitions); prints what it gave where not. A
+ * spread of 0 must be exactly 0. */
+static int summarizes_to(double *t, int n, double median, double min, double max, double spread)
+{
+    timing tm;
+    timing_summarize(t, n, &tm);
+    if (tm.reps == n && near(tm.median_us, median) && near(tm.min_us, min) && near(tm.max_us, max) &&
+        (spread == 0 ? tm.spread_us == 0 : near(tm.spread_us, spread)))
+        return 1;
+    fprintf(stderr, "%d samples: reps %d, median %g, min %g, max %g, spread %g\n", n, tm.reps, tm.median_us,
+            tm.min_us, tm.max_us, tm.spread_us);
+    return 0;
+}
+
 static void timing_odd_count(void)
 {
     /* Sorted: 1 2 3 4 100; median 3. Deviations |t - 3|: 2 1 0 1 97,
      * sorted 0 1 1 2 97; their median (the spread) is 1. The outlier moves
      * neither. */
     double t[] = {4, 100, 1, 3, 2};
-    timing tm;
-    timing_summarize(t, 5, &tm);
-    CHECK(tm.reps == 5);
-    CHECK(near(tm.median_us, 3));
-    CHECK(near(tm.min_us, 1));
-    CHECK(near(tm.max_us, 100));
-    CHECK(near(tm.spread_us, 1));
+    CHECK(summarizes_to(t, 5, 3, 1, 100, 1));
 }
 
 static void timing_even_count(void)
@@ -50,24 +59,14 @@ static void timing_even_count(void)
     /* Sorted: 10 12 14 20; median (12 + 14) / 2 = 13. Deviations 3 1 1 7,
      * sorted 1 1 3 7; spread (1 + 3) / 2 = 2. */
     double t[] = {20, 10, 14, 12};
-    timing tm;
-    timing_summarize(t, 4, &tm);
-    CHECK(tm.reps == 4);
-    CHECK(near(tm.median_us, 13));
-    CHECK(near(tm.min_us, 10));
-    CHECK(near(tm.max_us, 20));
-    CHECK(near(tm.spread_us, 2));
+    CHECK(summarizes_to(t, 4, 13, 10, 20, 2));
 }
 
 static void timing_one_sample(void)
 {
     /* One sample is its own median and extremes, with no spread. */
     double t[] = {7.5};
-    timing tm;
-    timing_summarize(t, 1, &tm);
-    CHECK(tm.reps == 1);
-    CHECK(near(tm.median_us, 7.5) && near(tm.min_us, 7.5) && near(tm.max_us, 7.5));
-    CHECK(tm.spread_us == 0);
+    CHECK(summarizes_to(t, 1, 7.5, 7.5, 7.5, 0));
 }
 
 static void timing_constant_samples(void)
@@ -88,6 +87,20 @@ static void timing_constant_samples(void)
 static source_entry entries[MAXC];
 static candidate_ref refs[MAXC];
 static candidate_ref *ptrs[MAXC];
+
+/* Whether search_choose over the first n candidates chooses `winner`,
+ * with `equivalent` as the list of those equivalent to the fastest;
+ * prints what it chose where not. */
+static int chooses(size_t n, const char *winner, const char *equivalent)
+{
+    char eq[256];
+    const candidate_ref *w = search_choose(ptrs, n, eq, sizeof eq);
+    if (w && strcmp(w->e->id, winner) == 0 && strcmp(eq, equivalent) == 0)
+        return 1;
+    fprintf(stderr, "of %zu chose %s (equivalent: %s), not %s (equivalent: %s)\n", n, w ? w->e->id : "none",
+            w ? eq : "-", winner, equivalent);
+    return 0;
+}
 static char ids[MAXC][32], params[MAXC][128];
 
 /* Candidate i: variant id, its parameters as JSON, status, median and
@@ -322,15 +335,11 @@ static void choose_fewest_resources_among_equivalent(void)
      * floor of 3% of 100 = 3, so the window is 3 us. b (102) and c (102.9)
      * are equivalent to a; d (103.5) is not. Of a, b, c, b holds the
      * fewest resources. */
-    char eq[256];
     set_candidate(0, "a", "{\"threads\":4}", ARDB_STATUS_OK, 100, 0.5);
     set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 102, 0.5);
     set_candidate(2, "c", "{\"threads\":2}", ARDB_STATUS_OK, 102.9, 0.5);
     set_candidate(3, "d", "{}", ARDB_STATUS_OK, 103.5, 0.5); /* fewest resources, too slow */
-    candidate_ref *w = search_choose(ptrs, 4, eq, sizeof eq);
-    REQUIRE(w);
-    CHECK(strcmp(w->e->id, "b") == 0);
-    CHECK(strcmp(eq, "a, b, c") == 0);
+    CHECK(chooses(4, "b", "a, b, c"));
 }
 
 static void choose_tie_break_by_id(void)
@@ -355,18 +364,11 @@ static void choose_wide_spread_widens_equivalence(void)
     /* Spreads 1 and 1: noise 2 * (1 + 1) = 4 us, above the 3 us floor, so
      * b at 103.5 is equivalent to a at 100 and, holding fewer resources,
      * wins. With small spreads it is not equivalent and a wins. */
-    char eq[256];
     set_candidate(0, "a", "{\"threads\":8}", ARDB_STATUS_OK, 100, 1);
     set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 103.5, 1);
-    candidate_ref *w = search_choose(ptrs, 2, eq, sizeof eq);
-    REQUIRE(w);
-    CHECK(strcmp(w->e->id, "b") == 0);
-    CHECK(strcmp(eq, "a, b") == 0);
+    CHECK(chooses(2, "b", "a, b"));
     refs[0].spread_us = refs[1].spread_us = 0.5;
-    w = search_choose(ptrs, 2, eq, sizeof eq);
-    REQUIRE(w);
-    CHECK(strcmp(w->e->id, "a") == 0);
-    CHECK(strcmp(eq, "a") == 0);
+    CHECK(chooses(2, "a", "a"));
 }
 
 static void choose_noisy_round_caps_equivalence(void)
@@ -376,18 +378,11 @@ static void choose_noisy_round_caps_equivalence(void)
      * 3177). Twice their spreads, 10308 us, would make the two equivalent
      * and choose the one 45% slower; the window stops at 5% of the
      * fastest, so the fastest wins. Just inside 5% still ties. */
-    char eq[256];
     set_candidate(0, "v16_g8", "{\"threads\":2,\"vec\":16}", ARDB_STATUS_OK, 16809, 1977);
     set_candidate(1, "v8_g4", "{\"threads\":2,\"vec\":8}", ARDB_STATUS_OK, 24422, 3177);
-    candidate_ref *w = search_choose(ptrs, 2, eq, sizeof eq);
-    REQUIRE(w);
-    CHECK(strcmp(w->e->id, "v16_g8") == 0);
-    CHECK(strcmp(eq, "v16_g8") == 0);
+    CHECK(chooses(2, "v16_g8", "v16_g8"));
     refs[1].median_us = 16809 * 1.049;
-    w = search_choose(ptrs, 2, eq, sizeof eq);
-    REQUIRE(w);
-    CHECK(strcmp(w->e->id, "v8_g4") == 0);
-    CHECK(strcmp(eq, "v16_g8, v8_g4") == 0);
+    CHECK(chooses(2, "v8_g4", "v16_g8, v8_g4"));
 }
 
 static void choose_unknown_spread_uses_the_floor(void)
@@ -395,14 +390,10 @@ static void choose_unknown_spread_uses_the_floor(void)
     /* A spread that is not known (NaN, as for an imported timing) gives
      * the 3% floor, never an infinite or empty window: 102.5 is within 3 us
      * of 100, 103.5 is not. */
-    char eq[256];
     set_candidate(0, "a", "{\"threads\":4}", ARDB_STATUS_OK, 100, NAN);
     set_candidate(1, "b", "{\"threads\":1}", ARDB_STATUS_OK, 102.5, NAN);
     set_candidate(2, "c", "{}", ARDB_STATUS_OK, 103.5, NAN);
-    candidate_ref *w = search_choose(ptrs, 3, eq, sizeof eq);
-    REQUIRE(w);
-    CHECK(strcmp(w->e->id, "b") == 0);
-    CHECK(strcmp(eq, "a, b") == 0);
+    CHECK(chooses(3, "b", "a, b"));
 }
 
 static void choose_ignores_candidates_not_ok(void)
@@ -413,10 +404,7 @@ static void choose_ignores_candidates_not_ok(void)
     set_candidate(0, "fast_wrong", "{}", ARDB_STATUS_WRONG_RESULT, 1, 0);
     set_candidate(1, "ok_slow", "{\"threads\":4}", ARDB_STATUS_OK, 100, 0);
     set_candidate(2, "hung", "{}", ARDB_STATUS_TIMEOUT, 0, 0);
-    candidate_ref *w = search_choose(ptrs, 3, eq, sizeof eq);
-    REQUIRE(w);
-    CHECK(strcmp(w->e->id, "ok_slow") == 0);
-    CHECK(strcmp(eq, "ok_slow") == 0);
+    CHECK(chooses(3, "ok_slow", "ok_slow"));
     refs[1].status = ARDB_STATUS_LAUNCH_FAILED;
     CHECK(search_choose(ptrs, 3, eq, sizeof eq) == NULL);
     CHECK(search_choose(ptrs, 0, eq, sizeof eq) == NULL);

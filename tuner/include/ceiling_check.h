@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "rooflines.h"
+#include "device_ceilings.h"
 
 typedef struct ceiling_check {
     int checked;         /* winners out of cache */
@@ -35,14 +35,14 @@ typedef struct ceiling_check {
  * start were measured in a slow moment, and it is counted as late. Returns
  * 1 for either, with the warning (over) or the note (late) in `warning`
  * (one line, no newline); 0 otherwise, `warning` then empty. */
-int ceiling_check_winner(const rooflines *r, ceiling_check *c, const char *problem, double gbps, double read_bytes,
+int ceiling_check_winner(const device_ceilings *r, ceiling_check *c, const char *problem, double gbps, double read_bytes,
                          double write_bytes, double median_us, double spread_us, double paired,
                          double paired_spread, char *warning, size_t size);
 
 /* Counts one winner's fraction of the streaming pass timed in its own
  * rounds (NaN: it had none, and nothing is counted), with the median
  * absolute deviation of that fraction over the rounds. Returns 1 when it
- * is above the pass beyond the noise (rooflines_noise), with the warning
+ * is above the pass beyond the noise (device_ceilings_noise), with the warning
  * in `warning`; 0 otherwise, `warning` then empty. */
 int ceiling_check_paired(ceiling_check *c, const char *problem, double fraction, double spread, char *warning,
                          size_t size);
@@ -54,11 +54,11 @@ double ceiling_check_paired_median(const ceiling_check *c);
  * winners' median, lowest and highest fraction of their pass; no newline. */
 void ceiling_check_summary(const ceiling_check *c, char *buf, size_t size);
 
-/* rooflines_json with the check's outcome added as "check" (c NULL: the
+/* device_ceilings_json with the check's outcome added as "check" (c NULL: the
  * ceilings alone, before the winners are known). */
-void ceiling_check_json(const rooflines *r, const ceiling_check *c, char *buf, size_t size);
+void ceiling_check_json(const device_ceilings *r, const ceiling_check *c, char *buf, size_t size);
 
 /* A size that holds ceiling_check_json's text. */
-enum { CEILING_CHECK_JSON_SIZE = ROOFLINES_JSON_SIZE + 256 };
+enum { CEILING_CHECK_JSON_SIZE = DEVICE_CEILINGS_JSON_SIZE + 256 };
 
 #endif

@@ -15,7 +15,7 @@
 
 #include "attnres-impl.h"
 #include "paired_stream.h"
-#include "rooflines.h"
+#include "device_ceilings.h"
 
 /* Each reading is the median of this many passes, after one untimed. */
 #define DEVICE_PROBE_PASSES 7
@@ -35,7 +35,7 @@ typedef struct device_probe {
  * *out set, 0 where dev cannot be probed (a simulated device, whose times
  * are a model; no streaming pass or copy ceiling), or -1 with the reason
  * in err. */
-int device_probe_create(attnres_device *dev, const rooflines *r, device_probe **out, char *err, size_t err_len);
+int device_probe_create(attnres_device *dev, const device_ceilings *r, device_probe **out, char *err, size_t err_len);
 void device_probe_free(attnres_device *dev, device_probe *p);
 
 /* Takes one reading, in GB/s, and keeps it (first, last, least, most, the

@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 #include "attnres-impl.h"
-#include "rooflines.h"
+#include "device_ceilings.h"
 
 typedef struct paired_stream {
     ar_stream_pass pass;
@@ -29,11 +29,17 @@ typedef struct paired_stream {
  * thread count where it was fastest, over a fresh buffer of about the
  * kernel's size written once. Returns 1 with *out set, 0 where no pass
  * matches (the device has no pass or no read ceiling, the kernel's data
- * fit its largest cache (rooflines_beyond_cache), or it writes more than
+ * fit its largest cache (device_ceilings_beyond_cache), or it writes more than
  * it reads), or -1 with the reason
  * in err. */
-int paired_stream_create(attnres_device *dev, const rooflines *r, double read_bytes, double write_bytes,
+int paired_stream_create(attnres_device *dev, const device_ceilings *r, double read_bytes, double write_bytes,
                          paired_stream **out, char *err, size_t err_len);
+
+/* paired_stream_create for the bytes that the kernels of a bench case move
+ * (bench_case_traffic in measure.h). */
+struct bench_case;
+int paired_stream_for_case(attnres_device *dev, const device_ceilings *r, const struct bench_case *bc, paired_stream **out,
+                           char *err, size_t err_len);
 void paired_stream_free(attnres_device *dev, paired_stream *ps);
 
 /* Times one pass, in microseconds. */

@@ -73,7 +73,7 @@ void problems_free(problem_set *s);
 /* "mix bf16 d=7168 N=9 H=1 replace T=4096" */
 void problem_describe(const tune_problem *tp, char *buf, size_t len);
 
-/* Bytes one launch must move (DESIGN §2): what roofline fractions use. */
+/* Bytes one launch must move (DESIGN §2): what ceiling fractions use. */
 double problem_bytes(const tune_problem *tp);
 
 /* The same bytes split into those read and those written: which ceiling a

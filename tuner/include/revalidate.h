@@ -25,10 +25,11 @@
  * now 193.00 us; re-decided: V (kept), of 3 finalist(s) timed
  * interleaved").
  *
- * device_spec NULL means the best device present. Prints a table (and
- * progress on stderr unless quiet). Returns a CLI exit status: 0 when
- * every stored winner was re-measured and verified, 1 otherwise (including
- * a database with no winner for the device). */
+ * device_spec names the device ("cpu", "cuda:0"; the command line picks
+ * its default). Prints a table (and progress on stderr unless quiet).
+ * Returns ARTUNER_EXIT_OK when every stored winner was re-measured and
+ * verified, ARTUNER_EXIT_FAIL otherwise (including a database with no
+ * winner for the device). */
 int tune_revalidate(const char *device_spec, const char *db_path, int quiet, int retries);
 
 /* A re-measure this many times its record, either way, is more than noise:

@@ -16,7 +16,7 @@
 #include "attnres-impl.h"
 #include "measure.h"
 #include "problems.h"
-#include "rooflines.h"
+#include "device_ceilings.h"
 #include "tune_stages.h"
 #include "tuner_base.h"
 
@@ -60,7 +60,7 @@ typedef struct tuner {
     attnres_device *dev;
     ardb *db;
     int64_t device_id, run_id;
-    rooflines roof; /* measured before the first compile or measurement
+    device_ceilings roof; /* measured before the first compile or measurement
                        (run_ceilings.c), or carried */
     int roof_ready;
     int64_t roof_carried_from; /* the run they were carried from (0: measured) */
@@ -83,7 +83,7 @@ typedef struct tuner {
 typedef struct winner_row {
     char problem[160], variant[128];
     double median_us, spread_us, gbps;
-    double roofline;                       /* gbps over the matching ceiling */
+    double ceiling_fraction;                       /* gbps over the matching ceiling */
     double read_bytes, write_bytes, flops; /* the problem's traffic and arithmetic */
     double paired, paired_spread, pair_gbps; /* of the streaming pass timed in the
                                                 final rounds (NaN: none) */

@@ -1,7 +1,8 @@
 /*
- * tuner_base.h - what every part of the tuner and the command line share:
- * error reports in the command line's format, a monotonic clock, progress
- * lines, the directory of the templates and the default device.
+ * tuner_base.h - what every part of the tuner shares: error reports in the
+ * command line's format, a monotonic clock, progress lines and the
+ * directory of the templates. The command line's own helpers (its exit
+ * codes, its error reports, its default device) are its own.
  *
  * The tuner reports to the person running it on stderr: it is a program's
  * library, never linked into libattnres.
@@ -11,24 +12,21 @@
 
 #include <stdarg.h>
 
-/* Exit codes of the command line, which the tuner's entry points that a
- * command hands over to whole (tune_revalidate) return too: 0 success,
- * 1 failure (bad data, device or database), 2 usage error (unknown flag,
- * missing or malformed argument). */
-#define CLI_EXIT_OK 0
-#define CLI_EXIT_FAIL 1
-#define CLI_EXIT_USAGE 2
+/* What the tuner's entry points that a command hands over to whole
+ * (tune_revalidate) return: the command line's exit codes for success and
+ * for failure (bad data, device or database), which the command line
+ * checks they equal. */
+#define ARTUNER_EXIT_OK 0
+#define ARTUNER_EXIT_FAIL 1
 
-/* Prints "attnres <cmd>: message" to stderr. */
-void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* The device a command uses when --device is not given: the first CUDA
- * device when there is one, else the CPU. */
-const char *cli_best_device(void);
+/* Prints "attnres <cmd>: message" to stderr: the tuner runs inside a
+ * command, and reports as the command line does. */
+void artuner_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void artuner_verror(const char *cmd, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* Directory of the templates: $ATTNRES_TEMPLATE_DIR, else the source tree's
  * or the installed copy. */
-const char *cli_template_dir(void);
+const char *artuner_template_dir(void);
 
 /* Seconds on the monotonic clock. */
 double artuner_now_s(void);

@@ -21,18 +21,18 @@
 
 int artuner_load_templates(tuner *t)
 {
-    const char *dir = cli_template_dir();
+    const char *dir = artuner_template_dir();
     char **names;
     size_t count;
     if (argen_list_templates(dir, &names, &count) || count == 0) {
-        cli_error("tune", "no templates found in %s", dir);
+        artuner_error("tune", "no templates found in %s", dir);
         return -1;
     }
     t->templates = calloc(count, sizeof *t->templates);
     t->variants = calloc(count, sizeof *t->variants);
     t->nvariants = calloc(count, sizeof *t->nvariants);
     if (!t->templates || !t->variants || !t->nvariants) {
-        cli_error("tune", "out of memory");
+        artuner_error("tune", "out of memory");
         argen_names_free(names, count);
         return -1;
     }
@@ -43,7 +43,7 @@ int artuner_load_templates(tuner *t)
         char msg[2048];
         argen *g;
         if (argen_open(dir, names[i], &g, msg, sizeof msg)) {
-            cli_error("tune", "%s", msg);
+            artuner_error("tune", "%s", msg);
             argen_names_free(names, count);
             return -1;
         }
@@ -51,7 +51,7 @@ int artuner_load_templates(tuner *t)
         /* Every problem of the run asks which variants apply: the
          * enumeration itself is the same for all. */
         if (argen_enumerate(g, &t->variants[t->ntemplates], &t->nvariants[t->ntemplates])) {
-            cli_error("tune", "%s", argen_errmsg(g));
+            artuner_error("tune", "%s", argen_errmsg(g));
             argen_close(g);
             t->templates[t->ntemplates] = NULL;
             argen_names_free(names, count);
@@ -61,7 +61,7 @@ int artuner_load_templates(tuner *t)
     }
     argen_names_free(names, count);
     if (t->ntemplates == 0) {
-        cli_error("tune", "no %s templates in %s", t->dev->backend, dir);
+        artuner_error("tune", "no %s templates in %s", t->dev->backend, dir);
         return -1;
     }
     return 0;
@@ -104,7 +104,7 @@ source_entry *artuner_source(tuner *t, argen *g, const char *id, const char *spe
     t->sources[t->nsources++] = e; /* owned by the tuner from here on */
     e->spec = strdup(spec);
     if (!e->spec || argen_emit_for(g, id, spec, &e->source, &e->kernel, &e->json)) {
-        cli_error("tune", "%s", e->spec ? argen_errmsg(g) : "out of memory");
+        artuner_error("tune", "%s", e->spec ? argen_errmsg(g) : "out of memory");
         return NULL;
     }
     e->id = strdup(id);
@@ -115,7 +115,7 @@ source_entry *artuner_source(tuner *t, argen *g, const char *id, const char *spe
                         .source_hash = e->hash, .source = e->source, .kernel_name = e->kernel,
                         .backend = t->dev->backend};
     if (ardb_candidate_upsert(t->db, &c, &e->candidate_id) != ARDB_DONE) {
-        cli_error("tune", "recording candidate %s: %s", id, ardb_errmsg(t->db));
+        artuner_error("tune", "recording candidate %s: %s", id, ardb_errmsg(t->db));
         return NULL;
     }
     void *blob;
@@ -168,7 +168,7 @@ static void store_binary(tuner *t, source_entry *e)
     if (ardb_binary_put(t->db, &b) == ARDB_DONE)
         e->have_binary = 1;
     else {
-        cli_error("tune", "storing the binary of %s: %s", e->id, ardb_errmsg(t->db));
+        artuner_error("tune", "storing the binary of %s: %s", e->id, ardb_errmsg(t->db));
         t->unrecorded++;
     }
     /* Into the kernel cache too, where another database's run (or this

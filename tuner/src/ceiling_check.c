@@ -6,43 +6,51 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdarg.h>
 #include <string.h>
 
-int ceiling_check_winner(const rooflines *r, ceiling_check *c, const char *problem, double gbps, double read_bytes,
+/* Counts a winner in *count and says why into warning; returns 1. */
+__attribute__((format(printf, 4, 5))) static int counted(int *count, char *warning, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    (*count)++;
+    va_start(ap, fmt);
+    vsnprintf(warning, size, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+int ceiling_check_winner(const device_ceilings *r, ceiling_check *c, const char *problem, double gbps, double read_bytes,
                          double write_bytes, double median_us, double spread_us, double paired,
                          double paired_spread, char *warning, size_t size)
 {
     if (size)
         warning[0] = 0;
-    const double ceiling = rooflines_ceiling(r, read_bytes, write_bytes);
-    if (!(gbps > 0) || !(ceiling > 0) || !rooflines_out_of_cache(r, read_bytes + write_bytes))
+    const double ceiling = device_ceilings_ceiling(r, read_bytes, write_bytes);
+    if (!(gbps > 0) || !(ceiling > 0) || !device_ceilings_out_of_cache(r, read_bytes + write_bytes))
         return 0;
     c->checked++;
     const double fraction = gbps / ceiling;
-    const double limit = rooflines_fastest_ceiling(r, read_bytes, write_bytes);
+    const double limit = device_ceilings_fastest_ceiling(r, read_bytes, write_bytes);
     const double fastest = limit > 0 ? gbps / limit : 0;
     if (fraction > c->max_fraction)
         c->max_fraction = fraction;
     if (fastest > c->max_fastest)
         c->max_fastest = fastest;
-    const double noise = rooflines_noise(median_us, spread_us);
-    if (!rooflines_above(fastest, noise))
+    const double noise = device_ceilings_noise(median_us, spread_us);
+    if (!device_ceilings_above(fastest, noise))
         return 0;
-    if (paired > 0 && !rooflines_above(paired, rooflines_noise(paired, paired_spread))) {
-        c->late++;
-        snprintf(warning, size,
-                 "note: %s ran at %.0f%% of the fastest streaming run of the run's start but at %.0f%% of the "
-                 "streaming pass timed in its own rounds: the host streamed faster than when the ceilings "
-                 "were measured",
-                 problem, 100.0 * fastest, 100.0 * paired);
-        return 1;
+    if (paired > 0 && !device_ceilings_above(paired, device_ceilings_noise(paired, paired_spread))) {
+        return counted(&c->late, warning, size,
+                       "note: %s ran at %.0f%% of the fastest streaming run of the run's start but at %.0f%% of the "
+                       "streaming pass timed in its own rounds: the host streamed faster than when the ceilings "
+                       "were measured",
+                       problem, 100.0 * fastest, 100.0 * paired);
     }
-    c->over++;
-    snprintf(warning, size,
-             "warning: %s ran at %.0f%% of the fastest streaming run out of cache (noise %.0f%%): "
-             "the ceiling is not a ceiling on this device",
-             problem, 100.0 * fastest, 100.0 * noise);
-    return 1;
+    return counted(&c->over, warning, size,
+                   "warning: %s ran at %.0f%% of the fastest streaming run out of cache (noise %.0f%%): "
+                   "the ceiling is not a ceiling on this device",
+                   problem, 100.0 * fastest, 100.0 * noise);
 }
 
 int ceiling_check_paired(ceiling_check *c, const char *problem, double fraction, double spread, char *warning,
@@ -56,15 +64,13 @@ int ceiling_check_paired(ceiling_check *c, const char *problem, double fraction,
     if (c->paired < KEPT)
         c->paired_fraction[c->paired] = fraction;
     c->paired++;
-    const double noise = rooflines_noise(fraction, spread);
-    if (!rooflines_above(fraction, noise))
+    const double noise = device_ceilings_noise(fraction, spread);
+    if (!device_ceilings_above(fraction, noise))
         return 0;
-    c->paired_over++;
-    snprintf(warning, size,
-             "warning: %s ran at %.0f%% of a streaming pass moving the same bytes in the same rounds "
-             "(noise %.0f%%): it moves its bytes faster than the device's streaming kernels",
-             problem, 100.0 * fraction, 100.0 * noise);
-    return 1;
+    return counted(&c->paired_over, warning, size,
+                   "warning: %s ran at %.0f%% of a streaming pass moving the same bytes in the same rounds "
+                   "(noise %.0f%%): it moves its bytes faster than the device's streaming kernels",
+                   problem, 100.0 * fraction, 100.0 * noise);
 }
 
 static int by_value(const void *a, const void *b)
@@ -116,16 +122,16 @@ void ceiling_check_summary(const ceiling_check *c, char *buf, size_t size)
              c->paired, c->paired_over, 100.0 * ceiling_check_paired_median(c), 100.0 * v[0], 100.0 * v[n - 1]);
 }
 
-void ceiling_check_json(const rooflines *r, const ceiling_check *c, char *buf, size_t size)
+void ceiling_check_json(const device_ceilings *r, const ceiling_check *c, char *buf, size_t size)
 {
     /* Room kept for the "check" member. */
-    enum { CHECK_TEXT = CEILING_CHECK_JSON_SIZE - ROOFLINES_JSON_SIZE };
+    enum { CHECK_TEXT = CEILING_CHECK_JSON_SIZE - DEVICE_CEILINGS_JSON_SIZE };
     if (size <= CHECK_TEXT) {
         if (size)
             buf[0] = 0;
         return;
     }
-    rooflines_json(r, buf, size - CHECK_TEXT);
+    device_ceilings_json(r, buf, size - CHECK_TEXT);
     const size_t len = strlen(buf);
     if (c && len > 0 && buf[len - 1] == '}')
         snprintf(buf + len - 1, size - len + 1,

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int device_probe_create(attnres_device *dev, const rooflines *r, device_probe **out, char *err, size_t err_len)
+int device_probe_create(attnres_device *dev, const device_ceilings *r, device_probe **out, char *err, size_t err_len)
 {
     *out = NULL;
     if (dev->simulated)
@@ -14,7 +14,7 @@ int device_probe_create(attnres_device *dev, const rooflines *r, device_probe **
     /* Out of cache by the ceiling check's own rule, so that the pass
      * streams from memory wherever the kernels it stands for do. */
     double bytes = 0;
-    for (double b = 4096.0; b < DEVICE_PROBE_MAX_BYTES && !rooflines_out_of_cache(r, b);)
+    for (double b = 4096.0; b < DEVICE_PROBE_MAX_BYTES && !device_ceilings_out_of_cache(r, b);)
         b *= 2, bytes = b;
     if (bytes == 0 || bytes > DEVICE_PROBE_MAX_BYTES)
         bytes = DEVICE_PROBE_MAX_BYTES;

@@ -67,6 +67,19 @@ int upload(bench_case *bc, const void *host, size_t bytes, void **dst)
     return rc;
 }
 
+void free_each(void *const *ptrs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(ptrs[i]);
+}
+
+void device_free_each(bench_case *bc, void *const *bufs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (bufs[i])
+            bc->dev->ops->mem_free(bc->dev, bufs[i]);
+}
+
 /* Fills n rows of d values, each row scaled by 10^U(-1,1), rounded to the
  * dtype; the rounded values also go to `exact` as doubles. */
 void random_rows(uint64_t *s, attnres_dtype dt, int64_t rows, int64_t d, float *f32, double *exact,
@@ -193,17 +206,9 @@ bench_case *bench_case_create(attnres_device *dev, const tune_problem *tp, const
 fail:
     bench_case_free(bc);
     bc = NULL;
-done:
-    free(hq);
-    free(hg);
-    free(hsrc);
-    free(hpart);
-    free(xsrc);
-    free(xpart);
-    free(xq);
-    free(xg);
-    free(store);
-    free(xrows);
+done:;
+    void *const host[] = {hq, hg, hsrc, hpart, xsrc, xpart, xq, xg, store, (void *)xrows};
+    free_each(host, MEASURE_COUNT(host));
     return bc;
 }
 
@@ -219,17 +224,11 @@ void bench_case_free(bench_case *bc)
         bench_phase_free(bc);
         return;
     }
-    void *dev_bufs[] = {bc->v_src, bc->v_partial, bc->v_out, bc->v_normed, bc->t_src,
-                        bc->t_partial, bc->t_out, bc->t_normed, bc->query, bc->out_gain};
-    for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
-        if (dev_bufs[i])
-            bc->dev->ops->mem_free(bc->dev, dev_bufs[i]);
-    free(bc->v_rows);
-    free(bc->t_rows);
-    free(bc->ref_out);
-    free(bc->ref_normed);
-    free(bc->host_out);
-    free(bc);
+    void *const dev_bufs[] = {bc->v_src, bc->v_partial, bc->v_out, bc->v_normed, bc->t_src,
+                              bc->t_partial, bc->t_out, bc->t_normed, bc->query, bc->out_gain};
+    device_free_each(bc, dev_bufs, MEASURE_COUNT(dev_bufs));
+    void *const host[] = {bc->v_rows, bc->t_rows, bc->ref_out, bc->ref_normed, bc->host_out, bc};
+    free_each(host, MEASURE_COUNT(host));
 }
 
 double bench_case_bytes(const bench_case *bc)

@@ -44,6 +44,18 @@ static int set_args(bench_case *bc, attnres_mix_backward_args *a, void *src, con
     return ATTNRES_OK;
 }
 
+/* The device buffers the backward writes for one set of row values per
+ * source (row = tokens * d): the gradients and the workspace. */
+static int alloc_outputs(bench_case *bc, size_t row, size_t ws_size, void **dsrc, void **dpartial, float **dquery,
+                         float **dalpha, void **ws)
+{
+    int rc = upload(bc, NULL, row * (size_t)bc->p.n * bc->es, dsrc);
+    rc = rc ? rc : upload(bc, NULL, row * bc->es, dpartial);
+    rc = rc ? rc : upload(bc, NULL, (size_t)bc->p.d * 4, (void **)dquery);
+    rc = rc ? rc : upload(bc, NULL, 4, (void **)dalpha);
+    return rc ? rc : upload(bc, NULL, ws_size, ws);
+}
+
 bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size_t err_len)
 {
     const int64_t d = bc->p.d, n = bc->p.n, tv = bc->tv, t = bc->t;
@@ -115,22 +127,18 @@ bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size
     rc = rc ? rc : upload(bc, store, vrow * (size_t)n * bc->es, &bc->v_src);
     convert_to_storage(dt, hdo, store, vrow);
     rc = rc ? rc : upload(bc, store, vrow * bc->es, &bc->v_dout);
-    rc = rc ? rc : upload(bc, NULL, vrow * (size_t)n * bc->es, &bc->v_dsrc);
-    rc = rc ? rc : upload(bc, NULL, vrow * bc->es, &bc->v_dpartial);
-    rc = rc ? rc : upload(bc, NULL, (size_t)d * 4, (void **)&bc->v_dquery);
-    rc = rc ? rc : upload(bc, NULL, 4, (void **)&bc->v_dalpha);
-    rc = rc ? rc : upload(bc, NULL, bc->v_ws_size, &bc->v_ws);
+    rc = rc ? rc
+            : alloc_outputs(bc, vrow, bc->v_ws_size, &bc->v_dsrc, &bc->v_dpartial, &bc->v_dquery, &bc->v_dalpha,
+                            &bc->v_ws);
     /* Timing inputs: the verification rows tiled to T tokens. */
     for (int64_t r = 0; r < n * t; r++)
         convert_to_storage(dt, hsrc + (size_t)((r % (n * tv)) * d), (char *)store + (size_t)(r * d) * bc->es,
                            (size_t)d);
     rc = rc ? rc : upload(bc, store, trow * (size_t)n * bc->es, &bc->t_src);
     rc = rc ? rc : upload(bc, store, trow * bc->es, &bc->t_dout);
-    rc = rc ? rc : upload(bc, NULL, trow * (size_t)n * bc->es, &bc->t_dsrc);
-    rc = rc ? rc : upload(bc, NULL, trow * bc->es, &bc->t_dpartial);
-    rc = rc ? rc : upload(bc, NULL, (size_t)d * 4, (void **)&bc->t_dquery);
-    rc = rc ? rc : upload(bc, NULL, 4, (void **)&bc->t_dalpha);
-    rc = rc ? rc : upload(bc, NULL, bc->t_ws_size, &bc->t_ws);
+    rc = rc ? rc
+            : alloc_outputs(bc, trow, bc->t_ws_size, &bc->t_dsrc, &bc->t_dpartial, &bc->t_dquery, &bc->t_dalpha,
+                            &bc->t_ws);
     if (rc != ATTNRES_OK) {
         snprintf(err, err_len, "device buffers: %s", attnres_device_errmsg(bc->dev));
         goto fail;
@@ -143,17 +151,9 @@ bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size
 fail:
     bench_backward_free(bc);
     bc = NULL;
-done:
-    free(hq);
-    free(hsrc);
-    free(hdo);
-    free(xsrc);
-    free(xdo);
-    free(xq);
-    free(zeros);
-    free(store);
-    free(xrows);
-    free(rrows);
+done:;
+    void *const host[] = {hq, hsrc, hdo, xsrc, xdo, xq, zeros, store, (void *)xrows, (void *)rrows};
+    free_each(host, MEASURE_COUNT(host));
     return bc;
 }
 
@@ -161,20 +161,13 @@ void bench_backward_free(bench_case *bc)
 {
     if (!bc)
         return;
-    void *dev_bufs[] = {bc->v_src,  bc->v_dout,     bc->v_dsrc,   bc->v_dpartial, bc->v_dquery,
-                        bc->v_dalpha, bc->v_ws,     bc->t_src,    bc->t_dout,     bc->t_dsrc,
-                        bc->t_dpartial, bc->t_dquery, bc->t_dalpha, bc->t_ws,     bc->query};
-    for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
-        if (dev_bufs[i])
-            bc->dev->ops->mem_free(bc->dev, dev_bufs[i]);
-    free(bc->v_rows);
-    free(bc->t_rows);
-    free(bc->v_drows);
-    free(bc->t_drows);
-    free(bc->ref_dsrc);
-    free(bc->ref_dquery);
-    free(bc->ref_dpartial);
-    free(bc);
+    void *const dev_bufs[] = {bc->v_src,  bc->v_dout,     bc->v_dsrc,   bc->v_dpartial, bc->v_dquery,
+                              bc->v_dalpha, bc->v_ws,     bc->t_src,    bc->t_dout,     bc->t_dsrc,
+                              bc->t_dpartial, bc->t_dquery, bc->t_dalpha, bc->t_ws,     bc->query};
+    device_free_each(bc, dev_bufs, MEASURE_COUNT(dev_bufs));
+    void *const host[] = {bc->v_rows,   bc->t_rows,     bc->v_drows,      bc->t_drows,
+                          bc->ref_dsrc, bc->ref_dquery, bc->ref_dpartial, bc};
+    free_each(host, MEASURE_COUNT(host));
 }
 
 /* Fills a device buffer with one byte value. */

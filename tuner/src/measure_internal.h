@@ -53,6 +53,14 @@ double normal(uint64_t *s);
  * host is not NULL). */
 int upload(bench_case *bc, const void *host, size_t bytes, void **dst);
 
+/* Frees each of n host allocations; NULL ones are skipped, as free does. */
+void free_each(void *const *ptrs, size_t n);
+
+/* Frees each of the case's n device buffers that was allocated. */
+void device_free_each(bench_case *bc, void *const *bufs, size_t n);
+
+#define MEASURE_COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
 /* Fills rows x d values (each row scaled by 10^U(-1,1) when vary_rows),
  * rounded through the dtype; the rounded values also go to exact. */
 void random_rows(uint64_t *s, attnres_dtype dt, int64_t rows, int64_t d, float *f32, double *exact, int vary_rows);

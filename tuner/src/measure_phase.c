@@ -32,6 +32,18 @@ static int upload_tiled(bench_case *bc, const void *pattern, size_t pattern_byte
     return rc;
 }
 
+/* The end of a phase case's creation: frees its n host scratch buffers and
+ * returns the case, or NULL with the case freed when rc says it failed. */
+static bench_case *phase_created(bench_case *bc, int rc, void *const *host, size_t n)
+{
+    free_each(host, n);
+    if (rc != ATTNRES_OK) {
+        bench_phase_free(bc);
+        return NULL;
+    }
+    return bc;
+}
+
 static bench_case *create_phase1(bench_case *bc, uint64_t s, char *err, size_t len)
 {
     const int64_t d = bc->p.d, n = bc->p.n, S = bc->p.s, H = bc->p.heads, tv = bc->tv, t = bc->t;
@@ -85,17 +97,8 @@ static bench_case *create_phase1(bench_case *bc, uint64_t s, char *err, size_t l
     } else {
         snprintf(err, len, "phase 1 buffers: %s", rc == ATTNRES_ENOMEM ? "out of memory" : attnres_device_errmsg(bc->dev));
     }
-    free(hsrc);
-    free(hq);
-    free(xsrc);
-    free(xq);
-    free(xrows);
-    free(store);
-    if (rc != ATTNRES_OK) {
-        bench_phase_free(bc);
-        return NULL;
-    }
-    return bc;
+    void *const host[] = {hsrc, hq, xsrc, xq, (void *)xrows, store};
+    return phase_created(bc, rc, host, MEASURE_COUNT(host));
 }
 
 static bench_case *create_phase2(bench_case *bc, uint64_t s, char *err, size_t len)
@@ -163,23 +166,8 @@ static bench_case *create_phase2(bench_case *bc, uint64_t s, char *err, size_t l
     } else {
         snprintf(err, len, "phase 2 buffers: %s", rc == ATTNRES_ENOMEM ? "out of memory" : attnres_device_errmsg(bc->dev));
     }
-    free(ho1);
-    free(hb);
-    free(hf);
-    free(hl);
-    free(hq);
-    free(hg);
-    free(xo1);
-    free(xf);
-    free(xl);
-    free(xq);
-    free(xg);
-    free(store);
-    if (rc != ATTNRES_OK) {
-        bench_phase_free(bc);
-        return NULL;
-    }
-    return bc;
+    void *const host[] = {ho1, hb, hf, hl, hq, hg, xo1, xf, xl, xq, xg, store};
+    return phase_created(bc, rc, host, MEASURE_COUNT(host));
 }
 
 bench_case *bench_phase_create(bench_case *bc, const measure_policy *pol, uint64_t seed, char *err, size_t err_len)
@@ -192,32 +180,18 @@ void bench_phase_free(bench_case *bc)
 {
     if (!bc)
         return;
-    attnres_device *dev = bc->dev;
-    void *bufs[] = {bc->v_src, bc->t_src, bc->v_partial, bc->t_partial, bc->v_out, bc->v_normed, bc->t_out,
-                    bc->t_normed, bc->query, bc->out_gain, bc->v_lse_in, bc->t_lse_in, bc->v_sub, bc->t_sub};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i])
-            dev->ops->mem_free(dev, bufs[i]);
+    void *const bufs[] = {bc->v_src, bc->t_src, bc->v_partial, bc->t_partial, bc->v_out, bc->v_normed, bc->t_out,
+                          bc->t_normed, bc->query, bc->out_gain, bc->v_lse_in, bc->t_lse_in, bc->v_sub, bc->t_sub};
+    device_free_each(bc, bufs, MEASURE_COUNT(bufs));
     for (int32_t j = 0; j < bc->p.s; j++) {
-        void *per_site[] = {bc->v_o1 ? bc->v_o1[j] : NULL, bc->t_o1 ? bc->t_o1[j] : NULL,
-                            bc->v_lse ? bc->v_lse[j] : NULL, bc->t_lse ? bc->t_lse[j] : NULL};
-        for (size_t i = 0; i < 4; i++)
-            if (per_site[i])
-                dev->ops->mem_free(dev, per_site[i]);
+        void *const per_site[] = {bc->v_o1 ? bc->v_o1[j] : NULL, bc->t_o1 ? bc->t_o1[j] : NULL,
+                                  bc->v_lse ? bc->v_lse[j] : NULL, bc->t_lse ? bc->t_lse[j] : NULL};
+        device_free_each(bc, per_site, MEASURE_COUNT(per_site));
     }
-    free(bc->v_o1);
-    free(bc->t_o1);
-    free(bc->v_lse);
-    free(bc->t_lse);
-    free(bc->v_rows);
-    free(bc->t_rows);
-    free(bc->ref_out);
-    free(bc->ref_normed);
-    free(bc->ref_lse);
-    free(bc->ref_partial);
-    free(bc->v_partial_init);
-    free(bc->host_out);
-    free(bc);
+    void *const host[] = {bc->v_o1,   bc->t_o1,    bc->v_lse,   bc->t_lse,       bc->v_rows,     bc->t_rows,
+                          bc->ref_out, bc->ref_normed, bc->ref_lse, bc->ref_partial, bc->v_partial_init, bc->host_out,
+                          bc};
+    free_each(host, MEASURE_COUNT(host));
 }
 
 static int poison(bench_case *bc, void *dst, size_t bytes)

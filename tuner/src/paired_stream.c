@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "measure.h"
+
 /* The fastest point of one kind among the run's ceilings; NULL if none. */
 static const ar_ceiling_point *fastest(const ar_ceilings *c, int kind)
 {
@@ -25,11 +27,11 @@ static size_t whole(double bytes, int threads)
     return (size_t)floor(bytes / unit) * (size_t)unit;
 }
 
-int paired_stream_create(attnres_device *dev, const rooflines *r, double read_bytes, double write_bytes,
+int paired_stream_create(attnres_device *dev, const device_ceilings *r, double read_bytes, double write_bytes,
                          paired_stream **out, char *err, size_t err_len)
 {
     *out = NULL;
-    if (!dev->ops->stream_pass || !rooflines_beyond_cache(r, read_bytes + write_bytes) || write_bytes > read_bytes)
+    if (!dev->ops->stream_pass || !device_ceilings_beyond_cache(r, read_bytes + write_bytes) || write_bytes > read_bytes)
         return 0;
     const ar_ceiling_point *copy = fastest(&r->ceil, AR_CEILING_COPY), *read = fastest(&r->ceil, AR_CEILING_READ);
     if (!copy || !read)
@@ -46,7 +48,7 @@ int paired_stream_create(attnres_device *dev, const rooflines *r, double read_by
                           .bytes = whole(write_bytes, copy->threads)};
     /* The reads beyond those: read by the read kernel, or copied in halves
      * where reading measured below half the copy figure, as the blend
-     * assumes (rooflines.c). */
+     * assumes (device_ceilings.c). */
     const double rest = read_bytes - (double)w->bytes;
     const int rd_copies = read->gbps < 0.5 * copy->gbps;
     ar_stream_step *rd = &ps->pass.step[1];
@@ -92,6 +94,14 @@ int paired_stream_create(attnres_device *dev, const rooflines *r, double read_by
     }
     *out = ps;
     return 1;
+}
+
+int paired_stream_for_case(attnres_device *dev, const device_ceilings *r, const bench_case *bc, paired_stream **out,
+                           char *err, size_t err_len)
+{
+    double rd, wr;
+    bench_case_traffic(bc, &rd, &wr);
+    return paired_stream_create(dev, r, rd, wr, out, err, err_len);
 }
 
 void paired_stream_free(attnres_device *dev, paired_stream *ps)

@@ -360,20 +360,10 @@ void problem_describe(const tune_problem *tp, char *buf, size_t len)
 
 double problem_bytes(const tune_problem *tp)
 {
-    const attnres_problem *p = &tp->p;
-    const double td = (double)tp->t * (double)p->d, es = (double)attnres_dtype_size(p->dtype);
-    const double lse = 4.0 * (double)tp->t * p->heads;
-    switch (p->op) {
-    case ATTNRES_OP_PHASE1: /* sources in; o1 and lse of every site out */
-        return p->n * td * es + p->s * (td * es + lse);
-    case ATTNRES_OP_PHASE2: /* o1, lse, b in (f in, b out when fused); out (normed) out */
-        return (3.0 + (p->epilogue ? 1.0 : 0.0) + (p->fuse_add ? 2.0 : 0.0)) * td * es + lse;
-    case ATTNRES_OP_MIX_BACKWARD: /* design §2: sources and dout in; source gradients (and dpartial) out */
-        return (2.0 * p->n + 1.0 + 2.0 * (p->form == ATTNRES_FORM_ADDITIVE)) * td * es;
-    case ATTNRES_OP_MIX:
-        break;
-    }
-    return (p->n + 1.0 + (p->form == ATTNRES_FORM_ADDITIVE) + (p->epilogue ? 1.0 : 0.0)) * td * es;
+    /* One count of the traffic: the split below, summed. */
+    double rd, wr;
+    problem_traffic(tp, &rd, &wr);
+    return rd + wr;
 }
 
 void problem_traffic(const tune_problem *tp, double *read_bytes, double *write_bytes)
@@ -390,7 +380,7 @@ void problem_traffic(const tune_problem *tp, double *read_bytes, double *write_b
         *read_bytes = (2.0 + (p->fuse_add ? 1.0 : 0.0)) * td * es + lse;
         *write_bytes = (1.0 + (p->epilogue ? 1.0 : 0.0) + (p->fuse_add ? 1.0 : 0.0)) * td * es;
         break;
-    case ATTNRES_OP_MIX_BACKWARD:
+    case ATTNRES_OP_MIX_BACKWARD: /* sources and dout in; source gradients (and dpartial = dout) out */
         *read_bytes = (p->n + 1.0) * td * es;
         *write_bytes = (p->n + (p->form == ATTNRES_FORM_ADDITIVE ? 1.0 : 0.0)) * td * es;
         break;

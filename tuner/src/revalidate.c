@@ -31,7 +31,7 @@
 #include "attnres-impl.h"
 #include "measure.h"
 #include "problems.h"
-#include "rooflines.h"
+#include "device_ceilings.h"
 #include "tune_session.h"
 
 /* The rounds of a winner and its streaming pass, as a tuning run's final
@@ -46,7 +46,7 @@ typedef struct revalidation {
     attnres_device *dev;
     ardb *db;
     int64_t device_id, run_id;
-    rooflines roof;
+    device_ceilings roof;
     device_probe *probe; /* read after each re-decision's round (NULL: none) */
     measure_policy policy;
     int quiet;
@@ -105,13 +105,13 @@ static int begin_run(revalidation *r, const char *spec, const char *db_path, con
                     .copy_gbps = r->roof.copy_gbps, .read_gbps = r->roof.read_gbps,
                     .launch_us = r->roof.launch_us};
     if (ardb_run_begin(r->db, &run, &r->run_id) != ARDB_DONE) {
-        cli_error("tune", "recording the run: %s", ardb_errmsg(r->db));
+        artuner_error("tune", "recording the run: %s", ardb_errmsg(r->db));
         return -1;
     }
     char ceilings[CEILING_CHECK_JSON_SIZE];
     ceiling_check_json(&r->roof, NULL, ceilings, sizeof ceilings);
     if (ardb_run_set_ceilings(r->db, r->run_id, ceilings) != ARDB_DONE)
-        cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
+        artuner_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
     /* Which runs' winners this run re-measured, as its note. */
     size_t len = (size_t)snprintf(note_text, sizeof note_text, "re-validates the winners of run");
     int64_t seen[32];
@@ -128,7 +128,7 @@ static int begin_run(revalidation *r, const char *spec, const char *db_path, con
                                     nseen == 1 ? "" : ",", w[i].run_id);
     }
     if (ardb_run_set_note(r->db, r->run_id, note_text) != ARDB_DONE)
-        cli_error("tune", "recording the run's note: %s", ardb_errmsg(r->db));
+        artuner_error("tune", "recording the run's note: %s", ardb_errmsg(r->db));
     return 0;
 }
 
@@ -176,25 +176,25 @@ static int64_t record_timing(revalidation *r, int64_t problem_id, int64_t candid
     if (bc)
         bench_case_traffic(bc, &rd, &wr);
     double gbps = tm && tm->median_us > 0 ? (rd + wr) / (tm->median_us * 1e3) : 0;
-    double ceiling = rooflines_ceiling(&r->roof, rd, wr); /* the one matching the traffic */
+    double ceiling = device_ceilings_ceiling(&r->roof, rd, wr); /* the one matching the traffic */
     ardb_measurement m = {.run_id = r->run_id, .candidate_id = candidate_id, .problem_id = problem_id,
                           .device_id = r->device_id, .build_key = build_key, .status = status,
                           .median_us = tm ? tm->median_us : 0, .min_us = tm ? tm->min_us : 0,
                           .max_us = tm ? tm->max_us : 0, .spread_us = tm ? tm->spread_us : 0,
                           .reps = tm ? tm->reps : 0, .gbps = gbps,
-                          .roofline = ceiling > 0 ? gbps / ceiling : 0, .rel_err = rel_err,
+                          .ceiling_fraction = ceiling > 0 ? gbps / ceiling : 0, .rel_err = rel_err,
                           .message = message, .final_round = final_round};
     int64_t mid = 0;
     o->status = status;
     o->median_us = m.median_us;
-    o->fraction = m.roofline;
+    o->fraction = m.ceiling_fraction;
     o->gbps = status == ARDB_STATUS_OK ? gbps : 0; /* only verified timings are checked */
     o->read_bytes = rd;
     o->write_bytes = wr;
     o->spread_us = m.spread_us;
     snprintf(o->message, sizeof o->message, "%s", message ? message : "");
     if (ardb_measurement_add(r->db, &m, &mid) != ARDB_DONE) {
-        cli_error("tune", "recording a measurement: %s", ardb_errmsg(r->db));
+        artuner_error("tune", "recording a measurement: %s", ardb_errmsg(r->db));
         r->unrecorded++;
         return 0;
     }
@@ -210,7 +210,7 @@ static void record(revalidation *r, const ardb_stored_winner *w, const char *bui
     int64_t mid = record_timing(r, w->problem_id, w->candidate_id, build_key, status, tm, bc, rel_err, message, 0, o);
     if (mid && status == ARDB_STATUS_OK &&
         ardb_winner_set(r->db, r->run_id, w->problem_id, r->device_id, w->candidate_id, mid) != ARDB_DONE) {
-        cli_error("tune", "recording the winner: %s", ardb_errmsg(r->db));
+        artuner_error("tune", "recording the winner: %s", ardb_errmsg(r->db));
         r->unrecorded++;
     }
 }
@@ -245,7 +245,7 @@ static int binary_for(revalidation *r, const ardb_stored_finalist *w, const char
     ardb_binary b = {.build_key = build_key, .candidate_id = w->candidate_id, .compiler = r->dev->compiler,
                      .options = r->dev->options, .target = r->dev->target, .blob = *blob, .size = *size};
     if (ardb_binary_put(r->db, &b) != ARDB_DONE) {
-        cli_error("tune", "storing the binary of %s: %s", w->variant, ardb_errmsg(r->db));
+        artuner_error("tune", "storing the binary of %s: %s", w->variant, ardb_errmsg(r->db));
         r->unrecorded++;
     }
     return 0;
@@ -258,11 +258,9 @@ static int binary_for(revalidation *r, const ardb_stored_finalist *w, const char
 static void pair_round(revalidation *r, bench_case *bc, const job_kernel *jk, outcome *o, char *message,
                        size_t size)
 {
-    double rd, wr;
-    bench_case_traffic(bc, &rd, &wr);
     paired_stream *ps = NULL;
     char err[512];
-    int got = paired_stream_create(r->dev, &r->roof, rd, wr, &ps, err, sizeof err);
+    int got = paired_stream_for_case(r->dev, &r->roof, bc, &ps, err, sizeof err);
     if (got < 0)
         note(r, "  no streaming pass to pair with: %s", err);
     if (got <= 0)
@@ -336,7 +334,7 @@ static void redecide(revalidation *r, const ardb_stored_winner *w, const tune_pr
     ardb_stored_finalist *stored = NULL;
     size_t nstored = 0;
     if (ardb_stored_finalists(r->db, w->measurement_id, &stored, &nstored) != ARDB_DONE) {
-        cli_error("tune", "reading the finalists of %s: %s; its stored winner is timed alone", w->problem_key,
+        artuner_error("tune", "reading the finalists of %s: %s; its stored winner is timed alone", w->problem_key,
                   ardb_errmsg(r->db));
         stored = NULL;
         nstored = 0;
@@ -420,9 +418,7 @@ static void redecide(revalidation *r, const ardb_stored_winner *w, const tune_pr
     /* The round, as the tuner's final round: interleaved, closed by a
      * streaming pass beyond the largest cache, timed again while other
      * work disturbs it. */
-    double rd, wr;
-    bench_case_traffic(bc, &rd, &wr);
-    if (paired_stream_create(r->dev, &r->roof, rd, wr, &pair, err, sizeof err) < 0)
+    if (paired_stream_for_case(r->dev, &r->roof, bc, &pair, err, sizeof err) < 0)
         note(r, "  no streaming pass to pair with: %s", err);
     job_options opt = {.verify = 0, .policy = r->policy, .time_limit_s = REDECIDE_TIME_LIMIT_S, .isolate = 1,
                        .pair = pair};
@@ -459,7 +455,7 @@ static void redecide(revalidation *r, const ardb_stored_winner *w, const tune_pr
     if (best) {
         if (ardb_winner_set_ex(r->db, r->run_id, w->problem_id, r->device_id, best->e->candidate_id,
                                best->measurement_id, v.provisional ? v.disturbance : NULL) != ARDB_DONE) {
-            cli_error("tune", "recording the winner: %s", ardb_errmsg(r->db));
+            artuner_error("tune", "recording the winner: %s", ardb_errmsg(r->db));
             r->unrecorded++;
         }
         o->redecided = 1;
@@ -584,7 +580,7 @@ static int far_from_record(const ardb_stored_winner *w, const outcome *o, char *
 static void print_table(const revalidation *r, const ardb_stored_winner *w, const outcome *o, size_t n)
 {
     char roof[320];
-    rooflines_format(&r->roof, roof, sizeof roof);
+    device_ceilings_format(&r->roof, roof, sizeof roof);
     printf("\nre-validated winners on %s (%s)\n%s\n\n", r->dev->name, r->dev->backend, roof);
     printf("%-44s %-34s %6s %12s %12s %7s %9s %8s  %s\n", "problem", "variant", "from", "stored (us)", "now (us)",
            "ratio", "% ceiling", "% paired", "status");
@@ -627,7 +623,7 @@ static void check_ceilings(revalidation *r, const ardb_stored_winner *w, const o
     char json[CEILING_CHECK_JSON_SIZE];
     ceiling_check_json(&r->roof, &c, json, sizeof json);
     if (ardb_run_set_ceilings(r->db, r->run_id, json) != ARDB_DONE) {
-        cli_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
+        artuner_error("tune", "recording the ceilings: %s", ardb_errmsg(r->db));
         r->unrecorded++;
     }
 }
@@ -638,40 +634,44 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet, int
     memset(&r, 0, sizeof r);
     r.quiet = quiet;
     r.retries = retries;
-    const char *spec = device_spec ? device_spec : cli_best_device();
+    const char *spec = device_spec;
     char msg[1024];
     ardb_stored_winner *w = NULL;
     outcome *o = NULL;
     size_t n = 0, bad = 0;
-    int exit_code = CLI_EXIT_FAIL;
+    int exit_code = ARTUNER_EXIT_FAIL;
 
     if (!db_path)
         db_path = "attnres.db";
+    if (!spec) {
+        artuner_error("tune", "revalidation needs a device");
+        return ARTUNER_EXIT_FAIL;
+    }
     if (attnres_device_open(spec, &r.dev, msg, sizeof msg) != ATTNRES_OK) {
-        cli_error("tune", "cannot open device %s: %s", spec, msg);
-        return CLI_EXIT_FAIL;
+        artuner_error("tune", "cannot open device %s: %s", spec, msg);
+        return ARTUNER_EXIT_FAIL;
     }
     if (ardb_open(db_path, 0, &r.db, msg, sizeof msg) != ARDB_DONE) {
-        cli_error("tune", "%s", msg);
+        artuner_error("tune", "%s", msg);
         goto done;
     }
     ardb_device d = {.backend = r.dev->backend, .name = r.dev->name, .arch = r.dev->arch, .driver = r.dev->driver,
                      .fingerprint = r.dev->fingerprint, .units = r.dev->units, .memory = r.dev->memory,
                      .simulated = r.dev->simulated};
     if (ardb_stored_winners(r.db, &d, &w, &n) != ARDB_DONE) {
-        cli_error("tune", "reading the stored winners: %s", ardb_errmsg(r.db));
+        artuner_error("tune", "reading the stored winners: %s", ardb_errmsg(r.db));
         goto done;
     }
     if (n == 0) {
-        cli_error("tune", "%s holds no winner for a %s device to re-validate; tune first", db_path,
+        artuner_error("tune", "%s holds no winner for a %s device to re-validate; tune first", db_path,
                   r.dev->backend);
         goto done;
     }
     if (!(o = calloc(n, sizeof *o)))
         goto done;
     measure_policy_default(&r.policy, r.dev);
-    if (rooflines_measure(r.dev, &r.roof) != ATTNRES_OK) {
-        cli_error("tune", "measuring the device: %s", attnres_device_errmsg(r.dev));
+    if (device_ceilings_measure(r.dev, &r.roof) != ATTNRES_OK) {
+        artuner_error("tune", "measuring the device: %s", attnres_device_errmsg(r.dev));
         goto done;
     }
     char probe_err[512];
@@ -679,7 +679,7 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet, int
         note(&r, "no streaming probe of the device: %s", probe_err);
     device_probe_read(r.dev, r.probe);
     if (ardb_device_upsert(r.db, &d, &r.device_id) != ARDB_DONE) {
-        cli_error("tune", "recording the device: %s", ardb_errmsg(r.db));
+        artuner_error("tune", "recording the device: %s", ardb_errmsg(r.db));
         goto done;
     }
     if (begin_run(&r, spec, db_path, w, n))
@@ -694,7 +694,7 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet, int
     print_table(&r, w, o, n);
     check_ceilings(&r, w, o, n);
     if (ardb_run_finish(r.db, r.run_id, r.unrecorded ? "failed" : "complete") != ARDB_DONE) {
-        cli_error("tune", "recording the end of the run: %s", ardb_errmsg(r.db));
+        artuner_error("tune", "recording the end of the run: %s", ardb_errmsg(r.db));
         r.unrecorded++;
     }
     size_t far = 0, provisional = 0, redecided = 0, still = 0;
@@ -713,9 +713,9 @@ int tune_revalidate(const char *device_spec, const char *db_path, int quiet, int
            "way)%s; database %s\n",
            r.run_id, n - bad, bad, far, REVALIDATE_FAR, decided, db_path);
     if (r.unrecorded)
-        cli_error("tune", "%zu result(s) could not be written to %s (above): the run is not complete", r.unrecorded,
+        artuner_error("tune", "%zu result(s) could not be written to %s (above): the run is not complete", r.unrecorded,
                   db_path);
-    exit_code = bad || r.unrecorded ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    exit_code = bad || r.unrecorded ? ARTUNER_EXIT_FAIL : ARTUNER_EXIT_OK;
 done:
     free(o);
     ardb_stored_winners_free(w, n);

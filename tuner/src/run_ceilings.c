@@ -24,7 +24,7 @@ void tuner_ceilings_record(tuner *t, const ceiling_check *c)
         text = carried;
     }
     if (ardb_run_set_ceilings(t->db, t->run_id, text) != ARDB_DONE) {
-        cli_error("tune", "recording the ceilings: %s", ardb_errmsg(t->db));
+        artuner_error("tune", "recording the ceilings: %s", ardb_errmsg(t->db));
         t->unrecorded++;
     }
 }
@@ -34,7 +34,7 @@ static int record_roofs(tuner *t)
 {
     if (ardb_run_set_roofs(t->db, t->run_id, t->roof.copy_gbps, t->roof.read_gbps, t->roof.launch_us) !=
         ARDB_DONE) {
-        cli_error("tune", "recording the ceilings: %s", ardb_errmsg(t->db));
+        artuner_error("tune", "recording the ceilings: %s", ardb_errmsg(t->db));
         t->unrecorded++;
         return -1;
     }
@@ -47,8 +47,8 @@ int tuner_ceilings_measure(tuner *t)
         return 0;
     double c0 = artuner_now_s();
     memset(&t->roof, 0, sizeof t->roof);
-    if (rooflines_measure(t->dev, &t->roof) != ATTNRES_OK) {
-        cli_error("tune", "measuring the device: %s", attnres_device_errmsg(t->dev));
+    if (device_ceilings_measure(t->dev, &t->roof) != ATTNRES_OK) {
+        artuner_error("tune", "measuring the device: %s", attnres_device_errmsg(t->dev));
         return -1;
     }
     /* The probe's first reading, in the state the ceilings were measured
@@ -61,7 +61,7 @@ int tuner_ceilings_measure(tuner *t)
     t->roof_ready = 1;
     t->roof_carried_from = 0;
     char roof[320];
-    rooflines_format(&t->roof, roof, sizeof roof);
+    device_ceilings_format(&t->roof, roof, sizeof roof);
     artuner_log(t, "device %s: %s", t->dev->name, roof);
     if (record_roofs(t))
         return -1;
@@ -78,7 +78,7 @@ int tuner_ceilings_carry(tuner *t)
     memset(&info, 0, sizeof info);
     int found = ardb_run_latest_with_ceilings(t->db, t->device_id, t->run_id, &from) == ARDB_DONE &&
                 ardb_run_get(t->db, from, &info) == ARDB_DONE &&
-                rooflines_from_record(info.ceilings, info.copy_gbps, info.read_gbps, info.launch_us, &t->roof) == 0;
+                device_ceilings_from_record(info.ceilings, info.copy_gbps, info.read_gbps, info.launch_us, &t->roof) == 0;
     ardb_run_info_clear(&info);
     if (!found)
         return tuner_ceilings_measure(t);

@@ -52,7 +52,7 @@ static void record(tuner *t, int64_t problem_id, candidate_ref *c, const job_res
         bench_case_traffic(bc, &rd, &wr);
     double gbps = tm && tm->median_us > 0 ? (rd + wr) / (tm->median_us * 1e3) : 0;
     /* The fraction of the ceiling that matches the traffic (design §2). */
-    double ceiling = rooflines_ceiling(&t->roof, rd, wr);
+    double ceiling = device_ceilings_ceiling(&t->roof, rd, wr);
     char message[700];
     snprintf(message, sizeof message, "%s%s%s", stage, r->message[0] ? ": " : "", r->message);
     ardb_measurement m = {.run_id = t->run_id, .candidate_id = c->e->candidate_id, .problem_id = problem_id,
@@ -60,10 +60,10 @@ static void record(tuner *t, int64_t problem_id, candidate_ref *c, const job_res
                           .median_us = tm ? tm->median_us : 0, .min_us = tm ? tm->min_us : 0,
                           .max_us = tm ? tm->max_us : 0, .spread_us = tm ? tm->spread_us : 0,
                           .reps = tm ? tm->reps : 0, .gbps = gbps,
-                          .roofline = ceiling > 0 ? gbps / ceiling : 0, .rel_err = r->rel_err,
+                          .ceiling_fraction = ceiling > 0 ? gbps / ceiling : 0, .rel_err = r->rel_err,
                           .message = message, .final_round = c->final_round};
     if (ardb_measurement_add(t->db, &m, &c->measurement_id) != ARDB_DONE) {
-        cli_error("tune", "recording a measurement: %s", ardb_errmsg(t->db));
+        artuner_error("tune", "recording a measurement: %s", ardb_errmsg(t->db));
         t->unrecorded++;
     }
     c->status = r->status;
@@ -262,7 +262,7 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
             char why[512];
             int ok = argen_applies(t->templates[g], v[i].id, &ap, &ad, why, sizeof why);
             if (ok < 0) {
-                cli_error("tune", "%s", why);
+                artuner_error("tune", "%s", why);
                 return -1;
             }
             if (!ok || seen++ % (size_t)t->opt.shard_count != (size_t)t->opt.shard_index)
@@ -270,7 +270,7 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
             if (!t->opt.no_prune) {
                 int pruned = argen_prune(t->templates[g], v[i].id, &ap, &ad, why, sizeof why);
                 if (pruned < 0) {
-                    cli_error("tune", "%s", why);
+                    artuner_error("tune", "%s", why);
                     return -1;
                 }
                 if (pruned) {
@@ -282,7 +282,7 @@ static int collect(tuner *t, const tune_problem *tp, candidate_ref **out, size_t
             }
             char spec[256];
             if (argen_specialize(t->templates[g], v[i].id, &ap, &ad, spec, sizeof spec) < 0) {
-                cli_error("tune", "%s", spec);
+                artuner_error("tune", "%s", spec);
                 return -1;
             }
             source_entry *e = artuner_source(t, t->templates[g], v[i].id, spec);
@@ -516,11 +516,9 @@ candidate_ref *search_choose(candidate_ref *const *fin, size_t k, char *equivale
  * matches or it cannot be prepared (then said in the log). */
 static paired_stream *final_pair(tuner *t, const bench_case *bc)
 {
-    double rd, wr;
-    bench_case_traffic(bc, &rd, &wr);
     paired_stream *ps = NULL;
     char err[512];
-    int got = paired_stream_create(t->dev, &t->roof, rd, wr, &ps, err, sizeof err);
+    int got = paired_stream_for_case(t->dev, &t->roof, bc, &ps, err, sizeof err);
     if (got < 0)
         artuner_log(t, "  no streaming pass to pair with: %s", err);
     if (got > 0) {
@@ -590,7 +588,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
     to_ardb_problem(tp, &q);
     int64_t problem_id;
     if (ardb_problem_upsert(t->db, &q, &problem_id) != ARDB_DONE) {
-        cli_error("tune", "recording problem: %s", ardb_errmsg(t->db));
+        artuner_error("tune", "recording problem: %s", ardb_errmsg(t->db));
         return -1;
     }
     candidate_ref *cands;
@@ -656,7 +654,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
         for (size_t i = 0; best && i < nf && !w->provisional; i++) {
             char *why = NULL;
             if (ardb_measurement_disturbance(t->db, fin[i]->measurement_id, &why) != ARDB_DONE) {
-                cli_error("tune", "reading whether a final round was disturbed: %s", ardb_errmsg(t->db));
+                artuner_error("tune", "reading whether a final round was disturbed: %s", ardb_errmsg(t->db));
                 t->unrecorded++;
             } else if (why) {
                 w->provisional = 1;
@@ -679,7 +677,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
         uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)index * 0x9e3779b97f4a7c15ull;
         bc = bench_case_create(t->dev, tp, &t->policy, seed, err, sizeof err);
         if (!bc) {
-            cli_error("tune", "%s: %s", desc, err);
+            artuner_error("tune", "%s: %s", desc, err);
             free(todo);
             free(cands);
             return -1;
@@ -738,7 +736,7 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
     if (best) {
         if (ardb_winner_set_ex(t->db, t->run_id, problem_id, t->device_id, best->e->candidate_id,
                                best->measurement_id, w->provisional ? w->disturbance : NULL) != ARDB_DONE) {
-            cli_error("tune", "recording the winner: %s", ardb_errmsg(t->db));
+            artuner_error("tune", "recording the winner: %s", ardb_errmsg(t->db));
             t->unrecorded++;
         }
         double rd, wr;
@@ -751,8 +749,8 @@ int tune_problem_one(tuner *t, const tune_problem *tp, size_t index, size_t tota
         w->read_bytes = rd;
         w->write_bytes = wr;
         w->flops = problem_flops(tp);
-        double ceiling = rooflines_ceiling(&t->roof, rd, wr);
-        w->roofline = ceiling > 0 ? w->gbps / ceiling : 0;
+        double ceiling = device_ceilings_ceiling(&t->roof, rd, wr);
+        w->ceiling_fraction = ceiling > 0 ? w->gbps / ceiling : 0;
         w->paired = best->paired;
         w->paired_spread = best->paired_spread;
         w->pair_gbps = best->pair_gbps;

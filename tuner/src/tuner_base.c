@@ -7,22 +7,21 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "attnres.h"
 #include "tune_session.h"
 
-void cli_error(const char *cmd, const char *fmt, ...)
+void artuner_verror(const char *cmd, const char *fmt, va_list ap)
 {
-    va_list ap;
-    va_start(ap, fmt);
     fprintf(stderr, "attnres %s: ", cmd);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
-    va_end(ap);
 }
 
-const char *cli_best_device(void)
+void artuner_error(const char *cmd, const char *fmt, ...)
 {
-    return attnres_device_count("cuda") > 0 ? "cuda:0" : "cpu";
+    va_list ap;
+    va_start(ap, fmt);
+    artuner_verror(cmd, fmt, ap);
+    va_end(ap);
 }
 
 double artuner_now_s(void)
@@ -56,7 +55,7 @@ void artuner_log(const tuner *t, const char *fmt, ...)
 #define ATTNRES_INSTALLED_TEMPLATE_DIR "/usr/local/share/attnres/templates"
 #endif
 
-const char *cli_template_dir(void)
+const char *artuner_template_dir(void)
 {
     const char *env = getenv("ATTNRES_TEMPLATE_DIR");
     if (env && *env)

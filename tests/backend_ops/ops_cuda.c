@@ -1,42 +1,39 @@
 /*
- * test_cuda_variants.c - every CUDA variant runs and matches the reference.
+ * ops_cuda.c - the CUDA backend's cases of backend_ops: every variant of
+ * every template under cuda/ (those `attnres gen --list` lists:
+ * mix_online, mix_twopass, phase1, phase2, mix_backward; of mix_backward a
+ * covering sample under --sample, every value of every parameter once,
+ * and every variant under --all) runs and matches the reference.
  *
- * For every template under cuda/ (those `attnres gen --list` lists:
- * mix_online, mix_twopass, phase1, phase2, mix_backward) and every variant it enumerates (of
- * mix_backward a covering sample: every value of every parameter once; all of
- * them with --all-backward, which runs nothing else), this test picks at least
- * two problems the variant's applies() accepts - N = 1, a d below the
- * variant's bound, T not a multiple of its tokens per block, H > 1 where the
- * variant allows it, the additive form, the fused add and the epilogue -
- * compiles the emitted source with NVRTC to PTX (sm_90 for all problems,
- * sm_80 for the first), loads it through the CUDA backend's own `load`
- * operation with the variant's launch data (as the tuner does), launches it
- * through the backend on random inputs with the outputs poisoned (NaN) and
- * padded strides, copies the results back and compares them with the fp64
- * reference (runtime/src/reference.c, computed from the rounded inputs):
- * ||got - ref|| / ||ref|| at most 1e-5 for fp32 storage, 1e-2 for bf16 and
- * f16 (DESIGN §1). The bytes between rows (stride padding) of every output
- * must come back untouched, and source padding holds NaN so a read past a
- * row shows. Any launch error or fault fails the variant, with the
- * simulator's fault text; the device is then reopened (faults are sticky).
- *
- * Under ctest the device is the simulated driver (ATTNRES_CUDA_DRIVER names
- * libattnres-cudasim.so); on a GPU host without that variable it is the
- * real GPU. Skips (exit 77) when NVRTC cannot be loaded, or when no CUDA
- * device is present and ATTNRES_CUDA_DRIVER is unset. Compiles on two
- * threads while the main thread runs what is compiled.
+ * For each variant this part picks at least two problems its applies()
+ * accepts - N = 1, a d below the variant's bound, T not a multiple of its
+ * tokens per block, H > 1 where the variant allows it, the additive form,
+ * the fused add and the epilogue - compiles the emitted source with NVRTC
+ * to PTX (sm_90 for all problems, sm_80 for the first), loads it through
+ * the CUDA backend's own `load` operation with the variant's launch data
+ * (as the tuner does), launches it through the backend on random inputs
+ * with the outputs poisoned (NaN) and padded strides, copies the results
+ * back and compares them with the fp64 reference (runtime/src/reference.c,
+ * computed from the rounded inputs): ||got - ref|| / ||ref|| at most 1e-5
+ * for fp32 storage, 1e-2 for bf16 and f16 (DESIGN §1). The bytes between
+ * rows (stride padding) of every output must come back untouched, inputs
+ * are never written, and source padding holds NaN so a read past a row
+ * shows. Any launch error or fault fails the case, with the simulator's
+ * fault text; the device is then reopened (faults are sticky).
  *
  * The mix backward runs twice per problem (gradients reset, workspace
  * poisoned): every gradient against attnres_reference_mix_backward at the
  * same tolerances, the two runs bit-identical, dquery exactly 0 for N = 1,
  * and its PTX free of atom. and red. instructions.
  *
- * One variant alone: --case test_every_variant/VARIANT_ID (tests/lib/check.h).
+ * Under ctest the device is the simulated driver (ATTNRES_CUDA_DRIVER names
+ * libattnres-cudasim.so); on a GPU host without that variable it is the
+ * real GPU. Skipped when NVRTC cannot be loaded, or when no CUDA device is
+ * present and ATTNRES_CUDA_DRIVER is unset. Compiles on two threads while
+ * the main thread runs what is compiled.
  *
- * Environment, for diagnosis (ctest sets none of them):
- *   ATTNRES_VARIANTS_ONLY=S     only the variants whose id contains S;
- *   ATTNRES_VARIANTS_VERBOSE=1  one line per run: problem, error, time;
- *   ATTNRES_VARIANTS_PTX_DIR=D  writes each PTX compiled to D/<id>.<arch>.ptx.
+ * ATTNRES_VARIANTS_PTX_DIR=D, for diagnosis, writes each PTX compiled to
+ * D/<id>.<arch>.ptx.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -51,7 +48,7 @@
 
 #include "argen.h"
 #include "attnres.h"
-#include "check.h"
+#include "backend_ops.h"
 #include "device.h"
 #include "nvrtc.h"
 #include "test_compare.h"
@@ -82,12 +79,11 @@ static const char *template_dir(void)
 
 
 /* ------------------------------------------------------------------------
- * The device, and the backend calls (one small wrapper per operation, so a
- * change of the backend's launch interface is a one-place edit)
+ * The device, and the backend calls (one small wrapper each, so a change of
+ * the backend's interface is a one-place edit)
  * ---------------------------------------------------------------------- */
 
 static attnres_device *dev;
-static int all_backward; /* --all-backward */
 static int (*sim_last_fault)(char *, size_t);
 static const char *(*sim_describe)(void);
 static int device_reopens;
@@ -120,31 +116,6 @@ static int be_load(const void *blob, size_t size, const char *kernel, const char
 
 static void be_unload(ar_kernel *k) { dev->ops->unload(dev, k); }
 
-static int be_launch_mix(const ar_kernel *k, const attnres_problem *p, int64_t T, const attnres_mix_args *a)
-{
-    const ar_op_args op = ar_op_mix(a);
-    return dev->ops->launch(dev, k, p, T, &op, NULL);
-}
-
-static int be_launch_phase1(const ar_kernel *k, const attnres_problem *p, int64_t T, const attnres_phase1_args *a)
-{
-    const ar_op_args op = ar_op_phase1(a);
-    return dev->ops->launch(dev, k, p, T, &op, NULL);
-}
-
-static int be_launch_mix_backward(const ar_kernel *k, const attnres_problem *p, int64_t T,
-                                  const attnres_mix_backward_args *a)
-{
-    const ar_op_args op = ar_op_mix_backward(a);
-    return dev->ops->launch(dev, k, p, T, &op, NULL);
-}
-
-static int be_launch_phase2(const ar_kernel *k, const attnres_problem *p, int64_t T, const attnres_phase2_args *a)
-{
-    const ar_op_args op = ar_op_phase2(a);
-    return dev->ops->launch(dev, k, p, T, &op, NULL);
-}
-
 /* The simulator's description of the last fault, when it is one. */
 static void fault_text(char *buf, size_t len)
 {
@@ -159,7 +130,6 @@ static void fault_text(char *buf, size_t len)
 
 typedef struct run_ctx {
     const char *variant, *arch;
-    char problem[200];
     char why[2048]; /* first failure */
     int faulted;    /* the device needs reopening */
 } run_ctx;
@@ -187,6 +157,41 @@ static void fail_run(run_ctx *c, int device_error, const char *fmt, ...)
             snprintf(c->why + used, sizeof c->why - used, " [simulator: %s]", ft);
     }
 }
+
+/* Launches k with the op's arguments; a failure is recorded in c as a
+ * device error (the device is reopened after it). 0 on success. */
+static int be_launch(run_ctx *c, const ar_kernel *k, const attnres_problem *p, int64_t T, const ar_op_args *op)
+{
+    if (dev->ops->launch(dev, k, p, T, op, NULL) == ATTNRES_OK)
+        return 0;
+    fail_run(c, 1, "launch");
+    return -1;
+}
+
+/* Whether the reference refused the problem (status), recorded in c. */
+static int refused(run_ctx *c, int status)
+{
+    if (status == ATTNRES_OK)
+        return 0;
+    fail_run(c, 0, "the reference refused the problem");
+    return 1;
+}
+
+/* Sets argument `field` and its stride to device view v. */
+#define SET_VIEW(a, field, v) ((a).field = (v).dptr, (a).field##_stride = (v).stride)
+
+/* Sets the inputs that a mix and its backward share: the sources, the
+ * query and the scale 0.9 and eps 1e-5 the references are given. */
+#define SET_INPUTS(a, rows, strides, query_view)                                                           \
+    ((a).sources = (rows), (a).source_strides = (strides), (a).query = (query_view).dptr, (a).scale = 0.9f, \
+     (a).eps = 1e-5f)
+
+/* Sets the outputs that a mix and a phase 2 share (their argument structs
+ * name them alike): out, and with the epilogue its gain and normed. */
+#define SET_OUTPUTS(a, out_view, gain_view, normed_view, epi)                                                  \
+    ((a).out = (out_view).dptr, (a).out_stride = (out_view).stride, (a).out_gain = (epi) ? (gain_view).dptr : NULL, \
+     (a).out_eps = 1e-5f, (a).normed = (epi) ? (normed_view).dptr : NULL,                                          \
+     (a).normed_stride = (epi) ? (normed_view).stride : 0)
 
 /* ------------------------------------------------------------------------
  * Device buffers: a [rows, d] storage view with a padded stride
@@ -364,23 +369,6 @@ typedef struct problem {
     int dsrc_f32;   /* mix_backward: ATTNRES_GRAD_DSOURCES_F32 */
 } problem;
 
-static void describe(const problem *pr, char *buf, size_t len)
-{
-    const attnres_problem *p = &pr->p;
-    static const char *const ops[] = {"mix", "phase1", "phase2", "mix_backward"};
-    int n = snprintf(buf, len, "%s %s d=%lld", ops[p->op], attnres_dtype_name(p->dtype), (long long)p->d);
-    if (p->op != ATTNRES_OP_PHASE2)
-        n += snprintf(buf + n, len - (size_t)n, " N=%d", p->n);
-    if (p->op == ATTNRES_OP_PHASE1)
-        n += snprintf(buf + n, len - (size_t)n, " S=%d", p->s);
-    n += snprintf(buf + n, len - (size_t)n, " H=%d T=%lld%s%s%s", p->heads, (long long)pr->T,
-                  p->form == ATTNRES_FORM_ADDITIVE ? " additive" : "", p->fuse_add ? " fused-add" : "",
-                  p->epilogue ? " epilogue" : "");
-    if (p->op == ATTNRES_OP_MIX_BACKWARD)
-        snprintf(buf + n, len - (size_t)n, "%s%s", pr->accumulate ? " accumulate" : "",
-                 pr->dsrc_f32 ? " fp32-dsources" : "");
-}
-
 /* The n sources of p: random [T, d] views with padded strides (each a
  * different padding), and their device pointers, strides and exact
  * values; -1 when one cannot be made (the run failed). */
@@ -443,29 +431,16 @@ static double run_mix(run_ctx *c, const ar_kernel *k, const problem *pr, int64_t
         goto done;
     attnres_mix_args a;
     attnres_mix_args_init(&a);
-    a.sources = rows;
-    a.source_strides = strides;
-    a.query = q.dptr;
-    a.scale = 0.9f;
-    a.eps = 1e-5f;
+    SET_INPUTS(a, rows, strides, q);
     a.partial = additive ? part.dptr : NULL;
     a.partial_stride = additive ? part.stride : 0;
     a.alpha = 0.75f;
-    a.out = out.dptr;
-    a.out_stride = out.stride;
-    a.out_gain = epi ? g.dptr : NULL;
-    a.out_eps = 1e-5f;
-    a.normed = epi ? normed.dptr : NULL;
-    a.normed_stride = epi ? normed.stride : 0;
-    if (be_launch_mix(k, p, T, &a) != ATTNRES_OK) {
-        fail_run(c, 1, "launch");
+    SET_OUTPUTS(a, out, g, normed, epi);
+    const ar_op_args op = ar_op_mix(&a);
+    if (be_launch(c, k, p, T, &op) ||
+        refused(c, attnres_reference_mix(p, T, xs, q.x, 0.9, 1e-5, additive ? part.x : NULL, 0.75, g.x, 1e-5, ref,
+                                         refn)))
         goto done;
-    }
-    if (attnres_reference_mix(p, T, xs, q.x, 0.9, 1e-5, additive ? part.x : NULL, 0.75, g.x, 1e-5, ref, refn) !=
-        ATTNRES_OK) {
-        fail_run(c, 0, "the reference refused the problem");
-        goto done;
-    }
     err = 0;
     if (fetch_outputs(c, &out, &normed, epi, got, ref, refn, T * d, case_tolerance(p->dtype), &err))
         goto done;
@@ -573,11 +548,7 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
     }
     attnres_mix_backward_args a;
     attnres_mix_backward_args_init(&a);
-    a.sources = rows;
-    a.source_strides = strides;
-    a.query = q.dptr;
-    a.scale = 0.9f;
-    a.eps = 1e-5f;
+    SET_INPUTS(a, rows, strides, q);
     a.alpha = 0.75f;
     a.dout = dout.dptr;
     a.dout_stride = dout.stride;
@@ -605,10 +576,9 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
             fail_run(c, 1, "resetting the outputs");
             goto done;
         }
-        if (be_launch_mix_backward(k, p, T, &a) != ATTNRES_OK) {
-            fail_run(c, 1, "launch");
+        const ar_op_args op = ar_op_mix_backward(&a);
+        if (be_launch(c, k, p, T, &op))
             goto done;
-        }
         for (int i = 0; i < n; i++) {
             const size_t b = (size_t)(T * dsrc[i].stride) * ges;
             if (fetch_raw(c, &dsrc[i], out + at, b, "a source gradient"))
@@ -732,14 +702,9 @@ static double run_phase1(run_ctx *c, const ar_kernel *k, const problem *pr, int6
     a.o1_stride = o1[0].stride;
     a.lse = lsep;
     a.lse_stride = lse[0].stride;
-    if (be_launch_phase1(k, p, T, &a) != ATTNRES_OK) {
-        fail_run(c, 1, "launch");
+    const ar_op_args op = ar_op_phase1(&a);
+    if (be_launch(c, k, p, T, &op) || refused(c, attnres_reference_phase1(p, T, xs, q.x, 0.9, 1e-5, ref_o, ref_l)))
         goto done;
-    }
-    if (attnres_reference_phase1(p, T, xs, q.x, 0.9, 1e-5, ref_o, ref_l) != ATTNRES_OK) {
-        fail_run(c, 0, "the reference refused the problem");
-        goto done;
-    }
     for (int j = 0; j < S; j++) {
         char name[64];
         snprintf(name, sizeof name, "o1 of site %d", j);
@@ -802,33 +767,19 @@ static double run_phase2(run_ctx *c, const ar_kernel *k, const problem *pr, int6
         goto done;
     attnres_phase2_args a;
     attnres_phase2_args_init(&a);
-    a.o1 = o1.dptr;
-    a.o1_stride = o1.stride;
-    a.lse = lse.dptr;
-    a.lse_stride = lse.stride;
-    a.partial = b.dptr;
-    a.partial_stride = b.stride;
-    a.sublayer = fuse ? f.dptr : NULL;
-    a.sublayer_stride = fuse ? f.stride : 0;
+    /* f is all zeros (no pointer, no stride) where the add is not fused. */
+    SET_VIEW(a, o1, o1), SET_VIEW(a, lse, lse), SET_VIEW(a, partial, b), SET_VIEW(a, sublayer, f);
     a.query = q.dptr;
     a.scale = 1.1f;
     a.eps = 1e-5f;
-    a.out = out.dptr;
-    a.out_stride = out.stride;
-    a.out_gain = epi ? g.dptr : NULL;
-    a.out_eps = 1e-5f;
-    a.normed = epi ? normed.dptr : NULL;
-    a.normed_stride = epi ? normed.stride : 0;
-    if (be_launch_phase2(k, p, T, &a) != ATTNRES_OK) {
-        fail_run(c, 1, "launch");
+    SET_OUTPUTS(a, out, g, normed, epi);
+    const ar_op_args op = ar_op_phase2(&a);
+    if (be_launch(c, k, p, T, &op))
         goto done;
-    }
     memcpy(bx, b.x, row); /* the reference updates b in place when fused */
-    if (attnres_reference_phase2(p, T, o1.x, lse.x, bx, fuse ? f.x : NULL, q.x, 1.1, 1e-5, g.x, 1e-5, ref, refn) !=
-        ATTNRES_OK) {
-        fail_run(c, 0, "the reference refused the problem");
+    if (refused(c, attnres_reference_phase2(p, T, o1.x, lse.x, bx, fuse ? f.x : NULL, q.x, 1.1, 1e-5, g.x, 1e-5, ref,
+                                            refn)))
         goto done;
-    }
     err = 0;
     if (fetch_outputs(c, &out, &normed, epi, got, ref, refn, T * d, case_tolerance(p->dtype), &err))
         goto done;
@@ -1021,7 +972,8 @@ static int choose_problems(variant *v, char *err, size_t err_len)
 typedef struct job {
     variant *v;
     const char *arch;
-    int full; /* all problems (else only the first) */
+    int sel[MAX_PROBLEMS]; /* the problems selected: all for sm_90, the first for sm_80 */
+    int nsel;
     int rc;
     void *blob;
     size_t size;
@@ -1062,148 +1014,195 @@ static void compile_job(size_t i)
 }
 
 /* ------------------------------------------------------------------------
+ * The cases: a variant's problems for one compile target
+ * ---------------------------------------------------------------------- */
+
+static const char *const op_names[] = {"mix", "phase1", "phase2", "mix_backward"};
+
+/* The case of problem pr of variant v compiled for arch. */
+static void cuda_case(const variant *v, const problem *pr, const char *arch, bo_case *c)
+{
+    const attnres_problem *p = &pr->p;
+    *c = (bo_case){.backend = "cuda", .op = op_names[v->op], .variant = v->id, .arch = arch, .dtype = v->dt,
+                   .additive = p->form == ATTNRES_FORM_ADDITIVE, .heads = p->heads};
+    char extra[32];
+    snprintf(extra, sizeof extra, "%s%s", pr->accumulate ? "_acc" : "", pr->dsrc_f32 ? "_f32grads" : "");
+    bo_name(c, p->d, p->op == ATTNRES_OP_PHASE2 ? 0 : p->n, p->op == ATTNRES_OP_PHASE1 ? p->s : 0, pr->T,
+            p->fuse_add, p->epilogue, extra);
+}
+
+/* Fails every selected case of job jb with the same reason; returns how
+ * many. */
+static int fail_job(const job *jb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int fail_job(const job *jb, const char *fmt, ...)
+{
+    bo_verdict v = {.failed = 1};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v.text, sizeof v.text, fmt, ap);
+    va_end(ap);
+    for (int i = 0; i < jb->nsel; i++) {
+        bo_case c;
+        cuda_case(jb->v, &jb->v->prob[jb->sel[i]], jb->arch, &c);
+        bo_report(&c, &v);
+    }
+    return jb->nsel;
+}
+
+/* ------------------------------------------------------------------------
  * The sweep
  * ---------------------------------------------------------------------- */
 
-typedef struct slow { const char *id, *arch; double s; } slow;
-
-static void test_every_variant(void)
-{
-    const char *only = getenv("ATTNRES_VARIANTS_ONLY");
-    char **names = NULL;
-    size_t ntemplates = 0;
-    REQUIRE(argen_list_templates(template_dir(), &names, &ntemplates) == 0 && ntemplates > 0);
-    variant *vs = NULL;
-    size_t nv = 0, cap = 0;
+typedef struct sweep {
+    variant *vs;
+    size_t nv;
     argen *gens[16];
-    int ngens = 0, per_op[4] = {0, 0, 0, 0};
-    char err[1024];
-    double t_start = now_s();
-    for (size_t t = 0; t < ntemplates; t++) {
-        if (strncmp(names[t], "cuda/", 5) != 0)
-            continue;
-        argen *g = NULL;
-        char msg[2048];
-        if (argen_open(template_dir(), names[t], &g, msg, sizeof msg) != 0) {
-            fprintf(stderr, "FAIL template %s: %s\n", names[t], msg);
-            check_failures++;
-            continue;
+    int ngens;
+} sweep;
+
+/* The variants of template `name` (op) wanted, emitted, with their
+ * problems, appended to sw; per_op counts them. */
+static void collect_template(sweep *sw, size_t *cap, const char *name, int per_op[4])
+{
+    argen *g = NULL;
+    char msg[2048];
+    if (argen_open(template_dir(), name, &g, msg, sizeof msg) != 0) {
+        bo_fail("template %s: %s", name, msg);
+        return;
+    }
+    if (sw->ngens == 16) {
+        bo_fail("template %s: more than 16 CUDA templates", name);
+        argen_close(g);
+        return;
+    }
+    sw->gens[sw->ngens++] = g;
+    const char *opname = argen_op(g);
+    int op = -1;
+    for (int o = 0; o < 4; o++)
+        if (strcmp(opname, op_names[o]) == 0)
+            op = o;
+    if (op < 0) {
+        bo_fail("template %s: op %s is not one this harness knows", name, opname);
+        return;
+    }
+    if (!bo_op_wanted("cuda", opname))
+        return;
+    argen_variant *list = NULL;
+    size_t count = 0;
+    if (argen_enumerate(g, &list, &count) != 0 || count == 0) {
+        bo_fail("template %s: no variants (%s)", name, argen_errmsg(g));
+        return;
+    }
+    /* The mix backward's covering sample (every value of every parameter
+     * once) under --sample; every other template's variants all. */
+    int *pick = NULL;
+    if (op == ATTNRES_OP_MIX_BACKWARD && bo_sample) {
+        const char **json = calloc(count, sizeof *json);
+        pick = calloc(count, sizeof *pick);
+        for (size_t i = 0; json && pick && i < count; i++)
+            json[i] = list[i].params_json;
+        if (!json || !pick || covering_sample(json, NULL, count, pick) == 0) {
+            bo_fail("template %s: no covering sample (out of memory)", name);
+            free(pick);
+            pick = NULL;
+            count = 0;
         }
-        REQUIRE(ngens < 16);
-        gens[ngens++] = g;
-        const char *opname = argen_op(g);
-        int op = strcmp(opname, "mix") == 0            ? 0
-                 : strcmp(opname, "phase1") == 0       ? 1
-                 : strcmp(opname, "phase2") == 0       ? 2
-                 : strcmp(opname, "mix_backward") == 0 ? 3
-                                                       : -1;
-        if (op < 0) {
-            fprintf(stderr, "FAIL template %s: op %s is not one this test knows\n", names[t], opname);
-            check_failures++;
+        free(json);
+    }
+    char *generic[3] = {NULL, NULL, NULL};
+    static const char *const dts[] = {"f32", "bf16", "f16"};
+    for (int d = 0; d < 3; d++)
+        if (argen_generic(g, dts[d], &generic[d]) != 0)
+            generic[d] = NULL;
+    int every_id = 1, added = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (pick && !pick[i])
             continue;
-        }
-        argen_variant *list = NULL;
-        size_t count = 0;
-        if (argen_enumerate(g, &list, &count) != 0 || count == 0) {
-            fprintf(stderr, "FAIL template %s: no variants (%s)\n", names[t], argen_errmsg(g));
-            check_failures++;
-            continue;
-        }
-        /* The mix backward's variants: a covering sample (every value of
-         * every parameter once) unless --all-backward asks for all of them,
-         * which then are the only variants run (the full tier's test). */
-        if (all_backward && op != ATTNRES_OP_MIX_BACKWARD) {
-            argen_variants_free(list, count);
-            continue;
-        }
-        int *pick = NULL;
-        if (op == ATTNRES_OP_MIX_BACKWARD && !all_backward) {
-            const char **json = calloc(count, sizeof *json);
-            pick = calloc(count, sizeof *pick);
-            REQUIRE(json && pick);
-            for (size_t i = 0; i < count; i++)
-                json[i] = list[i].params_json;
-            REQUIRE(covering_sample(json, NULL, count, pick) > 0);
-            free(json);
-        }
-        char *generic[3] = {NULL, NULL, NULL};
-        static const char *const dts[] = {"f32", "bf16", "f16"};
-        for (int d = 0; d < 3; d++)
-            if (argen_generic(g, dts[d], &generic[d]) != 0)
-                generic[d] = NULL;
-        for (size_t i = 0; i < count; i++) {
-            /* Each variant is a unit: --case test_every_variant/VARIANT_ID
-             * runs it alone. */
-            if ((only && !strstr(list[i].id, only)) || (pick && !pick[i]) || !check_unit(list[i].id))
-                continue;
-            if (nv == cap) {
-                cap = cap ? 2 * cap : 512;
-                variant *grown = realloc(vs, cap * sizeof *vs);
-                REQUIRE(grown);
-                vs = grown;
+        if (*cap == sw->nv) {
+            *cap = *cap ? 2 * *cap : 512;
+            variant *grown = realloc(sw->vs, *cap * sizeof *sw->vs);
+            if (!grown) {
+                bo_fail("out of memory for the variants");
+                break;
             }
-            variant *v = &vs[nv];
-            memset(v, 0, sizeof *v);
-            v->g = g;
-            v->op = op;
-            v->id = strdup(list[i].id);
-            if (argen_emit(g, v->id, &v->source, &v->kernel, &v->json) != 0) {
-                fprintf(stderr, "FAIL %s: emit: %s\n", v->id, argen_errmsg(g));
-                check_failures++;
-                free(v->id);
-                continue;
-            }
-            char dt[16];
-            json_str(v->json, "dtype", dt, sizeof dt);
-            if (attnres_dtype_parse(dt, &v->dt) != ATTNRES_OK) {
-                fprintf(stderr, "FAIL %s: params have no known dtype (%s)\n", v->id, v->json);
-                check_failures++;
-                continue;
-            }
+            sw->vs = grown;
+        }
+        variant *v = &sw->vs[sw->nv];
+        memset(v, 0, sizeof *v);
+        v->g = g;
+        v->op = op;
+        v->id = strdup(list[i].id);
+        if (argen_emit(g, v->id, &v->source, &v->kernel, &v->json) != 0) {
+            bo_fail("%s: emit: %s", v->id, argen_errmsg(g));
+            free(v->id);
+            continue;
+        }
+        char dt[16], err[1024];
+        json_str(v->json, "dtype", dt, sizeof dt);
+        const int known = attnres_dtype_parse(dt, &v->dt) == ATTNRES_OK;
+        if (known && !bo_variant_wanted("cuda", opname, v->dt, v->id)) {
+            every_id = 0;
+        } else if (!known) {
+            bo_fail("%s: params have no known dtype (%s)", v->id, v->json);
+        } else if (choose_problems(v, err, sizeof err) != 0) {
+            bo_fail("%s: %s", v->id, err);
+        } else if (v->nprob < 2) {
+            bo_fail("%s: only %d problem(s) accepted", v->id, v->nprob);
+        } else {
             v->special = ar_json_int(v->json, "default", 0) == 1;
             for (int d = 0; d < 3; d++)
                 if (generic[d] && strcmp(generic[d], v->id) == 0)
                     v->special = 2;
-            if (choose_problems(v, err, sizeof err) != 0) {
-                fprintf(stderr, "FAIL %s: %s\n", v->id, err);
-                check_failures++;
-                continue;
-            }
-            if (v->nprob < 2) {
-                fprintf(stderr, "FAIL %s: only %d problem(s) accepted\n", v->id, v->nprob);
-                check_failures++;
-                continue;
-            }
             per_op[op]++;
-            nv++;
+            added++;
+            sw->nv++;
+            continue;
         }
-        check_units_end();
-        free(pick);
-        for (int d = 0; d < 3; d++)
-            free(generic[d]);
-        argen_variants_free(list, count);
+        free(v->id), free(v->source), free(v->kernel), free(v->json);
     }
-    argen_names_free(names, ntemplates);
-    printf("variants: %zu (mix %d, phase1 %d, phase2 %d, mix_backward %d%s); problems chosen in %.2f s\n", nv,
-           per_op[0], per_op[1], per_op[2], per_op[3], all_backward ? ", all" : ", a covering sample",
-           now_s() - t_start);
-    REQUIRE(nv > 0);
-    if (!only && check_every_unit())
-        CHECK(per_op[3] > 0 && (all_backward || (per_op[0] > 0 && per_op[1] > 0 && per_op[2] > 0)));
+    if (every_id && added == 0)
+        bo_fail("template %s: no variant to run", name);
+    free(pick);
+    for (int d = 0; d < 3; d++)
+        free(generic[d]);
+    argen_variants_free(list, count);
+}
 
-    /* Jobs: every variant for sm_90 with all its problems, and for sm_80
-     * (whose PTX NVRTC emits differently) on its first problem. */
-    jobs = calloc(2 * nv, sizeof *jobs);
-    REQUIRE(jobs);
+/* The jobs: every variant for sm_90 with all its problems, and for sm_80
+ * (whose PTX NVRTC emits differently) on its first problem; only those
+ * with a selected case. */
+static void make_jobs(sweep *sw)
+{
+    static const char *const archs[] = {"sm_90", "sm_80"};
+    jobs = calloc(2 * sw->nv + 1, sizeof *jobs);
     njobs = 0;
-    for (size_t i = 0; i < nv; i++) {
-        jobs[njobs++] = (job){.v = &vs[i], .arch = "sm_90", .full = 1};
-        jobs[njobs++] = (job){.v = &vs[i], .arch = "sm_80", .full = 0};
+    if (!jobs) {
+        bo_fail("out of memory for the jobs");
+        return;
     }
+    for (size_t i = 0; i < sw->nv; i++)
+        for (int a = 0; a < 2; a++) {
+            job *jb = &jobs[njobs];
+            *jb = (job){.v = &sw->vs[i], .arch = archs[a]};
+            for (int pi = 0; pi < (a == 0 ? sw->vs[i].nprob : 1); pi++) {
+                bo_case c;
+                cuda_case(jb->v, &jb->v->prob[pi], jb->arch, &c);
+                if (bo_case_wanted(&c))
+                    jb->sel[jb->nsel++] = pi;
+            }
+            if (jb->nsel)
+                njobs++;
+        }
+}
+
+typedef struct slow { const char *id, *arch; double s; } slow;
+
+static void run_jobs(void)
+{
     job_pool pool;
     job_pool_start(&pool, njobs, COMPILE_THREADS, compile_job);
-
-    double compile_s = 0, run_s = 0, load_s = 0, worst_err[3] = {0, 0, 0};
+    double t_start = now_s(), compile_s = 0, run_s = 0, load_s = 0, worst_err[3] = {0, 0, 0};
     int runs = 0, failed_runs = 0, failed_variants = 0;
     enum { NSLOW = 5 };
     slow slowest[NSLOW];
@@ -1213,53 +1212,41 @@ static void test_every_variant(void)
         variant *v = jb->v;
         job_pool_wait(&pool, ji);
         compile_s += jb->seconds;
-        run_ctx c;
-        memset(&c, 0, sizeof c);
-        c.variant = v->id;
-        c.arch = jb->arch;
-        int variant_failed = 0;
+        int variant_failed = 1;
         if (jb->rc != ATTNRES_OK) {
-            fprintf(stderr, "FAIL %s [%s]: NVRTC: %s\n", v->id, jb->arch, jb->err);
-            failed_runs++;
-            variant_failed = 1;
+            failed_runs += fail_job(jb, "NVRTC: %s", jb->err);
             goto next;
         }
         if (!dev) {
-            fprintf(stderr, "FAIL %s [%s]: no device\n", v->id, jb->arch);
-            failed_runs++;
-            variant_failed = 1;
+            failed_runs += fail_job(jb, "no device");
             goto next;
         }
         if (v->op == ATTNRES_OP_MIX_BACKWARD && ptx_has_atomics(jb->blob, jb->size)) {
-            fprintf(stderr, "FAIL %s [%s]: its PTX has an atom. or red. instruction\n", v->id, jb->arch);
-            failed_runs++;
-            variant_failed = 1;
+            failed_runs += fail_job(jb, "its PTX has an atom. or red. instruction");
             goto next;
         }
         double t0 = now_s();
         ar_kernel k;
         if (be_load(jb->blob, jb->size, v->kernel, v->json, &k) != ATTNRES_OK) {
-            fprintf(stderr, "FAIL %s [%s]: the backend's load: %s\n", v->id, jb->arch, attnres_device_errmsg(dev));
             char ft[1024];
             fault_text(ft, sizeof ft);
-            if (ft[0])
-                fprintf(stderr, "    simulator: %s\n", ft);
-            failed_runs++;
-            variant_failed = 1;
+            failed_runs += fail_job(jb, "the backend's load: %s%s%s", attnres_device_errmsg(dev), ft[0] ? "; simulator: " : "", ft);
             goto next;
         }
+        variant_failed = 0;
         double t1 = now_s();
         load_s += t1 - t0;
         const int64_t align = ar_json_int(v->json, "align", 16);
         const int64_t es = (int64_t)attnres_dtype_size(v->dt);
         const int64_t ae = align > es ? align / es : 1;
-        const int np = jb->full ? v->nprob : 1;
-        for (int pi = 0; pi < np; pi++) {
-            const problem *pr = &v->prob[pi];
+        for (int si = 0; si < jb->nsel; si++) {
+            const problem *pr = &v->prob[jb->sel[si]];
+            run_ctx c;
             memset(&c, 0, sizeof c);
             c.variant = v->id;
             c.arch = jb->arch;
-            describe(pr, c.problem, sizeof c.problem);
+            bo_case bc;
+            cuda_case(v, pr, jb->arch, &bc);
             double r0 = now_s(), e;
             switch (v->op) {
             case ATTNRES_OP_MIX: e = run_mix(&c, &k, pr, ae); break;
@@ -1267,10 +1254,12 @@ static void test_every_variant(void)
             case ATTNRES_OP_MIX_BACKWARD: e = run_mix_backward(&c, &k, pr, ae); break;
             default: e = run_phase2(&c, &k, pr, ae); break;
             }
-            double rs = now_s() - r0;
+            const double rs = now_s() - r0;
             runs++;
+            bo_verdict verdict = {0};
+            bo_expect(&verdict, !c.why[0], "%s", c.why);
+            bo_report(&bc, &verdict);
             if (c.why[0]) {
-                fprintf(stderr, "FAIL %s [%s] %s: %s\n", v->id, jb->arch, c.problem, c.why);
                 failed_runs++;
                 variant_failed = 1;
                 if (c.faulted) {
@@ -1279,15 +1268,15 @@ static void test_every_variant(void)
                     if (!dev)
                         goto next;
                     if (be_load(jb->blob, jb->size, v->kernel, v->json, &k) != ATTNRES_OK) {
-                        fprintf(stderr, "FAIL %s [%s]: reload after the fault: %s\n", v->id, jb->arch, attnres_device_errmsg(dev));
+                        bo_fail("%s [%s]: reload after the fault: %s", v->id, jb->arch, attnres_device_errmsg(dev));
                         goto next;
                     }
                 }
             } else if (e > worst_err[v->dt]) {
                 worst_err[v->dt] = e;
             }
-            if (getenv("ATTNRES_VARIANTS_VERBOSE"))
-                printf("  %-44s %s %-58s err %.2e  %.3f s\n", v->id, jb->arch, c.problem, e, rs);
+            if (bo_verbose)
+                printf("     %s [%s] %s: err %.2e, %.3f s\n", v->id, jb->arch, bc.name, e, rs);
         }
         be_unload(&k);
         {
@@ -1304,72 +1293,47 @@ static void test_every_variant(void)
         if (variant_failed && !v->failed) {
             failed_variants++;
             v->failed = 1;
-            check_unit_failed(v->id);
         }
         free(jb->blob);
         jb->blob = NULL;
     }
     const int compile_threads = job_pool_finish(&pool);
-    double total = now_s() - t_start;
-    printf("ran %d problem(s) on %zu compiled kernel(s): %d failed, %d variant(s) wrong or faulting; "
+    printf("cuda: ran %d problem(s) on %zu compiled kernel(s): %d failed, %d variant(s) wrong or faulting; "
            "device reopened %d time(s)\n",
            runs, njobs, failed_runs, failed_variants, device_reopens);
-    printf("worst relative error: f32 %.2e (tolerance 1e-5), bf16 %.2e, f16 %.2e (tolerance 1e-2)\n", worst_err[0],
-           worst_err[1], worst_err[2]);
-    printf("time: %.1f s in all (budget: 300 s on 2 cores); NVRTC %.1f s over %d thread(s), loads %.1f s, "
+    printf("cuda: worst relative error: f32 %.2e (tolerance 1e-5), bf16 %.2e, f16 %.2e (tolerance 1e-2)\n",
+           worst_err[0], worst_err[1], worst_err[2]);
+    printf("cuda: %.1f s to run (budget: 300 s on 2 cores); NVRTC %.1f s over %d thread(s), loads %.1f s, "
            "runs %.1f s\n",
-           total, compile_s,
-           compile_threads, load_s, run_s);
-    printf("slowest kernels to run:");
+           now_s() - t_start, compile_s, compile_threads, load_s, run_s);
+    printf("cuda: slowest kernels to run:");
     for (int si = 0; si < NSLOW && slowest[si].id; si++)
         printf(" %s [%s] %.2f s;", slowest[si].id, slowest[si].arch, slowest[si].s);
     printf("\n");
-    if (failed_runs)
-        check_failures += failed_runs;
     if (sim_last_fault && failed_runs == 0) {
         char ft[1024];
         fault_text(ft, sizeof ft);
-        CHECK(ft[0] == 0); /* no fault went unreported */
         if (ft[0])
-            fprintf(stderr, "a fault nobody reported: %s\n", ft);
+            bo_fail("cuda: a fault nobody reported: %s", ft);
     }
-    free(jobs);
-    jobs = NULL;
-    for (size_t i = 0; i < nv; i++) {
-        free(vs[i].id);
-        free(vs[i].source);
-        free(vs[i].kernel);
-        free(vs[i].json);
-    }
-    free(vs);
-    for (int i = 0; i < ngens; i++)
-        argen_close(gens[i]);
 }
 
-int main(int argc, char **argv)
+void bo_cuda(void)
 {
-    /* --all-backward: every mix_backward variant and nothing else (the
-     * full tier); without it, a covering sample of them beside every
-     * forward variant. */
-    int kept = 1;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--all-backward") == 0)
-            all_backward = 1;
-        else
-            argv[kept++] = argv[i];
+    char why[512], msg[512] = "";
+    /* Listing needs no NVRTC, only the device that applies() asks about. */
+    if (!bo_listing && ar_nvrtc_available(why, sizeof why) != 0) {
+        bo_skip("cuda: NVRTC is not available: %s", why);
+        return;
     }
-    argv[kept] = NULL;
-    argc = kept;
-    CHECK_ARGS(argc, argv);
-    if (check_listing) { /* needs neither NVRTC nor a device */
-        RUN_CASE(test_every_variant);
-        CHECK_EXIT();
-    }
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    const int skip_or_fail = test_cuda_open(&dev);
-    if (skip_or_fail)
-        return skip_or_fail;
     const char *driver = getenv("ATTNRES_CUDA_DRIVER");
+    if (open_device(msg, sizeof msg) != ATTNRES_OK) {
+        if (driver && *driver)
+            bo_fail("cuda: cuda:0 did not open with ATTNRES_CUDA_DRIVER=%s: %s", driver, msg);
+        else
+            bo_skip("cuda: no CUDA device (%s) and ATTNRES_CUDA_DRIVER is unset", msg);
+        return;
+    }
     if (driver && *driver) {
         void *h = dlopen(driver, RTLD_NOW | RTLD_NOLOAD);
         if (h) {
@@ -1377,12 +1341,46 @@ int main(int argc, char **argv)
             *(void **)&sim_describe = dlsym(h, "cudasimDescribe");
         }
     }
-    int major = 0, minor = 0;
-    ar_nvrtc_version(&major, &minor);
-    printf("device cuda:0: %s %s, %d SMs, driver %s%s%s; NVRTC %d.%d, kernels loaded as PTX\n", dev->name,
-           dev->arch, dev->units, dev->driver, sim_describe ? "; " : "", sim_describe ? sim_describe() : "", major,
-           minor);
-    RUN_CASE(test_every_variant);
+    if (!bo_listing) {
+        int major = 0, minor = 0;
+        ar_nvrtc_version(&major, &minor);
+        printf("cuda: device cuda:0: %s %s, %d SMs, driver %s%s%s; NVRTC %d.%d, kernels loaded as PTX\n", dev->name,
+               dev->arch, dev->units, dev->driver, sim_describe ? "; " : "", sim_describe ? sim_describe() : "",
+               major, minor);
+    }
+    char **names = NULL;
+    size_t ntemplates = 0;
+    sweep sw;
+    memset(&sw, 0, sizeof sw);
+    if (argen_list_templates(template_dir(), &names, &ntemplates) != 0 || ntemplates == 0) {
+        bo_fail("cuda: no templates in %s", template_dir());
+    } else {
+        size_t cap = 0;
+        int per_op[4] = {0, 0, 0, 0};
+        const double t0 = now_s();
+        for (size_t t = 0; t < ntemplates; t++)
+            if (strncmp(names[t], "cuda/", 5) == 0)
+                collect_template(&sw, &cap, names[t], per_op);
+        if (!bo_listing)
+            printf("cuda: variants %zu (mix %d, phase1 %d, phase2 %d, mix_backward %d%s); problems chosen in %.2f s\n",
+                   sw.nv, per_op[0], per_op[1], per_op[2], per_op[3],
+                   bo_sample ? ", of mix_backward a covering sample" : ", all", now_s() - t0);
+        make_jobs(&sw);
+        if (!bo_listing)
+            run_jobs();
+    }
+    free(jobs);
+    jobs = NULL;
+    for (size_t i = 0; i < sw.nv; i++) {
+        free(sw.vs[i].id);
+        free(sw.vs[i].source);
+        free(sw.vs[i].kernel);
+        free(sw.vs[i].json);
+    }
+    free(sw.vs);
+    for (int i = 0; i < sw.ngens; i++)
+        argen_close(sw.gens[i]);
+    argen_names_free(names, ntemplates);
     attnres_device_close(dev);
-    CHECK_EXIT();
+    dev = NULL;
 }

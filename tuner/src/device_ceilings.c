@@ -1,8 +1,8 @@
 /*
- * rooflines.c - the device measurements that a tuning run records with
+ * device_ceilings.c - the device measurements that a tuning run records with
  * itself and reports its timings against.
  */
-#include "rooflines.h"
+#include "device_ceilings.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,12 +14,12 @@
  * run measured 37.8 GB/s copy and 15.3 GB/s read, a few seconds apart), so
  * the two alternate and each keeps its best. (A backend with ceilings
  * alternates its kernels itself.) */
-enum { ROOFLINE_ROUNDS = 2 };
+enum { CEILING_ROUNDS = 2 };
 
-static int measure_two(attnres_device *dev, rooflines *out)
+static int measure_two(attnres_device *dev, device_ceilings *out)
 {
     int rc;
-    for (int round = 0; round < ROOFLINE_ROUNDS; round++) {
+    for (int round = 0; round < CEILING_ROUNDS; round++) {
         double copy = 0.0, read = NAN;
         if ((rc = dev->ops->copy_bandwidth(dev, &copy)) != ATTNRES_OK)
             return rc;
@@ -35,7 +35,7 @@ static int measure_two(attnres_device *dev, rooflines *out)
     return ATTNRES_OK;
 }
 
-int rooflines_measure(attnres_device *dev, rooflines *out)
+int device_ceilings_measure(attnres_device *dev, device_ceilings *out)
 {
     int rc;
     memset(out, 0, sizeof *out);
@@ -67,12 +67,12 @@ int rooflines_measure(attnres_device *dev, rooflines *out)
  * reading can go at least at half the copy figure; a read kernel that
  * measured less left bandwidth unused, and the blend must still put the
  * copy at the copy ceiling. */
-static double blend_read(const rooflines *r)
+static double blend_read(const device_ceilings *r)
 {
     return r->read_gbps > 0.5 * r->copy_gbps ? r->read_gbps : 0.5 * r->copy_gbps;
 }
 
-double rooflines_write_gbps(const rooflines *r)
+double device_ceilings_write_gbps(const device_ceilings *r)
 {
     if (isnan(r->read_gbps) || !(r->copy_gbps > 0))
         return NAN;
@@ -81,47 +81,47 @@ double rooflines_write_gbps(const rooflines *r)
     return inv > 1e-12 ? 1.0 / inv : INFINITY;
 }
 
-double rooflines_ceiling(const rooflines *r, double read_bytes, double write_bytes)
+double device_ceilings_ceiling(const device_ceilings *r, double read_bytes, double write_bytes)
 {
     if (!(r->copy_gbps > 0))
         return NAN;
     if (isnan(r->read_gbps) || read_bytes + write_bytes <= 0)
         return r->copy_gbps;
-    double w = rooflines_write_gbps(r);
+    double w = device_ceilings_write_gbps(r);
     double t = read_bytes / blend_read(r) + (isinf(w) ? 0.0 : write_bytes / w);
     return t > 0 ? (read_bytes + write_bytes) / t : r->copy_gbps;
 }
 
 #define CACHE_DEFAULT (64.0 * 1048576.0)
 
-double rooflines_fastest_ceiling(const rooflines *r, double read_bytes, double write_bytes)
+double device_ceilings_fastest_ceiling(const device_ceilings *r, double read_bytes, double write_bytes)
 {
-    rooflines fastest = *r;
+    device_ceilings fastest = *r;
     if (r->copy_best_gbps > r->copy_gbps)
         fastest.copy_gbps = r->copy_best_gbps;
     if (!isnan(r->read_gbps) && r->read_best_gbps > r->read_gbps)
         fastest.read_gbps = r->read_best_gbps;
-    return rooflines_ceiling(&fastest, read_bytes, write_bytes);
+    return device_ceilings_ceiling(&fastest, read_bytes, write_bytes);
 }
 
-static double largest_cache(const rooflines *r)
+static double largest_cache(const device_ceilings *r)
 {
     return r->ceil.cache_bytes > 0 ? r->ceil.cache_bytes : CACHE_DEFAULT;
 }
 
-int rooflines_out_of_cache(const rooflines *r, double bytes) { return bytes >= 4.0 * largest_cache(r); }
+int device_ceilings_out_of_cache(const device_ceilings *r, double bytes) { return bytes >= 4.0 * largest_cache(r); }
 
-int rooflines_beyond_cache(const rooflines *r, double bytes) { return bytes >= largest_cache(r); }
+int device_ceilings_beyond_cache(const device_ceilings *r, double bytes) { return bytes >= largest_cache(r); }
 
-double rooflines_noise(double median_us, double spread_us)
+double device_ceilings_noise(double median_us, double spread_us)
 {
     double noise = median_us > 0 && spread_us > 0 ? 2.0 * spread_us / median_us : 0.0;
     return noise > 0.05 ? noise : 0.05;
 }
 
-int rooflines_above(double fraction, double noise) { return fraction > 1.0 + noise; }
+int device_ceilings_above(double fraction, double noise) { return fraction > 1.0 + noise; }
 
-void rooflines_format(const rooflines *r, char *buf, size_t size)
+void device_ceilings_format(const device_ceilings *r, char *buf, size_t size)
 {
     char read[48] = "read not measured", fma[48] = "";
     if (!isnan(r->read_gbps))
@@ -160,7 +160,7 @@ static void put_number(char *buf, size_t size, size_t *len, const char *key, dou
     put(buf, size, len, "%s", 0, 0, num);
 }
 
-void rooflines_json(const rooflines *r, char *buf, size_t size)
+void device_ceilings_json(const device_ceilings *r, char *buf, size_t size)
 {
     size_t len = 0;
     if (size)
@@ -175,7 +175,7 @@ void rooflines_json(const rooflines *r, char *buf, size_t size)
     put_number(buf, size, &len, "read_best_gbps", r->read_best_gbps > 0 ? r->read_best_gbps : r->read_gbps);
     put(buf, size, &len, ", ", 0, 0, NULL);
     /* INFINITY (writes free) is recorded as null too; "blend" says how. */
-    put_number(buf, size, &len, "write_gbps", rooflines_write_gbps(r));
+    put_number(buf, size, &len, "write_gbps", device_ceilings_write_gbps(r));
     put(buf, size, &len, ", \"blend\": \"time\", ", 0, 0, NULL);
     put_number(buf, size, &len, "fma_gflops", r->ceil.fma_gflops);
     put(buf, size, &len, ", \"fma_threads\": %.0f, ", r->ceil.fma_threads, 0, NULL);
@@ -195,7 +195,7 @@ void rooflines_json(const rooflines *r, char *buf, size_t size)
     put(buf, size, &len, "]}", 0, 0, NULL);
 }
 
-void rooflines_detail(const rooflines *r, char *buf, size_t size)
+void device_ceilings_detail(const device_ceilings *r, char *buf, size_t size)
 {
     size_t len = 0;
     if (size)
@@ -209,7 +209,7 @@ void rooflines_detail(const rooflines *r, char *buf, size_t size)
     }
 }
 
-void rooflines_percent(double gbps, double limit, char *buf, size_t size)
+void device_ceilings_percent(double gbps, double limit, char *buf, size_t size)
 {
     if (isnan(limit) || limit <= 0)
         snprintf(buf, size, "-");
@@ -217,11 +217,11 @@ void rooflines_percent(double gbps, double limit, char *buf, size_t size)
         snprintf(buf, size, "%.1f%%", 100.0 * gbps / limit);
 }
 
-/* The number rooflines_json wrote for key, NaN for null or where it is
+/* The number device_ceilings_json wrote for key, NaN for null or where it is
  * missing. */
 static double recorded_number(const char *json, const char *key) { return ar_json_double(json, key, NAN); }
 
-int rooflines_from_record(const char *json, double copy_gbps, double read_gbps, double launch_us, rooflines *out)
+int device_ceilings_from_record(const char *json, double copy_gbps, double read_gbps, double launch_us, device_ceilings *out)
 {
     memset(out, 0, sizeof *out);
     if (!json || !isfinite(recorded_number(json, "copy_gbps")))

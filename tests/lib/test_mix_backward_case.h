@@ -1,0 +1,227 @@
+/*
+ * test_mix_backward_case.h - one mix backward problem on random data: its
+ * inputs as storage and as the doubles they round to, the fp64 reference
+ * gradients, the run's arguments and workspace, and the errors of a run's
+ * gradients against the reference (the CPU cases of backend_ops, the API
+ * checks of test_mix_backward_api). Header-only, like test_data.h.
+ */
+#ifndef ATTNRES_TEST_MIX_BACKWARD_CASE_H
+#define ATTNRES_TEST_MIX_BACKWARD_CASE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnres.h"
+#include "device.h"
+#include "storage_convert.h"
+#include "test_compare.h"
+#include "test_data.h"
+
+/* One problem's inputs, as storage and as the doubles they round to, and
+ * the reference gradients. */
+typedef struct bw_case {
+    attnres_problem p;
+    int64_t T, stride; /* the token stride of every source and gradient view */
+    unsigned flags;
+    attnres_dtype gdt; /* the source gradients' type: fp32 with ATTNRES_GRAD_DSOURCES_F32 */
+    void *src, *dout, *dsrc, *dpartial;
+    const void *rows[8];
+    void *drows[8];
+    int64_t strides[8];
+    float *query, dquery[4096], dalpha;
+    double *x_src, *x_dout, *x_query, *r_dsrc, *r_dpartial, r_dquery[4096], r_dalpha;
+    void *workspace;
+    size_t workspace_size;
+    attnres_mix_backward_args args;
+} bw_case;
+
+static inline void bw_case_free(bw_case *c)
+{
+    free(c->src);
+    free(c->dout);
+    free(c->dsrc);
+    free(c->dpartial);
+    free(c->query);
+    free(c->x_src);
+    free(c->x_dout);
+    free(c->x_query);
+    free(c->r_dsrc);
+    free(c->r_dpartial);
+    free(c->workspace);
+    memset(c, 0, sizeof *c);
+}
+
+/* Fills a case with random data (rows of differing magnitude), the
+ * gradient buffers with a prior value where accumulating, and computes the
+ * reference from the rounded inputs. 0 on success. */
+static inline int bw_case_make(bw_case *c, attnres_dtype dt, int64_t d, int n, int heads, int additive,
+                               int64_t T, int64_t pad, unsigned flags, uint64_t seed)
+{
+    memset(c, 0, sizeof *c);
+    attnres_problem_init(&c->p, dt, d, n);
+    c->p.op = ATTNRES_OP_MIX_BACKWARD;
+    c->p.heads = heads;
+    c->p.form = additive ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
+    c->T = T;
+    c->stride = d + pad;
+    c->flags = flags;
+    c->gdt = (flags & ATTNRES_GRAD_DSOURCES_F32) ? ATTNRES_DTYPE_F32 : dt;
+    const size_t es = attnres_dtype_size(dt), row = (size_t)(T ? T : 1) * (size_t)c->stride;
+    const size_t ges = attnres_dtype_size(c->gdt);
+    c->src = calloc((size_t)n * row, es);
+    c->dsrc = calloc((size_t)n * row, ges);
+    c->dout = calloc(row, es);
+    c->dpartial = calloc(row, es);
+    c->query = calloc((size_t)d, 4);
+    c->x_src = calloc((size_t)n * (size_t)(T + 1) * (size_t)d, 8);
+    c->r_dsrc = calloc((size_t)n * (size_t)(T + 1) * (size_t)d, 8);
+    c->x_dout = calloc((size_t)(T + 1) * (size_t)d, 8);
+    c->r_dpartial = calloc((size_t)(T + 1) * (size_t)d, 8);
+    c->x_query = calloc((size_t)d, 8);
+    if (!c->src || !c->dsrc || !c->dout || !c->dpartial || !c->query || !c->x_src || !c->r_dsrc || !c->x_dout ||
+        !c->r_dpartial || !c->x_query || n > 8 || d > 4096)
+        return -1;
+    uint64_t s = seed;
+    for (int64_t k = 0; k < d; k++) {
+        c->query[k] = (float)(rng_normal(&s) * 4.0 / sqrt((double)d));
+        c->x_query[k] = c->query[k];
+    }
+    const double alpha = 0.75;
+    const double *xrows[8];
+    double *rrows[8];
+    for (int i = 0; i < n; i++) {
+        c->rows[i] = (char *)c->src + (size_t)i * row * es;
+        c->drows[i] = (char *)c->dsrc + (size_t)i * row * ges;
+        c->strides[i] = c->stride;
+        xrows[i] = c->x_src + (size_t)i * (size_t)T * (size_t)d;
+        rrows[i] = c->r_dsrc + (size_t)i * (size_t)T * (size_t)d;
+        for (int64_t t = 0; t < T; t++) {
+            const double mag = pow(10.0, 2.0 * rng_uniform(&s) - 1.0);
+            for (int64_t k = 0; k < d; k++) {
+                elem_store(dt, (void *)c->rows[i], t * c->stride + k, mag * rng_normal(&s));
+                c->x_src[(size_t)i * (size_t)T * (size_t)d + (size_t)(t * d + k)] =
+                    elem_load(dt, c->rows[i], t * c->stride + k);
+                if (flags & ATTNRES_GRAD_ACCUMULATE) {
+                    elem_store(c->gdt, c->drows[i], t * c->stride + k, rng_normal(&s));
+                    rrows[i][t * d + k] = elem_load(c->gdt, c->drows[i], t * c->stride + k);
+                }
+            }
+        }
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < d; k++) {
+            elem_store(dt, c->dout, t * c->stride + k, rng_normal(&s));
+            c->x_dout[t * d + k] = elem_load(dt, c->dout, t * c->stride + k);
+            if (flags & ATTNRES_GRAD_ACCUMULATE) {
+                elem_store(dt, c->dpartial, t * c->stride + k, rng_normal(&s));
+                c->r_dpartial[t * d + k] = elem_load(dt, c->dpartial, t * c->stride + k);
+            }
+        }
+    attnres_problem fwd = c->p;
+    fwd.op = ATTNRES_OP_MIX;
+    char msg[256];
+    /* partial's value enters no gradient: zeros stand in for it. */
+    double *zeros = calloc((size_t)(T + 1) * (size_t)d, 8);
+    if (!zeros)
+        return -1;
+    const int rc = attnres_reference_mix_backward(
+        &fwd, T, xrows, c->x_query, 1.0, 1e-6, additive ? zeros : NULL, alpha, NULL, 1e-6, c->x_dout, NULL, flags,
+        rrows, c->r_dquery, additive ? c->r_dpartial : NULL, additive ? &c->r_dalpha : NULL, NULL, msg, sizeof msg);
+    free(zeros);
+    if (rc != ATTNRES_OK) {
+        fprintf(stderr, "reference: %s\n", msg);
+        return -1;
+    }
+    size_t alpha_off;
+    if (ar_mix_backward_workspace(d, T, &c->workspace_size, &alpha_off) != 0 ||
+        posix_memalign(&c->workspace, 64, c->workspace_size + 64) != 0)
+        return -1;
+    attnres_mix_backward_args *a = &c->args;
+    attnres_mix_backward_args_init(a);
+    a->sources = c->rows;
+    a->source_strides = c->strides;
+    a->query = c->query;
+    a->alpha = (float)alpha;
+    a->dout = c->dout;
+    a->dout_stride = c->stride;
+    a->flags = flags;
+    a->dsources = c->drows;
+    a->dsource_strides = c->strides;
+    a->dquery = c->dquery;
+    a->dpartial = additive ? c->dpartial : NULL;
+    a->dpartial_stride = c->stride;
+    a->dalpha = additive ? &c->dalpha : NULL;
+    a->workspace = c->workspace;
+    a->workspace_size = c->workspace_size;
+    return 0;
+}
+
+/* ||got - ref|| / ||ref|| over a strided storage buffer. */
+static inline double rel_err_storage(attnres_dtype dt, const void *buf, int64_t stride, const double *ref,
+                                     int64_t T, int64_t d)
+{
+    double num = 0, den = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < d; k++) {
+            const double diff = elem_load(dt, buf, t * stride + k) - ref[t * d + k];
+            num += diff * diff;
+            den += ref[t * d + k] * ref[t * d + k];
+        }
+    return isnan(num) ? NAN : sqrt(num) / (sqrt(den) + 1e-300);
+}
+
+/* dalpha = sum over tokens of dout . mix is one number whose terms cancel:
+ * on random inputs it is now and then ten times smaller than its terms, and
+ * a correct fp32 sum's error relative to it then passes 1e-5. Its error is
+ * held to the size of its terms instead, as the tuner holds it: |mix| is at
+ * most the largest |v_n| (a convex blend). */
+static inline double dalpha_scale(const bw_case *c)
+{
+    const size_t td = (size_t)c->T * (size_t)c->p.d;
+    double scale = 0;
+    for (size_t e = 0; e < td; e++) {
+        double vmax = 0;
+        for (int i = 0; i < c->p.n; i++)
+            vmax = fmax(vmax, fabs(c->x_src[(size_t)i * td + e]));
+        scale += fabs(c->x_dout[e]) * vmax;
+    }
+    return scale > 0 ? scale : 1.0;
+}
+/* The errors of a run's gradients against the reference: the worst source
+ * gradient's (which), the query's (0 only where it matches an all-zero
+ * reference exactly), and in the additive form the partial's and dalpha's,
+ * the last relative to the size of its terms (dalpha_scale). */
+typedef struct bw_errors {
+    double dsrc, dquery, dpartial, dalpha;
+    int which;
+} bw_errors;
+
+static inline bw_errors bw_case_errors(const bw_case *c)
+{
+    const attnres_problem *p = &c->p;
+    bw_errors e = {0};
+    for (int i = 0; i < p->n; i++) {
+        const double ei = rel_err_storage(c->gdt, c->drows[i], c->stride,
+                                          c->r_dsrc + (size_t)i * (size_t)c->T * (size_t)p->d, c->T, p->d);
+        if (isnan(ei) || ei > e.dsrc) { /* a NaN stays the worst */
+            e.dsrc = ei;
+            e.which = i;
+        }
+    }
+    double num = 0, den = 0;
+    for (int64_t k = 0; k < p->d; k++) {
+        num += (c->dquery[k] - c->r_dquery[k]) * (c->dquery[k] - c->r_dquery[k]);
+        den += c->r_dquery[k] * c->r_dquery[k];
+    }
+    e.dquery = den == 0 ? (num == 0 ? 0 : INFINITY) : sqrt(num / den);
+    if (p->form == ATTNRES_FORM_ADDITIVE) {
+        e.dpartial = rel_err_storage(p->dtype, c->dpartial, c->stride, c->r_dpartial, c->T, p->d);
+        e.dalpha = fabs(c->dalpha - c->r_dalpha) / dalpha_scale(c);
+    }
+    return e;
+}
+
+#endif
