@@ -121,23 +121,16 @@ void ar_cuda_error_text(CUresult r, char *buf, size_t len)
 /* Errors after which the context is unusable until the process exits. */
 static int is_sticky(CUresult r)
 {
-    switch (r) {
-    case 214: /* ECC_UNCORRECTABLE */
-    case 220: /* NVLINK_UNCORRECTABLE */
-    case 226: /* CONTAINED */
-    case 700: /* ILLEGAL_ADDRESS */
-    case 702: /* LAUNCH_TIMEOUT */
-    case 710: /* ASSERT */
-    case 714: /* HARDWARE_STACK_ERROR */
-    case 715: /* ILLEGAL_INSTRUCTION */
-    case 716: /* MISALIGNED_ADDRESS */
-    case 717: /* INVALID_ADDRESS_SPACE */
-    case 718: /* INVALID_PC */
-    case 719: /* LAUNCH_FAILED */
-        return 1;
-    default:
-        return 0;
-    }
+    static const CUresult sticky[] = {
+        214 /* ECC_UNCORRECTABLE */,      220 /* NVLINK_UNCORRECTABLE */,   226 /* CONTAINED */,
+        700 /* ILLEGAL_ADDRESS */,        702 /* LAUNCH_TIMEOUT */,         710 /* ASSERT */,
+        714 /* HARDWARE_STACK_ERROR */,   715 /* ILLEGAL_INSTRUCTION */,    716 /* MISALIGNED_ADDRESS */,
+        717 /* INVALID_ADDRESS_SPACE */,  718 /* INVALID_PC */,             719 /* LAUNCH_FAILED */,
+    };
+    for (size_t i = 0; i < sizeof sticky / sizeof sticky[0]; i++)
+        if (r == sticky[i])
+            return 1;
+    return 0;
 }
 
 int ar_cuda_fail(attnres_device *dev, int status, CUresult r, const char *what)

@@ -219,9 +219,6 @@ ${softmax}
     }),
     name = name,
     abi = "cpu_mix",
-    doc = [[
-/* Mixes tokens [t0, t1): depth softmax of the folded query against the
- * RMS-normalised sources, applied to the raw rows. */]],
     body = gen.subst([[
     const int64_t d = a->d;
     const int n = a->n, heads = a->heads;

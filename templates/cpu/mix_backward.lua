@@ -102,8 +102,6 @@ function T.emit(p)
     decls = vars.helpers .. "\n",
     name = name,
     abi = "cpu_mix_backward",
-    doc = [[
-/* The mix backward of tokens [t0, t1); t0 is the first token of a group. */]],
     body = gen.subst([[
     const int64_t d = a->d;
     const int n = a->n, heads = a->heads;

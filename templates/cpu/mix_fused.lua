@@ -767,9 +767,6 @@ ${mix_apart}    for (int s = 0, i0 = 0; s < sweeps; s++) {
     }),
     name = name,
     abi = "cpu_mix",
-    doc = [[
-/* Mixes tokens [t0, t1): depth softmax of the folded query against the
- * RMS-normalised sources, applied to the raw rows. */]],
     body = gen.subst([[
     const int64_t d = a->d;
     const int n = a->n, heads = a->heads;

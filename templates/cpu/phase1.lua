@@ -378,10 +378,6 @@ ${tiled}${stream}]], vars),
     -- (bench/results/ceilings-2026-12-04.md). The mix kernels showed no such
     -- difference, so they keep the CPU's own tuning.
     tune = "generic",
-    doc = [[
-/* Phase 1 of tokens [t0, t1): for every site j, the depth softmax of query j
- * against the RMS-normalised sources applied to the raw rows (o1_j), and the
- * log-sum-exp of its scores per head (lse_j). */]],
     body = gen.subst([[
     const int64_t d = a->d;
     const int n = a->n, heads = a->heads, sites = a->s;

@@ -243,8 +243,6 @@ ${sigmoid}
 ]], vars),
     name = name,
     abi = "cpu_phase2",
-    doc = [[
-/* Phase 2 of tokens [t0, t1): merges o1/lse with the partial sum b. */]],
     body = gen.subst([[
     const int64_t d = a->d;
     const int heads = a->heads;

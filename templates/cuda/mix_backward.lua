@@ -203,12 +203,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
         const bool first = tok == t0;
         for (int j = tid; j < dv; j += THREADS) {
             const int k = j * VEC, h = k / hd;
-            float o[VEC], u[VEC], acc[VEC];
+            float o[VEC], u[VEC], acc[VEC] = {0.0f};
             widen(ld_ro(go + k), o);
             ld_f32(a.query + k, u);
-#pragma unroll
-            for (int v = 0; v < VEC; v++)
-                acc[v] = 0.0f;
             for (int i0 = 0; i0 < n; i0 += U) {
                 raw_t x[U];
 #pragma unroll

@@ -180,12 +180,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
         }
     }
 
-    float acc[C][VEC];
-#pragma unroll
-    for (int c = 0; c < C; c++)
-#pragma unroll
-        for (int v = 0; v < VEC; v++)
-            acc[c][v] = 0.0f;
+    float acc[C][VEC] = {{0.0f}};
     float m = -1e30f; /* running max: never -inf, so expf(m - m_new) is never NaN */
     float l = 0.0f;   /* running sum of exp(s - m) */
 
@@ -200,10 +195,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
             load_batch(x, a, n0, tok, k0, kstep, nch);
 
         /* This thread's share of each row's sum of squares and its head's dot. */
-        float ss[B], dp[B];
-#pragma unroll
-        for (int b = 0; b < B; b++)
-            ss[b] = dp[b] = 0.0f;
+        float ss[B] = {0.0f}, dp[B] = {0.0f};
 #pragma unroll
         for (int c = 0; c < C; c++) {
             if (c < nch) {

@@ -141,10 +141,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
         for (int j = tid; j < nh * hv; j += THREADS) {
             const int hh = j / hv;
             const int k = j * VEC;
-            float o[VEC];
-#pragma unroll
-            for (int v = 0; v < VEC; v++)
-                o[v] = 0.0f;
+            float o[VEC] = {0.0f};
             for (int i0 = 0; i0 < n; i0 += U) {
                 raw_t x[U];
 #pragma unroll

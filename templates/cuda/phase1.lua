@@ -104,10 +104,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
         const int i = ih / heads, h = ih - i * heads, j0 = jb * SJ;
         const st_t *row = (const st_t *)a.src[i] + tok * a.src_stride[i] + (ar_i64)h * hd;
         const float *q = a.queries + (ar_i64)j0 * d + (ar_i64)h * hd;
-        float ss = 0.0f, dot[SJ];
-#pragma unroll
-        for (int jj = 0; jj < SJ; jj++)
-            dot[jj] = 0.0f;
+        float ss = 0.0f, dot[SJ] = {0.0f};
         for (int v = lane; v < hv; v += 32) {
             float x[VEC];
             widen(ld_ro(row + v * VEC), x);
@@ -174,12 +171,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
     for (int j0 = 0; j0 < sites; j0 += SJ) {
         for (int v = tid; v < dv; v += THREADS) {
             const int k = v * VEC, h = k / hd;
-            float acc[SJ][VEC];
-#pragma unroll
-            for (int jj = 0; jj < SJ; jj++)
-#pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    acc[jj][e] = 0.0f;
+            float acc[SJ][VEC] = {{0.0f}};
 #pragma unroll 2
             for (int i = 0; i < n; i++) {
                 float x[VEC];

@@ -11,13 +11,28 @@
 -- count. (Kernels generated before exported it as <name>_threads, which
 -- the runtime still honours.) That contract is the same for every
 -- operation, so it is written here once, with the argument struct from its
--- one definition; a template supplies only what differs: the declarations
--- before the entry (helpers), the comment that says what the entry does, and
--- the entry's statements.
+-- one definition, and so is the comment that says what the entry does (it
+-- depends on the op alone); a template supplies only what differs: the
+-- declarations before the entry (helpers) and the entry's statements.
 
 local kabi = require("lib/kernel_abi")
 
 local M = {}
+
+-- What the entry of each argument struct's op does, above its definition.
+local ENTRY_DOC = {
+  cpu_mix = [[
+/* Mixes tokens [t0, t1): depth softmax of the folded query against the
+ * RMS-normalised sources, applied to the raw rows. */]],
+  cpu_phase1 = [[
+/* Phase 1 of tokens [t0, t1): for every site j, the depth softmax of query j
+ * against the RMS-normalised sources applied to the raw rows (o1_j), and the
+ * log-sum-exp of its scores per head (lse_j). */]],
+  cpu_phase2 = [[
+/* Phase 2 of tokens [t0, t1): merges o1/lse with the partial sum b. */]],
+  cpu_mix_backward = [[
+/* The mix backward of tokens [t0, t1); t0 is the first token of a group. */]],
+}
 
 -- Returns the source text of one kernel. spec holds:
 --   ctype    the C type of one storage element (storage_t)
@@ -27,7 +42,6 @@ local M = {}
 --            it ends with its own line break
 --   name     the entry symbol; like everything else here, independent of
 --            the thread count (lib/cpu_space.lua's kernel_name)
---   doc      the comment above the entry's definition
 --   body     the entry's statements, each line indented and ended
 --   tune     optional; "generic" compiles the kernel scheduled for a generic
 --            x86-64 instead of the CPU that -march=native names (GCC, x86;
@@ -75,7 +89,7 @@ ${body}}
     abi_symbols = kabi.cpu_symbols(spec.abi, spec.name),
     NAME = spec.name,
     ARGS = kabi.structs[spec.abi].name,
-    doc = spec.doc,
+    doc = ENTRY_DOC[spec.abi] or error("lib/c_kernel: no CPU kernel ABI '" .. tostring(spec.abi) .. "'"),
     body = spec.body,
   })
 end

@@ -198,14 +198,11 @@ static void test_v1_file_read_only_then_migrated(void)
         CHECK(strstr(l.text, "|20.0|\n") != NULL);
     }
     CHECK(ardb_run_set_note(db, 1, "x") == ARDB_EREADONLY);
-    ardb_close(db);
-    CHECK(raw_int(path, "PRAGMA user_version") == 1);
-    CHECK(!file_exists(bak));
+    CHECK(closed_untouched(db, path, bak, 1));
 
     /* Read-write: migrated in place, with a backup of the v1 file. */
-    db = open_db(path, 0);
+    db = open_migrated(path, bak, 1);
     REQUIRE(db != NULL);
-    CHECK(migrated_with_backup(path, bak, 1));
     CHECK(raw_int(bak, "SELECT count(*) FROM measurements") == 4);
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'uid'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM measurements") == 4);
@@ -372,14 +369,11 @@ static void test_v2_file_read_only_then_migrated(void)
         CHECK(e.data && strstr(e.data, "\"read_gbps\": null") && !strstr(e.data, "\"read_gbps\": 2"));
         free(e.data);
     }
-    ardb_close(db);
-    CHECK(raw_int(path, "PRAGMA user_version") == 2);
-    CHECK(!file_exists(bak));
+    CHECK(closed_untouched(db, path, bak, 2));
 
     /* Read-write: migrated to v4 in place, with a backup of the v2 file. */
-    db = open_db(path, 0);
+    db = open_migrated(path, bak, 2);
     REQUIRE(db != NULL);
-    CHECK(migrated_with_backup(path, bak, 2));
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'read_gbps'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE read_gbps IS NULL") == 2);
     CHECK(raw_int(path, "SELECT count(*) FROM runs WHERE note = 'kept' AND uid LIKE 'v1:%'") == 1);
@@ -486,9 +480,7 @@ static void test_v3_file_read_only_then_migrated(void)
     REQUIRE(db != NULL);
     CHECK(ardb_merge(db, path, &s) == ARDB_DONE && s.devices == 2 && s.runs == 3 && s.winners == 5);
     CHECK(raw_int(fresh, "SELECT count(*) FROM devices WHERE simulated = 0") == 2);
-    ardb_close(db);
-    CHECK(raw_int(path, "PRAGMA user_version") == 3);
-    CHECK(!file_exists(bak));
+    CHECK(closed_untouched(db, path, bak, 3));
 
     /* A migration that fails leaves the file as it was, and no backup. */
     {
@@ -507,9 +499,8 @@ static void test_v3_file_read_only_then_migrated(void)
 
     /* Read-write: migrated to v4 in place, with a backup of the v3 file;
      * every device keeps its id and is real, and nothing is lost. */
-    db = open_db(path, 0);
+    db = open_migrated(path, bak, 3);
     REQUIRE(db != NULL);
-    CHECK(migrated_with_backup(path, bak, 3));
     CHECK(raw_int(bak, "SELECT count(*) FROM pragma_table_info('devices') WHERE name = 'simulated'") == 0);
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('devices') WHERE name = 'simulated'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM devices") == 2);
@@ -1089,9 +1080,8 @@ static void test_v9_file_takes_nondeterministic_after_migration(void)
     CHECK(raw_int(path, "PRAGMA user_version") == 9);
 
     snprintf(bak, sizeof bak, "%s.v9.bak", path);
-    db = open_db(path, 0);
+    db = open_migrated(path, bak, 9);
     REQUIRE(db != NULL);
-    CHECK(migrated_with_backup(path, bak, 9));
     char *after = measurement_rows(path);
     CHECK(after && strcmp(before, after) == 0);
     free(after);

@@ -55,6 +55,27 @@ static inline int migrated_with_backup(const char *path, const char *bak, int fr
            raw_int(bak, "PRAGMA user_version") == from;
 }
 
+/* Closes db, which read the file at path (opened it read-only, or merged
+ * it), and whether reading left that file as it was: still at schema
+ * version `from`, and no backup at bak. */
+static inline int closed_untouched(ardb *db, const char *path, const char *bak, int from)
+{
+    ardb_close(db);
+    return raw_int(path, "PRAGMA user_version") == from && !file_exists(bak);
+}
+
+/* Opens the file at path, at schema version `from`, for writing, which
+ * migrates it; NULL unless migrated_with_backup holds after the open. */
+static inline ardb *open_migrated(const char *path, const char *bak, int from)
+{
+    ardb *db = open_db(path, 0);
+    if (db && !migrated_with_backup(path, bak, from)) {
+        ardb_close(db);
+        return NULL;
+    }
+    return db;
+}
+
 /* Makes the database at path look as schema version `to` (4 to 10) left
  * it: the columns that later versions added are dropped, the one v11
  * renamed takes its older name, and the version marks are set back (the

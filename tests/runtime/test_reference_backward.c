@@ -185,6 +185,15 @@ typedef struct mix_grads {
     double *dquery, *dpartial, dalpha, *dgain;
 } mix_grads;
 
+/* The status of a reference backward of case `label`; a refusal is said
+ * with its message, since every case here expects the call to run. */
+static int said(int rc, const char *label, const char *op, const char *msg)
+{
+    if (rc != ATTNRES_OK)
+        fprintf(stderr, "  %s: %s backward refused: %s\n", label, op, msg);
+    return rc;
+}
+
 static int mix_backward(mix_case *c, mix_grads *g, const double *dout, unsigned flags)
 {
     const int64_t td = c->T * c->p.d;
@@ -201,9 +210,7 @@ static int mix_backward(mix_case *c, mix_grads *g, const double *dout, unsigned 
     const int rc = attnres_reference_mix_backward(&c->p, c->T, c->srcs, c->query, c->scale, c->eps, c->partial,
                                                   c->alpha, c->gain, c->out_eps, dout, c->wn, flags, g->dsrcs,
                                                   g->dquery, g->dpartial, &g->dalpha, g->dgain, msg, sizeof msg);
-    if (rc != ATTNRES_OK)
-        fprintf(stderr, "  %s: mix backward refused: %s\n", c->label, msg);
-    return rc;
+    return said(rc, c->label, "mix", msg);
 }
 
 /* Checks that two sets of gradients of case c hold the same bits in every
@@ -350,9 +357,7 @@ static int phase1_backward(phase1_case *c, double *dsrc, double *dqueries, unsig
     char msg[256] = "";
     const int rc = attnres_reference_phase1_backward(&c->p, c->T, c->srcs, c->queries, c->scale, c->eps, c->wo,
                                                      c->wl, flags, dsrcs, dqueries, msg, sizeof msg);
-    if (rc != ATTNRES_OK)
-        fprintf(stderr, "  %s: phase 1 backward refused: %s\n", c->label, msg);
-    return rc;
+    return said(rc, c->label, "phase 1", msg);
 }
 
 static void test_phase1_backward_matches_finite_differences(void)
@@ -460,9 +465,7 @@ static int phase2_backward(phase2_case *c, phase2_grads *g, unsigned flags)
     const int rc = attnres_reference_phase2_backward(&c->p, c->T, c->o1, c->lse, c->b, c->query, c->scale, c->eps,
                                                      c->gain, c->out_eps, c->wo, c->wn, flags, g->do1, g->dlse,
                                                      g->db, g->dsub, g->dquery, g->dgain, msg, sizeof msg);
-    if (rc != ATTNRES_OK)
-        fprintf(stderr, "  %s: phase 2 backward refused: %s\n", c->label, msg);
-    return rc;
+    return said(rc, c->label, "phase 2", msg);
 }
 
 static void test_phase2_backward_matches_finite_differences(void)
