@@ -80,7 +80,8 @@ static int bw_make(bo_verdict *v, bw_case *bc, attnres_dtype dt, int64_t d, int 
  * at bf16's 1e-2 a 1% error in dalpha would pass. */
 static void bw_check(bo_verdict *v, const bw_case *bc, const char *what)
 {
-    const double tol = case_tolerance(bc->p.dtype), gtol = case_tolerance(bc->gdt), ftol = case_tolerance(ATTNRES_DTYPE_F32);
+    const double tol = case_tolerance(bc->p.dtype), gtol = case_tolerance(bc->gdt),
+                 ftol = case_tolerance(ATTNRES_DTYPE_F32);
     const bw_errors e = bw_case_errors(bc);
     bo_expect(v, e.dsrc <= gtol, "%sdsources[%d] relative error %.3g over %.0e", what, e.which, e.dsrc, gtol);
     bo_expect(v, e.dquery <= ftol, "%sdquery relative error %.3g over %.0e", what, e.dquery, ftol);

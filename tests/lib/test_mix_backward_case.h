@@ -173,22 +173,15 @@ static inline double rel_err_storage(attnres_dtype dt, const void *buf, int64_t 
     return isnan(num) ? NAN : sqrt(num) / (sqrt(den) + 1e-300);
 }
 
-/* dalpha = sum over tokens of dout . mix is one number whose terms cancel:
- * on random inputs it is now and then ten times smaller than its terms, and
- * a correct fp32 sum's error relative to it then passes 1e-5. Its error is
- * held to the size of its terms instead, as the tuner holds it: |mix| is at
- * most the largest |v_n| (a convex blend). */
+/* The size of dalpha's terms (case_dalpha_terms), which its error is
+ * held to. */
 static inline double dalpha_scale(const bw_case *c)
 {
     const size_t td = (size_t)c->T * (size_t)c->p.d;
-    double scale = 0;
-    for (size_t e = 0; e < td; e++) {
-        double vmax = 0;
-        for (int i = 0; i < c->p.n; i++)
-            vmax = fmax(vmax, fabs(c->x_src[(size_t)i * td + e]));
-        scale += fabs(c->x_dout[e]) * vmax;
-    }
-    return scale > 0 ? scale : 1.0;
+    const double *rows[64];
+    for (int i = 0; i < c->p.n && i < 64; i++)
+        rows[i] = c->x_src + (size_t)i * td;
+    return case_dalpha_terms(rows, c->p.n < 64 ? c->p.n : 64, c->x_dout, (int64_t)td);
 }
 /* The errors of a run's gradients against the reference: the worst source
  * gradient's (which), the query's (0 only where it matches an all-zero

@@ -6,7 +6,9 @@
  * that lets the workspace's stale bytes into du. The generated one is
  * ok; the faulty one, whose run compared with the reference is right, is
  * recorded as nondeterministic, with a message naming the gradient that
- * differed and where.
+ * differed and where. And the verdict's fp32 rule: a bf16 variant whose
+ * dquery is 0.1% off is a wrong result, although 0.1% is inside bf16's
+ * tolerance.
  */
 #define _GNU_SOURCE /* nftw, FTW_PHYS (test_scratch.h) */
 #include <stdio.h>
@@ -53,28 +55,33 @@ static void built_free(built *b)
     free(b->blob);
 }
 
-/* The generated source with du's rows no longer cleared alone: a bit of
- * the workspace's old contents decides whether du[0] starts at 1 or 0.
- * The tuner poisons the workspace differently before each of its two runs
- * (0xa5, then 0x3c), so the runs differ in dquery only. NULL when the
- * template no longer has the line this replaces. */
-static char *with_stale_workspace(const char *src)
+/* src with its one occurrence of from replaced by to; NULL when src has no
+ * such text (the template changed) or out of memory. */
+static char *replaced(const char *src, const char *from, const char *to)
 {
-    static const char clear[] = "memset(du, 0, sizeof(float) * (size_t)d);";
-    static const char stale[] = "{ const unsigned stale = *(const unsigned char *)du;"
-                                " memset(du, 0, sizeof(float) * (size_t)d);"
-                                " if (stale & 1u) du[0] = 1.0f; }";
-    const char *at = strstr(src, clear);
+    const char *at = strstr(src, from);
     if (!at)
         return NULL;
-    const size_t head = (size_t)(at - src), rest = strlen(at + sizeof clear - 1);
-    char *out = malloc(head + sizeof stale + rest);
+    const size_t head = (size_t)(at - src), skip = strlen(from), add = strlen(to), rest = strlen(at + skip);
+    char *out = malloc(head + add + rest + 1);
     if (!out)
         return NULL;
     memcpy(out, src, head);
-    memcpy(out + head, stale, sizeof stale - 1);
-    memcpy(out + head + sizeof stale - 1, at + sizeof clear - 1, rest + 1);
+    memcpy(out + head, to, add);
+    memcpy(out + head + add, at + skip, rest + 1);
     return out;
+}
+
+/* The generated source with du's rows no longer cleared alone: a bit of
+ * the workspace's old contents decides whether du[0] starts at 1 or 0.
+ * The tuner poisons the workspace differently before each of its two runs
+ * (0xa5, then 0x3c), so the runs differ in dquery only. */
+static char *with_stale_workspace(const char *src)
+{
+    return replaced(src, "memset(du, 0, sizeof(float) * (size_t)d);",
+                    "{ const unsigned stale = *(const unsigned char *)du;"
+                    " memset(du, 0, sizeof(float) * (size_t)d);"
+                    " if (stale & 1u) du[0] = 1.0f; }");
 }
 
 static job_result measure(bench_case *bc, const char *variant, const built *b, int isolate)
@@ -146,12 +153,58 @@ static void test_nondeterministic_candidate_is_recorded_as_such(void)
     argen_close(g);
 }
 
+/* A bf16 candidate whose query gradient is 0.1% off: inside bf16's 1e-2,
+ * which holds the gradients stored in bf16, but dquery is an fp32 sum of
+ * the inputs as stored, held to fp32's 1e-5, so it is a wrong result. */
+static void test_sloppy_fp32_sum_is_wrong_in_bf16(void)
+{
+    static const char id[] = "mix_backward_c_bf16_v1_u1_t1";
+    char msg[1024];
+    argen *g = NULL;
+    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/mix_backward", &g, msg, sizeof msg) == 0);
+    char *src = NULL, *name = NULL, *json = NULL;
+    REQUIRE(argen_emit_for(g, id, NULL, &src, &name, &json) == 0);
+    char *sloppy = replaced(src, "load_f32(du + k) + zr * x", "load_f32(du + k) + 1.001f * zr * x");
+    REQUIRE(sloppy != NULL);
+    built good, bad;
+    memset(&good, 0, sizeof good);
+    memset(&bad, 0, sizeof bad);
+    REQUIRE(build(&good, src, name, json) == 0);
+    REQUIRE(build(&bad, sloppy, strdup(name), strdup(json)) == 0);
+
+    tune_problem tp;
+    attnres_problem_init(&tp.p, ATTNRES_DTYPE_BF16, 128, 3);
+    tp.p.op = ATTNRES_OP_MIX_BACKWARD;
+    tp.t = 48;
+    measure_policy pol;
+    measure_policy_default(&pol, cpu);
+    pol.max_reps = 0; /* verification only */
+    char err[256];
+    bench_case *bc = bench_case_create(cpu, &tp, &pol, 11, err, sizeof err);
+    REQUIRE(bc != NULL);
+    job_result r = measure(bc, id, &good, 0);
+    CHECK(r.status == ARDB_STATUS_OK);
+    if (r.status != ARDB_STATUS_OK)
+        fprintf(stderr, "  generated: %s: %s\n", ardb_status_name(r.status), r.message);
+    r = measure(bc, id, &bad, 0);
+    printf("sloppy: %s: %s\n", ardb_status_name(r.status), r.message);
+    CHECK(r.status == ARDB_STATUS_WRONG_RESULT);
+    CHECK(strncmp(r.message, "dquery relative error ", 22) == 0 && strstr(r.message, "exceeds 1e-05") != NULL);
+    /* Only the fp32 rule tells it from a good kernel. */
+    CHECK(r.rel_err <= bench_case_tolerance(bc));
+    bench_case_free(bc);
+    built_free(&good);
+    built_free(&bad);
+    argen_close(g);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
     if (scratch_cpu_open("determinism", scratch, sizeof scratch, &cpu) != 0)
         return 1;
     RUN_CASE(test_nondeterministic_candidate_is_recorded_as_such);
+    RUN_CASE(test_sloppy_fp32_sum_is_wrong_in_bf16);
     attnres_device_close(cpu);
     scratch_remove(scratch);
     CHECK_EXIT();

@@ -156,23 +156,11 @@ static void measure_here(attnres_device *dev, bench_case *bc, const job_kernel *
             set_message(r, "launch failed: %s", attnres_device_errmsg(dev));
             goto done;
         }
-        if (bench_case_nondeterministic(bc)) {
-            /* Checked before the tolerance: a kernel whose runs differ is
-             * unusable for training however close either run is, and the
-             * status says so where wrong_result would not. */
-            r->status = ARDB_STATUS_NONDETERMINISTIC;
-            char detail[400];
-            snprintf(detail, sizeof detail, "%s (relative error against the reference %.3g)",
-                     bench_case_difference(bc), r->rel_err);
-            set_message(r, "two runs on the same inputs differ in %s", detail);
-            goto done;
-        }
-        double tol = bench_case_tolerance(bc);
-        if (!(r->rel_err <= tol)) { /* NaN never passes */
-            char detail[128];
-            snprintf(detail, sizeof detail, "%.3g exceeds %.0e", r->rel_err, tol);
-            r->status = ARDB_STATUS_WRONG_RESULT;
-            set_message(r, "relative error %s", detail);
+        char why[512];
+        const ardb_status verdict = bench_case_judge(bc, r->rel_err, why, sizeof why);
+        if (verdict != ARDB_STATUS_OK) {
+            r->status = verdict;
+            set_message(r, "%s", why);
             goto done;
         }
     }

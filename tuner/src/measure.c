@@ -249,6 +249,29 @@ const char *bench_case_difference(const bench_case *bc) { return bc->nondetermin
 
 double bench_case_tolerance(const bench_case *bc) { return bc->p.dtype == ATTNRES_DTYPE_F32 ? 1e-5 : 1e-2; }
 
+ardb_status bench_case_judge(const bench_case *bc, double rel_err, char *why, size_t why_len)
+{
+    const double tol = bench_case_tolerance(bc), sums_tol = 1e-5;
+    why[0] = '\0';
+    if (bc->nondeterministic) {
+        snprintf(why, why_len, "two runs on the same inputs differ in %s (relative error against the reference %.3g)",
+                 bc->difference, rel_err);
+        return ARDB_STATUS_NONDETERMINISTIC;
+    }
+    if (!(rel_err <= tol)) { /* NaN never passes */
+        snprintf(why, why_len, "relative error %.3g exceeds %.0e", rel_err, tol);
+        return ARDB_STATUS_WRONG_RESULT;
+    }
+    /* An fp32 sum of products of the inputs as stored: the storage type's
+     * rounding never enters it, so at bf16's 1e-2 a 1% error would pass. */
+    if (bc->sums_name && !(bc->sums_err <= sums_tol)) {
+        snprintf(why, why_len, "%s relative error %.3g exceeds %.0e (an fp32 sum over tokens, whatever the dtype)",
+                 bc->sums_name, bc->sums_err, sums_tol);
+        return ARDB_STATUS_WRONG_RESULT;
+    }
+    return ARDB_STATUS_OK;
+}
+
 int compare_n(bench_case *bc, const void *dev_buf, const double *ref, size_t n, int f32, double *err)
 {
     size_t es = f32 ? 4 : bc->es;
@@ -277,6 +300,8 @@ int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
     *rel_err = NAN;
     bc->nondeterministic = 0;
     bc->difference[0] = '\0';
+    bc->sums_err = 0;
+    bc->sums_name = NULL;
     if (bc->p.op == ATTNRES_OP_MIX_BACKWARD)
         return bench_backward_verify(bc, k, rel_err);
     if (bc->p.op != ATTNRES_OP_MIX)

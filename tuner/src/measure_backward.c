@@ -278,6 +278,8 @@ int bench_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
         if (den == 0 && e != 0)
             e = INFINITY;
         worst = isnan(e) || e > worst ? e : worst;
+        bc->sums_err = e;
+        bc->sums_name = "dquery";
     }
     if (rc == ATTNRES_OK && bc->p.form == ATTNRES_FORM_ADDITIVE) {
         rc = compare_n(bc, bc->v_dpartial, bc->ref_dpartial, vrow, 0, &e);
@@ -288,6 +290,10 @@ int bench_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
         /* Against the size of its terms (dalpha_scale), not its own. */
         e = fabs((double)got - bc->ref_dalpha) / (bc->dalpha_scale > 0 ? bc->dalpha_scale : 1.0);
         worst = isnan(e) || e > worst ? e : worst;
+        if (isnan(e) || e > bc->sums_err) {
+            bc->sums_err = e;
+            bc->sums_name = "dalpha (against the size of its terms)";
+        }
     }
     *rel_err = isnan(worst) ? NAN : worst;
     return rc;

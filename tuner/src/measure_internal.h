@@ -38,6 +38,11 @@ struct bench_case {
     double dalpha_scale; /* sum over tokens and elements of |dout| max_n |v_n|: bounds sum |dout mix| */
     size_t v_ws_size, t_ws_size;
     int nondeterministic;
+    /* The worst error of the gradients that are fp32 sums over tokens
+     * (dquery; dalpha against the size of its terms) and its name: held
+     * to fp32's tolerance in every dtype (bench_case_judge). */
+    double sums_err;
+    const char *sums_name;
     /* What differed between the two runs: each gradient that did, with
      * how many of its values and the first of them ("" when none). */
     char difference[256];

@@ -527,15 +527,12 @@ static void revalidate_one(revalidation *r, const ardb_stored_winner *w, size_t 
     } else {
         double rel_err = NAN;
         timing tm;
+        ardb_status verdict = ARDB_STATUS_OK;
         if (bench_case_verify(bc, &k, &rel_err) != ATTNRES_OK) {
             record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, NAN, attnres_device_errmsg(r->dev), o);
-        } else if (bench_case_nondeterministic(bc)) {
-            /* As in a tuning run: checked before the tolerance. */
-            snprintf(why, sizeof why, "two runs on the same inputs differ in %s", bench_case_difference(bc));
-            record(r, w, build_key, ARDB_STATUS_NONDETERMINISTIC, NULL, NULL, rel_err, why, o);
-        } else if (!(rel_err <= bench_case_tolerance(bc))) {
-            snprintf(why, sizeof why, "relative error %.3g exceeds %.0e", rel_err, bench_case_tolerance(bc));
-            record(r, w, build_key, ARDB_STATUS_WRONG_RESULT, NULL, NULL, rel_err, why, o);
+        } else if ((verdict = bench_case_judge(bc, rel_err, why, sizeof why)) != ARDB_STATUS_OK) {
+            /* As in a tuning run. */
+            record(r, w, build_key, verdict, NULL, NULL, rel_err, why, o);
         } else if (bench_case_time(bc, &k, &r->policy, &tm) != ATTNRES_OK) {
             record(r, w, build_key, ARDB_STATUS_LAUNCH_FAILED, NULL, NULL, rel_err, attnres_device_errmsg(r->dev), o);
         } else {
