@@ -72,18 +72,6 @@ static char *replaced(const char *src, const char *from, const char *to)
     return out;
 }
 
-/* The generated source with du's rows no longer cleared alone: a bit of
- * the workspace's old contents decides whether du[0] starts at 1 or 0.
- * The tuner poisons the workspace differently before each of its two runs
- * (0xa5, then 0x3c), so the runs differ in dquery only. */
-static char *with_stale_workspace(const char *src)
-{
-    return replaced(src, "memset(du, 0, sizeof(float) * (size_t)d);",
-                    "{ const unsigned stale = *(const unsigned char *)du;"
-                    " memset(du, 0, sizeof(float) * (size_t)d);"
-                    " if (stale & 1u) du[0] = 1.0f; }");
-}
-
 static job_result measure(bench_case *bc, const char *variant, const built *b, int isolate)
 {
     job_kernel k = {.variant = variant, .kernel_name = b->name, .params_json = b->json, .build_key = b->build_key,
@@ -98,44 +86,76 @@ static job_result measure(bench_case *bc, const char *variant, const built *b, i
     return r;
 }
 
-static void test_nondeterministic_candidate_is_recorded_as_such(void)
-{
-    static const char id[] = "mix_backward_c_f32_v1_u1_t1";
-    char msg[1024];
-    argen *g = NULL;
-    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/mix_backward", &g, msg, sizeof msg) == 0);
-    char *src = NULL, *name = NULL, *json = NULL;
-    REQUIRE(argen_emit_for(g, id, NULL, &src, &name, &json) == 0);
-    char *faulty = with_stale_workspace(src);
-    REQUIRE(faulty != NULL);
+/* A generated variant and the same with one text of its source replaced
+ * (from -> to), both compiled, and a case of dt on which the tuner only
+ * verifies them. */
+typedef struct pair {
+    argen *g;
     built good, bad;
-    memset(&good, 0, sizeof good);
-    memset(&bad, 0, sizeof bad);
-    REQUIRE(build(&good, src, name, json) == 0);
-    REQUIRE(build(&bad, faulty, strdup(name), strdup(json)) == 0);
-    CHECK(strcmp(good.build_key, bad.build_key) != 0);
+    bench_case *bc;
+} pair;
 
+static int pair_make(pair *pr, const char *id, const char *from, const char *to, attnres_dtype dt, uint64_t seed)
+{
+    char msg[1024], err[256];
+    memset(pr, 0, sizeof *pr);
+    if (argen_open(TEMPLATE_DIR, "cpu/mix_backward", &pr->g, msg, sizeof msg) != 0) {
+        fprintf(stderr, "  %s\n", msg);
+        return -1;
+    }
+    char *src = NULL, *name = NULL, *json = NULL;
+    if (argen_emit_for(pr->g, id, NULL, &src, &name, &json) != 0)
+        return -1;
+    /* NULL when the template no longer has the text this replaces. */
+    char *changed = replaced(src, from, to);
+    if (!changed || build(&pr->good, src, name, json) != 0 ||
+        build(&pr->bad, changed, strdup(name), strdup(json)) != 0)
+        return -1;
     tune_problem tp;
-    attnres_problem_init(&tp.p, ATTNRES_DTYPE_F32, 128, 3);
+    attnres_problem_init(&tp.p, dt, 128, 3);
     tp.p.op = ATTNRES_OP_MIX_BACKWARD;
     tp.t = 48;
     measure_policy pol;
     measure_policy_default(&pol, cpu);
     pol.max_reps = 0; /* verification only */
-    char err[256];
-    bench_case *bc = bench_case_create(cpu, &tp, &pol, 7, err, sizeof err);
-    REQUIRE(bc != NULL);
+    pr->bc = bench_case_create(cpu, &tp, &pol, seed, err, sizeof err);
+    if (!pr->bc)
+        fprintf(stderr, "  %s\n", err);
+    return pr->bc ? 0 : -1;
+}
 
+static void pair_free(pair *pr)
+{
+    bench_case_free(pr->bc);
+    built_free(&pr->good);
+    built_free(&pr->bad);
+    argen_close(pr->g);
+}
+
+static void test_nondeterministic_candidate_is_recorded_as_such(void)
+{
+    static const char id[] = "mix_backward_c_f32_v1_u1_t1";
+    /* du's rows no longer cleared alone: a bit of the workspace's old
+     * contents decides whether du[0] starts at 1 or 0. The tuner poisons
+     * the workspace differently before each of its two runs (0xa5, then
+     * 0x3c), so the runs differ in dquery only. */
+    pair pr;
+    REQUIRE(pair_make(&pr, id, "memset(du, 0, sizeof(float) * (size_t)d);",
+                      "{ const unsigned stale = *(const unsigned char *)du;"
+                      " memset(du, 0, sizeof(float) * (size_t)d);"
+                      " if (stale & 1u) du[0] = 1.0f; }",
+                      ATTNRES_DTYPE_F32, 7) == 0);
+    CHECK(strcmp(pr.good.build_key, pr.bad.build_key) != 0);
     for (int isolate = 0; isolate <= 1; isolate++) {
-        job_result r = measure(bc, id, &good, isolate);
+        job_result r = measure(pr.bc, id, &pr.good, isolate);
         CHECK(r.status == ARDB_STATUS_OK);
         /* In a child the case's own record of the check stays there. */
         if (!isolate)
-            CHECK(!bench_case_nondeterministic(bc) && strcmp(bench_case_difference(bc), "") == 0);
+            CHECK(!bench_case_nondeterministic(pr.bc) && strcmp(bench_case_difference(pr.bc), "") == 0);
         if (r.status != ARDB_STATUS_OK)
             fprintf(stderr, "  generated (isolate %d): %s: %s\n", isolate, ardb_status_name(r.status), r.message);
 
-        r = measure(bc, id, &bad, isolate);
+        r = measure(pr.bc, id, &pr.bad, isolate);
         printf("faulty (isolate %d): %s: %s\n", isolate, ardb_status_name(r.status), r.message);
         CHECK(r.status == ARDB_STATUS_NONDETERMINISTIC);
         CHECK(strcmp(ardb_status_name(r.status), "nondeterministic") == 0);
@@ -145,12 +165,9 @@ static void test_nondeterministic_candidate_is_recorded_as_such(void)
         CHECK(strstr(r.message, "relative error against the reference") != NULL);
         /* The second run, the one compared with the reference, is right:
          * only the determinism check tells this kernel from a good one. */
-        CHECK(r.rel_err <= bench_case_tolerance(bc));
+        CHECK(r.rel_err <= bench_case_tolerance(pr.bc));
     }
-    bench_case_free(bc);
-    built_free(&good);
-    built_free(&bad);
-    argen_close(g);
+    pair_free(&pr);
 }
 
 /* A bf16 candidate whose query gradient is 0.1% off: inside bf16's 1e-2,
@@ -159,43 +176,20 @@ static void test_nondeterministic_candidate_is_recorded_as_such(void)
 static void test_sloppy_fp32_sum_is_wrong_in_bf16(void)
 {
     static const char id[] = "mix_backward_c_bf16_v1_u1_t1";
-    char msg[1024];
-    argen *g = NULL;
-    REQUIRE(argen_open(TEMPLATE_DIR, "cpu/mix_backward", &g, msg, sizeof msg) == 0);
-    char *src = NULL, *name = NULL, *json = NULL;
-    REQUIRE(argen_emit_for(g, id, NULL, &src, &name, &json) == 0);
-    char *sloppy = replaced(src, "load_f32(du + k) + zr * x", "load_f32(du + k) + 1.001f * zr * x");
-    REQUIRE(sloppy != NULL);
-    built good, bad;
-    memset(&good, 0, sizeof good);
-    memset(&bad, 0, sizeof bad);
-    REQUIRE(build(&good, src, name, json) == 0);
-    REQUIRE(build(&bad, sloppy, strdup(name), strdup(json)) == 0);
-
-    tune_problem tp;
-    attnres_problem_init(&tp.p, ATTNRES_DTYPE_BF16, 128, 3);
-    tp.p.op = ATTNRES_OP_MIX_BACKWARD;
-    tp.t = 48;
-    measure_policy pol;
-    measure_policy_default(&pol, cpu);
-    pol.max_reps = 0; /* verification only */
-    char err[256];
-    bench_case *bc = bench_case_create(cpu, &tp, &pol, 11, err, sizeof err);
-    REQUIRE(bc != NULL);
-    job_result r = measure(bc, id, &good, 0);
+    pair pr;
+    REQUIRE(pair_make(&pr, id, "load_f32(du + k) + zr * x", "load_f32(du + k) + 1.001f * zr * x",
+                      ATTNRES_DTYPE_BF16, 11) == 0);
+    job_result r = measure(pr.bc, id, &pr.good, 0);
     CHECK(r.status == ARDB_STATUS_OK);
     if (r.status != ARDB_STATUS_OK)
         fprintf(stderr, "  generated: %s: %s\n", ardb_status_name(r.status), r.message);
-    r = measure(bc, id, &bad, 0);
+    r = measure(pr.bc, id, &pr.bad, 0);
     printf("sloppy: %s: %s\n", ardb_status_name(r.status), r.message);
     CHECK(r.status == ARDB_STATUS_WRONG_RESULT);
     CHECK(strncmp(r.message, "dquery relative error ", 22) == 0 && strstr(r.message, "exceeds 1e-05") != NULL);
     /* Only the fp32 rule tells it from a good kernel. */
-    CHECK(r.rel_err <= bench_case_tolerance(bc));
-    bench_case_free(bc);
-    built_free(&good);
-    built_free(&bad);
-    argen_close(g);
+    CHECK(r.rel_err <= bench_case_tolerance(pr.bc));
+    pair_free(&pr);
 }
 
 int main(int argc, char **argv)
