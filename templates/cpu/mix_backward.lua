@@ -9,7 +9,7 @@
 --            the score gradients dz = a * alpha * (p' - delta'), which are
 --            exactly zero for N = 1 (a = 1, and p' - 1 * p' is 0);
 --            c_n = sum_h dz q;
---   sweep 2, over the same rows, now in cache (`order`): the source gradients
+--   sweep 2, over the same rows, now in cache: the source gradients
 --            dv = a gm + scale r (dz u - v r^2 c / d), written or added
 --            into the caller's buffer (storage type, or fp32 when the
 --            runtime sets dsrc_f32), and the token's share of du,
@@ -30,23 +30,6 @@
 --   vec       fp32 lanes per vector (1 = scalar code, 8 = AVX2, 16 = AVX-512).
 --   unroll    independent accumulators per loop in sweep 1, to hide FMA
 --             latency (three reductions per row share each load).
---   order     how sweep 2 walks the token's rows: "source", one source's
---             row after another, each element loading dout, u and du and
---             storing du again (the loads of dout and u widened once per
---             source); "element", one vector of elements of every source
---             at a time, so that dout, u and du are loaded and du stored
---             once per vector for all N sources, and the token's du share
---             sums in a register. The second does a sixth of the first's
---             loads and stores per element at N = 9, but writes N rows at
---             once instead of one.
---   store     how source gradients in the storage type are written when
---             they are not accumulated: "cached", plain stores, which
---             read each fresh line into the cache first (a read the
---             kernel does not need: N T d elements more traffic); "stream",
---             non-temporal stores (lib/c_storage.lua's stream_row) that
---             skip that read where the row is aligned, with a fence before
---             the launch returns. Accumulated and fp32 gradients are
---             stored plainly either way.
 --   threads   the most worker threads the launch spreads token groups
 --             over: a launch parameter, not part of the source
 --             (lib/cpu_space.lua).
@@ -63,13 +46,11 @@ local rowops = require("lib/c_rowops")
 local T = template.new("cpu", "mix_backward", {
   { name = "vec", values = { 1, 8, 16 } },
   { name = "unroll", values = { 1, 2 } },
-  { name = "order", values = { "source", "element" } },
-  { name = "store", values = { "cached", "stream" } },
   space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
 }, {
   -- The runtime's built-in fallback: scalar code that fits every d and H,
   -- spread over all cores.
-  generic = { vec = 1, unroll = 1, order = "source", store = "cached", threads = 64 },
+  generic = { vec = 1, unroll = 1, threads = 64 },
   -- The built-in kernels per ISA level (runtime/cpu_builtin.cmake), which a
   -- plan without a database takes before the generic one. One register of
   -- lanes where the level has 8 or 16; two accumulators per reduction where
@@ -78,10 +59,10 @@ local T = template.new("cpu", "mix_backward", {
   -- take 8 lanes as two registers, once, as the forward built-ins do; their
   -- step of 8 also fits the most head widths.
   builtin = {
-    avx512 = { vec = 16, unroll = 2, order = "source", store = "cached", threads = 64 },
-    avx2 = { vec = 8, unroll = 2, order = "source", store = "cached", threads = 64 },
-    sse2 = { vec = 8, unroll = 1, order = "source", store = "cached", threads = 64 },
-    neon = { vec = 8, unroll = 1, order = "source", store = "cached", threads = 64 },
+    avx512 = { vec = 16, unroll = 2, threads = 64 },
+    avx2 = { vec = 8, unroll = 2, threads = 64 },
+    sse2 = { vec = 8, unroll = 1, threads = 64 },
+    neon = { vec = 8, unroll = 1, threads = 64 },
   },
 })
 
@@ -90,88 +71,9 @@ T.builtin.avx512bf16 = T.builtin.avx512
 
 T.constraint = space.constraint
 
--- The "source" order and "cached" stores keep the ids they had before
--- those parameters existed, so that databases tuned then still name their
--- winners.
 local function source_id(p)
-  return string.format("mix_backward_c_%s_v%d_u%d%s%s", p.dtype, p.vec, p.unroll,
-                       p.order == "element" and "_el" or "", p.store == "stream" and "_nt" or "")
+  return string.format("mix_backward_c_%s_v%d_u%d", p.dtype, p.vec, p.unroll)
 end
-
--- Sweep 2 one source's row after another.
-local SWEEP2_BY_SOURCE = [[
-        /* Sweep 2: the same rows, now in cache, one source after another. */
-        for (int i = 0; i < n; i++) {
-            const storage_t *row = (const storage_t *)a->src[i] + t * a->src_stride[i];
-            /* The gradient row in the storage type, or in fp32 (dvf) when
-             * the caller sums source gradients across sites in fp32. */
-            storage_t *dv = f32 ? NULL : (storage_t *)a->dsrc[i] + t * a->dsrc_stride[i];
-            float *dvf = f32 ? (float *)a->dsrc[i] + t * a->dsrc_stride[i] : NULL;
-            const float sr = scale * r[i], rc = r[i] * r[i] * c[i] * inv_d;
-            for (int h = 0; h < heads; h++) {
-                const float wa = w[i * heads + h] * alpha, z = dz[i * heads + h], zr = scale * z * r[i];
-                for (int64_t k = (int64_t)h * hd; k < (int64_t)(h + 1) * hd; k += ${VEC}) {
-                    const vf x = load_row(row + k);
-                    vf y = wa * load_row(go + k) + sr * (z * load_f32(a->query + k) - x * rc);
-                    if (f32) {
-                        if (acc)
-                            y += load_f32(dvf + k);
-                        store_f32(dvf + k, y);
-                    } else {
-                        if (acc)
-                            store_row(dv + k, y + load_row(dv + k));
-                        else
-                            ${store_fresh}(dv + k, y);
-                    }
-                    store_f32(du + k, load_f32(du + k) + zr * x);
-                }
-            }
-        }
-]]
-
--- Sweep 2 one vector of elements of every source at a time. Each source's
--- factors per head sit in small arrays that stay in L1.
-local SWEEP2_BY_ELEMENT = [[
-        /* Sweep 2: the same rows, now in cache, a vector of every source at
-         * a time: dout, u and du once per vector for all of them. */
-        for (int i = 0; i < n; i++) {
-            rows[i] = (const storage_t *)a->src[i] + t * a->src_stride[i];
-            const size_t es = f32 ? sizeof(float) : sizeof(storage_t);
-            dvs[i] = (char *)a->dsrc[i] + (size_t)(t * a->dsrc_stride[i]) * es;
-            sr[i] = scale * r[i];
-            rc[i] = r[i] * r[i] * c[i] * inv_d;
-        }
-        for (int h = 0; h < heads; h++) {
-            for (int i = 0; i < n; i++) {
-                wa[i] = w[i * heads + h] * alpha;
-                zu[i] = sr[i] * dz[i * heads + h];
-                zr[i] = scale * dz[i * heads + h] * r[i];
-            }
-            for (int64_t k = (int64_t)h * hd; k < (int64_t)(h + 1) * hd; k += ${VEC}) {
-                const vf gk = load_row(go + k), uk = load_f32(a->query + k);
-                vf share = load_f32(du + k);
-                for (int i = 0; i < n; i++) {
-                    const vf x = load_row(rows[i] + k);
-                    /* dv = a gm + scale r (dz u - v r^2 c / d) */
-                    vf y = wa[i] * gk + zu[i] * uk - (sr[i] * rc[i]) * x;
-                    if (f32) {
-                        float *dvf = (float *)dvs[i] + k;
-                        if (acc)
-                            y += load_f32(dvf);
-                        store_f32(dvf, y);
-                    } else {
-                        storage_t *dv = (storage_t *)dvs[i] + k;
-                        if (acc)
-                            store_row(dv, y + load_row(dv));
-                        else
-                            ${store_fresh}(dv, y);
-                    }
-                    share += zr[i] * x;
-                }
-                store_f32(du + k, share);
-            }
-        }
-]]
 
 space.entries(T, "cpu_mix_backward", source_id)
 
@@ -179,11 +81,7 @@ function T.emit(p)
   local name = space.kernel_name(source_id(p))
   local u, v = p.unroll, p.vec
   local vars = {
-    helpers = storage.helpers(p.dtype, v) .. (p.store == "stream" and storage.stream_helpers(v) or ""),
-    fence = p.store == "stream" and
-      "    /* The non-temporal stores are weakly ordered: done before the launch returns. */\n    stream_fence();\n" or "",
-    by_element_decls = p.order == "element" and
-      "    const storage_t *rows[n];\n    void *dvs[n];\n    float sr[n], rc[n], wa[n], zu[n], zr[n];\n" or "",
+    helpers = storage.helpers(p.dtype, v),
     STEP = v * u,
     VEC = v,
     zero = rowops.per_lane(u, "                vf ss%d = {0}, dq%d = {0}, dp%d = {0};"),
@@ -199,9 +97,6 @@ function T.emit(p)
     dq = rowops.sum_lanes(u, "dq"),
     dp = rowops.sum_lanes(u, "dp"),
   }
-  -- Accumulated rows were just read, so their lines are in the cache.
-  vars.store_fresh = p.store == "stream" and "stream_row" or "store_row"
-  vars.sweep2 = gen.subst(p.order == "element" and SWEEP2_BY_ELEMENT or SWEEP2_BY_SOURCE, vars)
   local src = kernel.source {
     ctype = storage.ctype[p.dtype],
     decls = vars.helpers .. "\n",
@@ -216,7 +111,7 @@ function T.emit(p)
     /* Per source and head: the dots with u (q) and with dout (pd), the
      * softmax weight (w) and the score gradient (dz); per source r and c. */
     float q[n * heads], pd[n * heads], w[n * heads], dz[n * heads], r[n], c[n];
-${by_element_decls}    for (int64_t t = t0; t < t1; t++) {
+    for (int64_t t = t0; t < t1; t++) {
         const int64_t g = t / a->group;
         float *du = a->ws_du + g * d;
         if (t == t0 || t % a->group == 0) {
@@ -273,19 +168,44 @@ ${sweep1}
         }
         if (a->ws_dalpha)
             a->ws_dalpha[g] += dalpha;
-${sweep2}        if (a->dpartial) {
+        /* Sweep 2: the same rows, now in cache. */
+        for (int i = 0; i < n; i++) {
+            const storage_t *row = (const storage_t *)a->src[i] + t * a->src_stride[i];
+            /* The gradient row in the storage type, or in fp32 (dvf) when
+             * the caller sums source gradients across sites in fp32. */
+            storage_t *dv = f32 ? NULL : (storage_t *)a->dsrc[i] + t * a->dsrc_stride[i];
+            float *dvf = f32 ? (float *)a->dsrc[i] + t * a->dsrc_stride[i] : NULL;
+            const float sr = scale * r[i], rc = r[i] * r[i] * c[i] * inv_d;
+            for (int h = 0; h < heads; h++) {
+                const float wa = w[i * heads + h] * alpha, z = dz[i * heads + h], zr = scale * z * r[i];
+                for (int64_t k = (int64_t)h * hd; k < (int64_t)(h + 1) * hd; k += ${VEC}) {
+                    const vf x = load_row(row + k);
+                    vf y = wa * load_row(go + k) + sr * (z * load_f32(a->query + k) - x * rc);
+                    if (f32) {
+                        if (acc)
+                            y += load_f32(dvf + k);
+                        store_f32(dvf + k, y);
+                    } else {
+                        if (acc)
+                            y += load_row(dv + k);
+                        store_row(dv + k, y);
+                    }
+                    store_f32(du + k, load_f32(du + k) + zr * x);
+                }
+            }
+        }
+        if (a->dpartial) {
             /* The additive form: d(partial) = dout. */
             storage_t *dp = (storage_t *)a->dpartial + t * a->dpartial_stride;
             for (int64_t k = 0; k < d; k += ${VEC}) {
-                const vf y = load_row(go + k);
+                vf y = load_row(go + k);
                 if (acc)
-                    store_row(dp + k, y + load_row(dp + k));
-                else
-                    ${store_fresh}(dp + k, y);
+                    y += load_row(dp + k);
+                store_row(dp + k, y);
             }
         }
     }
-${fence}]], vars),
+]], vars),
   }
   return src, name
 end
