@@ -174,14 +174,14 @@ static inline double rel_err_storage(attnres_dtype dt, const void *buf, int64_t 
 }
 
 /* The size of dalpha's terms (case_dalpha_terms), which its error is
- * held to. */
+ * held to; bw_case_make makes cases of at most 8 sources. */
 static inline double dalpha_scale(const bw_case *c)
 {
     const size_t td = (size_t)c->T * (size_t)c->p.d;
-    const double *rows[64];
-    for (int i = 0; i < c->p.n && i < 64; i++)
+    const double *rows[8];
+    for (int i = 0; i < c->p.n; i++)
         rows[i] = c->x_src + (size_t)i * td;
-    return case_dalpha_terms(rows, c->p.n < 64 ? c->p.n : 64, c->x_dout, (int64_t)td);
+    return case_dalpha_terms(rows, c->p.n, c->x_dout, (int64_t)td);
 }
 /* The errors of a run's gradients against the reference: the worst source
  * gradient's (which), the query's (0 only where it matches an all-zero

@@ -68,8 +68,8 @@ double bench_case_tolerance(const bench_case *bc);
 /* The verdict on the last bench_case_verify, which gave rel_err:
  * ARDB_STATUS_NONDETERMINISTIC when its two runs differed (checked first: a
  * kernel whose runs differ is unusable for training however close either
- * run is), ARDB_STATUS_WRONG_RESULT when rel_err passes the dtype's
- * tolerance or NaN, or when a gradient summed over tokens in fp32 (the mix
+ * run is), ARDB_STATUS_WRONG_RESULT when rel_err exceeds the dtype's
+ * tolerance or is NaN, or when a gradient summed over tokens in fp32 (the mix
  * backward's dquery and dalpha) misses fp32's 1e-5 whatever the storage
  * type, else ARDB_STATUS_OK. why gets the reason ("" for OK). */
 ardb_status bench_case_judge(const bench_case *bc, double rel_err, char *why, size_t why_len);
