@@ -9,14 +9,18 @@
 # into bench/phase2_kernel.c instead, next to its row-moving loop, with
 # its arguments as SHAPE: "D T THREADS NORM"; phase 1 variants
 # (phase1_c_bf16_...) into bench/phase1_kernel.c, next to its row-moving
-# loop, with "D T N S THREADS REPEATS [HEADS]"; one run takes one op.
+# loop, with "D T N S THREADS REPEATS [HEADS]"; mix backward variants
+# (mix_backward_c_...) into bench/mix_backward_kernel.c, next to its loop
+# that moves the same bytes, with "D T N THREADS REPEATS [HEADS]" (T a
+# multiple of 32 * THREADS); one run takes one op.
 #
 #   bash bench/mix_ab.sh HEAD~3 "4096 1 9 1 2000 8" mix_c_bf16_fused_v16_g4_pt_dfma_ss_t1
 #   bash bench/mix_ab.sh HEAD~1 "7168 16384 2 0" phase2_c_bf16_v16_u2_p1_ss_t2
 #   bash bench/mix_ab.sh HEAD~1 "7168 1 8 24 1 200" phase1_c_bf16_tiled_tiled_v16_u1_t1
+#   bash bench/mix_ab.sh HEAD "7168 4096 9 2 1" mix_backward_c_bf16_v8_u2_t2
 #
-# Mix variants of one dtype per run: f32 and f16 ones build the harness with
-# that element type. PARTIAL=1 or NORM=1 in the environment reach the mix
+# Mix and mix backward variants of one dtype per run: f32 and f16 ones build
+# the harness with that element type. PARTIAL=1 or NORM=1 in the environment reach the mix
 # harness (the additive form, the output norm; the read-only loop reads the
 # partial row as one more source and runs without the norm). READ_GROUP=G
 # builds the read-only loop to read the rows G at a time, as the statistics
@@ -50,16 +54,23 @@ harness=mix_kernel.c reference=read_only
 case $1 in
   phase2_*) harness=phase2_kernel.c reference=move_rows ;;
   phase1_*) harness=phase1_kernel.c reference=move_rows ;;
+  mix_backward_*) harness=mix_backward_kernel.c reference=move_rows ;;
 esac
-# The mix harness stores the variants' element type (bf16 unless named).
+# The mix and mix backward harnesses store the variants' element type (bf16
+# unless named).
 elem_of() {
-  case $1 in mix_c_f32_*) echo -DELEM_F32 ;; mix_c_f16_*) echo -DELEM_F16 ;; *) echo -DELEM_BF16 ;; esac
+  case $1 in
+    mix_c_f32_* | mix_backward_c_f32_*) echo -DELEM_F32 ;;
+    mix_c_f16_* | mix_backward_c_f16_*) echo -DELEM_F16 ;;
+    *) echo -DELEM_BF16 ;;
+  esac
 }
 elem=$(elem_of "$1")
 for id in "$@"; do
   case $id in
     phase2_*) [ $harness = phase2_kernel.c ] ;;
     phase1_*) [ $harness = phase1_kernel.c ] ;;
+    mix_backward_*) [ $harness = mix_backward_kernel.c ] && [ "$(elem_of "$id")" = "$elem" ] ;;
     *) [ $harness = mix_kernel.c ] && [ "$(elem_of "$id")" = "$elem" ] ;;
   esac || { echo "$0: $id: one run takes the variants of one op and one dtype" >&2; exit 2; }
 done
