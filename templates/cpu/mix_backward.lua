@@ -175,12 +175,14 @@ ${sweep1}
              * the caller sums source gradients across sites in fp32. */
             storage_t *dv = f32 ? NULL : (storage_t *)a->dsrc[i] + t * a->dsrc_stride[i];
             float *dvf = f32 ? (float *)a->dsrc[i] + t * a->dsrc_stride[i] : NULL;
-            const float sr = scale * r[i], rc = r[i] * r[i] * c[i] * inv_d;
+            const float sr = scale * r[i], xr = sr * r[i] * r[i] * c[i] * inv_d;
             for (int h = 0; h < heads; h++) {
+                /* dv = wa dout + zu u - xr v: three multiply-adds a vector. */
                 const float wa = w[i * heads + h] * alpha, z = dz[i * heads + h], zr = scale * z * r[i];
+                const float zu = sr * z;
                 for (int64_t k = (int64_t)h * hd; k < (int64_t)(h + 1) * hd; k += ${VEC}) {
                     const vf x = load_row(row + k);
-                    vf y = wa * load_row(go + k) + sr * (z * load_f32(a->query + k) - x * rc);
+                    vf y = wa * load_row(go + k) + zu * load_f32(a->query + k) - xr * x;
                     if (f32) {
                         if (acc)
                             y += load_f32(dvf + k);
