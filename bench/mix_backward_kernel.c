@@ -50,31 +50,23 @@
 #include KERNEL_SOURCE
 #else
 #include "kernel_abi.h"
-
-/* The widest vector the target moves: a 64-byte line is one AVX-512
- * access or two AVX2 ones. */
-#if defined(__AVX512F__)
-#define VEC_BYTES 64
-#else
-#define VEC_BYTES 32
-#endif
-typedef int32_t vec_t __attribute__((vector_size(VEC_BYTES), may_alias, aligned(1)));
+#include "row_lines.h"
 
 /* Per token: reads dout (summed, so the reads stay) and copies every
  * source row to its gradient row, a vector at a time. */
 static void move_rows(const struct attnres_cpu_mix_backward_args *a, int64_t t0, int64_t t1)
 {
     const int64_t row = a->d * ELEM_BYTES;
-    vec_t sink = {0};
+    line_t sink = {0};
     for (int64_t t = t0; t < t1; t++) {
         const char *go = (const char *)a->dout + t * a->dout_stride * ELEM_BYTES;
-        for (int64_t b = 0; b < row; b += VEC_BYTES)
-            sink += *(const vec_t *)(const void *)(go + b);
+        for (int64_t b = 0; b < row; b += sizeof(line_t))
+            sink += LINE(go + b);
         for (int i = 0; i < a->n; i++) {
             const char *x = (const char *)a->src[i] + t * a->src_stride[i] * ELEM_BYTES;
             char *y = (char *)a->dsrc[i] + t * a->dsrc_stride[i] * ELEM_BYTES;
-            for (int64_t b = 0; b < row; b += VEC_BYTES)
-                *(vec_t *)(void *)(y + b) = *(const vec_t *)(const void *)(x + b);
+            for (int64_t b = 0; b < row; b += sizeof(line_t))
+                LINE(y + b) = LINE(x + b);
         }
     }
     /* Token group t0's du row takes the sink, so nothing is optimised away. */
@@ -114,21 +106,11 @@ static void run_range(const void *args, int64_t t0, int64_t t1) { KERNEL(args, t
 
 int main(int argc, char **argv)
 {
-    if (argc != 6 && argc != 7) {
-        fprintf(stderr, "usage: %s D T N THREADS REPEATS [HEADS]\n", argv[0]);
+    kernel_shape shape;
+    if (kernel_shape_parse(argc, argv, GROUP, &shape))
         return 2;
-    }
-    const int64_t d = atoll(argv[1]), T = atoll(argv[2]);
-    const int n = atoi(argv[3]), threads = atoi(argv[4]), repeats = atoi(argv[5]);
-    const int heads = argc == 7 ? atoi(argv[6]) : 1;
-    if (d <= 0 || d % 64 || n < 1 || n > 64 || threads < 1 || threads > 64 || repeats < 1 || heads < 1 ||
-        d % (64 * (int64_t)heads) || T <= 0 || T % (GROUP * (int64_t)threads)) {
-        fprintf(stderr,
-                "%s: D must be a positive multiple of 64 * HEADS, N 1..64, THREADS 1..64, "
-                "T a positive multiple of %d * THREADS\n",
-                argv[0], GROUP);
-        return 2;
-    }
+    const int64_t d = shape.d, T = shape.T;
+    const int n = shape.n, threads = shape.threads, repeats = shape.repeats, heads = shape.heads;
     const void *src[64];
     void *dsrc[64];
     int64_t stride[64];

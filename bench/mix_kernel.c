@@ -126,18 +126,11 @@ static void run_range(const void *args, int64_t t0, int64_t t1) { KERNEL(args, t
 
 int main(int argc, char **argv)
 {
-    if (argc != 6 && argc != 7) {
-        fprintf(stderr, "usage: %s D T N THREADS REPEATS [HEADS]\n", argv[0]);
+    kernel_shape shape;
+    if (kernel_shape_parse(argc, argv, 1, &shape))
         return 2;
-    }
-    const int64_t d = atoll(argv[1]), T = atoll(argv[2]);
-    const int n = atoi(argv[3]), threads = atoi(argv[4]), repeats = atoi(argv[5]);
-    const int heads = argc == 7 ? atoi(argv[6]) : 1;
-    if (d <= 0 || d % 64 || T <= 0 || n < 1 || n > 64 || threads < 1 || threads > 64 || repeats < 1 ||
-        heads < 1 || d % (64 * (int64_t)heads)) {
-        fprintf(stderr, "%s: D must be a positive multiple of 64 * HEADS, N 1..64, THREADS 1..64\n", argv[0]);
-        return 2;
-    }
+    const int64_t d = shape.d, T = shape.T;
+    const int n = shape.n, threads = shape.threads, repeats = shape.repeats, heads = shape.heads;
     const char *offset_env = getenv("SOURCE_OFFSET");
     const long offset = offset_env ? atol(offset_env) : 0;
     if (offset < 0 || offset % 64 || offset > 4096) {

@@ -1,7 +1,8 @@
 /*
  * row_lines.h - the vector of bf16 words that the row-moving loops of
- * bench/phase1_kernel.c and bench/phase2_kernel.c (their builds without a
- * kernel) read and write a row in.
+ * bench/phase1_kernel.c, bench/phase2_kernel.c and
+ * bench/mix_backward_kernel.c (their builds without a kernel) read and
+ * write a row in.
  */
 #ifndef ATTNRES_BENCH_ROW_LINES_H
 #define ATTNRES_BENCH_ROW_LINES_H
