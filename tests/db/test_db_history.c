@@ -653,10 +653,9 @@ static void test_final_round_from_v6_and_v7_files(void)
         /* Read-write: migrated in place, with a backup. "finalist" starts
          * with "final" as the tuner's old test read it: marked, as then. */
         snprintf(bak, sizeof bak, "%s.v%d.bak", path, version);
-        db = open_db(path, 0);
+        db = open_migrated(path, bak, version);
         CHECK(db != NULL);
         ardb_close(db);
-        CHECK(migrated_with_backup(path, bak, version));
         CHECK(final_flags(path) == 100011);
         CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('measurements') WHERE name = 'final_round' "
                             "AND \"notnull\" = 1 AND dflt_value = '0'") == 1);
@@ -1003,10 +1002,9 @@ static void test_v8_file_has_no_provisional_winner(void)
     CHECK(raw_int(path, "PRAGMA user_version") == 8);
 
     snprintf(bak, sizeof bak, "%s.v8.bak", path);
-    db = open_db(path, 0);
+    db = open_migrated(path, bak, 8);
     CHECK(db != NULL);
     ardb_close(db);
-    CHECK(migrated_with_backup(path, bak, 8));
     CHECK(raw_int(path, "SELECT count(*) FROM pragma_table_info('winners') WHERE name = 'provisional'"
                         " AND \"notnull\" = 1 AND dflt_value = '0'") == 1);
     CHECK(raw_int(path, "SELECT count(*) FROM winners WHERE provisional = 0 AND disturbance IS NULL") == 2);
@@ -1260,10 +1258,9 @@ static void test_v10_file_renamed_to_ceiling_fraction(void)
     CHECK(raw_int(merged, "SELECT count(*) FROM measurements WHERE ceiling_fraction = 0.5") == 1);
 
     snprintf(bak, sizeof bak, "%s.v10.bak", path);
-    db = open_db(path, 0);
-    REQUIRE(db != NULL);
+    db = open_migrated(path, bak, 10);
+    CHECK(db != NULL);
     ardb_close(db);
-    CHECK(migrated_with_backup(path, bak, 10));
     /* The backup keeps the older name, the file holds the new one with every value. */
     static const char renamed[] = "SELECT count(*) FROM pragma_table_info('measurements') WHERE name = 'ceiling_fraction'";
     CHECK(raw_int(bak, renamed) == 0 && raw_int(path, renamed) == 1);
