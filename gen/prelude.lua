@@ -267,11 +267,16 @@ end
 -- The id and loop step of the template's built-in kernel for one ISA level
 -- ("avx512", "avx2", "sse2", "neon") and dtype: the variant T.builtin names
 -- for that level, compiled into the runtime with that level's compiler
--- flags. nil when the template has none for the level.
+-- flags. A level's entry may hold a table under a dtype's name, whose
+-- parameters replace the level's for that dtype. nil when the template
+-- has none for the level.
 function prelude.builtin(T, file, dtype, level)
   if type(T.builtin) ~= "table" or type(T.builtin[level]) ~= "table" then return nil end
   local want = {}
-  for k, v in pairs(T.builtin[level]) do want[k] = v end
+  for k, v in pairs(T.builtin[level]) do
+    if type(v) ~= "table" then want[k] = v end
+  end
+  for k, v in pairs(T.builtin[level][dtype] or {}) do want[k] = v end
   want.dtype = dtype
   for _, p in ipairs(prelude.enumerate(T)) do
     local same = true

@@ -486,7 +486,7 @@ static int64_t cpu_stack_bytes(const attnres_problem *p)
     if (p->op == ATTNRES_OP_PHASE1)
         return 4 * (n * p->s * h + 4 * h + d) + 16 * n;
     if (p->op == ATTNRES_OP_MIX_BACKWARD)
-        return 16 * n * h + 8 * n + 256;
+        return 8 * d + 16 * n * h + 8 * n + 256;
     return 16 * d + 8 * n * h + 16 * h + 192 * n;
 }
 

@@ -30,6 +30,16 @@
 --   vec       fp32 lanes per vector (1 = scalar code, 8 = AVX2, 16 = AVX-512).
 --   unroll    independent accumulators per loop in sweep 1, to hide FMA
 --             latency (three reductions per row share each load).
+--   layout    "rows": each vector holds consecutive elements of a row.
+--             "pairs" (bf16 rows in vectors): a step widens 2 * vec
+--             elements into their even and odd elements with two integer
+--             operations, and narrows them back with one store
+--             (lib/c_storage.lua's pair helpers), where widening and
+--             narrowing by rows take shuffles: sweep 2's loop is about 40
+--             instructions a 16 elements instead of 60 (AVX2). The query
+--             and the group's du are then kept in pair order on the stack
+--             (8 d bytes), du going to the workspace in row order at the
+--             group's end. Each of the unroll steps is a pair.
 --   threads   the most worker threads the launch spreads token groups
 --             over: a launch parameter, not part of the source
 --             (lib/cpu_space.lua).
@@ -46,11 +56,12 @@ local rowops = require("lib/c_rowops")
 local T = template.new("cpu", "mix_backward", {
   { name = "vec", values = { 1, 8, 16 } },
   { name = "unroll", values = { 1, 2 } },
+  { name = "layout", values = { "rows", "pairs" } },
   space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
 }, {
   -- The runtime's built-in fallback: scalar code that fits every d and H,
   -- spread over all cores.
-  generic = { vec = 1, unroll = 1, threads = 64 },
+  generic = { vec = 1, unroll = 1, layout = "rows", threads = 64 },
   -- The built-in kernels per ISA level (runtime/cpu_builtin.cmake), which a
   -- plan without a database takes before the generic one. One register of
   -- lanes where the level has 8 or 16; two accumulators per reduction where
@@ -59,43 +70,138 @@ local T = template.new("cpu", "mix_backward", {
   -- take 8 lanes as two registers, once, as the forward built-ins do; their
   -- step of 8 also fits the most head widths.
   builtin = {
-    avx512 = { vec = 16, unroll = 2, threads = 64 },
-    avx2 = { vec = 8, unroll = 2, threads = 64 },
-    sse2 = { vec = 8, unroll = 1, threads = 64 },
-    neon = { vec = 8, unroll = 1, threads = 64 },
+    avx512 = { vec = 16, unroll = 2, layout = "rows", threads = 64 },
+    -- AVX2's bf16: pairs, of the same step of 16 as two vectors of rows,
+    -- which they beat on a Zen 3 guest (bench/results/backward-pairs-2026-12-06.md).
+    avx2 = { vec = 8, unroll = 2, layout = "rows", threads = 64,
+             bf16 = { unroll = 1, layout = "pairs" } },
+    sse2 = { vec = 8, unroll = 1, layout = "rows", threads = 64 },
+    neon = { vec = 8, unroll = 1, layout = "rows", threads = 64 },
   },
 })
 
 -- AVX512-BF16 CPUs: the AVX-512 variant, compiled with it (see cpu/mix_fused.lua).
 T.builtin.avx512bf16 = T.builtin.avx512
 
-T.constraint = space.constraint
+-- The pair layout pays only where widening and narrowing cost shuffles,
+-- that is for bf16 rows in vectors.
+function T.constraint(p)
+  return space.constraint(p) and (p.layout == "rows" or (p.dtype == "bf16" and p.vec > 1))
+end
+
+-- One step of sweep 1 covers unroll vectors, or unroll pairs of them.
+function T.step(p)
+  return p.vec * p.unroll * (p.layout == "pairs" and 2 or 1)
+end
 
 local function source_id(p)
-  return string.format("mix_backward_c_%s_v%d_u%d", p.dtype, p.vec, p.unroll)
+  return string.format("mix_backward_c_%s_v%d_u%d%s", p.dtype, p.vec, p.unroll,
+                       p.layout == "pairs" and "_pr" or "")
 end
 
 space.entries(T, "cpu_mix_backward", source_id)
 
-function T.emit(p)
-  local name = space.kernel_name(source_id(p))
-  local u, v = p.unroll, p.vec
-  local vars = {
-    helpers = storage.helpers(p.dtype, v),
-    STEP = v * u,
-    VEC = v,
-    zero = rowops.per_lane(u, "                vf ss%d = {0}, dq%d = {0}, dp%d = {0};"),
-    sweep1 = gen.each(u, function(i)
-      local j, off = i - 1, (i - 1) * v
-      return gen.subst([[
+-- Sweep 1's step in the row layout: unroll vectors, three reductions
+-- sharing each load.
+local function sweep1_rows(p)
+  return gen.each(p.unroll, function(i)
+    return gen.subst([[
                     const vf x${J} = load_row(row + k + ${OFF});
                     ss${J} += x${J} * x${J};
-                    dq${J} += x${J} * load_f32(a->query + k + ${OFF});
-                    dp${J} += x${J} * load_row(go + k + ${OFF});]], { J = j, OFF = off })
-    end, "\n"),
-    ss = rowops.sum_lanes(u, "ss"),
-    dq = rowops.sum_lanes(u, "dq"),
-    dp = rowops.sum_lanes(u, "dp"),
+                    dq${J} += x${J} * load_f32(query + k + ${OFF});
+                    dp${J} += x${J} * load_row(go + k + ${OFF});]], { J = i - 1, OFF = (i - 1) * p.vec })
+  end, "\n")
+end
+
+-- Sweep 1's step in the pair layout: unroll pairs, each half its own
+-- accumulator, against the pair-ordered query.
+local function sweep1_pairs(p)
+  return gen.each(p.unroll, function(i)
+    local j, off = i - 1, (i - 1) * 2 * p.vec
+    return gen.subst([[
+                    vf xl${J}, xh${J}, gl${J}, gh${J};
+                    load_pair(row + k + ${OFF}, &xl${J}, &xh${J});
+                    load_pair(go + k + ${OFF}, &gl${J}, &gh${J});
+                    ss${L} += xl${J} * xl${J};
+                    ss${H} += xh${J} * xh${J};
+                    dq${L} += xl${J} * load_f32(query + k + ${OFF});
+                    dq${H} += xh${J} * load_f32(query + k + ${OFF} + ${VEC});
+                    dp${L} += xl${J} * gl${J};
+                    dp${H} += xh${J} * gh${J};]],
+      { J = j, L = 2 * j, H = 2 * j + 1, OFF = off, VEC = p.vec })
+  end, "\n")
+end
+
+-- Where sweep 2 writes a source gradient y, one of four loops (fp32 or
+-- storage rows, written or added) chosen once per row, not per vector.
+local gradient_stores = {
+  { cond = "f32 && acc", rows = "store_f32(dvf + k, y + load_f32(dvf + k));",
+    pairs = "vf al, ah;\n${I}load_pair_f32(dvf + k, &al, &ah);\n${I}store_pair_f32(dvf + k, yl + al, yh + ah);" },
+  { cond = "f32", rows = "store_f32(dvf + k, y);", pairs = "store_pair_f32(dvf + k, yl, yh);" },
+  { cond = "acc", rows = "store_row(dv + k, y + load_row(dv + k));",
+    pairs = "vf al, ah;\n${I}load_pair(dv + k, &al, &ah);\n${I}store_pair(dv + k, yl + al, yh + ah);" },
+  { cond = nil, rows = "store_row(dv + k, y);", pairs = "store_pair(dv + k, yl, yh);" },
+}
+
+-- Sweep 2 over one head of one source: the gradient row and the token's
+-- share of du (dv = wa dout + zu u - xr v: three multiply-adds a vector).
+local function sweep2(p)
+  local I = "                    "
+  local loops = {}
+  for n, s in ipairs(gradient_stores) do
+    local body
+    if p.layout == "pairs" then
+      body = gen.subst([[
+                for (int64_t k = k0; k < k1; k += ${STEP}) {
+                    vf xl, xh, gl, gh;
+                    load_pair(row + k, &xl, &xh);
+                    load_pair(go + k, &gl, &gh);
+                    const vf yl = wa * gl + zu * load_f32(query + k) - xr * xl;
+                    const vf yh = wa * gh + zu * load_f32(query + k + ${VEC}) - xr * xh;
+${I}${STORE}
+                    store_f32(du + k, load_f32(du + k) + zr * xl);
+                    store_f32(du + k + ${VEC}, load_f32(du + k + ${VEC}) + zr * xh);
+                }]], { STEP = 2 * p.vec, VEC = p.vec, I = I, STORE = gen.subst(s.pairs, { I = I }) })
+    else
+      body = gen.subst([[
+                for (int64_t k = k0; k < k1; k += ${VEC}) {
+                    const vf x = load_row(row + k);
+                    const vf y = wa * load_row(go + k) + zu * load_f32(query + k) - xr * x;
+${I}${STORE}
+                    store_f32(du + k, load_f32(du + k) + zr * x);
+                }]], { VEC = p.vec, I = I, STORE = s.rows })
+    end
+    local head = s.cond and string.format("%sif (%s)", n == 1 and "" or "else ", s.cond) or "else"
+    loops[#loops + 1] = "                " .. head .. "\n" .. body
+  end
+  return table.concat(loops, "\n")
+end
+
+function T.emit(p)
+  local name = space.kernel_name(source_id(p))
+  local pairs_ = p.layout == "pairs"
+  -- Accumulators per reduction: one per vector of a step.
+  local acc = pairs_ and 2 * p.unroll or p.unroll
+  local vars = {
+    helpers = storage.helpers(p.dtype, p.vec) .. (pairs_ and storage.pair_helpers(p.dtype, p.vec) or ""),
+    STEP = T.step(p),
+    zero = rowops.per_lane(acc, "                vf ss%d = {0}, dq%d = {0}, dp%d = {0};"),
+    sweep1 = pairs_ and sweep1_pairs(p) or sweep1_rows(p),
+    sweep2 = sweep2(p),
+    ss = rowops.sum_lanes(acc, "ss"),
+    dq = rowops.sum_lanes(acc, "dq"),
+    dp = rowops.sum_lanes(acc, "dp"),
+    VEC = p.vec,
+    -- The pair layout reads the query in pair order and sums the group's
+    -- du in it, on the stack, in row order into the workspace at the
+    -- group's end.
+    query = pairs_ and "float query[d], dup[d];\n    pair_order(a->query, query, d);"
+        or "const float *query = a->query;",
+    du_row = pairs_ and "float *const du = dup;" or "float *const du = ws;",
+    du_flush = pairs_ and [[
+        if (t + 1 == t1 || (t + 1) % a->group == 0)
+            pair_unorder(dup, ws, d);
+]] or "",
   }
   local src = kernel.source {
     ctype = storage.ctype[p.dtype],
@@ -111,9 +217,11 @@ function T.emit(p)
     /* Per source and head: the dots with u (q) and with dout (pd), the
      * softmax weight (w) and the score gradient (dz); per source r and c. */
     float q[n * heads], pd[n * heads], w[n * heads], dz[n * heads], r[n], c[n];
+    ${query}
     for (int64_t t = t0; t < t1; t++) {
         const int64_t g = t / a->group;
-        float *du = a->ws_du + g * d;
+        float *const ws = a->ws_du + g * d;
+        ${du_row}
         if (t == t0 || t % a->group == 0) {
             /* The group's first token: its rows start from zero. */
             memset(du, 0, sizeof(float) * (size_t)d);
@@ -177,26 +285,13 @@ ${sweep1}
             float *dvf = f32 ? (float *)a->dsrc[i] + t * a->dsrc_stride[i] : NULL;
             const float sr = scale * r[i], xr = sr * r[i] * r[i] * c[i] * inv_d;
             for (int h = 0; h < heads; h++) {
-                /* dv = wa dout + zu u - xr v: three multiply-adds a vector. */
-                const float wa = w[i * heads + h] * alpha, z = dz[i * heads + h], zr = scale * z * r[i];
-                const float zu = sr * z;
-                for (int64_t k = (int64_t)h * hd; k < (int64_t)(h + 1) * hd; k += ${VEC}) {
-                    const vf x = load_row(row + k);
-                    vf y = wa * load_row(go + k) + zu * load_f32(a->query + k) - xr * x;
-                    if (f32) {
-                        if (acc)
-                            y += load_f32(dvf + k);
-                        store_f32(dvf + k, y);
-                    } else {
-                        if (acc)
-                            y += load_row(dv + k);
-                        store_row(dv + k, y);
-                    }
-                    store_f32(du + k, load_f32(du + k) + zr * x);
-                }
+                const float wa = w[i * heads + h] * alpha, z = dz[i * heads + h];
+                const float zr = scale * z * r[i], zu = sr * z;
+                const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
+${sweep2}
             }
         }
-        if (a->dpartial) {
+${du_flush}        if (a->dpartial) {
             /* The additive form: d(partial) = dout. */
             storage_t *dp = (storage_t *)a->dpartial + t * a->dpartial_stride;
             for (int64_t k = 0; k < d; k += ${VEC}) {

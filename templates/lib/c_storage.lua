@@ -26,11 +26,14 @@ local function hsum(vec)
     half = half // 2
   end
   return gen.subst([[
-/* Lane permutations: GCC's builtin takes a mask vector, Clang's the indices. */
+/* Lane permutations: GCC's builtin takes a mask vector, Clang's the indices.
+ * SHUFFLE2's index i < ${VEC} picks x's lane i, else y's lane i - ${VEC}. */
 #if defined(__clang__)
 #define SHUFFLE(x, ...) __builtin_shufflevector(x, x, __VA_ARGS__)
+#define SHUFFLE2(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
 #else
 #define SHUFFLE(x, ...) __builtin_shuffle(x, (vi){__VA_ARGS__})
+#define SHUFFLE2(x, y, ...) __builtin_shuffle(x, y, (vi){__VA_ARGS__})
 #endif
 
 /* The sum of the lanes, as a tree: log2(${VEC}) adds deep, not ${VEC}. */
@@ -218,6 +221,17 @@ end
 --     2 * vec elements, with no shuffles.
 function M.pair_helpers(dtype, vec)
   local v = { VEC = vec, FAST_STORE = "", END = "" }
+  -- The shuffle indices (of two vectors, the second's lanes from vec on)
+  -- that split fp32 rows into even and odd elements and interleave them
+  -- back: the first half of the row, then the second.
+  local even, odd, first, second = {}, {}, {}, {}
+  for j = 0, vec - 1 do
+    even[#even + 1], odd[#odd + 1] = tostring(2 * j), tostring(2 * j + 1)
+    local half = j // 2 + (j % 2) * vec
+    first[#first + 1], second[#second + 1] = tostring(half), tostring(half + vec // 2)
+  end
+  v.EVEN, v.ODD = table.concat(even, ", "), table.concat(odd, ", ")
+  v.FIRST, v.SECOND = table.concat(first, ", "), table.concat(second, ", ")
   -- AVX512-BF16 rounds both vectors in one instruction (lo into the low
   -- half of the result, hi into the high half) and AVX512-BW's word
   -- permutation interleaves them: two instructions, where rounding each
@@ -282,6 +296,31 @@ static void pair_order(const float *x, float *xp, int64_t d)
             xp[b + ${VEC} + j] = x[b + 2 * j + 1];
         }
 }
+
+/* The inverse of pair_order: xp in pair order back to row order in x. */
+static void pair_unorder(const float *xp, float *x, int64_t d)
+{
+    for (int64_t b = 0; b < d; b += 2 * ${VEC})
+        for (int j = 0; j < ${VEC}; j++) {
+            x[b + 2 * j] = xp[b + j];
+            x[b + 2 * j + 1] = xp[b + ${VEC} + j];
+        }
+}
+
+/* 2 * ${VEC} elements of an fp32 row (in row order) as a pair: the even
+ * elements (lo) and the odd ones (hi), and back. */
+static inline void load_pair_f32(const float *p, vf *lo, vf *hi)
+{
+    const vf x = load_f32(p), y = load_f32(p + ${VEC});
+    *lo = SHUFFLE2(x, y, ${EVEN});
+    *hi = SHUFFLE2(x, y, ${ODD});
+}
+
+static inline void store_pair_f32(float *p, vf lo, vf hi)
+{
+    store_f32(p, SHUFFLE2(lo, hi, ${FIRST}));
+    store_f32(p + ${VEC}, SHUFFLE2(lo, hi, ${SECOND}));
+}
 ]], v)
   end
   return gen.subst([[
@@ -303,6 +342,23 @@ static inline void store_pair(storage_t *p, vf lo, vf hi)
 static void pair_order(const float *x, float *xp, int64_t d)
 {
     memcpy(xp, x, (size_t)d * sizeof *xp);
+}
+
+static void pair_unorder(const float *xp, float *x, int64_t d)
+{
+    memcpy(x, xp, (size_t)d * sizeof *x);
+}
+
+static inline void load_pair_f32(const float *p, vf *lo, vf *hi)
+{
+    *lo = load_f32(p);
+    *hi = load_f32(p + ${VEC});
+}
+
+static inline void store_pair_f32(float *p, vf lo, vf hi)
+{
+    store_f32(p, lo);
+    store_f32(p + ${VEC}, hi);
 }
 ]], v)
 end
@@ -436,14 +492,6 @@ function M.lane_sums(vec)
     block, m = block // 2, m // 2
   end
   return gen.subst([[
-/* Two-source lane permutations: index i < ${VEC} picks a's lane i, else b's
- * lane i - ${VEC}. */
-#if defined(__clang__)
-#define SHUFFLE2(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-#define SHUFFLE2(a, b, ...) __builtin_shuffle(a, b, (vi){__VA_ARGS__})
-#endif
-
 /* The ${VEC} vectors at v summed lane-wise into one: lane i holds the sum of
  * v[i]'s lanes. */
 static inline vf transpose_sum(const vf *v)

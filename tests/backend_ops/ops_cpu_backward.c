@@ -285,11 +285,9 @@ static attnres_dtype dtype_of(const char *id)
     return strstr(id, "_bf16_") ? ATTNRES_DTYPE_BF16 : strstr(id, "_f16_") ? ATTNRES_DTYPE_F16 : ATTNRES_DTYPE_F32;
 }
 
-/* One variant at one and at two threads (the same source but for the
- * count): bit-identical gradients, written in bf16 and fp32. */
-static void variant_threads(argen *g)
+/* One variant at one and at two threads, ids[0] and ids[1]. */
+static void variant_threads_of(argen *g, const char *const ids[2])
 {
-    static const char *const ids[2] = {"mix_backward_c_bf16_v8_u2_t1", "mix_backward_c_bf16_v8_u2_t2"};
     for (unsigned flags = 0; flags <= ATTNRES_GRAD_DSOURCES_F32; flags += ATTNRES_GRAD_DSOURCES_F32) {
         bo_case c = {.backend = "cpu", .op = "mix_backward", .variant = ids[1], .dtype = ATTNRES_DTYPE_BF16,
                      .additive = 1, .heads = 2};
@@ -319,6 +317,19 @@ static void variant_threads(argen *g)
         result_free(&first);
         bo_report(&c, &v);
     }
+}
+
+/* A variant at one and at two threads (the same source but for the
+ * count), in each layout: bit-identical gradients, written in bf16 and
+ * fp32. */
+static void variant_threads(argen *g)
+{
+    static const char *const layouts[][2] = {
+        {"mix_backward_c_bf16_v8_u2_t1", "mix_backward_c_bf16_v8_u2_t2"},
+        {"mix_backward_c_bf16_v8_u1_pr_t1", "mix_backward_c_bf16_v8_u1_pr_t2"},
+    };
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
+        variant_threads_of(g, layouts[l]);
 }
 
 /* Which variants run: those at two threads that apply to the cases' shape. */

@@ -55,20 +55,26 @@ static void built_free(built *b)
     free(b->blob);
 }
 
-/* src with its one occurrence of from replaced by to; NULL when src has no
+/* src with every occurrence of from replaced by to; NULL when src has no
  * such text (the template changed) or out of memory. */
 static char *replaced(const char *src, const char *from, const char *to)
 {
-    const char *at = strstr(src, from);
-    if (!at)
+    const size_t skip = strlen(from), add = strlen(to);
+    size_t count = 0;
+    for (const char *at = strstr(src, from); at; at = strstr(at + skip, from))
+        count++;
+    if (count == 0)
         return NULL;
-    const size_t head = (size_t)(at - src), skip = strlen(from), add = strlen(to), rest = strlen(at + skip);
-    char *out = malloc(head + add + rest + 1);
+    char *out = malloc(strlen(src) - count * skip + count * add + 1), *o = out;
     if (!out)
         return NULL;
-    memcpy(out, src, head);
-    memcpy(out + head, to, add);
-    memcpy(out + head + add, at + skip, rest + 1);
+    for (const char *at; (at = strstr(src, from)) != NULL; src = at + skip) {
+        memcpy(o, src, (size_t)(at - src));
+        o += at - src;
+        memcpy(o, to, add);
+        o += add;
+    }
+    strcpy(o, src);
     return out;
 }
 
@@ -86,8 +92,8 @@ static job_result measure(bench_case *bc, const char *variant, const built *b, i
     return r;
 }
 
-/* A generated variant and the same with one text of its source replaced
- * (from -> to), both compiled, and a case of dt on which the tuner only
+/* A generated variant and the same with a text of its source replaced
+ * (from -> to, wherever it stands), both compiled, and a case of dt on which the tuner only
  * verifies them. */
 typedef struct pair {
     argen *g;
