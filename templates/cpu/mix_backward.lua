@@ -39,7 +39,11 @@
 --             instructions a 16 elements instead of 60 (AVX2). The query
 --             and the group's du are then kept in pair order on the stack
 --             (8 d bytes), du going to the workspace in row order at the
---             group's end. Each of the unroll steps is a pair.
+--             group's end. Each of the unroll steps is a pair. Sweep 2
+--             also prefetches the next token's rows (into L2) at the
+--             offsets it works on, so that the next sweep 1 reads them
+--             from cache while this token's arithmetic runs: 17.8 to 19.4
+--             GB/s at K3's shape (bench/results/backward-pairs-2026-12-06.md).
 --   threads   the most worker threads the launch spreads token groups
 --             over: a launch parameter, not part of the source
 --             (lib/cpu_space.lua).
@@ -154,6 +158,7 @@ local function sweep2(p)
       body = gen.subst([[
                 for (int64_t k = k0; k < k1; k += ${STEP}) {
                     vf xl, xh, gl, gh;
+                    __builtin_prefetch(next + k, 0, 2);
                     load_pair(row + k, &xl, &xh);
                     load_pair(go + k, &gl, &gh);
                     const vf yl = wa * gl + zu * load_f32(query + k) - xr * xl;
@@ -197,6 +202,10 @@ function T.emit(p)
     -- group's end.
     query = pairs_ and "float query[d], dup[d];\n    pair_order(a->query, query, d);"
         or "const float *query = a->query;",
+    next_row = pairs_ and [[
+            /* The next token's row, which sweep 2 prefetches. */
+            const storage_t *next = t + 1 < t1 ? row + a->src_stride[i] : row;
+]] or "",
     du_row = pairs_ and "float *const du = dup;" or "float *const du = ws;",
     du_flush = pairs_ and [[
         if (t + 1 == t1 || (t + 1) % a->group == 0)
@@ -284,7 +293,7 @@ ${sweep1}
             storage_t *dv = f32 ? NULL : (storage_t *)a->dsrc[i] + t * a->dsrc_stride[i];
             float *dvf = f32 ? (float *)a->dsrc[i] + t * a->dsrc_stride[i] : NULL;
             const float sr = scale * r[i], xr = sr * r[i] * r[i] * c[i] * inv_d;
-            for (int h = 0; h < heads; h++) {
+${next_row}            for (int h = 0; h < heads; h++) {
                 const float wa = w[i * heads + h] * alpha, z = dz[i * heads + h];
                 const float zr = scale * z * r[i], zu = sr * z;
                 const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
