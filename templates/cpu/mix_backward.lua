@@ -44,6 +44,10 @@
 --             offsets it works on, so that the next sweep 1 reads them
 --             from cache while this token's arithmetic runs: 17.8 to 19.4
 --             GB/s at K3's shape (bench/results/backward-pairs-2026-12-06.md).
+--   store     "stream" (pairs only): fresh gradients in the storage type
+--             go past the caches (lib/c_storage.lua's stream_pair), which
+--             saves reading each line before writing it; "cached": plain
+--             stores, for gradients that the caller reads again soon.
 --   threads   the most worker threads the launch spreads token groups
 --             over: a launch parameter, not part of the source
 --             (lib/cpu_space.lua).
@@ -61,11 +65,12 @@ local T = template.new("cpu", "mix_backward", {
   { name = "vec", values = { 1, 8, 16 } },
   { name = "unroll", values = { 1, 2 } },
   { name = "layout", values = { "rows", "pairs" } },
+  { name = "store", values = { "cached", "stream" } },
   space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
 }, {
   -- The runtime's built-in fallback: scalar code that fits every d and H,
   -- spread over all cores.
-  generic = { vec = 1, unroll = 1, layout = "rows", threads = 64 },
+  generic = { vec = 1, unroll = 1, layout = "rows", store = "cached", threads = 64 },
   -- The built-in kernels per ISA level (runtime/cpu_builtin.cmake), which a
   -- plan without a database takes before the generic one. One register of
   -- lanes where the level has 8 or 16; two accumulators per reduction where
@@ -74,13 +79,13 @@ local T = template.new("cpu", "mix_backward", {
   -- take 8 lanes as two registers, once, as the forward built-ins do; their
   -- step of 8 also fits the most head widths.
   builtin = {
-    avx512 = { vec = 16, unroll = 2, layout = "rows", threads = 64 },
+    avx512 = { vec = 16, unroll = 2, layout = "rows", store = "cached", threads = 64 },
     -- AVX2's bf16: pairs, of the same step of 16 as two vectors of rows,
     -- which they beat on a Zen 3 guest (bench/results/backward-pairs-2026-12-06.md).
-    avx2 = { vec = 8, unroll = 2, layout = "rows", threads = 64,
+    avx2 = { vec = 8, unroll = 2, layout = "rows", store = "cached", threads = 64,
              bf16 = { unroll = 1, layout = "pairs" } },
-    sse2 = { vec = 8, unroll = 1, layout = "rows", threads = 64 },
-    neon = { vec = 8, unroll = 1, layout = "rows", threads = 64 },
+    sse2 = { vec = 8, unroll = 1, layout = "rows", store = "cached", threads = 64 },
+    neon = { vec = 8, unroll = 1, layout = "rows", store = "cached", threads = 64 },
   },
 })
 
@@ -91,6 +96,7 @@ T.builtin.avx512bf16 = T.builtin.avx512
 -- that is for bf16 rows in vectors.
 function T.constraint(p)
   return space.constraint(p) and (p.layout == "rows" or (p.dtype == "bf16" and p.vec > 1))
+      and (p.store == "cached" or p.layout == "pairs")
 end
 
 -- One step of sweep 1 covers unroll vectors, or unroll pairs of them.
@@ -99,8 +105,8 @@ function T.step(p)
 end
 
 local function source_id(p)
-  return string.format("mix_backward_c_%s_v%d_u%d%s", p.dtype, p.vec, p.unroll,
-                       p.layout == "pairs" and "_pr" or "")
+  return string.format("mix_backward_c_%s_v%d_u%d%s%s", p.dtype, p.vec, p.unroll,
+                       p.layout == "pairs" and "_pr" or "", p.store == "stream" and "_ss" or "")
 end
 
 space.entries(T, "cpu_mix_backward", source_id)
@@ -144,7 +150,7 @@ local gradient_stores = {
   { cond = "f32", rows = "store_f32(dvf + k, y);", pairs = "store_pair_f32(dvf + k, yl, yh);" },
   { cond = "acc", rows = "store_row(dv + k, y + load_row(dv + k));",
     pairs = "vf al, ah;\n${I}load_pair(dv + k, &al, &ah);\n${I}store_pair(dv + k, yl + al, yh + ah);" },
-  { cond = nil, rows = "store_row(dv + k, y);", pairs = "store_pair(dv + k, yl, yh);" },
+  { cond = nil, rows = "store_row(dv + k, y);", pairs = "${STORE_PAIR}(dv + k, yl, yh);" },
 }
 
 -- Sweep 2 over one head of one source: the gradient row and the token's
@@ -166,7 +172,8 @@ local function sweep2(p)
 ${I}${STORE}
                     store_f32(du + k, load_f32(du + k) + zr * xl);
                     store_f32(du + k + ${VEC}, load_f32(du + k + ${VEC}) + zr * xh);
-                }]], { STEP = 2 * p.vec, VEC = p.vec, I = I, STORE = gen.subst(s.pairs, { I = I }) })
+                }]], { STEP = 2 * p.vec, VEC = p.vec, I = I,
+          STORE = gen.subst(s.pairs, { I = I, STORE_PAIR = p.store == "stream" and "stream_pair" or "store_pair" }) })
     else
       body = gen.subst([[
                 for (int64_t k = k0; k < k1; k += ${VEC}) {
@@ -188,7 +195,8 @@ function T.emit(p)
   -- Accumulators per reduction: one per vector of a step.
   local acc = pairs_ and 2 * p.unroll or p.unroll
   local vars = {
-    helpers = storage.helpers(p.dtype, p.vec) .. (pairs_ and storage.pair_helpers(p.dtype, p.vec) or ""),
+    helpers = storage.helpers(p.dtype, p.vec) .. (pairs_ and storage.pair_helpers(p.dtype, p.vec) or "")
+        .. (p.store == "stream" and storage.stream_helpers(p.vec, true) or ""),
     STEP = T.step(p),
     zero = rowops.per_lane(acc, "                vf ss%d = {0}, dq%d = {0}, dp%d = {0};"),
     sweep1 = pairs_ and sweep1_pairs(p) or sweep1_rows(p),
@@ -206,6 +214,8 @@ function T.emit(p)
             /* The next token's row, which sweep 2 prefetches. */
             const storage_t *next = t + 1 < t1 ? row + a->src_stride[i] : row;
 ]] or "",
+    -- Streamed stores are weakly ordered: the launch ends with a fence.
+    fence = p.store == "stream" and "    stream_fence();\n" or "",
     du_row = pairs_ and "float *const du = dup;" or "float *const du = ws;",
     du_flush = pairs_ and [[
         if (t + 1 == t1 || (t + 1) % a->group == 0)
@@ -311,7 +321,7 @@ ${du_flush}        if (a->dpartial) {
             }
         }
     }
-]], vars),
+${fence}]], vars),
   }
   return src, name
 end

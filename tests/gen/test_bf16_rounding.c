@@ -6,11 +6,13 @@
  * store_row and store_pair each have two implementations
  * (templates/lib/c_storage.lua): the portable integer rounding, and
  * AVX512-BF16's rounding instructions where the compiler targets them,
- * which give the same bits except that they flush subnormals to zero. This
+ * which give the same bits except that they flush subnormals to zero;
+ * store_pair of 8 lanes has a third, the integer rounding written for AVX2. This
  * test generates a phase 2 kernel source per vector width (store_row) and
  * a fused mix source per pair width (store_row and store_pair), compiles
  * each into a small driver with the host compiler (once with -march=native
- * and, on x86-64, once more without AVX512-BF16), and has the driver
+ * and, on x86-64, twice more: without AVX512-BF16, and without AVX2 too),
+ * and has the driver
  * compare the stores against a rounding computed here from the
  * neighbouring bf16 values, over chosen edge cases and random bit
  * patterns.
@@ -39,6 +41,12 @@ static const char driver_text[] =
     "#define NATIVE 1\n"
     "#else\n"
     "#define NATIVE 0\n"
+    "#endif\n"
+    "/* store_pair's AVX2 rounding (8 lanes, without AVX512-BF16). */\n"
+    "#if !NATIVE && VEC == 8 && PAIR && defined(__AVX2__)\n"
+    "#define AVX2_PAIR 1\n"
+    "#else\n"
+    "#define AVX2_PAIR 0\n"
     "#endif\n"
     "static float from_bits(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }\n"
     "/* The bf16 nearest to w, ties to the even one, from the two bf16\n"
@@ -74,7 +82,7 @@ static const char driver_text[] =
     "    const int n_edges = (int)(sizeof edges / sizeof edges[0]);\n"
     "    int bad = 0, checked = 0;\n"
     "    uint32_t state = 12345u;\n"
-    "    printf(\"path %s\\n\", NATIVE ? \"native\" : \"portable\");\n"
+    "    printf(\"path %s\\n\", NATIVE ? \"native\" : AVX2_PAIR ? \"avx2\" : \"portable\");\n"
     "    for (int round = 0; round < n_edges + 20000; round++) {\n"
     "        uint32_t w[VEC];\n"
     "        for (int i = 0; i < VEC; i++) {\n"
@@ -122,8 +130,8 @@ static int write_file(const char *path, const char *a, const char *b)
 }
 
 /* Runs `command`, echoing its output; returns its exit status (or -1) and
- * stores in *native whether the driver reported the native path. */
-static int run(const char *command, int *native)
+ * stores in path (when given) the store path the driver reported. */
+static int run(const char *command, char path[16])
 {
     FILE *p = popen(command, "r");
     if (!p)
@@ -131,17 +139,17 @@ static int run(const char *command, int *native)
     char line[256];
     while (fgets(line, sizeof line, p)) {
         fputs(line, stdout);
-        if (native && strncmp(line, "path ", 5) == 0)
-            *native = strcmp(line, "path native\n") == 0;
+        if (path && strncmp(line, "path ", 5) == 0)
+            snprintf(path, 16, "%.*s", (int)strcspn(line + 5, "\n"), line + 5);
     }
     int status = pclose(p);
     return status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 /* Generates `id` (a bf16 variant of `vec` lanes; `pair` where its source
- * has store_pair), builds the driver with `flags` and runs it; *native says
- * which store path it took. */
-static void check_variant(argen *g, const char *id, int vec, int pair, const char *flags, int *native)
+ * has store_pair), builds the driver with `flags` and runs it; path says
+ * which store path it took ("native", "avx2" or "portable"). */
+static void check_variant(argen *g, const char *id, int vec, int pair, const char *flags, char path[16])
 {
     char *source = NULL, *kernel = NULL, *params = NULL;
     if (argen_emit(g, id, &source, &kernel, &params) != 0)
@@ -160,7 +168,7 @@ static void check_variant(argen *g, const char *id, int vec, int pair, const cha
     printf("%s\n", command);
     CHECK(run(command, NULL) == 0);
     snprintf(command, sizeof command, "'%s' 2>&1", exe_path);
-    CHECK(run(command, native) == 0);
+    CHECK(run(command, path) == 0);
 }
 
 static void test_bf16_stores_round_to_nearest_even_on_every_path(void)
@@ -180,15 +188,19 @@ static void test_bf16_stores_round_to_nearest_even_on_every_path(void)
         char msg[1024];
         argen *g = NULL;
         REQUIRE(argen_open(TEMPLATE_DIR, variants[i].template_name, &g, msg, sizeof msg) == 0);
-        int native = 0;
-        check_variant(g, variants[i].id, variants[i].vec, variants[i].pair, "-march=native", &native);
-        native_paths += native;
+        char path[16] = "";
+        check_variant(g, variants[i].id, variants[i].vec, variants[i].pair, "-march=native", path);
+        native_paths += strcmp(path, "native") == 0;
 #if defined(__x86_64__)
-        /* The portable rounding, as a CPU without AVX512-BF16 runs it. */
-        native = -1;
-        check_variant(g, variants[i].id, variants[i].vec, variants[i].pair, "-march=native -mno-avx512bf16",
-                      &native);
-        CHECK(native == 0);
+        /* The integer rounding, as a CPU without AVX512-BF16 runs it: with
+         * AVX2 (store_pair's own, at 8 lanes) and without. */
+        strcpy(path, "");
+        check_variant(g, variants[i].id, variants[i].vec, variants[i].pair, "-march=native -mno-avx512bf16", path);
+        CHECK(strcmp(path, "native") != 0 && path[0] != '\0');
+        strcpy(path, "");
+        check_variant(g, variants[i].id, variants[i].vec, variants[i].pair,
+                      "-march=native -mno-avx512bf16 -mno-avx2", path);
+        CHECK(strcmp(path, "portable") == 0);
 #endif
         argen_close(g);
     }
