@@ -81,9 +81,11 @@ local T = template.new("cpu", "mix_backward", {
   builtin = {
     avx512 = { vec = 16, unroll = 2, layout = "rows", store = "cached", threads = 64 },
     -- AVX2's bf16: pairs, of the same step of 16 as two vectors of rows,
-    -- which they beat on a Zen 3 guest (bench/results/backward-pairs-2026-12-06.md).
+    -- with streamed gradients: the tuned winner at K3's and MHAR-8B's
+    -- shapes on a Zen 3 guest, 1.6-1.7x the rows' rate
+    -- (bench/results/backward-pairs-2026-12-06.md).
     avx2 = { vec = 8, unroll = 2, layout = "rows", store = "cached", threads = 64,
-             bf16 = { unroll = 1, layout = "pairs" } },
+             bf16 = { unroll = 1, layout = "pairs", store = "stream" } },
     sse2 = { vec = 8, unroll = 1, layout = "rows", store = "cached", threads = 64 },
     neon = { vec = 8, unroll = 1, layout = "rows", store = "cached", threads = 64 },
   },
