@@ -3,22 +3,24 @@
  * and MHAR-8B shapes, counted by the simulated driver, against the cost
  * model's minimal traffic (DESIGN §2). Run by bench/cudasim_traffic.sh.
  *
- * For every variant of cuda/mix_online, cuda/mix_twopass, cuda/phase1 and
- * cuda/phase2 that its template marks as default (launch data "default":1),
+ * For every variant of cuda/mix_online, cuda/mix_twopass, cuda/phase1,
+ * cuda/phase2 and cuda/mix_backward that its template marks as default (launch data "default":1),
  * plus each template's generic kernel (cuda/mix_online has none), at the shapes' storage dtype (bf16): the emitted source is
  * compiled by NVRTC to PTX, loaded and launched through the CUDA backend's
  * own operations (as the tuner does), for every problem below that the
  * variant's applies() accepts, at each T asked for. The counters are the
- * simulator's (cudasimLastTraffic of the driver library the backend loaded):
+ * simulator's (cudasimTakeTraffic of the driver library the backend
+ * loaded, summed over the launch's kernels: the mix backward's two):
  * warp-level requests, 32-byte sectors per request, distinct sectors read
- * and written (the DRAM traffic of an ideal cache).
+ * and written (the DRAM traffic of an ideal cache, per kernel).
  *
  * Problems (bf16, replace form, no epilogue):
  *   K3       d = 7168, H = 1;  MHAR-8B  d = 4096, H = 8;  for each:
  *   mix      N = 9 sources;
  *   phase1   n = 8 block representations, S = 24 sites (the k3 preset of
  *            tuner/src/problems.c: blocks of 12 layers);
- *   phase2   with the fused add (b += f) and without (the k3 preset's two).
+ *   phase2   with the fused add (b += f) and without (the k3 preset's two);
+ *   mix_backward  N = 9 sources, the source gradients written in bf16.
  * Buffers are contiguous rows (stride d), one allocation per source, site
  * output or lse, as an engine keeps them; outputs start as NaN and must come
  * back with no NaN (every element written), inputs are finite.
@@ -27,9 +29,16 @@
  *   mix      read N*T*d,                 write T*d;
  *   phase1   read n*T*d,                 write S*T*d (o1) + S*T*H*4 (lse);
  *   phase2   read 2*T*d (o1, b) + T*H*4 (lse) [+ T*d f when fused],
- *            write T*d [+ T*d b when fused].
+ *            write T*d [+ T*d b when fused];
+ *   mix_backward  read N*T*d + 2*T*d (sources, out, dout) + T*H*4 (lse),
+ *            write N*T*d (the source gradients). The kernels read neither
+ *            out nor lse (they recompute the weights from the sources
+ *            they read anyway), so they can move less than this.
  * The fp32 pseudo-queries (d floats, S*d for phase 1) are parameters that
- * DESIGN §2 does not count; they are reported apart ("query").
+ * DESIGN §2 does not count; they are reported apart ("query"), and for
+ * the mix backward with them the query's gradient (d floats written) and
+ * the token groups' fp32 partial rows of the workspace, which the second
+ * kernel reads back (T / group * d * 4 bytes each way).
  *
  * Prints one markdown table on stdout (rows by op, problem, variant, T) and
  * the default variants applies() refused, with its reason; progress on
@@ -38,7 +47,8 @@
  * lanes / 32-byte sectors: a 16-byte load touches 16) and to the bytes the
  * lanes asked for per request / 32 (the sectors of a perfectly coalesced
  * request of that size); distinct bytes read and written; the minimal
- * traffic; (read + written) / minimal, without and with the query; the
+ * traffic; (read + written) / minimal, without and with the bytes reported
+ * apart (the query, and the mix backward's query gradient and workspace); the
  * sectors summed over requests x 32 B (what the SMs pull through L1/L2 when
  * nothing hits in L1: re-reads and uncoalesced lanes show here, not in the
  * distinct bytes) over the minimal.
@@ -77,7 +87,7 @@ static const shape shapes[] = {{"K3", 7168, 1}, {"MHAR-8B", 4096, 8}};
 enum { MIX_N = 9, P1_N = 8, P1_S = 24, MAX_T = 64 };
 
 static attnres_device *dev;
-static int (*last_traffic)(cudasim_traffic *);
+static int (*take_traffic)(cudasim_traffic *);
 static int failures;
 
 /* ---- buffers ----------------------------------------------------------- */
@@ -188,6 +198,8 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
     attnres_mix_args ma;
     attnres_phase1_args p1a;
     attnres_phase2_args p2a;
+    attnres_mix_backward_args mba;
+    void *dsrc[MIX_N];
     ar_op_args op;
     if (p->op == ATTNRES_OP_MIX) {
         for (int i = 0; i < p->n; i++)
@@ -219,6 +231,27 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
         a->eps = 1e-5f;
         op = ar_op_phase1(a);
         *m = (minimal){(double)p->n * row, (double)p->s * (row + lse_bytes), (double)p->s * d4};
+    } else if (p->op == ATTNRES_OP_MIX_BACKWARD) {
+        for (int i = 0; i < p->n; i++) {
+            NEED(src[i] = dbuf(row, BF16_RANDOM, 0, 0));
+            NEED(dsrc[i] = dbuf(row, POISON, 0, 0));
+            OUT(dsrc[i], row, 0);
+        }
+        attnres_mix_backward_args *const a = &mba;
+        attnres_mix_backward_args_init(a);
+        a->sources = src;
+        NEED(a->query = dbuf(d4, F32_RANDOM, -qs, qs));
+        NEED(a->dout = dbuf(row, BF16_RANDOM, 0, 0));
+        a->dsources = dsrc;
+        NEED(a->dquery = dbuf(d4, POISON, 0, 0));
+        OUT(a->dquery, d4, 1);
+        size_t ws = 0, alpha_off = 0;
+        NEED(ar_mix_backward_workspace(p->d, T, &ws, &alpha_off) == 0);
+        NEED(a->workspace = dbuf(ws, POISON, 0, 0));
+        a->workspace_size = ws;
+        a->eps = 1e-5f;
+        op = ar_op_mix_backward(a);
+        *m = (minimal){(p->n + 2.0) * row + lse_bytes, (double)p->n * row, 2.0 * d4 + 2.0 * (double)ws};
     } else {
         attnres_phase2_args *const a = &p2a;
         attnres_phase2_args_init(a);
@@ -236,6 +269,8 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
         op = ar_op_phase2(a);
         *m = (minimal){(2.0 + p->fuse_add) * row + lse_bytes, (1.0 + p->fuse_add) * row, (double)d4};
     }
+    cudasim_traffic before;
+    take_traffic(&before); /* from zero for this launch */
     rc = dev->ops->launch(dev, k, p, T, &op, NULL);
 #undef NEED
 #undef OUT
@@ -277,6 +312,11 @@ static int problems_of(const char *op, const shape *sh, problem out[2])
         pr->p.heads = sh->heads;
         if (strcmp(op, "mix") == 0) {
             snprintf(pr->label, sizeof pr->label, "%s mix N=%d", sh->name, MIX_N);
+            return 1;
+        }
+        if (strcmp(op, "mix_backward") == 0) {
+            pr->p.op = ATTNRES_OP_MIX_BACKWARD;
+            snprintf(pr->label, sizeof pr->label, "%s mix_backward N=%d", sh->name, MIX_N);
             return 1;
         }
         if (strcmp(op, "phase1") == 0) {
@@ -336,9 +376,9 @@ int main(int argc, char **argv)
     }
     void *h = dlopen(driver, RTLD_NOW | RTLD_NOLOAD);
     if (h)
-        *(void **)&last_traffic = dlsym(h, "cudasimLastTraffic");
-    if (!last_traffic) {
-        fprintf(stderr, "cudasim_traffic: %s (as loaded by the backend) has no cudasimLastTraffic\n", driver);
+        *(void **)&take_traffic = dlsym(h, "cudasimTakeTraffic");
+    if (!take_traffic) {
+        fprintf(stderr, "cudasim_traffic: %s (as loaded by the backend) has no cudasimTakeTraffic\n", driver);
         return 1;
     }
     const char *tdir = getenv("ATTNRES_TEMPLATE_DIR");
@@ -350,12 +390,13 @@ int main(int argc, char **argv)
     printf("Device: %s (%s), NVRTC %d.%d, kernels compiled for %s and loaded as PTX.\n\n", dev->name, dev->driver,
            major, minor, arch);
     printf("| problem | variant | T | requests | sectors/req | ideal | bytes/req / 32 | read KiB | written KiB "
-           "| minimal KiB (R + W) | distinct / minimal | query KiB | distinct / (minimal + query) | sectors KiB "
+           "| minimal KiB (R + W) | distinct / minimal | apart KiB | distinct / (minimal + apart) | sectors KiB "
            "| sectors / minimal |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     char refused[8192] = "";
     size_t rused = 0;
-    static const char *const templates[] = {"cuda/mix_online", "cuda/mix_twopass", "cuda/phase1", "cuda/phase2"};
+    static const char *const templates[] = {"cuda/mix_online", "cuda/mix_twopass", "cuda/phase1", "cuda/phase2",
+                                            "cuda/mix_backward"};
     for (size_t t = 0; t < sizeof templates / sizeof templates[0]; t++) {
         argen *g = NULL;
         if (argen_open(tdir, templates[t], &g, msg, sizeof msg) != 0) {
@@ -424,7 +465,7 @@ int main(int argc, char **argv)
                     for (int ti = 0; ti < ntok; ti++) {
                         minimal m;
                         cudasim_traffic tr;
-                        if (run_one(&k, &pr->p, tokens[ti], &m) != 0 || last_traffic(&tr) != 0) {
+                        if (run_one(&k, &pr->p, tokens[ti], &m) != 0 || take_traffic(&tr) != 0) {
                             fprintf(stderr, "  %s T=%lld failed\n", v->id, (long long)tokens[ti]);
                             failures++;
                             continue;

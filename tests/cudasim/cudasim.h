@@ -67,6 +67,12 @@ typedef struct cudasim_traffic {
     double model_us;                    /* the modelled time of the launch */
 } cudasim_traffic;
 int cudasimLastTraffic(cudasim_traffic *t);
+/* The counters summed over every launch since the previous call (or since
+ * the process started), which this call sets back to zero: the traffic of
+ * an operation that launches more than one kernel. Distinct sectors are
+ * summed per launch, so bytes one launch writes and the next reads count
+ * in both. */
+int cudasimTakeTraffic(cudasim_traffic *t);
 
 #ifdef __cplusplus
 }

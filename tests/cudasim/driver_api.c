@@ -117,6 +117,7 @@ static struct {
     CUresult last_code;
     char last_fault[2048];
     cudasim_traffic last_traffic;
+    cudasim_traffic taken; /* summed since the last cudasimTakeTraffic */
 } sim = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* The calling thread's context stack. */
@@ -243,6 +244,27 @@ API int cudasimLastTraffic(cudasim_traffic *t)
     lock();
     *t = sim.last_traffic;
     return unlock(0);
+}
+
+API int cudasimTakeTraffic(cudasim_traffic *t)
+{
+    lock();
+    *t = sim.taken;
+    memset(&sim.taken, 0, sizeof sim.taken);
+    return unlock(0);
+}
+
+/* Adds one launch's counters to those cudasimTakeTraffic returns. */
+static void add_traffic(cudasim_traffic *sum, const cudasim_traffic *t)
+{
+    sum->requests += t->requests;
+    sum->bytes_requested += t->bytes_requested;
+    sum->sectors += t->sectors;
+    sum->distinct_sectors += t->distinct_sectors;
+    sum->read_bytes += t->read_bytes;
+    sum->write_bytes += t->write_bytes;
+    sum->warp_instructions += t->warp_instructions;
+    sum->model_us += t->model_us;
 }
 
 /* ---- initialisation and the device ------------------------------------- */
@@ -905,6 +927,7 @@ API CUresult cuLaunchKernel(sim_function *fn, unsigned gx, unsigned gy, unsigned
     sim_run(&l, &res);
     free(buf);
     sim.last_traffic = res.traffic;
+    add_traffic(&sim.taken, &res.traffic);
     sim.now_us += res.traffic.model_us;
     log_traffic(fn, &l, &res);
     if (res.code) {
