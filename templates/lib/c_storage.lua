@@ -212,8 +212,11 @@ end
 -- Pair helpers: load_pair/store_pair move 2 * vec elements as two fp32
 -- vectors, lo and hi, in an order chosen per dtype so that widening is
 -- cheapest; pair_order() permutes an fp32 row (the query, a gain) into the
--- same order, so lane-wise products pair the right elements. Reductions
--- and lane-wise mixes do not care about the order.
+-- same order, so lane-wise products pair the right elements, and
+-- pair_unorder() puts such a row back in row order; load_pair_f32 and
+-- store_pair_f32 move 2 * vec elements of an fp32 row kept in row order (a
+-- gradient the caller takes in fp32) as a pair. Reductions and lane-wise
+-- mixes do not care about the order.
 --   f32, f16: lo holds elements [0, vec), hi holds [vec, 2 * vec).
 --   bf16: one 32-bit word holds two bf16 (little-endian: the even element in
 --     the low half), so lo = word << 16 holds the even elements and
@@ -266,7 +269,7 @@ ${AVX2}#else
 #elif defined(__AVX2__)
     /* bf16_rounded's bits, with its NaN case apart (one test a pair, a
      * branch never taken without NaN) and the two halves joined by a word
-     * blend: 12 operations where the portable code below takes 19, in
+     * blend: 13 operations where the portable code below takes 19, in
      * loops that store a pair for every two or three they load
      * (cpu/mix_backward.lua). */
     __m256 l, h;
@@ -494,7 +497,8 @@ end
 -- holds, in blocks of b lanes that alternate between the two, partial sums
 -- of both; the next level halves b. (The fused mix's per-head sums, 81 a
 -- token at MHAR's shape, gained nothing from it: they are off its critical
--- path, bench/results/cpu-tune-2026-12-05.md.)
+-- path, bench/results/cpu-tune-2026-12-05.md.) Its shuffles are the
+-- helpers' SHUFFLE2.
 function M.lane_sums(vec)
   local levels = {}
   local block, m = vec // 2, vec

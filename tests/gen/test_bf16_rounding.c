@@ -7,15 +7,14 @@
  * (templates/lib/c_storage.lua): the portable integer rounding, and
  * AVX512-BF16's rounding instructions where the compiler targets them,
  * which give the same bits except that they flush subnormals to zero;
- * store_pair of 8 lanes has a third, the integer rounding written for AVX2. This
- * test generates a phase 2 kernel source per vector width (store_row) and
- * a fused mix source per pair width (store_row and store_pair), compiles
- * each into a small driver with the host compiler (once with -march=native
- * and, on x86-64, twice more: without AVX512-BF16, and without AVX2 too),
- * and has the driver
- * compare the stores against a rounding computed here from the
- * neighbouring bf16 values, over chosen edge cases and random bit
- * patterns.
+ * store_pair of 8 lanes has a third, the integer rounding written for
+ * AVX2. This test generates a phase 2 kernel source per vector width
+ * (store_row) and a fused mix source per pair width (store_row and
+ * store_pair), compiles each into a small driver with the host compiler
+ * (once with -march=native and, on x86-64, twice more: without
+ * AVX512-BF16, and without AVX2 too), and has the driver compare the
+ * stores against a rounding computed here from the neighbouring bf16
+ * values, over chosen edge cases and random bit patterns.
  */
 #define _GNU_SOURCE /* nftw */
 #include <errno.h>
