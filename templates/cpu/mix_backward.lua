@@ -39,18 +39,21 @@
 --             instructions a 16 elements instead of 60 (AVX2). The query
 --             and the group's du are then kept in pair order on the stack
 --             (8 d bytes), du going to the workspace in row order at the
---             group's end. Each of the unroll steps is a pair. Sweep 2
---             also prefetches the next token's rows (into L2) at the
---             offsets it works on, so that the next sweep 1 reads them
---             from cache while this token's arithmetic runs: 17.8 to 19.4
---             GB/s at K3's shape (bench/results/backward-pairs-2026-12-06.md).
---   store     "stream" (pairs only): fresh gradients in the storage type
---             go past the caches (lib/c_storage.lua's stream_pair), which
---             saves reading each line before writing it; "cached": plain
---             stores, for gradients that the caller reads again soon.
+--             group's end. Each of the unroll steps is a pair.
+--   store     "stream" (vectors only): fresh gradients in the storage type
+--             go past the caches (lib/c_storage.lua's stream_row and
+--             stream_pair), which saves reading each line before writing
+--             it; "cached": plain stores, for gradients that the caller
+--             reads again soon.
 --   threads   the most worker threads the launch spreads token groups
 --             over: a launch parameter, not part of the source
 --             (lib/cpu_space.lua).
+--
+-- In vectors, in either layout, sweep 2 also prefetches the next token's
+-- rows (into L2) at the offsets it works on, so that the next sweep 1 reads
+-- them from cache while this token's arithmetic runs: 17.8 to 19.4 GB/s for
+-- bf16 pairs, 18.1 to 19.9 for f16 rows at K3's shape on a Zen 3 guest
+-- (bench/results/backward-pairs-2026-12-06.md).
 --
 -- Numerics: fp32 arithmetic throughout, the storage type only at loads
 -- and stores; 64-bit offsets.
@@ -84,8 +87,10 @@ local T = template.new("cpu", "mix_backward", {
     -- with streamed gradients: the tuned winner at K3's and MHAR-8B's
     -- shapes on a Zen 3 guest, 1.6-1.7x the rows' rate
     -- (bench/results/backward-pairs-2026-12-06.md).
-    avx2 = { vec = 8, unroll = 2, layout = "rows", store = "cached", threads = 64,
-             bf16 = { unroll = 1, layout = "pairs", store = "stream" } },
+    -- Every AVX2 built-in streams its gradients: 1.2-1.3x the cached
+    -- stores' rate for f32 and f16 at K3's shape on the same host.
+    avx2 = { vec = 8, unroll = 2, layout = "rows", store = "stream", threads = 64,
+             bf16 = { unroll = 1, layout = "pairs" } },
     sse2 = { vec = 8, unroll = 1, layout = "rows", store = "cached", threads = 64 },
     neon = { vec = 8, unroll = 1, layout = "rows", store = "cached", threads = 64 },
   },
@@ -98,7 +103,7 @@ T.builtin.avx512bf16 = T.builtin.avx512
 -- that is for bf16 rows in vectors.
 function T.constraint(p)
   return space.constraint(p) and (p.layout == "rows" or (p.dtype == "bf16" and p.vec > 1))
-      and (p.store == "cached" or p.layout == "pairs")
+      and (p.store == "cached" or p.vec > 1)
 end
 
 -- One step of sweep 1 covers unroll vectors, or unroll pairs of them.
@@ -152,7 +157,7 @@ local gradient_stores = {
   { cond = "f32", rows = "store_f32(dvf + k, y);", pairs = "store_pair_f32(dvf + k, yl, yh);" },
   { cond = "acc", rows = "store_row(dv + k, y + load_row(dv + k));",
     pairs = "vf al, ah;\n${I}load_pair(dv + k, &al, &ah);\n${I}store_pair(dv + k, yl + al, yh + ah);" },
-  { cond = nil, rows = "store_row(dv + k, y);", pairs = "${STORE_PAIR}(dv + k, yl, yh);" },
+  { cond = nil, rows = "${STORE_ROW}(dv + k, y);", pairs = "${STORE_PAIR}(dv + k, yl, yh);" },
 }
 
 -- Sweep 2 over one head of one source: the gradient row and the token's
@@ -179,11 +184,13 @@ ${I}${STORE}
     else
       body = gen.subst([[
                     for (int64_t k = k0; k < k1; k += ${VEC}) {
-                        const vf x = load_row(row + k);
+${PREFETCH}                        const vf x = load_row(row + k);
                         const vf y = wa * load_row(go + k) + zu * load_f32(query + k) - xr * x;
 ${I}${STORE}
                         store_f32(du + k, load_f32(du + k) + zr * x);
-                    }]], { VEC = p.vec, I = I, STORE = s.rows })
+                    }]], { VEC = p.vec, I = I,
+          STORE = gen.subst(s.rows, { STORE_ROW = p.store == "stream" and "stream_row" or "store_row" }),
+          PREFETCH = p.vec > 1 and "                        __builtin_prefetch(next + k, 0, 2);\n" or "" })
     end
     local head = s.cond and string.format("%sif (%s)", n == 1 and "" or "else ", s.cond) or "else"
     loops[#loops + 1] = "                " .. head .. "\n" .. body
@@ -198,7 +205,7 @@ function T.emit(p)
   local acc = pairs_ and 2 * p.unroll or p.unroll
   local vars = {
     helpers = storage.helpers(p.dtype, p.vec) .. (pairs_ and storage.pair_helpers(p.dtype, p.vec) or "")
-        .. (p.store == "stream" and storage.stream_helpers(p.vec, true) or ""),
+        .. (p.store == "stream" and storage.stream_helpers(p.vec, pairs_) or ""),
     STEP = T.step(p),
     zero = rowops.per_lane(acc, "                vf ss%d = {0}, dq%d = {0}, dp%d = {0};"),
     sweep1 = pairs_ and sweep1_pairs(p) or sweep1_rows(p),
@@ -212,7 +219,7 @@ function T.emit(p)
     -- group's end.
     query = pairs_ and "float query[d], dup[d];\n    pair_order(a->query, query, d);"
         or "const float *query = a->query;",
-    next_row = pairs_ and [[
+    next_row = p.vec > 1 and [[
             /* The next token's row, which sweep 2 prefetches. */
             const storage_t *next = t + 1 < t1 ? row + a->src_stride[i] : row;
 ]] or "",
