@@ -4,7 +4,8 @@
  * model's minimal traffic (DESIGN §2). Run by bench/cudasim_traffic.sh.
  *
  * For every variant of cuda/mix_online, cuda/mix_twopass, cuda/phase1,
- * cuda/phase2 and cuda/mix_backward that its template marks as default (launch data "default":1),
+ * cuda/phase2 and cuda/mix_backward that its template marks as default
+ * (launch data "default":1),
  * plus each template's generic kernel (cuda/mix_online has none), at the shapes' storage dtype (bf16): the emitted source is
  * compiled by NVRTC to PTX, loaded and launched through the CUDA backend's
  * own operations (as the tuner does), for every problem below that the
@@ -35,7 +36,7 @@
  *            out nor lse (they recompute the weights from the sources
  *            they read anyway), so they can move less than this.
  * The fp32 pseudo-queries (d floats, S*d for phase 1) are parameters that
- * DESIGN §2 does not count; they are reported apart ("query"), and for
+ * DESIGN §2 does not count; they are reported apart ("apart"), and for
  * the mix backward with them the query's gradient (d floats written) and
  * the token groups' fp32 partial rows of the workspace, which the second
  * kernel reads back (T / group * d * 4 bytes each way).
