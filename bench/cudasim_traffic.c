@@ -246,8 +246,9 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
         a->dsources = dsrc;
         NEED(a->dquery = dbuf(d4, POISON, 0, 0));
         OUT(a->dquery, d4, 1);
-        size_t ws = 0, alpha_off = 0;
-        NEED(ar_mix_backward_workspace(p->d, T, &ws, &alpha_off) == 0);
+        ar_backward_ws layout;
+        NEED(ar_mix_backward_workspace(p->d, T, 0, &layout) == 0);
+        const size_t ws = layout.bytes;
         NEED(a->workspace = dbuf(ws, POISON, 0, 0));
         a->workspace_size = ws;
         a->eps = 1e-5f;

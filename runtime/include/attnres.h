@@ -628,9 +628,12 @@ ATTNRES_API int attnres_run_phase2(attnres_plan *plan, int64_t T,
  * and at every thread count. No atomics are used.
  *
  * The CPU and CUDA devices run the replace and additive forms at every H,
- * from tuned winners or, without one, their built-in kernels; the
- * output-norm epilogue's backward is not there yet (attnres_plan_create
- * refuses such a problem with EUNSUPPORTED and says so).
+ * from tuned winners or, without one, their built-in kernels. The CPU also
+ * runs the output-norm epilogue's backward (a problem with epilogue = 1):
+ * from the forward's out, kept by the caller, it takes the gradient of out
+ * as dout plus the RMSNorm backward of dnormed, and sums the gradient of
+ * out_gain over tokens as it does dquery's. CUDA plans refuse such a
+ * problem with EUNSUPPORTED and say so.
  * ---------------------------------------------------------------------- */
 
 /* Arguments of one mix backward launch. Pointers are host pointers on the
@@ -679,10 +682,24 @@ typedef struct attnres_mix_backward_args {
                                     * aligned, owned by the caller; not read before
                                     * it is written */
     size_t workspace_size;         /* its size in bytes */
+    /* The output-norm epilogue (a problem with epilogue = 1; ignored
+     * otherwise), appended after 0.2.0: the forward's out, its gain and epsilon,
+     * and the gradient of normed. The backward takes the gradient of out
+     * as dout plus the RMSNorm backward of dnormed; dout may then be NULL
+     * (the loss reads normed alone). */
+    const void *out;               /* [T, d] the forward's out (storage dtype) */
+    int64_t out_stride;            /* 0 means d */
+    const float *out_gain;         /* [d] fp32, as the forward used */
+    float out_eps;                 /* the forward's out_eps, > 0 */
+    const void *dnormed;           /* [T, d] gradient of normed (storage dtype) */
+    int64_t dnormed_stride;        /* 0 means d */
+    float *dout_gain;              /* [d] fp32 gradient of out_gain, summed over
+                                    * tokens like dquery; may be NULL (a gain
+                                    * the caller does not train) */
 } attnres_mix_backward_args;
 
 /* Fills args with defaults: struct_size, scale 1, eps 1e-6, alpha 1,
- * flags 0, all pointers NULL, strides and workspace_size 0. */
+ * out_eps 1e-6, flags 0, all pointers NULL, strides and workspace_size 0. */
 ATTNRES_API void attnres_mix_backward_args_init(attnres_mix_backward_args *args);
 
 /* The workspace a run of the plan (op ATTNRES_OP_MIX_BACKWARD) on up to T

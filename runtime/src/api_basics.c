@@ -252,4 +252,5 @@ void attnres_mix_backward_args_init(attnres_mix_backward_args *a)
         return;
     ARGS_RESET(a);
     a->alpha = 1.0f;
+    a->out_eps = 1e-6f;
 }

@@ -485,17 +485,13 @@ static int64_t cpu_stack_bytes(const attnres_problem *p)
     const int64_t d = p->d, n = p->n, h = p->heads;
     if (p->op == ATTNRES_OP_PHASE1)
         return 4 * (n * p->s * h + 4 * h + d) + 16 * n;
-    if (p->op == ATTNRES_OP_MIX_BACKWARD)
-        return 8 * d + 16 * n * h + 8 * n + 256;
+    if (p->op == ATTNRES_OP_MIX_BACKWARD) /* the epilogue's do row, in row and in pair order */
+        return 8 * d + 16 * n * h + 8 * n + 256 + (p->epilogue ? 8 * d : 0);
     return 16 * d + 8 * n * h + 16 * h + 192 * n;
 }
 
 static int cpu_check_problem(attnres_device *dev, const attnres_problem *p)
 {
-    if (p->op == ATTNRES_OP_MIX_BACKWARD && p->epilogue)
-        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED,
-                              "the CPU has no mix_backward kernels for the output-norm epilogue yet: plan the "
-                              "problem without it (epilogue = 0) and take the RMSNorm backward separately");
     if (p->op != ATTNRES_OP_PHASE2 && p->n > CPU_MAX_SOURCES)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the CPU kernels take at most %d sources (N = %d)",
                               CPU_MAX_SOURCES, p->n);
@@ -738,24 +734,30 @@ static void mix_backward_chunk(void *ctx, int64_t g0, int64_t g1)
     l->fn(&l->args, g0 * AR_GRAD_GROUP, t1 < l->T ? t1 : l->T);
 }
 
-/* The second pass over the groups' rows of du: each element is the sum of
- * its groups in group order, whichever thread adds it, so the result is
- * the same at every thread count. */
+/* The second pass over the groups' rows of du (and of d(out_gain) with
+ * the epilogue): each element is the sum of its groups in group order,
+ * whichever thread adds it, so the result is the same at every thread
+ * count. */
 typedef struct group_sum {
-    const float *rows;
+    const float *rows[2];
+    float *out[2];
     int64_t groups, d;
-    float *out;
 } group_sum;
 
 static void group_sum_chunk(void *ctx, int64_t k0, int64_t k1)
 {
     const group_sum *s = ctx;
-    for (int64_t k = k0; k < k1; k++)
-        s->out[k] = s->rows[k];
-    for (int64_t g = 1; g < s->groups; g++) {
-        const float *row = s->rows + g * s->d;
+    for (int w = 0; w < 2; w++) {
+        float *out = s->out[w];
+        if (!out)
+            continue;
         for (int64_t k = k0; k < k1; k++)
-            s->out[k] += row[k];
+            out[k] = s->rows[w][k];
+        for (int64_t g = 1; g < s->groups; g++) {
+            const float *row = s->rows[w] + g * s->d;
+            for (int64_t k = k0; k < k1; k++)
+                out[k] += row[k];
+        }
     }
 }
 
@@ -766,23 +768,31 @@ static int cpu_launch_mix_backward(attnres_device *dev, const ar_kernel *k, cons
     int rc = sources_fit(dev, p);
     if (rc != ATTNRES_OK)
         return rc;
-    const int additive = p->form == ATTNRES_FORM_ADDITIVE;
+    const int additive = p->form == ATTNRES_FORM_ADDITIVE, epilogue = p->epilogue != 0;
+    float *const dout_gain = epilogue ? a->dout_gain : NULL;
     if (T == 0) { /* sums over no tokens */
         memset(a->dquery, 0, sizeof(float) * (size_t)p->d);
+        if (dout_gain)
+            memset(dout_gain, 0, sizeof(float) * (size_t)p->d);
         if (additive && a->dalpha)
             *a->dalpha = 0.0f;
         return ATTNRES_OK;
     }
-    size_t need = 0, alpha_off = 0;
-    if (ar_mix_backward_workspace(p->d, T, &need, &alpha_off) != 0 || !a->workspace || a->workspace_size < need)
+    ar_backward_ws ws = {0};
+    if (ar_mix_backward_workspace(p->d, T, epilogue, &ws) != 0 || !a->workspace || a->workspace_size < ws.bytes)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the workspace holds %zu bytes; T = %lld needs %zu",
-                              a->workspace ? a->workspace_size : 0, (long long)T, need);
+                              a->workspace ? a->workspace_size : 0, (long long)T, ws.bytes);
+    if (epilogue && (!a->out || !a->out_gain || !a->dnormed))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the epilogue's backward needs out, out_gain and dnormed");
+    if (!epilogue && !a->dout)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "dout is NULL");
     int64_t strides[CPU_MAX_SOURCES], dstrides[CPU_MAX_SOURCES];
     for (int i = 0; i < p->n; i++) {
         strides[i] = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
         dstrides[i] = a->dsource_strides && a->dsource_strides[i] ? a->dsource_strides[i] : p->d;
     }
-    float *ws_du = a->workspace, *ws_dalpha = (float *)((char *)a->workspace + alpha_off);
+    float *ws_du = a->workspace, *ws_dalpha = (float *)((char *)a->workspace + ws.alpha_offset),
+          *ws_dgout = (float *)((char *)a->workspace + ws.dgout_offset);
     mix_backward_launch l;
     l.fn = (ar_cpu_mix_backward_fn)k->entry;
     l.T = T;
@@ -799,13 +809,20 @@ static int cpu_launch_mix_backward(attnres_device *dev, const ar_kernel *k, cons
         .dpartial_stride = a->dpartial_stride ? a->dpartial_stride : p->d,
         .ws_du = ws_du, .ws_dalpha = additive ? ws_dalpha : NULL,
         .group = AR_GRAD_GROUP,
+        .out = epilogue ? a->out : NULL,
+        .out_stride = a->out_stride ? a->out_stride : p->d,
+        .out_gain = epilogue ? a->out_gain : NULL,
+        .out_eps = a->out_eps,
+        .dnormed = epilogue ? a->dnormed : NULL,
+        .dnormed_stride = a->dnormed_stride ? a->dnormed_stride : p->d,
+        .ws_dgout = epilogue ? ws_dgout : NULL,
     };
     const int64_t groups = (T + AR_GRAD_GROUP - 1) / AR_GRAD_GROUP;
     /* Sources read, dout, and the source gradients written (read too when
      * accumulated): what decides whether the built-in kernel spreads. */
-    int parts = launch_parts(k, p, groups * AR_GRAD_GROUP, 2 * p->n + 1 + 2 * additive);
+    int parts = launch_parts(k, p, groups * AR_GRAD_GROUP, 2 * p->n + 1 + 2 * additive + 2 * epilogue);
     cpu_pool_run(st->pool, mix_backward_chunk, &l, groups, parts);
-    group_sum s = {ws_du, groups, p->d, a->dquery};
+    group_sum s = {{ws_du, ws_dgout}, {a->dquery, dout_gain}, groups, p->d};
     const int64_t cols = p->d;
     int sum_parts = launch_parts(k, p, groups, 1);
     cpu_pool_run(st->pool, group_sum_chunk, &s, cols, sum_parts);

@@ -325,10 +325,11 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
     if (!a || !a->dquery)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the arguments and dquery are required");
     const int additive = p->form == ATTNRES_FORM_ADDITIVE;
-    size_t need = 0, alpha_off = 0;
-    if (ar_mix_backward_workspace(p->d, T, &need, &alpha_off) != 0 || (T > 0 && (!a->workspace || a->workspace_size < need)))
+    ar_backward_ws ws = {0};
+    if (ar_mix_backward_workspace(p->d, T, p->epilogue, &ws) != 0 ||
+        (T > 0 && (!a->workspace || a->workspace_size < ws.bytes)))
         return ar_device_fail(dev, ATTNRES_EINVAL, "the workspace holds %zu bytes; T = %lld needs %zu",
-                              a->workspace ? a->workspace_size : 0, (long long)T, need);
+                              a->workspace ? a->workspace_size : 0, (long long)T, ws.bytes);
     memset(args, 0, sizeof *args);
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
     /* fp32 source gradients take VEC floats per access, as the query does
@@ -369,7 +370,7 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
                                   "query is not %d-byte aligned as kernel %s needs, or the workspace not 16-byte",
                                   ck->qalign, k->kernel_name);
         args->ws_du = a->workspace;
-        args->ws_dalpha = additive ? (float *)((char *)a->workspace + alpha_off) : NULL;
+        args->ws_dalpha = additive ? (float *)((char *)a->workspace + ws.alpha_offset) : NULL;
     }
     FILL_SHAPE(args, a, p, H, T);
     args->n = n;

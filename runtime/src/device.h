@@ -68,22 +68,31 @@ static inline ar_op_args ar_op_mix_backward(const attnres_mix_backward_args *a)
  * workspace at d / 8 bytes per token, and a group is work enough to spread. */
 #define AR_GRAD_GROUP 32
 
-/* The mix backward's workspace for T tokens: the groups' rows of d fp32
- * sums of du, then one fp32 sum of d(alpha) per group, starting at
- * *alpha_offset bytes (64-byte aligned). 0, or -1 when it does not fit
- * size_t. */
-static inline int ar_mix_backward_workspace(int64_t d, int64_t T, size_t *bytes, size_t *alpha_offset)
+/* The mix backward's workspace for T tokens, in groups of AR_GRAD_GROUP:
+ * the groups' rows of d fp32 sums of du at offset 0; with the output-norm
+ * epilogue, the groups' rows of d fp32 sums of d(out_gain) from
+ * dgout_offset; then one fp32 sum of d(alpha) per group from
+ * alpha_offset. Offsets are 64-byte aligned. */
+typedef struct ar_backward_ws {
+    size_t bytes, dgout_offset, alpha_offset;
+} ar_backward_ws;
+
+/* Fills *ws for d, T and whether the problem has the epilogue: 0, or -1
+ * when the workspace does not fit size_t. */
+static inline int ar_mix_backward_workspace(int64_t d, int64_t T, int epilogue, ar_backward_ws *ws)
 {
     const uint64_t groups = T <= 0 ? 0 : ((uint64_t)T + AR_GRAD_GROUP - 1) / AR_GRAD_GROUP;
-    uint64_t du, off, all;
-    if (d < 0 || __builtin_mul_overflow(groups, (uint64_t)d * 4u, &du) || du > (uint64_t)SIZE_MAX - 128)
+    uint64_t rows, padded, off, all;
+    if (d < 0 || __builtin_mul_overflow(groups, (uint64_t)d * 4u, &rows) || rows > (uint64_t)SIZE_MAX / 4)
         return -1;
-    off = (du + 63) / 64 * 64;
+    padded = (rows + 63) / 64 * 64;
+    off = epilogue ? 2 * padded : padded;
     if (__builtin_mul_overflow(groups, 4u, &all) || __builtin_add_overflow(off, all, &all) ||
         all > (uint64_t)SIZE_MAX)
         return -1;
-    *bytes = (size_t)all;
-    *alpha_offset = (size_t)off;
+    ws->bytes = (size_t)all;
+    ws->dgout_offset = (size_t)padded;
+    ws->alpha_offset = (size_t)off;
     return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1018,21 +1019,23 @@ int attnres_mix_backward_workspace_size(const attnres_plan *plan, int64_t T, siz
     if (plan->problem.op != ATTNRES_OP_MIX_BACKWARD)
         return run_fail(mut, ATTNRES_EMISMATCH, "attnres_mix_backward_workspace_size called on a plan for op %s",
                         op_name(plan->problem.op));
-    size_t alpha_off;
-    if (T < 0 || ar_mix_backward_workspace(plan->problem.d, T, bytes, &alpha_off) != 0)
+    ar_backward_ws ws;
+    if (T < 0 || ar_mix_backward_workspace(plan->problem.d, T, plan->problem.epilogue, &ws) != 0)
         return run_fail(mut, ATTNRES_EINVAL, "no workspace size for T = %" PRId64 " (negative, or beyond size_t)", T);
+    *bytes = ws.bytes;
     return ATTNRES_OK;
 }
 
-/* The views of a mix backward: n sources, query, dout, (partial's
- * gradient), n source gradients and dquery. Outputs overlap nothing but,
- * when gradients are accumulated, each other as the very same view. */
+/* The views of a mix backward: n sources, query, dout (unless NULL with
+ * the epilogue), partial's gradient, n source gradients, dquery, and the
+ * epilogue's out, out_gain, dnormed and dout_gain. Outputs overlap nothing
+ * but, when gradients are accumulated, each other as the very same view. */
 static int check_mix_backward_views(attnres_plan *plan, int64_t T, const attnres_mix_backward_args *a)
 {
     const attnres_problem *p = &plan->problem;
     const size_t es = attnres_dtype_size(p->dtype);
     const int additive = p->form == ATTNRES_FORM_ADDITIVE;
-    run_view views[2 * p->n + 6];
+    run_view views[2 * p->n + 10];
     int count = 0, st;
     for (int i = 0; i < p->n; i++) {
         const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
@@ -1040,8 +1043,17 @@ static int check_mix_backward_views(attnres_plan *plan, int64_t T, const attnres
             return st;
     }
     if ((st = add_view(plan, &views[count++], "query", -1, 0, a->query, 1, p->d, p->d, 4, "stride")) ||
-        (st = add_view(plan, &views[count++], "dout", -1, 0, a->dout, T, a->dout_stride ? a->dout_stride : p->d,
-                       p->d, es, "dout_stride")))
+        (a->dout && (st = add_view(plan, &views[count++], "dout", -1, 0, a->dout, T,
+                                   a->dout_stride ? a->dout_stride : p->d, p->d, es, "dout_stride"))))
+        return st;
+    if (p->epilogue &&
+        ((st = add_view(plan, &views[count++], "out", -1, 0, a->out, T, a->out_stride ? a->out_stride : p->d, p->d,
+                        es, "out_stride")) ||
+         (st = add_view(plan, &views[count++], "out_gain", -1, 0, a->out_gain, 1, p->d, p->d, 4, "stride")) ||
+         (st = add_view(plan, &views[count++], "dnormed", -1, 0, a->dnormed, T,
+                        a->dnormed_stride ? a->dnormed_stride : p->d, p->d, es, "dnormed_stride")) ||
+         (a->dout_gain &&
+          (st = add_view(plan, &views[count++], "dout_gain", -1, 1, a->dout_gain, 1, p->d, p->d, 4, "stride")))))
         return st;
     const size_t des = (a->flags & ATTNRES_GRAD_DSOURCES_F32) ? 4 : es;
     for (int i = 0; i < p->n; i++) {
@@ -1100,11 +1112,15 @@ int attnres_run_mix_backward(attnres_plan *plan, int64_t T, const attnres_mix_ba
     const size_t es = attnres_dtype_size(p->dtype);
     const int additive = p->form == ATTNRES_FORM_ADDITIVE;
     attnres_mix_backward_args own;
-    if (a && !(a = adopt_args(plan, a, &own, sizeof *a, sizeof *a, mix_backward_args_defaults,
+    /* Callers from before the epilogue's fields end their struct at out. */
+    if (a && !(a = adopt_args(plan, a, &own, offsetof(attnres_mix_backward_args, out), sizeof *a,
+                              mix_backward_args_defaults,
                               "attnres_mix_backward_args", "attnres_mix_backward_args_init", &st)))
         return st;
-    if (!a || !a->dquery || misaligned(a->dquery, 4) || (a->dalpha && misaligned(a->dalpha, 4)))
-        return run_fail(plan, ATTNRES_EINVAL, "args and an aligned dquery must not be NULL (and dalpha aligned)");
+    if (!a || !a->dquery || misaligned(a->dquery, 4) || (a->dalpha && misaligned(a->dalpha, 4)) ||
+        (p->epilogue && a->dout_gain && misaligned(a->dout_gain, 4)))
+        return run_fail(plan, ATTNRES_EINVAL,
+                        "args and an aligned dquery must not be NULL (and dalpha and dout_gain aligned)");
     const unsigned known = ATTNRES_GRAD_ACCUMULATE | ATTNRES_GRAD_DSOURCES_F32;
     if (a->flags & ~known)
         return run_fail(plan, ATTNRES_EINVAL,
@@ -1113,8 +1129,22 @@ int attnres_run_mix_backward(attnres_plan *plan, int64_t T, const attnres_mix_ba
     /* The source gradients' element size: fp32 with the flag. */
     const size_t des = (a->flags & ATTNRES_GRAD_DSOURCES_F32) ? 4 : es;
     if (T > 0) {
-        if (!a->sources || !a->query || !a->dout || !a->dsources)
-            return run_fail(plan, ATTNRES_EINVAL, "sources, query, dout and dsources must not be NULL");
+        if (!a->sources || !a->query || (!a->dout && !p->epilogue) || !a->dsources)
+            return run_fail(plan, ATTNRES_EINVAL,
+                            "sources, query, dout (unless the epilogue's dnormed stands in) and dsources must not "
+                            "be NULL");
+        if (p->epilogue) {
+            if (!a->out || !a->dnormed || !a->out_gain || misaligned(a->out, es) || misaligned(a->dnormed, es) ||
+                misaligned(a->out_gain, 4) || (a->dout_gain && misaligned(a->dout_gain, 4)))
+                return run_fail(plan, ATTNRES_EINVAL,
+                                "the epilogue's backward needs aligned out, dnormed and out_gain (and dout_gain "
+                                "aligned when given)");
+            if ((a->out_stride && a->out_stride < p->d) || (a->dnormed_stride && a->dnormed_stride < p->d))
+                return run_fail(plan, ATTNRES_EMISMATCH, "out_stride or dnormed_stride is less than d = %" PRId64,
+                                p->d);
+            if (check_eps(plan, "out_eps", a->out_eps))
+                return ATTNRES_EINVAL;
+        }
         if ((st = check_sources(plan, a->sources, a->source_strides)) != ATTNRES_OK)
             return st;
         for (int i = 0; i < p->n; i++) {
@@ -1126,7 +1156,7 @@ int attnres_run_mix_backward(attnres_plan *plan, int64_t T, const attnres_mix_ba
                                 "dsources[%d] stride %" PRId64 " is less than d = %" PRId64, i,
                                 a->dsource_strides[i], p->d);
         }
-        if (misaligned(a->dout, es) || misaligned(a->query, 4))
+        if ((a->dout && misaligned(a->dout, es)) || misaligned(a->query, 4))
             return run_fail(plan, ATTNRES_EINVAL, "dout or query is misaligned");
         if ((a->dout_stride && a->dout_stride < p->d) || (a->dpartial_stride && a->dpartial_stride < p->d))
             return run_fail(plan, ATTNRES_EMISMATCH, "a row stride is less than d = %" PRId64, p->d);
@@ -1134,9 +1164,10 @@ int attnres_run_mix_backward(attnres_plan *plan, int64_t T, const attnres_mix_ba
             return ATTNRES_EINVAL;
         if (additive && (!a->dpartial || misaligned(a->dpartial, es)))
             return run_fail(plan, ATTNRES_EINVAL, "the additive form needs an aligned dpartial");
-        size_t need, alpha_off;
-        if (ar_mix_backward_workspace(p->d, T, &need, &alpha_off) != 0)
+        ar_backward_ws ws;
+        if (ar_mix_backward_workspace(p->d, T, p->epilogue, &ws) != 0)
             return run_fail(plan, ATTNRES_EINVAL, "T = %" PRId64 " needs a workspace beyond size_t", T);
+        const size_t need = ws.bytes;
         if (!a->workspace || a->workspace_size < need || misaligned(a->workspace, 64))
             return run_fail(plan, ATTNRES_EINVAL,
                             "the workspace must be 64-byte aligned and hold %zu bytes for T = %" PRId64

@@ -20,6 +20,14 @@
 -- slot. Reading dout's dot per source in sweep 1 (p') instead of taking
 -- delta from the forward's out keeps N = 1 exact and needs no out.
 --
+-- With the output-norm epilogue (normed = RMSNorm(out) * gain, the forward's
+-- second output) a token first makes its gradient of out, do = dout + the
+-- RMSNorm backward of dnormed, from the out row the caller kept (one more
+-- row read, and dnormed's), in fp32 on the stack, where the sweeps then read
+-- it instead of dout; its share of d(gain) goes to its group's row of the
+-- workspace as du's does. The token loop is one inline function compiled
+-- twice, with and without the epilogue, so the plain path pays nothing.
+--
 -- Determinism: the runtime starts every launch on the first token of a
 -- group (of a->group tokens, a size fixed by the runtime for every kernel
 -- and thread count), a group's tokens run in order on one thread, and the
@@ -126,7 +134,7 @@ local function sweep1_rows(p)
                     const vf x${J} = load_row(row + k + ${OFF});
                     ss${J} += x${J} * x${J};
                     dq${J} += x${J} * load_f32(query + k + ${OFF});
-                    dp${J} += x${J} * load_row(go + k + ${OFF});]], { J = i - 1, OFF = (i - 1) * p.vec })
+                    dp${J} += x${J} * load_go(go, gof, k + ${OFF}, epi);]], { J = i - 1, OFF = (i - 1) * p.vec })
   end, "\n")
 end
 
@@ -138,7 +146,7 @@ local function sweep1_pairs(p)
     return gen.subst([[
                     vf xl${J}, xh${J}, gl${J}, gh${J};
                     load_pair(row + k + ${OFF}, &xl${J}, &xh${J});
-                    load_pair(go + k + ${OFF}, &gl${J}, &gh${J});
+                    load_go_pair(go, gof, k + ${OFF}, epi, &gl${J}, &gh${J});
                     ss${L} += xl${J} * xl${J};
                     ss${H} += xh${J} * xh${J};
                     dq${L} += xl${J} * load_f32(query + k + ${OFF});
@@ -173,7 +181,7 @@ local function sweep2(p)
                         vf xl, xh, gl, gh;
                         __builtin_prefetch(next + k, 0, 2);
                         load_pair(row + k, &xl, &xh);
-                        load_pair(go + k, &gl, &gh);
+                        load_go_pair(go, gof, k, epi, &gl, &gh);
                         const vf yl = wa * gl + zu * load_f32(query + k) - xr * xl;
                         const vf yh = wa * gh + zu * load_f32(query + k + ${VEC}) - xr * xh;
 ${I}${STORE}
@@ -185,7 +193,7 @@ ${I}${STORE}
       body = gen.subst([[
                     for (int64_t k = k0; k < k1; k += ${VEC}) {
 ${PREFETCH}                        const vf x = load_row(row + k);
-                        const vf y = wa * load_row(go + k) + zu * load_f32(query + k) - xr * x;
+                        const vf y = wa * load_go(go, gof, k, epi) + zu * load_f32(query + k) - xr * x;
 ${I}${STORE}
                         store_f32(du + k, load_f32(du + k) + zr * x);
                     }]], { VEC = p.vec, I = I,
@@ -198,14 +206,44 @@ ${I}${STORE}
   return table.concat(loops, "\n")
 end
 
+-- The epilogue's prologue of a token: do = dout + the RMSNorm backward of
+-- dnormed through normed = out * rr * gain, rr = 1 / sqrt(mean(out^2) +
+-- out_eps), in fp32 into gofr (row order), that is
+--   do[k] = dout[k] + rr dnormed[k] gain[k] - out[k] rr^3 <dnormed gain, out> / d,
+-- and the token's share of d(gain), rr dnormed out, added into its group's
+-- row of the workspace. The pair layout reads do in pair order (gof).
+local function epilogue_prologue(p)
+  return gen.subst([[
+        if (epi) {
+            const storage_t *o = (const storage_t *)a->out + t * a->out_stride;
+            const storage_t *dn = (const storage_t *)a->dnormed + t * a->dnormed_stride;
+            float *const dg = a->ws_dgout + g * d;
+            vf s0 = {0}, s1 = {0};
+            for (int64_t k = 0; k < d; k += ${VEC}) {
+                const vf x = load_row(o + k);
+                s0 += x * x;
+                s1 += x * load_row(dn + k) * load_f32(a->out_gain + k);
+            }
+            const float rr = 1.0f / sqrtf(hsum(s0) * inv_d + a->out_eps);
+            const float coef = rr * rr * rr * hsum(s1) * inv_d;
+            for (int64_t k = 0; k < d; k += ${VEC}) {
+                const vf x = load_row(o + k), dnk = load_row(dn + k);
+                vf y = rr * dnk * load_f32(a->out_gain + k) - coef * x;
+                if (go)
+                    y += load_row(go + k);
+                store_f32(gofr + k, y);
+                store_f32(dg + k, load_f32(dg + k) + rr * dnk * x);
+            }
+${PAIR_ORDER}        }
+]], { VEC = p.vec, PAIR_ORDER = p.layout == "pairs" and "            pair_order(gofr, gof, d);\n" or "" })
+end
+
 function T.emit(p)
   local name = space.kernel_name(source_id(p))
   local pairs_ = p.layout == "pairs"
   -- Accumulators per reduction: one per vector of a step.
   local acc = pairs_ and 2 * p.unroll or p.unroll
   local vars = {
-    helpers = storage.helpers(p.dtype, p.vec) .. (pairs_ and storage.pair_helpers(p.dtype, p.vec) or "")
-        .. (p.store == "stream" and storage.stream_helpers(p.vec, pairs_) or ""),
     STEP = T.step(p),
     zero = rowops.per_lane(acc, "                vf ss%d = {0}, dq%d = {0}, dp%d = {0};"),
     sweep1 = pairs_ and sweep1_pairs(p) or sweep1_rows(p),
@@ -214,38 +252,74 @@ function T.emit(p)
     dq = rowops.sum_lanes(acc, "dq"),
     dp = rowops.sum_lanes(acc, "dp"),
     VEC = p.vec,
+    prologue = epilogue_prologue(p),
     -- The pair layout reads the query in pair order and sums the group's
     -- du in it, on the stack, in row order into the workspace at the
-    -- group's end.
-    query = pairs_ and "float query[d], dup[d];\n    pair_order(a->query, query, d);"
-        or "const float *query = a->query;",
+    -- group's end; with the epilogue, do in pair order too.
+    query = pairs_ and [[
+    float query[d], dup[d], gofp[epi ? d : 1];
+    pair_order(a->query, query, d);
+    const struct scratch s = {q, pd, w, dz, r, c, query, dup, gofr, gofp};]]
+        or "    const struct scratch s = {q, pd, w, dz, r, c, a->query, NULL, gofr, gofr};",
     next_row = p.vec > 1 and [[
             /* The next token's row, which sweep 2 prefetches. */
             const storage_t *next = t + 1 < t1 ? row + a->src_stride[i] : row;
 ]] or "",
     -- Streamed stores are weakly ordered: the launch ends with a fence.
     fence = p.store == "stream" and "    stream_fence();\n" or "",
-    du_row = pairs_ and "float *const du = dup;" or "float *const du = ws;",
+    du_row = pairs_ and "float *const du = s->dup;" or "float *const du = ws;",
     du_flush = pairs_ and [[
         if (t + 1 == t1 || (t + 1) % a->group == 0)
-            pair_unorder(dup, ws, d);
+            pair_unorder(s->dup, ws, d);
 ]] or "",
   }
-  local src = kernel.source {
-    ctype = storage.ctype[p.dtype],
-    decls = vars.helpers .. "\n",
-    name = name,
-    abi = "cpu_mix_backward",
-    body = gen.subst([[
+  local helpers = storage.helpers(p.dtype, p.vec) .. (pairs_ and storage.pair_helpers(p.dtype, p.vec) or "")
+      .. (p.store == "stream" and storage.stream_helpers(p.vec, pairs_) or "")
+  local pair_go = pairs_ and gen.subst([[
+
+static inline __attribute__((always_inline)) void load_go_pair(const storage_t *go, const float *gof, int64_t k,
+                                                               int epi, vf *lo, vf *hi)
+{
+    if (epi) {
+        *lo = load_f32(gof + k);
+        *hi = load_f32(gof + k + ${VEC});
+    } else {
+        load_pair(go + k, lo, hi);
+    }
+}
+]], vars) or ""
+  local decls = helpers .. gen.subst([[
+
+/* The token's gradient of out at k: dout's row, or with the epilogue the
+ * fp32 row gof its prologue made (in pair order in the pair layout). The
+ * token loop is compiled twice, epi 0 and 1, so the test is folded away. */
+static inline __attribute__((always_inline)) vf load_go(const storage_t *go, const float *gof, int64_t k, int epi)
+{
+    return epi ? load_f32(gof + k) : load_row(go + k);
+}
+${pair_go}
+/* The per-token state, on the entry's stack: per source and head the dots
+ * with u (q) and with do (pd), the softmax weight (w) and the score
+ * gradient (dz); per source r and c; the query as the sweeps read it, the
+ * group's du in pair order (pairs), and the epilogue's do rows. */
+struct scratch {
+    float *q, *pd, *w, *dz, *r, *c;
+    const float *query;
+    float *dup, *gofr, *gof;
+};
+
+static inline __attribute__((always_inline)) void mix_tokens(const struct attnres_cpu_mix_backward_args *a,
+                                                             int64_t t0, int64_t t1, const int epi,
+                                                             const struct scratch *s)
+{
     const int64_t d = a->d;
     const int n = a->n, heads = a->heads;
     const int64_t hd = d / heads;
     const float inv_d = 1.0f / (float)d, eps = a->eps, scale = a->scale, alpha = a->alpha;
     const int acc = a->accumulate, f32 = a->dsrc_f32;
-    /* Per source and head: the dots with u (q) and with dout (pd), the
-     * softmax weight (w) and the score gradient (dz); per source r and c. */
-    float q[n * heads], pd[n * heads], w[n * heads], dz[n * heads], r[n], c[n];
-    ${query}
+    float *const q = s->q, *const pd = s->pd, *const w = s->w, *const dz = s->dz, *const r = s->r, *const c = s->c;
+    const float *const query = s->query;
+    float *const gofr = s->gofr, *const gof = s->gof;
     for (int64_t t = t0; t < t1; t++) {
         const int64_t g = t / a->group;
         float *const ws = a->ws_du + g * d;
@@ -253,11 +327,13 @@ function T.emit(p)
         if (t == t0 || t % a->group == 0) {
             /* The group's first token: its rows start from zero. */
             memset(du, 0, sizeof(float) * (size_t)d);
+            if (epi)
+                memset(a->ws_dgout + g * d, 0, sizeof(float) * (size_t)d);
             if (a->ws_dalpha)
                 a->ws_dalpha[g] = 0.0f;
         }
-        const storage_t *go = (const storage_t *)a->dout + t * a->dout_stride;
-        /* Sweep 1: every source row from memory, once. */
+        const storage_t *go = a->dout ? (const storage_t *)a->dout + t * a->dout_stride : NULL;
+${prologue}        /* Sweep 1: every source row from memory, once. */
         for (int i = 0; i < n; i++) {
             const storage_t *row = (const storage_t *)a->src[i] + t * a->src_stride[i];
             float sumsq = 0.0f;
@@ -277,9 +353,9 @@ ${sweep1}
         for (int h = 0; h < heads; h++) {
             float m = -1e30f;
             for (int i = 0; i < n; i++) {
-                const float s = scale * r[i] * q[i * heads + h];
-                w[i * heads + h] = s;
-                m = s > m ? s : m;
+                const float sc = scale * r[i] * q[i * heads + h];
+                w[i * heads + h] = sc;
+                m = sc > m ? sc : m;
             }
             float l = 0.0f;
             for (int i = 0; i < n; i++) {
@@ -320,16 +396,37 @@ ${sweep2}
             }
         }
 ${du_flush}        if (a->dpartial) {
-            /* The additive form: d(partial) = dout. */
+            /* The additive form: d(partial) = do, in row order. */
             storage_t *dp = (storage_t *)a->dpartial + t * a->dpartial_stride;
             for (int64_t k = 0; k < d; k += ${VEC}) {
-                vf y = load_row(go + k);
+                vf y = load_go(go, gofr, k, epi);
                 if (acc)
                     y += load_row(dp + k);
                 store_row(dp + k, y);
             }
         }
     }
+}
+]], { pair_go = pair_go, du_row = vars.du_row, prologue = vars.prologue, zero = vars.zero, STEP = vars.STEP,
+      sweep1 = vars.sweep1, ss = vars.ss, dq = vars.dq, dp = vars.dp, next_row = vars.next_row,
+      sweep2 = vars.sweep2, du_flush = vars.du_flush, VEC = p.vec })
+  local src = kernel.source {
+    ctype = storage.ctype[p.dtype],
+    decls = decls,
+    name = name,
+    abi = "cpu_mix_backward",
+    body = gen.subst([[
+    const int64_t d = a->d;
+    const int n = a->n, heads = a->heads;
+    /* With the output-norm epilogue (out_gain set) every token starts with
+     * its prologue and the sweeps read do from the stack. */
+    const int epi = a->out_gain != NULL;
+    float q[n * heads], pd[n * heads], w[n * heads], dz[n * heads], r[n], c[n], gofr[epi ? d : 1];
+${query}
+    if (epi)
+        mix_tokens(a, t0, t1, 1, &s);
+    else
+        mix_tokens(a, t0, t1, 0, &s);
 ${fence}]], vars),
   }
   return src, name

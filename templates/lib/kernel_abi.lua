@@ -81,6 +81,19 @@ local BACKWARD_WORKSPACE = {
   { "float *ws_dalpha", "[groups] per-group sums of dalpha; NULL unless additive" },
 }
 
+-- A mix backward's output-norm epilogue: the forward's out and gain, the
+-- gradient of normed, and the per-group sums of d(out_gain). dout may be
+-- NULL when they are set (the loss reads normed alone).
+local BACKWARD_EPILOGUE = {
+  { "const void *out", "[T, d] the forward's out; epilogue, else NULL" },
+  "int64_t out_stride",
+  { "const float *out_gain", "[d] fp32; epilogue, else NULL" },
+  "float out_eps",
+  { "const void *dnormed", "[T, d] gradient of normed; epilogue, else NULL" },
+  "int64_t dnormed_stride",
+  { "float *ws_dgout", "[groups, d] per-group sums of d(out_gain); epilogue, else NULL" },
+}
+
 M.structs = {
   cpu_mix = {
     version = 1, op = "mix", name = "attnres_cpu_mix_args",
@@ -133,7 +146,7 @@ M.structs = {
     },
   },
   cpu_mix_backward = {
-    version = 2, op = "mix_backward", name = "attnres_cpu_mix_backward_args",
+    version = 3, op = "mix_backward", name = "attnres_cpu_mix_backward_args",
     doc = "CPU mix backward kernels (cpu/mix_backward.lua). Strides count elements.",
     fields = fields({
       "int64_t d",
@@ -145,7 +158,7 @@ M.structs = {
       { "const int64_t *dsrc_stride", "n token strides, never 0" },
     }, BACKWARD_WORKSPACE, {
       { "int64_t group", "tokens per group; a launch starts on a group's first token" },
-    }),
+    }, BACKWARD_EPILOGUE),
   },
   cuda_mix = {
     version = 1, op = "mix", name = "attnres_cuda_mix_args",
@@ -201,7 +214,7 @@ M.structs = {
     },
   },
   cuda_mix_backward = {
-    version = 2, op = "mix_backward", name = "attnres_cuda_mix_backward_args",
+    version = 3, op = "mix_backward", name = "attnres_cuda_mix_backward_args",
     doc = "CUDA mix backward kernels (cuda/mix_backward.lua), both entries, passed by value. Strides count elements.",
     fields = fields({
       { "const void *src[AR_CUDA_MAX_SOURCES]", "device pointers, [T, d] views" },
@@ -216,6 +229,8 @@ M.structs = {
       { "int64_t groups", "ceil(T / group): the rows the second entry sums" },
       { "float *dquery", "[d] fp32: the sum of the groups' rows" },
       { "float *dalpha", "one fp32 sum of ws_dalpha, or NULL" },
+    }, BACKWARD_EPILOGUE, {
+      { "float *dout_gain", "[d] fp32: the sum of ws_dgout's rows, or NULL" },
     }),
   },
 }

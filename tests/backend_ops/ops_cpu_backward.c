@@ -6,8 +6,10 @@
  * fp32's whatever the storage type (they are never rounded to it), dalpha
  * relative to the size of its terms (test_mix_backward_case.h), and with
  * one source a query gradient of exactly zero. Each case's name says its
- * problem, then "_padP" for views P elements wider than a row, "_acc" for
- * accumulated gradients and "_f32grads" for fp32 source gradients.
+ * problem ("_epi" with the output-norm epilogue, "_dnonly" when the loss
+ * reads normed alone and dout is NULL), then "_padP" for views P elements
+ * wider than a row, "_acc" for accumulated gradients and "_f32grads" for
+ * fp32 source gradients. The epilogue's cases also check d(out_gain).
  *
  * "builtin-host": the built-in kernel the host's own level gives, through
  * plans without a database: every dtype, both forms, H = 1 and 4, N = 1
@@ -54,22 +56,25 @@ static const attnres_dtype dtypes[] = {ATTNRES_DTYPE_F32, ATTNRES_DTYPE_BF16, AT
 #define ALL_FLAGS (ATTNRES_GRAD_ACCUMULATE | ATTNRES_GRAD_DSOURCES_F32)
 
 /* Names case c (its backend, op, variant, dtype, form and heads set) by
- * its problem, padding, flags and extra. */
-static void bw_name(bo_case *c, int64_t d, int n, int64_t T, int64_t pad, unsigned flags, const char *extra)
+ * its problem, epilogue bits (BW_EPILOGUE, BW_DNORMED_ONLY), padding,
+ * flags and extra. */
+static void bw_name(bo_case *c, int64_t d, int n, int64_t T, int epi, int64_t pad, unsigned flags,
+                    const char *extra)
 {
     char padding[24] = "", tail[64];
     if (pad)
         snprintf(padding, sizeof padding, "_pad%lld", (long long)pad);
-    snprintf(tail, sizeof tail, "%s%s%s%s", padding, flags & ATTNRES_GRAD_ACCUMULATE ? "_acc" : "",
-             flags & ATTNRES_GRAD_DSOURCES_F32 ? "_f32grads" : "", extra);
-    bo_name(c, d, n, 0, T, 0, 0, tail);
+    snprintf(tail, sizeof tail, "%s%s%s%s%s", epi & BW_DNORMED_ONLY ? "_dnonly" : "", padding,
+             flags & ATTNRES_GRAD_ACCUMULATE ? "_acc" : "", flags & ATTNRES_GRAD_DSOURCES_F32 ? "_f32grads" : "",
+             extra);
+    bo_name(c, d, n, 0, T, 0, epi != 0, tail);
 }
 
 /* Makes case bc, adding to v when it could not be made; 0 on success. */
-static int bw_make(bo_verdict *v, bw_case *bc, attnres_dtype dt, int64_t d, int n, int heads, int additive,
+static int bw_make(bo_verdict *v, bw_case *bc, attnres_dtype dt, int64_t d, int n, int heads, int form,
                    int64_t T, int64_t pad, unsigned flags, uint64_t seed)
 {
-    const int rc = bw_case_make(bc, dt, d, n, heads, additive, T, pad, flags, seed);
+    const int rc = bw_case_make(bc, dt, d, n, heads, form, T, pad, flags, seed);
     bo_expect(v, rc == 0, "the case could not be made (out of memory, or the reference refused it: above)");
     return rc;
 }
@@ -85,6 +90,8 @@ static void bw_check(bo_verdict *v, const bw_case *bc, const char *what)
     const bw_errors e = bw_case_errors(bc);
     bo_expect(v, e.dsrc <= gtol, "%sdsources[%d] relative error %.3g over %.0e", what, e.which, e.dsrc, gtol);
     bo_expect(v, e.dquery <= ftol, "%sdquery relative error %.3g over %.0e", what, e.dquery, ftol);
+    if (bc->p.epilogue)
+        bo_expect(v, e.dout_gain <= ftol, "%sdout_gain relative error %.3g over %.0e", what, e.dout_gain, ftol);
     if (bc->p.form == ATTNRES_FORM_ADDITIVE) {
         bo_expect(v, e.dpartial <= tol, "%sdpartial relative error %.3g over %.0e", what, e.dpartial, tol);
         bo_expect(v, e.dalpha <= ftol, "%sdalpha %.9g, reference %.9g: %.3g of its terms' size, over %.0e", what,
@@ -119,11 +126,11 @@ static attnres_plan *plan_host(const attnres_problem *p, bo_verdict *v)
 /* Case c (its dtype, form and heads set) on a problem of d, n sources and
  * T tokens, run through the plan planner makes and checked; reported. */
 static void plan_case(const bo_case *c, attnres_plan *(*planner)(const attnres_problem *, bo_verdict *), int64_t d,
-                      int n, int64_t T, int64_t pad, unsigned flags, uint64_t seed)
+                      int n, int64_t T, int epi, int64_t pad, unsigned flags, uint64_t seed)
 {
     bo_verdict v = {0};
     bw_case bc;
-    if (bw_make(&v, &bc, c->dtype, d, n, c->heads, c->additive, T, pad, flags, seed) == 0) {
+    if (bw_make(&v, &bc, c->dtype, d, n, c->heads, c->additive | epi, T, pad, flags, seed) == 0) {
         attnres_plan *plan = planner(&bc.p, &v);
         if (plan) {
             const int rc = attnres_run_mix_backward(plan, bc.T, &bc.args, NULL);
@@ -141,30 +148,38 @@ static void plan_case(const bo_case *c, attnres_plan *(*planner)(const attnres_p
  * The host's built-in kernel
  * ---------------------------------------------------------------------- */
 
+/* The epilogue's variations: none, with dout, and with normed the only
+ * output the loss reads. */
+static const int epis[] = {0, BW_EPILOGUE, BW_EPILOGUE | BW_DNORMED_ONLY};
+
 static void host_cases(void)
 {
     for (int di = 0; di < 3; di++)
         for (int additive = 0; additive <= 1; additive++)
             for (int hi = 0; hi < 2; hi++)
                 for (int ni = 0; ni < 2; ni++)
-                    for (unsigned flags = 0; flags <= ALL_FLAGS; flags++) {
-                        const int heads = hi ? 4 : 1, n = ni ? 3 : 1;
-                        const int64_t pad = (di + ni) % 2 ? 8 : 0;
-                        bo_case c = {.backend = "cpu", .op = "mix_backward", .variant = "builtin-host",
-                                     .dtype = dtypes[di], .additive = additive, .heads = heads};
-                        bw_name(&c, 64, n, 37, pad, flags, "");
-                        if (!bo_case_wanted(&c))
-                            continue;
-                        const uint64_t seed =
-                            (uint64_t)(di * 97 + additive * 13 + hi * 5 + ni + 17 * (int)(flags & ATTNRES_GRAD_ACCUMULATE));
-                        plan_case(&c, plan_host, 64, n, 37, pad, flags, seed);
-                    }
+                    for (int ei = 0; ei < 3; ei++)
+                        for (unsigned flags = 0; flags <= ALL_FLAGS; flags++) {
+                            const int heads = hi ? 4 : 1, n = ni ? 3 : 1;
+                            const int64_t pad = (di + ni) % 2 ? 8 : 0;
+                            /* The epilogue at H = 4 only, where heads and the norm's whole row differ. */
+                            if (ei && !hi)
+                                continue;
+                            bo_case c = {.backend = "cpu", .op = "mix_backward", .variant = "builtin-host",
+                                         .dtype = dtypes[di], .additive = additive, .heads = heads};
+                            bw_name(&c, 64, n, 37, epis[ei], pad, flags, "");
+                            if (!bo_case_wanted(&c))
+                                continue;
+                            const uint64_t seed = (uint64_t)(di * 97 + additive * 13 + hi * 5 + ni + ei * 29 +
+                                                             17 * (int)(flags & ATTNRES_GRAD_ACCUMULATE));
+                            plan_case(&c, plan_host, 64, n, 37, epis[ei], pad, flags, seed);
+                        }
 }
 
 /* The gradients of one run, to compare bit for bit. */
 typedef struct bw_result {
     void *dsrc, *dpartial;
-    float dquery[4096], dalpha;
+    float dquery[4096], dout_gain[4096], dalpha;
 } bw_result;
 
 /* The bytes of bc's source gradients and of its partial's. */
@@ -200,6 +215,7 @@ static void run_and_compare(bo_verdict *v, bw_case *bc, attnres_plan *plan, cons
         memcpy(first->dsrc, bc->dsrc, dsrc_bytes(bc));
         memcpy(first->dpartial, bc->dpartial, dpartial_bytes(bc));
         memcpy(first->dquery, bc->dquery, sizeof(float) * (size_t)bc->p.d);
+        memcpy(first->dout_gain, bc->dout_gain, sizeof(float) * (size_t)bc->p.d);
         first->dalpha = bc->dalpha;
         bw_check(v, bc, "");
         return;
@@ -207,6 +223,7 @@ static void run_and_compare(bo_verdict *v, bw_case *bc, attnres_plan *plan, cons
     const int same = memcmp(first->dsrc, bc->dsrc, dsrc_bytes(bc)) == 0 &&
                      memcmp(first->dpartial, bc->dpartial, dpartial_bytes(bc)) == 0 &&
                      memcmp(first->dquery, bc->dquery, sizeof(float) * (size_t)bc->p.d) == 0 &&
+                     memcmp(first->dout_gain, bc->dout_gain, sizeof(float) * (size_t)bc->p.d) == 0 &&
                      memcmp(&first->dalpha, &bc->dalpha, sizeof bc->dalpha) == 0;
     bo_expect(v, same, "%s: the gradients differ from the first run's", what);
 }
@@ -230,21 +247,22 @@ static void result_free(bw_result *r)
 }
 
 /* The bf16 case "_runs" of variant on d, three sources, two heads and 300
- * tokens, additive: the plan planner makes gives bit-identical gradients
- * on two runs, the second over a workspace of stale values; with parts,
- * also the built-in kernel launched in one part and in two. */
-static void runs_case(const char *variant, int64_t d, unsigned flags, uint64_t seed,
+ * tokens, additive (with the epilogue where epi says): the plan planner
+ * makes gives bit-identical gradients on two runs, the second over a
+ * workspace of stale values; with parts, also the built-in kernel launched
+ * in one part and in two. */
+static void runs_case(const char *variant, int64_t d, int epi, unsigned flags, uint64_t seed,
                       attnres_plan *(*planner)(const attnres_problem *, bo_verdict *), int parts)
 {
     bo_case c = {.backend = "cpu", .op = "mix_backward", .variant = variant, .dtype = ATTNRES_DTYPE_BF16,
                  .additive = 1, .heads = 2};
-    bw_name(&c, d, 3, 300, 0, flags, "_runs");
+    bw_name(&c, d, 3, 300, epi, 0, flags, "_runs");
     if (!bo_case_wanted(&c))
         return;
     bo_verdict v = {0};
     bw_case bc = {0};
     bw_result prior = {0}, first = {0};
-    if (bw_make(&v, &bc, ATTNRES_DTYPE_BF16, d, 3, 2, 1, 300, 0, flags, seed) == 0) {
+    if (bw_make(&v, &bc, ATTNRES_DTYPE_BF16, d, 3, 2, BW_ADDITIVE | epi, 300, 0, flags, seed) == 0) {
         attnres_plan *plan = planner(&bc.p, &v);
         if (plan && keep_prior(&bc, &prior) == 0) {
             run_and_compare(&v, &bc, plan, NULL, &prior, &first, "first run");
@@ -269,11 +287,16 @@ static void runs_case(const char *variant, int64_t d, unsigned flags, uint64_t s
     bo_report(&c, &v);
 }
 
-/* The host's plan twice, written in bf16 and in fp32. */
+/* Determinism's variations: gradients written in bf16, in fp32, and in
+ * fp32 with the epilogue. */
+static const struct { int epi; unsigned flags; } run_kinds[] = {
+    {0, 0}, {0, ATTNRES_GRAD_DSOURCES_F32}, {BW_EPILOGUE, ATTNRES_GRAD_DSOURCES_F32}};
+
+/* The host's plan twice, in each of run_kinds. */
 static void host_runs(void)
 {
-    for (unsigned flags = 0; flags <= ATTNRES_GRAD_DSOURCES_F32; flags += ATTNRES_GRAD_DSOURCES_F32)
-        runs_case("builtin-host", 128, flags, 5, plan_host, 0);
+    for (size_t r = 0; r < sizeof run_kinds / sizeof run_kinds[0]; r++)
+        runs_case("builtin-host", 128, run_kinds[r].epi, run_kinds[r].flags, 5, plan_host, 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -288,10 +311,11 @@ static attnres_dtype dtype_of(const char *id)
 /* One variant at one and at two threads, ids[0] and ids[1]. */
 static void variant_threads_of(argen *g, const char *const ids[2])
 {
-    for (unsigned flags = 0; flags <= ATTNRES_GRAD_DSOURCES_F32; flags += ATTNRES_GRAD_DSOURCES_F32) {
+    for (size_t r = 0; r < sizeof run_kinds / sizeof run_kinds[0]; r++) {
+        const unsigned flags = run_kinds[r].flags;
         bo_case c = {.backend = "cpu", .op = "mix_backward", .variant = ids[1], .dtype = ATTNRES_DTYPE_BF16,
                      .additive = 1, .heads = 2};
-        bw_name(&c, 128, 3, 300, 0, flags, "_threads");
+        bw_name(&c, 128, 3, 300, run_kinds[r].epi, 0, flags, "_threads");
         if (!bo_case_wanted(&c))
             continue;
         bo_verdict v = {0};
@@ -302,7 +326,8 @@ static void variant_threads_of(argen *g, const char *const ids[2])
         bo_expect(&v, loaded == 2, "%s does not compile or load (above)", loaded < 2 ? ids[loaded] : "");
         bw_case bc = {0};
         bw_result prior = {0}, first = {0};
-        if (loaded == 2 && bw_make(&v, &bc, ATTNRES_DTYPE_BF16, 128, 3, 2, 1, 300, 0, flags, 5) == 0) {
+        if (loaded == 2 &&
+            bw_make(&v, &bc, ATTNRES_DTYPE_BF16, 128, 3, 2, BW_ADDITIVE | run_kinds[r].epi, 300, 0, flags, 5) == 0) {
             bo_expect(&v, k[0].threads == 1 && k[1].threads == 2, "the kernels load with %d and %d threads",
                       k[0].threads, k[1].threads);
             if (keep_prior(&bc, &prior) == 0) {
@@ -345,20 +370,27 @@ static int *variants_usable(argen *g, const argen_variant *vs, size_t nv, const 
     return usable;
 }
 
-/* Runs the four cases of variant i (id), compiled once if any is
+/* The epilogue's bits of variant_cases' case form (0 to 5). */
+static int form_epi(int form)
+{
+    return form == 4 ? BW_EPILOGUE : form == 5 ? BW_EPILOGUE | BW_DNORMED_ONLY : 0;
+}
+
+/* Runs the six cases of variant i (id), compiled once if any is
  * selected: the replace form written and the additive form accumulated,
- * each in the storage type and in fp32. Whether it compiled. */
+ * each in the storage type and in fp32, then the same two with the
+ * epilogue, the additive one with dout NULL. Whether it compiled. */
 static int variant_cases(argen *g, size_t i, const char *id)
 {
     const attnres_dtype dt = dtype_of(id);
-    bo_case cs[4];
-    int wanted[4], any = 0;
-    for (int form = 0; form < 4; form++) {
+    bo_case cs[6];
+    int wanted[6], any = 0;
+    for (int form = 0; form < 6; form++) {
         const int additive = form & 1;
         const unsigned flags = (additive ? ATTNRES_GRAD_ACCUMULATE : 0) | (form & 2 ? ATTNRES_GRAD_DSOURCES_F32 : 0);
         cs[form] = (bo_case){.backend = "cpu", .op = "mix_backward", .variant = id, .dtype = dt,
                              .additive = additive, .heads = 2};
-        bw_name(&cs[form], 128, 2 + additive, 70, 16 * additive, flags, "");
+        bw_name(&cs[form], 128, 2 + additive, 70, form_epi(form), 16 * additive, flags, "");
         wanted[form] = bo_case_wanted(&cs[form]);
         any |= wanted[form];
     }
@@ -366,7 +398,7 @@ static int variant_cases(argen *g, size_t i, const char *id)
         return 0;
     ar_kernel k;
     const int loaded = compile_variant_on(dev, g, id, &k) == 0;
-    for (int form = 0; form < 4; form++) {
+    for (int form = 0; form < 6; form++) {
         if (!wanted[form])
             continue;
         const int additive = form & 1;
@@ -374,7 +406,7 @@ static int variant_cases(argen *g, size_t i, const char *id)
         bo_verdict v = {0};
         bo_expect(&v, loaded, "the variant does not compile or load (above)");
         bw_case bc = {0};
-        if (loaded && bw_make(&v, &bc, dt, 128, 2 + additive, 2, additive, 70, 16 * additive, flags,
+        if (loaded && bw_make(&v, &bc, dt, 128, 2 + additive, 2, additive | form_epi(form), 70, 16 * additive, flags,
                               1000 + i + (size_t)form) == 0) {
             const int rc = bw_launch(&k, &bc);
             bo_expect(&v, rc == ATTNRES_OK, "the launch failed (%d)", rc);
@@ -460,18 +492,23 @@ static void level_cases(const char *variant)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int additive = 0; additive <= 1; additive++)
                 for (int n = 1; n <= 3; n += 2)
-                    for (unsigned flags = 0; flags <= ALL_FLAGS; flags++) {
-                        const int64_t pad = (si + (size_t)n) % 2 ? 16 : 0;
-                        bo_case c = {.backend = "cpu", .op = "mix_backward", .variant = variant,
-                                     .dtype = dtypes[di], .additive = additive, .heads = shapes[si].h};
-                        bw_name(&c, shapes[si].d, n, 70, pad, flags, "");
-                        if (!bo_case_wanted(&c))
-                            continue;
-                        /* fp32 gradients reuse the data of the storage-type case. */
-                        const size_t seed = ((((size_t)di * 4 + si) * 2 + (size_t)additive) * 2 + (size_t)(n > 1)) *
-                                                2 + (flags & ATTNRES_GRAD_ACCUMULATE);
-                        plan_case(&c, bo_cpu_plan_builtin, shapes[si].d, n, 70, pad, flags, 4000 + seed);
-                    }
+                    for (int epi = 0; epi <= BW_EPILOGUE; epi += BW_EPILOGUE)
+                        for (unsigned flags = 0; flags <= ALL_FLAGS; flags++) {
+                            const int64_t pad = (si + (size_t)n) % 2 ? 16 : 0;
+                            /* The epilogue written in the storage type and accumulated in fp32. */
+                            if (epi && flags != 0 && flags != ALL_FLAGS)
+                                continue;
+                            bo_case c = {.backend = "cpu", .op = "mix_backward", .variant = variant,
+                                         .dtype = dtypes[di], .additive = additive, .heads = shapes[si].h};
+                            bw_name(&c, shapes[si].d, n, 70, epi, pad, flags, "");
+                            if (!bo_case_wanted(&c))
+                                continue;
+                            /* fp32 gradients reuse the data of the storage-type case. */
+                            const size_t seed =
+                                (((((size_t)di * 4 + si) * 2 + (size_t)additive) * 2 + (size_t)(n > 1)) * 2 +
+                                 (flags & ATTNRES_GRAD_ACCUMULATE)) * 2 + (size_t)(epi != 0);
+                            plan_case(&c, bo_cpu_plan_builtin, shapes[si].d, n, 70, epi, pad, flags, 4000 + seed);
+                        }
 }
 
 /* The plan's kernel on two runs, and launched in one part and in two (a
@@ -480,7 +517,7 @@ static void level_cases(const char *variant)
 static void level_runs(const char *variant)
 {
     for (unsigned flags = 0; flags <= ALL_FLAGS; flags++)
-        runs_case(variant, 1024, flags, 77 + flags, bo_cpu_plan_builtin, 1);
+        runs_case(variant, 1024, flags == ALL_FLAGS ? BW_EPILOGUE : 0, flags, 77 + flags, bo_cpu_plan_builtin, 1);
 }
 
 void bo_cpu_mix_backward_builtins(attnres_device *on, const char *variant)

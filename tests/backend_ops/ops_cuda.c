@@ -500,11 +500,13 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
     const double *xs[64];
     double *rs[64];
     unsigned char *first = NULL, *second = NULL;
-    size_t ws_size = 0, alpha_off = 0, total = 0;
-    if (!ref || !refq || !refp || !got || !zeros || ar_mix_backward_workspace(d, T, &ws_size, &alpha_off) != 0) {
+    size_t ws_size = 0, total = 0;
+    ar_backward_ws layout;
+    if (!ref || !refq || !refp || !got || !zeros || ar_mix_backward_workspace(d, T, 0, &layout) != 0) {
         fail_run(c, 0, "out of host memory");
         goto done;
     }
+    ws_size = layout.bytes;
     for (int i = 0; i < n; i++) {
         if (view_make(c, &src[i], p->dtype, es, T, d, padded(d, ae, 1 + i % 3), 1, &s, 0) ||
             view_make(c, &dsrc[i], gdt, ges, T, d, padded(d, ae, 1 + (i + 1) % 3), acc, &s, 1.0))

@@ -224,8 +224,8 @@ if one_case.wanted("plan_explains_mix_backward"):
     report(ok, "plan_explains_mix_backward", (out + res.stderr).strip().replace("\n", " | ")[:200])
     res = subprocess.run([CLI, "plan", "--device", "cpu", "--op", "mix_backward", "--dtype", "f32", "--d", "64",
                           "--n", "3", "--epilogue"], capture_output=True, text=True)
-    report(res.returncode != 0 and "epilogue" in res.stderr, "plan_refuses_mix_backward_epilogue",
-           res.stderr.strip()[:160])
+    report(res.returncode == 0 and "+epilogue" in res.stdout, "plan_takes_mix_backward_epilogue",
+           (res.stdout + res.stderr).strip()[:160])
     res = subprocess.run([CLI, "plan", "--device", "cpu", "--op", "mix_backward", "--dtype", "f32", "--d", "64",
                           "--n", "3", "--tokens", "0"], capture_output=True, text=True)
     report(res.returncode == 2 and "--tokens" in res.stderr, "plan_refuses_tokens_out_of_range",

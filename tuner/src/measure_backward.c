@@ -116,12 +116,13 @@ bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size
             vmax = fmax(vmax, fabs(xrows[i][e]));
         bc->dalpha_scale += fabs(xdo[e]) * vmax;
     }
-    size_t alpha_off;
-    if (ar_mix_backward_workspace(d, tv, &bc->v_ws_size, &alpha_off) ||
-        ar_mix_backward_workspace(d, t, &bc->t_ws_size, &alpha_off)) {
+    ar_backward_ws vws, tws;
+    if (ar_mix_backward_workspace(d, tv, bc->p.epilogue, &vws) || ar_mix_backward_workspace(d, t, bc->p.epilogue, &tws)) {
         snprintf(err, err_len, "no workspace size for T = %lld", (long long)t);
         goto fail;
     }
+    bc->v_ws_size = vws.bytes;
+    bc->t_ws_size = tws.bytes;
     convert_to_storage(dt, hsrc, store, vrow * (size_t)n);
     rc = upload(bc, hq, (size_t)d * 4, (void **)&bc->query);
     rc = rc ? rc : upload(bc, store, vrow * (size_t)n * bc->es, &bc->v_src);
