@@ -43,6 +43,8 @@ static const char run_usage[] =
     "    --sources S.npy --query W.npy [--gain G.npy] [--partial P.npy --alpha A]\n"
     "    --dout DO.npy [--dsources DS.npy] [--dquery DW.npy] [--dgain DG.npy]\n"
     "    [--dpartial DP.npy] [--dalpha DA.npy] [--dsources-f32]\n"
+    "    [--out-gain GO.npy --out OUT.npy --dnormed DN.npy [--out-eps EO]\n"
+    "     [--dout-gain DGO.npy]]\n"
     "  The forward's inputs as for --op mix (P selects the additive form; its values\n"
     "  do not enter the gradients), and DO, the gradient of OUT, (T, d). Writes each\n"
     "  gradient that has a path, at least one: DS of the sources (N, T, d), DW of W\n"
@@ -50,6 +52,11 @@ static const char run_usage[] =
     "  and DA of alpha, a scalar (). Sums over tokens are bit-identical on every run.\n"
     "  --dsources-f32: the kernel writes DS in float32 (ATTNRES_GRAD_DSOURCES_F32)\n"
     "  instead of the storage type, so a bf16 or f16 run's DS is not rounded to it.\n"
+    "  The output-norm epilogue's backward (CPU only), selected by --out-gain: GO and\n"
+    "  EO as the forward used them, OUT the forward's out (T, d), an input here, and\n"
+    "  DN the gradient of NORMED (T, d). The gradient of OUT is then DO (if given;\n"
+    "  --dout may be left out when the loss reads NORMED alone) plus the RMSNorm\n"
+    "  backward of DN; DGO gets the gradient of GO (d,), summed over tokens.\n"
     "\n"
     "  Every array is float32 in C order. --dtype is the storage type the kernel runs\n"
     "  in: inputs are rounded to it and results widened back (lse stays float32).\n"
@@ -77,6 +84,13 @@ static int parse_op(const char *cmd, const char *flag, const char *v, void *dst)
     return 0;
 }
 
+/* An epsilon the kernels take: positive and finite once rounded to the
+ * float32 they get (the runtime refuses one of 1e30 or more). */
+static int eps_in_range(double eps)
+{
+    return eps >= 1e-38 && eps < 1e30 && isfinite(eps);
+}
+
 static int parse(int argc, char **argv, run_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -94,14 +108,17 @@ static int parse(int argc, char **argv, run_opts *o)
         {"--query", &o->query, USE_MIX | USE_PHASE2 | USE_MIXBW},
         {"--gain", &o->gain, USE_MIX | USE_PHASE2 | USE_MIXBW},
         {"--partial", &o->partial, USE_MIX | USE_PHASE2 | USE_MIXBW},
-        {"--out-gain", &o->out_gain, USE_MIX | USE_PHASE2}, {"--normed", &o->normed, USE_MIX | USE_PHASE2},
-        {"--out", &o->out, USE_MIX | USE_PHASE1 | USE_PHASE2}, {"--queries", &o->queries, USE_PHASE1},
+        {"--out-gain", &o->out_gain, USE_MIX | USE_PHASE2 | USE_MIXBW},
+        {"--normed", &o->normed, USE_MIX | USE_PHASE2},
+        /* mix_backward reads the forward's out (the epilogue's input). */
+        {"--out", &o->out, USE_ALL}, {"--queries", &o->queries, USE_PHASE1},
         {"--gains", &o->gains, USE_PHASE1}, {"--lse", &o->lse, USE_PHASE1 | USE_PHASE2},
         {"--o1", &o->o1, USE_PHASE2}, {"--sublayer", &o->sublayer, USE_PHASE2},
         {"--partial-out", &o->partial_out, USE_PHASE2}, {"--dout", &o->dout, USE_MIXBW},
         {"--dsources", &o->dsources, USE_MIXBW}, {"--dquery", &o->dquery, USE_MIXBW},
         {"--dgain", &o->dgain, USE_MIXBW}, {"--dpartial", &o->dpartial, USE_MIXBW},
-        {"--dalpha", &o->dalpha, USE_MIXBW}};
+        {"--dalpha", &o->dalpha, USE_MIXBW}, {"--dnormed", &o->dnormed, USE_MIXBW},
+        {"--dout-gain", &o->dout_gain, USE_MIXBW}};
     enum { NPATHS = sizeof paths / sizeof paths[0] };
     /* The file flags above, then the others. */
     cli_opt opts[NPATHS + 10] = {CLI_OPT_END};
@@ -123,6 +140,11 @@ static int parse(int argc, char **argv, run_opts *o)
     if (rc != CLI_PARSED)
         return rc == CLI_HELP ? 1 : -1;
     /* Flags of another op are refused rather than silently ignored. */
+    if (o->normed && o->op == ATTNRES_OP_MIX_BACKWARD) {
+        cli_error("run", "--normed is not used by --op mix_backward: the epilogue's backward reads the forward's "
+                         "--out, with --out-gain and --dnormed (the gradient of normed)");
+        return -1;
+    }
     for (size_t k = 0; k < NPATHS; k++)
         if (*paths[k].dst && !(paths[k].use & op_bit(o->op))) {
             cli_error("run", "%s is not used by --op %s (see attnres run --help)", paths[k].flag, o->op_name);
@@ -132,7 +154,7 @@ static int parse(int argc, char **argv, run_opts *o)
         cli_error("run", "--alpha is not used by --op %s (it has no additive form)", o->op_name);
         return -1;
     }
-    if (o->have_out_eps && (o->op == ATTNRES_OP_PHASE1 || o->op == ATTNRES_OP_MIX_BACKWARD)) {
+    if (o->have_out_eps && o->op == ATTNRES_OP_PHASE1) {
         cli_error("run", "--out-eps is not used by --op %s (it has no epilogue)", o->op_name);
         return -1;
     }
@@ -153,13 +175,26 @@ static int parse(int argc, char **argv, run_opts *o)
         return -1;
     }
     if (o->op == ATTNRES_OP_MIX_BACKWARD) {
-        if (!o->sources || !o->query || !o->dout) {
-            cli_error("run", "--op mix_backward requires --sources, --query and --dout (see attnres run --help)");
+        if (!o->sources || !o->query || (!o->dout && !o->out_gain)) {
+            cli_error("run", "--op mix_backward requires --sources, --query and --dout (which the epilogue's "
+                             "--dnormed may replace; see attnres run --help)");
             return -1;
         }
-        if (!o->dsources && !o->dquery && !o->dgain && !o->dpartial && !o->dalpha) {
+        /* The epilogue: --out-gain selects it, and its backward reads the
+         * forward's out and the gradient of normed. */
+        if (o->out_gain && (!o->out || !o->dnormed)) {
+            cli_error("run", "the output-norm epilogue's backward (--out-gain) also needs --out (the forward's "
+                             "out) and --dnormed (the gradient of normed)");
+            return -1;
+        }
+        if (!o->out_gain && (o->out || o->dnormed || o->dout_gain || o->have_out_eps)) {
+            cli_error("run", "--out, --dnormed, --dout-gain and --out-eps belong to the output-norm epilogue's "
+                             "backward: give --out-gain (the forward's gain)");
+            return -1;
+        }
+        if (!o->dsources && !o->dquery && !o->dgain && !o->dpartial && !o->dalpha && !o->dout_gain) {
             cli_error("run", "--op mix_backward needs at least one gradient to write: --dsources, --dquery, "
-                             "--dgain, --dpartial or --dalpha");
+                             "--dgain, --dpartial, --dalpha or --dout-gain");
             return -1;
         }
         if (o->dgain && !o->gain) {
@@ -175,12 +210,15 @@ static int parse(int argc, char **argv, run_opts *o)
         cli_error("run", "the fused add needs both --sublayer (its input) and --partial-out (the updated partial)");
         return -1;
     }
-    if (!(o->eps > 0) || !isfinite(o->eps)) {
-        cli_error("run", "--eps must be a positive finite number (got %g)", o->eps);
+    if (!eps_in_range(o->eps)) {
+        cli_error("run", "--eps must be a positive finite number, from 1e-38 to 1e30 as float32 holds it (got %g)",
+                  o->eps);
         return -1;
     }
-    if (!(o->out_eps > 0) || !isfinite(o->out_eps)) {
-        cli_error("run", "--out-eps must be a positive finite number (got %g)", o->out_eps);
+    if (!eps_in_range(o->out_eps)) {
+        cli_error("run",
+                  "--out-eps must be a positive finite number, from 1e-38 to 1e30 as float32 holds it (got %g)",
+                  o->out_eps);
         return -1;
     }
     if (!isfinite(o->scale) || !isfinite(o->alpha)) {
@@ -191,17 +229,19 @@ static int parse(int argc, char **argv, run_opts *o)
         cli_error("run", "--alpha is only meaningful with --partial");
         return -1;
     }
-    if (!o->out_gain != !o->normed || (o->have_out_eps && !o->normed)) {
+    if (o->op != ATTNRES_OP_MIX_BACKWARD && (!o->out_gain != !o->normed || (o->have_out_eps && !o->normed))) {
         cli_error("run", "the output-norm epilogue needs both --out-gain and --normed");
         return -1;
     }
-    /* Two outputs at one path would leave only one of them. */
-    const char *outs[][2] = {{"--out", o->out},           {"--normed", o->normed},
+    /* Two outputs at one path would leave only one of them (mix_backward's
+     * --out is an input). */
+    const char *outs[][2] = {{"--out", o->op == ATTNRES_OP_MIX_BACKWARD ? NULL : o->out},
+                             {"--normed", o->normed},
                              {"--partial-out", o->partial_out},
                              {"--lse", o->op == ATTNRES_OP_PHASE1 ? o->lse : NULL},
                              {"--dsources", o->dsources}, {"--dquery", o->dquery},
                              {"--dgain", o->dgain},       {"--dpartial", o->dpartial},
-                             {"--dalpha", o->dalpha}};
+                             {"--dalpha", o->dalpha},     {"--dout-gain", o->dout_gain}};
     const size_t nouts = sizeof outs / sizeof outs[0];
     for (size_t x = 0; x < nouts; x++)
         for (size_t y = x + 1; y < nouts; y++)
@@ -209,6 +249,20 @@ static int parse(int argc, char **argv, run_opts *o)
                 cli_error("run", "%s and %s name the same file %s", outs[x][0], outs[y][0], outs[x][1]);
                 return -1;
             }
+    /* mix_backward's --out is the forward's out, read, never written: an
+     * output at an input's path would replace that input. */
+    if (o->op == ATTNRES_OP_MIX_BACKWARD) {
+        const char *ins[][2] = {{"--sources", o->sources}, {"--query", o->query},   {"--gain", o->gain},
+                                {"--partial", o->partial}, {"--dout", o->dout},     {"--out", o->out},
+                                {"--out-gain", o->out_gain}, {"--dnormed", o->dnormed}};
+        for (size_t x = 0; x < nouts; x++)
+            for (size_t y = 0; y < sizeof ins / sizeof ins[0]; y++)
+                if (outs[x][1] && ins[y][1] && strcmp(outs[x][1], ins[y][1]) == 0) {
+                    cli_error("run", "%s names the file of the input %s, %s: it would be replaced", outs[x][0],
+                              ins[y][0], ins[y][1]);
+                    return -1;
+                }
+    }
     return 0;
 }
 

@@ -18,6 +18,7 @@ typedef struct run_opts {
     const char *device, *db, *sources, *query, *gain, *partial, *out_gain, *normed, *out;
     const char *queries, *gains, *lse, *o1, *sublayer, *partial_out;
     const char *dout, *dsources, *dquery, *dgain, *dpartial, *dalpha; /* mix_backward */
+    const char *dnormed, *dout_gain; /* mix_backward with the epilogue (--out is then an input) */
     double eps, scale, alpha, out_eps;
     int64_t heads;
     attnres_dtype dtype;
@@ -25,10 +26,15 @@ typedef struct run_opts {
     int dsources_f32; /* mix_backward: ATTNRES_GRAD_DSOURCES_F32 */
 } run_opts;
 
+/* The most device buffers one run stages: mix_backward's sources, query,
+ * dout, dsources, dquery, dpartial, dalpha, workspace, and with the
+ * epilogue out, out_gain, dnormed and dout_gain. */
+#define RUN_MAX_STAGED 12
+
 /* Device copies of a run's buffers; freed together. */
 typedef struct staged {
     attnres_device *dev;
-    void *ptr[8];
+    void *ptr[RUN_MAX_STAGED];
     int count, failed;
 } staged;
 
@@ -94,8 +100,8 @@ int run_read_mix_inputs(const run_opts *o, mix_inputs *in);
 void run_mix_inputs_free(mix_inputs *in);
 
 /* The most outputs one op writes: mix_backward's dsources, dquery, dgain,
- * dpartial and dalpha. */
-#define RUN_MAX_OUTPUTS 5
+ * dpartial, dalpha and dout_gain. */
+#define RUN_MAX_OUTPUTS 6
 
 /* Writes every output that has a path (RUN_MAX_OUTPUTS at most) or none; 0
  * on success, else -1 with the reason printed. */

@@ -13,7 +13,8 @@
 void *run_stage(staged *st, const void *host, size_t bytes)
 {
     void *d = NULL;
-    if (st->failed || st->count == 8 || st->dev->ops->mem_alloc(st->dev, bytes ? bytes : 4, &d) != ATTNRES_OK) {
+    if (st->failed || st->count == RUN_MAX_STAGED ||
+        st->dev->ops->mem_alloc(st->dev, bytes ? bytes : 4, &d) != ATTNRES_OK) {
         st->failed = 1;
         return NULL;
     }

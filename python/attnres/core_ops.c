@@ -64,7 +64,7 @@ typedef struct {
     size_t aux;    /* byte offset of the stride member(s) */
 } arg_spec;
 
-#define MAX_ARGS 16
+#define MAX_ARGS 24
 
 typedef union {
     attnres_mix_args mix;
@@ -449,7 +449,8 @@ static int run_mix_backward(attnres_plan *plan, int64_t t, const void *args, voi
  * still matched by parse_args, so keyword errors read as the forward's. */
 
 enum { BW_SOURCES, BW_QUERY, BW_DOUT, BW_GAIN, BW_EPS, BW_SCALE, BW_ALPHA, BW_DSOURCES, BW_DQUERY, BW_DGAIN,
-       BW_DPARTIAL, BW_DALPHA, BW_ACCUMULATE, BW_DSOURCES_F32, BW_STREAM, BW_NARGS };
+       BW_DPARTIAL, BW_DALPHA, BW_ACCUMULATE, BW_DSOURCES_F32, BW_STREAM, BW_OUT, BW_OUT_GAIN, BW_OUT_EPS,
+       BW_DNORMED, BW_DOUT_GAIN, BW_NARGS };
 /* Only the names of this table are read (by parse_args and intern_names). */
 static arg_spec bw_args[BW_NARGS] = {
     [BW_SOURCES] = {"sources", NULL, K_BANK, W_ALWAYS, 0, 0, -1, 0, 0},
@@ -467,6 +468,13 @@ static arg_spec bw_args[BW_NARGS] = {
     [BW_ACCUMULATE] = {"accumulate", NULL, K_FLOAT, W_ALWAYS, 0, 0, -1, 0, 0},
     [BW_DSOURCES_F32] = {"dsources_f32", NULL, K_FLOAT, W_ALWAYS, 0, 0, -1, 0, 0},
     [BW_STREAM] = {"stream", NULL, K_STREAM, W_ALWAYS, 0, 0, -1, 0, 0},
+    /* The output-norm epilogue: the forward's out and gain, and the
+     * gradient of normed; dout may then be None. */
+    [BW_OUT] = {"out", NULL, K_ROWS, W_EPILOGUE, 0, 0, -1, 0, 0},
+    [BW_OUT_GAIN] = {"out_gain", NULL, K_VEC, W_EPILOGUE, 0, 0, -1, 0, 0},
+    [BW_OUT_EPS] = {"out_eps", NULL, K_FLOAT, W_EPILOGUE, F_POSITIVE, 1e-6, -1, 0, 0},
+    [BW_DNORMED] = {"dnormed", NULL, K_ROWS, W_EPILOGUE, 0, 0, -1, 0, 0},
+    [BW_DOUT_GAIN] = {"dout_gain", NULL, K_VEC, W_EPILOGUE, F_OUT, 0, -1, 0, 0},
 };
 static const op_spec bw_spec = {"mix_backward", ATTNRES_OP_MIX_BACKWARD, 3, BW_NARGS, bw_args, NULL, NULL,
                                 {-1, -1}};
@@ -545,7 +553,7 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
         PyErr_SetString(PyExc_ValueError, "the mix backward runs on the CPU only so far");
         return NULL;
     }
-    const int additive = p->form == ATTNRES_FORM_ADDITIVE;
+    const int additive = p->form == ATTNRES_FORM_ADDITIVE, epilogue = p->epilogue != 0;
     for (int i = 0; i < BW_NARGS; i++)
         if (!applies(p, bw_args[i].when) && opt(a[i]) != Py_None) {
             PyErr_Format(PyExc_ValueError, "%s= needs a plan made with %s", bw_args[i].name,
@@ -555,8 +563,19 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
     attnres_mix_backward_args r;
     attnres_mix_backward_args_init(&r);
     if (get_float(a[BW_EPS], "eps", 1e-6, 1, &r.eps) || get_float(a[BW_SCALE], "scale", 1.0, 0, &r.scale) ||
-        get_float(a[BW_ALPHA], "alpha", 1.0, 0, &r.alpha))
+        get_float(a[BW_ALPHA], "alpha", 1.0, 0, &r.alpha) ||
+        (epilogue && get_float(a[BW_OUT_EPS], "out_eps", 1e-6, 1, &r.out_eps)))
         return NULL;
+    if (epilogue && (opt(a[BW_OUT]) == Py_None || opt(a[BW_OUT_GAIN]) == Py_None || opt(a[BW_DNORMED]) == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "a plan with the epilogue needs out= (the forward's out), out_gain= and "
+                                          "dnormed= (the gradient of normed)");
+        return NULL;
+    }
+    if (!epilogue && opt(a[BW_DOUT]) == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "dout must not be None (only a plan with the epilogue, given dnormed=, "
+                                          "may do without)");
+        return NULL;
+    }
     const int accumulate = a[BW_ACCUMULATE] ? PyObject_IsTrue(a[BW_ACCUMULATE]) : 0;
     if (accumulate < 0)
         return NULL;
@@ -590,7 +609,7 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
     int64_t t = -1;
     void *own = NULL;
     int lent = 0;
-    view q, g, dout, dq, dg, dpart, dal;
+    view q, g, dout, dq, dg, dpart, dal, vout, vgain, vdn, vdg;
     void **ptrs, **dptrs;
     int64_t *strides, *dstrides;
     PyObject *objs[BW_NARGS] = {NULL};
@@ -598,12 +617,25 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
     if (borrow_bank(&c, a[BW_SOURCES], "sources", p->n, p->d, storage, 0, &t, &ptrs, &strides, &like) ||
         borrow_f32_dense(&c, a[BW_QUERY], "query", 1, 1, p->d, &q) ||
         (gain != Py_None && borrow_f32_dense(&c, gain, "gain", 1, 1, p->d, &g)) ||
-        borrow(&c, a[BW_DOUT], "dout", 2, 0, &dout) || check_kind(&c, &dout, "dout", storage) ||
-        check_shape2(&dout, "dout", t, p->d, "to match (T, d)") || row_stride(&dout, 0, "dout", &r.dout_stride))
+        (opt(a[BW_DOUT]) != Py_None &&
+         (borrow(&c, a[BW_DOUT], "dout", 2, 0, &dout) || check_kind(&c, &dout, "dout", storage) ||
+          check_shape2(&dout, "dout", t, p->d, "to match (T, d)") || row_stride(&dout, 0, "dout", &r.dout_stride))))
         goto done;
     r.sources = (const void *const *)ptrs;
     r.source_strides = strides;
-    r.dout = dout.data;
+    r.dout = opt(a[BW_DOUT]) != Py_None ? dout.data : NULL;
+    if (epilogue) {
+        if (borrow(&c, a[BW_OUT], "out", 2, 0, &vout) || check_kind(&c, &vout, "out", storage) ||
+            check_shape2(&vout, "out", t, p->d, "to match (T, d)") || row_stride(&vout, 0, "out", &r.out_stride) ||
+            borrow(&c, a[BW_DNORMED], "dnormed", 2, 0, &vdn) || check_kind(&c, &vdn, "dnormed", storage) ||
+            check_shape2(&vdn, "dnormed", t, p->d, "to match (T, d)") ||
+            row_stride(&vdn, 0, "dnormed", &r.dnormed_stride) ||
+            borrow_f32_dense(&c, a[BW_OUT_GAIN], "out_gain", 1, 1, p->d, &vgain))
+            goto done;
+        r.out = vout.data;
+        r.dnormed = vdn.data;
+        r.out_gain = (const float *)vgain.data;
+    }
     if (!(objs[BW_DSOURCES] = out_or_new(&c, opt(a[BW_DSOURCES]), like, dsrc_f32 ? "f32" : sname, 3, p->n, t, p->d)) ||
         borrow_bank(&c, objs[BW_DSOURCES], "dsources", p->n, p->d, dsrc_f32 ? f32 : storage, 1, &t, &dptrs, &dstrides,
                     &dfirst) ||
@@ -626,6 +658,12 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
             goto done;
         r.dpartial = dpart.data;
         r.dalpha = (float *)dal.data;
+    }
+    if (epilogue) {
+        if (!(objs[BW_DOUT_GAIN] = out_or_new(&c, opt(a[BW_DOUT_GAIN]), like, "f32", 1, p->d, 0, 0)) ||
+            borrow_f32_out(&c, objs[BW_DOUT_GAIN], "dout_gain", p->d, &vdg))
+            goto done;
+        r.dout_gain = (float *)vdg.data;
     }
     /* The workspace for T tokens, after room for the folded query. */
     size_t ws_bytes = 0;
@@ -676,8 +714,14 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
         goto done;
     }
     PyObject *dgain = objs[BW_DGAIN] ? objs[BW_DGAIN] : Py_None;
-    result = additive ? PyTuple_Pack(5, objs[BW_DSOURCES], objs[BW_DQUERY], dgain, objs[BW_DPARTIAL], objs[BW_DALPHA])
-                      : PyTuple_Pack(3, objs[BW_DSOURCES], objs[BW_DQUERY], dgain);
+    if (epilogue)
+        result = additive ? PyTuple_Pack(6, objs[BW_DSOURCES], objs[BW_DQUERY], dgain, objs[BW_DPARTIAL],
+                                         objs[BW_DALPHA], objs[BW_DOUT_GAIN])
+                          : PyTuple_Pack(4, objs[BW_DSOURCES], objs[BW_DQUERY], dgain, objs[BW_DOUT_GAIN]);
+    else
+        result = additive ? PyTuple_Pack(5, objs[BW_DSOURCES], objs[BW_DQUERY], dgain, objs[BW_DPARTIAL],
+                                         objs[BW_DALPHA])
+                          : PyTuple_Pack(3, objs[BW_DSOURCES], objs[BW_DQUERY], dgain);
 done:
     if (lent)
         self->scratch_busy = 0;

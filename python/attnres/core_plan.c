@@ -227,11 +227,13 @@ static PyMethodDef plan_methods[] = {
     {"mix_backward", FASTCALL_KW(plan_mix_backward), METH_FASTCALL | METH_KEYWORDS,
      "mix_backward(sources, query, dout, *, gain=None, eps=1e-6, scale=1.0, alpha=1.0, dsources=None,\n"
      "             dquery=None, dgain=None, dpartial=None, dalpha=None, accumulate=False, dsources_f32=False,\n"
-     "             stream=None)\n"
+     "             stream=None, out=None, out_gain=None, out_eps=1e-6, dnormed=None, dout_gain=None)\n"
      "    -> (dsources, dquery, dgain), and in the additive form (dsources, dquery, dgain, dpartial, dalpha):\n"
      "the gradients of the mix (DESIGN §1b) for a plan made with op='mix_backward'; dgain is None\n"
      "without gain; accumulate=True adds into the given dsources (and dpartial); dsources_f32=True\n"
-     "makes every source gradient float32 (written or added unrounded) whatever the plan's dtype"},
+     "makes every source gradient float32 (written or added unrounded) whatever the plan's dtype.\n"
+     "A plan with epilogue=True takes the forward's out and out_gain and dnormed, the gradient of\n"
+     "normed (dout may then be None), and returns the gradient of out_gain (float32, (d,)) last"},
     {"_time_c", FASTCALL_KW(plan_time_c), METH_FASTCALL | METH_KEYWORDS, NULL},
     {"explain", plan_explain, METH_NOARGS, "Which kernels the plan loaded, at which fallback level, and why."},
     {"close", handle_close, METH_NOARGS, "Destroys the plan (after any run in progress)."},

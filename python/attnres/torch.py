@@ -22,9 +22,11 @@ training step traces through it). The forward saves only its inputs, the
 sources and ``u``; the backward recomputes the RMS statistics and the softmax
 weights from them, so no [T, N] tensor is kept between the passes. Gradients
 reach the sources, ``u`` (hence ``w`` and ``gain``) and, in the additive form,
-``partial``; ``alpha`` is a constant. The output-norm epilogue has no
-backward yet: ``loss.backward()`` through it raises. ``phase1`` and
-``phase2`` are inference ops: no backward is registered for them.
+``partial``; ``alpha`` is a constant. With the output-norm epilogue the
+forward also keeps its output ``out`` (the next layer's input, alive anyway)
+and the gain, and the backward takes the gradients of both outputs, out and
+normed, and returns that of the gain too. ``phase1`` and ``phase2`` are
+inference ops: no backward is registered for them.
 
 Nothing here is imported by ``import attnres``; torch is only needed for this
 module.
@@ -205,39 +207,51 @@ def _phase2_fake(o1, lse, partial, query, sublayer, out_gain, eps, scale, out_ep
 # The mix's backward as an op of its own, so that torch.compile sees one
 # opaque call (traced through its fake kernel) in the backward graph. It
 # returns dsources as one (N, T, d) tensor, which the autograd formula splits
-# into views, the gradient of the folded query u (float32), and, in the
-# additive form, the gradients of partial and of alpha (empty otherwise).
-_lib.define("mix_backward(Tensor[] sources, Tensor query, Tensor dout, int heads, bool additive, float eps, "
-            "float scale, float alpha) -> (Tensor, Tensor, Tensor, Tensor)")
+# into views, the gradient of the folded query u (float32), in the additive
+# form the gradients of partial and of alpha, and with the epilogue (out_gain
+# given, with the forward's out and dnormed, the gradient of normed) that of
+# out_gain (float32); each is empty where the form has none. dout may be None
+# with the epilogue: the loss reads normed alone.
+_lib.define("mix_backward(Tensor[] sources, Tensor query, Tensor? dout, int heads, bool additive, float eps, "
+            "float scale, float alpha, Tensor? out=None, Tensor? out_gain=None, Tensor? dnormed=None, "
+            "float out_eps=1e-6) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
 
 
-def mix_backward(sources: List[torch.Tensor], query: torch.Tensor, dout: torch.Tensor, heads: int, additive: bool,
-                 eps: float, scale: float, alpha: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                                  torch.Tensor]:
-    """The gradients of the mix (DESIGN §1b) for the gradient dout of its
-    output: (dsources (N, T, d), dquery (d,) float32, dpartial (T, d),
-    dalpha (1,) float32); the last two are empty in the replacement form."""
+def mix_backward(sources: List[torch.Tensor], query: torch.Tensor, dout: Optional[torch.Tensor], heads: int,
+                 additive: bool, eps: float, scale: float, alpha: float, out: Optional[torch.Tensor] = None,
+                 out_gain: Optional[torch.Tensor] = None, dnormed: Optional[torch.Tensor] = None,
+                 out_eps: float = 1e-6) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                 torch.Tensor]:
+    """The gradients of the mix (DESIGN §1b) for the gradients dout of its
+    output and, with the epilogue, dnormed of normed: (dsources (N, T, d),
+    dquery (d,) float32, dpartial (T, d), dalpha (1,) float32, dout_gain
+    (d,) float32); dpartial and dalpha are empty in the replacement form,
+    dout_gain without the epilogue."""
     s0 = sources[0]
     (t, d), n = s0.shape, len(sources)
+    epilogue = out_gain is not None
     plan = plan_for(s0, op="mix_backward", dtype=_storage(s0), d=d, n=n, heads=heads,
-                    form="additive" if additive else "replace")
-    dsources = s0.new_empty((n, t, d))
-    dquery = s0.new_empty((d,), dtype=torch.float32)
-    dpartial = s0.new_empty((t, d) if additive else (0,))
-    dalpha = s0.new_empty((1,) if additive else (0,), dtype=torch.float32)
+                    form="additive" if additive else "replace", epilogue=epilogue)
+    dsources, dquery, dpartial, dalpha, dout_gain = _mix_backward_fake(sources, query, dout, heads, additive, eps,
+                                                                        scale, alpha, out, out_gain, dnormed, out_eps)
     kw = dict(eps=eps, scale=scale, dsources=_capsule(dsources), dquery=_capsule(dquery))
     if additive:
         kw.update(alpha=alpha, dpartial=_capsule(dpartial), dalpha=_capsule(dalpha))
-    plan.mix_backward([_capsule(s) for s in sources], _capsule(query), _capsule(dout), **kw)
-    return dsources, dquery, dpartial, dalpha
+    if epilogue:
+        kw.update(out=_capsule(out), out_gain=_capsule(out_gain), dnormed=_capsule(dnormed), out_eps=out_eps,
+                  dout_gain=_capsule(dout_gain))
+    plan.mix_backward([_capsule(s) for s in sources], _capsule(query), None if dout is None else _capsule(dout), **kw)
+    return dsources, dquery, dpartial, dalpha, dout_gain
 
 
-def _mix_backward_fake(sources, query, dout, heads, additive, eps, scale, alpha):
+def _mix_backward_fake(sources, query, dout, heads, additive, eps, scale, alpha, out=None, out_gain=None,
+                       dnormed=None, out_eps=1e-6):
     s0 = sources[0]
     (t, d), n = s0.shape, len(sources)
     return (s0.new_empty((n, t, d)), s0.new_empty((d,), dtype=torch.float32),
             s0.new_empty((t, d) if additive else (0,)),
-            s0.new_empty((1,) if additive else (0,), dtype=torch.float32))
+            s0.new_empty((1,) if additive else (0,), dtype=torch.float32),
+            s0.new_empty((d,) if out_gain is not None else (0,), dtype=torch.float32))
 
 
 for _name, _impl, _fake in (("mix", mix, _mix_fake), ("phase1", phase1, _phase1_fake),
@@ -251,24 +265,35 @@ for _name, _impl, _fake in (("mix", mix, _mix_fake), ("phase1", phase1, _phase1_
 
 def _mix_setup_context(ctx, inputs, output):
     sources, query, partial, out_gain, heads, eps, scale, alpha, out_eps = inputs
-    # Only the inputs are kept: the backward recomputes the weights from them.
-    ctx.save_for_backward(*sources, query)
-    ctx.heads, ctx.eps, ctx.scale, ctx.alpha = heads, eps, scale, alpha
+    # Only the inputs are kept: the backward recomputes the weights from
+    # them. The epilogue's backward also needs the output it normalised.
+    ctx.heads, ctx.eps, ctx.scale, ctx.alpha, ctx.out_eps = heads, eps, scale, alpha, out_eps
     ctx.additive, ctx.epilogue = partial is not None, out_gain is not None
+    if ctx.epilogue:
+        ctx.save_for_backward(*sources, query, output[0], out_gain)
+    else:
+        ctx.save_for_backward(*sources, query)
 
 
 def _mix_autograd_backward(ctx, grad_out, grad_normed):
+    saved = list(ctx.saved_tensors)
+    out = out_gain = dnormed = None
     if ctx.epilogue:
-        raise NotImplementedError(
-            "attnres: the mix with the output-norm epilogue (out_gain) has no backward yet; for training, "
-            "call the mix without out_gain and apply the next sublayer's RMSNorm in torch")
-    *sources, query = ctx.saved_tensors
+        out, out_gain = saved[-2], saved[-1]
+        saved = saved[:-2]
+        dnormed = torch.zeros_like(out) if grad_normed is None else grad_normed.contiguous()
+    *sources, query = saved
     # The kernels read dout with unit element stride; autograd may hand over
-    # an expanded or transposed gradient (the backward of a sum is one).
-    dsources, dquery, dpartial, _ = torch.ops.attnres.mix_backward(
-        sources, query, grad_out.contiguous(), ctx.heads, ctx.additive, ctx.eps, ctx.scale, ctx.alpha)
-    return (list(dsources.unbind(0)), dquery, dpartial if ctx.additive else None, None, None,
-            None, None, None, None)
+    # an expanded or transposed gradient (the backward of a sum is one). With
+    # the epilogue a loss that reads normed alone passes no dout at all.
+    dout = None if grad_out is None else grad_out.contiguous()
+    if dout is None and not ctx.epilogue:
+        dout = torch.zeros_like(sources[0])
+    dsources, dquery, dpartial, _, dout_gain = torch.ops.attnres.mix_backward(
+        sources, query, dout, ctx.heads, ctx.additive, ctx.eps, ctx.scale, ctx.alpha, out, out_gain, dnormed,
+        ctx.out_eps)
+    return (list(dsources.unbind(0)), dquery, dpartial if ctx.additive else None,
+            dout_gain if ctx.epilogue else None, None, None, None, None, None)
 
 
 torch.library.register_autograd("attnres::mix", _mix_autograd_backward, setup_context=_mix_setup_context, lib=_lib)
@@ -282,8 +307,8 @@ class AttnResMix(torch.nn.Module):
     (and, with epilogue=True, the next sublayer's PreNorm gain) and mixes N
     sources of shape (..., d). forward(sources, partial=None) returns out, or
     (out, normed) with the epilogue; partial switches to the additive form
-    (Delta AttnRes: out = partial + alpha * mix). Without the epilogue it
-    trains: gradients reach the sources, partial, query and gain."""
+    (Delta AttnRes: out = partial + alpha * mix). It trains: gradients reach
+    the sources, partial, query and gain, and out_gain with the epilogue."""
 
     def __init__(self, d: int, heads: int = 1, eps: float = 1e-6, scale: float = 1.0, alpha: float = 1.0,
                  epilogue: bool = False, out_eps: float = 1e-6, device=None):

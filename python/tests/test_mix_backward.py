@@ -59,6 +59,20 @@ def backward(v, w, g, dout, heads, eps, scale, additive=False, alpha=1.0):
     return dv, dw, dg, dout.copy(), float((dout * mix).sum())
 
 
+def norm_forward(out, out_gain, out_eps):
+    """The output-norm epilogue: normed = out * rr * out_gain, rr = 1 / rms(out)."""
+    rr = 1.0 / np.sqrt((out * out).mean(-1, keepdims=True) + out_eps)
+    return out * rr * out_gain
+
+
+def norm_backward(out, out_gain, dnormed, out_eps):
+    """The epilogue's backward: the gradient it adds to out's, and that of out_gain."""
+    d = out.shape[-1]
+    rr = 1.0 / np.sqrt((out * out).mean(-1, keepdims=True) + out_eps)
+    dot = (dnormed * out_gain * out).sum(-1, keepdims=True)
+    return rr * dnormed * out_gain - out * rr ** 3 * dot / d, (rr * dnormed * out).sum(0)
+
+
 def numeric_grad(f, x, h=1e-6):
     """Central finite differences of the scalar f() in every element of x (in place)."""
     grad = np.zeros_like(x)
@@ -104,6 +118,30 @@ def test_numpy_backward_matches_finite_differences(heads, n, additive):
             return loss()
 
         assert np.allclose(got[4], numeric_grad(loss_alpha, a)[0], atol=1e-7, rtol=1e-6)
+
+
+@pytest.mark.parametrize("additive", [False, True])
+def test_numpy_epilogue_backward_matches_finite_differences(additive):
+    """The epilogue's backward composed with the mix's: the loss reads out and normed."""
+    rng = np.random.default_rng(11)
+    t, d, heads = 3, 8, 2
+    v = rng.standard_normal((3, t, d))
+    w = rng.standard_normal(d)
+    og = 1 + 0.2 * rng.standard_normal(d)
+    part = rng.standard_normal((t, d))
+    dout, dn = rng.standard_normal((t, d)), rng.standard_normal((t, d))
+    eps, out_eps, alpha = 1e-3, 1e-2, 0.6
+
+    def loss():
+        out = forward(v, w, None, heads, eps, 1.0, part if additive else None, alpha)
+        return float((out * dout).sum() + (norm_forward(out, og, out_eps) * dn).sum())
+
+    out = forward(v, w, None, heads, eps, 1.0, part if additive else None, alpha)
+    extra, dgain_out = norm_backward(out, og, dn, out_eps)
+    got = backward(v, w, None, dout + extra, heads, eps, 1.0, additive, alpha)
+    assert np.allclose(got[0], numeric_grad(loss, v), atol=1e-7, rtol=1e-6)
+    assert np.allclose(got[1], numeric_grad(loss, w), atol=1e-7, rtol=1e-6)
+    assert np.allclose(dgain_out, numeric_grad(loss, og), atol=1e-7, rtol=1e-6)
 
 
 # ---- the plan against it -----------------------------------------------------
@@ -162,6 +200,40 @@ def test_mix_backward_matches_numpy(dev, rng, heads, form, n, gain):
         dpart, dalpha = got[3], got[4]
         assert np.array_equal(dpart, dout)
         assert dalpha.shape == (1,) and abs(float(dalpha[0]) - want[4]) <= 1e-5 * max(1.0, abs(want[4]))
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+@pytest.mark.parametrize("form", ["replace", "additive"])
+@pytest.mark.parametrize("with_dout", [True, False])
+def test_mix_backward_epilogue_matches_numpy(dev, rng, heads, form, with_dout):
+    """The epilogue's backward from the forward's out; dout may be None."""
+    additive = form == "additive"
+    plan = attnres.Plan(dev, None, op="mix_backward", dtype="f32", d=D, n=N, heads=heads, form=form, epilogue=True)
+    src, w, g, dout = inputs(rng)
+    og = (1 + 0.2 * rng.standard_normal(D)).astype(np.float32)
+    dn = rng.standard_normal((T, D)).astype(np.float32)
+    part = rng.standard_normal((T, D)).astype(np.float32)
+    alpha, out_eps = 0.5, 1e-4
+    out = forward(f64(src), f64(w), f64(g), heads, 1e-6, 1.0, f64(part) if additive else None, alpha)
+    out32 = out.astype(np.float32)
+    extra, want_dog = norm_backward(f64(out32), f64(og), f64(dn), out_eps)
+    total = extra + (f64(dout) if with_dout else 0.0)
+    want = backward(f64(src), f64(w), f64(g), total, heads, 1e-6, 1.0, additive, alpha)
+    got = plan.mix_backward(src, w, dout if with_dout else None, gain=g, out=out32, out_gain=og, out_eps=out_eps,
+                            dnormed=dn, **({"alpha": alpha} if additive else {}))
+    assert len(got) == (6 if additive else 4)
+    assert rel_err(got[0], want[0]) <= TOL["f32"]
+    assert rel_err(got[1], want[1]) <= TOL["f32"] and rel_err(got[2], want[2]) <= TOL["f32"]
+    assert got[-1].shape == (D,) and got[-1].dtype == np.float32 and rel_err(got[-1], want_dog) <= TOL["f32"]
+    if additive:
+        assert rel_err(got[3], want[3]) <= TOL["f32"]
+    with pytest.raises(ValueError, match="out_gain= and dnormed="):
+        plan.mix_backward(src, w, dout, gain=g, out=out32, out_gain=og)
+    plain = attnres.Plan(dev, None, op="mix_backward", dtype="f32", d=D, n=N, heads=heads, form=form)
+    with pytest.raises(ValueError, match="epilogue=True"):
+        plain.mix_backward(src, w, dout, out=out32)
+    with pytest.raises(ValueError, match="dout must not be None"):
+        plain.mix_backward(src, w, None)
 
 
 def test_mix_backward_views_and_given_outputs(dev, rng):

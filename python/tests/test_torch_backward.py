@@ -1,7 +1,8 @@
 """Training through attnres.torch: the gradients of torch.ops.attnres.mix and
 of AttnResMix (sources, partial, the pseudo-query w and the gain) against
 plain float64 PyTorch autograd of DESIGN §1 in every form the backward has
-(heads, replacement and additive, N = 1, f32 and bf16); the backward op's
+(heads, replacement and additive, N = 1, f32 and bf16, the output-norm
+epilogue with its gain); the backward op's
 fake kernel through torch.library.opcheck; a torch.compile(fullgraph=True)
 training step; and a few SGD steps of a tiny model tracking the same model
 in plain PyTorch. Skipped, saying so, when torch is not installed."""
@@ -94,12 +95,46 @@ def test_one_tensor_feeding_two_sources_gets_both_gradients(gen):
     assert rel_err(x.grad, rx.grad) <= 1e-5 and rel_err(y.grad, ry.grad) <= 1e-5
 
 
-def test_epilogue_backward_raises_clearly(gen):
-    mod = art.AttnResMix(D, epilogue=True)
-    sources = [randn(gen, T, D).requires_grad_() for _ in range(N)]
-    out, normed = mod(sources)
-    with pytest.raises(NotImplementedError, match="epilogue .* has no backward yet"):
-        normed.sum().backward()
+def plain_norm(out, out_gain, out_eps=1e-6):
+    """The output-norm epilogue in plain PyTorch: RMSNorm of out times out_gain."""
+    return out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + out_eps) * out_gain
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("form", ["replace", "additive"])
+@pytest.mark.parametrize("reads", ["both", "normed"])
+def test_epilogue_gradients_match_plain_autograd(gen, dtype, form, reads):
+    """AttnResMix(epilogue=True): the loss reads out and normed, or normed alone."""
+    additive = form == "additive"
+    tdt = DTYPES[dtype]
+    mod = art.AttnResMix(D, heads=2, eps=1e-5, alpha=0.5, epilogue=True, out_eps=1e-5)
+    with torch.no_grad():
+        mod.query.copy_(randn(gen, D))
+        mod.gain.copy_(1 + 0.1 * randn(gen, D))
+        mod.out_gain.copy_(1 + 0.2 * randn(gen, D))
+    sources = [randn(gen, T, D, dtype=tdt).requires_grad_() for _ in range(N)]
+    partial = randn(gen, T, D, dtype=tdt).requires_grad_() if additive else None
+    wo, wn = randn(gen, T, D), randn(gen, T, D)
+
+    def loss_of(out, normed):
+        return (normed.float() * wn).sum() + ((out.float() * wo).sum() if reads == "both" else 0)
+
+    out, normed = mod(sources, partial)
+    loss_of(out, normed).backward()
+    ref = [s.detach().double().requires_grad_() for s in sources]
+    rpart = partial.detach().double().requires_grad_() if additive else None
+    rq, rg, rog = (p.detach().double().requires_grad_() for p in (mod.query, mod.gain, mod.out_gain))
+    rout = plain_mix(ref, rq, rg, 2, 1e-5, 1.0, rpart, 0.5)
+    # The kernel normalises the out it stored, rounded to the storage type.
+    rout_kept = rout + (out.detach().double() - rout.detach())
+    loss_of(rout, plain_norm(rout_kept, rog, 1e-5)).backward()
+    tol = TOL[dtype]
+    for got, want in zip(sources, ref):
+        assert rel_err(got.grad, want.grad) <= tol
+    assert rel_err(mod.query.grad, rq.grad) <= tol and rel_err(mod.gain.grad, rg.grad) <= tol
+    assert rel_err(mod.out_gain.grad, rog.grad) <= tol
+    if additive:
+        assert rel_err(partial.grad, rpart.grad) <= tol
 
 
 def test_backward_op_fake_kernel_agrees_with_the_real_one(gen):
@@ -110,6 +145,9 @@ def test_backward_op_fake_kernel_agrees_with_the_real_one(gen):
                           test_utils=checks)
     torch.library.opcheck(torch.ops.attnres.mix_backward.default, (sources, u, dout, 1, False, 1e-6, 1.0, 1.0),
                           test_utils=checks)
+    out, dnormed, og = randn(gen, T, D, dtype=torch.bfloat16), randn(gen, T, D, dtype=torch.bfloat16), randn(gen, D)
+    torch.library.opcheck(torch.ops.attnres.mix_backward.default,
+                          (sources, u, None, 2, True, 1e-6, 1.0, 0.5, out, og, dnormed, 1e-6), test_utils=checks)
 
 
 def test_backward_is_deterministic(gen):

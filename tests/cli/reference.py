@@ -143,20 +143,50 @@ def phase2(o1, lse, partial, query, gain=None, heads=1, eps=1e-6, scale=1.0, sub
     return out, normed, partial_new
 
 
-def mix_backward(sources, query, dout, gain=None, heads=1, eps=1e-6, scale=1.0, partial=None, alpha=1.0):
-    """The backward of mix (DESIGN.md section 1b) without the epilogue.
+def rmsnorm_backward(out, dnormed, out_gain, out_eps=1e-6, dout=None):
+    """The output-norm epilogue's backward, normed = out * rr * out_gain with
+    rr = 1 / sqrt(mean(out^2) + out_eps), per token. out, dnormed (and dout,
+    the gradient that reaches out directly; None is zeros): T rows of d
+    floats. Returns (the whole gradient of out, T rows; that of out_gain, d
+    floats summed over tokens)."""
+    d = len(out_gain)
+    grad, dgain = [], [0.0] * d
+    for t, o in enumerate(out):
+        dn = dnormed[t]
+        rr = _inv_rms(o, out_eps)
+        # d(normed_k)/d(o_j) = g_k (rr [k = j] - o_k o_j rr^3 / d)
+        dot = sum(dn[k] * out_gain[k] * o[k] for k in range(d))
+        base = dout[t] if dout is not None else [0.0] * d
+        grad.append([base[k] + rr * dn[k] * out_gain[k] - o[k] * rr ** 3 * dot / d for k in range(d)])
+        for k in range(d):
+            dgain[k] += rr * dn[k] * o[k]
+    return grad, dgain
+
+
+def mix_backward(sources, query, dout, gain=None, heads=1, eps=1e-6, scale=1.0, partial=None, alpha=1.0,
+                 out=None, out_gain=None, dnormed=None, out_eps=1e-6):
+    """The backward of mix (DESIGN.md section 1b).
     sources: N lists of T rows of d floats; dout: T rows of d floats, the
     gradient of out. partial only selects the additive form: its values do
     not enter the gradients. Returns a dict with dsources (N lists of T rows),
     dquery and dgain (d floats each, the gradients of query and gain through
     u = gain * query, summed over tokens), and in the additive form dpartial
-    (T rows) and dalpha (a float); the others are None."""
+    (T rows) and dalpha (a float); the others are None.
+
+    With out_gain, the output-norm epilogue: out is the forward's out (T
+    rows, as the backward is given it, not recomputed), dnormed the gradient
+    of normed, and dout (None: zeros) the part of out's gradient that does not
+    pass through normed; the dict's dout_gain holds the gradient of out_gain
+    (d floats, summed over tokens), else None."""
     n = len(sources)
     t_count = len(sources[0])
     d = len(query)
     hd = d // heads
     u = _fold(query, gain)
     additive = partial is not None
+    dout_gain = None
+    if out_gain is not None:
+        dout, dout_gain = rmsnorm_backward(out, dnormed, out_gain, out_eps, dout)
     dsources = [[None] * t_count for _ in range(n)]
     du = [0.0] * d
     dpartial = [] if additive else None
@@ -204,7 +234,7 @@ def mix_backward(sources, query, dout, gain=None, heads=1, eps=1e-6, scale=1.0, 
     dquery = [du[k] * (gain[k] if gain is not None else 1.0) for k in range(d)]
     dgain = [du[k] * query[k] for k in range(d)] if gain is not None else None
     return {"dsources": dsources, "dquery": dquery, "dgain": dgain, "dpartial": dpartial,
-            "dalpha": dalpha if additive else None}
+            "dalpha": dalpha if additive else None, "dout_gain": dout_gain}
 
 
 def worst(errors):

@@ -2,7 +2,9 @@
 against the independent fp64 reference (reference.mix_backward), on fresh
 random inputs whose rows differ in magnitude by 100x: fp32 within 1e-5
 relative, bf16 and f16 within 1e-2 of the reference computed from the rounded
-inputs, per gradient, in both forms, with H = 1 and 2, N = 1 and 3.
+inputs, per gradient, in both forms, with H = 1 and 2, N = 1 and 3; and the
+output-norm epilogue's backward (--out-gain, --out, --dnormed, --dout-gain),
+from the reference forward's out, with and without --dout.
 
 Also: the reference itself against central differences of reference.mix (so
 the oracle is checked, not trusted); two runs give byte-identical output
@@ -28,7 +30,8 @@ one_case.take_args(1)
 CLI = sys.argv[1]
 DB = sys.argv[2] if len(sys.argv) > 2 else None
 rng = random.Random()
-GRADS = ("dsources", "dquery", "dgain", "dpartial", "dalpha")
+GRADS = ("dsources", "dquery", "dgain", "dpartial", "dalpha", "dout_gain")
+OUT_EPS = 1e-5  # the epilogue's, other than the default so that --out-eps is seen to arrive
 
 
 def report(ok, name, detail):
@@ -52,22 +55,24 @@ def run(args):
 class Case:
     """One problem's input files, its reference gradients and its command."""
 
-    def __init__(self, tmp, dtype, n, t, d, heads, additive, gain):
+    def __init__(self, tmp, dtype, n, t, d, heads, additive, gain, epilogue=False, dout=True):
         rnd = reference.ROUND[dtype]
         self.dtype = dtype
         self.sources = [rows(t, d, rnd) for _ in range(n)]
         self.query = [reference.round_f32(rng.gauss(0, 1) * 2 / math.sqrt(d)) for _ in range(d)]
         self.gain = [reference.round_f32(1 + 0.25 * rng.gauss(0, 1)) for _ in range(d)] if gain else None
         self.partial = rows(t, d, rnd) if additive else None
-        self.dout = rows(t, d, rnd)
+        self.dout = rows(t, d, rnd) if dout else None
         self.alpha = 0.75
         p = lambda f: os.path.join(tmp, f)  # noqa: E731
         self.path = p
         npyio.write_f32(p("s.npy"), (n, t, d), flat(self.sources))
         npyio.write_f32(p("w.npy"), (d,), self.query)
-        npyio.write_f32(p("do.npy"), (t, d), flat(self.dout))
         self.args = ["--dtype", dtype, "--heads", str(heads), "--sources", p("s.npy"), "--query", p("w.npy"),
-                     "--dout", p("do.npy"), "--dsources", p("dsources.npy"), "--dquery", p("dquery.npy")]
+                     "--dsources", p("dsources.npy"), "--dquery", p("dquery.npy")]
+        if dout:
+            npyio.write_f32(p("do.npy"), (t, d), flat(self.dout))
+            self.args += ["--dout", p("do.npy")]
         if gain:
             npyio.write_f32(p("g.npy"), (d,), self.gain)
             self.args += ["--gain", p("g.npy"), "--dgain", p("dgain.npy")]
@@ -75,11 +80,31 @@ class Case:
             npyio.write_f32(p("p.npy"), (t, d), flat(self.partial))
             self.args += ["--partial", p("p.npy"), "--alpha", str(self.alpha), "--dpartial", p("dpartial.npy"),
                           "--dalpha", p("dalpha.npy")]
+        self.out = self.out_gain = self.dnormed = None
+        # The gradient that reaches out, all of it: dalpha's error is held
+        # to the size of its terms.
+        self.grad_out = self.dout
+        if epilogue:
+            # The forward's out as the reference forward gives it, rounded
+            # to the storage type as the command rounds the file.
+            self.out_gain = [reference.round_f32(1 + 0.25 * rng.gauss(0, 1)) for _ in range(d)]
+            out, _ = reference.mix(self.sources, self.query, self.gain, heads, 1e-6, 1.0, self.partial,
+                                   self.alpha if additive else 1.0)
+            self.out = [[rnd(x) for x in row] for row in out]
+            self.dnormed = rows(t, d, rnd)
+            npyio.write_f32(p("go.npy"), (d,), self.out_gain)
+            npyio.write_f32(p("out.npy"), (t, d), flat(self.out))
+            npyio.write_f32(p("dn.npy"), (t, d), flat(self.dnormed))
+            self.args += ["--out-gain", p("go.npy"), "--out", p("out.npy"), "--dnormed", p("dn.npy"),
+                          "--out-eps", repr(OUT_EPS), "--dout-gain", p("dout_gain.npy")]
+            self.grad_out, _ = reference.rmsnorm_backward(self.out, self.dnormed, self.out_gain, OUT_EPS,
+                                                          self.dout)
         if DB:
             self.args += ["--db", DB]
         # The scores use the query as the kernel does: folded in fp32.
         self.want = reference.mix_backward(self.sources, self.query, self.dout, self.gain, heads, 1e-6, 1.0,
-                                           self.partial, self.alpha if additive else 1.0)
+                                           self.partial, self.alpha if additive else 1.0, out=self.out,
+                                           out_gain=self.out_gain, dnormed=self.dnormed, out_eps=OUT_EPS)
 
     def outputs(self):
         return [g for g in GRADS if self.want[g] is not None]
@@ -91,7 +116,7 @@ class Case:
         """got's error against the reference (dalpha's against the size of its terms)."""
         want = flat(self.want[grad])
         if grad == "dalpha":
-            return dalpha_err(got, want, self.sources, self.dout)
+            return dalpha_err(got, want, self.sources, self.grad_out)
         # dquery is exactly zero with one source (DESIGN 1b, N = 1).
         return rel_err(got, want) if any(want) else max(abs(x) for x in got)
 
@@ -138,6 +163,59 @@ if one_case.wanted("reference_matches_finite_differences"):
     worst = max(worst, max(abs(dp[i][k] - dout[i][k]) for i in range(t) for k in range(d)))
     report(worst < 1e-6, "reference_matches_finite_differences", "worst abs diff %.1e" % worst)
 
+if one_case.wanted("reference_epilogue_matches_finite_differences"):
+    # The loss reads out and normed: sum(out * dout) + sum(normed * dnormed),
+    # and the backward is given the forward's out as the forward computed it.
+    n, t, d, heads, eps_o = 3, 2, 8, 2, 1e-3
+    src = [[[rng.gauss(0, 1) * (1 + i) for _ in range(d)] for _ in range(t)] for i in range(n)]
+    w = [rng.gauss(0, 1) for _ in range(d)]
+    g = [1 + 0.3 * rng.gauss(0, 1) for _ in range(d)]
+    go = [1 + 0.3 * rng.gauss(0, 1) for _ in range(d)]
+    part = [[rng.gauss(0, 1) for _ in range(d)] for _ in range(t)]
+    dout = [[rng.gauss(0, 1) for _ in range(d)] for _ in range(t)]
+    dn = [[rng.gauss(0, 1) for _ in range(d)] for _ in range(t)]
+
+    def loss(src_, w_, g_, alpha_, go_, part_):
+        out, normed = reference.mix(src_, w_, g_, heads, 1e-6, 1.3, part_, alpha_, go_, eps_o)
+        return sum(out[i][k] * dout[i][k] + normed[i][k] * dn[i][k] for i in range(t) for k in range(d))
+
+    out, _ = reference.mix(src, w, g, heads, 1e-6, 1.3, part, 0.6, go, eps_o)
+    got = reference.mix_backward(src, w, dout, g, heads, 1e-6, 1.3, part, 0.6, out=out, out_gain=go,
+                                 dnormed=dn, out_eps=eps_o)
+    h, worst = 1e-6, 0.0
+    args = [src, w, g, 0.6, go, part]
+
+    def fd(which, bump):
+        """The central difference of the loss along bump(x, delta), which
+        returns a copy of argument which nudged."""
+        plus, minus = list(args), list(args)
+        plus[which] = bump(args[which], h)
+        minus[which] = bump(args[which], -h)
+        return (loss(*plus) - loss(*minus)) / (2 * h)
+
+    def vec(k):
+        return lambda x, delta: [v + (delta if j == k else 0.0) for j, v in enumerate(x)]
+
+    def mat(tok, k):
+        return lambda x, delta: [[v + (delta if (i, j) == (tok, k) else 0.0) for j, v in enumerate(r)]
+                                 for i, r in enumerate(x)]
+
+    for i in range(n):
+        for tok in range(t):
+            for k in range(d):
+                bump = (lambda i_, m: lambda x, delta: [m(s_, delta) if j == i_ else s_
+                                                        for j, s_ in enumerate(x)])(i, mat(tok, k))
+                worst = max(worst, abs(fd(0, bump) - got["dsources"][i][tok][k]))
+    for k in range(d):
+        worst = max(worst, abs(fd(1, vec(k)) - got["dquery"][k]))
+        worst = max(worst, abs(fd(2, vec(k)) - got["dgain"][k]))
+        worst = max(worst, abs(fd(4, vec(k)) - got["dout_gain"][k]))
+    worst = max(worst, abs(fd(3, lambda x, delta: x + delta) - got["dalpha"]))
+    for tok in range(t):
+        for k in range(d):
+            worst = max(worst, abs(fd(5, mat(tok, k)) - got["dpartial"][tok][k]))
+    report(worst < 1e-6, "reference_epilogue_matches_finite_differences", "worst abs diff %.1e" % worst)
+
 # ---- against the reference -------------------------------------------------
 
 CASES = [
@@ -148,11 +226,27 @@ CASES = [
     ("bf16_additive_h2", "bf16", 3, 6, 64, 2, True, False),
     ("f16_replace_h2_gain", "f16", 2, 6, 64, 2, False, True),
 ]
-for name, dtype, n, t, d, heads, additive, gain in CASES:
+# The output-norm epilogue's backward, from the reference forward's out:
+# dout given (added to the norm's gradient) or not (the loss reads normed
+# alone).
+EPILOGUE_CASES = [
+    # name, dtype, N, T, d, H, additive, gain, --dout
+    ("f32_epilogue_replace_dout", "f32", 3, 5, 64, 1, False, True, True),
+    ("f32_epilogue_replace_no_dout", "f32", 2, 6, 32, 2, False, False, False),
+    ("f32_epilogue_additive_dout", "f32", 3, 40, 64, 2, True, True, True),
+    ("f32_epilogue_additive_no_dout", "f32", 3, 7, 64, 1, True, False, False),
+    ("bf16_epilogue_replace_dout", "bf16", 3, 6, 64, 2, False, True, True),
+    ("bf16_epilogue_replace_no_dout", "bf16", 2, 5, 64, 1, False, False, False),
+    ("bf16_epilogue_additive_dout", "bf16", 3, 40, 64, 2, True, False, True),
+    ("bf16_epilogue_additive_no_dout", "bf16", 3, 6, 64, 2, True, True, False),
+    ("f16_epilogue_additive_dout", "f16", 2, 6, 64, 2, True, True, True),
+]
+ALL_CASES = [c + (False, True) for c in CASES] + [c[:8] + (True, c[8]) for c in EPILOGUE_CASES]
+for name, dtype, n, t, d, heads, additive, gain, epilogue, dout in ALL_CASES:
     if not one_case.wanted(name):
         continue
     with tempfile.TemporaryDirectory() as tmp:
-        c = Case(tmp, dtype, n, t, d, heads, additive, gain)
+        c = Case(tmp, dtype, n, t, d, heads, additive, gain, epilogue, dout)
         res = run(c.args)
         if res.returncode != 0:
             report(False, name, "exit %d: %s" % (res.returncode, res.stderr.strip()[-300:]))
@@ -213,6 +307,37 @@ if one_case.wanted("two_runs_byte_identical"):
             ok, why = not differ, "differ: " + ", ".join(differ) if differ else "%d files" % len(first)
         report(ok, "two_runs_byte_identical", why)
 
+if one_case.wanted("epilogue_two_runs_byte_identical"):
+    with tempfile.TemporaryDirectory() as tmp:
+        # The same with the epilogue (whose gradient of out_gain is summed
+        # over the groups too), and a third run without --dout-gain (the
+        # runtime then gets no dout_gain) that writes the others unchanged.
+        c = Case(tmp, "bf16", 4, 70, 128, 2, True, True, True, True)
+        at = c.args.index("--dout-gain")
+        without = c.args[:at] + c.args[at + 2:]
+        runs, ok, why = [], True, ""
+        for args in (c.args, c.args, without):
+            res = run(args)
+            if res.returncode != 0:
+                ok, why = False, res.stderr.strip()[-300:]
+                break
+            store = {}
+            for grad in c.outputs():
+                if os.path.exists(c.path(grad + ".npy")):
+                    with open(c.path(grad + ".npy"), "rb") as f:
+                        store[grad] = f.read()
+                    os.unlink(c.path(grad + ".npy"))
+            runs.append(store)
+        if ok:
+            first, second, third = runs
+            differ = [g for g in c.outputs() if first.get(g) != second.get(g)]
+            differ += ["%s without --dout-gain" % g for g in c.outputs()
+                       if g != "dout_gain" and third.get(g) != first.get(g)]
+            if "dout_gain" in third or "dout_gain" not in first:
+                differ.append("dout_gain written only with --dout-gain")
+            ok, why = not differ, "differ: " + ", ".join(differ) if differ else "%d files" % len(first)
+        report(ok, "epilogue_two_runs_byte_identical", why)
+
 # ---- plan --op mix_backward ------------------------------------------------
 
 if one_case.wanted("plan_explains_mix_backward"):
@@ -243,7 +368,13 @@ if one_case.wanted("bad_input_refused_without_output"):
         p = c.path
         npyio.write_f32(p("do_short.npy"), (2, 16), [0.5] * 32)
         npyio.write_f32(p("p.npy"), (3, 16), [0.0] * 48)
+        # The epilogue's inputs (named so that no input starts with "d").
+        npyio.write_f32(p("go.npy"), (16,), [1.0] * 16)
+        npyio.write_f32(p("o.npy"), (3, 16), [0.25] * 48)
+        npyio.write_f32(p("ndn.npy"), (3, 16), [0.5] * 48)
         base = ["--sources", p("s.npy"), "--query", p("w.npy")]
+        epi = ["--out-gain", p("go.npy"), "--out", p("o.npy"), "--dnormed", p("ndn.npy"), "--dsources",
+               p("dsources.npy"), "--dout-gain", p("dout_gain.npy")]
         bad = [
             ("no --dout", base + ["--dsources", p("dsources.npy")], "--dout"),
             ("no gradient output", base + ["--dout", p("do.npy")], "at least one gradient"),
@@ -252,10 +383,29 @@ if one_case.wanted("bad_input_refused_without_output"):
             ("--dpartial without --partial", base + ["--dout", p("do.npy"), "--dpartial", p("dpartial.npy")],
              "--partial"),
             ("--dgain without --gain", base + ["--dout", p("do.npy"), "--dgain", p("dgain.npy")], "--gain"),
-            ("--out of the forward", base + ["--dout", p("do.npy"), "--dsources", p("dsources.npy"), "--out",
-                                             p("out.npy")], "--out is not used"),
-            ("the epilogue", base + ["--dout", p("do.npy"), "--dsources", p("dsources.npy"), "--out-gain",
-                                     p("w.npy"), "--normed", p("n.npy")], "not used"),
+            ("--out without --out-gain", base + ["--dout", p("do.npy"), "--dsources", p("dsources.npy"), "--out",
+                                                 p("o.npy")], "give --out-gain"),
+            ("--dnormed without --out-gain", base + ["--dout", p("do.npy"), "--dsources", p("dsources.npy"),
+                                                     "--dnormed", p("ndn.npy")], "give --out-gain"),
+            ("--dout-gain without --out-gain", base + ["--dout", p("do.npy"), "--dout-gain",
+                                                       p("dout_gain.npy")], "give --out-gain"),
+            ("--out-eps without --out-gain", base + ["--dout", p("do.npy"), "--dsources", p("dsources.npy"),
+                                                     "--out-eps", "1e-5"], "give --out-gain"),
+            ("--out-gain without --out", base + ["--dsources", p("dsources.npy"), "--out-gain", p("go.npy"),
+                                                 "--dnormed", p("ndn.npy")], "also needs --out"),
+            ("--out-gain without --dnormed", base + ["--dout", p("do.npy"), "--dsources", p("dsources.npy"),
+                                                     "--out-gain", p("go.npy"), "--out", p("o.npy")],
+             "--dnormed"),
+            ("--normed given to the backward", base + ["--dout", p("do.npy")] + epi + ["--normed", p("n.npy")],
+             "--normed is not used by --op mix_backward"),
+            ("--out of the wrong shape", base + epi[:3] + [p("do_short.npy")] + epi[4:], "--out"),
+            ("--dnormed of the wrong shape", base + epi[:5] + [p("do_short.npy")] + epi[6:], "--dnormed"),
+            ("--out-gain of the wrong length", base + ["--out-gain", p("do.npy")] + epi[2:], "--out-gain"),
+            ("--out-eps zero", base + epi + ["--out-eps", "0"], "--out-eps"),
+            ("--out-eps beyond float32", base + epi + ["--out-eps", "1e300"], "--out-eps"),
+            ("--out-eps not a number", base + epi + ["--out-eps", "tiny"], "--out-eps"),
+            ("an output at an input's path", base + epi + ["--dquery", p("go.npy")], "would be replaced"),
+            ("the epilogue with no gradient output", base + epi[:6], "at least one gradient"),
             ("two outputs at one path", base + ["--dout", p("do.npy"), "--dsources", p("dsources.npy"),
                                                 "--dquery", p("dsources.npy")], "same file"),
             ("--heads not dividing d", base + ["--dout", p("do.npy"), "--dsources", p("dsources.npy"), "--heads",

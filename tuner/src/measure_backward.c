@@ -20,9 +20,16 @@
 /* The forward's alpha in the additive form, as the mix's bench case. */
 #define BENCH_ALPHA 0.75f
 
+/* The epilogue's buffers of one set of rows: the forward's out, the
+ * gradient of normed, and the gain's gradient (NULL without it). */
+typedef struct epilogue_bufs {
+    void *out, *dnormed;
+    float *dgout;
+} epilogue_bufs;
+
 static int set_args(bench_case *bc, attnres_mix_backward_args *a, void *src, const void **rows, void *dsrc,
                     void **drows, int64_t t, void *dout, void *dpartial, float *dquery, float *dalpha, void *ws,
-                    size_t ws_size)
+                    size_t ws_size, epilogue_bufs e)
 {
     attnres_mix_backward_args_init(a);
     const size_t row = (size_t)t * (size_t)bc->p.d * bc->es;
@@ -41,6 +48,13 @@ static int set_args(bench_case *bc, attnres_mix_backward_args *a, void *src, con
     a->dalpha = additive ? dalpha : NULL;
     a->workspace = ws;
     a->workspace_size = ws_size;
+    if (bc->p.epilogue) {
+        a->out = e.out;
+        a->out_gain = bc->out_gain;
+        a->out_eps = 1e-6f;
+        a->dnormed = e.dnormed;
+        a->dout_gain = e.dgout;
+    }
     return ATTNRES_OK;
 }
 
@@ -56,14 +70,71 @@ static int alloc_outputs(bench_case *bc, size_t row, size_t ws_size, void **dsrc
     return rc ? rc : upload(bc, NULL, ws_size, ws);
 }
 
+/* The epilogue's inputs and its share of the reference: the gain, the
+ * gradient of normed, and the forward's out in fp64 rounded through the
+ * storage type (hout, the values the kernel reads); then in fp64 the
+ * gradient of out the kernel works from, dout + the RMSNorm backward of
+ * dnormed through that out, into xdo, and d(out_gain) into ref_dgout. */
+static int epilogue_inputs(bench_case *bc, uint64_t *s, const double *const *xrows, const double *xq,
+                           const double *zeros, float *hog, float *hdn, float *hout, double *xdo, char *err,
+                           size_t err_len)
+{
+    const int64_t d = bc->p.d, tv = bc->tv;
+    const size_t vrow = (size_t)(tv * d);
+    double *xdn = malloc(vrow * 8 + 8), *xout = malloc(vrow * 8 + 8);
+    void *tmp = malloc(vrow * 4 + 4);
+    int rc = xdn && xout && tmp ? ATTNRES_OK : ATTNRES_ENOMEM;
+    if (rc == ATTNRES_OK) {
+        for (int64_t k = 0; k < d; k++)
+            hog[k] = (float)(1.0 + 0.2 * normal(s));
+        random_rows(s, bc->p.dtype, tv, d, hdn, xdn, 0);
+        attnres_problem fwd = bc->p;
+        fwd.op = ATTNRES_OP_MIX;
+        fwd.epilogue = 0;
+        rc = attnres_reference_mix(&fwd, tv, xrows, xq, 1.0, 1e-6,
+                                   bc->p.form == ATTNRES_FORM_ADDITIVE ? zeros : NULL, BENCH_ALPHA, NULL, 1e-6,
+                                   xout, NULL);
+    }
+    if (rc == ATTNRES_OK) {
+        for (size_t e = 0; e < vrow; e++)
+            hout[e] = (float)xout[e];
+        convert_to_storage(bc->p.dtype, hout, tmp, vrow);
+        convert_from_storage(bc->p.dtype, tmp, hout, vrow);
+        memset(bc->ref_dgout, 0, sizeof(double) * (size_t)d);
+        for (int64_t t = 0; t < tv; t++) {
+            const float *o = hout + t * d;
+            const double *dn = xdn + t * d;
+            double ss = 0, dot = 0;
+            for (int64_t k = 0; k < d; k++) {
+                ss += (double)o[k] * o[k];
+                dot += dn[k] * hog[k] * o[k];
+            }
+            const double rr = 1.0 / sqrt(ss / (double)d + 1e-6);
+            for (int64_t k = 0; k < d; k++) {
+                xdo[t * d + k] += rr * dn[k] * hog[k] - o[k] * rr * rr * rr * dot / (double)d;
+                bc->ref_dgout[k] += rr * dn[k] * o[k];
+            }
+        }
+    } else {
+        snprintf(err, err_len, "the epilogue's inputs: %s", rc == ATTNRES_ENOMEM ? "out of host memory"
+                                                                                 : "the reference forward failed");
+    }
+    free(xdn);
+    free(xout);
+    free(tmp);
+    return rc;
+}
+
 bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size_t err_len)
 {
     const int64_t d = bc->p.d, n = bc->p.n, tv = bc->tv, t = bc->t;
     const attnres_dtype dt = bc->p.dtype;
     const size_t vrow = (size_t)(tv * d), trow = (size_t)(t * d), big = trow > vrow ? trow : vrow;
-    const int additive = bc->p.form == ATTNRES_FORM_ADDITIVE;
+    const int additive = bc->p.form == ATTNRES_FORM_ADDITIVE, epi = bc->p.epilogue;
     uint64_t s = seed;
     float *hq = malloc((size_t)d * 4), *hsrc = malloc(vrow * (size_t)n * 4), *hdo = malloc(vrow * 4);
+    /* The epilogue's gain, gradient of normed and forward out (on the host). */
+    float *hog = malloc((size_t)d * 4), *hdn = malloc(vrow * 4 + 4), *hout = malloc(vrow * 4 + 4);
     double *xsrc = malloc(vrow * (size_t)n * 8), *xdo = malloc(vrow * 8), *xq = malloc((size_t)d * 8),
            *zeros = calloc(vrow + 1, 8);
     void *store = malloc(big * (size_t)n * bc->es + 64);
@@ -76,8 +147,10 @@ bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size
     bc->ref_dsrc = malloc(vrow * (size_t)n * 8 + 8);
     bc->ref_dquery = malloc((size_t)d * 8);
     bc->ref_dpartial = malloc(vrow * 8 + 8);
+    bc->ref_dgout = malloc((size_t)d * 8);
     int ok = hq && hsrc && hdo && xsrc && xdo && xq && zeros && store && xrows && rrows && bc->v_rows &&
-             bc->t_rows && bc->v_drows && bc->t_drows && bc->ref_dsrc && bc->ref_dquery && bc->ref_dpartial;
+             bc->t_rows && bc->v_drows && bc->t_drows && bc->ref_dsrc && bc->ref_dquery && bc->ref_dpartial &&
+             hog && hdn && hout && bc->ref_dgout;
     if (!ok) {
         snprintf(err, err_len, "out of host memory for T = %lld", (long long)t);
         goto fail;
@@ -92,10 +165,15 @@ bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size
         xrows[i] = xsrc + (size_t)i * vrow;
         rrows[i] = bc->ref_dsrc + (size_t)i * vrow;
     }
+    /* partial's value enters no gradient: zeros stand in for it. With the
+     * epilogue, xdo becomes the gradient of out the kernel works from, and
+     * the mix's reference backward takes it. */
+    if (epi && epilogue_inputs(bc, &s, xrows, xq, zeros, hog, hdn, hout, xdo, err, err_len) != ATTNRES_OK)
+        goto fail;
     attnres_problem fwd = bc->p;
     fwd.op = ATTNRES_OP_MIX;
+    fwd.epilogue = 0;
     char msg[256];
-    /* partial's value enters no gradient: zeros stand in for it. */
     int rc = attnres_reference_mix_backward(&fwd, tv, xrows, xq, 1.0, 1e-6, additive ? zeros : NULL, BENCH_ALPHA,
                                             NULL, 1e-6, xdo, NULL, 0, rrows, bc->ref_dquery,
                                             additive ? bc->ref_dpartial : NULL, additive ? &bc->ref_dalpha : NULL,
@@ -131,6 +209,14 @@ bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size
     rc = rc ? rc
             : alloc_outputs(bc, vrow, bc->v_ws_size, &bc->v_dsrc, &bc->v_dpartial, &bc->v_dquery, &bc->v_dalpha,
                             &bc->v_ws);
+    if (epi) {
+        rc = rc ? rc : upload(bc, hog, (size_t)d * 4, (void **)&bc->out_gain);
+        convert_to_storage(dt, hout, store, vrow);
+        rc = rc ? rc : upload(bc, store, vrow * bc->es, &bc->v_eout);
+        convert_to_storage(dt, hdn, store, vrow);
+        rc = rc ? rc : upload(bc, store, vrow * bc->es, &bc->v_dnormed);
+        rc = rc ? rc : upload(bc, NULL, (size_t)d * 4, (void **)&bc->v_dgout);
+    }
     /* Timing inputs: the verification rows tiled to T tokens. */
     for (int64_t r = 0; r < n * t; r++)
         convert_to_storage(dt, hsrc + (size_t)((r % (n * tv)) * d), (char *)store + (size_t)(r * d) * bc->es,
@@ -140,20 +226,34 @@ bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size
     rc = rc ? rc
             : alloc_outputs(bc, trow, bc->t_ws_size, &bc->t_dsrc, &bc->t_dpartial, &bc->t_dquery, &bc->t_dalpha,
                             &bc->t_ws);
+    if (epi) {
+        /* The epilogue's timing rows: its verification rows tiled too. */
+        for (int64_t r = 0; r < t; r++)
+            convert_to_storage(dt, hout + (size_t)((r % tv) * d), (char *)store + (size_t)(r * d) * bc->es,
+                               (size_t)d);
+        rc = rc ? rc : upload(bc, store, trow * bc->es, &bc->t_eout);
+        for (int64_t r = 0; r < t; r++)
+            convert_to_storage(dt, hdn + (size_t)((r % tv) * d), (char *)store + (size_t)(r * d) * bc->es,
+                               (size_t)d);
+        rc = rc ? rc : upload(bc, store, trow * bc->es, &bc->t_dnormed);
+        rc = rc ? rc : upload(bc, NULL, (size_t)d * 4, (void **)&bc->t_dgout);
+    }
     if (rc != ATTNRES_OK) {
         snprintf(err, err_len, "device buffers: %s", attnres_device_errmsg(bc->dev));
         goto fail;
     }
     set_args(bc, &bc->v_bw, bc->v_src, bc->v_rows, bc->v_dsrc, bc->v_drows, tv, bc->v_dout, bc->v_dpartial,
-             bc->v_dquery, bc->v_dalpha, bc->v_ws, bc->v_ws_size);
+             bc->v_dquery, bc->v_dalpha, bc->v_ws, bc->v_ws_size,
+             (epilogue_bufs){bc->v_eout, bc->v_dnormed, bc->v_dgout});
     set_args(bc, &bc->t_bw, bc->t_src, bc->t_rows, bc->t_dsrc, bc->t_drows, t, bc->t_dout, bc->t_dpartial,
-             bc->t_dquery, bc->t_dalpha, bc->t_ws, bc->t_ws_size);
+             bc->t_dquery, bc->t_dalpha, bc->t_ws, bc->t_ws_size,
+             (epilogue_bufs){bc->t_eout, bc->t_dnormed, bc->t_dgout});
     goto done;
 fail:
     bench_backward_free(bc);
     bc = NULL;
 done:;
-    void *const host[] = {hq, hsrc, hdo, xsrc, xdo, xq, zeros, store, (void *)xrows, (void *)rrows};
+    void *const host[] = {hq, hsrc, hdo, xsrc, xdo, xq, zeros, store, (void *)xrows, (void *)rrows, hog, hdn, hout};
     free_each(host, MEASURE_COUNT(host));
     return bc;
 }
@@ -164,10 +264,12 @@ void bench_backward_free(bench_case *bc)
         return;
     void *const dev_bufs[] = {bc->v_src,  bc->v_dout,     bc->v_dsrc,   bc->v_dpartial, bc->v_dquery,
                               bc->v_dalpha, bc->v_ws,     bc->t_src,    bc->t_dout,     bc->t_dsrc,
-                              bc->t_dpartial, bc->t_dquery, bc->t_dalpha, bc->t_ws,     bc->query};
+                              bc->t_dpartial, bc->t_dquery, bc->t_dalpha, bc->t_ws,     bc->query,
+                              bc->v_eout, bc->t_eout, bc->v_dnormed, bc->t_dnormed, bc->out_gain, bc->v_dgout,
+                              bc->t_dgout};
     device_free_each(bc, dev_bufs, MEASURE_COUNT(dev_bufs));
     void *const host[] = {bc->v_rows,   bc->t_rows,     bc->v_drows,      bc->t_drows,
-                          bc->ref_dsrc, bc->ref_dquery, bc->ref_dpartial, bc};
+                          bc->ref_dsrc, bc->ref_dquery, bc->ref_dpartial, bc->ref_dgout, bc};
     free_each(host, MEASURE_COUNT(host));
 }
 
@@ -192,6 +294,8 @@ static int outputs(bench_case *bc, char *host, size_t src_bytes, size_t row_byte
     rc = rc ? rc : bc->dev->ops->copy_to_host(bc->dev, host + src_bytes, bc->v_dquery, d4);
     rc = rc ? rc : bc->dev->ops->copy_to_host(bc->dev, host + src_bytes + d4, bc->v_dpartial, row_bytes);
     rc = rc ? rc : bc->dev->ops->copy_to_host(bc->dev, host + src_bytes + d4 + row_bytes, bc->v_dalpha, 4);
+    if (bc->p.epilogue)
+        rc = rc ? rc : bc->dev->ops->copy_to_host(bc->dev, host + src_bytes + d4 + row_bytes + 4, bc->v_dgout, d4);
     return rc;
 }
 
@@ -229,7 +333,7 @@ static void describe_gradient(char *out, size_t len, const char *name, const cha
 int bench_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
 {
     const size_t row_bytes = (size_t)(bc->tv * bc->p.d) * bc->es, src_bytes = row_bytes * (size_t)bc->p.n;
-    const size_t all = src_bytes + (size_t)bc->p.d * 4 + row_bytes + 4;
+    const size_t all = src_bytes + (size_t)bc->p.d * 4 * (bc->p.epilogue ? 2 : 1) + row_bytes + 4;
     char *first = malloc(all), *second = malloc(all);
     int rc = first && second ? ATTNRES_OK : ATTNRES_ENOMEM;
     const ar_op_args args = ar_op_mix_backward(&bc->v_bw);
@@ -241,6 +345,8 @@ int bench_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
         rc = rc ? rc : fill(bc, bc->v_dpartial, row_bytes, 0xff);
         rc = rc ? rc : fill(bc, bc->v_dquery, (size_t)bc->p.d * 4, 0xff);
         rc = rc ? rc : fill(bc, bc->v_dalpha, 4, 0xff);
+        if (bc->p.epilogue)
+            rc = rc ? rc : fill(bc, bc->v_dgout, (size_t)bc->p.d * 4, 0xff);
         rc = rc ? rc : fill(bc, bc->v_ws, bc->v_ws_size, run ? 0x3c : 0xa5);
         rc = rc ? rc : bc->dev->ops->launch(bc->dev, k, &bc->p, bc->tv, &args, NULL);
         rc = rc ? rc : outputs(bc, run ? second : first, src_bytes, row_bytes);
@@ -260,6 +366,9 @@ int bench_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
                           bc->tv, bc->p.d, 0);
         describe_gradient(out, len, "dalpha", first + src_bytes + d4 + row_bytes, second + src_bytes + d4 + row_bytes,
                           4, 4, 0, 1, 0);
+        if (bc->p.epilogue)
+            describe_gradient(out, len, "dout_gain", first + src_bytes + d4 + row_bytes + 4,
+                              second + src_bytes + d4 + row_bytes + 4, d4, 4, 0, bc->p.d, 0);
     }
     free(first);
     free(second);
@@ -294,6 +403,14 @@ int bench_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
         if (isnan(e) || e > bc->sums_err) {
             bc->sums_err = e;
             bc->sums_name = "dalpha (against the size of its terms)";
+        }
+    }
+    if (rc == ATTNRES_OK && bc->p.epilogue) {
+        rc = compare_n(bc, bc->v_dgout, bc->ref_dgout, (size_t)bc->p.d, 1, &e);
+        worst = isnan(e) || e > worst ? e : worst;
+        if (isnan(e) || e > bc->sums_err) {
+            bc->sums_err = e;
+            bc->sums_name = "dout_gain";
         }
     }
     *rel_err = isnan(worst) ? NAN : worst;

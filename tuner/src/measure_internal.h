@@ -47,6 +47,12 @@ struct bench_case {
      * how many of its values and the first of them ("" when none). */
     char difference[256];
     attnres_mix_backward_args v_bw, t_bw;
+    /* The mix backward's epilogue: the forward's out and the gradient of
+     * normed (inputs; the gain is out_gain above), the gain's gradient,
+     * and its reference. */
+    void *v_eout, *t_eout, *v_dnormed, *t_dnormed;
+    float *v_dgout, *t_dgout;
+    double *ref_dgout;
 };
 
 /* Random data helpers (splitmix64). */

@@ -380,8 +380,8 @@ void problem_traffic(const tune_problem *tp, double *read_bytes, double *write_b
         *read_bytes = (2.0 + (p->fuse_add ? 1.0 : 0.0)) * td * es + lse;
         *write_bytes = (1.0 + (p->epilogue ? 1.0 : 0.0) + (p->fuse_add ? 1.0 : 0.0)) * td * es;
         break;
-    case ATTNRES_OP_MIX_BACKWARD: /* sources and dout in; source gradients (and dpartial = dout) out */
-        *read_bytes = (p->n + 1.0) * td * es;
+    case ATTNRES_OP_MIX_BACKWARD: /* sources and dout (and out, dnormed) in; source gradients (and dpartial) out */
+        *read_bytes = (p->n + 1.0 + (p->epilogue ? 2.0 : 0.0)) * td * es;
         *write_bytes = (p->n + (p->form == ATTNRES_FORM_ADDITIVE ? 1.0 : 0.0)) * td * es;
         break;
     default:
