@@ -32,6 +32,8 @@ Nothing here is imported by ``import attnres``; torch is only needed for this
 module.
 """
 
+import ctypes
+import sys
 import threading
 from typing import List, Optional, Tuple
 
@@ -119,6 +121,49 @@ def _stream(t: torch.Tensor):
 _capsule = torch.utils.dlpack.to_dlpack
 
 
+# ---- outputs ------------------------------------------------------------------
+# The outputs this module allocates for the ops, a gradient of every source
+# above all, are large (528 MB for K3's at T = 4096) and fresh: torch's CPU
+# allocator maps them anew, and the kernel's first write then faults them in
+# 4 KiB page by page, which took longer than the backward kernel itself
+# (217 ms against 87 ms, bench/results/backward-2026-12-06.md). Asking for
+# transparent huge pages on them first, where Linux grants them on request
+# (THP mode "madvise" or "always"), cut that to 32.5 ms. Only the memory of
+# the new tensor is advised, and only whole 2 MiB pages inside it.
+
+_HUGE_PAGE = 2 << 20
+_MADV_HUGEPAGE = 14  # Linux's value, the same on every architecture
+
+
+def _find_madvise():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_madvise = _find_madvise()
+
+
+def _empty(like: torch.Tensor, shape, dtype=None) -> torch.Tensor:
+    """An uninitialised tensor like `like` (its device and, unless given,
+    dtype), with huge pages asked for when it is a CPU tensor of 8 MiB or
+    more (a hint: nothing changes where the kernel does not take it)."""
+    t = like.new_empty(shape, dtype=dtype if dtype is not None else like.dtype)
+    nbytes = t.numel() * t.element_size()
+    if _madvise is not None and t.device.type == "cpu" and nbytes >= 4 * _HUGE_PAGE:
+        first = (t.data_ptr() + _HUGE_PAGE - 1) // _HUGE_PAGE * _HUGE_PAGE
+        end = (t.data_ptr() + nbytes) // _HUGE_PAGE * _HUGE_PAGE
+        if end > first:
+            _madvise(first, end - first, _MADV_HUGEPAGE)
+    return t
+
+
 # ---- the ops ----------------------------------------------------------------
 # Defined by schema through torch.library.Library, with one implementation
 # for every backend (CompositeExplicitAutograd) and a fake kernel for
@@ -144,8 +189,8 @@ def mix(sources: List[torch.Tensor], query: torch.Tensor, partial: Optional[torc
     s0 = sources[0]
     plan = plan_for(s0, op="mix", dtype=_storage(s0), d=s0.shape[-1], n=len(sources), heads=heads,
                     form="replace" if partial is None else "additive", epilogue=out_gain is not None)
-    out = s0.new_empty(s0.shape)
-    normed = s0.new_empty(s0.shape if out_gain is not None else (0,))
+    out = _empty(s0, s0.shape)
+    normed = _empty(s0, s0.shape if out_gain is not None else (0,))
     kw = dict(eps=eps, scale=scale, out=_capsule(out), stream=_stream(s0))
     if partial is not None:
         kw.update(partial=_capsule(partial), alpha=alpha)
@@ -168,8 +213,8 @@ def phase1(sources: List[torch.Tensor], queries: torch.Tensor, heads: int, eps: 
     s0 = sources[0]
     sites, (t, d) = queries.shape[0], s0.shape
     plan = plan_for(s0, op="phase1", dtype=_storage(s0), d=d, n=len(sources), heads=heads, sites=sites)
-    o1 = s0.new_empty((sites, t, d))
-    lse = s0.new_empty((sites, t, heads), dtype=torch.float32)
+    o1 = _empty(s0, (sites, t, d))
+    lse = _empty(s0, (sites, t, heads), dtype=torch.float32)
     plan.phase1([_capsule(s) for s in sources], _capsule(queries), eps=eps, scale=scale, out=_capsule(o1),
                 lse=_capsule(lse), stream=_stream(s0))
     return o1, lse
@@ -189,8 +234,8 @@ def phase2(o1: torch.Tensor, lse: torch.Tensor, partial: torch.Tensor, query: to
     empty unless out_gain is given."""
     plan = plan_for(o1, op="phase2", dtype=_storage(o1), d=o1.shape[-1], heads=lse.shape[-1],
                     fuse_add=sublayer is not None, epilogue=out_gain is not None)
-    out = o1.new_empty(o1.shape)
-    normed = o1.new_empty(o1.shape if out_gain is not None else (0,))
+    out = _empty(o1, o1.shape)
+    normed = _empty(o1, o1.shape if out_gain is not None else (0,))
     kw = dict(eps=eps, scale=scale, out=_capsule(out), stream=_stream(o1))
     if sublayer is not None:
         kw["sublayer"] = _capsule(sublayer)
@@ -232,8 +277,7 @@ def mix_backward(sources: List[torch.Tensor], query: torch.Tensor, dout: Optiona
     epilogue = out_gain is not None
     plan = plan_for(s0, op="mix_backward", dtype=_storage(s0), d=d, n=n, heads=heads,
                     form="additive" if additive else "replace", epilogue=epilogue)
-    dsources, dquery, dpartial, dalpha, dout_gain = _mix_backward_fake(sources, query, dout, heads, additive, eps,
-                                                                        scale, alpha, out, out_gain, dnormed, out_eps)
+    dsources, dquery, dpartial, dalpha, dout_gain = _mix_backward_outputs(_empty, s0, n, additive, epilogue)
     kw = dict(eps=eps, scale=scale, dsources=_capsule(dsources), dquery=_capsule(dquery))
     if additive:
         kw.update(alpha=alpha, dpartial=_capsule(dpartial), dalpha=_capsule(dalpha))
@@ -244,14 +288,18 @@ def mix_backward(sources: List[torch.Tensor], query: torch.Tensor, dout: Optiona
     return dsources, dquery, dpartial, dalpha, dout_gain
 
 
+def _mix_backward_outputs(empty, s0, n, additive, epilogue):
+    """The backward's five outputs, made by empty(like, shape, dtype=None)."""
+    t, d = s0.shape
+    f32 = torch.float32
+    return (empty(s0, (n, t, d)), empty(s0, (d,), dtype=f32), empty(s0, (t, d) if additive else (0,)),
+            empty(s0, (1,) if additive else (0,), dtype=f32), empty(s0, (d,) if epilogue else (0,), dtype=f32))
+
+
 def _mix_backward_fake(sources, query, dout, heads, additive, eps, scale, alpha, out=None, out_gain=None,
                        dnormed=None, out_eps=1e-6):
-    s0 = sources[0]
-    (t, d), n = s0.shape, len(sources)
-    return (s0.new_empty((n, t, d)), s0.new_empty((d,), dtype=torch.float32),
-            s0.new_empty((t, d) if additive else (0,)),
-            s0.new_empty((1,) if additive else (0,), dtype=torch.float32),
-            s0.new_empty((d,) if out_gain is not None else (0,), dtype=torch.float32))
+    return _mix_backward_outputs(lambda like, shape, dtype=None: like.new_empty(shape, dtype=dtype or like.dtype),
+                                 sources[0], len(sources), additive, out_gain is not None)
 
 
 for _name, _impl, _fake in (("mix", mix, _mix_fake), ("phase1", phase1, _phase1_fake),
