@@ -256,11 +256,21 @@ function T.emit(p)
     -- The pair layout reads the query in pair order and sums the group's
     -- du in it, on the stack, in row order into the workspace at the
     -- group's end; with the epilogue, do in pair order too.
+    -- The epilogue's rows come after query and dup: declared among them,
+    -- they left the plain path's code alike but made it 1.5x slower at
+    -- K3's and MHAR-8B's shapes on a Zen 3 guest (bench/mix_ab.sh), with
+    -- the du stores the hot spot; the cause in the stack's layout was not
+    -- pinned down.
     query = pairs_ and [[
-    float query[d], dup[d], gofp[epi ? d : 1];
+    float query[d], dup[d];
     pair_order(a->query, query, d);
+    /* The epilogue's do rows, in row and in pair order. */
+    float gofr[epi ? d : 1], gofp[epi ? d : 1];
     const struct scratch s = {q, pd, w, dz, r, c, query, dup, gofr, gofp};]]
-        or "    const struct scratch s = {q, pd, w, dz, r, c, a->query, NULL, gofr, gofr};",
+        or [[
+    /* The epilogue's do row. */
+    float gofr[epi ? d : 1];
+    const struct scratch s = {q, pd, w, dz, r, c, a->query, NULL, gofr, gofr};]],
     next_row = p.vec > 1 and [[
             /* The next token's row, which sweep 2 prefetches. */
             const storage_t *next = t + 1 < t1 ? row + a->src_stride[i] : row;
@@ -421,7 +431,7 @@ ${du_flush}        if (a->dpartial) {
     /* With the output-norm epilogue (out_gain set) every token starts with
      * its prologue and the sweeps read do from the stack. */
     const int epi = a->out_gain != NULL;
-    float q[n * heads], pd[n * heads], w[n * heads], dz[n * heads], r[n], c[n], gofr[epi ? d : 1];
+    float q[n * heads], pd[n * heads], w[n * heads], dz[n * heads], r[n], c[n];
 ${query}
     if (epi)
         mix_tokens(a, t0, t1, 1, &s);
