@@ -628,12 +628,15 @@ ATTNRES_API int attnres_run_phase2(attnres_plan *plan, int64_t T,
  * and at every thread count. No atomics are used.
  *
  * The CPU and CUDA devices run the replace and additive forms at every H,
- * from tuned winners or, without one, their built-in kernels. The CPU also
- * runs the output-norm epilogue's backward (a problem with epilogue = 1):
- * from the forward's out, kept by the caller, it takes the gradient of out
- * as dout plus the RMSNorm backward of dnormed, and sums the gradient of
- * out_gain over tokens as it does dquery's. CUDA plans refuse such a
- * problem with EUNSUPPORTED and say so.
+ * from tuned winners or, without one, their built-in kernels, and the
+ * output-norm epilogue's backward (a problem with epilogue = 1): from the
+ * forward's out, kept by the caller, it takes the gradient of out as dout
+ * plus the RMSNorm backward of dnormed, and sums the gradient of out_gain
+ * over tokens as it does dquery's. A CUDA kernel keeps that gradient of
+ * out, d floats, in shared memory beside its per-token tables, so CUDA
+ * takes the epilogue's backward where 4 (d + 3 N H + 2 N + H) <= 49152
+ * bytes (attnres_plan_create refuses a larger one with EINVAL and says
+ * so).
  * ---------------------------------------------------------------------- */
 
 /* Arguments of one mix backward launch. Pointers are host pointers on the

@@ -21,10 +21,12 @@ static int64_t phase1_weights_smem(const attnres_problem *p)
 
 /* The dynamic shared memory of the mix backward's per-token tables
  * (templates/cuda/mix_backward.lua): three of n * H floats, two of n, one
- * of H. */
+ * of H; with the output-norm epilogue, first the token's fp32 gradient of
+ * out, d floats. */
 static int64_t mix_backward_tables_smem(const attnres_problem *p)
 {
-    return (3 * (int64_t)p->n * p->heads + 2 * (int64_t)p->n + p->heads) * (int64_t)sizeof(float);
+    return (3 * (int64_t)p->n * p->heads + 2 * (int64_t)p->n + p->heads + (p->epilogue ? p->d : 0)) *
+           (int64_t)sizeof(float);
 }
 
 /* Refuses, with `status`, a phase 1 (its weights) or a mix backward (its
@@ -39,9 +41,12 @@ static int tables_smem_check(attnres_device *dev, const attnres_problem *p, int 
     if (smem <= max)
         return ATTNRES_OK;
     const char *op = phase1 ? "phase1" : "mix_backward";
-    char shape[64];
+    char shape[96];
     if (phase1)
         snprintf(shape, sizeof shape, "N = %d, S = %d, H = %d", p->n, p->s, p->heads);
+    else if (p->epilogue)
+        snprintf(shape, sizeof shape, "N = %d, H = %d, d = %lld and the epilogue", p->n, p->heads,
+                 (long long)p->d);
     else
         snprintf(shape, sizeof shape, "N = %d, H = %d", p->n, p->heads);
     return ar_device_fail(dev, status,
@@ -55,10 +60,6 @@ int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
 {
     const int n = p->n, S = p->s, H = p->heads;
     if (p->op == ATTNRES_OP_MIX_BACKWARD) {
-        if (p->epilogue)
-            return ar_device_fail(dev, ATTNRES_EUNSUPPORTED,
-                                  "CUDA has no mix_backward kernels for the output-norm epilogue yet: plan the "
-                                  "backward without it");
         if (n > AR_CUDA_MAX_SOURCES)
             return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA mix_backward kernels take at most %d sources (N = %d)",
                                   AR_CUDA_MAX_SOURCES, n);
@@ -302,31 +303,29 @@ static int fill_phase2(attnres_device *dev, const ar_kernel *k, const attnres_pr
 /* Fills the mix backward's by-value struct (both entries take it), its
  * dynamic shared memory and the two grids: one block per token group, then
  * one thread per element of dquery. T may be 0: then only the sums run,
- * and write zeros. */
+ * and write zeros (to dout_gain too with the epilogue). */
 static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                              const attnres_mix_backward_args *a, cuda_launch_data *l)
 {
     const cuda_kernel *ck = k->module;
     attnres_cuda_mix_backward_args *args = &l->args.mix_backward;
-    if (!ck || !k->entry || !ck->sum)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded, or has no sum entry");
+    if (!ck || !k->entry || !ck->sum || !ck->epi)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded, or lacks its sum or epilogue entry");
     const int n = p->n, H = p->heads;
     if (n < 1 || n > AR_CUDA_MAX_SOURCES)
         return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA mix_backward kernels take 1 to %d sources, not %d",
                               AR_CUDA_MAX_SOURCES, n);
     if (H < 1 || p->d < 1 || p->d > ((int64_t)1 << 30) || p->d % H)
         return ar_device_fail(dev, ATTNRES_EINVAL, "d = %lld and H = %d are not a valid shape", (long long)p->d, H);
-    if (p->epilogue)
-        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA has no mix_backward kernels for the epilogue");
     const int smem_rc = tables_smem_check(dev, p, ATTNRES_EUNSUPPORTED);
     if (smem_rc != ATTNRES_OK)
         return smem_rc;
     const int64_t smem = mix_backward_tables_smem(p);
     if (!a || !a->dquery)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the arguments and dquery are required");
-    const int additive = p->form == ATTNRES_FORM_ADDITIVE;
+    const int additive = p->form == ATTNRES_FORM_ADDITIVE, epilogue = p->epilogue != 0;
     ar_backward_ws ws = {0};
-    if (ar_mix_backward_workspace(p->d, T, p->epilogue, &ws) != 0 ||
+    if (ar_mix_backward_workspace(p->d, T, epilogue, &ws) != 0 ||
         (T > 0 && (!a->workspace || a->workspace_size < ws.bytes)))
         return ar_device_fail(dev, ATTNRES_EINVAL, "the workspace holds %zu bytes; T = %lld needs %zu",
                               a->workspace ? a->workspace_size : 0, (long long)T, ws.bytes);
@@ -337,9 +336,15 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
     const int dsrc_f32 = (a->flags & ATTNRES_GRAD_DSOURCES_F32) != 0;
     const int64_t des = dsrc_f32 ? 4 : es, dalign = dsrc_f32 ? ck->qalign : align;
     if (T > 0) {
-        if (!a->sources || !a->query || !a->dout || !a->dsources || (additive && !a->dpartial))
+        if (!a->sources || !a->query || !a->dsources || (additive && !a->dpartial))
             return ar_device_fail(dev, ATTNRES_EINVAL,
-                                  "sources, query, dout, dsources (and dpartial in the additive form) are required");
+                                  "sources, query, dsources (and dpartial in the additive form) are required");
+        /* With the epilogue the loss may read normed alone: dout NULL is
+         * then a gradient of out of zero. */
+        if (!epilogue && !a->dout)
+            return ar_device_fail(dev, ATTNRES_EINVAL, "dout is required");
+        if (epilogue && (!a->out || !a->out_gain || !a->dnormed))
+            return ar_device_fail(dev, ATTNRES_EINVAL, "the epilogue's backward needs out, out_gain and dnormed");
         for (int i = 0; i < n; i++) {
             const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
             const int64_t dstride = a->dsource_strides && a->dsource_strides[i] ? a->dsource_strides[i] : p->d;
@@ -360,17 +365,31 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
         args->dout_stride = a->dout_stride ? a->dout_stride : p->d;
         args->dpartial = additive ? a->dpartial : NULL;
         args->dpartial_stride = a->dpartial_stride ? a->dpartial_stride : p->d;
-        if (view_misaligned(args->dout, args->dout_stride, es, align) ||
-            (args->dpartial && view_misaligned(args->dpartial, args->dpartial_stride, es, align)))
+        if (epilogue) {
+            args->out = a->out;
+            args->out_stride = a->out_stride ? a->out_stride : p->d;
+            args->out_gain = a->out_gain;
+            args->out_eps = a->out_eps;
+            args->dnormed = a->dnormed;
+            args->dnormed_stride = a->dnormed_stride ? a->dnormed_stride : p->d;
+        }
+        if ((args->dout && view_misaligned(args->dout, args->dout_stride, es, align)) ||
+            (args->dpartial && view_misaligned(args->dpartial, args->dpartial_stride, es, align)) ||
+            (args->out && view_misaligned(args->out, args->out_stride, es, align)) ||
+            (args->dnormed && view_misaligned(args->dnormed, args->dnormed_stride, es, align)))
             return ar_device_fail(dev, ATTNRES_EINVAL,
-                                  "dout or dpartial (pointer or stride) is not %lld-byte aligned as kernel %s needs",
+                                  "dout, dpartial, out or dnormed (pointer or stride) is not %lld-byte aligned as "
+                                  "kernel %s needs",
                                   (long long)align, k->kernel_name);
-        if (misaligned(a->query, ck->qalign) || misaligned(a->workspace, 16))
+        if (misaligned(a->query, ck->qalign) || (args->out_gain && misaligned(args->out_gain, ck->qalign)) ||
+            misaligned(a->workspace, 16))
             return ar_device_fail(dev, ATTNRES_EINVAL,
-                                  "query is not %d-byte aligned as kernel %s needs, or the workspace not 16-byte",
+                                  "query or out_gain is not %d-byte aligned as kernel %s needs, or the workspace "
+                                  "not 16-byte",
                                   ck->qalign, k->kernel_name);
         args->ws_du = a->workspace;
         args->ws_dalpha = additive ? (float *)((char *)a->workspace + ws.alpha_offset) : NULL;
+        args->ws_dgout = epilogue ? (float *)((char *)a->workspace + ws.dgout_offset) : NULL;
     }
     FILL_SHAPE(args, a, p, H, T);
     args->n = n;
@@ -382,11 +401,15 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
     args->groups = (T + AR_GRAD_GROUP - 1) / AR_GRAD_GROUP;
     args->dquery = a->dquery;
     args->dalpha = additive ? a->dalpha : NULL;
-    if (misaligned(args->dquery, 4) || (args->dalpha && misaligned(args->dalpha, 4)))
-        return ar_device_fail(dev, ATTNRES_EINVAL, "dquery or dalpha is not 4-byte aligned");
+    /* The gradient of out_gain, also at T = 0 (the sums write zeros). */
+    args->dout_gain = epilogue ? a->dout_gain : NULL;
+    if (misaligned(args->dquery, 4) || (args->dalpha && misaligned(args->dalpha, 4)) ||
+        (args->dout_gain && misaligned(args->dout_gain, 4)))
+        return ar_device_fail(dev, ATTNRES_EINVAL, "dquery, dalpha or dout_gain is not 4-byte aligned");
     l->grid = args->groups;
     l->smem = smem + k->smem;
     l->sum_grid = (p->d + k->threads - 1) / k->threads;
+    l->first = epilogue ? ck->epi : NULL;
     return ATTNRES_OK;
 }
 
@@ -405,6 +428,7 @@ int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_probl
         return ar_device_fail(dev, ATTNRES_EINVAL, "the kernel is not loaded");
     int rc;
     l->sum_grid = 0;
+    l->first = NULL;
     switch (a->op) {
     case ATTNRES_OP_MIX:
         rc = fill_mix(dev, k, p, T, a->mix, &l->args.mix);
@@ -437,7 +461,7 @@ int ar_cuda_launch_current(attnres_device *dev, const ar_kernel *k, cuda_launch_
     void *params[] = {&l->args};
     CUresult r = CU_OK;
     if (l->grid > 0)
-        r = ar_cuda_driver.LaunchKernel((CUfunction)k->entry, (unsigned)l->grid, 1, 1, (unsigned)k->threads, 1, 1,
+        r = ar_cuda_driver.LaunchKernel(l->first ? l->first : (CUfunction)k->entry, (unsigned)l->grid, 1, 1, (unsigned)k->threads, 1, 1,
                                         (unsigned)l->smem, stream, params, NULL);
     /* The mix backward's fixed-order sums, on the same stream: they start
      * once every group's partials are written. */

@@ -297,11 +297,13 @@ static int load_image(attnres_device *dev, const void *blob, size_t size, const 
         free(ck);
         return ar_cuda_fail(dev, ATTNRES_ELOAD, r, "making the CUDA context current");
     }
-    CUfunction fn = NULL, sum = NULL;
-    int max_threads = 0;
+    CUfunction fn = NULL, sum = NULL, epi = NULL;
+    int max_threads = 0, epi_threads = 0;
     const int two_entries = ar_json_int(params_json, "abi_op", -1) == ATTNRES_OP_MIX_BACKWARD;
     char sum_name[sizeof k->kernel_name + sizeof AR_CUDA_MIX_BACKWARD_SUM_SUFFIX];
+    char epi_name[sizeof k->kernel_name + sizeof AR_CUDA_MIX_BACKWARD_EPI_SUFFIX];
     snprintf(sum_name, sizeof sum_name, "%s%s", kernel_name, AR_CUDA_MIX_BACKWARD_SUM_SUFFIX);
+    snprintf(epi_name, sizeof epi_name, "%s%s", kernel_name, AR_CUDA_MIX_BACKWARD_EPI_SUFFIX);
     if ((r = ar_cuda_driver.ModuleLoadData(&ck->module, image)) != CU_OK) {
         ck->module = NULL;
         *no_binary = r == CU_ERROR_NO_BINARY_FOR_GPU && is_elf(blob, size);
@@ -311,11 +313,17 @@ static int load_image(attnres_device *dev, const void *blob, size_t size, const 
     } else if (two_entries && (r = ar_cuda_driver.ModuleGetFunction(&sum, ck->module, sum_name)) != CU_OK) {
         /* The mix backward's second pass is an entry of the same module. */
         status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction (the mix backward's sum entry)");
-    } else if ((r = ar_cuda_driver.FuncGetAttribute(&max_threads, CU_FUNC_ATTR_MAX_THREADS_PER_BLOCK, fn)) != CU_OK) {
+    } else if (two_entries && (r = ar_cuda_driver.ModuleGetFunction(&epi, ck->module, epi_name)) != CU_OK) {
+        /* ... and so is its first pass with the output-norm epilogue. */
+        status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction (the mix backward's epilogue entry)");
+    } else if ((r = ar_cuda_driver.FuncGetAttribute(&max_threads, CU_FUNC_ATTR_MAX_THREADS_PER_BLOCK, fn)) != CU_OK ||
+               (epi && (r = ar_cuda_driver.FuncGetAttribute(&epi_threads, CU_FUNC_ATTR_MAX_THREADS_PER_BLOCK, epi)) !=
+                           CU_OK)) {
         status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuFuncGetAttribute");
-    } else if (max_threads < block) {
+    } else if (max_threads < block || (epi && epi_threads < block)) {
         status = ar_device_fail(dev, ATTNRES_ELOAD, "kernel %s runs at most %d threads per block on %s, not %lld",
-                                kernel_name, max_threads, dev->arch, (long long)block);
+                                kernel_name, epi && epi_threads < max_threads ? epi_threads : max_threads, dev->arch,
+                                (long long)block);
     } else if (smem > 48 * 1024 &&
                (r = ar_cuda_driver.FuncSetAttribute(fn, CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)smem)) != CU_OK) {
         status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "allowing the kernel's dynamic shared memory");
@@ -332,6 +340,7 @@ static int load_image(attnres_device *dev, const void *blob, size_t size, const 
     ck->qalign = (int32_t)qalign;
     ck->dmax = dmax;
     ck->sum = sum;
+    ck->epi = epi;
     k->module = ck;
     k->entry = fn;
     k->threads = (int32_t)block;

@@ -105,6 +105,7 @@ typedef struct cuda_kernel {
     int32_t qalign; /* bytes: query and out_gain */
     int64_t dmax;   /* largest d, 0 for any */
     CUfunction sum; /* mix backward: the second entry, <kernel>_sum; else NULL */
+    CUfunction epi; /* mix backward: the epilogue's first entry, <kernel>_epi; else NULL */
 } cuda_kernel;
 
 typedef struct cuda_state {
@@ -139,6 +140,9 @@ typedef struct cuda_launch_data {
         attnres_cuda_mix_backward_args mix_backward;
     } args;
     int64_t grid, smem;
+    /* The entry of the first launch when it is not the kernel's own
+     * (k->entry): the mix backward's epilogue entry; NULL otherwise. */
+    CUfunction first;
     /* The mix backward's second launch (cuda_kernel.sum) over sum_grid
      * blocks, after the first; 0 for the other ops. grid may be 0 then
      * (T = 0: the sums over no tokens are still written). */

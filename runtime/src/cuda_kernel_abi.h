@@ -24,13 +24,14 @@
     ((const int[4]){AR_KERNEL_ABI_CUDA_MIX, AR_KERNEL_ABI_CUDA_PHASE1, AR_KERNEL_ABI_CUDA_PHASE2, \
                     AR_KERNEL_ABI_CUDA_MIX_BACKWARD})
 
-/* The mix backward (templates/cuda/mix_backward.lua) has two entries in
- * one module, both taking attnres_cuda_mix_backward_args: attnres_<id>,
+/* The mix backward (templates/cuda/mix_backward.lua) has three entries in
+ * one module, all taking attnres_cuda_mix_backward_args: attnres_<id>,
  * one block per token group writing the groups' fp32 partial sums into the
- * caller's workspace, and attnres_<id>_sum, the fixed-order pass that adds
- * them up. Its per-token tables take (3 n H + 2 n + H) * 4 bytes of dynamic
+ * caller's workspace, attnres_<id>_epi, the same with the output-norm
+ * epilogue, and attnres_<id>_sum, the fixed-order pass that adds them up. Its per-token tables take (3 n H + 2 n + H) * 4 bytes of dynamic
  * shared memory, which the launch supplies (at most 48 KiB). */
 #define AR_CUDA_MIX_BACKWARD_SUM_SUFFIX "_sum"
+#define AR_CUDA_MIX_BACKWARD_EPI_SUFFIX "_epi"
 #define AR_CUDA_MIX_BACKWARD_MAX_SMEM (48 * 1024)
 
 #endif

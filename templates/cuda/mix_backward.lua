@@ -1,16 +1,27 @@
 -- cuda/mix_backward.lua: the backward of the mix (DESIGN §1b) as CUDA C++
--- for NVRTC, replace and additive forms, any H, N <= 64. The CPU's
--- counterpart is cpu/mix_backward.lua; both share the runtime's workspace
--- layout (runtime/src/device.h, ar_mix_backward_workspace).
+-- for NVRTC, replace and additive forms, any H, N <= 64, with or without
+-- the output-norm epilogue. The CPU's counterpart is cpu/mix_backward.lua;
+-- both share the runtime's workspace layout (runtime/src/device.h,
+-- ar_mix_backward_workspace).
 --
--- Two entries in one module, both taking the same by-value struct
+-- Three entries in one module, all taking the same by-value struct
 -- (lib/kernel_abi.lua, cuda_mix_backward):
 --   attnres_<id>      one block per token group (a->group tokens, fixed by
 --                     the runtime for every kernel), the group's tokens in
 --                     order. Per token:
+--                       with the epilogue (out_gain set), the prologue:
+--                         the gradient of out, do = dout + the RMSNorm
+--                         backward of dnormed through the caller's out,
+--                         rr = 1 / rms(out), that is
+--                           do = dout + rr dnormed gain
+--                                - out rr^3 <dnormed gain, out> / d
+--                         (dout may be NULL: zero), in fp32 into shared
+--                         memory, and the token's share of d(out_gain),
+--                         rr dnormed out, added into the group's fp32 row
+--                         of the workspace; without it, do is dout;
 --                       sweep 1, one warp per (source, head): the head's
 --                         sum of squares, its dot q with the query u and
---                         its dot p' with dout;
+--                         its dot p' with do;
 --                       r per source, then per head the softmax weights a,
 --                         delta' = sum_n a p' and the score gradients
 --                         dz = a alpha (p' - delta'), exactly zero for
@@ -21,18 +32,25 @@
 --                         (in the storage type, or fp32 with dsrc_f32),
 --                         and the token's share of du, scale dz r v, added
 --                         into the group's fp32 row of the workspace.
---                     The additive form also writes d(partial) = dout and
+--                     The additive form also writes d(partial) = do and
 --                     adds sum_h delta' into the group's d(alpha) slot.
---   attnres_<id>_sum  the second pass: each element of dquery is the sum
---                     of the groups' rows in group order, and d(alpha) the
---                     sum of the groups' slots in group order.
+--   attnres_<id>_epi  the same with the output-norm epilogue, the entry
+--                     the runtime launches for a problem with one: the
+--                     token loop is compiled once for each entry, so the
+--                     plain path neither tests for the epilogue nor holds
+--                     its registers.
+--   attnres_<id>_sum  the second pass: each element of dquery (and of
+--                     d(out_gain) with the epilogue) is the sum of the
+--                     groups' rows in group order, and d(alpha) the sum of
+--                     the groups' slots in group order.
 --
 -- Determinism without atomics: a workspace element is only ever touched
--- by one thread (sweep 2 gives each thread the same elements for every
--- token of its block), the tokens of a group run in order, and the second
--- pass adds the groups in order. So every gradient is the same on every
--- run, whatever the grid's schedule; the generated PTX has no atom. or
--- red. instruction (tests/backend_ops/ops_cuda.c checks).
+-- by one thread (sweep 2 and the prologue give each thread the same
+-- elements for every token of its block), the tokens of a group run in
+-- order, and the second pass adds the groups in order. So every gradient
+-- is the same on every run, whatever the grid's schedule; the generated
+-- PTX has no atom. or red. instruction (tests/backend_ops/ops_cuda.c
+-- checks).
 --
 -- Parameters and why they matter:
 --   threads  threads per block: more warps for sweep 1's (source, head)
@@ -77,11 +95,12 @@ function T.launch(p)
   -- A block runs a whole token group; the runtime sizes the grid by
   -- groups, not by this.
   l.tokens_per_block = 1
-  -- Dynamic shared memory: the per-token tables, sized by the runtime
-  -- from N and H (cuda_args.c); the static part is in the binary.
+  -- Dynamic shared memory: the per-token tables, and with the epilogue
+  -- the token's do row, sized by the runtime from N, H and d
+  -- (cuda_args.c); the static part is in the binary.
   l.smem = 0
-  l.align = p.vec * esize[p.dtype] -- bytes: sources, dout, dsrc, dpartial
-  l.qalign = math.min(p.vec * 4, 16) -- bytes: the query, and fp32 dsrc
+  l.align = p.vec * esize[p.dtype] -- bytes: sources, dout, dsrc, dpartial, out, dnormed
+  l.qalign = math.min(p.vec * 4, 16) -- bytes: the query, out_gain, and fp32 dsrc
   l.max_sources = MAX_SOURCES
   l.dmax = 0
   l.default = mix.sweep_seed(p) and 1 or 0
@@ -89,9 +108,8 @@ function T.launch(p)
 end
 
 function T.applies(p, problem, device)
-  if problem.epilogue and problem.epilogue ~= 0 then
-    return false, "no mix_backward kernel for the output-norm epilogue"
-  end
+  -- The epilogue's do row in shared memory bounds d with it; the runtime
+  -- checks that bound with the tables' (cuda_args.c).
   return space.applies(T, p, problem, device, { max_sources = MAX_SOURCES })
 end
 
@@ -123,28 +141,107 @@ ${F32_RW}
 
 ${DEPTH_STATS}
 
-/* One block per token group. Dynamic shared memory, n * heads floats per
- * table: s_q (dots with u), s_g (dots with dout, then dz), s_w (sums of
- * squares per head, then the softmax weights); then s_r and s_c (n each)
- * and s_delta (heads). */
-extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_cuda_mix_backward_args a)
+/* VEC lanes of the token's gradient of out at element k: dout's row as
+ * stored, or with the epilogue the fp32 row that the token's prologue left
+ * in shared memory (16-byte aligned, k a multiple of VEC). */
+template <bool EPI>
+__device__ __forceinline__ void load_go(const st_t *go, const float *s_do, ar_i64 k, float (&o)[VEC])
 {
-    extern __shared__ float s_tab[];
+    if (EPI) {
+        if (VEC % 4 == 0) {
+#pragma unroll
+            for (int v = 0; v < VEC; v += 4) {
+                const float4 f = *reinterpret_cast<const float4 *>(s_do + k + v);
+                o[v] = f.x, o[v + 1] = f.y, o[v + 2] = f.z, o[v + 3] = f.w;
+            }
+        } else {
+#pragma unroll
+            for (int v = 0; v < VEC; v++)
+                o[v] = s_do[k + v];
+        }
+    } else {
+        widen(ld_ro(go + k), o);
+    }
+}
+
+/* The tokens of group g. With EPI (the output-norm epilogue) each token
+ * first takes its gradient of out, do, into s_do and the sweeps read it
+ * there; without, they read dout, and the code is the plain path's own. */
+template <bool EPI>
+__device__ __forceinline__ void group_tokens(const attnres_cuda_mix_backward_args &a, float *s_tab, float *s_red)
+{
     const int n = a.n, heads = a.heads, nh = n * heads;
-    float *s_q = s_tab, *s_g = s_tab + nh, *s_w = s_tab + 2 * nh;
-    float *s_r = s_tab + 3 * nh, *s_c = s_r + n, *s_delta = s_c + n;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int d = (int)a.d;
     const int hd = d / heads, hv = hd / VEC, dv = d / VEC;
+    /* With the epilogue do's row comes first, so its float4 loads are
+     * aligned; the tables follow. */
+    float *s_do = s_tab, *s_q = s_tab + (EPI ? d : 0), *s_g = s_q + nh, *s_w = s_q + 2 * nh;
+    float *s_r = s_q + 3 * nh, *s_c = s_r + n, *s_delta = s_c + n;
     const float inv_d = __fdividef(1.0f, (float)d);
     const ar_i64 g = blockIdx.x;
     const ar_i64 t0 = g * a.group;
     const ar_i64 t1 = t0 + a.group < a.T ? t0 + a.group : a.T;
     float *du = a.ws_du + g * a.d;
+    float *dg = EPI ? a.ws_dgout + g * a.d : nullptr;
     float dalpha = 0.0f; /* thread 0: the group's sum of d(alpha) */
 
     for (ar_i64 tok = t0; tok < t1; tok++) {
-        const st_t *go = (const st_t *)a.dout + tok * a.dout_stride;
+        const bool first = tok == t0;
+        /* dout may be NULL only with the epilogue (a loss of normed alone). */
+        const st_t *go = !EPI || a.dout ? (const st_t *)a.dout + tok * a.dout_stride : nullptr;
+        if (EPI) {
+            /* The prologue: rr = 1 / rms(out), the block's sums of out^2 and
+             * of dnormed gain out in warp order; then do = dout + rr dnormed
+             * gain - out rr^3 <dnormed gain, out> / d into s_do, and the
+             * token's share of d(out_gain), rr dnormed out, into the group's
+             * row, each thread on the elements it owns in sweep 2. */
+            const st_t *orow = (const st_t *)a.out + tok * a.out_stride;
+            const st_t *dnrow = (const st_t *)a.dnormed + tok * a.dnormed_stride;
+            float s0 = 0.0f, s1 = 0.0f;
+            for (int j = tid; j < dv; j += THREADS) {
+                const int k = j * VEC;
+                float x[VEC], dn[VEC], gn[VEC];
+                widen(ld_ro(orow + k), x);
+                widen(ld_ro(dnrow + k), dn);
+                ld_f32(a.out_gain + k, gn);
+#pragma unroll
+                for (int v = 0; v < VEC; v++) {
+                    s0 = fmaf(x[v], x[v], s0);
+                    s1 = fmaf(x[v], dn[v] * gn[v], s1);
+                }
+            }
+            s0 = warp_sum(s0);
+            s1 = warp_sum(s1);
+            if (lane == 0) {
+                s_red[warp] = s0;
+                s_red[WARPS + warp] = s1;
+            }
+            __syncthreads();
+            float ss = 0.0f, dot = 0.0f;
+            for (int w = 0; w < WARPS; w++) {
+                ss += s_red[w];
+                dot += s_red[WARPS + w];
+            }
+            const float rr = rsqrtf(ss * inv_d + a.out_eps);
+            const float coef = rr * rr * rr * dot * inv_d;
+            for (int j = tid; j < dv; j += THREADS) {
+                const int k = j * VEC;
+                float x[VEC], dn[VEC], gn[VEC], o[VEC] = {0.0f};
+                widen(ld_ro(orow + k), x);
+                widen(ld_ro(dnrow + k), dn);
+                ld_f32(a.out_gain + k, gn);
+                if (go)
+                    widen(ld_ro(go + k), o);
+#pragma unroll
+                for (int v = 0; v < VEC; v++) {
+                    const float rd = rr * dn[v];
+                    s_do[k + v] = o[v] + rd * gn[v] - coef * x[v];
+                    dg[k + v] = first ? rd * x[v] : dg[k + v] + rd * x[v];
+                }
+            }
+            __syncthreads(); /* s_do is whole before the sweeps read it */
+        }
         /* Sweep 1: one warp per (source, head). */
         for (int p = warp; p < nh; p += WARPS) {
             const int i = p / heads, h = p - i * heads;
@@ -154,7 +251,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
             for (int j = lane; j < hv; j += 32) {
                 float x[VEC], u[VEC], o[VEC];
                 widen(ld_ro(row + j * VEC), x);
-                widen(ld_ro(go + kb + j * VEC), o);
+                load_go<EPI>(go, s_do, kb + j * VEC, o);
                 ld_f32(a.query + kb + j * VEC, u);
 #pragma unroll
                 for (int v = 0; v < VEC; v++) {
@@ -200,11 +297,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
         /* Sweep 2: thread tid owns elements tid, tid + THREADS, ... of every
          * row, for every token of the group. */
         st_t *dprow = a.dpartial ? (st_t *)a.dpartial + tok * a.dpartial_stride : nullptr;
-        const bool first = tok == t0;
         for (int j = tid; j < dv; j += THREADS) {
             const int k = j * VEC, h = k / hd;
             float o[VEC], u[VEC], acc[VEC] = {0.0f};
-            widen(ld_ro(go + k), o);
+            load_go<EPI>(go, s_do, k, o);
             ld_f32(a.query + k, u);
             for (int i0 = 0; i0 < n; i0 += U) {
                 raw_t x[U];
@@ -245,7 +341,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
             for (int v = 0; v < VEC; v++)
                 du[k + v] = first ? acc[v] : du[k + v] + acc[v];
             if (dprow) {
-                /* The additive form: d(partial) = dout. */
+                /* The additive form: d(partial) = do (dout without the
+                 * epilogue). */
                 if (a.accumulate) {
                     float y[VEC];
                     widen(ld_rw(dprow + k), y);
@@ -258,15 +355,37 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_c
                 }
             }
         }
-        __syncthreads(); /* before the next token rewrites the tables */
+        __syncthreads(); /* before the next token rewrites the tables and s_do */
     }
     if (tid == 0 && a.ws_dalpha)
         a.ws_dalpha[g] = dalpha;
 }
 
-/* The second pass: one thread per element of dquery, the groups' rows
- * added in group order; thread 0 of block 0 also sums d(alpha). With no
- * groups (T = 0) both sums are zero. */
+/* One block per token group. Dynamic shared memory: with the epilogue, d
+ * floats of the token's do; then n * heads floats per table: s_q (dots
+ * with u), s_g (dots with do, then dz), s_w (sums of squares per head, then
+ * the softmax weights); then s_r and s_c (n each) and s_delta (heads). The
+ * plain path and the epilogue's are entries of their own, so that each is
+ * given the registers it needs alone (one entry with both took 72 to 104
+ * registers for the plain path of bf16_b128_v1_u4, ptxas for sm_90). */
+extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}(const attnres_cuda_mix_backward_args a)
+{
+    extern __shared__ __align__(16) float s_tab[];
+    group_tokens<false>(a, s_tab, nullptr);
+}
+
+/* The same with the output-norm epilogue (the runtime launches it for a
+ * problem with one). */
+extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}_epi(const attnres_cuda_mix_backward_args a)
+{
+    extern __shared__ __align__(16) float s_tab[];
+    __shared__ float s_red[2 * WARPS]; /* the prologue's per-warp sums */
+    group_tokens<true>(a, s_tab, s_red);
+}
+
+/* The second pass: one thread per element of dquery (and of d(out_gain)
+ * with the epilogue), the groups' rows added in group order; thread 0 of
+ * block 0 also sums d(alpha). With no groups (T = 0) every sum is zero. */
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}_sum(const attnres_cuda_mix_backward_args a)
 {
     const ar_i64 k = (ar_i64)blockIdx.x * THREADS + threadIdx.x;
@@ -275,6 +394,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${NAME}_sum(const attnr
         for (ar_i64 g = 0; g < a.groups; g++)
             s += a.ws_du[g * a.d + k];
         a.dquery[k] = s;
+        if (a.dout_gain) {
+            s = 0.0f;
+            for (ar_i64 g = 0; g < a.groups && a.ws_dgout; g++)
+                s += a.ws_dgout[g * a.d + k];
+            a.dout_gain[k] = s;
+        }
     }
     if (k == 0 && a.dalpha) {
         float s = 0.0f;

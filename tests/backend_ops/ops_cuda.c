@@ -24,7 +24,11 @@
  * The mix backward runs twice per problem (gradients reset, workspace
  * poisoned): every gradient against attnres_reference_mix_backward at the
  * same tolerances, the two runs bit-identical, dquery exactly 0 for N = 1,
- * and its PTX free of atom. and red. instructions.
+ * and its PTX free of atom. and red. instructions. Two of its problems have
+ * the output-norm epilogue, one with dout and one without (a loss of
+ * normed alone): there the reference's dout is the gradient of out
+ * composed in fp64 from the rounded out the kernel reads, d(out_gain) is
+ * checked too, and a launch with T = 0 must write zero sums.
  *
  * Under ctest the device is the simulated driver (ATTNRES_CUDA_DRIVER names
  * libattnres-cudasim.so); on a GPU host without that variable it is the
@@ -61,7 +65,7 @@
 #define ATTNRES_TEMPLATE_DIR "templates"
 #endif
 
-#define MAX_PROBLEMS 4
+#define MAX_PROBLEMS 5
 #define COMPILE_THREADS 2
 
 static double now_s(void)
@@ -367,6 +371,7 @@ typedef struct problem {
     int64_t T;
     int accumulate; /* mix_backward: ATTNRES_GRAD_ACCUMULATE */
     int dsrc_f32;   /* mix_backward: ATTNRES_GRAD_DSOURCES_F32 */
+    int dnonly;     /* mix_backward with the epilogue: dout NULL (a loss of normed alone) */
 } problem;
 
 /* The n sources of p: random [T, d] views with padded strides (each a
@@ -392,7 +397,7 @@ static uint64_t problem_seed(const problem *pr)
     return 0x5eedull ^ ((uint64_t)p->op << 56) ^ ((uint64_t)p->dtype << 52) ^ ((uint64_t)p->d << 20) ^
            ((uint64_t)p->n << 12) ^ ((uint64_t)p->heads << 4) ^ (uint64_t)pr->T ^ ((uint64_t)p->s << 40) ^
            ((uint64_t)p->form << 48) ^ ((uint64_t)p->epilogue << 49) ^ ((uint64_t)p->fuse_add << 50) ^
-           ((uint64_t)pr->accumulate << 51) ^ ((uint64_t)pr->dsrc_f32 << 53);
+           ((uint64_t)pr->accumulate << 51) ^ ((uint64_t)pr->dsrc_f32 << 53) ^ ((uint64_t)pr->dnonly << 54);
 }
 
 /* Runs mix on the loaded kernel; returns the worst relative error (NaN or
@@ -468,31 +473,84 @@ static int fetch_raw(run_ctx *c, const view *v, void *buf, size_t bytes, const c
     return 0;
 }
 
+/* The output-norm epilogue's inputs of a mix backward: out_gain, dnormed,
+ * and the forward's out rounded to the storage type (as the caller keeps
+ * it; the reference mix of the same sources, with zeros for partial, whose
+ * value enters no gradient). From the rounded out it composes in fp64 the
+ * gradient of out the kernel should use, xdo = dout (0 when dnonly) + the
+ * RMSNorm backward of dnormed, and the reference d(out_gain), refg, as
+ * tests/lib/test_mix_backward_case.h does for the CPU: a bf16 out's
+ * rounding then does not blur the comparison. 0, or -1 (c->why set). */
+static int make_epilogue(run_ctx *c, const attnres_problem *fwd, int64_t T, int64_t ae, uint64_t *s,
+                         const double *const *xs, const view *q, const double *zeros, const view *dout, int dnonly,
+                         view *gain, view *dn, view *outv, view *dg, double *xdo, double *refg)
+{
+    const int64_t d = fwd->d;
+    const attnres_dtype dt = fwd->dtype;
+    const size_t es = attnres_dtype_size(dt);
+    if (vec_make(c, gain, d, s, 1.0, 0.25) || view_make(c, dn, dt, es, T, d, padded(d, ae, 1), 1, s, 1.0) ||
+        view_make(c, outv, dt, es, T, d, padded(d, ae, 3), 0, s, 0) ||
+        view_make(c, dg, ATTNRES_DTYPE_F32, 4, 1, d, d, 0, s, 0))
+        return -1;
+    if (refused(c, attnres_reference_mix(fwd, T, xs, q->x, 0.9, 1e-5, fwd->form == ATTNRES_FORM_ADDITIVE ? zeros : NULL,
+                                         0.75, NULL, 1e-5, outv->x, NULL)))
+        return -1;
+    const double eps = (double)1e-5f; /* out_eps as the kernel gets it */
+    memset(refg, 0, sizeof(double) * (size_t)d);
+    for (int64_t t = 0; t < T; t++) {
+        double *o = outv->x + t * d, ss = 0, dot = 0;
+        const double *x_dn = dn->x + t * d;
+        for (int64_t k = 0; k < d; k++) {
+            elem_store(dt, outv->host, t * outv->stride + k, o[k]);
+            o[k] = elem_load(dt, outv->host, t * outv->stride + k);
+            ss += o[k] * o[k];
+            dot += x_dn[k] * gain->x[k] * o[k];
+        }
+        const double rr = 1.0 / sqrt(ss / (double)d + eps);
+        for (int64_t k = 0; k < d; k++) {
+            xdo[t * d + k] = (dnonly ? 0.0 : dout->x[t * d + k]) + rr * x_dn[k] * gain->x[k] -
+                             o[k] * rr * rr * rr * dot / (double)d;
+            refg[k] += rr * x_dn[k] * o[k];
+        }
+    }
+    if (dev->ops->copy_to_device(dev, outv->dptr, outv->host, (size_t)(T * outv->stride) * es) != ATTNRES_OK) {
+        fail_run(c, 1, "uploading out");
+        return -1;
+    }
+    return 0;
+}
+
 /* Runs the mix backward (both entries) twice on the same inputs, the
  * workspace poisoned (NaN) before each run and the per-token gradients
  * reset to their initial values (poison, or random values when they are
  * accumulated into); checks every gradient against the fp64 reference
- * and that the two runs agree bit for bit. Returns the worst relative
- * error (INFINITY on failure, with c->why set). */
+ * (with the epilogue, d(out_gain) too, and the reference's dout is the
+ * composed gradient of out of make_epilogue) and that the two runs agree
+ * bit for bit. Returns the worst relative error (INFINITY on failure, with
+ * c->why set). */
 static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr, int64_t ae)
 {
     const attnres_problem *p = &pr->p;
     const int64_t T = pr->T, d = p->d;
     const int n = p->n, additive = p->form == ATTNRES_FORM_ADDITIVE, acc = pr->accumulate;
+    const int epi = p->epilogue, dnonly = epi && pr->dnonly;
     const size_t es = attnres_dtype_size(p->dtype);
     /* The source gradients' type and element size: fp32 with the flag. */
     const attnres_dtype gdt = pr->dsrc_f32 ? ATTNRES_DTYPE_F32 : p->dtype;
     const size_t ges = attnres_dtype_size(gdt);
     const unsigned flags = (acc ? ATTNRES_GRAD_ACCUMULATE : 0) | (pr->dsrc_f32 ? ATTNRES_GRAD_DSOURCES_F32 : 0);
     uint64_t s = problem_seed(pr);
-    view src[64], dsrc[64], q, dout, dpart, dq, da, ws;
+    view src[64], dsrc[64], q, dout, dpart, dq, da, ws, gain, dn, outv, dg;
     memset(src, 0, sizeof src), memset(dsrc, 0, sizeof dsrc);
     memset(&q, 0, sizeof q), memset(&dout, 0, sizeof dout), memset(&dpart, 0, sizeof dpart);
     memset(&dq, 0, sizeof dq), memset(&da, 0, sizeof da), memset(&ws, 0, sizeof ws);
+    memset(&gain, 0, sizeof gain), memset(&dn, 0, sizeof dn), memset(&outv, 0, sizeof outv), memset(&dg, 0, sizeof dg);
     const size_t td = (size_t)(T * d);
     double *ref = malloc(sizeof(double) * (td * (size_t)n + 1)), *refq = malloc(sizeof(double) * (size_t)d);
     double *refp = malloc(sizeof(double) * (td + 1)), *got = malloc(sizeof(double) * (td + 1));
     double *zeros = calloc(td + 1, sizeof(double));
+    /* The epilogue's composed gradient of out and reference d(out_gain). */
+    double *xdo = malloc(sizeof(double) * (td + 1)), *refg = malloc(sizeof(double) * (size_t)d);
     double refa = 0, err = INFINITY;
     const void *rows[64];
     void *drows[64];
@@ -502,7 +560,8 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
     unsigned char *first = NULL, *second = NULL;
     size_t ws_size = 0, total = 0;
     ar_backward_ws layout;
-    if (!ref || !refq || !refp || !got || !zeros || ar_mix_backward_workspace(d, T, 0, &layout) != 0) {
+    if (!ref || !refq || !refp || !got || !zeros || !xdo || !refg ||
+        ar_mix_backward_workspace(d, T, epi, &layout) != 0) {
         fail_run(c, 0, "out of host memory");
         goto done;
     }
@@ -531,7 +590,7 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
             memcpy(refp, dpart.x, sizeof(double) * td);
         total += (size_t)(T * dpart.stride) * es;
     }
-    total += (size_t)d * 4 + 4;
+    total += (size_t)d * 4 + 4 + (epi ? (size_t)d * 4 : 0);
     first = calloc(1, total), second = calloc(1, total); /* dalpha's slot stays 0 when unused */
     if (!first || !second) {
         fail_run(c, 0, "out of host memory");
@@ -539,10 +598,15 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
     }
     attnres_problem fwd = *p;
     fwd.op = ATTNRES_OP_MIX;
+    fwd.epilogue = 0;
     char msg[256];
+    if (epi && make_epilogue(c, &fwd, T, ae, &s, xs, &q, zeros, &dout, dnonly, &gain, &dn, &outv, &dg, xdo, refg))
+        goto done;
+    /* The gradient of out the kernel works from: dout, or the epilogue's. */
+    const double *xgo = epi ? xdo : dout.x;
     /* partial's value enters no gradient: zeros stand in for it. */
     if (attnres_reference_mix_backward(&fwd, T, xs, q.x, 0.9, 1e-5, additive ? zeros : NULL, 0.75, NULL, 1e-5,
-                                       dout.x, NULL, flags, rs, refq,
+                                       xgo, NULL, flags, rs, refq,
                                        additive ? refp : NULL, additive ? &refa : NULL, NULL, msg,
                                        sizeof msg) != ATTNRES_OK) {
         fail_run(c, 0, "the reference refused the problem: %s", msg);
@@ -552,8 +616,8 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
     attnres_mix_backward_args_init(&a);
     SET_INPUTS(a, rows, strides, q);
     a.alpha = 0.75f;
-    a.dout = dout.dptr;
-    a.dout_stride = dout.stride;
+    a.dout = dnonly ? NULL : dout.dptr;
+    a.dout_stride = dnonly ? 0 : dout.stride;
     a.flags = flags;
     a.dsources = drows;
     a.dsource_strides = dstrides;
@@ -563,6 +627,13 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
     a.dalpha = additive ? da.dptr : NULL;
     a.workspace = ws.dptr;
     a.workspace_size = ws_size;
+    if (epi) {
+        SET_VIEW(a, out, outv);
+        a.out_gain = gain.dptr;
+        a.out_eps = 1e-5f;
+        SET_VIEW(a, dnormed, dn);
+        a.dout_gain = dg.dptr;
+    }
     for (int run = 0; run < 2; run++) {
         unsigned char *out = run ? second : first;
         size_t at = 0;
@@ -574,7 +645,8 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
             }
         if ((additive && dev->ops->copy_to_device(dev, dpart.dptr, dpart.host, (size_t)(T * dpart.stride) * es)) ||
             dev->ops->copy_to_device(dev, ws.dptr, ws.host, ws_size) ||
-            dev->ops->copy_to_device(dev, dq.dptr, dq.host, (size_t)d * 4)) {
+            dev->ops->copy_to_device(dev, dq.dptr, dq.host, (size_t)d * 4) ||
+            (epi && dev->ops->copy_to_device(dev, dg.dptr, dg.host, (size_t)d * 4))) {
             fail_run(c, 1, "resetting the outputs");
             goto done;
         }
@@ -594,12 +666,13 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
             at += b;
         }
         if (fetch_raw(c, &dq, out + at, (size_t)d * 4, "dquery") ||
-            (additive && fetch_raw(c, &da, out + at + (size_t)d * 4, 4, "dalpha")))
+            (additive && fetch_raw(c, &da, out + at + (size_t)d * 4, 4, "dalpha")) ||
+            (epi && fetch_raw(c, &dg, out + at + (size_t)d * 4 + 4, (size_t)d * 4, "dout_gain")))
             goto done;
     }
-    /* dquery and dalpha are fp32 sums of fp32 products of the inputs as
-     * stored, never rounded to the storage type: fp32's tolerance in every
-     * dtype, dalpha's against the size of its terms. */
+    /* dquery, dalpha and dout_gain are fp32 sums of fp32 products of the
+     * inputs as stored, never rounded to the storage type: fp32's tolerance
+     * in every dtype, dalpha's against the size of its terms. */
     const double tol = case_tolerance(p->dtype), ftol = case_tolerance(ATTNRES_DTYPE_F32);
     err = 0;
     for (int i = 0; i < n && !c->why[0]; i++) {
@@ -623,22 +696,42 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
             err = fmax(err, compare(c, "dquery", got, refq, d, ftol));
         }
     }
+    if (epi && !c->why[0] && view_fetch(c, &dg, "dout_gain", got) == 0)
+        err = fmax(err, compare(c, "dout_gain", got, refg, d, ftol));
     if (additive && !c->why[0] && view_fetch(c, &da, "dalpha", got) == 0) {
-        const double e = fabs(got[0] - refa) / case_dalpha_terms(xs, n, dout.x, T * d);
+        const double e = fabs(got[0] - refa) / case_dalpha_terms(xs, n, xgo, T * d);
         if (!(e <= ftol))
             fail_run(c, 0, "dalpha %.9g, reference %.9g: %.3g of its terms' size, over %.0e", got[0], refa, e, ftol);
         err = fmax(err, e);
     }
     if (!c->why[0] && memcmp(first, second, total) != 0)
         fail_run(c, 0, "two runs on the same inputs gave different gradients (not deterministic)");
+    /* T = 0 with the epilogue: the sums over no tokens write zeros over
+     * the results above, d(out_gain)'s too. */
+    if (epi && !c->why[0]) {
+        const ar_op_args op = ar_op_mix_backward(&a);
+        const view *sums[2] = {&dq, &dg};
+        const int launched = be_launch(c, k, p, 0, &op) == 0;
+        for (int w = 0; w < 2 && launched && !c->why[0]; w++)
+            if (view_fetch(c, sums[w], w ? "dout_gain" : "dquery", got) == 0)
+                for (int64_t kk = 0; kk < d; kk++)
+                    if (got[kk] != 0.0) {
+                        fail_run(c, 0, "T = 0: %s[%lld] = %g, not 0", w ? "dout_gain" : "dquery", (long long)kk,
+                                 got[kk]);
+                        break;
+                    }
+    }
     /* Inputs are never written. */
     if (!c->why[0] && view_fetch(c, &src[n - 1], "the last source", got) == 0)
         err = fmax(err, compare(c, "the last source (an input)", got, src[n - 1].x, T * d, 0.0));
+    if (epi && !c->why[0] && view_fetch(c, &dn, "dnormed", got) == 0)
+        err = fmax(err, compare(c, "dnormed (an input)", got, dn.x, T * d, 0.0));
 done:
     for (int i = 0; i < n; i++)
         view_free(&src[i]), view_free(&dsrc[i]);
     view_free(&q), view_free(&dout), view_free(&dpart), view_free(&dq), view_free(&da), view_free(&ws);
-    free(ref), free(refq), free(refp), free(got), free(zeros), free(first), free(second);
+    view_free(&gain), view_free(&dn), view_free(&outv), view_free(&dg);
+    free(ref), free(refq), free(refp), free(got), free(zeros), free(first), free(second), free(xdo), free(refg);
     return c->why[0] ? INFINITY : err;
 }
 
@@ -860,6 +953,7 @@ static int try_problem(variant *v, attnres_op op, int64_t d, int n, int heads, i
     static const char *const ops[] = {"mix", "phase1", "phase2", "mix_backward"};
     pr.accumulate = 0;
     pr.dsrc_f32 = 0;
+    pr.dnonly = 0;
     argen_problem ap = {.op = ops[op], .dtype = attnres_dtype_name(v->dt), .form = additive ? "additive" : "replace",
                         .d = d, .t = T, .n = n, .heads = heads, .epilogue = epi, .s = pr.p.s};
     argen_device ad = gen_device();
@@ -893,7 +987,7 @@ static int choose_problems(variant *v, char *err, size_t err_len)
     const int G = strcmp(map, "warp") == 0 ? 32 : threads;
     /* T: never a multiple of the tokens per block (when that exceeds 1). */
     const int64_t T1 = tpb > 1 ? tpb + 1 : 3, T2 = tpb > 1 ? 2 * tpb + tpb / 2 + 1 : 2, T3 = 1;
-    struct { const char *role; int got; } roles[4] = {{NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}};
+    struct { const char *role; int got; } roles[MAX_PROBLEMS] = {{NULL, 0}};
     int nroles = 0, r;
 
 #define ROLE(name) (roles[nroles].role = (name), roles[nroles].got = 0, nroles++)
@@ -956,10 +1050,14 @@ static int choose_problems(variant *v, char *err, size_t err_len)
         TRY(ATTNRES_OP_MIX_BACKWARD, (int64_t)(warps + 1) * 2 * vec, 4, warps + 1, 0, 33, 0, 0, 0);
         if (roles[nroles - 1].got)
             v->prob[v->nprob - 1].accumulate = v->prob[v->nprob - 1].dsrc_f32 = 1;
-        ROLE("fp32 source gradients written, small d");
-        TRY(ATTNRES_OP_MIX_BACKWARD, 37 * vec, 2, 1, 0, 2, 0, 0, 0);
+        ROLE("fp32 source gradients written, small d, epilogue");
+        TRY(ATTNRES_OP_MIX_BACKWARD, 37 * vec, 2, 1, 0, 2, 0, 0, 1);
         if (roles[nroles - 1].got)
             v->prob[v->nprob - 1].dsrc_f32 = 1;
+        ROLE("epilogue with dout NULL, additive, H = 2, two groups");
+        TRY(ATTNRES_OP_MIX_BACKWARD, 2 * 13 * vec, 3, 2, 0, 33, 1, 0, 1);
+        if (roles[nroles - 1].got)
+            v->prob[v->nprob - 1].dnonly = 1;
     } else {
         snprintf(err, err_len, "unknown op %d", v->op);
         return -1;
@@ -1035,7 +1133,8 @@ static void cuda_case(const variant *v, const problem *pr, const char *arch, bo_
     *c = (bo_case){.backend = "cuda", .op = op_names[v->op], .variant = v->id, .arch = arch, .dtype = v->dt,
                    .additive = p->form == ATTNRES_FORM_ADDITIVE, .heads = p->heads};
     char extra[32];
-    snprintf(extra, sizeof extra, "%s%s", pr->accumulate ? "_acc" : "", pr->dsrc_f32 ? "_f32grads" : "");
+    snprintf(extra, sizeof extra, "%s%s%s", pr->accumulate ? "_acc" : "", pr->dsrc_f32 ? "_f32grads" : "",
+             pr->dnonly ? "_dnonly" : "");
     bo_name(c, p->d, p->op == ATTNRES_OP_PHASE2 ? 0 : p->n, p->op == ATTNRES_OP_PHASE1 ? p->s : 0, pr->T,
             p->fuse_add, p->epilogue, extra);
 }

@@ -38,7 +38,8 @@
 #             "delta-small" also exist; set but empty: none)
 #   BACKWARD  a problems file (docs/problems.md) of mix_backward lines to
 #             tune (default: the K3 and MHAR-8B shapes in bf16 at T 1, 64,
-#             4096 and 16384, written to OUT/backward.problems); "none"
+#             4096 and 16384, and K3's with the epilogue at 64 and 4096,
+#             written to OUT/backward.problems); "none"
 #             skips the backward
 #   UNIT_TESTS  0 skips test_nvrtc and test_cuda_stream_pass (default: 1)
 #   STRATEGY  tuner strategy (default: exhaustive, which times every
@@ -122,9 +123,11 @@ if [ "$BACKWARD" != none ]; then
     if [ -z "$BACKWARD" ]; then
         BACKWARD=$OUT/backward.problems
         cat >"$BACKWARD" <<'EOF_PROBLEMS'
-# The mix backward at the K3 and MHAR-8B shapes (tuner presets k3 and mhar-8b).
+# The mix backward at the K3 and MHAR-8B shapes (tuner presets k3 and mhar-8b),
+# and K3's with the output-norm epilogue (its own entry in every module).
 mix_backward  bf16  7168  9  1  replace  0  1,64,4096,16384
 mix_backward  bf16  4096  9  8  replace  0  1,64,4096,16384
+mix_backward  bf16  7168  9  1  replace  1  64,4096
 EOF_PROBLEMS
     fi
     [ -r "$BACKWARD" ] || die "cannot read the backward problems file $BACKWARD"
