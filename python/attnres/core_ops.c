@@ -450,7 +450,7 @@ static int run_mix_backward(attnres_plan *plan, int64_t t, const void *args, voi
 
 enum { BW_SOURCES, BW_QUERY, BW_DOUT, BW_GAIN, BW_EPS, BW_SCALE, BW_ALPHA, BW_DSOURCES, BW_DQUERY, BW_DGAIN,
        BW_DPARTIAL, BW_DALPHA, BW_ACCUMULATE, BW_DSOURCES_F32, BW_STREAM, BW_OUT, BW_OUT_GAIN, BW_OUT_EPS,
-       BW_DNORMED, BW_DOUT_GAIN, BW_NARGS };
+       BW_DNORMED, BW_DOUT_GAIN, BW_WORKSPACE, BW_NARGS };
 /* Only the names of this table are read (by parse_args and intern_names). */
 static arg_spec bw_args[BW_NARGS] = {
     [BW_SOURCES] = {"sources", NULL, K_BANK, W_ALWAYS, 0, 0, -1, 0, 0},
@@ -475,6 +475,8 @@ static arg_spec bw_args[BW_NARGS] = {
     [BW_OUT_EPS] = {"out_eps", NULL, K_FLOAT, W_EPILOGUE, F_POSITIVE, 1e-6, -1, 0, 0},
     [BW_DNORMED] = {"dnormed", NULL, K_ROWS, W_EPILOGUE, 0, 0, -1, 0, 0},
     [BW_DOUT_GAIN] = {"dout_gain", NULL, K_VEC, W_EPILOGUE, F_OUT, 0, -1, 0, 0},
+    /* The runtime's workspace, for CUDA plans above all (device memory). */
+    [BW_WORKSPACE] = {"workspace", NULL, K_VEC, W_ALWAYS, F_OUT, 0, -1, 0, 0},
 };
 static const op_spec bw_spec = {"mix_backward", ATTNRES_OP_MIX_BACKWARD, 3, BW_NARGS, bw_args, NULL, NULL,
                                 {-1, -1}};
@@ -549,8 +551,12 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
                      op_names[p->op]);
         return NULL;
     }
-    if (self->device->is_cuda) {
-        PyErr_SetString(PyExc_ValueError, "the mix backward runs on the CPU only so far");
+    const int cuda = self->device->is_cuda;
+    /* The gradients of w and the gain come from that of u on the host. */
+    if (cuda && (opt(a[BW_GAIN]) != Py_None || opt(a[BW_DGAIN]) != Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "gain= and dgain= are for CPU plans: a CUDA plan takes the folded query "
+                                          "u = gain * w, and dquery is the gradient of u (dw = dquery * gain, "
+                                          "dgain = dquery * w)");
         return NULL;
     }
     const int additive = p->form == ATTNRES_FORM_ADDITIVE, epilogue = p->epilogue != 0;
@@ -595,10 +601,6 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
         PyErr_SetString(PyExc_ValueError, "dgain= is the gradient of gain=, which was not given");
         return NULL;
     }
-    if (opt(a[BW_STREAM]) != Py_None) {
-        PyErr_SetString(PyExc_ValueError, "stream= is only for CUDA plans");
-        return NULL;
-    }
     r.flags = (accumulate ? ATTNRES_GRAD_ACCUMULATE : 0u) | (dsrc_f32 ? ATTNRES_GRAD_DSOURCES_F32 : 0u);
 
     call_ctx c;
@@ -613,8 +615,9 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
     void **ptrs, **dptrs;
     int64_t *strides, *dstrides;
     PyObject *objs[BW_NARGS] = {NULL};
+    void *stream = NULL;
     /* The inputs, then the outputs once every input is known to be good. */
-    if (borrow_bank(&c, a[BW_SOURCES], "sources", p->n, p->d, storage, 0, &t, &ptrs, &strides, &like) ||
+    if (resolve_stream(&c, opt(a[BW_STREAM]), a[BW_SOURCES], &stream) || borrow_bank(&c, a[BW_SOURCES], "sources", p->n, p->d, storage, 0, &t, &ptrs, &strides, &like) ||
         borrow_f32_dense(&c, a[BW_QUERY], "query", 1, 1, p->d, &q) ||
         (gain != Py_None && borrow_f32_dense(&c, gain, "gain", 1, 1, p->d, &g)) ||
         (opt(a[BW_DOUT]) != Py_None &&
@@ -665,30 +668,56 @@ static PyObject *call_mix_backward(PlanObject *self, PyObject *const *args, Py_s
             goto done;
         r.dout_gain = (float *)vdg.data;
     }
-    /* The workspace for T tokens, after room for the folded query. */
     size_t ws_bytes = 0;
     int rc = attnres_mix_backward_workspace_size(self->plan, t, &ws_bytes);
     if (rc != ATTNRES_OK) {
         raise_status(rc, "mix_backward", attnres_plan_errmsg(self->plan));
         goto done;
     }
-    const size_t u_bytes = round_up64(sizeof(float) * (size_t)p->d);
-    char *scratch = lend_scratch(self, u_bytes + ws_bytes, &own);
-    if (!scratch)
+    r.query = (const float *)q.data;
+    if (cuda && opt(a[BW_WORKSPACE]) == Py_None) {
+        /* The plan's scratch is host memory, and a buffer made here could
+         * be freed before the asynchronous launch ends. */
+        PyErr_Format(PyExc_ValueError,
+                     "a CUDA plan needs workspace=: a contiguous device buffer of at least %zu bytes for T = %lld "
+                     "(Plan.mix_backward_workspace_size), alive until the launch on its stream completes",
+                     ws_bytes, (long long)t);
         goto done;
-    lent = own == NULL;
-    if (gain != Py_None)
-        attnres_fold_query((const float *)q.data, (const float *)g.data, (float *)scratch, p->d);
-    r.query = gain != Py_None ? (const float *)scratch : (const float *)q.data;
-    r.workspace = scratch + u_bytes;
-    r.workspace_size = ws_bytes;
+    }
+    if (opt(a[BW_WORKSPACE]) != Py_None) {
+        view ws;
+        if (borrow(&c, a[BW_WORKSPACE], "workspace", 1, 1, &ws))
+            goto done;
+        if (ws.strides && ws.shape[0] > 1 && ws.strides[0] != 1) {
+            PyErr_SetString(PyExc_ValueError, "workspace must be contiguous");
+            goto done;
+        }
+        r.workspace = ws.data;
+        r.workspace_size = (size_t)ws.shape[0] * ((size_t)ws.dtype.bits * ws.dtype.lanes / 8);
+    }
+    if (gain != Py_None || !r.workspace) {
+        /* The folded query and the workspace in the plan's scratch. */
+        const size_t u_bytes = round_up64(sizeof(float) * (size_t)p->d);
+        char *scratch = lend_scratch(self, u_bytes + (r.workspace ? 0 : ws_bytes), &own);
+        if (!scratch)
+            goto done;
+        lent = own == NULL;
+        if (gain != Py_None) {
+            attnres_fold_query((const float *)q.data, (const float *)g.data, (float *)scratch, p->d);
+            r.query = (const float *)scratch;
+        }
+        if (!r.workspace) {
+            r.workspace = scratch + u_bytes;
+            r.workspace_size = ws_bytes;
+        }
+    }
 
     char msg[512];
     attnres_plan *plan = self->plan;
     double wall = 0, cpu = 0;
     plan_begin(self);
     Py_BEGIN_ALLOW_THREADS
-    rc = run_timed(run_mix_backward, plan, t, &r, NULL, repeat, &wall, &cpu);
+    rc = run_timed(run_mix_backward, plan, t, &r, stream, repeat, &wall, &cpu);
     if (rc != ATTNRES_OK)
         snprintf(msg, sizeof msg, "%s", attnres_plan_errmsg(plan));
     /* u = gain * w, so the runtime's du gives dw = du * gain and dgain =

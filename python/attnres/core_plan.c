@@ -170,6 +170,22 @@ static PyObject *plan_explain(PyObject *op, PyObject *unused)
     return text;
 }
 
+/* Plan.mix_backward_workspace_size(T): the bytes attnres_mix_backward_workspace_size gives. */
+static PyObject *plan_mix_backward_workspace_size(PyObject *op, PyObject *arg)
+{
+    PlanObject *self = (PlanObject *)op;
+    if (!plan_usable(self))
+        return NULL;
+    long long t = PyLong_AsLongLong(arg);
+    if (t == -1 && PyErr_Occurred())
+        return NULL;
+    size_t bytes = 0;
+    int rc = attnres_mix_backward_workspace_size(self->plan, (int64_t)t, &bytes);
+    if (rc != ATTNRES_OK)
+        return raise_status(rc, "mix_backward_workspace_size", attnres_plan_errmsg(self->plan));
+    return PyLong_FromSize_t(bytes);
+}
+
 static PyObject *plan_get_level(PyObject *op, void *closure)
 {
     (void)closure;
@@ -227,13 +243,19 @@ static PyMethodDef plan_methods[] = {
     {"mix_backward", FASTCALL_KW(plan_mix_backward), METH_FASTCALL | METH_KEYWORDS,
      "mix_backward(sources, query, dout, *, gain=None, eps=1e-6, scale=1.0, alpha=1.0, dsources=None,\n"
      "             dquery=None, dgain=None, dpartial=None, dalpha=None, accumulate=False, dsources_f32=False,\n"
-     "             stream=None, out=None, out_gain=None, out_eps=1e-6, dnormed=None, dout_gain=None)\n"
+     "             stream=None, out=None, out_gain=None, out_eps=1e-6, dnormed=None, dout_gain=None,\n"
+     "             workspace=None)\n"
      "    -> (dsources, dquery, dgain), and in the additive form (dsources, dquery, dgain, dpartial, dalpha):\n"
      "the gradients of the mix (DESIGN §1b) for a plan made with op='mix_backward'; dgain is None\n"
      "without gain; accumulate=True adds into the given dsources (and dpartial); dsources_f32=True\n"
      "makes every source gradient float32 (written or added unrounded) whatever the plan's dtype.\n"
      "A plan with epilogue=True takes the forward's out and out_gain and dnormed, the gradient of\n"
-     "normed (dout may then be None), and returns the gradient of out_gain (float32, (d,)) last"},
+     "normed (dout may then be None), and returns the gradient of out_gain (float32, (d,)) last.\n"
+     "A CUDA plan runs on stream= (else the arrays' current stream), takes the folded query (no\n"
+     "gain=) and needs workspace=, a device buffer of mix_backward_workspace_size(T) bytes"},
+    {"mix_backward_workspace_size", plan_mix_backward_workspace_size, METH_O,
+     "mix_backward_workspace_size(T) -> the bytes of the workspace a run on up to T tokens needs\n"
+     "(a CUDA plan takes it as workspace=, a device buffer; a CPU plan uses scratch of its own)"},
     {"_time_c", FASTCALL_KW(plan_time_c), METH_FASTCALL | METH_KEYWORDS, NULL},
     {"explain", plan_explain, METH_NOARGS, "Which kernels the plan loaded, at which fallback level, and why."},
     {"close", handle_close, METH_NOARGS, "Destroys the plan (after any run in progress)."},

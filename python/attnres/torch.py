@@ -6,7 +6,7 @@ through them without a graph break (``fullgraph=True`` works). On CUDA each
 call runs on torch's current stream (``torch.cuda.current_stream()``), so it
 is ordered with torch's own work and CUDA graph capture records the launch;
 a launch never synchronises or compiles, and the only allocations are the
-outputs, from torch's allocator. Plans are made on first use for each
+outputs (and the backward's workspace), from torch's allocator. Plans are made on first use for each
 (device, problem) and kept; call :func:`set_database` before the first call to
 plan from a tuning database (otherwise the built-in kernels serve).
 
@@ -284,6 +284,11 @@ def mix_backward(sources: List[torch.Tensor], query: torch.Tensor, dout: Optiona
     if epilogue:
         kw.update(out=_capsule(out), out_gain=_capsule(out_gain), dnormed=_capsule(dnormed), out_eps=out_eps,
                   dout_gain=_capsule(dout_gain))
+    if s0.device.type == "cuda":
+        # The runtime's workspace in device memory, from torch's allocator on
+        # the stream the launch runs on, so it outlives the launch there.
+        workspace = torch.empty(plan.mix_backward_workspace_size(t), dtype=torch.uint8, device=s0.device)
+        kw.update(stream=_stream(s0), workspace=_capsule(workspace))
     plan.mix_backward([_capsule(s) for s in sources], _capsule(query), None if dout is None else _capsule(dout), **kw)
     return dsources, dquery, dpartial, dalpha, dout_gain
 

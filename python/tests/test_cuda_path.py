@@ -224,3 +224,44 @@ def test_torch_cpu_tensors_on_a_cuda_plan_are_named_not_asked_for_a_cuda_stream(
     plan = attnres.Plan(dev, None, d=D, n=N)
     with pytest.raises(ValueError, match="sources\\[0\\] is on cpu:0 but the plan runs on cuda:0"):
         plan.mix([torch.ones(T, D) for _ in range(N)], torch.ones(D))
+
+
+@pytest.mark.parametrize("form,epilogue", [("replace", False), ("additive", False), ("additive", True)])
+def test_mix_backward_on_a_stream_matches_the_cpu(cuda, rng, form, epilogue):
+    """The mix backward on the simulated cuda:0, on a stream, into device
+    gradients and a device workspace, against the CPU plan's gradients."""
+    dev, drv = cuda
+    additive = form == "additive"
+    src = rng.standard_normal((N, T, D)).astype(np.float32)
+    u = rng.standard_normal(D).astype(np.float32)
+    dout = rng.standard_normal((T, D)).astype(np.float32)
+    out, og = rng.standard_normal((T, D)).astype(np.float32), (1 + 0.1 * rng.standard_normal(D)).astype(np.float32)
+    dnormed = rng.standard_normal((T, D)).astype(np.float32)
+    kw = dict(heads=2, form=form, epilogue=epilogue)
+    with attnres.open_device("cpu") as cpu, attnres.Plan(cpu, None, op="mix_backward", d=D, n=N, **kw) as host:
+        want = host.mix_backward(src, u, dout, alpha=0.5, **(dict(out=out, out_gain=og, dnormed=dnormed)
+                                                             if epilogue else {}))
+    plan = attnres.Plan(dev, None, op="mix_backward", d=D, n=N, **kw)
+    nan = np.float32("nan")
+    grads = {"dsources": drv.upload(np.full((N, T, D), nan)), "dquery": drv.upload(np.full(D, nan))}
+    if additive:
+        grads.update(dpartial=drv.upload(np.full((T, D), nan)), dalpha=drv.upload(np.full(1, nan)))
+    extra = {}
+    if epilogue:
+        grads["dout_gain"] = drv.upload(np.full(D, nan))
+        extra = dict(out=drv.upload(out), out_gain=drv.upload(og), dnormed=drv.upload(dnormed))
+    workspace = drv.upload(np.zeros(plan.mix_backward_workspace_size(T) // 4 + 16, np.float32))
+    with pytest.raises(ValueError, match="needs workspace="):
+        plan.mix_backward([drv.upload(src[i]) for i in range(N)], drv.upload(u), drv.upload(dout), **grads, **extra)
+    with pytest.raises(ValueError, match="gain= and dgain= are for CPU plans"):
+        plan.mix_backward([drv.upload(src[i]) for i in range(N)], drv.upload(u), drv.upload(dout),
+                          gain=drv.upload(og), workspace=workspace, **grads, **extra)
+    s = drv.stream()
+    got = plan.mix_backward([drv.upload(src[i]) for i in range(N)], drv.upload(u), drv.upload(dout), alpha=0.5,
+                            stream=s, workspace=workspace, **grads, **extra)
+    drv.synchronize(s)
+    assert got[0] is grads["dsources"] and got[1] is grads["dquery"] and got[2] is None
+    names = ["dsources", "dquery"] + (["dpartial", "dalpha"] if additive else []) + (["dout_gain"] if epilogue else [])
+    wanted = [want[0], want[1]] + ([want[3], want[4]] if additive else []) + ([want[-1]] if epilogue else [])
+    for name, w in zip(names, wanted):
+        assert rel_err(drv.download(grads[name]), w) <= 1e-5, name
