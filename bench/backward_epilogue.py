@@ -18,26 +18,15 @@ Usage (in a venv with torch and the package, as bench/backward.py):
 
 import argparse
 import os
-import platform
 import re
 import statistics
 
 import torch
 
 import attnres
+from python_overhead import cpu_model  # the script's own folder is on sys.path
 
 SHAPES = {"K3": (7168, 9, 1), "MHAR-8B": (4096, 9, 8)}
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main():
