@@ -14,6 +14,9 @@
  *   sha256.h  the hash of sources and build keys;
  *   storage_convert.h  fp32 to and from bf16 and f16, one element at a
  *             time (header-only);
+ *   rmsnorm_backward.h  the output-norm epilogue's backward in fp64, which
+ *             the tuner's mix backward bench case composes its reference
+ *             with (header-only);
  *   binary_cache.h  compiled kernels on disk by build key, and their seal,
  *             which the tuner reads before it compiles;
  *   miss_file.h  the record of untuned problems the runtime writes, which
@@ -28,6 +31,7 @@
 #include "../src/binary_cache.h"
 #include "../src/device.h"
 #include "../src/miss_file.h"
+#include "../src/rmsnorm_backward.h"
 #include "../src/sha256.h"
 #include "../src/storage_convert.h"
 #ifdef ATTNRES_HAVE_CUDA

@@ -16,6 +16,7 @@
 
 #include "attnres.h"
 #include "device.h"
+#include "rmsnorm_backward.h"
 
 /* ---- messages and checks -------------------------------------------------- */
 
@@ -398,22 +399,6 @@ static void attend_backward(attend *at, const double *const *rows, const double 
     }
 }
 
-/* Adds the RMSNorm backward of normed = o * rho * gain to g (the gradient
- * of o) and its gain gradient to dgain: rho depends on the whole row, so
- * each element's gradient has a share of <dn * gain, o>. */
-static void rmsnorm_backward(const double *o, const double *dn, const double *gain, double eps, int64_t d,
-                             double *g, double *dgain)
-{
-    const double rho = inv_rms(o, d, eps);
-    double gamma = 0;
-    for (int64_t k = 0; k < d; k++)
-        gamma += dn[k] * gain[k] * o[k];
-    for (int64_t k = 0; k < d; k++) {
-        g[k] += rho * (dn[k] * gain[k] - o[k] * rho * rho * gamma / (double)d);
-        dgain[k] += dn[k] * o[k] * rho;
-    }
-}
-
 /* The gradient of a site's output row: dout (or zero) plus the epilogue's
  * share, which needs the output itself. */
 static void output_grad(const double *dout_row, const double *dn_row, const double *out, const double *gain,
@@ -422,7 +407,7 @@ static void output_grad(const double *dout_row, const double *dn_row, const doub
     for (int64_t k = 0; k < d; k++)
         g[k] = dout_row ? dout_row[k] : 0.0;
     if (dn_row)
-        rmsnorm_backward(out, dn_row, gain, out_eps, d, g, dgain);
+        ar_rmsnorm_backward(out, dn_row, gain, out_eps, d, g, dgain);
 }
 
 /* ---- mix ------------------------------------------------------------------------ */

@@ -55,6 +55,7 @@
 #include "backend_ops.h"
 #include "device.h"
 #include "nvrtc.h"
+#include "rmsnorm_backward.h"
 #include "test_compare.h"
 #include "test_covering.h"
 #include "test_data.h"
@@ -498,20 +499,13 @@ static int make_epilogue(run_ctx *c, const attnres_problem *fwd, int64_t T, int6
     const double eps = (double)1e-5f; /* out_eps as the kernel gets it */
     memset(refg, 0, sizeof(double) * (size_t)d);
     for (int64_t t = 0; t < T; t++) {
-        double *o = outv->x + t * d, ss = 0, dot = 0;
-        const double *x_dn = dn->x + t * d;
+        double *o = outv->x + t * d;
         for (int64_t k = 0; k < d; k++) {
             elem_store(dt, outv->host, t * outv->stride + k, o[k]);
             o[k] = elem_load(dt, outv->host, t * outv->stride + k);
-            ss += o[k] * o[k];
-            dot += x_dn[k] * gain->x[k] * o[k];
+            xdo[t * d + k] = dnonly ? 0.0 : dout->x[t * d + k];
         }
-        const double rr = 1.0 / sqrt(ss / (double)d + eps);
-        for (int64_t k = 0; k < d; k++) {
-            xdo[t * d + k] = (dnonly ? 0.0 : dout->x[t * d + k]) + rr * x_dn[k] * gain->x[k] -
-                             o[k] * rr * rr * rr * dot / (double)d;
-            refg[k] += rr * x_dn[k] * o[k];
-        }
+        ar_rmsnorm_backward(o, dn->x + t * d, gain->x, eps, d, xdo + t * d, refg);
     }
     if (dev->ops->copy_to_device(dev, outv->dptr, outv->host, (size_t)(T * outv->stride) * es) != ATTNRES_OK) {
         fail_run(c, 1, "uploading out");

@@ -16,6 +16,7 @@
 
 #include "attnres.h"
 #include "device.h"
+#include "rmsnorm_backward.h"
 #include "storage_convert.h"
 #include "test_compare.h"
 #include "test_data.h"
@@ -101,20 +102,13 @@ static inline int bw_case_epilogue(bw_case *c, const double *const *xrows, const
         return -1;
     memset(c->r_dout_gain, 0, sizeof c->r_dout_gain);
     for (int64_t t = 0; t < T; t++) {
-        double *o = x_out + t * d, ss = 0, dot = 0;
-        const double *dn = x_dnormed + t * d;
+        double *o = x_out + t * d;
         for (int64_t k = 0; k < d; k++) {
             elem_store(dt, c->out, t * c->stride + k, o[k]);
             o[k] = elem_load(dt, c->out, t * c->stride + k);
-            ss += o[k] * o[k];
-            dot += dn[k] * xg[k] * o[k];
+            x_do[t * d + k] = c->args.dout ? c->x_dout[t * d + k] : 0.0;
         }
-        const double rr = 1.0 / sqrt(ss / (double)d + 1e-6);
-        for (int64_t k = 0; k < d; k++) {
-            x_do[t * d + k] = (c->args.dout ? c->x_dout[t * d + k] : 0.0) + rr * dn[k] * xg[k] -
-                              o[k] * rr * rr * rr * dot / (double)d;
-            c->r_dout_gain[k] += rr * dn[k] * o[k];
-        }
+        ar_rmsnorm_backward(o, x_dnormed + t * d, xg, 1e-6, d, x_do + t * d, c->r_dout_gain);
     }
     return 0;
 }

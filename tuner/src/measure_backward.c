@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "attnres-impl.h"
 #include "measure_internal.h"
 
 /* The forward's alpha in the additive form, as the mix's bench case. */
@@ -81,12 +82,14 @@ static int epilogue_inputs(bench_case *bc, uint64_t *s, const double *const *xro
 {
     const int64_t d = bc->p.d, tv = bc->tv;
     const size_t vrow = (size_t)(tv * d);
-    double *xdn = malloc(vrow * 8 + 8), *xout = malloc(vrow * 8 + 8);
+    double *xdn = malloc(vrow * 8 + 8), *xout = malloc(vrow * 8 + 8), *xog = malloc((size_t)d * 8);
     void *tmp = malloc(vrow * 4 + 4);
-    int rc = xdn && xout && tmp ? ATTNRES_OK : ATTNRES_ENOMEM;
+    int rc = xdn && xout && xog && tmp ? ATTNRES_OK : ATTNRES_ENOMEM;
     if (rc == ATTNRES_OK) {
-        for (int64_t k = 0; k < d; k++)
+        for (int64_t k = 0; k < d; k++) {
             hog[k] = (float)(1.0 + 0.2 * normal(s));
+            xog[k] = hog[k];
+        }
         random_rows(s, bc->p.dtype, tv, d, hdn, xdn, 0);
         attnres_problem fwd = bc->p;
         fwd.op = ATTNRES_OP_MIX;
@@ -100,27 +103,18 @@ static int epilogue_inputs(bench_case *bc, uint64_t *s, const double *const *xro
             hout[e] = (float)xout[e];
         convert_to_storage(bc->p.dtype, hout, tmp, vrow);
         convert_from_storage(bc->p.dtype, tmp, hout, vrow);
+        for (size_t e = 0; e < vrow; e++)
+            xout[e] = hout[e];
         memset(bc->ref_dgout, 0, sizeof(double) * (size_t)d);
-        for (int64_t t = 0; t < tv; t++) {
-            const float *o = hout + t * d;
-            const double *dn = xdn + t * d;
-            double ss = 0, dot = 0;
-            for (int64_t k = 0; k < d; k++) {
-                ss += (double)o[k] * o[k];
-                dot += dn[k] * hog[k] * o[k];
-            }
-            const double rr = 1.0 / sqrt(ss / (double)d + 1e-6);
-            for (int64_t k = 0; k < d; k++) {
-                xdo[t * d + k] += rr * dn[k] * hog[k] - o[k] * rr * rr * rr * dot / (double)d;
-                bc->ref_dgout[k] += rr * dn[k] * o[k];
-            }
-        }
+        for (int64_t t = 0; t < tv; t++)
+            ar_rmsnorm_backward(xout + t * d, xdn + t * d, xog, 1e-6, d, xdo + t * d, bc->ref_dgout);
     } else {
         snprintf(err, err_len, "the epilogue's inputs: %s", rc == ATTNRES_ENOMEM ? "out of host memory"
                                                                                  : "the reference forward failed");
     }
     free(xdn);
     free(xout);
+    free(xog);
     free(tmp);
     return rc;
 }
