@@ -181,7 +181,10 @@ static int launch(attnres_plan *plan, const attnres_problem *p, int64_t T, buffe
     case ATTNRES_OP_MIX: return attnres_run_mix(plan, T, &bf->mix, NULL);
     case ATTNRES_OP_PHASE1: return attnres_run_phase1(plan, T, &bf->p1, NULL);
     case ATTNRES_OP_PHASE2: return attnres_run_phase2(plan, T, &bf->p2, NULL);
-    case ATTNRES_OP_MIX_BACKWARD: break; /* the default preset, which this times, holds no backward problem */
+    case ATTNRES_OP_MIX_BACKWARD: /* the default preset, which this times, holds no backward problem */
+    case ATTNRES_OP_PHASE1_BACKWARD:
+    case ATTNRES_OP_PHASE2_BACKWARD:
+        break;
     }
     return -1;
 }

@@ -187,7 +187,11 @@ typedef enum attnres_op {
     ATTNRES_OP_PHASE2 = 2,
     /* Appended in 0.2 for training: the backward of the mix (DESIGN §1b),
      * planned and tuned as an op of its own; see attnres_run_mix_backward. */
-    ATTNRES_OP_MIX_BACKWARD = 3
+    ATTNRES_OP_MIX_BACKWARD = 3,
+    /* The backwards of Block AttnRes' two phases (attnres_run_phase1_backward,
+     * attnres_run_phase2_backward); their problems are the forward phases'. */
+    ATTNRES_OP_PHASE1_BACKWARD = 4,
+    ATTNRES_OP_PHASE2_BACKWARD = 5
 } attnres_op;
 
 typedef enum attnres_form {
@@ -720,6 +724,133 @@ ATTNRES_API int attnres_mix_backward_workspace_size(const attnres_plan *plan, in
  * or compiles. */
 ATTNRES_API int attnres_run_mix_backward(attnres_plan *plan, int64_t T, const attnres_mix_backward_args *args,
                                          void *stream);
+
+/* ------------------------------------------------------------------------
+ * Training: the backwards of Block AttnRes' two phases (DESIGN §1b)
+ *
+ * A plan for a problem of op ATTNRES_OP_PHASE2_BACKWARD (the forward phase
+ * 2's d, H, fuse_add and epilogue) takes phase 2's inputs and the gradient
+ * of out (and of normed), and returns the gradients of o1 and lse, which
+ * phase 1's backward takes, of the partial sum b (and of the sublayer
+ * output with the fused add: the same values), and of the site's folded
+ * query. The epilogue's backward needs no out: phase 2's out is recomputed
+ * from o1 and b.
+ *
+ * A plan for a problem of op ATTNRES_OP_PHASE1_BACKWARD (the forward phase
+ * 1's d, n, S and H) takes phase 1's inputs, every site's gradient of o1
+ * and of lse, and returns the gradients of the n sources (summed over the
+ * S sites, each source row read from memory once per token) and of the S
+ * folded queries. A site without phase 2 (a block's first) has no gradient
+ * of lse: its pointer, or the whole array, may be NULL.
+ *
+ * Both sum their query gradients (and d(out_gain)) over tokens as the mix
+ * backward does: fixed groups of tokens write fp32 partial sums to the
+ * caller's workspace (attnres_plan_workspace_size), added in group order;
+ * bit-identical on every run and at every thread count, no atomics. Both
+ * take ATTNRES_GRAD_ACCUMULATE (every per-token gradient added into the
+ * caller's buffer); phase 1 also ATTNRES_GRAD_DSOURCES_F32. The CPU runs
+ * them (tuned winners or built-in kernels); CUDA plans refuse them with
+ * EUNSUPPORTED for now. Phase 1's backward takes at most 64 sites.
+ * ---------------------------------------------------------------------- */
+
+/* Arguments of one phase-2 backward launch (one site). Strides count
+ * elements; 0 means d (H for lse and dlse). No output may overlap another
+ * argument. */
+typedef struct attnres_phase2_backward_args {
+    size_t struct_size;        /* sizeof(attnres_phase2_backward_args); _init sets it */
+    /* The forward's inputs, as attnres_phase2_args holds them. */
+    const void *o1;            /* [T, d] the site's phase-1 output */
+    int64_t o1_stride;
+    const float *lse;          /* [T, H] fp32, the site's phase-1 lse */
+    int64_t lse_stride;
+    const void *partial;       /* b [T, d] as the forward used it: with fuse_add,
+                                * partial after the forward's call (b + f) */
+    int64_t partial_stride;
+    const float *query;        /* [d] fp32, the site's folded u */
+    float scale;               /* score scale, usually 1 */
+    float eps;                 /* RMS epsilon, > 0 */
+    const float *out_gain;     /* [d] fp32, epilogue only */
+    float out_eps;             /* epilogue epsilon, > 0 */
+    /* The incoming gradients. */
+    const void *dout;          /* [T, d] gradient of out; may be NULL (zero)
+                                * with the epilogue */
+    int64_t dout_stride;
+    const void *dnormed;       /* [T, d] gradient of normed, epilogue only */
+    int64_t dnormed_stride;
+    /* The gradients. */
+    unsigned flags;            /* ATTNRES_GRAD_ACCUMULATE: add do1, dlse,
+                                * dpartial and dsublayer into the buffers */
+    void *do1;                 /* [T, d] gradient of o1 (storage dtype) */
+    int64_t do1_stride;
+    float *dlse;               /* [T, H] fp32 gradient of lse */
+    int64_t dlse_stride;
+    void *dpartial;            /* [T, d] gradient of b (and, with fuse_add, of
+                                * partial before the add) */
+    int64_t dpartial_stride;
+    void *dsublayer;           /* [T, d] fuse_add only, may be NULL: the same
+                                * values as dpartial */
+    int64_t dsublayer_stride;
+    float *dquery;             /* [d] fp32 gradient of u, summed over tokens */
+    float *dout_gain;          /* [d] fp32, epilogue only, may be NULL */
+    void *workspace;           /* attnres_plan_workspace_size bytes, 64-byte
+                                * aligned, owned by the caller */
+    size_t workspace_size;
+} attnres_phase2_backward_args;
+
+/* Fills args with defaults: struct_size, scale 1, eps 1e-6, out_eps 1e-6,
+ * flags 0, pointers NULL, strides and workspace_size 0. */
+ATTNRES_API void attnres_phase2_backward_args_init(attnres_phase2_backward_args *args);
+
+/* Arguments of one phase-1 backward launch (the S sites of a block), with
+ * the same conventions. With ATTNRES_GRAD_ACCUMULATE two source gradients
+ * may be the very same view, as for the mix backward. */
+typedef struct attnres_phase1_backward_args {
+    size_t struct_size;            /* sizeof(attnres_phase1_backward_args); _init sets it */
+    const void *const *sources;    /* n pointers, each a [T, d] view */
+    const int64_t *source_strides; /* n token strides; NULL means all d */
+    const float *queries;          /* [S, d] fp32, row j = site j's folded u */
+    float scale;                   /* score scale, usually 1 */
+    float eps;                     /* RMS epsilon, > 0 */
+    const void *const *do1;        /* S pointers, each the [T, d] gradient of
+                                    * o1 (storage dtype) */
+    int64_t do1_stride;            /* every do1 view's stride; 0 means d */
+    const float *const *dlse;      /* S pointers, each the [T, H] fp32 gradient
+                                    * of lse (phase 2's backward gives it) or
+                                    * NULL for zero; NULL: zero for every site */
+    int64_t dlse_stride;           /* 0 means H */
+    unsigned flags;                /* ATTNRES_GRAD_ACCUMULATE, ATTNRES_GRAD_DSOURCES_F32
+                                    * (as attnres_mix_backward_args) */
+    void *const *dsources;         /* n pointers, each a [T, d] view */
+    const int64_t *dsource_strides;/* n token strides; NULL means all d */
+    float *dqueries;               /* [S, d] fp32, row j the gradient of site
+                                    * j's folded u, summed over tokens */
+    void *workspace;               /* attnres_plan_workspace_size bytes, 64-byte
+                                    * aligned, owned by the caller */
+    size_t workspace_size;
+} attnres_phase1_backward_args;
+
+/* Fills args with defaults: struct_size, scale 1, eps 1e-6, flags 0,
+ * pointers NULL, strides and workspace_size 0. */
+ATTNRES_API void attnres_phase1_backward_args_init(attnres_phase1_backward_args *args);
+
+/* The workspace a run of the plan on up to T tokens needs, in bytes, to
+ * *bytes, for a plan of any op: 0 for the forward ops, and for the
+ * backwards what attnres_run_*_backward expects in workspace. Ask once at
+ * load for the largest T. EINVAL for a NULL plan or bytes, T < 0 or a size
+ * beyond size_t. */
+ATTNRES_API int attnres_plan_workspace_size(const attnres_plan *plan, int64_t T, size_t *bytes);
+
+/* Runs the phase-1 backward of a plan for an ATTNRES_OP_PHASE1_BACKWARD
+ * problem on T tokens; errors as attnres_run_mix_backward. T = 0 writes
+ * dqueries as zeros and touches nothing else. */
+ATTNRES_API int attnres_run_phase1_backward(attnres_plan *plan, int64_t T, const attnres_phase1_backward_args *args,
+                                            void *stream);
+
+/* Runs the phase-2 backward of a plan for an ATTNRES_OP_PHASE2_BACKWARD
+ * problem on T tokens; errors as attnres_run_mix_backward. T = 0 writes
+ * dquery (and dout_gain) as zeros and touches nothing else. */
+ATTNRES_API int attnres_run_phase2_backward(attnres_plan *plan, int64_t T, const attnres_phase2_backward_args *args,
+                                            void *stream);
 
 /* ------------------------------------------------------------------------
  * fp64 reference (DESIGN §1), the oracle for tests and tuner verification

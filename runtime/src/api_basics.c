@@ -82,34 +82,33 @@ void attnres_problem_init(attnres_problem *p, attnres_dtype dtype, int64_t d,
  * phase2; each must be 0 for the other ops so that keys stay canonical. */
 static int check_phase_fields(const attnres_problem *p, char *msg, size_t msg_len)
 {
-    const char *op = p->op == ATTNRES_OP_MIX            ? "mix"
-                     : p->op == ATTNRES_OP_PHASE1       ? "phase1"
-                     : p->op == ATTNRES_OP_MIX_BACKWARD ? "mix_backward"
-                                                        : "phase2";
-    if (p->op == ATTNRES_OP_PHASE1) {
+    const char *op = ar_op_name(p->op);
+    /* A backward's fields are its forward's. */
+    const attnres_op fwd = ar_op_forward(p->op);
+    if (fwd == ATTNRES_OP_PHASE1) {
         if (p->s < 1 || p->s > ATTNRES_MAX_S) {
-            snprintf(msg, msg_len, "phase1 needs S (sites of the block) between 1 and %d (ATTNRES_MAX_S; got %d)",
-                     ATTNRES_MAX_S, p->s);
+            snprintf(msg, msg_len, "%s needs S (sites of the block) between 1 and %d (ATTNRES_MAX_S; got %d)",
+                     op, ATTNRES_MAX_S, p->s);
             return ATTNRES_EINVAL;
         }
     } else if (p->s != 0) {
-        snprintf(msg, msg_len, "S = %d is only meaningful for phase1; it must be 0 for %s", p->s, op);
+        snprintf(msg, msg_len, "S = %d is only meaningful for phase1 and its backward; it must be 0 for %s", p->s, op);
         return ATTNRES_EINVAL;
     }
     if (p->fuse_add != 0 && p->fuse_add != 1) {
         snprintf(msg, msg_len, "fuse_add must be 0 or 1 (got %d)", p->fuse_add);
         return ATTNRES_EINVAL;
     }
-    if (p->fuse_add && p->op != ATTNRES_OP_PHASE2) {
-        snprintf(msg, msg_len, "fuse_add is only meaningful for phase2, not %s", op);
+    if (p->fuse_add && fwd != ATTNRES_OP_PHASE2) {
+        snprintf(msg, msg_len, "fuse_add is only meaningful for phase2 and its backward, not %s", op);
         return ATTNRES_EINVAL;
     }
-    if (p->op != ATTNRES_OP_MIX && p->op != ATTNRES_OP_MIX_BACKWARD && p->form != ATTNRES_FORM_REPLACE) {
+    if (fwd != ATTNRES_OP_MIX && p->form != ATTNRES_FORM_REPLACE) {
         snprintf(msg, msg_len, "%s has no additive form (Block AttnRes replaces)", op);
         return ATTNRES_EINVAL;
     }
-    if (p->op == ATTNRES_OP_PHASE1 && p->epilogue) {
-        snprintf(msg, msg_len, "phase1 has no output-norm epilogue (phase2 has)");
+    if (fwd == ATTNRES_OP_PHASE1 && p->epilogue) {
+        snprintf(msg, msg_len, "%s has no output-norm epilogue (phase2 has)", op);
         return ATTNRES_EINVAL;
     }
     return ATTNRES_OK;
@@ -126,9 +125,9 @@ int attnres_problem_check(const attnres_problem *p, char *msg, size_t msg_len)
     if (ar_problem_adopt(p, &own, msg, msg_len) != ATTNRES_OK)
         return ATTNRES_EINVAL;
     p = &own;
-    if (p->op != ATTNRES_OP_MIX && p->op != ATTNRES_OP_PHASE1 && p->op != ATTNRES_OP_PHASE2 &&
-        p->op != ATTNRES_OP_MIX_BACKWARD) {
-        snprintf(msg, msg_len, "unknown op %d (mix, phase1, phase2 or mix_backward)", (int)p->op);
+    if ((int)p->op < 0 || (int)p->op >= AR_OPS) {
+        snprintf(msg, msg_len, "unknown op %d (mix, phase1, phase2, mix_backward, phase1_backward or phase2_backward)",
+                 (int)p->op);
         return ATTNRES_EINVAL;
     }
     if (attnres_dtype_size(p->dtype) == 0) {
@@ -252,5 +251,20 @@ void attnres_mix_backward_args_init(attnres_mix_backward_args *a)
         return;
     ARGS_RESET(a);
     a->alpha = 1.0f;
+    a->out_eps = 1e-6f;
+}
+
+void attnres_phase1_backward_args_init(attnres_phase1_backward_args *a)
+{
+    if (!a)
+        return;
+    ARGS_RESET(a);
+}
+
+void attnres_phase2_backward_args_init(attnres_phase2_backward_args *a)
+{
+    if (!a)
+        return;
+    ARGS_RESET(a);
     a->out_eps = 1e-6f;
 }

@@ -44,6 +44,8 @@ GENERIC_KERNELS(mix, attnres_cpu_mix_args);
 GENERIC_KERNELS(phase1, attnres_cpu_phase1_args);
 GENERIC_KERNELS(phase2, attnres_cpu_phase2_args);
 GENERIC_KERNELS(mix_backward, attnres_cpu_mix_backward_args);
+GENERIC_KERNELS(phase1_backward, attnres_cpu_phase1_backward_args);
+GENERIC_KERNELS(phase2_backward, attnres_cpu_phase2_backward_args);
 
 /* An entry of cpu_load_generic's table. */
 #define GENERIC_ENTRY(code, op)                                                                        \
@@ -487,18 +489,26 @@ static int64_t cpu_stack_bytes(const attnres_problem *p)
         return 4 * (n * p->s * h + 4 * h + d) + 16 * n;
     if (p->op == ATTNRES_OP_MIX_BACKWARD) /* the epilogue's do row, in row and in pair order */
         return 8 * d + 16 * n * h + 8 * n + 256 + (p->epilogue ? 8 * d : 0);
+    if (p->op == ATTNRES_OP_PHASE1_BACKWARD) /* per source, site and head: q, p, the weight, dz */
+        return 16 * n * p->s * h + 8 * n + 256;
+    if (p->op == ATTNRES_OP_PHASE2_BACKWARD) /* the epilogue's out and do rows */
+        return 16 * h + 256 + (p->epilogue ? 8 * d : 0);
     return 16 * d + 8 * n * h + 16 * h + 192 * n;
 }
 
 static int cpu_check_problem(attnres_device *dev, const attnres_problem *p)
 {
-    if (p->op != ATTNRES_OP_PHASE2 && p->n > CPU_MAX_SOURCES)
+    const attnres_op fwd = ar_op_forward(p->op);
+    if (fwd != ATTNRES_OP_PHASE2 && p->n > CPU_MAX_SOURCES)
         return ar_device_fail(dev, ATTNRES_EINVAL, "the CPU kernels take at most %d sources (N = %d)",
                               CPU_MAX_SOURCES, p->n);
-    if (p->op == ATTNRES_OP_PHASE1 && (int64_t)p->n * p->s * p->heads > AR_CPU_PHASE1_MAX_WEIGHTS)
+    if (fwd == ATTNRES_OP_PHASE1 && (int64_t)p->n * p->s * p->heads > AR_CPU_PHASE1_MAX_WEIGHTS)
         return ar_device_fail(dev, ATTNRES_EINVAL,
-                              "phase1 with n*S*H = %lld softmax weights per token exceeds the CPU kernels' %d",
-                              (long long)p->n * p->s * p->heads, AR_CPU_PHASE1_MAX_WEIGHTS);
+                              "%s with n*S*H = %lld softmax weights per token exceeds the CPU kernels' %d",
+                              ar_op_name(p->op), (long long)p->n * p->s * p->heads, AR_CPU_PHASE1_MAX_WEIGHTS);
+    if (p->op == ATTNRES_OP_PHASE1_BACKWARD && p->s > AR_CPU_PHASE1_BACKWARD_MAX_SITES)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "phase1_backward takes at most %d sites (S = %d)",
+                              AR_CPU_PHASE1_BACKWARD_MAX_SITES, p->s);
     const int64_t stack = cpu_stack_bytes(p);
     if (stack > ATTNRES_CPU_STACK_MAX)
         return ar_device_fail(dev, ATTNRES_EINVAL,
@@ -535,6 +545,8 @@ static int cpu_load_generic(attnres_device *dev, const attnres_problem *p, ar_ke
         GENERIC_ENTRY(ATTNRES_OP_PHASE1, phase1),
         GENERIC_ENTRY(ATTNRES_OP_PHASE2, phase2),
         GENERIC_ENTRY(ATTNRES_OP_MIX_BACKWARD, mix_backward),
+        GENERIC_ENTRY(ATTNRES_OP_PHASE1_BACKWARD, phase1_backward),
+        GENERIC_ENTRY(ATTNRES_OP_PHASE2_BACKWARD, phase2_backward),
     };
     memset(k, 0, sizeof *k);
     const int dt = (int)p->dtype;
@@ -601,7 +613,9 @@ static void run_chunk(void *ctx, int64_t t0, int64_t t1)
     case ATTNRES_OP_PHASE2:
         ((ar_cpu_phase2_fn)r->entry)(&r->args.phase2, t0, t1);
         break;
-    case ATTNRES_OP_MIX_BACKWARD: /* split by groups of tokens, with its own chunks */
+    case ATTNRES_OP_MIX_BACKWARD: /* the backwards split by groups of tokens, with their own chunks */
+    case ATTNRES_OP_PHASE1_BACKWARD:
+    case ATTNRES_OP_PHASE2_BACKWARD:
         break;
     }
 }
@@ -835,6 +849,134 @@ static int cpu_launch_mix_backward(attnres_device *dev, const ar_kernel *k, cons
     return ATTNRES_OK;
 }
 
+/* ---- the phase backwards -------------------------------------------- */
+
+/* One phase backward launch split by groups of tokens, as the mix
+ * backward's. */
+typedef struct phase_backward_launch {
+    attnres_op op;
+    void *entry;
+    union {
+        struct attnres_cpu_phase1_backward_args phase1;
+        struct attnres_cpu_phase2_backward_args phase2;
+    } args;
+    int64_t T;
+} phase_backward_launch;
+
+static void phase_backward_chunk(void *ctx, int64_t g0, int64_t g1)
+{
+    const phase_backward_launch *l = ctx;
+    const int64_t t0 = g0 * AR_GRAD_GROUP, t1 = g1 * AR_GRAD_GROUP < l->T ? g1 * AR_GRAD_GROUP : l->T;
+    if (l->op == ATTNRES_OP_PHASE1_BACKWARD)
+        ((ar_cpu_phase1_backward_fn)l->entry)(&l->args.phase1, t0, t1);
+    else
+        ((ar_cpu_phase2_backward_fn)l->entry)(&l->args.phase2, t0, t1);
+}
+
+/* Runs l over T's groups in `parts`, then adds the groups' rows of width
+ * `row` (and the epilogue's d(out_gain) rows) in group order into out
+ * (and dout_gain). */
+static void phase_backward_run(cpu_state *st, const ar_kernel *k, const attnres_problem *p, phase_backward_launch *l,
+                               int64_t rows, const float *ws_du, float *out, int64_t row, const float *ws_dgout,
+                               float *dout_gain)
+{
+    const int64_t groups = (l->T + AR_GRAD_GROUP - 1) / AR_GRAD_GROUP;
+    cpu_pool_run(st->pool, phase_backward_chunk, l, groups, launch_parts(k, p, groups * AR_GRAD_GROUP, rows));
+    group_sum s = {{ws_du, ws_dgout}, {out, dout_gain}, groups, row};
+    cpu_pool_run(st->pool, group_sum_chunk, &s, row, launch_parts(k, p, groups, 1));
+}
+
+/* The workspace check the runtime's own entry already made, repeated for
+ * callers inside the library (the tuner) that launch directly. */
+static int workspace_fits(attnres_device *dev, int64_t row, int64_t T, int epilogue, const void *ws, size_t size,
+                          ar_backward_ws *out)
+{
+    if (ar_mix_backward_workspace(row, T, epilogue, out) != 0 || !ws || size < out->bytes)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "the workspace holds %zu bytes; T = %lld needs %zu",
+                              ws ? size : 0, (long long)T, out->bytes);
+    return ATTNRES_OK;
+}
+
+static int cpu_launch_phase1_backward(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                                      const attnres_phase1_backward_args *a)
+{
+    const int64_t row = p->d * p->s; /* a group's du: one row of d per site */
+    if (T == 0) {
+        memset(a->dqueries, 0, sizeof(float) * (size_t)row);
+        return ATTNRES_OK;
+    }
+    int rc = sources_fit(dev, p);
+    ar_backward_ws ws;
+    if (rc != ATTNRES_OK || (rc = workspace_fits(dev, row, T, 0, a->workspace, a->workspace_size, &ws)))
+        return rc;
+    int64_t strides[CPU_MAX_SOURCES], dstrides[CPU_MAX_SOURCES];
+    for (int i = 0; i < p->n; i++) {
+        strides[i] = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
+        dstrides[i] = a->dsource_strides && a->dsource_strides[i] ? a->dsource_strides[i] : p->d;
+    }
+    phase_backward_launch l = {.op = p->op, .entry = k->entry, .T = T};
+    l.args.phase1 = (struct attnres_cpu_phase1_backward_args){
+        .d = p->d, .n = p->n, .heads = p->heads, .s = p->s,
+        .accumulate = (a->flags & ATTNRES_GRAD_ACCUMULATE) != 0,
+        .dsrc_f32 = (a->flags & ATTNRES_GRAD_DSOURCES_F32) != 0,
+        .src = a->sources, .src_stride = strides,
+        .queries = a->queries, .scale = a->scale, .eps = a->eps,
+        .do1 = a->do1, .do1_stride = a->do1_stride ? a->do1_stride : p->d,
+        .dlse = a->dlse, .dlse_stride = a->dlse_stride ? a->dlse_stride : p->heads,
+        .dsrc = a->dsources, .dsrc_stride = dstrides,
+        .ws_du = a->workspace, .group = AR_GRAD_GROUP,
+    };
+    /* Sources read and their gradients written, and the sites' do1. */
+    phase_backward_run(dev->state, k, p, &l, 2 * p->n + p->s, a->workspace, a->dqueries, row, NULL, NULL);
+    return ATTNRES_OK;
+}
+
+static int cpu_launch_phase2_backward(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                                      const attnres_phase2_backward_args *a)
+{
+    const int epilogue = p->epilogue != 0;
+    float *const dout_gain = epilogue ? a->dout_gain : NULL;
+    if (T == 0) {
+        memset(a->dquery, 0, sizeof(float) * (size_t)p->d);
+        if (dout_gain)
+            memset(dout_gain, 0, sizeof(float) * (size_t)p->d);
+        return ATTNRES_OK;
+    }
+    ar_backward_ws ws;
+    int rc = workspace_fits(dev, p->d, T, epilogue, a->workspace, a->workspace_size, &ws);
+    if (rc != ATTNRES_OK)
+        return rc;
+    if (epilogue ? !a->out_gain || !a->dnormed : !a->dout)
+        return ar_device_fail(dev, ATTNRES_EINVAL, "%s", epilogue ? "the epilogue's backward needs out_gain and dnormed"
+                                                                  : "dout is NULL");
+    float *const ws_dgout = (float *)((char *)a->workspace + ws.dgout_offset);
+    phase_backward_launch l = {.op = p->op, .entry = k->entry, .T = T};
+    l.args.phase2 = (struct attnres_cpu_phase2_backward_args){
+        .d = p->d, .heads = p->heads,
+        .accumulate = (a->flags & ATTNRES_GRAD_ACCUMULATE) != 0,
+        .o1 = a->o1, .o1_stride = a->o1_stride ? a->o1_stride : p->d,
+        .lse = a->lse, .lse_stride = a->lse_stride ? a->lse_stride : p->heads,
+        .partial = a->partial, .partial_stride = a->partial_stride ? a->partial_stride : p->d,
+        .query = a->query, .scale = a->scale, .eps = a->eps,
+        .dout = a->dout, .dout_stride = a->dout_stride ? a->dout_stride : p->d,
+        .do1 = a->do1, .do1_stride = a->do1_stride ? a->do1_stride : p->d,
+        .dlse = a->dlse, .dlse_stride = a->dlse_stride ? a->dlse_stride : p->heads,
+        .dpartial = a->dpartial, .dpartial_stride = a->dpartial_stride ? a->dpartial_stride : p->d,
+        .dsublayer = p->fuse_add ? a->dsublayer : NULL,
+        .dsublayer_stride = a->dsublayer_stride ? a->dsublayer_stride : p->d,
+        .ws_du = a->workspace, .group = AR_GRAD_GROUP,
+        .out_gain = epilogue ? a->out_gain : NULL, .out_eps = a->out_eps,
+        .dnormed = epilogue ? a->dnormed : NULL,
+        .dnormed_stride = a->dnormed_stride ? a->dnormed_stride : p->d,
+        .ws_dgout = epilogue ? ws_dgout : NULL,
+    };
+    /* o1, b, dout read; do1, db written (and dsublayer; dnormed read). */
+    const int64_t rows = 5 + (l.args.phase2.dsublayer != NULL) + epilogue;
+    phase_backward_run(dev->state, k, p, &l, rows, a->workspace, a->dquery, p->d, epilogue ? ws_dgout : NULL,
+                       dout_gain);
+    return ATTNRES_OK;
+}
+
 /* The op-generic launch: one switch over the tagged arguments. */
 static int cpu_launch(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                       const ar_op_args *a, void *stream)
@@ -846,13 +988,17 @@ static int cpu_launch(attnres_device *dev, const ar_kernel *k, const attnres_pro
         return ar_device_fail(dev, ATTNRES_EINVAL, "the operation's arguments are NULL");
     if (T < 0)
         return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);
-    if (T == 0 && a->op != ATTNRES_OP_MIX_BACKWARD) /* as on CUDA: nothing to run, no argument touched */
+    /* As on CUDA: nothing to run, no argument touched, but for the
+     * backwards' sums over no tokens. */
+    if (T == 0 && ar_op_forward(a->op) == a->op)
         return ATTNRES_OK;
     switch (a->op) {
     case ATTNRES_OP_MIX: return cpu_launch_mix(dev, k, p, T, a->mix, stream);
     case ATTNRES_OP_PHASE1: return cpu_launch_phase1(dev, k, p, T, a->phase1, stream);
     case ATTNRES_OP_PHASE2: return cpu_launch_phase2(dev, k, p, T, a->phase2, stream);
     case ATTNRES_OP_MIX_BACKWARD: return cpu_launch_mix_backward(dev, k, p, T, a->mix_backward);
+    case ATTNRES_OP_PHASE1_BACKWARD: return cpu_launch_phase1_backward(dev, k, p, T, a->phase1_backward);
+    case ATTNRES_OP_PHASE2_BACKWARD: return cpu_launch_phase2_backward(dev, k, p, T, a->phase2_backward);
     }
     return ar_device_fail(dev, ATTNRES_EINVAL, "unknown op %d", (int)a->op);
 }

@@ -14,6 +14,8 @@ struct attnres_cpu_mix_args;
 struct attnres_cpu_phase1_args;
 struct attnres_cpu_phase2_args;
 struct attnres_cpu_mix_backward_args;
+struct attnres_cpu_phase1_backward_args;
+struct attnres_cpu_phase2_backward_args;
 
 /* Generated at build time by `attnres-gen ... builtin` (runtime/CMakeLists). */
 #define AR_BUILTIN_DECL(op, dt, level)                                                                  \
@@ -34,12 +36,18 @@ struct attnres_cpu_mix_backward_args;
     AR_BUILTIN_DECL(phase2, f16, level);                                                                \
     AR_BUILTIN_DECL(mix_backward, f32, level);                                                          \
     AR_BUILTIN_DECL(mix_backward, bf16, level);                                                         \
-    AR_BUILTIN_DECL(mix_backward, f16, level)
+    AR_BUILTIN_DECL(mix_backward, f16, level);                                                          \
+    AR_BUILTIN_DECL(phase1_backward, f32, level);                                                       \
+    AR_BUILTIN_DECL(phase1_backward, bf16, level);                                                      \
+    AR_BUILTIN_DECL(phase1_backward, f16, level);                                                       \
+    AR_BUILTIN_DECL(phase2_backward, f32, level);                                                       \
+    AR_BUILTIN_DECL(phase2_backward, bf16, level);                                                      \
+    AR_BUILTIN_DECL(phase2_backward, f16, level)
 
 typedef void (*any_fn)(void);
 
-/* The ops with built-in kernels: every attnres_op, mix to mix_backward. */
-#define AR_BUILTIN_OPS (ATTNRES_OP_MIX_BACKWARD + 1)
+/* The ops with built-in kernels: every attnres_op, mix to phase2_backward. */
+#define AR_BUILTIN_OPS (ATTNRES_OP_PHASE2_BACKWARD + 1)
 
 typedef struct builtin_kernel {
     any_fn const *entry; /* the generated pointer to the kernel; it holds NULL when the template names none */
@@ -61,7 +69,8 @@ typedef struct builtin_level {
 #define AR_BUILTIN_LEVEL(level, check)                                                                  \
     {#level, check,                                                                                     \
      {AR_BUILTIN_OP(mix, level), AR_BUILTIN_OP(phase1, level), AR_BUILTIN_OP(phase2, level),            \
-      AR_BUILTIN_OP(mix_backward, level)}}
+      AR_BUILTIN_OP(mix_backward, level), AR_BUILTIN_OP(phase1_backward, level),                       \
+      AR_BUILTIN_OP(phase2_backward, level)}}
 
 /* Widest first; each level's CPU also runs every later one. */
 #if defined(__x86_64__) && defined(__GNUC__)

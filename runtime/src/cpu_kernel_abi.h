@@ -21,8 +21,9 @@
 
 /* The version this library speaks for each attnres_op. */
 #define AR_CPU_ABI_VERSIONS \
-    ((const int[4]){AR_KERNEL_ABI_CPU_MIX, AR_KERNEL_ABI_CPU_PHASE1, AR_KERNEL_ABI_CPU_PHASE2, \
-                    AR_KERNEL_ABI_CPU_MIX_BACKWARD})
+    ((const int[6]){AR_KERNEL_ABI_CPU_MIX, AR_KERNEL_ABI_CPU_PHASE1, AR_KERNEL_ABI_CPU_PHASE2, \
+                    AR_KERNEL_ABI_CPU_MIX_BACKWARD, AR_KERNEL_ABI_CPU_PHASE1_BACKWARD,            \
+                    AR_KERNEL_ABI_CPU_PHASE2_BACKWARD})
 
 /* Processes tokens [t0, t1). */
 typedef void (*ar_cpu_mix_fn)(const struct attnres_cpu_mix_args *a, int64_t t0,
@@ -32,5 +33,12 @@ typedef void (*ar_cpu_mix_fn)(const struct attnres_cpu_mix_args *a, int64_t t0,
  * a->group tokens (cpu/mix_backward.lua). */
 typedef void (*ar_cpu_mix_backward_fn)(const struct attnres_cpu_mix_backward_args *a, int64_t t0,
                                        int64_t t1);
+
+/* The phase backwards of tokens [t0, t1), t0 the first token of a group
+ * (cpu/phase1_backward.lua, cpu/phase2_backward.lua). */
+typedef void (*ar_cpu_phase1_backward_fn)(const struct attnres_cpu_phase1_backward_args *a, int64_t t0,
+                                          int64_t t1);
+typedef void (*ar_cpu_phase2_backward_fn)(const struct attnres_cpu_phase2_backward_args *a, int64_t t0,
+                                          int64_t t1);
 
 #endif

@@ -23,4 +23,8 @@ typedef void (*ar_cpu_phase2_fn)(const struct attnres_cpu_phase2_args *a,
  * (n * s * heads softmax weights); larger problems are refused. */
 #define AR_CPU_PHASE1_MAX_WEIGHTS (1 << 15)
 
+/* Most sites of a phase-1 backward: its run checks every pair of its
+ * views for overlaps, 2 n + 2 S + 2 of them. */
+#define AR_CPU_PHASE1_BACKWARD_MAX_SITES 64
+
 #endif

@@ -59,6 +59,9 @@ static int tables_smem_check(attnres_device *dev, const attnres_problem *p, int 
 int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
 {
     const int n = p->n, S = p->s, H = p->heads;
+    if (p->op == ATTNRES_OP_PHASE1_BACKWARD || p->op == ATTNRES_OP_PHASE2_BACKWARD)
+        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA has no %s kernels yet (the CPU has)",
+                              ar_op_name(p->op));
     if (p->op == ATTNRES_OP_MIX_BACKWARD) {
         if (n > AR_CUDA_MAX_SOURCES)
             return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA mix_backward kernels take at most %d sources (N = %d)",

@@ -144,9 +144,15 @@ int attnres_device_info_get(attnres_device *dev, attnres_device_info *info)
     return ATTNRES_OK;
 }
 
+const char *ar_op_name(attnres_op op)
+{
+    static const char *const names[AR_OPS] = {"mix",          "phase1",          "phase2",
+                                              "mix_backward", "phase1_backward", "phase2_backward"};
+    return (int)op >= 0 && (int)op < AR_OPS ? names[op] : "unknown";
+}
+
 int ar_kernel_abi_ok(const int versions[AR_OPS], int64_t abi, int64_t op, char *why, size_t why_len)
 {
-    static const char *const names[AR_OPS] = {"mix", "phase1", "phase2", "mix_backward"};
     if (op == -1) {
         if (abi == 1 && versions[0] == 1 && versions[1] == 1 && versions[2] == 1)
             return 1;
@@ -163,7 +169,7 @@ int ar_kernel_abi_ok(const int versions[AR_OPS], int64_t abi, int64_t op, char *
     }
     if (abi == versions[op])
         return 1;
-    snprintf(why, why_len, "it has %s ABI %lld, this library speaks %d", names[op], (long long)abi, versions[op]);
+    snprintf(why, why_len, "it has %s ABI %lld, this library speaks %d", ar_op_name((attnres_op)op), (long long)abi, versions[op]);
     return 0;
 }
 

@@ -36,6 +36,8 @@ typedef struct ar_op_args {
         const attnres_phase1_args *phase1;
         const attnres_phase2_args *phase2;
         const attnres_mix_backward_args *mix_backward;
+        const attnres_phase1_backward_args *phase1_backward;
+        const attnres_phase2_backward_args *phase2_backward;
     };
 } ar_op_args;
 
@@ -58,9 +60,31 @@ static inline ar_op_args ar_op_mix_backward(const attnres_mix_backward_args *a)
 {
     return (ar_op_args){.op = ATTNRES_OP_MIX_BACKWARD, .mix_backward = a};
 }
+static inline ar_op_args ar_op_phase1_backward(const attnres_phase1_backward_args *a)
+{
+    return (ar_op_args){.op = ATTNRES_OP_PHASE1_BACKWARD, .phase1_backward = a};
+}
+static inline ar_op_args ar_op_phase2_backward(const attnres_phase2_backward_args *a)
+{
+    return (ar_op_args){.op = ATTNRES_OP_PHASE2_BACKWARD, .phase2_backward = a};
+}
 
 /* The ops a kernel's ABI tag may name (attnres_op values 0 to AR_OPS - 1). */
-#define AR_OPS 4
+#define AR_OPS 6
+
+/* An op's name as problems files, the database and messages spell it
+ * ("mix", "phase1_backward", ...); "unknown" for a value out of range. */
+const char *ar_op_name(attnres_op op);
+
+/* The forward op whose problem fields a backward op shares (the op
+ * itself for a forward op): its S, fuse_add, form and epilogue rules. */
+static inline attnres_op ar_op_forward(attnres_op op)
+{
+    return op == ATTNRES_OP_MIX_BACKWARD      ? ATTNRES_OP_MIX
+           : op == ATTNRES_OP_PHASE1_BACKWARD ? ATTNRES_OP_PHASE1
+           : op == ATTNRES_OP_PHASE2_BACKWARD ? ATTNRES_OP_PHASE2
+                                              : op;
+}
 
 /* Tokens per group of the mix backward's per-group gradient sums: fixed
  * for every kernel and thread count, so that the sums over tokens are the

@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include "miss_file.h"
+#include "device.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -212,16 +213,7 @@ static void load_seen(int fd, const char *path)
 
 /* ---- writing ---------------------------------------------------------- */
 
-static const char *op_text(attnres_op op)
-{
-    switch (op) {
-    case ATTNRES_OP_MIX: return "mix";
-    case ATTNRES_OP_PHASE1: return "phase1";
-    case ATTNRES_OP_PHASE2: return "phase2";
-    case ATTNRES_OP_MIX_BACKWARD: return "mix_backward";
-    }
-    return "?";
-}
+static const char *op_text(attnres_op op) { return ar_op_name(op); }
 
 void ar_miss_site_arm(ar_miss_site *site, const attnres_problem *p, const char *fingerprint)
 {
@@ -398,18 +390,14 @@ int ar_miss_parse_line(const char *line, size_t len, ar_miss *out, char *err, si
     attnres_problem_init(&p, ATTNRES_DTYPE_F32, 1, 1);
     if (field(&s, end, "op", &v, &n) != 0)
         goto bad_field_op;
-    if (word_is(v, n, "mix"))
-        p.op = ATTNRES_OP_MIX;
-    else if (word_is(v, n, "phase1"))
-        p.op = ATTNRES_OP_PHASE1;
-    else if (word_is(v, n, "phase2"))
-        p.op = ATTNRES_OP_PHASE2;
-    else if (word_is(v, n, "mix_backward"))
-        p.op = ATTNRES_OP_MIX_BACKWARD;
-    else {
-        snprintf(err, err_len, "op must be mix, phase1, phase2 or mix_backward");
+    int op = 0;
+    while (op < AR_OPS && !word_is(v, n, ar_op_name((attnres_op)op)))
+        op++;
+    if (op == AR_OPS) {
+        snprintf(err, err_len, "op must be mix, phase1, phase2, mix_backward, phase1_backward or phase2_backward");
         return -1;
     }
+    p.op = (attnres_op)op;
     if (field(&s, end, "dtype", &v, &n) != 0) {
         snprintf(err, err_len, "expected dtype= after op");
         return -1;

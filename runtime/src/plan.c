@@ -195,13 +195,7 @@ static void unload_all(attnres_plan *plan)
     plan->nbuckets = 0;
 }
 
-static const char *op_name(attnres_op op)
-{
-    return op == ATTNRES_OP_MIX            ? "mix"
-           : op == ATTNRES_OP_PHASE1       ? "phase1"
-           : op == ATTNRES_OP_MIX_BACKWARD ? "mix_backward"
-                                           : "phase2";
-}
+static const char *op_name(attnres_op op) { return ar_op_name(op); }
 
 static void fill_ardb_problem(const attnres_problem *p, ardb_problem *q)
 {
@@ -210,14 +204,14 @@ static void fill_ardb_problem(const attnres_problem *p, ardb_problem *q)
     q->dtype = attnres_dtype_name(p->dtype);
     /* Phase 2 with the sublayer add fused is its own tuning problem; the
      * database records it under the form "fused". */
-    q->form = p->op == ATTNRES_OP_PHASE2 && p->fuse_add ? "fused"
+    q->form = ar_op_forward(p->op) == ATTNRES_OP_PHASE2 && p->fuse_add ? "fused"
               : p->form == ATTNRES_FORM_ADDITIVE      ? "additive"
                                                       : "replace";
     q->d = p->d;
     q->n = p->n;
     q->heads = p->heads;
     q->epilogue = p->epilogue;
-    q->s = p->op == ATTNRES_OP_PHASE1 ? p->s : 0;
+    q->s = ar_op_forward(p->op) == ATTNRES_OP_PHASE1 ? p->s : 0;
 }
 
 static void fill_ardb_device(const attnres_device *dev, ardb_device *d)
@@ -457,7 +451,7 @@ int attnres_plan_create(attnres_device *dev, attnres_db *db, const attnres_probl
     plan->dev = dev;
     plan->problem = *problem;
     char sites[32] = "";
-    if (problem->op == ATTNRES_OP_PHASE1)
+    if (ar_op_forward(problem->op) == ATTNRES_OP_PHASE1)
         snprintf(sites, sizeof sites, " S=%d", problem->s);
     explain(plan, "problem: %s %s d=%" PRId64 " N=%d%s H=%d %s%s%s on %s\n", op_name(problem->op),
             attnres_dtype_name(problem->dtype), problem->d, problem->n, sites, problem->heads,
@@ -1026,6 +1020,45 @@ int attnres_mix_backward_workspace_size(const attnres_plan *plan, int64_t T, siz
     return ATTNRES_OK;
 }
 
+/* Refuses, with the backwards' message, every pair of views, one of them a
+ * gradient, that share a byte, but two source gradients that are the
+ * very same view when accumulated; and the workspace overlapping any. */
+static int check_gradient_overlaps(attnres_plan *plan, const run_view *views, int count, int accumulate,
+                                   const void *workspace, size_t workspace_size)
+{
+    for (int i = 0; i < count; i++) {
+        if (!views[i].output)
+            continue;
+        for (int j = 0; j < count; j++) {
+            if (j == i || (views[j].output && j > i) || !ar_views_overlap(&views[i].v, &views[j].v))
+                continue;
+            /* Two source gradients of one tensor, added into it in turn. */
+            if (accumulate && views[j].output && strcmp(views[i].name, "dsources") == 0 &&
+                strcmp(views[j].name, "dsources") == 0 && ar_views_same(&views[i].v, &views[j].v))
+                continue;
+            char an[48], bn[48];
+            view_name(&views[i], an, sizeof an);
+            view_name(&views[j], bn, sizeof bn);
+            return run_fail(plan, ATTNRES_EINVAL,
+                            "%s and %s overlap: a gradient may share memory with no other argument but, with "
+                            "ATTNRES_GRAD_ACCUMULATE, another source's gradient as the very same view",
+                            an, bn);
+        }
+    }
+    /* The workspace is written by the launch: it overlaps nothing either. */
+    ar_view ws;
+    if (ar_view_make(&ws, workspace, 1, 1, (int64_t)(workspace_size ? workspace_size : 1), 1) != 0)
+        return run_fail(plan, ATTNRES_EINVAL, "the workspace of %zu bytes runs past the address space",
+                        workspace_size);
+    for (int j = 0; j < count; j++)
+        if (ar_views_overlap(&ws, &views[j].v)) {
+            char bn[48];
+            view_name(&views[j], bn, sizeof bn);
+            return run_fail(plan, ATTNRES_EINVAL, "the workspace and %s overlap", bn);
+        }
+    return ATTNRES_OK;
+}
+
 /* The views of a mix backward: n sources, query, dout (unless NULL with
  * the epilogue), partial's gradient, n source gradients, dquery, and the
  * epilogue's out, out_gain, dnormed and dout_gain. Outputs overlap nothing
@@ -1069,38 +1102,8 @@ static int check_mix_backward_views(attnres_plan *plan, int64_t T, const attnres
         return st;
     if (additive && a->dalpha && (st = add_view(plan, &views[count++], "dalpha", -1, 1, a->dalpha, 1, 1, 1, 4, "stride")))
         return st;
-    const int accumulate = (a->flags & ATTNRES_GRAD_ACCUMULATE) != 0;
-    for (int i = 0; i < count; i++) {
-        if (!views[i].output)
-            continue;
-        for (int j = 0; j < count; j++) {
-            if (j == i || (views[j].output && j > i) || !ar_views_overlap(&views[i].v, &views[j].v))
-                continue;
-            /* Two source gradients of one tensor, added into it in turn. */
-            if (accumulate && views[j].output && strcmp(views[i].name, "dsources") == 0 &&
-                strcmp(views[j].name, "dsources") == 0 && ar_views_same(&views[i].v, &views[j].v))
-                continue;
-            char an[48], bn[48];
-            view_name(&views[i], an, sizeof an);
-            view_name(&views[j], bn, sizeof bn);
-            return run_fail(plan, ATTNRES_EINVAL,
-                            "%s and %s overlap: a gradient may share memory with no other argument but, with "
-                            "ATTNRES_GRAD_ACCUMULATE, another source's gradient as the very same view",
-                            an, bn);
-        }
-    }
-    /* The workspace is written by the launch: it overlaps nothing either. */
-    ar_view ws;
-    if (ar_view_make(&ws, a->workspace, 1, 1, (int64_t)(a->workspace_size ? a->workspace_size : 1), 1) != 0)
-        return run_fail(plan, ATTNRES_EINVAL, "the workspace of %zu bytes runs past the address space",
-                        a->workspace_size);
-    for (int j = 0; j < count; j++)
-        if (ar_views_overlap(&ws, &views[j].v)) {
-            char bn[48];
-            view_name(&views[j], bn, sizeof bn);
-            return run_fail(plan, ATTNRES_EINVAL, "the workspace and %s overlap", bn);
-        }
-    return ATTNRES_OK;
+    return check_gradient_overlaps(plan, views, count, (a->flags & ATTNRES_GRAD_ACCUMULATE) != 0, a->workspace,
+                                   a->workspace_size);
 }
 
 int attnres_run_mix_backward(attnres_plan *plan, int64_t T, const attnres_mix_backward_args *a, void *stream)
@@ -1182,4 +1185,181 @@ int attnres_run_mix_backward(attnres_plan *plan, int64_t T, const attnres_mix_ba
     if (st != ATTNRES_OK)
         return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, attnres_device_errmsg(plan->dev));
     return ATTNRES_OK;
+}
+
+/* ---- the phase backwards --------------------------------------------- */
+
+/* A backward's workspace for T tokens: the rows each token group sums its
+ * query gradients into (d per site for phase 1), and the epilogue's. */
+static int backward_workspace(const attnres_problem *p, int64_t T, ar_backward_ws *ws)
+{
+    const int64_t row = p->op == ATTNRES_OP_PHASE1_BACKWARD ? p->d * p->s : p->d;
+    return ar_mix_backward_workspace(row, T, p->op != ATTNRES_OP_PHASE1_BACKWARD && p->epilogue, ws);
+}
+
+int attnres_plan_workspace_size(const attnres_plan *plan, int64_t T, size_t *bytes)
+{
+    if (!plan || !bytes)
+        return ATTNRES_EINVAL;
+    attnres_plan *mut = (attnres_plan *)plan; /* only its per-thread message changes */
+    ar_backward_ws ws = {0};
+    if (T < 0 || (ar_op_forward(plan->problem.op) != plan->problem.op && backward_workspace(&plan->problem, T, &ws)))
+        return run_fail(mut, ATTNRES_EINVAL, "no workspace size for T = %" PRId64 " (negative, or beyond size_t)", T);
+    *bytes = ws.bytes;
+    return ATTNRES_OK;
+}
+
+/* The workspace a backward run was given: aligned, and large enough. */
+static int check_workspace(attnres_plan *plan, int64_t T, const void *workspace, size_t size)
+{
+    ar_backward_ws ws;
+    if (backward_workspace(&plan->problem, T, &ws) != 0)
+        return run_fail(plan, ATTNRES_EINVAL, "T = %" PRId64 " needs a workspace beyond size_t", T);
+    if (!workspace || size < ws.bytes || misaligned(workspace, 64))
+        return run_fail(plan, ATTNRES_EINVAL,
+                        "the workspace must be 64-byte aligned and hold %zu bytes for T = %" PRId64
+                        " (attnres_plan_workspace_size); it %s",
+                        ws.bytes, T, !workspace ? "is NULL" : size < ws.bytes ? "is smaller" : "is not aligned");
+    return ATTNRES_OK;
+}
+
+/* A [T, d] row view of the storage dtype that a run needs: present,
+ * aligned, with a stride of 0 (d) or at least d; then described. */
+static int row_view(attnres_plan *plan, run_view *rv, const char *name, int index, int output, const void *ptr,
+                    int64_t T, int64_t stride, int64_t width, size_t es)
+{
+    char what[48];
+    snprintf(what, sizeof what, index < 0 ? "%s" : "%s[%d]", name, index);
+    if (!ptr || misaligned(ptr, es))
+        return run_fail(plan, ATTNRES_EINVAL, "%s is NULL or not aligned to its %zu-byte elements", what, es);
+    if (stride && stride < width)
+        return run_fail(plan, ATTNRES_EMISMATCH, "the stride %" PRId64 " of %s is less than its %" PRId64
+                        " elements", stride, what, width);
+    return add_view(plan, rv, name, index, output, ptr, T, stride ? stride : width, width, es, "stride");
+}
+
+static void phase1_backward_args_defaults(void *a) { attnres_phase1_backward_args_init(a); }
+static void phase2_backward_args_defaults(void *a) { attnres_phase2_backward_args_init(a); }
+
+/* The flags a backward takes: both for phase 1, accumulation for phase 2. */
+static int check_flags(attnres_plan *plan, unsigned flags, unsigned known)
+{
+    if (flags & ~known)
+        return run_fail(plan, ATTNRES_EINVAL, "unknown flags 0x%x (%s takes %s)", flags & ~known,
+                        op_name(plan->problem.op),
+                        known & ATTNRES_GRAD_DSOURCES_F32 ? "ATTNRES_GRAD_ACCUMULATE and ATTNRES_GRAD_DSOURCES_F32"
+                                                          : "ATTNRES_GRAD_ACCUMULATE only");
+    return ATTNRES_OK;
+}
+
+static int launch_backward(attnres_plan *plan, int64_t T, const ar_op_args *args, void *stream)
+{
+    const plan_bucket *b = pick_bucket(plan, T > 0 ? T : 1);
+    int st = plan->dev->ops->launch(plan->dev, &b->kernel, &plan->problem, T, args, stream);
+    if (st != ATTNRES_OK)
+        return run_fail(plan, st, "launch of %s failed: %s", b->kernel.variant, attnres_device_errmsg(plan->dev));
+    return ATTNRES_OK;
+}
+
+int attnres_run_phase1_backward(attnres_plan *plan, int64_t T, const attnres_phase1_backward_args *a, void *stream)
+{
+    int st = check_call(plan, T, ATTNRES_OP_PHASE1_BACKWARD, "attnres_run_phase1_backward");
+    if (st != ATTNRES_OK)
+        return st;
+    const attnres_problem *p = &plan->problem;
+    const size_t es = attnres_dtype_size(p->dtype);
+    attnres_phase1_backward_args own;
+    if (a && !(a = adopt_args(plan, a, &own, sizeof *a, sizeof *a, phase1_backward_args_defaults,
+                              "attnres_phase1_backward_args", "attnres_phase1_backward_args_init", &st)))
+        return st;
+    if (!a || !a->dqueries || misaligned(a->dqueries, 4))
+        return run_fail(plan, ATTNRES_EINVAL, "args and an aligned dqueries must not be NULL");
+    if ((st = check_flags(plan, a->flags, ATTNRES_GRAD_ACCUMULATE | ATTNRES_GRAD_DSOURCES_F32)))
+        return st;
+    if (T > 0) {
+        if (!a->sources || !a->queries || !a->do1 || !a->dsources || misaligned(a->queries, 4))
+            return run_fail(plan, ATTNRES_EINVAL, "sources, an aligned queries, do1 and dsources must not be NULL");
+        if (check_eps(plan, "eps", a->eps))
+            return ATTNRES_EINVAL;
+        if ((st = check_workspace(plan, T, a->workspace, a->workspace_size)) ||
+            (st = check_sources(plan, a->sources, a->source_strides)))
+            return st;
+        const size_t des = (a->flags & ATTNRES_GRAD_DSOURCES_F32) ? 4 : es;
+        run_view views[2 * p->n + 2 * p->s + 2];
+        int count = 0;
+        for (int i = 0; i < p->n && !st; i++)
+            st = add_view(plan, &views[count++], "source", i, 0, a->sources[i], T,
+                          a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d, p->d, es,
+                          "stride");
+        if (!st)
+            st = add_view(plan, &views[count++], "queries", -1, 0, a->queries, p->s, p->d, p->d, 4, "stride");
+        for (int j = 0; j < p->s && !st; j++) {
+            st = row_view(plan, &views[count++], "do1", j, 0, a->do1[j], T, a->do1_stride, p->d, es);
+            if (!st && a->dlse && a->dlse[j])
+                st = row_view(plan, &views[count++], "dlse", j, 0, a->dlse[j], T, a->dlse_stride, p->heads, 4);
+        }
+        for (int i = 0; i < p->n && !st; i++)
+            st = row_view(plan, &views[count++], "dsources", i, 1, a->dsources[i], T,
+                          a->dsource_strides ? a->dsource_strides[i] : 0, p->d, des);
+        if (!st)
+            st = add_view(plan, &views[count++], "dqueries", -1, 1, a->dqueries, p->s, p->d, p->d, 4, "stride");
+        if (st || (st = check_gradient_overlaps(plan, views, count, (a->flags & ATTNRES_GRAD_ACCUMULATE) != 0,
+                                                a->workspace, a->workspace_size)))
+            return st;
+    }
+    const ar_op_args args = ar_op_phase1_backward(a);
+    return launch_backward(plan, T, &args, stream);
+}
+
+int attnres_run_phase2_backward(attnres_plan *plan, int64_t T, const attnres_phase2_backward_args *a, void *stream)
+{
+    int st = check_call(plan, T, ATTNRES_OP_PHASE2_BACKWARD, "attnres_run_phase2_backward");
+    if (st != ATTNRES_OK)
+        return st;
+    const attnres_problem *p = &plan->problem;
+    const size_t es = attnres_dtype_size(p->dtype);
+    const int epi = p->epilogue != 0;
+    attnres_phase2_backward_args own;
+    if (a && !(a = adopt_args(plan, a, &own, sizeof *a, sizeof *a, phase2_backward_args_defaults,
+                              "attnres_phase2_backward_args", "attnres_phase2_backward_args_init", &st)))
+        return st;
+    if (!a || !a->dquery || misaligned(a->dquery, 4) || (epi && a->dout_gain && misaligned(a->dout_gain, 4)))
+        return run_fail(plan, ATTNRES_EINVAL, "args and an aligned dquery must not be NULL (and dout_gain aligned)");
+    if ((st = check_flags(plan, a->flags, ATTNRES_GRAD_ACCUMULATE)))
+        return st;
+    if (T > 0) {
+        if (!a->query || misaligned(a->query, 4) || (!a->dout && !epi))
+            return run_fail(plan, ATTNRES_EINVAL,
+                            "an aligned query and dout (unless the epilogue's dnormed stands in) must not be NULL");
+        if (check_eps(plan, "eps", a->eps) || (epi && check_eps(plan, "out_eps", a->out_eps)))
+            return ATTNRES_EINVAL;
+        if ((st = check_workspace(plan, T, a->workspace, a->workspace_size)))
+            return st;
+        run_view views[13]; /* every argument of the largest form */
+        int count = 0;
+        if ((st = row_view(plan, &views[count++], "o1", -1, 0, a->o1, T, a->o1_stride, p->d, es)) ||
+            (st = row_view(plan, &views[count++], "lse", -1, 0, a->lse, T, a->lse_stride, p->heads, 4)) ||
+            (st = row_view(plan, &views[count++], "partial", -1, 0, a->partial, T, a->partial_stride, p->d, es)) ||
+            (st = add_view(plan, &views[count++], "query", -1, 0, a->query, 1, p->d, p->d, 4, "stride")) ||
+            (a->dout && (st = row_view(plan, &views[count++], "dout", -1, 0, a->dout, T, a->dout_stride, p->d, es))) ||
+            (st = row_view(plan, &views[count++], "do1", -1, 1, a->do1, T, a->do1_stride, p->d, es)) ||
+            (st = row_view(plan, &views[count++], "dlse", -1, 1, a->dlse, T, a->dlse_stride, p->heads, 4)) ||
+            (st = row_view(plan, &views[count++], "dpartial", -1, 1, a->dpartial, T, a->dpartial_stride, p->d, es)) ||
+            (st = add_view(plan, &views[count++], "dquery", -1, 1, a->dquery, 1, p->d, p->d, 4, "stride")))
+            return st;
+        if (p->fuse_add && a->dsublayer &&
+            (st = row_view(plan, &views[count++], "dsublayer", -1, 1, a->dsublayer, T, a->dsublayer_stride, p->d, es)))
+            return st;
+        if (epi && ((st = row_view(plan, &views[count++], "out_gain", -1, 0, a->out_gain, 1, 0, p->d, 4)) ||
+                    (st = row_view(plan, &views[count++], "dnormed", -1, 0, a->dnormed, T, a->dnormed_stride, p->d,
+                                   es)) ||
+                    (a->dout_gain &&
+                     (st = add_view(plan, &views[count++], "dout_gain", -1, 1, a->dout_gain, 1, p->d, p->d, 4,
+                                    "stride")))))
+            return st;
+        if ((st = check_gradient_overlaps(plan, views, count, 0, a->workspace, a->workspace_size)))
+            return st;
+    }
+    const ar_op_args args = ar_op_phase2_backward(a);
+    return launch_backward(plan, T, &args, stream);
 }

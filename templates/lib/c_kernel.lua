@@ -32,6 +32,10 @@ local ENTRY_DOC = {
 /* Phase 2 of tokens [t0, t1): merges o1/lse with the partial sum b. */]],
   cpu_mix_backward = [[
 /* The mix backward of tokens [t0, t1); t0 is the first token of a group. */]],
+  cpu_phase1_backward = [[
+/* The phase-1 backward of tokens [t0, t1); t0 is the first token of a group. */]],
+  cpu_phase2_backward = [[
+/* The phase-2 backward of tokens [t0, t1); t0 is the first token of a group. */]],
 }
 
 -- Returns the source text of one kernel. spec holds:

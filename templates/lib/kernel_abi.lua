@@ -25,7 +25,7 @@ local M = {}
 
 -- attnres_op values (runtime/include/attnres.h), the op tag a kernel
 -- declares next to its version.
-local OPS = { mix = 0, phase1 = 1, phase2 = 2, mix_backward = 3 }
+local OPS = { mix = 0, phase1 = 1, phase2 = 2, mix_backward = 3, phase1_backward = 4, phase2_backward = 5 }
 
 -- Array bounds of the CUDA structs, passed by value (at most 4 KiB of
 -- kernel parameters).
@@ -160,6 +160,61 @@ M.structs = {
       { "int64_t group", "tokens per group; a launch starts on a group's first token" },
     }, BACKWARD_EPILOGUE),
   },
+  cpu_phase1_backward = {
+    version = 1, op = "phase1_backward", name = "attnres_cpu_phase1_backward_args",
+    doc = "CPU phase-1 backward kernels (cpu/phase1_backward.lua): n sources against s queries. Strides count elements.",
+    fields = {
+      "int64_t d",
+      "int32_t n", "int32_t heads", "int32_t s",
+      { "int32_t accumulate", "1: add dsrc into the buffers" },
+      { "int32_t dsrc_f32", "1: every dsrc view is fp32, whatever the storage dtype" },
+      { "const void *const *src", "n pointers, each a [T, d] view" },
+      { "const int64_t *src_stride", "n token strides, never 0" },
+      { "const float *queries", "[s, d] fp32, gain-folded" },
+      "float scale", "float eps",
+      { "const void *const *do1", "s pointers, each the [T, d] gradient of o1" },
+      "int64_t do1_stride",
+      { "const float *const *dlse", "s pointers, each [T, heads] fp32 or NULL (zero); NULL: zero for every site" },
+      "int64_t dlse_stride",
+      { "void *const *dsrc", "n pointers, each a [T, d] view" },
+      { "const int64_t *dsrc_stride", "n token strides, never 0" },
+      { "float *ws_du", "[groups, s, d] per-group sums of each site's du" },
+      { "int64_t group", "tokens per group; a launch starts on a group's first token" },
+    },
+  },
+  cpu_phase2_backward = {
+    version = 1, op = "phase2_backward", name = "attnres_cpu_phase2_backward_args",
+    doc = "CPU phase-2 backward kernels (cpu/phase2_backward.lua): one site. Strides count elements.",
+    fields = fields({
+      "int64_t d",
+      "int32_t heads",
+      { "int32_t accumulate", "1: add do1, dlse, dpartial and dsublayer into the buffers" },
+      { "const void *o1", "[T, d] this site's phase-1 output" },
+      "int64_t o1_stride",
+      { "const float *lse", "[T, heads] fp32, this site's phase-1 lse" },
+      "int64_t lse_stride",
+      { "const void *partial", "b [T, d] as the forward used it (after a fused add)" },
+      "int64_t partial_stride",
+    }, QUERY, {
+      { "const void *dout", "[T, d] gradient of out; NULL (epilogue only) for zero" },
+      "int64_t dout_stride",
+      { "void *do1", "[T, d] gradient of o1" },
+      "int64_t do1_stride",
+      { "float *dlse", "[T, heads] fp32 gradient of lse" },
+      "int64_t dlse_stride",
+      { "void *dpartial", "[T, d] gradient of b" },
+      "int64_t dpartial_stride",
+      { "void *dsublayer", "[T, d] fused add only (the same values as dpartial), else NULL" },
+      "int64_t dsublayer_stride",
+      { "float *ws_du", "[groups, d] per-group sums of du" },
+      { "int64_t group", "tokens per group; a launch starts on a group's first token" },
+      { "const float *out_gain", "[d] fp32; epilogue, else NULL" },
+      "float out_eps",
+      { "const void *dnormed", "[T, d] gradient of normed; epilogue, else NULL" },
+      "int64_t dnormed_stride",
+      { "float *ws_dgout", "[groups, d] per-group sums of d(out_gain); epilogue, else NULL" },
+    }),
+  },
   cuda_mix = {
     version = 1, op = "mix", name = "attnres_cuda_mix_args",
     doc = "CUDA mix kernels (cuda/mix.lua), passed by value. Strides count elements.",
@@ -236,7 +291,8 @@ M.structs = {
 }
 
 -- The order in which header() writes the structs (pairs() has none).
-local ORDER = { "cpu_mix", "cpu_phase1", "cpu_phase2", "cpu_mix_backward", "cuda_mix", "cuda_phase1", "cuda_phase2",
+local ORDER = { "cpu_mix", "cpu_phase1", "cpu_phase2", "cpu_mix_backward", "cpu_phase1_backward",
+                "cpu_phase2_backward", "cuda_mix", "cuda_phase1", "cuda_phase2",
                 "cuda_mix_backward" }
 
 local SCALAR_SIZE = { int64_t = 8, int32_t = 4, float = 4 }
