@@ -48,9 +48,10 @@ static int adopt_problem(const attnres_problem *caller, attnres_op op, const cha
         return ATTNRES_EINVAL;
     if (attnres_problem_check(own, msg, msg_len) != ATTNRES_OK)
         return ATTNRES_EINVAL;
-    static const char *const names[] = {"mix", "phase1", "phase2"};
+    /* Every op by its name (ar_op_name): a backward op's problem, given
+     * here by mistake, is named too, not read past a table's end. */
     if (own->op != op)
-        return fail(msg, msg_len, "%s takes a problem of op %s, not %s", fn, names[op], names[own->op]);
+        return fail(msg, msg_len, "%s takes a problem of op %s, not %s", fn, ar_op_name(op), ar_op_name(own->op));
     return ATTNRES_OK;
 }
 

@@ -4,7 +4,7 @@
 # the CUDA backend is, and runs on the simulated driver under ctest.
 # Included from tests/CMakeLists.txt.
 set(backend_ops_sources ${CMAKE_CURRENT_LIST_DIR}/backend_ops.c ${CMAKE_CURRENT_LIST_DIR}/ops_cpu.c
-  ${CMAKE_CURRENT_LIST_DIR}/ops_cpu_backward.c)
+  ${CMAKE_CURRENT_LIST_DIR}/ops_cpu_backward.c ${CMAKE_CURRENT_LIST_DIR}/ops_cpu_phase_backward.c)
 if(ATTNRES_CUDA)
   list(APPEND backend_ops_sources ${CMAKE_CURRENT_LIST_DIR}/ops_cuda.c)
 endif()
@@ -26,6 +26,15 @@ add_test(NAME runtime_cpu_builtins COMMAND backend_ops --backend cpu --op "mix|p
 add_test(NAME runtime_mix_backward COMMAND backend_ops --backend cpu --op mix_backward --sample)
 # The same with every variant of the template: the full tier.
 add_test(NAME runtime_mix_backward_variants COMMAND backend_ops --backend cpu --op mix_backward --all)
+# The backwards of Block AttnRes' two phases on the CPU
+# (templates/cpu/phase1_backward.lua, phase2_backward.lua), as the mix
+# backward's: the host's built-in kernels and those of every ISA level
+# through plans, every gradient against the fp64 reference, bit-identical
+# across runs, parts and thread counts, and a covering sample of each
+# template's variants. The API's refusals are runtime_phase_backward_api's.
+add_test(NAME runtime_phase_backward COMMAND backend_ops --backend cpu --op "phase?_backward" --sample)
+# The same with every variant of both templates: the full tier.
+add_test(NAME runtime_phase_backward_variants COMMAND backend_ops --backend cpu --op "phase?_backward" --all)
 # A spread of the variants of cpu/phase1 and cpu/phase2, compiled as the
 # tuner compiles them.
 add_test(NAME runtime_phase_ops COMMAND backend_ops --backend cpu --op "phase?" --variant "phase*")
@@ -38,8 +47,9 @@ add_test(NAME runtime_cpu_mix_variants_sample COMMAND backend_ops --backend cpu 
 # tests under ctest -j2 it takes longer. The full tier (tests/CMakeLists.txt).
 add_test(NAME runtime_cpu_mix_variants COMMAND backend_ops --backend cpu --op mix --variant "mix_c_*" --all)
 set_tests_properties(runtime_cpu_builtins runtime_phase_ops runtime_cpu_mix_variants_sample runtime_mix_backward
-  PROPERTIES TIMEOUT 300 LABELS "unit;runtime")
-set_tests_properties(runtime_cpu_mix_variants runtime_mix_backward_variants PROPERTIES TIMEOUT 900 LABELS "unit;runtime")
+  runtime_phase_backward PROPERTIES TIMEOUT 300 LABELS "unit;runtime")
+set_tests_properties(runtime_cpu_mix_variants runtime_mix_backward_variants runtime_phase_backward_variants
+  PROPERTIES TIMEOUT 900 LABELS "unit;runtime")
 
 if(ATTNRES_CUDA)
   # Every CUDA variant that `attnres gen --list` lists (of cuda/mix_backward

@@ -11,9 +11,10 @@
  * "phase?"), or several separated by '|' ("mix|phase?"); a case runs when
  * it matches every filter given. The kernels:
  * on the CPU the variants of the templates cpu/mix_fused, cpu/phase1,
- * cpu/phase2 and cpu/mix_backward compiled as the tuner compiles them, and
- * the built-in kernels at each ISA level ("builtin-avx2", ...; of the mix
- * backward also "builtin-host", the host's own level); on CUDA (where the build has
+ * cpu/phase2, cpu/mix_backward, cpu/phase1_backward and cpu/phase2_backward
+ * compiled as the tuner compiles them, and the built-in kernels at each ISA
+ * level ("builtin-avx2", ...; of the backwards also "builtin-host", the
+ * host's own level); on CUDA (where the build has
  * the backend) every variant of every cuda/ template, through NVRTC for
  * sm_90 and sm_80 (--arch), on the device ATTNRES_CUDA_DRIVER names (the
  * simulated driver under ctest) or a real one. --sample (the default) runs

@@ -75,6 +75,10 @@ void bo_cpu_builtins(void);
  * the level dev was opened at, named variant ("builtin-LEVEL"). */
 void bo_cpu_mix_backward_variants(attnres_device *dev);
 void bo_cpu_mix_backward_builtins(attnres_device *dev, const char *variant);
+/* The same for the backwards of Block AttnRes' two phases
+ * (ops_cpu_phase_backward.c: ops "phase1_backward" and "phase2_backward"). */
+void bo_cpu_phase_backward_variants(attnres_device *dev);
+void bo_cpu_phase_backward_builtins(attnres_device *dev, const char *variant);
 /* Plans p without a database on the level's device (ops_cpu.c), and adds to
  * v whether the plan is the built-in kernel the fallback chain must give;
  * NULL (v failed) when no plan was made. */

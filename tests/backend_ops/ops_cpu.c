@@ -49,7 +49,8 @@
  * down); one this build lacks is skipped.
  *
  * The mix backward's cases, of its template and of its built-in kernels,
- * are in ops_cpu_backward.c; this part calls them on its devices.
+ * are in ops_cpu_backward.c, the phase backwards' in
+ * ops_cpu_phase_backward.c; this part calls them on its devices.
  */
 #define _GNU_SOURCE /* setenv */
 #include <math.h>
@@ -476,7 +477,8 @@ static void phase_variants(const char *template_name, attnres_op op)
 void bo_cpu_variants(void)
 {
     if (!bo_op_wanted("cpu", "mix") && !bo_op_wanted("cpu", "phase1") && !bo_op_wanted("cpu", "phase2") &&
-        !bo_op_wanted("cpu", "mix_backward"))
+        !bo_op_wanted("cpu", "mix_backward") && !bo_op_wanted("cpu", "phase1_backward") &&
+        !bo_op_wanted("cpu", "phase2_backward"))
         return;
     /* The variants compile into a cache of their own, in a scratch
      * directory; the cache the program was given is set back after. */
@@ -495,6 +497,8 @@ void bo_cpu_variants(void)
         phase_variants("cpu/phase2", ATTNRES_OP_PHASE2);
     if (bo_op_wanted("cpu", "mix_backward"))
         bo_cpu_mix_backward_variants(cpu);
+    if (bo_op_wanted("cpu", "phase1_backward") || bo_op_wanted("cpu", "phase2_backward"))
+        bo_cpu_phase_backward_variants(cpu);
     attnres_device_close(cpu);
     cpu = NULL;
     scratch_remove(dir);
@@ -642,6 +646,7 @@ static void builtin_cases(void)
     phase2_problem(&p, ATTNRES_DTYPE_F32, 4096, 1, 0, 0);
     builtin_phase(&p, 1024, 3001, 0);
     bo_cpu_mix_backward_builtins(cpu, level_variant);
+    bo_cpu_phase_backward_builtins(cpu, level_variant);
 }
 
 void bo_cpu_builtins(void)
@@ -650,8 +655,9 @@ void bo_cpu_builtins(void)
         level = test_builtin_levels[i];
         snprintf(level_variant, sizeof level_variant, "builtin-%s", level);
         int wanted = 0;
-        static const char *const ops[] = {"mix", "phase1", "phase2", "mix_backward"};
-        for (size_t op = 0; op < 4; op++)
+        static const char *const ops[] = {"mix", "phase1", "phase2", "mix_backward", "phase1_backward",
+                                          "phase2_backward"};
+        for (size_t op = 0; op < sizeof ops / sizeof ops[0]; op++)
             for (size_t di = 0; di < 3; di++)
                 wanted |= bo_variant_wanted("cpu", ops[op], dtypes[di], level_variant);
         if (!wanted)

@@ -33,6 +33,20 @@ attnres_unit_test(runtime_reference_backward test_reference_backward.c TIMEOUT 6
 attnres_unit_test(runtime_mix_backward_api test_mix_backward_api.c TIMEOUT 60 LABEL runtime
   LIBS attnres_static Threads::Threads m)
 
+# The phase backwards' API (attnres_run_phase1_backward, _phase2_backward)
+# on the CPU apart from their kernels' gradients (backend_ops runs those:
+# runtime_phase_backward): every refusal with its message and nothing
+# written, T = 0, another op's entry, attnres_plan_workspace_size for every
+# op; and CUDA's refusal of both ops on the simulated driver where the
+# build has the CUDA backend (under a second).
+attnres_unit_test(runtime_phase_backward_api test_phase_backward_api.c TIMEOUT 60 LABEL runtime
+  LIBS attnres_static Threads::Threads m)
+if(ATTNRES_CUDA)
+  add_dependencies(test_phase_backward_api attnres_cudasim)
+  set_tests_properties(runtime_phase_backward_api PROPERTIES
+    ENVIRONMENT "ATTNRES_CUDA_DRIVER=$<TARGET_FILE:attnres_cudasim>")
+endif()
+
 # The miss file the runtime writes for plans that fall back.
 attnres_unit_test(runtime_miss_file test_miss_file.c TIMEOUT 120 LABEL runtime
   LIBS attnres_static Threads::Threads m)

@@ -825,7 +825,7 @@ static void test_mix_backward_refuses_bad_arguments(void)
     struct {
         const char *what, *expect;
         mix_call m;
-    } cases[16];
+    } cases[17];
     int ncases = 0;
 #define REFUSE(WHAT, EXPECT, ...)                                            \
     do {                                                                     \
@@ -839,6 +839,9 @@ static void test_mix_backward_refuses_bad_arguments(void)
     REFUSE("NULL problem", "problem is NULL", m_.no_problem = 1);
     REFUSE("phase problem", "takes a problem of op mix, not phase2", m_.p.op = ATTNRES_OP_PHASE2, m_.p.n = 1,
            m_.p.form = ATTNRES_FORM_REPLACE);
+    /* A backward op's problem (the mix backward's plan problem, say) is
+     * named in the message, not looked up past the end of a table. */
+    REFUSE("backward op problem", "takes a problem of op mix, not mix_backward", m_.p.op = ATTNRES_OP_MIX_BACKWARD);
     REFUSE("heads not dividing d", "divide d", m_.p.heads = 3);
     REFUSE("negative T", "T must be at least 0", m_.T = -1);
     REFUSE("huge T", "more than an address range", m_.T = INT64_MAX / 4);
