@@ -64,13 +64,16 @@ int cli_parse_op(const char *cmd, const char *flag, const char *value, void *dst
     } ops[] = {{"mix", ATTNRES_OP_MIX},
                {"phase1", ATTNRES_OP_PHASE1},
                {"phase2", ATTNRES_OP_PHASE2},
-               {"mix_backward", ATTNRES_OP_MIX_BACKWARD}};
+               {"mix_backward", ATTNRES_OP_MIX_BACKWARD},
+               {"phase1_backward", ATTNRES_OP_PHASE1_BACKWARD},
+               {"phase2_backward", ATTNRES_OP_PHASE2_BACKWARD}};
     for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
         if (strcmp(value, ops[k].name) == 0) {
             *(attnres_op *)dst = ops[k].op;
             return 0;
         }
-    cli_error(cmd, "%s must be mix, phase1, phase2 or mix_backward (got '%s')", flag, value);
+    cli_error(cmd, "%s must be mix, phase1, phase2, mix_backward, phase1_backward or phase2_backward (got '%s')",
+              flag, value);
     return -1;
 }
 

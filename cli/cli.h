@@ -100,7 +100,8 @@ typedef struct cli_spec {
 int cli_parse_dtype(const char *cmd, const char *flag, const char *value, void *dst);
 
 /* A CLI_CUSTOM parser for --op: an op by its problems-file name (mix,
- * phase1, phase2, mix_backward) into an attnres_op. */
+ * phase1, phase2, mix_backward, phase1_backward, phase2_backward) into an
+ * attnres_op. */
 int cli_parse_op(const char *cmd, const char *flag, const char *value, void *dst);
 
 #define CLI_PARSED 0

@@ -12,11 +12,12 @@ static const char plan_usage[] =
     "                    --d D --n N [--heads H] [--additive] [--epilogue] [--s S]\n"
     "                    [--fuse-add] [--tokens T] [--require-exact] [--explain]\n"
     "\n"
-    "  OP is mix (the default), phase1, phase2 or mix_backward, with the fields of a\n"
-    "  problems file line (docs/problems.md): --s S is phase1's sites, and required\n"
-    "  there; --fuse-add is phase2's fused add; phase2 takes --n 1. For mix_backward\n"
-    "  the explanation ends with the workspace a run of up to T tokens needs\n"
-    "  (default 4096), which the caller allocates once at load.\n";
+    "  OP is mix (the default), phase1, phase2, mix_backward, phase1_backward or\n"
+    "  phase2_backward, with the fields of a problems file line (docs/problems.md):\n"
+    "  --s S is the sites of phase1 and its backward, and required there; --fuse-add\n"
+    "  is the fused add of phase2 and its backward, which take --n 1. For the\n"
+    "  backwards the explanation ends with the workspace a run of up to T tokens\n"
+    "  needs (default 4096), which the caller allocates once at load.\n";
 
 int cmd_plan(int argc, char **argv)
 {
@@ -86,17 +87,19 @@ int cmd_plan(int argc, char **argv)
     char text[8192];
     attnres_plan_explain(plan, text, sizeof text);
     fputs(text, stdout);
-    /* The backward's sums over tokens go through a workspace that grows
+    /* A backward's sums over tokens go through a workspace that grows
      * with T; an engine sizes it at load, so the plan says how large. */
-    if (p.op == ATTNRES_OP_MIX_BACKWARD) {
+    if (p.op == ATTNRES_OP_MIX_BACKWARD || p.op == ATTNRES_OP_PHASE1_BACKWARD || p.op == ATTNRES_OP_PHASE2_BACKWARD) {
         size_t bytes = 0;
-        int st = attnres_mix_backward_workspace_size(plan, tokens, &bytes);
+        const int mix = p.op == ATTNRES_OP_MIX_BACKWARD;
+        int st = mix ? attnres_mix_backward_workspace_size(plan, tokens, &bytes)
+                     : attnres_plan_workspace_size(plan, tokens, &bytes);
         if (st != ATTNRES_OK) {
             cli_error("plan", "%s: %s", attnres_errstr(st), attnres_plan_errmsg(plan));
             goto done;
         }
-        printf("workspace: %zu bytes for up to %lld tokens (attnres_mix_backward_workspace_size)\n", bytes,
-               (long long)tokens);
+        printf("workspace: %zu bytes for up to %lld tokens (%s)\n", bytes, (long long)tokens,
+               mix ? "attnres_mix_backward_workspace_size" : "attnres_plan_workspace_size");
     }
     code = CLI_EXIT_OK;
 done:

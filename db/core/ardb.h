@@ -94,7 +94,7 @@ typedef struct ardb_device {
 
 /* ---- problems --------------------------------------------------------- */
 typedef struct ardb_problem {
-    const char *op;    /* "mix", "phase1", "phase2" */
+    const char *op;    /* "mix", "phase1", "phase2", "mix_backward", "phase1_backward", "phase2_backward" */
     const char *dtype; /* "f32", "bf16", "f16" */
     const char *form;  /* "replace", "additive" */
     int64_t d;

@@ -53,6 +53,16 @@ expect("plan: negative N", plan + ["--n", "-1"], 2, ["--n", "1 to 1048576"])
 expect("plan: N with a sign and spaces", plan + ["--n", " +3"], 2, ["--n"])
 expect("plan: N not a number", plan + ["--n", "3x"], 2, ["--n", "integer"])
 expect("plan: a valid problem still plans", plan + ["--n", "3", "--heads", "2"], 0, [])
+# The phases' backwards: S and the workspace's tokens in range, and S needed.
+bw1 = plan + ["--op", "phase1_backward", "--n", "3"]
+expect("plan: phase1_backward S beyond its limit", bw1 + ["--s", "4097"], 2, ["--s", "1 to 4096"])
+expect("plan: phase1_backward S beyond 32 bits", bw1 + ["--s", "4294967298"], 2, ["--s", "1 to 4096"])
+expect("plan: phase1_backward without S", bw1, 2, ["phase1_backward needs S"])
+bw2 = plan + ["--op", "phase2_backward", "--n", "1", "--fuse-add"]
+expect("plan: phase2_backward tokens zero", bw2 + ["--tokens", "0"], 2, ["--tokens", "1 to 16777216"])
+expect("plan: phase2_backward tokens beyond the largest bucket", bw2 + ["--tokens", "16777217"], 2,
+       ["--tokens", "1 to 16777216"])
+expect("plan: phase2_backward plans, with its workspace", bw2 + ["--tokens", "16777216"], 0, [])
 
 run_base = ["run", "--device", "cpu", "--sources", P("absent.npy"), "--query", P("absent.npy"), "--out", P("o.npy")]
 expect("run: heads beyond 32 bits", run_base + ["--heads", "4294967297"], 2, ["--heads", "1 to 1048576"])

@@ -164,6 +164,25 @@ static void test_traffic_splits_the_bytes(void)
     problem_traffic(&tp, &rd, &wr);
     CHECK(near(rd, 8 * 64.0 * 7168 * 2) && near(wr, 24 * (64.0 * 7168 * 2 + 64.0 * 4)));
     CHECK(near(problem_flops(&tp), 8 * 64.0 * 7168 * (2 + 4 * 24)));
+    /* Phase 1's backward reads the sources, the S sites' do1 and dlse rows
+     * and writes the sources' gradients; per element and site two dots
+     * and three multiply-adds. */
+    tp.p.op = ATTNRES_OP_PHASE1_BACKWARD;
+    problem_traffic(&tp, &rd, &wr);
+    const double td64 = 64.0 * 7168, lse64 = 64.0 * 4;
+    CHECK(near(rd, (8 + 24) * td64 * 2 + 24 * lse64) && near(wr, 8 * td64 * 2));
+    CHECK(near(problem_flops(&tp), 8 * td64 * (3 + 10 * 24)));
+    /* Phase 2's backward: o1, b, dout (and dnormed) and lse in; do1, db
+     * (and dsublayer) and dlse out. */
+    tp.p.op = ATTNRES_OP_PHASE2_BACKWARD;
+    tp.p.n = 1;
+    tp.p.s = 0;
+    problem_traffic(&tp, &rd, &wr);
+    CHECK(near(rd, 3 * td64 * 2 + lse64) && near(wr, 2 * td64 * 2 + lse64) && problem_flops(&tp) == 0);
+    tp.p.epilogue = 1;
+    tp.p.fuse_add = 1;
+    problem_traffic(&tp, &rd, &wr);
+    CHECK(near(rd, 4 * td64 * 2 + lse64) && near(wr, 3 * td64 * 2 + lse64));
 }
 
 /* The knee of a read sweep on synthetic rates: memory reads 50 GB/s (the

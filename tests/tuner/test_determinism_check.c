@@ -1,14 +1,17 @@
 /*
  * test_determinism_check.c - the tuner's determinism check of a backward
- * candidate (tuner/src/measure_backward.c, isolate.c): a variant of
- * templates/cpu/mix_backward.lua is measured as a tuning run measures it,
- * in process and in a child, once as generated and once with a fault
- * that lets the workspace's stale bytes into du. The generated one is
- * ok; the faulty one, whose run compared with the reference is right, is
- * recorded as nondeterministic, with a message naming the gradient that
- * differed and where. And the verdict's fp32 rule: a bf16 variant whose
- * dquery is 0.1% off is a wrong result, although 0.1% is inside bf16's
- * tolerance.
+ * candidate (tuner/src/measure_backward.c, measure_phase_backward.c,
+ * isolate.c): a variant of templates/cpu/mix_backward.lua is measured as a
+ * tuning run measures it, in process and in a child, once as generated and
+ * once with a fault that lets the workspace's stale bytes into du. The
+ * generated one is ok; the faulty one, whose run compared with the
+ * reference is right, is recorded as nondeterministic, with a message
+ * naming the gradient that differed and where. The same for a variant of
+ * each phase's backward (cpu/phase1_backward.lua, cpu/phase2_backward.lua,
+ * the latter with the fused add and the epilogue, so that every gradient
+ * is compared). And the verdict's fp32 rule: a bf16 variant whose dquery
+ * is 0.1% off is a wrong result, although 0.1% is inside bf16's
+ * tolerance; so is a bf16 phase-2 backward whose fp32 dlse is.
  */
 #define _GNU_SOURCE /* nftw, FTW_PHYS (test_scratch.h) */
 #include <stdio.h>
@@ -93,19 +96,54 @@ static job_result measure(bench_case *bc, const char *variant, const built *b, i
 }
 
 /* A generated variant and the same with a text of its source replaced
- * (from -> to, wherever it stands), both compiled, and a case of dt on which the tuner only
- * verifies them. */
+ * (from -> to, wherever it stands), both compiled, and a case of the
+ * problem on which the tuner only verifies them. */
 typedef struct pair {
     argen *g;
     built good, bad;
     bench_case *bc;
 } pair;
 
-static int pair_make(pair *pr, const char *id, const char *from, const char *to, attnres_dtype dt, uint64_t seed)
+/* The problems the cases verify on, at T = 48: two token groups of the
+ * backwards' sums, the second one short. */
+static tune_problem mix_problem(attnres_dtype dt)
+{
+    tune_problem tp;
+    attnres_problem_init(&tp.p, dt, 128, 3);
+    tp.p.op = ATTNRES_OP_MIX_BACKWARD;
+    tp.t = 48;
+    return tp;
+}
+
+static tune_problem phase1_problem(attnres_dtype dt)
+{
+    tune_problem tp;
+    attnres_problem_init(&tp.p, dt, 128, 3);
+    tp.p.op = ATTNRES_OP_PHASE1_BACKWARD;
+    tp.p.s = 2;
+    tp.p.heads = 2;
+    tp.t = 48;
+    return tp;
+}
+
+static tune_problem phase2_problem(attnres_dtype dt)
+{
+    tune_problem tp;
+    attnres_problem_init(&tp.p, dt, 128, 1);
+    tp.p.op = ATTNRES_OP_PHASE2_BACKWARD;
+    tp.p.heads = 2;
+    tp.p.fuse_add = 1;
+    tp.p.epilogue = 1;
+    tp.t = 48;
+    return tp;
+}
+
+static int pair_make(pair *pr, const char *tmpl, const char *id, const char *from, const char *to,
+                     tune_problem tp, uint64_t seed)
 {
     char msg[1024], err[256];
     memset(pr, 0, sizeof *pr);
-    if (argen_open(TEMPLATE_DIR, "cpu/mix_backward", &pr->g, msg, sizeof msg) != 0) {
+    if (argen_open(TEMPLATE_DIR, tmpl, &pr->g, msg, sizeof msg) != 0) {
         fprintf(stderr, "  %s\n", msg);
         return -1;
     }
@@ -117,10 +155,6 @@ static int pair_make(pair *pr, const char *id, const char *from, const char *to,
     if (!changed || build(&pr->good, src, name, json) != 0 ||
         build(&pr->bad, changed, strdup(name), strdup(json)) != 0)
         return -1;
-    tune_problem tp;
-    attnres_problem_init(&tp.p, dt, 128, 3);
-    tp.p.op = ATTNRES_OP_MIX_BACKWARD;
-    tp.t = 48;
     measure_policy pol;
     measure_policy_default(&pol, cpu);
     pol.max_reps = 0; /* verification only */
@@ -146,11 +180,11 @@ static void test_nondeterministic_candidate_is_recorded_as_such(void)
      * the workspace differently before each of its two runs (0xa5, then
      * 0x3c), so the runs differ in dquery only. */
     pair pr;
-    REQUIRE(pair_make(&pr, id, "memset(du, 0, sizeof(float) * (size_t)d);",
+    REQUIRE(pair_make(&pr, "cpu/mix_backward", id, "memset(du, 0, sizeof(float) * (size_t)d);",
                       "{ const unsigned stale = *(const unsigned char *)du;"
                       " memset(du, 0, sizeof(float) * (size_t)d);"
                       " if (stale & 1u) du[0] = 1.0f; }",
-                      ATTNRES_DTYPE_F32, 7) == 0);
+                      mix_problem(ATTNRES_DTYPE_F32), 7) == 0);
     CHECK(strcmp(pr.good.build_key, pr.bad.build_key) != 0);
     for (int isolate = 0; isolate <= 1; isolate++) {
         job_result r = measure(pr.bc, id, &pr.good, isolate);
@@ -183,8 +217,8 @@ static void test_sloppy_fp32_sum_is_wrong_in_bf16(void)
 {
     static const char id[] = "mix_backward_c_bf16_v1_u1_t1";
     pair pr;
-    REQUIRE(pair_make(&pr, id, "load_f32(du + k) + zr * x", "load_f32(du + k) + 1.001f * zr * x",
-                      ATTNRES_DTYPE_BF16, 11) == 0);
+    REQUIRE(pair_make(&pr, "cpu/mix_backward", id, "load_f32(du + k) + zr * x", "load_f32(du + k) + 1.001f * zr * x",
+                      mix_problem(ATTNRES_DTYPE_BF16), 11) == 0);
     job_result r = measure(pr.bc, id, &pr.good, 0);
     CHECK(r.status == ARDB_STATUS_OK);
     if (r.status != ARDB_STATUS_OK)
@@ -198,6 +232,86 @@ static void test_sloppy_fp32_sum_is_wrong_in_bf16(void)
     pair_free(&pr);
 }
 
+/* Measures a phase backward's pair as a tuning run does, in process and in
+ * a child: the generated variant is ok, the faulty one nondeterministic,
+ * its message naming `differs` (the gradient and where its first value
+ * differs) and none of the gradients in `agree`, its compared run right. */
+static void check_phase_pair(pair *pr, const char *id, const char *differs, const char *const *agree)
+{
+    for (int isolate = 0; isolate <= 1; isolate++) {
+        job_result r = measure(pr->bc, id, &pr->good, isolate);
+        CHECK(r.status == ARDB_STATUS_OK);
+        if (r.status != ARDB_STATUS_OK)
+            fprintf(stderr, "  generated (isolate %d): %s: %s\n", isolate, ardb_status_name(r.status), r.message);
+        if (!isolate)
+            CHECK(!bench_case_nondeterministic(pr->bc) && strcmp(bench_case_difference(pr->bc), "") == 0);
+        r = measure(pr->bc, id, &pr->bad, isolate);
+        printf("faulty %s (isolate %d): %s: %s\n", id, isolate, ardb_status_name(r.status), r.message);
+        CHECK(r.status == ARDB_STATUS_NONDETERMINISTIC);
+        CHECK(strncmp(r.message, "two runs on the same inputs differ in ", 38) == 0 &&
+              strstr(r.message, differs) != NULL);
+        for (int i = 0; agree[i]; i++) {
+            char named[64];
+            snprintf(named, sizeof named, "%s (", agree[i]);
+            CHECK(strstr(r.message, named) == NULL);
+        }
+        CHECK(r.rel_err <= bench_case_tolerance(pr->bc));
+    }
+}
+
+/* Phase 1's backward: each token group's S rows of du no longer cleared
+ * alone; the stale first byte decides whether site 0's du[0] starts at 1. */
+static void test_nondeterministic_phase1_backward(void)
+{
+    static const char id[] = "phase1_backward_c_f32_v1_u1_t1";
+    pair pr;
+    REQUIRE(pair_make(&pr, "cpu/phase1_backward", id, "memset(ws, 0, sizeof(float) * (size_t)(sites * d));",
+                      "{ const unsigned stale = *(const unsigned char *)ws;"
+                      " memset(ws, 0, sizeof(float) * (size_t)(sites * d));"
+                      " if (stale & 1u) ws[0] = 1.0f; }",
+                      phase1_problem(ATTNRES_DTYPE_F32), 13) == 0);
+    static const char *const agree[] = {"dsources", NULL};
+    check_phase_pair(&pr, id, "dqueries (1 of 256 values, first at site 0, element 0)", agree);
+    pair_free(&pr);
+}
+
+/* Phase 2's backward with the fused add and the epilogue: du's stale first
+ * byte let in the same way; dquery alone differs. */
+static void test_nondeterministic_phase2_backward(void)
+{
+    static const char id[] = "phase2_backward_c_f32_v1_u1_t1";
+    pair pr;
+    REQUIRE(pair_make(&pr, "cpu/phase2_backward", id, "memset(du, 0, sizeof(float) * (size_t)d);",
+                      "{ const unsigned stale = *(const unsigned char *)du;"
+                      " memset(du, 0, sizeof(float) * (size_t)d);"
+                      " if (stale & 1u) du[0] = 1.0f; }",
+                      phase2_problem(ATTNRES_DTYPE_F32), 17) == 0);
+    static const char *const agree[] = {"do1", "dlse", "dpartial", "dsublayer", "dout_gain", NULL};
+    check_phase_pair(&pr, id, "dquery (1 of 128 values, first at element 0)", agree);
+    pair_free(&pr);
+}
+
+/* A bf16 phase-2 backward whose dlse is 0.1% off: an fp32 gradient of the
+ * inputs as stored, held to fp32's 1e-5 like the sums. */
+static void test_sloppy_dlse_is_wrong_in_bf16(void)
+{
+    static const char id[] = "phase2_backward_c_bf16_v1_u1_t1";
+    pair pr;
+    REQUIRE(pair_make(&pr, "cpu/phase2_backward", id, "dl[h] = acc ? dl[h] - dx[h] : -dx[h];",
+                      "dl[h] = acc ? dl[h] - dx[h] : -1.001f * dx[h];", phase2_problem(ATTNRES_DTYPE_BF16), 19) == 0);
+    job_result r = measure(pr.bc, id, &pr.good, 0);
+    CHECK(r.status == ARDB_STATUS_OK);
+    if (r.status != ARDB_STATUS_OK)
+        fprintf(stderr, "  generated: %s: %s\n", ardb_status_name(r.status), r.message);
+    r = measure(pr.bc, id, &pr.bad, 0);
+    printf("sloppy dlse: %s: %s\n", ardb_status_name(r.status), r.message);
+    CHECK(r.status == ARDB_STATUS_WRONG_RESULT);
+    CHECK(strncmp(r.message, "dlse relative error ", 20) == 0 && strstr(r.message, "exceeds 1e-05") != NULL &&
+          strstr(r.message, "fp32 per token") != NULL);
+    CHECK(r.rel_err <= bench_case_tolerance(pr.bc));
+    pair_free(&pr);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
@@ -205,6 +319,9 @@ int main(int argc, char **argv)
         return 1;
     RUN_CASE(test_nondeterministic_candidate_is_recorded_as_such);
     RUN_CASE(test_sloppy_fp32_sum_is_wrong_in_bf16);
+    RUN_CASE(test_nondeterministic_phase1_backward);
+    RUN_CASE(test_nondeterministic_phase2_backward);
+    RUN_CASE(test_sloppy_dlse_is_wrong_in_bf16);
     attnres_device_close(cpu);
     scratch_remove(scratch);
     CHECK_EXIT();

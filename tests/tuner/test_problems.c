@@ -147,6 +147,52 @@ static void test_accepted_forms(void)
     problems_free(&set);
 }
 
+/* The phases' backwards: the fields of their forwards, the same checks,
+ * and phase 2's fused add recorded as the form "fused". */
+static void test_backward_ops(void)
+{
+    const char *text = "phase1_backward bf16 7168 8 1 replace 0 1,64 s=24\n"
+                       "phase2_backward bf16 7168 1 1 replace 1 64 fuse=1\n"
+                       "phase2_backward f32 64 1 2 replace 0 3\n";
+    write_file(text, strlen(text));
+    problem_set set;
+    if (problems_read_file(path, &set, err, sizeof err) != 0) {
+        fprintf(stderr, "refused: %s\n", err);
+        check_failures++;
+        return;
+    }
+    CHECK(set.count == 4);
+    if (set.count == 4) {
+        const tune_problem *t = set.items;
+        CHECK(t[0].p.op == ATTNRES_OP_PHASE1_BACKWARD && t[0].p.s == 24 && t[0].p.n == 8 && t[1].t == 64);
+        CHECK(t[2].p.op == ATTNRES_OP_PHASE2_BACKWARD && t[2].p.fuse_add == 1 && t[2].p.epilogue == 1);
+        CHECK(t[3].p.op == ATTNRES_OP_PHASE2_BACKWARD && t[3].p.fuse_add == 0 && t[3].p.heads == 2);
+        CHECK(strcmp(problem_op_name(t[0].p.op), "phase1_backward") == 0);
+        CHECK(strcmp(problem_form_name(&t[2].p), "fused") == 0 && strcmp(problem_form_name(&t[3].p), "replace") == 0);
+        char desc[128];
+        problem_describe(&t[2], desc, sizeof desc);
+        CHECK(strcmp(desc, "phase2_backward bf16 d=7168 H=1 fused+norm T=64") == 0);
+        problem_describe(&t[1], desc, sizeof desc);
+        CHECK(strcmp(desc, "phase1_backward bf16 d=7168 N=8 S=24 H=1 replace T=64") == 0);
+    }
+    problems_free(&set);
+    attnres_op op;
+    CHECK(problem_op_parse("phase2_backward", &op) == 0 && op == ATTNRES_OP_PHASE2_BACKWARD);
+    CHECK(problem_op_parse("phase3_backward", &op) == -1);
+    expect_refused("an unknown op", "phase3_backward f32 64 1 1 replace 0 1\n",
+                   "is not mix, phase1, phase2, mix_backward, phase1_backward or phase2_backward");
+    expect_refused("phase1_backward without s=", "phase1_backward f32 64 3 1 replace 0 1\n", "phase1_backward needs S");
+    expect_refused("phase1_backward with the epilogue", "phase1_backward f32 64 3 1 replace 1 1 s=2\n",
+                   "no output-norm epilogue");
+    expect_refused("phase2_backward additive", "phase2_backward f32 64 1 1 additive 0 1\n", "no additive form");
+    expect_refused("s= on phase2_backward", "phase2_backward f32 64 1 1 replace 0 1 s=2\n",
+                   "only meaningful for phase1");
+    expect_refused("fuse=1 on phase1_backward", "phase1_backward f32 64 3 1 replace 0 1 s=2 fuse=1\n",
+                   "only meaningful for phase2");
+    expect_refused("phase1_backward's S beyond the limit", "phase1_backward f32 64 3 1 replace 0 1 s=4097\n",
+                   "s (sites per block) must be an integer from 1 to 4096");
+}
+
 int main(int argc, char **argv)
 {
     CHECK_ARGS(argc, argv);
@@ -158,5 +204,6 @@ int main(int argc, char **argv)
     RUN_CASE(test_fields_are_range_checked);
     RUN_CASE(test_lines_are_read_whole);
     RUN_CASE(test_accepted_forms);
+    RUN_CASE(test_backward_ops);
     CHECK_EXIT();
 }

@@ -54,8 +54,9 @@ void bench_case_traffic(const bench_case *bc, double *read_bytes, double *write_
 int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err);
 
 /* 1 when the last bench_case_verify ran the kernel twice on the same
- * inputs and the two runs' outputs differed in any bit (the mix backward,
- * whose sums over tokens must be deterministic); such a kernel never wins. */
+ * inputs and the two runs' outputs differed in any bit (the backwards: the
+ * mix's and the phases', whose sums over tokens must be deterministic);
+ * such a kernel never wins. */
 int bench_case_nondeterministic(const bench_case *bc);
 /* What differed in that case: each gradient whose two runs differ, with
  * the count of its values that do and the first of them, e.g. "dquery (3
@@ -70,8 +71,9 @@ double bench_case_tolerance(const bench_case *bc);
  * kernel whose runs differ is unusable for training however close either
  * run is), ARDB_STATUS_WRONG_RESULT when rel_err exceeds the dtype's
  * tolerance or is NaN, or when a gradient summed over tokens in fp32 (the mix
- * backward's dquery and dalpha) misses fp32's 1e-5 whatever the storage
- * type, else ARDB_STATUS_OK. why gets the reason ("" for OK). */
+ * backward's dquery and dalpha, the phase backwards' query gradients and
+ * dout_gain) or phase 2's backward's fp32 dlse misses fp32's 1e-5 whatever
+ * the storage type, else ARDB_STATUS_OK. why gets the reason ("" for OK). */
 ardb_status bench_case_judge(const bench_case *bc, double rel_err, char *why, size_t why_len);
 
 typedef struct timing {

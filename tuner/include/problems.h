@@ -8,8 +8,10 @@
  *   mix   bf16   7168  9  1     replace  0         1,64,4096
  *
  * Each line becomes one tuning problem per T bucket. The Block AttnRes
- * phases take options after the buckets: `s=S` (phase1: sites per block) and
- * `fuse=1` (phase2: add the sublayer output into b first):
+ * phases (and their backwards, phase1_backward and phase2_backward, which
+ * take the same fields) take options after the buckets: `s=S` (phase1:
+ * sites per block) and `fuse=1` (phase2: add the sublayer output into b
+ * first):
  *
  *   phase1 bf16  7168  8  1     replace  0         1,64   s=24
  *   phase2 bf16  7168  1  1     replace  0         1,64   fuse=1
@@ -82,10 +84,12 @@ void problem_traffic(const tune_problem *tp, double *read_bytes, double *write_b
 
 /* The arithmetic of one launch in flop, where it rather than memory bounds
  * the op: phase 1 (S dot products and S mixes per element read, and the
- * sum of squares), 0 for the others. */
+ * sum of squares) and its backward (per element and site two dots and
+ * three multiply-adds), 0 for the others. */
 double problem_flops(const tune_problem *tp);
 
-/* The operation's name: "mix", "phase1", "phase2", "mix_backward". */
+/* The operation's name: "mix", "phase1", "phase2", "mix_backward",
+ * "phase1_backward" or "phase2_backward" (the runtime's ar_op_name). */
 const char *problem_op_name(attnres_op op);
 
 /* The operation of a name problem_op_name gives; 0, or -1 for another

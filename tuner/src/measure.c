@@ -136,6 +136,8 @@ bench_case *bench_case_create(attnres_device *dev, const tune_problem *tp, const
     bc->es = attnres_dtype_size(tp->p.dtype);
     if (bc->p.op == ATTNRES_OP_MIX_BACKWARD)
         return bench_backward_create(bc, seed, err, err_len);
+    if (bc->p.op == ATTNRES_OP_PHASE1_BACKWARD || bc->p.op == ATTNRES_OP_PHASE2_BACKWARD)
+        return bench_phase_backward_create(bc, seed, err, err_len);
     if (bc->p.op != ATTNRES_OP_MIX)
         return bench_phase_create(bc, pol, seed, err, err_len);
     const int64_t d = bc->p.d, n = bc->p.n, tv = bc->tv, t = bc->t;
@@ -220,6 +222,10 @@ void bench_case_free(bench_case *bc)
         bench_backward_free(bc);
         return;
     }
+    if (bc->p.op == ATTNRES_OP_PHASE1_BACKWARD || bc->p.op == ATTNRES_OP_PHASE2_BACKWARD) {
+        bench_phase_backward_free(bc);
+        return;
+    }
     if (bc->p.op != ATTNRES_OP_MIX) {
         bench_phase_free(bc);
         return;
@@ -265,8 +271,9 @@ ardb_status bench_case_judge(const bench_case *bc, double rel_err, char *why, si
     /* An fp32 sum of products of the inputs as stored: the storage type's
      * rounding never enters it, so at bf16's 1e-2 a 1% error would pass. */
     if (bc->sums_name && !(bc->sums_err <= sums_tol)) {
-        snprintf(why, why_len, "%s relative error %.3g exceeds %.0e (an fp32 sum over tokens, whatever the dtype)",
-                 bc->sums_name, bc->sums_err, sums_tol);
+        snprintf(why, why_len, "%s relative error %.3g exceeds %.0e (%s, whatever the dtype)", bc->sums_name,
+                 bc->sums_err, sums_tol,
+                 bc->sums_per_token ? "fp32 per token, from the inputs as stored" : "an fp32 sum over tokens");
         return ARDB_STATUS_WRONG_RESULT;
     }
     return ARDB_STATUS_OK;
@@ -302,8 +309,11 @@ int bench_case_verify(bench_case *bc, const ar_kernel *k, double *rel_err)
     bc->difference[0] = '\0';
     bc->sums_err = 0;
     bc->sums_name = NULL;
+    bc->sums_per_token = 0;
     if (bc->p.op == ATTNRES_OP_MIX_BACKWARD)
         return bench_backward_verify(bc, k, rel_err);
+    if (bc->p.op == ATTNRES_OP_PHASE1_BACKWARD || bc->p.op == ATTNRES_OP_PHASE2_BACKWARD)
+        return bench_phase_backward_verify(bc, k, rel_err);
     if (bc->p.op != ATTNRES_OP_MIX)
         return bench_phase_verify(bc, k, rel_err);
     size_t bytes = (size_t)(bc->tv * bc->p.d) * bc->es;
@@ -343,6 +353,10 @@ static int time_launches(bench_case *bc, const ar_kernel *k, int reps, int flush
         args = ar_op_phase2(&bc->t_p2);
     else if (bc->p.op == ATTNRES_OP_MIX_BACKWARD)
         args = ar_op_mix_backward(&bc->t_bw);
+    else if (bc->p.op == ATTNRES_OP_PHASE1_BACKWARD)
+        args = ar_op_phase1_backward(&bc->t_p1b);
+    else if (bc->p.op == ATTNRES_OP_PHASE2_BACKWARD)
+        args = ar_op_phase2_backward(&bc->t_p2b);
     return bc->dev->ops->time(bc->dev, k, &bc->p, bc->t, &args, reps, flush, times_us);
 }
 
@@ -451,6 +465,18 @@ void bench_case_touch(bench_case *bc)
     if (bc->p.op == ATTNRES_OP_MIX_BACKWARD) { /* the gradients and the workspace */
         touch_pages(bc->t_dsrc, row_bytes * (size_t)bc->p.n);
         touch_pages(bc->t_dpartial, row_bytes);
+        touch_pages(bc->t_ws, bc->t_ws_size);
+    }
+    if (bc->p.op == ATTNRES_OP_PHASE1_BACKWARD) { /* the sources' and queries' gradients, the workspace */
+        touch_pages(bc->t_dsrc, row_bytes * (size_t)bc->p.n);
+        touch_pages(bc->t_dquery, (size_t)bc->p.s * (size_t)bc->p.d * 4);
+        touch_pages(bc->t_ws, bc->t_ws_size);
+    }
+    if (bc->p.op == ATTNRES_OP_PHASE2_BACKWARD) { /* do1, dlse, db (and dsublayer), the workspace */
+        touch_pages(bc->t_do1, row_bytes);
+        touch_pages(bc->t_dlse, lse_bytes);
+        touch_pages(bc->t_dpartial, row_bytes);
+        touch_pages(bc->t_dsub, row_bytes);
         touch_pages(bc->t_ws, bc->t_ws_size);
     }
 }

@@ -1,6 +1,7 @@
 /*
- * measure_internal.h - the bench_case shared by measure.c (mix) and
- * measure_phase.c (Block AttnRes phase 1 and phase 2).
+ * measure_internal.h - the bench_case shared by measure.c (mix),
+ * measure_phase.c (Block AttnRes phase 1 and phase 2), measure_backward.c
+ * (the mix backward) and measure_phase_backward.c (the phases' backwards).
  */
 #ifndef TUNER_MEASURE_INTERNAL_H
 #define TUNER_MEASURE_INTERNAL_H
@@ -39,10 +40,13 @@ struct bench_case {
     size_t v_ws_size, t_ws_size;
     int nondeterministic;
     /* The worst error of the gradients that are fp32 sums over tokens
-     * (dquery; dalpha against the size of its terms) and its name: held
-     * to fp32's tolerance in every dtype (bench_case_judge). */
+     * (dquery; dalpha against the size of its terms; the phases'
+     * backwards' query gradients and dout_gain) or fp32 per token (phase
+     * 2's dlse, sums_per_token set when it is the worst) and its name:
+     * held to fp32's tolerance in every dtype (bench_case_judge). */
     double sums_err;
     const char *sums_name;
+    int sums_per_token;
     /* What differed between the two runs: each gradient that did, with
      * how many of its values and the first of them ("" when none). */
     char difference[256];
@@ -53,6 +57,22 @@ struct bench_case {
     void *v_eout, *t_eout, *v_dnormed, *t_dnormed;
     float *v_dgout, *t_dgout;
     double *ref_dgout;
+    /* The phases' backwards (measure_phase_backward.c), beside the mix
+     * backward's fields above (sources and their gradients, dquery: phase
+     * 1's S rows of d, the workspaces, dout, dnormed, dgout; phase 2's o1,
+     * lse and b in v_src, v_lse_in and v_partial). Phase 1: every site's
+     * do1 and dlse rows, one buffer each, and each site's pointer into
+     * them. Phase 2: the gradients of o1, lse and (fuse_add) the sublayer
+     * output, and the references of the first two. */
+    void *v_site_do1, *t_site_do1;
+    float *v_site_dlse, *t_site_dlse;
+    const void **v_do1_ptrs, **t_do1_ptrs;
+    const float **v_dlse_ptrs, **t_dlse_ptrs;
+    void *v_do1, *t_do1, *v_dsub, *t_dsub;
+    float *v_dlse, *t_dlse;
+    double *ref_do1, *ref_dlse;
+    attnres_phase1_backward_args v_p1b, t_p1b;
+    attnres_phase2_backward_args v_p2b, t_p2b;
 };
 
 /* Random data helpers (splitmix64). */
@@ -90,5 +110,10 @@ int bench_phase_verify(bench_case *bc, const ar_kernel *k, double *rel_err);
 bench_case *bench_backward_create(bench_case *bc, uint64_t seed, char *err, size_t err_len);
 void bench_backward_free(bench_case *bc);
 int bench_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err);
+
+/* The backwards of phase 1 and phase 2 (measure_phase_backward.c). */
+bench_case *bench_phase_backward_create(bench_case *bc, uint64_t seed, char *err, size_t err_len);
+void bench_phase_backward_free(bench_case *bc);
+int bench_phase_backward_verify(bench_case *bc, const ar_kernel *k, double *rel_err);
 
 #endif

@@ -155,7 +155,9 @@ static int parse_line(char *line, problem_set *out, char *err, size_t err_len, c
     attnres_op opv;
     const char *op = tok[0], *dtype = tok[1], *form = tok[5];
     if (problem_op_parse(op, &opv)) {
-        snprintf(err, err_len, "%s:%d: op '%.40s' is not mix, phase1, phase2 or mix_backward", path, lineno, op);
+        snprintf(err, err_len,
+                 "%s:%d: op '%.40s' is not mix, phase1, phase2, mix_backward, phase1_backward or phase2_backward",
+                 path, lineno, op);
         return -1;
     }
     if (attnres_dtype_parse(dtype, &dt)) {
@@ -319,15 +321,17 @@ void problems_free(problem_set *s)
 
 const char *problem_op_name(attnres_op op)
 {
-    return op == ATTNRES_OP_PHASE1         ? "phase1"
-           : op == ATTNRES_OP_PHASE2       ? "phase2"
-           : op == ATTNRES_OP_MIX_BACKWARD ? "mix_backward"
-                                           : "mix";
+    /* The runtime's one table (ar_op_name), which plans, the database and
+     * the miss file spell ops with; "mix" for a value outside it, as
+     * before the table. */
+    return (int)op >= 0 && (int)op < AR_OPS ? ar_op_name(op) : "mix";
 }
 
 int problem_op_parse(const char *name, attnres_op *op)
 {
-    static const attnres_op ops[] = {ATTNRES_OP_MIX, ATTNRES_OP_PHASE1, ATTNRES_OP_PHASE2, ATTNRES_OP_MIX_BACKWARD};
+    static const attnres_op ops[] = {ATTNRES_OP_MIX,          ATTNRES_OP_PHASE1,          ATTNRES_OP_PHASE2,
+                                     ATTNRES_OP_MIX_BACKWARD, ATTNRES_OP_PHASE1_BACKWARD, ATTNRES_OP_PHASE2_BACKWARD};
+    _Static_assert(sizeof ops / sizeof ops[0] == AR_OPS, "an op of the runtime is missing here");
     for (size_t i = 0; name && i < sizeof ops / sizeof ops[0]; i++)
         if (strcmp(name, problem_op_name(ops[i])) == 0) {
             *op = ops[i];
@@ -338,7 +342,8 @@ int problem_op_parse(const char *name, attnres_op *op)
 
 const char *problem_form_name(const attnres_problem *p)
 {
-    if (p->op == ATTNRES_OP_PHASE2 && p->fuse_add)
+    /* As plan.c records it: phase2's backward shares phase2's fields. */
+    if (ar_op_forward(p->op) == ATTNRES_OP_PHASE2 && p->fuse_add)
         return "fused";
     return p->form == ATTNRES_FORM_ADDITIVE ? "additive" : "replace";
 }
@@ -347,11 +352,12 @@ void problem_describe(const tune_problem *tp, char *buf, size_t len)
 {
     const attnres_problem *p = &tp->p;
     char sites[32] = "";
-    if (p->op == ATTNRES_OP_PHASE1)
+    const attnres_op fwd = ar_op_forward(p->op);
+    if (fwd == ATTNRES_OP_PHASE1)
         snprintf(sites, sizeof sites, " S=%d", p->s);
-    if (p->op == ATTNRES_OP_PHASE2)
-        snprintf(buf, len, "phase2 %s d=%lld H=%d %s%s T=%lld", attnres_dtype_name(p->dtype), (long long)p->d,
-                 p->heads, problem_form_name(p), p->epilogue ? "+norm" : "", (long long)tp->t);
+    if (fwd == ATTNRES_OP_PHASE2)
+        snprintf(buf, len, "%s %s d=%lld H=%d %s%s T=%lld", problem_op_name(p->op), attnres_dtype_name(p->dtype),
+                 (long long)p->d, p->heads, problem_form_name(p), p->epilogue ? "+norm" : "", (long long)tp->t);
     else
         snprintf(buf, len, "%s %s d=%lld N=%d%s H=%d %s%s T=%lld", problem_op_name(p->op),
                  attnres_dtype_name(p->dtype), (long long)p->d, p->n, sites, p->heads, problem_form_name(p),
@@ -384,6 +390,14 @@ void problem_traffic(const tune_problem *tp, double *read_bytes, double *write_b
         *read_bytes = (p->n + 1.0 + (p->epilogue ? 2.0 : 0.0)) * td * es;
         *write_bytes = (p->n + (p->form == ATTNRES_FORM_ADDITIVE ? 1.0 : 0.0)) * td * es;
         break;
+    case ATTNRES_OP_PHASE1_BACKWARD: /* n sources, S do1 rows and S dlse rows in; n source gradients out */
+        *read_bytes = (p->n + (double)p->s) * td * es + p->s * lse;
+        *write_bytes = p->n * td * es;
+        break;
+    case ATTNRES_OP_PHASE2_BACKWARD: /* o1, b, dout (and dnormed), lse in; do1, db (and dsublayer), dlse out */
+        *read_bytes = (3.0 + (p->epilogue ? 1.0 : 0.0)) * td * es + lse;
+        *write_bytes = (2.0 + (p->fuse_add ? 1.0 : 0.0)) * td * es + lse;
+        break;
     default:
         *read_bytes = (p->n + (p->form == ATTNRES_FORM_ADDITIVE)) * td * es;
         *write_bytes = (1.0 + (p->epilogue ? 1.0 : 0.0)) * td * es;
@@ -394,9 +408,17 @@ void problem_traffic(const tune_problem *tp, double *read_bytes, double *write_b
 double problem_flops(const tune_problem *tp)
 {
     const attnres_problem *p = &tp->p;
-    if (p->op != ATTNRES_OP_PHASE1)
-        return 0.0;
+    const double elements = (double)p->n * (double)tp->t * (double)p->d;
     /* per element of the n source rows: one FMA for its square, one for each
      * site's dot product and one for each site's mix, 2 flop each */
-    return (double)p->n * (double)tp->t * (double)p->d * (2.0 + 4.0 * p->s);
+    if (p->op == ATTNRES_OP_PHASE1)
+        return elements * (2.0 + 4.0 * p->s);
+    /* the backward's two sweeps (templates/cpu/phase1_backward.lua), per
+     * element of the n source rows: an FMA for its square and, per site,
+     * one for each dot, with u and with do1 (sweep 1); a multiply for the
+     * r^3 term and, per site, an FMA each for do1's and u's share of the
+     * gradient and one for du's update (sweep 2) */
+    if (p->op == ATTNRES_OP_PHASE1_BACKWARD)
+        return elements * (3.0 + 10.0 * p->s);
+    return 0.0;
 }

@@ -150,10 +150,11 @@ static int tune_problem_of(const ardb_stored_winner *w, tune_problem *tp, char *
     tp->p.heads = w->heads;
     tp->p.form = w->form && strcmp(w->form, "additive") == 0 ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
     tp->p.epilogue = w->epilogue;
-    /* The database keeps phase 2's fused add as the form "fused" (plan.c). */
-    if (op == ATTNRES_OP_PHASE2)
+    /* The database keeps phase 2's fused add as the form "fused" (plan.c);
+     * a backward's fields are its forward's. */
+    if (ar_op_forward(op) == ATTNRES_OP_PHASE2)
         tp->p.fuse_add = w->form && strcmp(w->form, "fused") == 0;
-    if (op == ATTNRES_OP_PHASE1)
+    if (ar_op_forward(op) == ATTNRES_OP_PHASE1)
         tp->p.s = w->s;
     tp->t = w->t_bucket;
     char msg[256];
