@@ -19,17 +19,22 @@ typedef struct run_opts {
     const char *queries, *gains, *lse, *o1, *sublayer, *partial_out;
     const char *dout, *dsources, *dquery, *dgain, *dpartial, *dalpha; /* mix_backward */
     const char *dnormed, *dout_gain; /* mix_backward with the epilogue (--out is then an input) */
+    /* phase1_backward and phase2_backward: --do1 and --dlse are phase 2's
+     * outputs and phase 1's inputs. */
+    const char *do1, *dlse, *dsublayer, *dqueries, *dgains;
     double eps, scale, alpha, out_eps;
     int64_t heads;
     attnres_dtype dtype;
     int have_alpha, have_out_eps, have_heads, require_exact;
-    int dsources_f32; /* mix_backward: ATTNRES_GRAD_DSOURCES_F32 */
+    int dsources_f32; /* mix_backward, phase1_backward: ATTNRES_GRAD_DSOURCES_F32 */
+    int fuse_add;     /* phase2_backward: the forward fused the add (b = partial + f) */
 } run_opts;
 
-/* The most device buffers one run stages: mix_backward's sources, query,
- * dout, dsources, dquery, dpartial, dalpha, workspace, and with the
- * epilogue out, out_gain, dnormed and dout_gain. */
-#define RUN_MAX_STAGED 12
+/* The most device buffers one run stages: phase2_backward's o1, lse,
+ * partial, query, dout, do1, dlse, dpartial, dsublayer, dquery and
+ * workspace, and with the epilogue out_gain, dnormed and dout_gain (14;
+ * mix_backward stages 12). */
+#define RUN_MAX_STAGED 16
 
 /* Device copies of a run's buffers; freed together. */
 typedef struct staged {
@@ -59,12 +64,15 @@ typedef struct run_output {
     out_file file;
 } run_output;
 
-/* Each op's run (cmd_run_mix.c, cmd_run_phase.c): reads its inputs, runs
- * the op on the device and writes its outputs; a CLI_EXIT_* code. */
+/* Each op's run (cmd_run_mix.c, cmd_run_phase.c, cmd_run_backward.c,
+ * cmd_run_phase_backward.c): reads its inputs, runs the op on the device
+ * and writes its outputs; a CLI_EXIT_* code. */
 int run_mix(const run_opts *o);
 int run_phase1(const run_opts *o);
 int run_phase2(const run_opts *o);
 int run_mix_backward(const run_opts *o);
+int run_phase1_backward(const run_opts *o);
+int run_phase2_backward(const run_opts *o);
 
 /* ---- cmd_run_io.c ---------------------------------------------------- */
 
@@ -99,9 +107,9 @@ int run_read_mix_inputs(const run_opts *o, mix_inputs *in);
 /* Frees the arrays of in; harmless on an emptied one. */
 void run_mix_inputs_free(mix_inputs *in);
 
-/* The most outputs one op writes: mix_backward's dsources, dquery, dgain,
- * dpartial, dalpha and dout_gain. */
-#define RUN_MAX_OUTPUTS 6
+/* The most outputs one op writes: phase2_backward's do1, dlse, dpartial,
+ * dsublayer, dquery, dgain and dout_gain (mix_backward writes 6). */
+#define RUN_MAX_OUTPUTS 7
 
 /* Writes every output that has a path (RUN_MAX_OUTPUTS at most) or none; 0
  * on success, else -1 with the reason printed. */

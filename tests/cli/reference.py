@@ -1,6 +1,6 @@
 """An independent fp64 implementation of DESIGN.md section 1 (and section 1b,
-the mix's backward) in plain Python, written separately from the library's C
-reference, as the tests' oracle."""
+the backwards of the mix and of the two phases) in plain Python, written
+separately from the library's C reference, as the tests' oracle."""
 
 import math
 import struct
@@ -235,6 +235,120 @@ def mix_backward(sources, query, dout, gain=None, heads=1, eps=1e-6, scale=1.0, 
     dgain = [du[k] * query[k] for k in range(d)] if gain is not None else None
     return {"dsources": dsources, "dquery": dquery, "dgain": dgain, "dpartial": dpartial,
             "dalpha": dalpha if additive else None, "dout_gain": dout_gain}
+
+
+def _score_backward(v, u, r, dz, q, scale, heads, dv, du):
+    """Adds the gradient that reaches a row v and the folded query u through
+    the scores s_h = scale * r * <v, u>_h, given dz_h = dL/ds_h: through u
+    directly, and through r = (mean(v^2) + eps)^-1/2, whose derivative is
+    -r^3 v / d, so that every head's score reaches the whole row."""
+    d = len(v)
+    hd = d // heads
+    c = sum(dz[h] * q[h] for h in range(heads))
+    for k in range(d):
+        z = dz[k // hd]
+        dv[k] += scale * r * (z * u[k] - v[k] * r * r * c / d)
+        du[k] += scale * z * r * v[k]
+
+
+def phase1_backward(sources, queries, do1, dlse=None, gains=None, heads=1, eps=1e-6, scale=1.0):
+    """The backward of phase1 (DESIGN.md section 1b). sources: n lists of T
+    rows of d floats; queries (and gains): S rows of d floats; do1: S lists of
+    T rows of d floats, the gradient of each site's o1; dlse: S lists of T
+    rows of H floats, that of its lse (None: zeros). Returns a dict with
+    dsources (n lists of T rows, each the sum over the S sites), dqueries and
+    dgains (S rows of d floats, the gradients of queries and gains through
+    u = gain * query, summed over tokens; dgains None without gains)."""
+    n = len(sources)
+    t_count = len(sources[0])
+    s_count = len(queries)
+    d = len(queries[0])
+    hd = d // heads
+    us = [_fold(queries[j], gains[j] if gains is not None else None) for j in range(s_count)]
+    dsources = [[None] * t_count for _ in range(n)]
+    du = [[0.0] * d for _ in range(s_count)]
+    for t in range(t_count):
+        rows = [sources[i][t] for i in range(n)]
+        r = [_inv_rms(row, eps) for row in rows]
+        dv = [[0.0] * d for _ in range(n)]
+        for j in range(s_count):
+            u, gm = us[j], do1[j][t]
+            dl = dlse[j][t] if dlse is not None else [0.0] * heads
+            q = [[sum(rows[i][k] * u[k] for k in range(h * hd, (h + 1) * hd)) for h in range(heads)]
+                 for i in range(n)]
+            a = [[0.0] * heads for _ in range(n)]
+            dz = [[0.0] * heads for _ in range(n)]
+            for h in range(heads):
+                ks = range(h * hd, (h + 1) * hd)
+                scores = [scale * r[i] * q[i][h] for i in range(n)]
+                m = max(scores)
+                e = [math.exp(sc - m) for sc in scores]
+                total = sum(e)
+                for i in range(n):
+                    a[i][h] = e[i] / total
+                # The softmax's backward, with the log-sum-exp's gradient:
+                # d lse / d s_i = a_i, so dz_i = a_i (dl + p_i - delta).
+                p = [sum(gm[k] * rows[i][k] for k in ks) for i in range(n)]
+                delta = sum(a[i][h] * p[i] for i in range(n))
+                for i in range(n):
+                    dz[i][h] = a[i][h] * (dl[h] + p[i] - delta)
+            for i in range(n):
+                for k in range(d):
+                    dv[i][k] += a[i][k // hd] * gm[k]
+                _score_backward(rows[i], u, r[i], dz[i], q[i], scale, heads, dv[i], du[j])
+        for i in range(n):
+            dsources[i][t] = dv[i]
+    dqueries = [[du[j][k] * (gains[j][k] if gains is not None else 1.0) for k in range(d)] for j in range(s_count)]
+    dgains = [[du[j][k] * queries[j][k] for k in range(d)] for j in range(s_count)] if gains is not None else None
+    return {"dsources": dsources, "dqueries": dqueries, "dgains": dgains}
+
+
+def phase2_backward(o1, lse, b, query, dout, gain=None, heads=1, eps=1e-6, scale=1.0, out_gain=None,
+                    dnormed=None, out_eps=1e-6, fuse_add=False):
+    """The backward of phase2 for one site (DESIGN.md section 1b). o1, b: T
+    rows of d floats, b the partial sum as the forward used it (with the
+    fused add, partial + sublayer); lse: T rows of H floats; dout: T rows of
+    d floats, the gradient of out (None: zeros, with the epilogue). With
+    out_gain the output-norm epilogue: out is recomputed from o1 and b, and
+    dnormed is the gradient of normed. Returns a dict with do1 and db (T
+    rows), dlse (T rows of H), dsublayer (fuse_add: the same values as db,
+    else None), dquery and dgain (d floats through u = gain * query, summed
+    over tokens; dgain None without a gain) and dout_gain (d floats, the
+    epilogue's, else None)."""
+    t_count = len(o1)
+    d = len(query)
+    hd = d // heads
+    u = _fold(query, gain)
+    r, q, p2, out = [], [], [], []
+    for t in range(t_count):
+        bt, ot = b[t], o1[t]
+        r.append(_inv_rms(bt, eps))
+        q.append([sum(bt[k] * u[k] for k in range(h * hd, (h + 1) * hd)) for h in range(heads)])
+        p2.append([_sigmoid(scale * r[t] * q[t][h] - lse[t][h]) for h in range(heads)])
+        out.append([ot[k] + p2[t][k // hd] * (bt[k] - ot[k]) for k in range(d)])
+    dout_gain = None
+    g_all = dout if dout is not None else [[0.0] * d for _ in range(t_count)]
+    if out_gain is not None:
+        g_all, dout_gain = rmsnorm_backward(out, dnormed, out_gain, out_eps, dout)
+    do1, dlse, db = [], [], []
+    du = [0.0] * d
+    for t in range(t_count):
+        bt, ot, g = b[t], o1[t], g_all[t]
+        # out = o1 + p2 (b - o1): o1 keeps 1 - p2 of the gradient, b gets p2
+        # of it, and p2 = sigmoid(s2 - lse) passes <g, b - o1> on to s2 and,
+        # negated, to lse.
+        dx = []
+        for h in range(heads):
+            pi = sum(g[k] * (bt[k] - ot[k]) for k in range(h * hd, (h + 1) * hd))
+            dx.append(p2[t][h] * (1.0 - p2[t][h]) * pi)
+        dlse.append([-x for x in dx])
+        do1.append([g[k] * (1.0 - p2[t][k // hd]) for k in range(d)])
+        dbt = [g[k] * p2[t][k // hd] for k in range(d)]
+        _score_backward(bt, u, r[t], dx, q[t], scale, heads, dbt, du)
+        db.append(dbt)
+    return {"do1": do1, "dlse": dlse, "db": db, "dsublayer": [list(x) for x in db] if fuse_add else None,
+            "dquery": [du[k] * (gain[k] if gain is not None else 1.0) for k in range(d)],
+            "dgain": [du[k] * query[k] for k in range(d)] if gain is not None else None, "dout_gain": dout_gain}
 
 
 def worst(errors):
