@@ -65,11 +65,12 @@ typedef struct {
     int busy; /* runs in progress with the GIL released */
     int closed;
     PyObject *weakrefs;
-    /* The mix backward's scratch, owned by the plan so that a training step
-     * allocates nothing once the largest T has been seen: the runtime's
-     * workspace (grown to the largest T so far) and room for the folded
-     * query. scratch_busy marks them lent to a run in progress; a second
-     * thread running the same plan meanwhile gets its own for that call. */
+    /* The backwards' scratch (mix, phase 1 and phase 2), owned by the plan
+     * so that a training step allocates nothing once the largest T has been
+     * seen: the runtime's workspace (grown to the largest T so far) and room
+     * for the folded query (or queries). scratch_busy marks them lent to a
+     * run in progress; a second thread running the same plan meanwhile gets
+     * its own for that call. */
     void *scratch;
     size_t scratch_size;
     int scratch_busy;
@@ -155,6 +156,11 @@ PyObject *plan_mix(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObje
 PyObject *plan_phase1(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *plan_phase2(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *plan_mix_backward(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
+/* ---- the phase backwards (core_phase_backward.c) --------------------------- */
+
+PyObject *plan_phase1_backward(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *plan_phase2_backward(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *plan_time_c(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 int ops_intern_names(void);
 

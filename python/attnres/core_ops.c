@@ -1,9 +1,11 @@
 /*
  * core_ops.c - Plan.mix, Plan.phase1 and Plan.phase2: a table per op of the
  * arguments it takes and where each goes in the runtime's argument struct,
- * and call_op, which checks a call against the plan and runs it.
+ * and call_op, which checks a call against the plan and runs it; and
+ * Plan.mix_backward. The helpers core_phase_backward.c shares with it are
+ * declared in core_ops_internal.h.
  */
-#include "core_internal.h"
+#include "core_ops_internal.h"
 
 #include <float.h>
 #include <math.h>
@@ -22,74 +24,17 @@
  * its shape, dtype, device and stride checked, allocating the outputs that
  * were not given, the run with the GIL released, and the result. */
 
-/* What an argument is. */
-enum {
-    K_FLOAT,  /* a float scalar, stored at off */
-    K_STREAM, /* the CUDA stream; resolved before any array is borrowed */
-    K_BANK,   /* count [T, width] views, one (count, T, width) array or a sequence:
-               * the pointer array at off, the token strides at aux */
-    K_ROWS,   /* one [T, width] view: the pointer at off, its token stride at aux */
-    K_QUERY,  /* a dense fp32 [d] (or [S, d] with F_SITES), folded with the gain
-               * in slot `partner`; the folded pointer at off */
-    K_GAIN,   /* the gain of a K_QUERY, read there */
-    K_VEC,    /* a dense fp32 [d] vector (out_gain) at off */
-};
+/* The argument kinds (K_), conditions (W_) and flags (F_), arg_spec and
+ * op_spec are in core_ops_internal.h, which core_phase_backward.c shares. */
 
-/* When an argument applies. Outside its condition it is refused if given. */
-enum { W_ALWAYS, W_ADDITIVE, W_EPILOGUE, W_FUSE_ADD };
-
-static const char *const when_needs[] = {"", "form='additive'", "epilogue=True", "fuse_add=True"};
+const char *const when_needs[] = {"", "form='additive'", "epilogue=True", "fuse_add=True"};
 static const char *const when_has[] = {"", "has the additive form", "has the output-norm epilogue",
                                        "fuses the add"};
 
-enum {
-    F_REQUIRED = 1 << 0,  /* must be given where it applies */
-    F_OUT = 1 << 1,       /* an output: allocated when omitted, borrowed after every input */
-    F_F32 = 1 << 2,       /* fp32 rather than the plan's storage type */
-    F_HEADS = 1 << 3,     /* width H rather than d */
-    F_SITES = 1 << 4,     /* count (or rows) S rather than n (or 1) */
-    F_COMMON = 1 << 5,    /* a bank whose views share one token stride, one int64_t at aux */
-    F_POSITIVE = 1 << 6,  /* a float that must be > 0 */
-    F_FUSED_OUT = 1 << 7, /* an input that the fused add writes in place */
-};
-
-typedef struct {
-    const char *name;
-    PyObject *interned;
-    unsigned char kind, when;
-    unsigned short flags;
-    double dflt;   /* K_FLOAT: the default */
-    int partner;   /* K_QUERY: the slot of its gain */
-    size_t off;    /* byte offset of the member the value goes to */
-    size_t aux;    /* byte offset of the stride member(s) */
-} arg_spec;
-
-#define MAX_ARGS 24
-
-typedef union {
-    attnres_mix_args mix;
-    attnres_phase1_args p1;
-    attnres_phase2_args p2;
-} run_args;
-
-/* An attnres_run_ call on a plan, T tokens, the op's args and a stream. */
-typedef int (*run_fn)(attnres_plan *, int64_t, const void *, void *);
-
-typedef struct {
-    const char *fn;
-    attnres_op op;
-    int npos;      /* the leading arguments that may be positional; all are required */
-    int nargs;
-    arg_spec *args;
-    void (*init)(run_args *);
-    run_fn run;    /* takes the op's member of a run_args */
-    int result[2]; /* the slots returned: one object, or a pair when the second applies */
-} op_spec;
-
 /* Matches positional and keyword arguments to slots: the first npos names
- * may be given by position, and must be given. Slots left unset hold NULL. */
-static int parse_args(const op_spec *spec, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-                      PyObject **slots)
+ * may be given by position, and the first nreq (npos when 0) must be given.
+ * Slots left unset hold NULL. */
+int parse_args(const op_spec *spec, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **slots)
 {
     const arg_spec *names = spec->args;
     for (int i = 0; i < spec->nargs; i++)
@@ -121,7 +66,8 @@ static int parse_args(const op_spec *spec, PyObject *const *args, Py_ssize_t nar
         }
         slots[found] = args[nargs + k];
     }
-    for (int i = 0; i < spec->npos; i++)
+    const int nreq = spec->nreq ? spec->nreq : spec->npos;
+    for (int i = 0; i < nreq; i++)
         if (!slots[i]) {
             PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", spec->fn, names[i].name);
             return -1;
@@ -129,13 +75,13 @@ static int parse_args(const op_spec *spec, PyObject *const *args, Py_ssize_t nar
     return 0;
 }
 
-static PyObject *opt(PyObject *slot)
+PyObject *opt(PyObject *slot)
 {
     return slot ? slot : Py_None;
 }
 
 /* A float argument: finite, within float range, and positive if asked. */
-static int get_float(PyObject *slot, const char *name, double dflt, int positive, float *out)
+int get_float(PyObject *slot, const char *name, double dflt, int positive, float *out)
 {
     double v = dflt;
     if (slot && slot != Py_None) {
@@ -162,8 +108,8 @@ static double clock_ns(clockid_t clock)
 /* Runs once, or with repeat > 0 that many times (a failure stops them),
  * adding the wall and this thread's CPU time to *wall and *cpu. Takes no
  * Python object, so that callers run it without the GIL. */
-static int run_timed(run_fn run, attnres_plan *plan, int64_t t, const void *args, void *stream, long repeat,
-                     double *wall, double *cpu)
+int run_timed(run_fn run, attnres_plan *plan, int64_t t, const void *args, void *stream, long repeat, double *wall,
+              double *cpu)
 {
     if (repeat <= 0)
         return run(plan, t, args, stream);
@@ -176,7 +122,7 @@ static int run_timed(run_fn run, attnres_plan *plan, int64_t t, const void *args
     return rc;
 }
 
-static int applies(const attnres_problem *p, int when)
+int applies(const attnres_problem *p, int when)
 {
     switch (when) {
     case W_ADDITIVE:
@@ -198,7 +144,7 @@ static void put_ptr(run_args *r, size_t off, const void *value)
     memcpy((char *)r + off, &value, sizeof value);
 }
 
-static const char *const op_names[] = {"mix", "phase1", "phase2", "mix_backward"};
+const char *const op_names[] = {"mix", "phase1", "phase2", "mix_backward", "phase1_backward", "phase2_backward"};
 
 /* The body of Plan.mix, Plan.phase1 and Plan.phase2. With repeat > 0 (the
  * benchmark's _time_c) the same prepared arguments are run repeat times and
@@ -395,7 +341,7 @@ static arg_spec mix_args[MIX_NARGS] = {
     EPILOGUE_OUT_STREAM(MIX, attnres_mix_args),
 };
 static const op_spec mix_spec = {"mix", ATTNRES_OP_MIX, 2, MIX_NARGS, mix_args, init_mix, run_mix,
-                                 {MIX_OUT, MIX_NORMED}};
+                                 {MIX_OUT, MIX_NORMED}, 0};
 
 OP_ENTRIES(phase1, p1)
 
@@ -412,7 +358,7 @@ static arg_spec p1_args[P1_NARGS] = {
     [P1_STREAM] = STREAM_ARG,
 };
 static const op_spec p1_spec = {"phase1", ATTNRES_OP_PHASE1, 2, P1_NARGS, p1_args, init_phase1, run_phase1,
-                                {P1_OUT, P1_LSE}};
+                                {P1_OUT, P1_LSE}, 0};
 
 OP_ENTRIES(phase2, p2)
 
@@ -429,7 +375,7 @@ static arg_spec p2_args[P2_NARGS] = {
     EPILOGUE_OUT_STREAM(P2, attnres_phase2_args),
 };
 static const op_spec p2_spec = {"phase2", ATTNRES_OP_PHASE2, 4, P2_NARGS, p2_args, init_phase2, run_phase2,
-                                {P2_OUT, P2_NORMED}};
+                                {P2_OUT, P2_NORMED}, 0};
 
 static const op_spec *const op_specs[] = {&mix_spec, &p1_spec, &p2_spec};
 
@@ -479,10 +425,10 @@ static arg_spec bw_args[BW_NARGS] = {
     [BW_WORKSPACE] = {"workspace", NULL, K_VEC, W_ALWAYS, F_OUT, 0, -1, 0, 0},
 };
 static const op_spec bw_spec = {"mix_backward", ATTNRES_OP_MIX_BACKWARD, 3, BW_NARGS, bw_args, NULL, NULL,
-                                {-1, -1}};
+                                {-1, -1}, 0};
 
 /* A writable dense fp32 vector of `len` elements (dquery, dgain, dalpha). */
-static int borrow_f32_out(call_ctx *c, PyObject *obj, const char *name, int64_t len, view *v)
+int borrow_f32_out(call_ctx *c, PyObject *obj, const char *name, int64_t len, view *v)
 {
     const dl_dtype f32 = {DL_FLOAT, 32, 1};
     if (borrow(c, obj, name, 1, 1, v) || check_kind(c, v, name, f32))
@@ -500,13 +446,13 @@ static int borrow_f32_out(call_ctx *c, PyObject *obj, const char *name, int64_t 
 }
 
 /* An output array: the caller's, or a new one like the sources. */
-static PyObject *out_or_new(call_ctx *c, PyObject *given, PyObject *like, const char *dtype, int ndim, int64_t a,
-                            int64_t b, int64_t d)
+PyObject *out_or_new(call_ctx *c, PyObject *given, PyObject *like, const char *dtype, int ndim, int64_t a, int64_t b,
+                     int64_t d)
 {
     return given != Py_None ? given : allocate(c, like, dtype, ndim, a, b, d);
 }
 
-static size_t round_up64(size_t n)
+size_t round_up64(size_t n)
 {
     return (n + 63) & ~(size_t)63;
 }
@@ -515,7 +461,7 @@ static size_t round_up64(size_t n)
  * be: the plan's own (grown when a larger T needs more, so that a training
  * loop allocates only while T grows), or, while another thread has lent the
  * plan's, a buffer of this call's own, freed in *own. */
-static void *lend_scratch(PlanObject *self, size_t bytes, void **own)
+void *lend_scratch(PlanObject *self, size_t bytes, void **own)
 {
     *own = NULL;
     if (!self->scratch_busy && self->scratch_size >= bytes) {
@@ -800,6 +746,10 @@ PyObject *plan_time_c(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyO
         return NULL;
     if (self->problem.op == ATTNRES_OP_MIX_BACKWARD)
         return call_mix_backward(self, args + 1, nargs - 1, kwnames, repeat);
+    if (self->problem.op == ATTNRES_OP_PHASE1_BACKWARD)
+        return call_phase1_backward(self, args + 1, nargs - 1, kwnames, repeat);
+    if (self->problem.op == ATTNRES_OP_PHASE2_BACKWARD)
+        return call_phase2_backward(self, args + 1, nargs - 1, kwnames, repeat);
     return call_op(op_specs[self->problem.op], self, args + 1, nargs - 1, kwnames, repeat);
 }
 
@@ -818,5 +768,7 @@ int ops_intern_names(void)
     for (size_t i = 0; i < sizeof op_specs / sizeof op_specs[0]; i++)
         if (intern_names(op_specs[i]))
             return -1;
+    if (intern_names(&phase1_backward_spec) || intern_names(&phase2_backward_spec))
+        return -1;
     return intern_names(&bw_spec);
 }

@@ -18,7 +18,8 @@
 #define MAX_SITES 4096
 
 /* The ops a plan can be made for, in the runtime's attnres_op order. */
-static const char *const op_names[] = {"mix", "phase1", "phase2", "mix_backward"};
+static const char *const op_names[] = {"mix", "phase1", "phase2", "mix_backward", "phase1_backward",
+                                       "phase2_backward"};
 
 /* ---- Plan creation ---- */
 
@@ -67,7 +68,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     int op_i, form_i;
     attnres_dtype dt;
     static const char *const forms[] = {"replace", "additive"};
-    if (parse_choice("op", op, op_names, 4, &op_i) || parse_choice("form", form, forms, 2, &form_i))
+    if (parse_choice("op", op, op_names, 6, &op_i) || parse_choice("form", form, forms, 2, &form_i))
         return NULL;
     if (attnres_dtype_parse(dtype, &dt) != ATTNRES_OK) {
         PyErr_Format(PyExc_ValueError, "dtype must be one of f32, bf16, f16 (got '%s')", dtype);
@@ -77,8 +78,11 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_Format(PyExc_ValueError, "d must be given and be at least 1 (got %lld)", d);
         return NULL;
     }
+    /* Phase 2 and its backward read no n: it defaults to 1 there. */
+    const int phase2 = op_i == ATTNRES_OP_PHASE2 || op_i == ATTNRES_OP_PHASE2_BACKWARD;
+    const int phase1 = op_i == ATTNRES_OP_PHASE1 || op_i == ATTNRES_OP_PHASE1_BACKWARD;
     if (n == -1)
-        n = op_i == ATTNRES_OP_PHASE2 ? 1 : -1;
+        n = phase2 ? 1 : -1;
     if (n < 1 || n > MAX_SOURCES) {
         PyErr_Format(PyExc_ValueError, "n (the number of sources) must be given and be 1 to %d (got %lld)",
                      MAX_SOURCES, n);
@@ -88,11 +92,12 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_Format(PyExc_ValueError, "heads must be 1 to %d (got %lld)", MAX_HEADS, heads);
         return NULL;
     }
-    if (op_i == ATTNRES_OP_PHASE1 ? sites < 1 || sites > MAX_SITES : sites != -1 && sites != 0) {
-        PyErr_Format(PyExc_ValueError,
-                     op_i == ATTNRES_OP_PHASE1 ? "op='phase1' needs sites, the block's routing sites, 1 to 4096 (got %lld)"
-                                               : "sites is only for op='phase1' (got %lld)",
-                     sites);
+    if (phase1 ? sites < 1 || sites > MAX_SITES : sites != -1 && sites != 0) {
+        if (phase1)
+            PyErr_Format(PyExc_ValueError, "op='%s' needs sites, the block's routing sites, 1 to 4096 (got %lld)",
+                         op_names[op_i], sites);
+        else
+            PyErr_Format(PyExc_ValueError, "sites is only for op='phase1' and op='phase1_backward' (got %lld)", sites);
         return NULL;
     }
     attnres_problem p;
@@ -101,7 +106,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     p.heads = (int32_t)heads;
     p.form = (attnres_form)form_i;
     p.epilogue = epilogue;
-    p.s = op_i == ATTNRES_OP_PHASE1 ? (int32_t)sites : 0;
+    p.s = phase1 ? (int32_t)sites : 0;
     p.fuse_add = fuse_add;
     char msg[1024] = "";
     int rc = attnres_problem_check(&p, msg, sizeof msg);
@@ -186,6 +191,22 @@ static PyObject *plan_mix_backward_workspace_size(PyObject *op, PyObject *arg)
     return PyLong_FromSize_t(bytes);
 }
 
+/* Plan.workspace_size(T): the bytes attnres_plan_workspace_size gives, for a plan of any op. */
+static PyObject *plan_workspace_size(PyObject *op, PyObject *arg)
+{
+    PlanObject *self = (PlanObject *)op;
+    if (!plan_usable(self))
+        return NULL;
+    long long t = PyLong_AsLongLong(arg);
+    if (t == -1 && PyErr_Occurred())
+        return NULL;
+    size_t bytes = 0;
+    int rc = attnres_plan_workspace_size(self->plan, (int64_t)t, &bytes);
+    if (rc != ATTNRES_OK)
+        return raise_status(rc, "workspace_size", attnres_plan_errmsg(self->plan));
+    return PyLong_FromSize_t(bytes);
+}
+
 static PyObject *plan_get_level(PyObject *op, void *closure)
 {
     (void)closure;
@@ -256,6 +277,41 @@ static PyMethodDef plan_methods[] = {
     {"mix_backward_workspace_size", plan_mix_backward_workspace_size, METH_O,
      "mix_backward_workspace_size(T) -> the bytes of the workspace a run on up to T tokens needs\n"
      "(a CUDA plan takes it as workspace=, a device buffer; a CPU plan uses scratch of its own)"},
+    {"phase1_backward", FASTCALL_KW(plan_phase1_backward), METH_FASTCALL | METH_KEYWORDS,
+     "phase1_backward(sources, queries, do1, dlse=None, *, gains=None, eps=1e-6, scale=1.0, dsources=None,\n"
+     "                dqueries=None, dgains=None, accumulate=False, dsources_f32=False, stream=None,\n"
+     "                workspace=None)\n"
+     "    -> (dsources, dqueries, dgains)\n"
+     "The backward of phase1 for a plan made with op='phase1_backward' (the forward's d, n, heads and\n"
+     "sites; at most 64 sites on the CPU): the forward's inputs, do1 the gradients of the S outputs o1\n"
+     "(one (S, T, d) array of the plan's dtype, or a sequence of S (T, d) arrays sharing a token\n"
+     "stride) and dlse those of lse (None for zero, or an (S, T, H) float32 bank, as phase2_backward\n"
+     "returns them). dsources (n, T, d) is each source's gradient summed over the sites, dqueries\n"
+     "(S, d) float32 the gradients of the queries (of w with gains=, whose gradient dgains is then\n"
+     "returned, else None), summed over tokens in a fixed order. accumulate=True adds into the given\n"
+     "dsources; dsources_f32=True makes them float32 whatever the plan's dtype. A CUDA plan takes the\n"
+     "folded queries (no gains=) and needs workspace=, a device buffer of workspace_size(T) bytes"},
+    {"phase2_backward", FASTCALL_KW(plan_phase2_backward), METH_FASTCALL | METH_KEYWORDS,
+     "phase2_backward(o1, lse, partial, query, dout, *, gain=None, eps=1e-6, scale=1.0, out_gain=None,\n"
+     "                out_eps=1e-6, dnormed=None, do1=None, dlse=None, dpartial=None, dsublayer=None,\n"
+     "                dquery=None, dgain=None, dout_gain=None, accumulate=False, stream=None,\n"
+     "                workspace=None)\n"
+     "    -> (do1, dlse, dpartial, dquery, dgain), and with the epilogue\n"
+     "       (do1, dlse, dpartial, dquery, dgain, dout_gain)\n"
+     "The backward of phase2 for a plan made with op='phase2_backward' (the forward's d, heads,\n"
+     "fuse_add and epilogue): the forward's inputs, partial as the forward used it (with fuse_add,\n"
+     "partial after the call: partial + sublayer), and dout, the gradient of out. It returns the\n"
+     "gradients of o1, of lse (float32 (T, H), for phase1_backward), of partial (with fuse_add also\n"
+     "that of partial before the add and of the sublayer output, which dsublayer=, if given, receives\n"
+     "too) and of the query (of w with gain=, whose gradient dgain is then returned, else None),\n"
+     "float32 and summed over tokens in a fixed order. A plan with epilogue=True takes out_gain= and\n"
+     "dnormed=, the gradient of normed (dout may then be None), and returns the gradient of out_gain\n"
+     "last. accumulate=True adds into the given do1, dlse and dpartial (and dsublayer). A CUDA plan\n"
+     "takes the folded query (no gain=) and needs workspace=, a device buffer of workspace_size(T) bytes"},
+    {"workspace_size", plan_workspace_size, METH_O,
+     "workspace_size(T) -> the bytes of the workspace a run of the plan on up to T tokens needs, for a\n"
+     "plan of any op (0 for the forward ops; a CUDA backward plan takes it as workspace=, a device\n"
+     "buffer; a CPU plan uses scratch of its own)"},
     {"_time_c", FASTCALL_KW(plan_time_c), METH_FASTCALL | METH_KEYWORDS, NULL},
     {"explain", plan_explain, METH_NOARGS, "Which kernels the plan loaded, at which fallback level, and why."},
     {"close", handle_close, METH_NOARGS, "Destroys the plan (after any run in progress)."},
@@ -286,7 +342,9 @@ static PyType_Slot plan_slots[] = {
     {Py_tp_repr, plan_repr},
     {Py_tp_doc, "Plan(device, db, *, dtype='f32', d, n, heads=1, form='replace', epilogue=False, op='mix',\n"
                 "     sites=None, fuse_add=False, require_exact=False)\n"
-                "One routing site planned at model load; db=None plans the built-in kernels."},
+                "One routing site planned at model load; db=None plans the built-in kernels. op is mix, phase1,\n"
+                "phase2, or a backward: mix_backward, phase1_backward or phase2_backward (sites for phase1 and\n"
+                "its backward; n defaults to 1 for phase2 and its backward)."},
     {0, NULL},
 };
 

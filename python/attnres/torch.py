@@ -25,8 +25,22 @@ reach the sources, ``u`` (hence ``w`` and ``gain``) and, in the additive form,
 ``partial``; ``alpha`` is a constant. With the output-norm epilogue the
 forward also keeps its output ``out`` (the next layer's input, alive anyway)
 and the gain, and the backward takes the gradients of both outputs, out and
-normed, and returns that of the gain too. ``phase1`` and ``phase2`` are
-inference ops: no backward is registered for them.
+normed, and returns that of the gain too.
+
+``torch.ops.attnres.phase1`` and ``.phase2`` train too, through the ops
+``torch.ops.attnres.phase1_backward`` and ``.phase2_backward`` (with fake
+kernels), which the runtime runs on the CPU only for now. phase1's forward
+saves the sources and the folded queries; its backward takes the gradients
+of o1 and of lse (which phase 2's backward returns) and gives those of the
+sources and the queries. phase2's forward saves o1, lse, the partial sum as
+it used it (after the fused add) and the query (and out_gain); its backward
+gives the gradients of o1, lse, partial, the query, with the fused add of
+the sublayer output, and with the epilogue of out_gain. phase2 writes
+partial in place when it fuses the add, so its autograd kernel is
+registered by hand rather than with ``register_autograd`` (which takes
+functional ops only); a partial that the backward needs must not be
+changed in place again before the backward (autograd's version check says
+so).
 
 Nothing here is imported by ``import attnres``; torch is only needed for this
 module.
@@ -307,8 +321,108 @@ def _mix_backward_fake(sources, query, dout, heads, additive, eps, scale, alpha,
                                  sources[0], len(sources), additive, out_gain is not None)
 
 
+# The backwards of Block AttnRes' two phases as ops of their own, for the
+# same reason. phase1_backward takes every site's gradient of o1 (S, T, d)
+# and of lse (S, T, H) float32, or None for zero, and returns dsources as
+# one (N, T, d) tensor and the gradient of the S folded queries (S, d)
+# float32. phase2_backward takes phase 2's inputs, partial as the forward
+# used it (with the fused add: partial after the add), and the gradients of
+# out and, with the epilogue (out_gain given, with dnormed), of normed; it
+# returns the gradients of o1, lse (float32), partial, the sublayer output
+# (with fuse_add: the same values as partial's; else empty), the folded
+# query (float32) and out_gain (float32; empty without the epilogue). The
+# runtime runs both on the CPU only for now: a CUDA tensor gets its refusal
+# (EUNSUPPORTED) when the plan is made.
+_lib.define("phase1_backward(Tensor[] sources, Tensor queries, Tensor do1, Tensor? dlse, int heads, float eps, "
+            "float scale) -> (Tensor, Tensor)")
+_lib.define("phase2_backward(Tensor o1, Tensor lse, Tensor partial, Tensor query, Tensor? dout, bool fuse_add, "
+            "float eps, float scale, Tensor? out_gain=None, Tensor? dnormed=None, float out_eps=1e-6) -> "
+            "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+
+
+def _device_kw(plan, like, t):
+    """A CUDA call's stream and workspace (from torch's allocator on the
+    stream the launch runs on, so it outlives the launch there); nothing on
+    the CPU, where the plan's scratch serves."""
+    if like.device.type != "cuda":
+        return {}
+    workspace = torch.empty(plan.workspace_size(t), dtype=torch.uint8, device=like.device)
+    return dict(stream=_stream(like), workspace=_capsule(workspace))
+
+
+def phase1_backward(sources: List[torch.Tensor], queries: torch.Tensor, do1: torch.Tensor,
+                    dlse: Optional[torch.Tensor], heads: int, eps: float,
+                    scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of phase 1 for the gradients do1 (S, T, d) of o1 and
+    dlse (S, T, H) of lse (None: zero): (dsources (N, T, d), each source's
+    summed over the sites, dqueries (S, d) float32)."""
+    s0 = sources[0]
+    n, sites = len(sources), queries.shape[0]
+    plan = plan_for(s0, op="phase1_backward", dtype=_storage(s0), d=s0.shape[-1], n=n, heads=heads, sites=sites)
+    dsources, dqueries = _phase1_backward_outputs(_empty, s0, n, sites)
+    plan.phase1_backward([_capsule(s) for s in sources], _capsule(queries), _capsule(do1),
+                         None if dlse is None else _capsule(dlse), eps=eps, scale=scale,
+                         dsources=_capsule(dsources), dqueries=_capsule(dqueries),
+                         **_device_kw(plan, s0, s0.shape[0]))
+    return dsources, dqueries
+
+
+def _phase1_backward_outputs(empty, s0, n, sites):
+    t, d = s0.shape
+    return empty(s0, (n, t, d)), empty(s0, (sites, d), dtype=torch.float32)
+
+
+def _phase1_backward_fake(sources, queries, do1, dlse, heads, eps, scale):
+    return _phase1_backward_outputs(lambda like, shape, dtype=None: like.new_empty(shape, dtype=dtype or like.dtype),
+                                    sources[0], len(sources), queries.shape[0])
+
+
+def phase2_backward(o1: torch.Tensor, lse: torch.Tensor, partial: torch.Tensor, query: torch.Tensor,
+                    dout: Optional[torch.Tensor], fuse_add: bool, eps: float, scale: float,
+                    out_gain: Optional[torch.Tensor] = None, dnormed: Optional[torch.Tensor] = None,
+                    out_eps: float = 1e-6) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                    torch.Tensor, torch.Tensor]:
+    """The gradients of phase 2 for one site: (do1 (T, d), dlse (T, H)
+    float32, dpartial (T, d), dsublayer (T, d) with fuse_add else empty,
+    dquery (d,) float32, dout_gain (d,) float32 with the epilogue else
+    empty). partial is the partial sum as the forward used it (after the
+    fused add)."""
+    (t, d), heads = o1.shape, lse.shape[-1]
+    epilogue = out_gain is not None
+    plan = plan_for(o1, op="phase2_backward", dtype=_storage(o1), d=d, heads=heads, fuse_add=fuse_add,
+                    epilogue=epilogue)
+    do1, dlse, dpartial, dsublayer, dquery, dout_gain = _phase2_backward_outputs(_empty, o1, heads, fuse_add,
+                                                                                  epilogue)
+    kw = dict(eps=eps, scale=scale, do1=_capsule(do1), dlse=_capsule(dlse), dpartial=_capsule(dpartial),
+              dquery=_capsule(dquery), **_device_kw(plan, o1, t))
+    if fuse_add:
+        kw["dsublayer"] = _capsule(dsublayer)
+    if epilogue:
+        kw.update(out_gain=_capsule(out_gain), dnormed=_capsule(dnormed), out_eps=out_eps,
+                  dout_gain=_capsule(dout_gain))
+    plan.phase2_backward(_capsule(o1), _capsule(lse), _capsule(partial), _capsule(query),
+                         None if dout is None else _capsule(dout), **kw)
+    return do1, dlse, dpartial, dsublayer, dquery, dout_gain
+
+
+def _phase2_backward_outputs(empty, o1, heads, fuse_add, epilogue):
+    t, d = o1.shape
+    f32 = torch.float32
+    return (empty(o1, (t, d)), empty(o1, (t, heads), dtype=f32), empty(o1, (t, d)),
+            empty(o1, (t, d) if fuse_add else (0,)), empty(o1, (d,), dtype=f32),
+            empty(o1, (d,) if epilogue else (0,), dtype=f32))
+
+
+def _phase2_backward_fake(o1, lse, partial, query, dout, fuse_add, eps, scale, out_gain=None, dnormed=None,
+                          out_eps=1e-6):
+    return _phase2_backward_outputs(lambda like, shape, dtype=None: like.new_empty(shape, dtype=dtype or like.dtype),
+                                    o1, lse.shape[-1], fuse_add, out_gain is not None)
+
+
 for _name, _impl, _fake in (("mix", mix, _mix_fake), ("phase1", phase1, _phase1_fake),
-                            ("phase2", phase2, _phase2_fake), ("mix_backward", mix_backward, _mix_backward_fake)):
+                            ("phase2", phase2, _phase2_fake), ("mix_backward", mix_backward, _mix_backward_fake),
+                            ("phase1_backward", phase1_backward, _phase1_backward_fake),
+                            ("phase2_backward", phase2_backward, _phase2_backward_fake)):
     _lib.impl(_name, _impl, "CompositeExplicitAutograd")
     torch.library.register_fake(f"attnres::{_name}", _fake, lib=_lib)
 
@@ -350,6 +464,104 @@ def _mix_autograd_backward(ctx, grad_out, grad_normed):
 
 
 torch.library.register_autograd("attnres::mix", _mix_autograd_backward, setup_context=_mix_setup_context, lib=_lib)
+
+
+# ---- autograd for the two phases --------------------------------------------------
+
+
+def _phase1_setup_context(ctx, inputs, output):
+    sources, queries, heads, eps, scale = inputs
+    # As the mix's: only the inputs are kept, the weights are recomputed.
+    ctx.heads, ctx.eps, ctx.scale = heads, eps, scale
+    ctx.save_for_backward(*sources, queries)
+
+
+def _phase1_autograd_backward(ctx, grad_o1, grad_lse):
+    *sources, queries = ctx.saved_tensors
+    # do1 is needed (zeros where the loss reads no o1); dlse may be None, as
+    # for a block's first site, which has no phase 2. The kernels read both
+    # with unit element stride.
+    if grad_o1 is None:
+        grad_o1 = sources[0].new_zeros((queries.shape[0], *sources[0].shape))
+    dsources, dqueries = torch.ops.attnres.phase1_backward(
+        sources, queries, grad_o1.contiguous(), None if grad_lse is None else grad_lse.contiguous(), ctx.heads,
+        ctx.eps, ctx.scale)
+    return list(dsources.unbind(0)), dqueries, None, None, None
+
+
+torch.library.register_autograd("attnres::phase1", _phase1_autograd_backward, setup_context=_phase1_setup_context,
+                                lib=_lib)
+
+
+# phase2 writes partial in place when it fuses the add (Tensor(a!) in its
+# schema), and torch.library.register_autograd takes only functional ops.
+# So its Autograd kernel is registered here by hand, as register_autograd's
+# own (torch._library.autograd.make_autograd_impl) would be: an
+# autograd.Function whose forward runs the op below autograd. With the fused
+# add the Function marks partial dirty and returns it as a third output, so
+# autograd rebases partial's history onto the op (bumping its version): the
+# gradient that reaches partial after the add is added to the op's gradient
+# of b, which then flows to partial before the add and to the sublayer
+# output. The backward needs partial after the add, so a later in-place
+# change to it before the backward is an error (autograd's version check),
+# as for any tensor a backward saved.
+
+_phase2_op = torch.ops.attnres.phase2.default
+
+
+class _Phase2(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keyset, o1, lse, partial, query, sublayer, out_gain, eps, scale, out_eps):
+        with torch._C._AutoDispatchBelowAutograd():
+            out, normed = _phase2_op.redispatch(keyset & torch._C._after_autograd_keyset, o1, lse, partial, query,
+                                                sublayer, out_gain, eps, scale, out_eps)
+        ctx.fused, ctx.epilogue = sublayer is not None, out_gain is not None
+        ctx.eps, ctx.scale, ctx.out_eps = eps, scale, out_eps
+        if ctx.epilogue:
+            ctx.save_for_backward(o1, lse, partial, query, out_gain)
+        else:
+            ctx.save_for_backward(o1, lse, partial, query)
+        if ctx.fused:
+            ctx.mark_dirty(partial)
+            return out, normed, partial
+        return out, normed
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_normed, grad_partial=None):
+        o1, lse, partial, query, *rest = ctx.saved_tensors
+        out_gain = rest[0] if ctx.epilogue else None
+        dout = None if grad_out is None else grad_out.contiguous()
+        if dout is None and not ctx.epilogue:
+            dout = torch.zeros_like(o1)
+        dnormed = None
+        if ctx.epilogue:
+            dnormed = torch.zeros_like(o1) if grad_normed is None else grad_normed.contiguous()
+        do1, dlse, dpartial, dsublayer, dquery, dout_gain = torch.ops.attnres.phase2_backward(
+            o1, lse, partial, query, dout, ctx.fused, ctx.eps, ctx.scale, out_gain, dnormed, ctx.out_eps)
+        if grad_partial is not None:
+            # partial after the add was also read elsewhere.
+            dpartial = dpartial + grad_partial
+            dsublayer = dsublayer + grad_partial
+        return (None, do1, dlse, dpartial, dquery, dsublayer if ctx.fused else None,
+                dout_gain if ctx.epilogue else None, None, None, None)
+
+
+def _phase2_autograd(keyset, o1, lse, partial, query, sublayer, out_gain, eps, scale, out_eps):
+    if torch.is_grad_enabled() and torch._C._any_requires_grad(o1, lse, partial, query, sublayer, out_gain):
+        if sublayer is not None and partial._is_view():
+            # autograd rebases a view modified in place by a Function only
+            # when the Function has one output: here torch's own add_ does
+            # the fused add, and the op runs (forward and backward) unfused.
+            partial.add_(sublayer)
+            sublayer = None
+        result = _Phase2.apply(keyset, o1, lse, partial, query, sublayer, out_gain, eps, scale, out_eps)
+        return result[0], result[1]
+    with torch._C._AutoDispatchBelowAutograd():
+        return _phase2_op.redispatch(keyset & torch._C._after_autograd_keyset, o1, lse, partial, query, sublayer,
+                                     out_gain, eps, scale, out_eps)
+
+
+_lib.impl("phase2", _phase2_autograd, "Autograd", with_keyset=True)
 
 
 # ---- one routing site as a module ---------------------------------------------
