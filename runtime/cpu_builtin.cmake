@@ -33,6 +33,18 @@ set(ATTNRES_BUILTIN_TEMPLATE_mix_backward cpu/mix_backward)
 set(ATTNRES_BUILTIN_TEMPLATE_phase1_backward cpu/phase1_backward)
 set(ATTNRES_BUILTIN_TEMPLATE_phase2_backward cpu/phase2_backward)
 
+# The optimisation the built-in kernels are compiled at: -O3, except in a
+# sanitizer build (ATTNRES_SANITIZE), where instrumenting the fused mix's
+# large kernels at -O3 with full debug information took 95 s a file on the
+# CI machine (2 vCPUs, GCC 12), most of the sanitizer build; at -O1 with
+# line tables (-g1, enough for the sanitizers' reports) it took 12.5 s. The
+# sanitizers check the same code paths either way.
+if(ATTNRES_SANITIZE)
+  set(ATTNRES_BUILTIN_OPT "-O1;-g1")
+else()
+  set(ATTNRES_BUILTIN_OPT "-O3")
+endif()
+
 set(ATTNRES_BUILTIN_SOURCES "")
 foreach(level ${ATTNRES_BUILTIN_LEVELS})
   foreach(op mix phase1 phase2 mix_backward phase1_backward phase2_backward)
@@ -41,11 +53,11 @@ foreach(level ${ATTNRES_BUILTIN_LEVELS})
       set(out ${CMAKE_CURRENT_BINARY_DIR}/builtin_${op}_${dtype}_${level}.c)
       attnres_generate(${out} MODE builtin TEMPLATE ${tmpl} ARGS ${dtype} ${level}
                        COMMENT "Generating the built-in CPU ${op} kernel (${dtype}, ${level})")
-      # -O3, compiled once with the library (the tuner compiles at -O2 to
-      # save its time: runtime/src/cpu_compiler.h); -Wno-psabi: wide vectors
-      # by value.
+      # ATTNRES_BUILTIN_OPT (above), compiled once with the library (the
+      # tuner compiles at -O2 to save its time: runtime/src/cpu_compiler.h);
+      # -Wno-psabi: wide vectors by value.
       set_source_files_properties(${out} PROPERTIES
-        COMPILE_OPTIONS "-O3;-Wno-unused-function;-Wno-psabi;${ATTNRES_BUILTIN_FLAGS_${level}}")
+        COMPILE_OPTIONS "${ATTNRES_BUILTIN_OPT};-Wno-unused-function;-Wno-psabi;${ATTNRES_BUILTIN_FLAGS_${level}}")
       list(APPEND ATTNRES_BUILTIN_SOURCES ${out})
     endforeach()
   endforeach()

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch",
                             reason="torch is not installed: the attnres.torch phase backwards are not tested here")
 
 import attnres.torch as art  # noqa: E402
+from torch_training import check_compiled_step, check_sgd_steps  # noqa: E402
 
 D, NB, S, T = 64, 3, 2, 7
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
@@ -284,43 +285,10 @@ def make_pair():
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_compiled_training_step_has_no_graph_break(gen, backend):
-    torch._dynamo.reset()
     fast, slow = make_pair()
-    x, target = randn(gen, T, 32), randn(gen, T, 32)
-
-    def loss_fn(model, x, target):
-        return (model(x) - target).pow(2).mean()
-
-    explanation = torch._dynamo.explain(loss_fn)(fast, x, target)
-    assert explanation.graph_break_count == 0, explanation.break_reasons
-    # fullgraph=True raises on any graph break; AOTAutograd's backward calls
-    # torch.ops.attnres.phase1_backward and .phase2_backward.
-    compiled = torch.compile(loss_fn, fullgraph=True, backend=backend)
-    loss = compiled(fast, x, target)
-    loss.backward()
-    want = loss_fn(slow, x, target)
-    want.backward()
-    assert abs(loss.item() - want.item()) <= 1e-5 * abs(want.item())
-    for (name, p), q in zip(fast.named_parameters(), slow.parameters()):
-        assert rel_err(p.grad, q.grad) <= 1e-4, name
+    check_compiled_step(fast, slow, randn(gen, T, 32), randn(gen, T, 32), backend)
 
 
 def test_sgd_steps_track_plain_pytorch(gen):
     fast, slow = make_pair()
-    x, target = randn(gen, 16, 32), randn(gen, 16, 32)
-    opt_fast = torch.optim.SGD(fast.parameters(), lr=0.1)
-    opt_slow = torch.optim.SGD(slow.parameters(), lr=0.1)
-    losses = []
-    for _ in range(5):
-        pair = []
-        for model, opt in ((fast, opt_fast), (slow, opt_slow)):
-            opt.zero_grad()
-            loss = (model(x) - target).pow(2).mean()
-            loss.backward()
-            opt.step()
-            pair.append(loss.item())
-        losses.append(pair)
-        assert abs(pair[0] - pair[1]) <= 1e-5 * abs(pair[1]), losses
-    assert losses[-1][0] < losses[0][0], "the loss should fall"
-    for (name, p), q in zip(fast.named_parameters(), slow.parameters()):
-        assert rel_err(p, q) <= 1e-5, name
+    check_sgd_steps(fast, slow, randn(gen, 16, 32), randn(gen, 16, 32))

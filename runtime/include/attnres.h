@@ -229,7 +229,10 @@ typedef struct attnres_problem {
  *   with stacks of at least 8 MiB) of at most ATTNRES_CPU_STACK_MAX bytes:
  *   16 d + 8 N H + 16 H + 192 N bytes (mix; phase2 with N = 1),
  *   4 (N S H + 4 H + d) + 16 N bytes (phase1),
- *   8 d + 16 N H + 8 N + 256 bytes (mix_backward).
+ *   8 d + 16 N H + 8 N + 256 bytes (mix_backward; 8 d more with the
+ *   epilogue), 16 N S H + 8 N + 3264 S + 256 bytes (phase1_backward,
+ *   which takes S <= 64), 16 H + 256 bytes (phase2_backward; 8 d more
+ *   with the epilogue).
  * For example a mix of d = H = 65536 with N = 2 fits (3 MiB), one of
  * d = 262144 does not. CUDA takes N <= 64 (mix, phase1), S <= 64 and
  * 4 (N S H + N H + N) <= 49152 bytes of shared memory (phase1), and

@@ -489,8 +489,9 @@ static int64_t cpu_stack_bytes(const attnres_problem *p)
         return 4 * (n * p->s * h + 4 * h + d) + 16 * n;
     if (p->op == ATTNRES_OP_MIX_BACKWARD) /* the epilogue's do row, in row and in pair order */
         return 8 * d + 16 * n * h + 8 * n + 256 + (p->epilogue ? 8 * d : 0);
-    if (p->op == ATTNRES_OP_PHASE1_BACKWARD) /* per source, site and head: q, p, the weight, dz */
-        return 16 * n * p->s * h + 8 * n + 256;
+    if (p->op == ATTNRES_OP_PHASE1_BACKWARD) /* per source, site and head: q, p, the weight, dz; per site
+                                              * a column block's padded rows of u, do1 and du */
+        return 16 * n * p->s * h + 8 * n + 12 * (int64_t)p->s * AR_CPU_PHASE1_BACKWARD_PAD + 256;
     if (p->op == ATTNRES_OP_PHASE2_BACKWARD) /* the epilogue's out and do rows */
         return 16 * h + 256 + (p->epilogue ? 8 * d : 0);
     return 16 * d + 8 * n * h + 16 * h + 192 * n;

@@ -27,4 +27,9 @@ typedef void (*ar_cpu_phase2_fn)(const struct attnres_cpu_phase2_args *a,
  * views for overlaps, 2 n + 2 S + 2 of them. */
 #define AR_CPU_PHASE1_BACKWARD_MAX_SITES 64
 
+/* Floats apart of the padded stack rows a phase-1 backward keeps per site
+ * (three of them: u, do1 and du of a column block; PAD in
+ * templates/cpu/phase1_backward.lua). */
+#define AR_CPU_PHASE1_BACKWARD_PAD 272
+
 #endif

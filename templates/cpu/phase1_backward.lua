@@ -25,14 +25,21 @@
 -- from the forward's o1 needs no o1 and keeps n = 1 exact: a = 1, p - delta
 -- is exactly 0 (computed before dlse is added), so dz is dlse alone.
 --
--- Sweep 2 takes the sites innermost: each step of a head loads its lanes of
--- the source row once and folds every site's do1 and query lanes into the
--- gradient in registers, so that no fp32 row of d floats is needed on the
--- stack. The per-token state (the entry's stack) is per source i, site j
--- and head h four floats (q, p, a, dz, at (i * S + j) * H + h) and per
--- source r and c: 16 n S H + 8 n bytes, with the sweeps' scalars well
--- inside 16 n S H + 8 n + 256 bytes; the runtime caps n S H at 32768
--- (512 KiB).
+-- Both sweeps go by column blocks of each head (BLOCK elements): a block
+-- starts by copying every site's slices of u and of do1 (widened) into
+-- stack rows a cache line longer than the block, and sweep 2 gathers du's
+-- slices in such rows too, adding them to the workspace at the block's
+-- end. The caller's rows of u, do1 and du lie a multiple of 4 KiB apart
+-- whenever d is a multiple of 1024 (as at every model's width), so at one
+-- offset they all fall in one L1 set, and a du store seems to feed the next
+-- row's load (4K aliasing); the padded rows fall in different sets. Sweep
+-- 2 takes the sites innermost: each step loads the source's lanes once
+-- and folds every site's do1 and u lanes into the gradient in registers.
+-- The per-token state (the entry's stack) is per source i, site j and head
+-- h four floats (q, p, a, dz, at (i * S + j) * H + h), per source r and c,
+-- and the three padded rows per site: 16 n S H + 8 n + 12 S PAD bytes, with
+-- the sweeps' scalars inside 16 n S H + 8 n + 12 S PAD + 256 bytes (the
+-- runtime's cpu_stack_bytes); the runtime caps n S H at 32768 (512 KiB).
 --
 -- Determinism: as cpu/mix_backward.lua. The runtime starts every launch on
 -- the first token of a group (of a->group tokens), a group's tokens run in
@@ -59,15 +66,13 @@
 -- L2) at the offsets it works on, as cpu/mix_backward.lua does, so that the
 -- next sweep 1 reads them from cache.
 --
--- Cost: each source sweeps every site's rows, so the S rows of do1 (2 or 4
--- d bytes each), the queries and the group's du (4 d each) pass through the
--- caches once per source in either sweep. For a few sites they stay in L1
--- or L2; at K3's shape (d = 7168, n = 8, S = 24, H = 1, bf16: 1.7 MB of
--- them) they do not, and sweep 2 took about 1.4 of 1.6 ms a token on a
--- Zen 3 guest (bf16, 8 lanes, u2; a quick measurement on a loaded host);
--- the same sweep with the sources inside each column block (every site's
--- lanes loaded once a token) was no faster there. A schedule that blocks
--- the sites is left to tuning.
+-- Cost: every source meets every site in both sweeps, O(n S d) arithmetic
+-- a token, and the S padded rows of a block pass through L1 once per
+-- source. On a Zen 3 guest (bf16, 8 lanes, u2, streamed, one thread, T =
+-- 32, quiet), at K3's block shape (d = 7168, n = 8, S = 24, H = 1) the
+-- kernel took 0.66-0.78 ms a token, against 1.62-1.67 ms without the blocks
+-- and padded rows; at d = 4096, H = 8 (same n and S) 0.44 against 1.11-1.16.
+-- Before the padding, d = 7232 had run about 3x faster than d = 7168.
 --
 -- Unlike cpu/phase1.lua this kernel keeps the CPU's own tuning: its loops
 -- are cpu/mix_backward.lua's kind, not phase 1's register tiles; compiled
@@ -78,60 +83,25 @@
 -- and stores; the softmax's running max starts at -1e30f (never -inf), as
 -- in cpu/phase1.lua; 64-bit offsets.
 
-local template = require("lib/template")
 local storage = require("lib/c_storage")
 local space = require("lib/cpu_space")
+local backward_rows = require("lib/cpu_backward_rows")
 local kernel = require("lib/c_kernel")
 local rowops = require("lib/c_rowops")
 
-local T = template.new("cpu", "phase1_backward", {
-  { name = "vec", values = { 1, 8, 16 } },
-  { name = "unroll", values = { 1, 2 } },
-  { name = "store", values = { "cached", "stream" } },
-  space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
-}, {
-  -- The runtime's built-in fallback: scalar code that fits every d, H and
-  -- S, spread over all cores.
-  generic = { vec = 1, unroll = 1, store = "cached", threads = 64 },
-  -- The built-in kernels per ISA level (runtime/cpu_builtin.cmake), which a
-  -- plan without a database takes before the generic one: the choices of
-  -- cpu/mix_backward.lua's rows, whose sweeps these resemble (not measured
-  -- for this kernel). Two accumulators per reduction where the registers
-  -- hold them with room to spare (32 zmm, 16 ymm); SSE2 and NEON take 8
-  -- lanes as two registers, once, with a step of 8 that fits the most head
-  -- widths. AVX2 streams its fresh gradients, as the mix backward's
-  -- built-ins do.
-  builtin = {
-    avx512 = { vec = 16, unroll = 2, store = "cached", threads = 64 },
-    avx2 = { vec = 8, unroll = 2, store = "stream", threads = 64 },
-    sse2 = { vec = 8, unroll = 1, store = "cached", threads = 64 },
-    neon = { vec = 8, unroll = 1, store = "cached", threads = 64 },
-  },
-})
-
--- AVX512-BF16 CPUs: the AVX-512 variant, compiled with it (see cpu/mix_fused.lua).
-T.builtin.avx512bf16 = T.builtin.avx512
+local T, source_id = backward_rows.template("phase1_backward")
 
 -- Per-token scores the kernel keeps on the stack (four floats each); must
 -- agree with AR_CPU_PHASE1_MAX_WEIGHTS in runtime/src/cpu_phase_abi.h.
 local MAX_WEIGHTS = 1 << 15
 
--- Streamed stores are vector stores.
-function T.constraint(p)
-  return space.constraint(p) and (p.store == "cached" or p.vec > 1)
-end
-
--- A step of either sweep covers unroll vectors.
-function T.step(p)
-  return p.vec * p.unroll
-end
-
-local function source_id(p)
-  return string.format("phase1_backward_c_%s_v%d_u%d%s", p.dtype, p.vec, p.unroll,
-                       p.store == "stream" and "_ss" or "")
-end
-
-space.entries(T, "cpu_phase1_backward", source_id)
+-- Both sweeps go by column blocks of BLOCK elements of a head (a multiple
+-- of every step). A block starts by copying every site's slices of u and of
+-- do1 (widened to fp32) into stack rows PAD floats apart (a cache line more
+-- than the block), where du's slices gather too (see the header). PAD must
+-- agree with AR_CPU_PHASE1_BACKWARD_PAD in runtime/src/cpu_phase_abi.h,
+-- which sizes the stack.
+local BLOCK, PAD = 256, 272
 
 function T.applies(p, problem, device)
   local ok, why = space.applies(T, p, problem, device)
@@ -150,10 +120,10 @@ end
 local function site_dots(p, with_ss)
   local u = p.unroll
   return gen.subst([[
-/* Head slice [k0, k1) of a source row against one site: the dot with its
- * query u (q) and with its do1 row go (p)${WHAT} */
+/* Block [k0, k1) of a source row against one site: the dot with its
+ * query's slice u (q) and with its do1 slice go, widened (p)${WHAT} */
 static inline __attribute__((always_inline)) ${RET} ${NAME}(const storage_t *row, const float *u,
-${PAD}const storage_t *go, int64_t k0, int64_t k1,
+${PAD}const float *go, int64_t k0, int64_t k1,
 ${PAD}float *q, float *p)
 {
 ${zero}
@@ -176,7 +146,7 @@ ${body}
       return gen.subst([[
         const vf x${J} = load_row(row + k + ${OFF});
 ${SS}        dq${J} += x${J} * load_f32(u + k + ${OFF});
-        dp${J} += x${J} * load_row(go + k + ${OFF});]], {
+        dp${J} += x${J} * load_f32(go + k + ${OFF});]], {
         J = i - 1, OFF = (i - 1) * p.vec,
         SS = with_ss and string.format("        ss%d += x%d * x%d;\n", i - 1, i - 1, i - 1) or "" })
     end, "\n"),
@@ -184,6 +154,29 @@ ${SS}        dq${J} += x${J} * load_f32(u + k + ${OFF});
     dp = rowops.sum_lanes(u, "dp"),
     RETURN = with_ss and "\n    return hsum(" .. rowops.sum_lanes(u, "ss") .. ");" or "",
   })
+end
+
+-- Copies every site's slice [kb, kb + kn) of u and of the token's do1
+-- (widened) into the padded stack rows up and gp.
+local function pack_sites(p)
+  return gen.subst([[
+/* Every site's slice [kb, kb + kn) of its query and of the token's do1
+ * row (at toff), widened, into stack rows ${PAD} floats apart. */
+static inline __attribute__((always_inline)) void pack_sites(const struct attnres_cpu_phase1_backward_args *a,
+                                                             int64_t toff, int64_t kb, int64_t kn, float *up,
+                                                             float *gp)
+{
+    for (int j = 0; j < a->s; j++) {
+        const float *u = a->queries + (int64_t)j * a->d + kb;
+        const storage_t *go = (const storage_t *)a->do1[j] + toff + kb;
+        float *const uj = up + j * ${PAD}, *const gj = gp + j * ${PAD};
+        for (int64_t k = 0; k < kn; k += ${VEC}) {
+            store_f32(uj + k, load_f32(u + k));
+            store_f32(gj + k, load_row(go + k));
+        }
+    }
+}
+]], { PAD = PAD, VEC = p.vec })
 end
 
 -- Where sweep 2 writes the gradient vectors y<J>, one of four loops (fp32 or
@@ -212,20 +205,20 @@ local function sweep2(p)
 ${prefetch}${load}
                         for (int j = 0; j < sites; j++) {
                             const float wa = wi[j * heads + h], zs = zi[j * heads + h];
-                            const storage_t *go = (const storage_t *)a->do1[j] + toff;
-                            const float *u = a->queries + (int64_t)j * d;
-                            float *du = ws + (int64_t)j * d;
+                            const float *go = gp + j * ${PAD}, *u = up + j * ${PAD};
+                            float *du = dup + j * ${PAD};
 ${fold}
                         }
 ${STORE}
                     }]], {
     STEP = p.vec * u,
+    PAD = PAD,
     prefetch = p.vec > 1 and (per("                        __builtin_prefetch(next + k + ${OFF}, 0, 2);") .. "\n") or "",
     load = per([[
                         const vf x${J} = load_row(row + k + ${OFF});
                         vf y${J} = -xr * x${J};]]),
     fold = per([[
-                            y${J} += wa * load_row(go + k + ${OFF}) + zs * load_f32(u + k + ${OFF});
+                            y${J} += wa * load_f32(go + k + ${OFF}) + zs * load_f32(u + k + ${OFF});
                             store_f32(du + k + ${OFF}, load_f32(du + k + ${OFF}) + zs * x${J});]]),
     STORE = "${STORE}",
   })
@@ -242,17 +235,21 @@ end
 function T.emit(p)
   local name = space.kernel_name(source_id(p))
   local vars = {
-    sweep2 = sweep2(p),
+    -- Inside the source loop, a level deeper than a head's.
+    sweep2 = (("    " .. sweep2(p)):gsub("\n", "\n    ")),
     next_row = p.vec > 1 and [[
-            /* The next token's row, which sweep 2 prefetches. */
-            const storage_t *next = t + 1 < t1 ? row + a->src_stride[i] : row;
+                    /* The next token's row, which sweep 2 prefetches. */
+                    const storage_t *next = t + 1 < t1 ? row + a->src_stride[i] : row;
 ]] or "",
+    BLOCK = BLOCK,
+    PAD = PAD,
+    VEC = p.vec,
     -- Streamed stores are weakly ordered: the launch ends with a fence.
     fence = p.store == "stream" and "    stream_fence();\n" or "",
   }
   local decls = storage.helpers(p.dtype, p.vec)
       .. (p.store == "stream" and storage.stream_helpers(p.vec, false) or "")
-      .. "\n" .. site_dots(p, true) .. "\n" .. site_dots(p, false)
+      .. "\n" .. site_dots(p, true) .. "\n" .. site_dots(p, false) .. "\n" .. pack_sites(p)
   local src = kernel.source {
     ctype = storage.ctype[p.dtype],
     decls = decls,
@@ -269,6 +266,8 @@ function T.emit(p)
      * (pd), the softmax weight (w) and the score gradient (dz); per source
      * r and c. */
     float q[n * nw], pd[n * nw], w[n * nw], dz[n * nw], r[n], c[n];
+    /* A column block's padded slices of every site's u, do1 and du. */
+    float up[sites * ${PAD}], gp[sites * ${PAD}], dup[sites * ${PAD}];
     for (int64_t t = t0; t < t1; t++) {
         const int64_t g = t / a->group;
         /* The group's S rows of du, site j's at j * d. */
@@ -278,22 +277,34 @@ function T.emit(p)
             memset(ws, 0, sizeof(float) * (size_t)(sites * d));
         }
         const int64_t toff = t * a->do1_stride;
-        /* Sweep 1: every source row from memory, once, head by head; the
-         * first site's dots take the sum of squares with them. */
-        for (int i = 0; i < n; i++) {
-            const storage_t *row = (const storage_t *)a->src[i] + t * a->src_stride[i];
-            float *const qi = q + i * nw, *const pi = pd + i * nw;
-            float sumsq = 0.0f;
-            for (int h = 0; h < heads; h++) {
-                const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
-                sumsq += site_dots_ss(row, a->queries, (const storage_t *)a->do1[0] + toff, k0, k1, &qi[h],
-                                      &pi[h]);
-                for (int j = 1; j < sites; j++)
-                    site_dots(row, a->queries + (int64_t)j * d, (const storage_t *)a->do1[j] + toff, k0, k1,
-                              &qi[j * heads + h], &pi[j * heads + h]);
+        /* Sweep 1: every source row from memory, once, by column blocks of
+         * each head: a block of each source in turn against every site's
+         * padded slices (pack_sites), the first site's dots taking the sum
+         * of squares with them. The sums gather in r, the dots in q and pd. */
+        memset(q, 0, sizeof(float) * (size_t)(n * nw));
+        memset(pd, 0, sizeof(float) * (size_t)(n * nw));
+        for (int i = 0; i < n; i++)
+            r[i] = 0.0f;
+        for (int h = 0; h < heads; h++)
+            for (int64_t kb = (int64_t)h * hd; kb < (int64_t)(h + 1) * hd; kb += ${BLOCK}) {
+                const int64_t kn = (int64_t)(h + 1) * hd - kb < ${BLOCK} ? (int64_t)(h + 1) * hd - kb : ${BLOCK};
+                pack_sites(a, toff, kb, kn, up, gp);
+                for (int i = 0; i < n; i++) {
+                    const storage_t *row = (const storage_t *)a->src[i] + t * a->src_stride[i] + kb;
+                    float *const qi = q + i * nw, *const pi = pd + i * nw;
+                    float dq, dp;
+                    r[i] += site_dots_ss(row, up, gp, 0, kn, &dq, &dp);
+                    qi[h] += dq;
+                    pi[h] += dp;
+                    for (int j = 1; j < sites; j++) {
+                        site_dots(row, up + j * ${PAD}, gp + j * ${PAD}, 0, kn, &dq, &dp);
+                        qi[j * heads + h] += dq;
+                        pi[j * heads + h] += dp;
+                    }
+                }
             }
-            r[i] = 1.0f / sqrtf(sumsq * inv_d + eps);
-        }
+        for (int i = 0; i < n; i++)
+            r[i] = 1.0f / sqrtf(r[i] * inv_d + eps);
         /* Per site and head: the softmax over the sources, delta =
          * sum_i w p, and dz = w (p - delta + dlse), p - delta first so that
          * one source gives exactly dlse. Source i's entry is i * nw away. */
@@ -335,20 +346,32 @@ function T.emit(p)
             for (int64_t o = 0; o < nw; o++)
                 dz[i * nw + o] *= sr;
         }
-        /* Sweep 2: the same rows, now in cache. */
-        for (int i = 0; i < n; i++) {
-            const storage_t *row = (const storage_t *)a->src[i] + t * a->src_stride[i];
-            /* The gradient row in the storage type, or in fp32 (dvf) when
-             * the caller sums source gradients in fp32. */
-            storage_t *dv = f32 ? NULL : (storage_t *)a->dsrc[i] + t * a->dsrc_stride[i];
-            float *dvf = f32 ? (float *)a->dsrc[i] + t * a->dsrc_stride[i] : NULL;
-            const float xr = scale * r[i] * r[i] * r[i] * c[i] * inv_d;
-            const float *const wi = w + i * nw, *const zi = dz + i * nw;
-${next_row}            for (int h = 0; h < heads; h++) {
-                const int64_t k0 = (int64_t)h * hd, k1 = k0 + hd;
-${sweep2}
+        /* Sweep 2: the same rows, now in cache, by the same column blocks:
+         * every source in turn folds the sites' padded slices into its
+         * gradient and adds its share to their du slices (dup), which then
+         * go to the group's rows of the workspace. */
+        for (int h = 0; h < heads; h++)
+            for (int64_t kb = (int64_t)h * hd; kb < (int64_t)(h + 1) * hd; kb += ${BLOCK}) {
+                const int64_t k0 = 0, k1 = (int64_t)(h + 1) * hd - kb < ${BLOCK} ? (int64_t)(h + 1) * hd - kb : ${BLOCK};
+                pack_sites(a, toff, kb, k1, up, gp);
+                memset(dup, 0, sizeof(float) * (size_t)(sites * ${PAD}));
+                for (int i = 0; i < n; i++) {
+                    const storage_t *row = (const storage_t *)a->src[i] + t * a->src_stride[i] + kb;
+                    /* The gradient row in the storage type, or in fp32 (dvf)
+                     * when the caller sums source gradients in fp32. */
+                    storage_t *dv = f32 ? NULL : (storage_t *)a->dsrc[i] + t * a->dsrc_stride[i] + kb;
+                    float *dvf = f32 ? (float *)a->dsrc[i] + t * a->dsrc_stride[i] + kb : NULL;
+                    const float xr = scale * r[i] * r[i] * r[i] * c[i] * inv_d;
+                    const float *const wi = w + i * nw, *const zi = dz + i * nw;
+${next_row}${sweep2}
+                }
+                for (int j = 0; j < sites; j++) {
+                    float *const du = ws + (int64_t)j * d + kb;
+                    const float *const dj = dup + j * ${PAD};
+                    for (int64_t k = 0; k < k1; k += ${VEC})
+                        store_f32(du + k, load_f32(du + k) + load_f32(dj + k));
+                }
             }
-        }
     }
 ${fence}]], vars),
   }

@@ -73,53 +73,13 @@
 -- and stores (G stays fp32 on the stack); p2 with the forward's sigmoid;
 -- 64-bit offsets.
 
-local template = require("lib/template")
 local storage = require("lib/c_storage")
 local space = require("lib/cpu_space")
+local backward_rows = require("lib/cpu_backward_rows")
 local kernel = require("lib/c_kernel")
 local rowops = require("lib/c_rowops")
 
-local T = template.new("cpu", "phase2_backward", {
-  { name = "vec", values = { 1, 8, 16 } },
-  { name = "unroll", values = { 1, 2 } },
-  { name = "store", values = { "cached", "stream" } },
-  space.threads, -- 1, 2, 4, ... 64, set at launch (lib/cpu_space.lua)
-}, {
-  -- The runtime's built-in fallback: scalar code that fits every d and H,
-  -- spread over all cores.
-  generic = { vec = 1, unroll = 1, store = "cached", threads = 64 },
-  -- The built-in kernels per ISA level (runtime/cpu_builtin.cmake), which a
-  -- plan without a database takes before the generic one: the row-layout
-  -- choices of cpu/mix_backward.lua, whose loops these resemble (one
-  -- register of lanes, two accumulators where the registers hold them,
-  -- AVX2 streaming its gradients), not yet measured for this kernel.
-  builtin = {
-    avx512 = { vec = 16, unroll = 2, store = "cached", threads = 64 },
-    avx2 = { vec = 8, unroll = 2, store = "stream", threads = 64 },
-    sse2 = { vec = 8, unroll = 1, store = "cached", threads = 64 },
-    neon = { vec = 8, unroll = 1, store = "cached", threads = 64 },
-  },
-})
-
--- AVX512-BF16 CPUs: the AVX-512 variant, compiled with it (see cpu/mix_fused.lua).
-T.builtin.avx512bf16 = T.builtin.avx512
-
--- Scalar stores are narrower than a non-temporal store.
-function T.constraint(p)
-  return space.constraint(p) and (p.store == "cached" or p.vec > 1)
-end
-
--- One step of sweep 1 covers unroll vectors.
-function T.step(p)
-  return p.vec * p.unroll
-end
-
-local function source_id(p)
-  return string.format("phase2_backward_c_%s_v%d_u%d%s", p.dtype, p.vec, p.unroll,
-                       p.store == "stream" and "_ss" or "")
-end
-
-space.entries(T, "cpu_phase2_backward", source_id)
+local T, source_id = backward_rows.template("phase2_backward")
 
 -- Sweep 1's step: unroll vectors of b, each feeding the sum of squares and
 -- the dot with u, and without the epilogue pi (G and o1 read here too).
