@@ -1228,13 +1228,17 @@ static int check_workspace(attnres_plan *plan, int64_t T, const void *workspace,
 static int row_view(attnres_plan *plan, run_view *rv, const char *name, int index, int output, const void *ptr,
                     int64_t T, int64_t stride, int64_t width, size_t es)
 {
-    char what[48];
-    snprintf(what, sizeof what, index < 0 ? "%s" : "%s[%d]", name, index);
-    if (!ptr || misaligned(ptr, es))
-        return run_fail(plan, ATTNRES_EINVAL, "%s is NULL or not aligned to its %zu-byte elements", what, es);
-    if (stride && stride < width)
+    const int bad_ptr = !ptr || misaligned(ptr, es), bad_stride = stride && stride < width;
+    if (bad_ptr || bad_stride) { /* the name is formatted only for the message, off the run's path */
+        char what[48];
+        rv->name = name;
+        rv->index = index;
+        view_name(rv, what, sizeof what);
+        if (bad_ptr)
+            return run_fail(plan, ATTNRES_EINVAL, "%s is NULL or not aligned to its %zu-byte elements", what, es);
         return run_fail(plan, ATTNRES_EMISMATCH, "the stride %" PRId64 " of %s is less than its %" PRId64
                         " elements", stride, what, width);
+    }
     return add_view(plan, rv, name, index, output, ptr, T, stride ? stride : width, width, es, "stride");
 }
 
