@@ -8,6 +8,8 @@
 # compiles them with NVRTC for the device it opens.
 set(ATTNRES_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/src/cuda_args.c
+  ${CMAKE_CURRENT_LIST_DIR}/src/cuda_args_phase1_backward.c
+  ${CMAKE_CURRENT_LIST_DIR}/src/cuda_args_phase2_backward.c
   ${CMAKE_CURRENT_LIST_DIR}/src/cuda_backend.c
   ${CMAKE_CURRENT_LIST_DIR}/src/cuda_driver.c
   ${CMAKE_CURRENT_LIST_DIR}/src/cuda_timing.c
@@ -22,8 +24,9 @@ foreach(dtype f32 bf16 f16)
 endforeach()
 
 # The Block AttnRes phase kernels (templates/cuda/phase1.lua, phase2.lua)
-# and the mix backward (templates/cuda/mix_backward.lua).
-foreach(op phase1 phase2 mix_backward)
+# and the backwards (templates/cuda/mix_backward.lua, phase1_backward.lua,
+# phase2_backward.lua).
+foreach(op phase1 phase2 mix_backward phase1_backward phase2_backward)
   foreach(dtype f32 bf16 f16)
     set(out ${CMAKE_CURRENT_BINARY_DIR}/cuda_generic_${op}_${dtype}.c)
     attnres_generate(${out} MODE generic-source TEMPLATE cuda/${op} ARGS ${dtype}

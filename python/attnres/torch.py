@@ -29,7 +29,7 @@ normed, and returns that of the gain too.
 
 ``torch.ops.attnres.phase1`` and ``.phase2`` train too, through the ops
 ``torch.ops.attnres.phase1_backward`` and ``.phase2_backward`` (with fake
-kernels), which the runtime runs on the CPU only for now. phase1's forward
+kernels), which the runtime runs on the CPU and CUDA. phase1's forward
 saves the sources and the folded queries; its backward takes the gradients
 of o1 and of lse (which phase 2's backward returns) and gives those of the
 sources and the queries. phase2's forward saves o1, lse, the partial sum as

@@ -265,3 +265,66 @@ def test_mix_backward_on_a_stream_matches_the_cpu(cuda, rng, form, epilogue):
     wanted = [want[0], want[1]] + ([want[3], want[4]] if additive else []) + ([want[-1]] if epilogue else [])
     for name, w in zip(names, wanted):
         assert rel_err(drv.download(grads[name]), w) <= 1e-5, name
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_phase1_backward_on_a_stream_matches_the_cpu(cuda, rng, heads):
+    """Phase 1's backward on the simulated cuda:0, on a stream, into device
+    gradients and a device workspace, against the CPU plan's gradients; one
+    site's dlse given, the other's absent (zero)."""
+    dev, drv = cuda
+    sites = 2
+    src = rng.standard_normal((N, T, D)).astype(np.float32)
+    qs = rng.standard_normal((sites, D)).astype(np.float32)
+    do1 = rng.standard_normal((sites, T, D)).astype(np.float32)
+    dlse = rng.standard_normal((sites, T, heads)).astype(np.float32)
+    kw = dict(op="phase1_backward", d=D, n=N, heads=heads, sites=sites)
+    with attnres.open_device("cpu") as cpu, attnres.Plan(cpu, None, **kw) as host:
+        want = host.phase1_backward(src, qs, do1, dlse)
+    plan = attnres.Plan(dev, None, **kw)
+    nan = np.float32("nan")
+    grads = {"dsources": drv.upload(np.full((N, T, D), nan)), "dqueries": drv.upload(np.full((sites, D), nan))}
+    workspace = drv.upload(np.zeros(plan.workspace_size(T) // 4 + 16, np.float32))
+    s = drv.stream()
+    got = plan.phase1_backward(drv.upload(src), drv.upload(qs), drv.upload(do1), drv.upload(dlse), stream=s,
+                               workspace=workspace, **grads)
+    drv.synchronize(s)
+    assert got[0] is grads["dsources"] and got[1] is grads["dqueries"]
+    for name, w in zip(["dsources", "dqueries"], want):
+        assert rel_err(drv.download(grads[name]), w) <= 1e-5, name
+
+
+@pytest.mark.parametrize("fuse_add,epilogue", [(False, False), (True, True)])
+def test_phase2_backward_on_a_stream_matches_the_cpu(cuda, rng, fuse_add, epilogue):
+    """Phase 2's backward on the simulated cuda:0, on a stream, against the
+    CPU plan's gradients: with the fused add's dsublayer and the epilogue's
+    d(out_gain), and without."""
+    dev, drv = cuda
+    heads = 2
+    o1, b, dout = (rng.standard_normal((T, D)).astype(np.float32) for _ in range(3))
+    lse = rng.standard_normal((T, heads)).astype(np.float32)
+    u = rng.standard_normal(D).astype(np.float32)
+    og, dnormed = (1 + 0.1 * rng.standard_normal(D)).astype(np.float32), rng.standard_normal((T, D)).astype(np.float32)
+    kw = dict(op="phase2_backward", d=D, heads=heads, fuse_add=fuse_add, epilogue=epilogue)
+    epi = dict(out_gain=og, dnormed=dnormed) if epilogue else {}
+    with attnres.open_device("cpu") as cpu, attnres.Plan(cpu, None, **kw) as host:
+        want = host.phase2_backward(o1, lse, b, u, dout, **epi)
+    plan = attnres.Plan(dev, None, **kw)
+    nan = np.float32("nan")
+    names = ["do1", "dlse", "dpartial"] + (["dsublayer"] if fuse_add else []) + ["dquery"] + \
+        (["dout_gain"] if epilogue else [])
+    shapes = {"dlse": (T, heads), "dquery": (D,), "dout_gain": (D,)}
+    grads = {name: drv.upload(np.full(shapes.get(name, (T, D)), nan)) for name in names}
+    extra = {k: drv.upload(v) for k, v in epi.items()}
+    workspace = drv.upload(np.zeros(plan.workspace_size(T) // 4 + 16, np.float32))
+    s = drv.stream()
+    plan.phase2_backward(drv.upload(o1), drv.upload(lse), drv.upload(b), drv.upload(u), drv.upload(dout),
+                         stream=s, workspace=workspace, **grads, **extra)
+    drv.synchronize(s)
+    # The CPU returns (do1, dlse, dpartial, dquery, dgain[, dout_gain]);
+    # dsublayer holds dpartial's values.
+    wanted = dict(zip(["do1", "dlse", "dpartial", "dquery", "dgain"], want), dsublayer=want[2])
+    if epilogue:
+        wanted["dout_gain"] = want[5]
+    for name in names:
+        assert rel_err(drv.download(grads[name]), wanted[name]) <= 1e-5, name

@@ -10,19 +10,11 @@ chained against the mix backward over the n block sources plus the partial
 sum, bit-identical results across calls, T = 0, Plan.workspace_size and
 workspace=, and refused bad input."""
 
-import os
-
 import numpy as np
 import pytest
 
 import attnres
-from conftest import REPO, TOL, rel_err
-
-# The simulated CUDA driver, named as test_cuda_path.py names it (the driver
-# is chosen once per process, at the first CUDA call).
-SIM = os.environ.get("ATTNRES_CUDASIM_LIB", os.path.join(REPO, "build", "lib", "libattnres-cudasim.so"))
-if os.path.exists(SIM):
-    os.environ.setdefault("ATTNRES_CUDA_DRIVER", SIM)
+from conftest import TOL, rel_err
 
 D, NB, S, T = 32, 3, 2, 6
 
@@ -564,20 +556,6 @@ def test_plan_properties(dev):
     p2 = attnres.Plan(dev, None, op="phase2_backward", dtype="f32", d=D, fuse_add=True, epilogue=True)
     assert p2.problem["op"] == "phase2_backward" and p2.problem["n"] == 1 and p2.problem["fuse_add"]
     assert "op=phase2_backward" in repr(p2)
-
-
-def test_cuda_plans_are_refused_for_now():
-    """The runtime runs the phase backwards on the CPU only: a CUDA plan is
-    refused with EUNSUPPORTED, on the simulated driver here."""
-    if os.environ.get("ATTNRES_CUDA_DRIVER") != SIM or not os.path.exists(SIM):
-        pytest.skip(f"the simulated CUDA driver is not built ({SIM}), or another driver is named")
-    if attnres.device_count("cuda") < 1:
-        pytest.skip("the simulated CUDA driver offers no device")
-    with attnres.open_device("cuda:0") as cuda:
-        for kw in (dict(op="phase1_backward", n=NB, sites=S), dict(op="phase2_backward")):
-            with pytest.raises(attnres.Error) as info:
-                attnres.Plan(cuda, None, d=D, **kw)
-            assert info.value.status_name == "EUNSUPPORTED", info.value
 
 
 def test_bad_problems(dev):

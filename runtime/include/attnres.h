@@ -751,9 +751,11 @@ ATTNRES_API int attnres_run_mix_backward(attnres_plan *plan, int64_t T, const at
  * caller's workspace (attnres_plan_workspace_size), added in group order;
  * bit-identical on every run and at every thread count, no atomics. Both
  * take ATTNRES_GRAD_ACCUMULATE (every per-token gradient added into the
- * caller's buffer); phase 1 also ATTNRES_GRAD_DSOURCES_F32. The CPU runs
- * them (tuned winners or built-in kernels); CUDA plans refuse them with
- * EUNSUPPORTED for now. Phase 1's backward takes at most 64 sites.
+ * caller's buffer); phase 1 also ATTNRES_GRAD_DSOURCES_F32. The CPU and
+ * CUDA run them (tuned winners or built-in kernels). Phase 1's backward
+ * takes at most 64 sites; on CUDA its per-token tables, 4 (3 N S H + 2 N)
+ * bytes, and phase 2's, 4 (5 H + 84) bytes (8 H with the epilogue), must
+ * fit 48 KiB of shared memory (a plan refuses bigger problems with EINVAL).
  * ---------------------------------------------------------------------- */
 
 /* Arguments of one phase-2 backward launch (one site). Strides count

@@ -59,9 +59,22 @@ static int tables_smem_check(attnres_device *dev, const attnres_problem *p, int 
 int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
 {
     const int n = p->n, S = p->s, H = p->heads;
-    if (p->op == ATTNRES_OP_PHASE1_BACKWARD || p->op == ATTNRES_OP_PHASE2_BACKWARD)
-        return ar_device_fail(dev, ATTNRES_EUNSUPPORTED, "CUDA has no %s kernels yet (the CPU has)",
-                              ar_op_name(p->op));
+    if (p->op == ATTNRES_OP_PHASE1_BACKWARD || p->op == ATTNRES_OP_PHASE2_BACKWARD) {
+        const int phase1 = p->op == ATTNRES_OP_PHASE1_BACKWARD;
+        if (phase1 && (n > AR_CUDA_PHASE1_MAX_SOURCES || S > AR_CUDA_PHASE1_MAX_SITES))
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "the CUDA phase1_backward kernels take at most %d sources and %d sites (N = %d, "
+                                  "S = %d)",
+                                  AR_CUDA_PHASE1_MAX_SOURCES, AR_CUDA_PHASE1_MAX_SITES, n, S);
+        const int64_t smem = phase1 ? ar_cuda_phase1_backward_smem(p) : ar_cuda_phase2_backward_smem(p);
+        if (smem > AR_CUDA_PHASE_BACKWARD_MAX_SMEM)
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "%s with N = %d, S = %d, H = %d, d = %lld%s needs %lld bytes of shared memory, over "
+                                  "the %d a CUDA %s kernel may use",
+                                  ar_op_name(p->op), n, S, H, (long long)p->d, p->epilogue ? " and the epilogue" : "",
+                                  (long long)smem, AR_CUDA_PHASE_BACKWARD_MAX_SMEM, ar_op_name(p->op));
+        return ATTNRES_OK;
+    }
     if (p->op == ATTNRES_OP_MIX_BACKWARD) {
         if (n > AR_CUDA_MAX_SOURCES)
             return ar_device_fail(dev, ATTNRES_EINVAL, "the CUDA mix_backward kernels take at most %d sources (N = %d)",
@@ -88,18 +101,6 @@ int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p)
 
 /* ---- launch ------------------------------------------------------------ */
 
-static int misaligned(const void *p, int64_t align)
-{
-    return align > 1 && (uintptr_t)p % (uintptr_t)align != 0;
-}
-
-/* A storage view (pointer and token stride in elements) the kernel loads
- * with `align`-byte accesses. */
-static int view_misaligned(const void *ptr, int64_t stride, int64_t es, int64_t align)
-{
-    return misaligned(ptr, align) || (stride * es) % align != 0;
-}
-
 /* The n sources of a mix or a phase 1 into a by-value struct's arrays
  * (src, src_stride): a stride of 0 (or no strides) means d; a NULL or
  * misaligned source is refused with a message. */
@@ -111,7 +112,7 @@ static int fill_sources(attnres_device *dev, const ar_kernel *k, const attnres_p
         const int64_t stride = strides && strides[i] ? strides[i] : p->d;
         if (!sources[i])
             return ar_device_fail(dev, ATTNRES_EINVAL, "source %d is NULL", i);
-        if (view_misaligned(sources[i], stride, es, align))
+        if (ar_cuda_view_misaligned(sources[i], stride, es, align))
             return ar_device_fail(dev, ATTNRES_EINVAL,
                                   "source %d (pointer or stride %lld) is not %lld-byte aligned as kernel %s needs", i,
                                   (long long)stride, (long long)align, k->kernel_name);
@@ -133,18 +134,6 @@ static int fill_sources(attnres_device *dev, const ar_kernel *k, const attnres_p
         (args)->out_eps = (a)->out_eps;                                           \
         (args)->normed = (p)->epilogue ? (a)->normed : NULL;                      \
         (args)->normed_stride = (a)->normed_stride ? (a)->normed_stride : (p)->d; \
-    } while (0)
-
-/* The shape and softmax parameters that every op's by-value struct carries
- * under the same names: d, heads and T from the problem and launch, scale
- * and eps from the caller's arguments `a`. */
-#define FILL_SHAPE(args, a, p, nh, nt) \
-    do {                               \
-        (args)->d = (p)->d;            \
-        (args)->heads = (nh);          \
-        (args)->T = (nt);              \
-        (args)->scale = (a)->scale;    \
-        (args)->eps = (a)->eps;        \
     } while (0)
 
 /* Fills the by-value argument struct; EINVAL/EMISMATCH with a message when
@@ -184,13 +173,14 @@ static int fill_mix(attnres_device *dev, const ar_kernel *k, const attnres_probl
     args->partial_stride = a->partial_stride ? a->partial_stride : p->d;
     args->alpha = a->alpha;
     FILL_OUTPUTS(args, a, p);
-    if (view_misaligned(args->out, args->out_stride, es, align) ||
-        (args->partial && view_misaligned(args->partial, args->partial_stride, es, align)) ||
-        (args->normed && view_misaligned(args->normed, args->normed_stride, es, align)))
+    if (ar_cuda_view_misaligned(args->out, args->out_stride, es, align) ||
+        (args->partial && ar_cuda_view_misaligned(args->partial, args->partial_stride, es, align)) ||
+        (args->normed && ar_cuda_view_misaligned(args->normed, args->normed_stride, es, align)))
         return ar_device_fail(dev, ATTNRES_EINVAL,
                               "out, partial or normed (pointer or stride) is not %lld-byte aligned as kernel %s needs",
                               (long long)align, k->kernel_name);
-    if (misaligned(args->query, ck->qalign) || (args->out_gain && misaligned(args->out_gain, ck->qalign)))
+    if (ar_cuda_misaligned(args->query, ck->qalign) ||
+        (args->out_gain && ar_cuda_misaligned(args->out_gain, ck->qalign)))
         return ar_device_fail(dev, ATTNRES_EINVAL, "query or out_gain is not %d-byte aligned as kernel %s needs",
                               ck->qalign, k->kernel_name);
     return ATTNRES_OK;
@@ -231,7 +221,7 @@ static int fill_phase1(attnres_device *dev, const ar_kernel *k, const attnres_pr
     for (int j = 0; j < S; j++) {
         if (!a->o1[j] || !a->lse[j])
             return ar_device_fail(dev, ATTNRES_EINVAL, "o1 or lse of site %d is NULL", j);
-        if (view_misaligned(a->o1[j], args->o1_stride, es, align) || misaligned(a->lse[j], 4))
+        if (ar_cuda_view_misaligned(a->o1[j], args->o1_stride, es, align) || ar_cuda_misaligned(a->lse[j], 4))
             return ar_device_fail(dev, ATTNRES_EINVAL,
                                   "o1 of site %d (pointer or stride) is not %lld-byte aligned as kernel %s needs, "
                                   "or its lse is not 4-byte aligned",
@@ -239,7 +229,7 @@ static int fill_phase1(attnres_device *dev, const ar_kernel *k, const attnres_pr
         args->o1[j] = a->o1[j];
         args->lse[j] = a->lse[j];
     }
-    if (misaligned(a->queries, ck->qalign))
+    if (ar_cuda_misaligned(a->queries, ck->qalign))
         return ar_device_fail(dev, ATTNRES_EINVAL, "queries is not %d-byte aligned as kernel %s needs", ck->qalign,
                               k->kernel_name);
     FILL_SHAPE(args, a, p, H, T);
@@ -283,17 +273,17 @@ static int fill_phase2(attnres_device *dev, const ar_kernel *k, const attnres_pr
     args->sublayer_stride = a->sublayer_stride ? a->sublayer_stride : p->d;
     args->query = a->query;
     FILL_OUTPUTS(args, a, p);
-    if (view_misaligned(args->o1, args->o1_stride, es, align) ||
-        view_misaligned(args->partial, args->partial_stride, es, align) ||
-        view_misaligned(args->out, args->out_stride, es, align) ||
-        (args->sublayer && view_misaligned(args->sublayer, args->sublayer_stride, es, align)) ||
-        (args->normed && view_misaligned(args->normed, args->normed_stride, es, align)))
+    if (ar_cuda_view_misaligned(args->o1, args->o1_stride, es, align) ||
+        ar_cuda_view_misaligned(args->partial, args->partial_stride, es, align) ||
+        ar_cuda_view_misaligned(args->out, args->out_stride, es, align) ||
+        (args->sublayer && ar_cuda_view_misaligned(args->sublayer, args->sublayer_stride, es, align)) ||
+        (args->normed && ar_cuda_view_misaligned(args->normed, args->normed_stride, es, align)))
         return ar_device_fail(dev, ATTNRES_EINVAL,
                               "o1, partial, sublayer, out or normed (pointer or stride) is not %lld-byte aligned as "
                               "kernel %s needs",
                               (long long)align, k->kernel_name);
-    if (misaligned(args->lse, 4) || misaligned(args->query, ck->qalign) ||
-        (args->out_gain && misaligned(args->out_gain, ck->qalign)))
+    if (ar_cuda_misaligned(args->lse, 4) || ar_cuda_misaligned(args->query, ck->qalign) ||
+        (args->out_gain && ar_cuda_misaligned(args->out_gain, ck->qalign)))
         return ar_device_fail(dev, ATTNRES_EINVAL,
                               "lse is not 4-byte aligned, or query or out_gain is not %d-byte aligned as kernel %s "
                               "needs",
@@ -353,8 +343,8 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
             const int64_t dstride = a->dsource_strides && a->dsource_strides[i] ? a->dsource_strides[i] : p->d;
             if (!a->sources[i] || !a->dsources[i])
                 return ar_device_fail(dev, ATTNRES_EINVAL, "source %d or its gradient is NULL", i);
-            if (view_misaligned(a->sources[i], stride, es, align) ||
-                view_misaligned(a->dsources[i], dstride, des, dalign))
+            if (ar_cuda_view_misaligned(a->sources[i], stride, es, align) ||
+                ar_cuda_view_misaligned(a->dsources[i], dstride, des, dalign))
                 return ar_device_fail(dev, ATTNRES_EINVAL,
                                       "source %d or its gradient (pointer or stride) is not %lld-byte (%lld-byte) "
                                       "aligned as kernel %s needs",
@@ -376,16 +366,17 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
             args->dnormed = a->dnormed;
             args->dnormed_stride = a->dnormed_stride ? a->dnormed_stride : p->d;
         }
-        if ((args->dout && view_misaligned(args->dout, args->dout_stride, es, align)) ||
-            (args->dpartial && view_misaligned(args->dpartial, args->dpartial_stride, es, align)) ||
-            (args->out && view_misaligned(args->out, args->out_stride, es, align)) ||
-            (args->dnormed && view_misaligned(args->dnormed, args->dnormed_stride, es, align)))
+        if ((args->dout && ar_cuda_view_misaligned(args->dout, args->dout_stride, es, align)) ||
+            (args->dpartial && ar_cuda_view_misaligned(args->dpartial, args->dpartial_stride, es, align)) ||
+            (args->out && ar_cuda_view_misaligned(args->out, args->out_stride, es, align)) ||
+            (args->dnormed && ar_cuda_view_misaligned(args->dnormed, args->dnormed_stride, es, align)))
             return ar_device_fail(dev, ATTNRES_EINVAL,
                                   "dout, dpartial, out or dnormed (pointer or stride) is not %lld-byte aligned as "
                                   "kernel %s needs",
                                   (long long)align, k->kernel_name);
-        if (misaligned(a->query, ck->qalign) || (args->out_gain && misaligned(args->out_gain, ck->qalign)) ||
-            misaligned(a->workspace, 16))
+        if (ar_cuda_misaligned(a->query, ck->qalign) ||
+            (args->out_gain && ar_cuda_misaligned(args->out_gain, ck->qalign)) ||
+            ar_cuda_misaligned(a->workspace, 16))
             return ar_device_fail(dev, ATTNRES_EINVAL,
                                   "query or out_gain is not %d-byte aligned as kernel %s needs, or the workspace "
                                   "not 16-byte",
@@ -406,8 +397,8 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
     args->dalpha = additive ? a->dalpha : NULL;
     /* The gradient of out_gain, also at T = 0 (the sums write zeros). */
     args->dout_gain = epilogue ? a->dout_gain : NULL;
-    if (misaligned(args->dquery, 4) || (args->dalpha && misaligned(args->dalpha, 4)) ||
-        (args->dout_gain && misaligned(args->dout_gain, 4)))
+    if (ar_cuda_misaligned(args->dquery, 4) || (args->dalpha && ar_cuda_misaligned(args->dalpha, 4)) ||
+        (args->dout_gain && ar_cuda_misaligned(args->dout_gain, 4)))
         return ar_device_fail(dev, ATTNRES_EINVAL, "dquery, dalpha or dout_gain is not 4-byte aligned");
     l->grid = args->groups;
     l->smem = smem + k->smem;
@@ -419,7 +410,7 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
 /* ---- the op-generic launch --------------------------------------------- */
 
 /* Checks the tagged arguments against the problem and the kernel and fills
- * l; T must be positive, or 0 for the mix backward. Mix kernels handle tokens_per_block tokens per
+ * l; T must be positive, or 0 for a backward. Mix kernels handle tokens_per_block tokens per
  * block, the phase kernels one token per block (cuda_phase_abi.h). */
 int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                     const ar_op_args *a, cuda_launch_data *l)
@@ -450,6 +441,12 @@ int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_probl
     case ATTNRES_OP_MIX_BACKWARD:
         rc = fill_mix_backward(dev, k, p, T, a->mix_backward, l);
         break;
+    case ATTNRES_OP_PHASE1_BACKWARD:
+        rc = ar_cuda_fill_phase1_backward(dev, k, p, T, a->phase1_backward, l);
+        break;
+    case ATTNRES_OP_PHASE2_BACKWARD:
+        rc = ar_cuda_fill_phase2_backward(dev, k, p, T, a->phase2_backward, l);
+        break;
     default:
         return ar_device_fail(dev, ATTNRES_EINVAL, "unknown op %d", (int)a->op);
     }
@@ -466,8 +463,8 @@ int ar_cuda_launch_current(attnres_device *dev, const ar_kernel *k, cuda_launch_
     if (l->grid > 0)
         r = ar_cuda_driver.LaunchKernel(l->first ? l->first : (CUfunction)k->entry, (unsigned)l->grid, 1, 1, (unsigned)k->threads, 1, 1,
                                         (unsigned)l->smem, stream, params, NULL);
-    /* The mix backward's fixed-order sums, on the same stream: they start
-     * once every group's partials are written. */
+    /* A backward's fixed-order sums, on the same stream: they start once
+     * every group's partials are written. */
     if (r == CU_OK && l->sum_grid > 0)
         r = ar_cuda_driver.LaunchKernel(((const cuda_kernel *)k->module)->sum, (unsigned)l->sum_grid, 1, 1,
                                         (unsigned)k->threads, 1, 1, 0, stream, params, NULL);
@@ -482,8 +479,8 @@ int ar_cuda_launch_current(attnres_device *dev, const ar_kernel *k, cuda_launch_
 int ar_cuda_launch(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                    const ar_op_args *a, void *stream)
 {
-    /* T = 0 runs nothing, except the mix backward's sums over no tokens. */
-    if (T == 0 && (!a || a->op != ATTNRES_OP_MIX_BACKWARD))
+    /* T = 0 runs nothing, except a backward's sums over no tokens. */
+    if (T == 0 && (!a || ar_op_forward(a->op) == a->op))
         return ATTNRES_OK;
     if (T < 0)
         return ar_device_fail(dev, ATTNRES_EINVAL, "T = %lld is negative", (long long)T);

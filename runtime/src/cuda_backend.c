@@ -41,10 +41,17 @@ AR_CUDA_GENERIC_DECL(phase1, f16);
 AR_CUDA_GENERIC_DECL(phase2, f32);
 AR_CUDA_GENERIC_DECL(phase2, bf16);
 AR_CUDA_GENERIC_DECL(phase2, f16);
-/* ... and from templates/cuda/mix_backward.lua. */
+/* ... and from templates/cuda/mix_backward.lua, phase1_backward.lua and
+ * phase2_backward.lua. */
 AR_CUDA_GENERIC_DECL(mix_backward, f32);
 AR_CUDA_GENERIC_DECL(mix_backward, bf16);
 AR_CUDA_GENERIC_DECL(mix_backward, f16);
+AR_CUDA_GENERIC_DECL(phase1_backward, f32);
+AR_CUDA_GENERIC_DECL(phase1_backward, bf16);
+AR_CUDA_GENERIC_DECL(phase1_backward, f16);
+AR_CUDA_GENERIC_DECL(phase2_backward, f32);
+AR_CUDA_GENERIC_DECL(phase2_backward, bf16);
+AR_CUDA_GENERIC_DECL(phase2_backward, f16);
 
 /* The embedded generic kernels, by op and dtype. */
 typedef struct cuda_generic {
@@ -55,12 +62,16 @@ typedef struct cuda_generic {
     {ar_cuda_generic_##op##_##dt, ar_cuda_generic_##op##_##dt##_kernel, ar_cuda_generic_##op##_##dt##_params, \
      ar_cuda_generic_##op##_##dt##_variant}
 
-static const cuda_generic cuda_generics[4][3] = {
-    /* [op][dtype]: ATTNRES_OP_MIX/PHASE1/PHASE2/MIX_BACKWARD x ATTNRES_DTYPE_F32/BF16/F16 */
+static const cuda_generic cuda_generics[AR_OPS][3] = {
+    /* [op][dtype]: ATTNRES_OP_MIX ... ATTNRES_OP_PHASE2_BACKWARD x ATTNRES_DTYPE_F32/BF16/F16 */
     {AR_CUDA_GENERIC(mix, f32), AR_CUDA_GENERIC(mix, bf16), AR_CUDA_GENERIC(mix, f16)},
     {AR_CUDA_GENERIC(phase1, f32), AR_CUDA_GENERIC(phase1, bf16), AR_CUDA_GENERIC(phase1, f16)},
     {AR_CUDA_GENERIC(phase2, f32), AR_CUDA_GENERIC(phase2, bf16), AR_CUDA_GENERIC(phase2, f16)},
     {AR_CUDA_GENERIC(mix_backward, f32), AR_CUDA_GENERIC(mix_backward, bf16), AR_CUDA_GENERIC(mix_backward, f16)},
+    {AR_CUDA_GENERIC(phase1_backward, f32), AR_CUDA_GENERIC(phase1_backward, bf16),
+     AR_CUDA_GENERIC(phase1_backward, f16)},
+    {AR_CUDA_GENERIC(phase2_backward, f32), AR_CUDA_GENERIC(phase2_backward, bf16),
+     AR_CUDA_GENERIC(phase2_backward, f16)},
 };
 
 /* ---- device state ------------------------------------------------------ */
@@ -299,7 +310,12 @@ static int load_image(attnres_device *dev, const void *blob, size_t size, const 
     }
     CUfunction fn = NULL, sum = NULL, epi = NULL;
     int max_threads = 0, epi_threads = 0;
-    const int two_entries = ar_json_int(params_json, "abi_op", -1) == ATTNRES_OP_MIX_BACKWARD;
+    /* A backward's module has a sum entry, and but for phase 1's an
+     * epilogue entry. */
+    const int abi_op = ar_json_int(params_json, "abi_op", -1);
+    const int backward = abi_op == ATTNRES_OP_MIX_BACKWARD || abi_op == ATTNRES_OP_PHASE1_BACKWARD ||
+                         abi_op == ATTNRES_OP_PHASE2_BACKWARD;
+    const int has_epi = backward && abi_op != ATTNRES_OP_PHASE1_BACKWARD;
     char sum_name[sizeof k->kernel_name + sizeof AR_CUDA_MIX_BACKWARD_SUM_SUFFIX];
     char epi_name[sizeof k->kernel_name + sizeof AR_CUDA_MIX_BACKWARD_EPI_SUFFIX];
     snprintf(sum_name, sizeof sum_name, "%s%s", kernel_name, AR_CUDA_MIX_BACKWARD_SUM_SUFFIX);
@@ -310,12 +326,12 @@ static int load_image(attnres_device *dev, const void *blob, size_t size, const 
         status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleLoadData");
     } else if ((r = ar_cuda_driver.ModuleGetFunction(&fn, ck->module, kernel_name)) != CU_OK) {
         status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction");
-    } else if (two_entries && (r = ar_cuda_driver.ModuleGetFunction(&sum, ck->module, sum_name)) != CU_OK) {
-        /* The mix backward's second pass is an entry of the same module. */
-        status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction (the mix backward's sum entry)");
-    } else if (two_entries && (r = ar_cuda_driver.ModuleGetFunction(&epi, ck->module, epi_name)) != CU_OK) {
+    } else if (backward && (r = ar_cuda_driver.ModuleGetFunction(&sum, ck->module, sum_name)) != CU_OK) {
+        /* A backward's second pass is an entry of the same module. */
+        status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction (the backward's sum entry)");
+    } else if (has_epi && (r = ar_cuda_driver.ModuleGetFunction(&epi, ck->module, epi_name)) != CU_OK) {
         /* ... and so is its first pass with the output-norm epilogue. */
-        status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction (the mix backward's epilogue entry)");
+        status = ar_cuda_fail(dev, ATTNRES_ELOAD, r, "cuModuleGetFunction (the backward's epilogue entry)");
     } else if ((r = ar_cuda_driver.FuncGetAttribute(&max_threads, CU_FUNC_ATTR_MAX_THREADS_PER_BLOCK, fn)) != CU_OK ||
                (epi && (r = ar_cuda_driver.FuncGetAttribute(&epi_threads, CU_FUNC_ATTR_MAX_THREADS_PER_BLOCK, epi)) !=
                            CU_OK)) {
@@ -386,7 +402,7 @@ static int cuda_load(attnres_device *dev, const void *blob, size_t size, const c
 static int cuda_load_generic(attnres_device *dev, const attnres_problem *p, ar_kernel *k)
 {
     const attnres_dtype dtype = p->dtype;
-    if ((unsigned)p->op > ATTNRES_OP_MIX_BACKWARD || (unsigned)dtype > ATTNRES_DTYPE_F16)
+    if ((unsigned)p->op >= AR_OPS || (unsigned)dtype > ATTNRES_DTYPE_F16)
         return ar_device_fail(dev, ATTNRES_EINVAL, "no generic kernel for op %d and dtype %d", (int)p->op,
                               (int)dtype);
     const cuda_generic *gk = &cuda_generics[p->op][dtype];

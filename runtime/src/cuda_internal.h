@@ -104,8 +104,8 @@ typedef struct cuda_kernel {
     int32_t align;  /* bytes: storage pointers and strides */
     int32_t qalign; /* bytes: query and out_gain */
     int64_t dmax;   /* largest d, 0 for any */
-    CUfunction sum; /* mix backward: the second entry, <kernel>_sum; else NULL */
-    CUfunction epi; /* mix backward: the epilogue's first entry, <kernel>_epi; else NULL */
+    CUfunction sum; /* a backward: the second entry, <kernel>_sum; else NULL */
+    CUfunction epi; /* mix and phase 2 backward: the epilogue's first entry, <kernel>_epi; else NULL */
 } cuda_kernel;
 
 typedef struct cuda_state {
@@ -138,14 +138,16 @@ typedef struct cuda_launch_data {
         attnres_cuda_phase1_args phase1;
         attnres_cuda_phase2_args phase2;
         attnres_cuda_mix_backward_args mix_backward;
+        attnres_cuda_phase1_backward_args phase1_backward;
+        attnres_cuda_phase2_backward_args phase2_backward;
     } args;
     int64_t grid, smem;
     /* The entry of the first launch when it is not the kernel's own
-     * (k->entry): the mix backward's epilogue entry; NULL otherwise. */
+     * (k->entry): a backward's epilogue entry; NULL otherwise. */
     CUfunction first;
-    /* The mix backward's second launch (cuda_kernel.sum) over sum_grid
-     * blocks, after the first; 0 for the other ops. grid may be 0 then
-     * (T = 0: the sums over no tokens are still written). */
+    /* A backward's second launch (cuda_kernel.sum) over sum_grid blocks,
+     * after the first; 0 for the forward ops. grid may be 0 then (T = 0:
+     * the sums over no tokens are still written). */
     int64_t sum_grid;
 } cuda_launch_data;
 
@@ -172,6 +174,31 @@ void ar_cuda_ctx_leave(int pushed);
 
 /* ---- cuda_args.c ------------------------------------------------------- */
 
+/* 1 when p is not a multiple of align bytes (align 0 or 1: never). */
+static inline int ar_cuda_misaligned(const void *p, int64_t align)
+{
+    return align > 1 && (uintptr_t)p % (uintptr_t)align != 0;
+}
+
+/* A view (pointer and token stride in elements of es bytes) that the kernel
+ * loads with `align`-byte accesses, and is not aligned for them. */
+static inline int ar_cuda_view_misaligned(const void *ptr, int64_t stride, int64_t es, int64_t align)
+{
+    return ar_cuda_misaligned(ptr, align) || (stride * es) % align != 0;
+}
+
+/* The shape and softmax parameters that every op's by-value struct carries
+ * under the same names: d, heads and T from the problem and launch, scale
+ * and eps from the caller's arguments `a`. */
+#define FILL_SHAPE(args, a, p, nh, nt) \
+    do {                               \
+        (args)->d = (p)->d;            \
+        (args)->heads = (nh);          \
+        (args)->T = (nt);              \
+        (args)->scale = (a)->scale;    \
+        (args)->eps = (a)->eps;        \
+    } while (0)
+
 /* The ops table's check_problem: what no CUDA kernel runs. */
 int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p);
 
@@ -179,6 +206,23 @@ int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p);
  * fills l (T > 0, or T = 0 for the mix backward); ATTNRES_OK, or the status with the reason on dev. */
 int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                     const ar_op_args *a, cuda_launch_data *l);
+
+/* ---- cuda_args_phase1_backward.c, cuda_args_phase2_backward.c ---------- */
+
+/* The dynamic shared memory a phase backward's per-token tables take per
+ * block (templates/cuda/phase1_backward.lua, phase2_backward.lua), which
+ * ar_cuda_check_problem bounds by AR_CUDA_PHASE_BACKWARD_MAX_SMEM. */
+int64_t ar_cuda_phase1_backward_smem(const attnres_problem *p);
+int64_t ar_cuda_phase2_backward_smem(const attnres_problem *p);
+
+/* Fill a phase backward's by-value struct and its launch (grid, dynamic
+ * shared memory, the sum entry's grid, the first entry) in l, after
+ * checking the caller's arguments against the problem and the kernel. T
+ * may be 0: then only the sums run, and write zeros. */
+int ar_cuda_fill_phase1_backward(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                                 const attnres_phase1_backward_args *a, cuda_launch_data *l);
+int ar_cuda_fill_phase2_backward(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
+                                 const attnres_phase2_backward_args *a, cuda_launch_data *l);
 
 /* Launches prepared work on stream, the context already current. */
 int ar_cuda_launch_current(attnres_device *dev, const ar_kernel *k, cuda_launch_data *l, CUstream stream);

@@ -19,11 +19,11 @@
 
 #include "kernel_abi.h"
 
-/* The version this library speaks for each attnres_op; 0 where CUDA has
- * no kernels of the op (the phase backwards). */
-#define AR_CUDA_ABI_VERSIONS \
+/* The version this library speaks for each attnres_op. */
+#define AR_CUDA_ABI_VERSIONS                                                                       \
     ((const int[6]){AR_KERNEL_ABI_CUDA_MIX, AR_KERNEL_ABI_CUDA_PHASE1, AR_KERNEL_ABI_CUDA_PHASE2, \
-                    AR_KERNEL_ABI_CUDA_MIX_BACKWARD, 0, 0})
+                    AR_KERNEL_ABI_CUDA_MIX_BACKWARD, AR_KERNEL_ABI_CUDA_PHASE1_BACKWARD,        \
+                    AR_KERNEL_ABI_CUDA_PHASE2_BACKWARD})
 
 /* The mix backward (templates/cuda/mix_backward.lua) has three entries in
  * one module, all taking attnres_cuda_mix_backward_args: attnres_<id>,

@@ -22,6 +22,16 @@
 #include "cuda_kernel_abi.h"
 
 #define AR_CUDA_PHASE1_MAX_SMEM (48 * 1024)
+
+/* The backwards of the phases (templates/cuda/phase1_backward.lua and
+ * phase2_backward.lua), from the same struct file: attnres_<id>, one block
+ * per token group writing the group's fp32 partial sums into the caller's
+ * workspace (the layout of the CPU's, ar_mix_backward_workspace with a row
+ * of S * d for phase 1), and attnres_<id>_sum, the fixed-order pass adding
+ * them up; phase 2's has attnres_<id>_epi too, its first entry with the
+ * output-norm epilogue. Their per-token tables in dynamic shared memory
+ * (ar_cuda_phase{1,2}_backward_smem) are bounded by this. */
+#define AR_CUDA_PHASE_BACKWARD_MAX_SMEM (48 * 1024)
 #define AR_CUDA_PHASE2_MAX_HEADS 1024
 
 #endif

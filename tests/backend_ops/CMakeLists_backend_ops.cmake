@@ -6,7 +6,8 @@
 set(backend_ops_sources ${CMAKE_CURRENT_LIST_DIR}/backend_ops.c ${CMAKE_CURRENT_LIST_DIR}/ops_cpu.c
   ${CMAKE_CURRENT_LIST_DIR}/ops_cpu_backward.c ${CMAKE_CURRENT_LIST_DIR}/ops_cpu_phase_backward.c)
 if(ATTNRES_CUDA)
-  list(APPEND backend_ops_sources ${CMAKE_CURRENT_LIST_DIR}/ops_cuda.c)
+  list(APPEND backend_ops_sources ${CMAKE_CURRENT_LIST_DIR}/ops_cuda.c
+    ${CMAKE_CURRENT_LIST_DIR}/ops_cuda_phase_backward.c)
 endif()
 add_executable(backend_ops ${backend_ops_sources})
 target_include_directories(backend_ops PRIVATE
@@ -52,19 +53,26 @@ set_tests_properties(runtime_cpu_mix_variants runtime_mix_backward_variants runt
   PROPERTIES TIMEOUT 900 LABELS "unit;runtime")
 
 if(ATTNRES_CUDA)
-  # Every CUDA variant that `attnres gen --list` lists (of cuda/mix_backward
-  # a covering sample) runs in the simulated driver (libattnres-cudasim.so,
-  # target attnres_cudasim) on at least two problems its applies() accepts
-  # and matches the fp64 reference at the DESIGN §1 tolerances, with no
-  # fault. The kernels are NVRTC's PTX, loaded and launched through the
-  # CUDA backend's own operations. Skips (exit 77) when NVRTC cannot be
-  # loaded.
+  # Every CUDA variant that `attnres gen --list` lists (of the backwards,
+  # cuda/mix_backward, phase1_backward and phase2_backward, a covering sample
+  # each) runs in the simulated driver (libattnres-cudasim.so, target
+  # attnres_cudasim) on at least two problems its applies() accepts and
+  # matches the fp64 reference at the DESIGN §1 tolerances, with no fault.
+  # The kernels are NVRTC's PTX, loaded and launched through the CUDA
+  # backend's own operations. Skips (exit 77) when NVRTC cannot be loaded.
   add_test(NAME cudasim_every_cuda_variant_matches_reference COMMAND backend_ops --backend cuda --sample)
   # Every variant of the CUDA mix backward: the full tier.
   add_test(NAME cudasim_every_cuda_mix_backward_variant COMMAND backend_ops --backend cuda --op mix_backward --all)
+  # Every variant of the CUDA phase backwards (cuda/phase1_backward.lua,
+  # phase2_backward.lua), their cases in ops_cuda_phase_backward.c: the full
+  # tier.
+  add_test(NAME cudasim_every_cuda_phase_backward_variant
+    COMMAND backend_ops --backend cuda --op "phase?_backward" --all)
   set_tests_properties(cudasim_every_cuda_variant_matches_reference PROPERTIES TIMEOUT 600)
-  set_tests_properties(cudasim_every_cuda_mix_backward_variant PROPERTIES TIMEOUT 900)
+  set_tests_properties(cudasim_every_cuda_mix_backward_variant cudasim_every_cuda_phase_backward_variant
+    PROPERTIES TIMEOUT 900)
   set_tests_properties(cudasim_every_cuda_variant_matches_reference cudasim_every_cuda_mix_backward_variant
+    cudasim_every_cuda_phase_backward_variant
     PROPERTIES SKIP_RETURN_CODE 77 LABELS "cuda;cudasim"
     ENVIRONMENT "ATTNRES_CUDA_DRIVER=$<TARGET_FILE:attnres_cudasim>;ATTNRES_TEMPLATE_DIR=${ATTNRES_TEMPLATE_DIR};ATTNRES_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache/cudasim-variants")
 endif()

@@ -1,9 +1,12 @@
 /*
  * ops_cuda.c - the CUDA backend's cases of backend_ops: every variant of
  * every template under cuda/ (those `attnres gen --list` lists:
- * mix_online, mix_twopass, phase1, phase2, mix_backward; of mix_backward a
- * covering sample under --sample, every value of every parameter once,
- * and every variant under --all) runs and matches the reference.
+ * mix_online, mix_twopass, phase1, phase2, and the backwards mix_backward,
+ * phase1_backward and phase2_backward; of each backward a covering sample
+ * under --sample, every value of every parameter once, and every variant
+ * under --all) runs and matches the reference. The phase backwards' cases
+ * are in ops_cuda_phase_backward.c, and what the cases share in
+ * ops_cuda_internal.h.
  *
  * For each variant this part picks at least two problems its applies()
  * accepts - N = 1, a d below the variant's bound, T not a multiple of its
@@ -29,6 +32,17 @@
  * normed alone): there the reference's dout is the gradient of out
  * composed in fp64 from the rounded out the kernel reads, d(out_gain) is
  * checked too, and a launch with T = 0 must write zero sums.
+ *
+ * The phase backwards' problems likewise run twice and are checked against
+ * attnres_reference_phase1_backward / _phase2_backward (every gradient,
+ * bit-identical runs, the PTX free of atomics): phase 1 with N = 1 (the
+ * query gradients of a site without a dlse exactly 0), H > 1, S > 1 and
+ * not a multiple of the variant's sites per tile, no dlse, some and all,
+ * written and accumulated source gradients in the storage type and in
+ * fp32, two of them one view; phase 2 with H = 1 and more heads than
+ * warps, the fused add with and without dsublayer (and dsublayer given
+ * without it, left untouched), the epilogue with dout and without, with
+ * and without d(out_gain); T = 0 writing zero sums every time.
  *
  * Under ctest the device is the simulated driver (ATTNRES_CUDA_DRIVER names
  * libattnres-cudasim.so); on a GPU host without that variable it is the
@@ -61,12 +75,13 @@
 #include "test_data.h"
 #include "test_cuda_open.h"
 #include "test_jobs.h"
+#include "ops_cuda_internal.h"
 
 #ifndef ATTNRES_TEMPLATE_DIR
 #define ATTNRES_TEMPLATE_DIR "templates"
 #endif
 
-#define MAX_PROBLEMS 5
+#define MAX_PROBLEMS 6
 #define COMPILE_THREADS 2
 
 static double now_s(void)
@@ -88,16 +103,16 @@ static const char *template_dir(void)
  * the backend's interface is a one-place edit)
  * ---------------------------------------------------------------------- */
 
-static attnres_device *dev;
+attnres_device *cuda_dev;
 static int (*sim_last_fault)(char *, size_t);
 static const char *(*sim_describe)(void);
 static int device_reopens;
 
 static int open_device(char *msg, size_t len)
 {
-    int rc = attnres_device_open("cuda:0", &dev, msg, len);
+    int rc = attnres_device_open("cuda:0", &cuda_dev, msg, len);
     if (rc != ATTNRES_OK)
-        dev = NULL;
+        cuda_dev = NULL;
     return rc;
 }
 
@@ -106,8 +121,8 @@ static int open_device(char *msg, size_t len)
 static void reopen_device(void)
 {
     char msg[512];
-    attnres_device_close(dev);
-    dev = NULL;
+    attnres_device_close(cuda_dev);
+    cuda_dev = NULL;
     device_reopens++;
     if (open_device(msg, sizeof msg) != ATTNRES_OK)
         fprintf(stderr, "FATAL: cuda:0 could not be reopened after a fault: %s\n", msg);
@@ -116,10 +131,10 @@ static void reopen_device(void)
 static int be_load(const void *blob, size_t size, const char *kernel, const char *json, ar_kernel *k)
 {
     memset(k, 0, sizeof *k);
-    return dev->ops->load(dev, blob, size, NULL, kernel, json, k);
+    return cuda_dev->ops->load(cuda_dev, blob, size, NULL, kernel, json, k);
 }
 
-static void be_unload(ar_kernel *k) { dev->ops->unload(dev, k); }
+static void be_unload(ar_kernel *k) { cuda_dev->ops->unload(cuda_dev, k); }
 
 /* The simulator's description of the last fault, when it is one. */
 static void fault_text(char *buf, size_t len)
@@ -133,15 +148,7 @@ static void fault_text(char *buf, size_t len)
  * A failure of one run: recorded with everything needed to diagnose it
  * ---------------------------------------------------------------------- */
 
-typedef struct run_ctx {
-    const char *variant, *arch;
-    char why[2048]; /* first failure */
-    int faulted;    /* the device needs reopening */
-} run_ctx;
-
-static void fail_run(run_ctx *c, int device_error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void fail_run(run_ctx *c, int device_error, const char *fmt, ...)
+void fail_run(run_ctx *c, int device_error, const char *fmt, ...)
 {
     if (c->why[0])
         return;
@@ -154,7 +161,8 @@ static void fail_run(run_ctx *c, int device_error, const char *fmt, ...)
     if (device_error) {
         c->faulted = 1;
         size_t used = strlen(c->why);
-        snprintf(c->why + used, sizeof c->why - used, ": %s", dev ? attnres_device_errmsg(dev) : "(no device)");
+        snprintf(c->why + used, sizeof c->why - used, ": %s",
+                 cuda_dev ? attnres_device_errmsg(cuda_dev) : "(no device)");
         char ft[1024];
         fault_text(ft, sizeof ft);
         used = strlen(c->why);
@@ -163,27 +171,21 @@ static void fail_run(run_ctx *c, int device_error, const char *fmt, ...)
     }
 }
 
-/* Launches k with the op's arguments; a failure is recorded in c as a
- * device error (the device is reopened after it). 0 on success. */
-static int be_launch(run_ctx *c, const ar_kernel *k, const attnres_problem *p, int64_t T, const ar_op_args *op)
+int be_launch(run_ctx *c, const ar_kernel *k, const attnres_problem *p, int64_t T, const ar_op_args *op)
 {
-    if (dev->ops->launch(dev, k, p, T, op, NULL) == ATTNRES_OK)
+    if (cuda_dev->ops->launch(cuda_dev, k, p, T, op, NULL) == ATTNRES_OK)
         return 0;
     fail_run(c, 1, "launch");
     return -1;
 }
 
-/* Whether the reference refused the problem (status), recorded in c. */
-static int refused(run_ctx *c, int status)
+int refused(run_ctx *c, int status)
 {
     if (status == ATTNRES_OK)
         return 0;
     fail_run(c, 0, "the reference refused the problem");
     return 1;
 }
-
-/* Sets argument `field` and its stride to device view v. */
-#define SET_VIEW(a, field, v) ((a).field = (v).dptr, (a).field##_stride = (v).stride)
 
 /* Sets the inputs that a mix and its backward share: the sources, the
  * query and the scale 0.9 and eps 1e-5 the references are given. */
@@ -202,19 +204,8 @@ static int refused(run_ctx *c, int status)
  * Device buffers: a [rows, d] storage view with a padded stride
  * ---------------------------------------------------------------------- */
 
-typedef struct view {
-    attnres_dtype dt;
-    size_t es;
-    int64_t rows, d, stride;
-    unsigned char *host; /* what was uploaded: rows * stride elements */
-    double *x;           /* the rounded values as doubles, [rows][d] (inputs) */
-    void *dptr;
-} view;
-
-/* random: rows of N(0,1) scaled by `magnitude` (0: 10^U(-1,1) per row), the
- * padding NaN; else every byte 0xff (NaN in every dtype), the poison. */
-static int view_make(run_ctx *c, view *v, attnres_dtype dt, size_t es, int64_t rows, int64_t d, int64_t stride,
-                     int random, uint64_t *s, double magnitude)
+int view_make(run_ctx *c, view *v, attnres_dtype dt, size_t es, int64_t rows, int64_t d, int64_t stride, int random,
+              uint64_t *s, double magnitude)
 {
     memset(v, 0, sizeof *v);
     v->dt = dt;
@@ -232,20 +223,19 @@ static int view_make(run_ctx *c, view *v, attnres_dtype dt, size_t es, int64_t r
     memset(v->host, 0xff, bytes); /* NaN in every storage type */
     if (random)
         fill_rows(s, dt, v->host, rows, d, stride, magnitude, v->x);
-    if (dev->ops->mem_alloc(dev, bytes, &v->dptr) != ATTNRES_OK) {
+    if (cuda_dev->ops->mem_alloc(cuda_dev, bytes, &v->dptr) != ATTNRES_OK) {
         fail_run(c, 1, "allocating %zu bytes", bytes);
         v->dptr = NULL;
         return -1;
     }
-    if (dev->ops->copy_to_device(dev, v->dptr, v->host, bytes) != ATTNRES_OK) {
+    if (cuda_dev->ops->copy_to_device(cuda_dev, v->dptr, v->host, bytes) != ATTNRES_OK) {
         fail_run(c, 1, "uploading %zu bytes", bytes);
         return -1;
     }
     return 0;
 }
 
-/* fp32 vector (query, gain) from doubles: x holds the values as stored. */
-static int vec_make(run_ctx *c, view *v, int64_t count, uint64_t *s, double mean, double sd)
+int vec_make(run_ctx *c, view *v, int64_t count, uint64_t *s, double mean, double sd)
 {
     memset(v, 0, sizeof *v);
     v->dt = ATTNRES_DTYPE_F32;
@@ -262,30 +252,28 @@ static int vec_make(run_ctx *c, view *v, int64_t count, uint64_t *s, double mean
         ((float *)v->host)[k] = (float)(mean + sd * rng_normal(s));
         v->x[k] = ((float *)v->host)[k];
     }
-    if (dev->ops->mem_alloc(dev, (size_t)count * 4, &v->dptr) != ATTNRES_OK) {
+    if (cuda_dev->ops->mem_alloc(cuda_dev, (size_t)count * 4, &v->dptr) != ATTNRES_OK) {
         fail_run(c, 1, "allocating a vector");
         v->dptr = NULL;
         return -1;
     }
-    if (dev->ops->copy_to_device(dev, v->dptr, v->host, (size_t)count * 4) != ATTNRES_OK) {
+    if (cuda_dev->ops->copy_to_device(cuda_dev, v->dptr, v->host, (size_t)count * 4) != ATTNRES_OK) {
         fail_run(c, 1, "uploading a vector");
         return -1;
     }
     return 0;
 }
 
-static void view_free(view *v)
+void view_free(view *v)
 {
-    if (v->dptr && dev)
-        dev->ops->mem_free(dev, v->dptr);
+    if (v->dptr && cuda_dev)
+        cuda_dev->ops->mem_free(cuda_dev, v->dptr);
     free(v->host);
     free(v->x);
     memset(v, 0, sizeof *v);
 }
 
-/* Copies the view back; *got = its values [rows][d] as doubles. Checks the
- * padding between rows is what was uploaded. 0 on success. */
-static int view_fetch(run_ctx *c, const view *v, const char *name, double *got)
+int view_fetch(run_ctx *c, const view *v, const char *name, double *got)
 {
     size_t bytes = (size_t)(v->rows * v->stride) * v->es;
     unsigned char *buf = malloc(bytes ? bytes : 1);
@@ -293,7 +281,7 @@ static int view_fetch(run_ctx *c, const view *v, const char *name, double *got)
         fail_run(c, 0, "out of host memory");
         return -1;
     }
-    if (dev->ops->copy_to_host(dev, buf, v->dptr, bytes) != ATTNRES_OK) {
+    if (cuda_dev->ops->copy_to_host(cuda_dev, buf, v->dptr, bytes) != ATTNRES_OK) {
         fail_run(c, 1, "copying %s back", name);
         free(buf);
         return -1;
@@ -313,9 +301,7 @@ static int view_fetch(run_ctx *c, const view *v, const char *name, double *got)
     return rc;
 }
 
-/* Compares got with want; records a failure when over tolerance or NaN. */
-static double compare(run_ctx *c, const char *name, const double *got, const double *want, int64_t count,
-                      double tol)
+double compare(run_ctx *c, const char *name, const double *got, const double *want, int64_t count, double tol)
 {
     double e = case_rel_err(got, want, count);
     if (!(e <= tol)) {
@@ -339,11 +325,8 @@ static double compare(run_ctx *c, const char *name, const double *got, const dou
     return e;
 }
 
-/* Fetches view v (named `fetched` if that fails) and folds its error
- * against want, under the name `name`, into *err; -1 when the fetch failed
- * (which fails the run). */
-static int fetch_compare(run_ctx *c, const view *v, const char *fetched, const char *name, double *got,
-                         const double *want, int64_t count, double tol, double *err)
+int fetch_compare(run_ctx *c, const view *v, const char *fetched, const char *name, double *got, const double *want,
+                  int64_t count, double tol, double *err)
 {
     if (view_fetch(c, v, fetched, got))
         return -1;
@@ -360,26 +343,12 @@ static int fetch_outputs(run_ctx *c, const view *out, const view *normed, int ep
            (epi && fetch_compare(c, normed, "normed", "normed", got, refn, count, tol, err));
 }
 
-/* Padded stride: d plus `extra` loads of the kernel's alignment. */
-static int64_t padded(int64_t d, int64_t align_elems, int extra) { return d + align_elems * extra; }
-
 /* ------------------------------------------------------------------------
  * One problem, for one loaded kernel
  * ---------------------------------------------------------------------- */
 
-typedef struct problem {
-    attnres_problem p;
-    int64_t T;
-    int accumulate; /* mix_backward: ATTNRES_GRAD_ACCUMULATE */
-    int dsrc_f32;   /* mix_backward: ATTNRES_GRAD_DSOURCES_F32 */
-    int dnonly;     /* mix_backward with the epilogue: dout NULL (a loss of normed alone) */
-} problem;
-
-/* The n sources of p: random [T, d] views with padded strides (each a
- * different padding), and their device pointers, strides and exact
- * values; -1 when one cannot be made (the run failed). */
-static int make_sources(run_ctx *c, const attnres_problem *p, int64_t T, int64_t ae, uint64_t *s, view *src,
-                        const void **rows, int64_t *strides, const double **xs)
+int make_sources(run_ctx *c, const attnres_problem *p, int64_t T, int64_t ae, uint64_t *s, view *src,
+                 const void **rows, int64_t *strides, const double **xs)
 {
     const size_t es = attnres_dtype_size(p->dtype);
     for (int i = 0; i < p->n; i++) {
@@ -392,13 +361,14 @@ static int make_sources(run_ctx *c, const attnres_problem *p, int64_t T, int64_t
     return 0;
 }
 
-static uint64_t problem_seed(const problem *pr)
+uint64_t problem_seed(const problem *pr)
 {
     const attnres_problem *p = &pr->p;
     return 0x5eedull ^ ((uint64_t)p->op << 56) ^ ((uint64_t)p->dtype << 52) ^ ((uint64_t)p->d << 20) ^
            ((uint64_t)p->n << 12) ^ ((uint64_t)p->heads << 4) ^ (uint64_t)pr->T ^ ((uint64_t)p->s << 40) ^
            ((uint64_t)p->form << 48) ^ ((uint64_t)p->epilogue << 49) ^ ((uint64_t)p->fuse_add << 50) ^
-           ((uint64_t)pr->accumulate << 51) ^ ((uint64_t)pr->dsrc_f32 << 53) ^ ((uint64_t)pr->dnonly << 54);
+           ((uint64_t)pr->accumulate << 51) ^ ((uint64_t)pr->dsrc_f32 << 53) ^ ((uint64_t)pr->dnonly << 54) ^
+           ((uint64_t)pr->dlse << 60) ^ ((uint64_t)pr->dsub << 62) ^ ((uint64_t)pr->nodgain << 63);
 }
 
 /* Runs mix on the loaded kernel; returns the worst relative error (NaN or
@@ -464,10 +434,9 @@ done:
     return c->why[0] ? INFINITY : err;
 }
 
-/* Copies a device buffer of `bytes` back into buf; 0 on success. */
-static int fetch_raw(run_ctx *c, const view *v, void *buf, size_t bytes, const char *name)
+int fetch_raw(run_ctx *c, const view *v, void *buf, size_t bytes, const char *name)
 {
-    if (dev->ops->copy_to_host(dev, buf, v->dptr, bytes) != ATTNRES_OK) {
+    if (cuda_dev->ops->copy_to_host(cuda_dev, buf, v->dptr, bytes) != ATTNRES_OK) {
         fail_run(c, 1, "copying %s back", name);
         return -1;
     }
@@ -507,7 +476,8 @@ static int make_epilogue(run_ctx *c, const attnres_problem *fwd, int64_t T, int6
         }
         ar_rmsnorm_backward(o, dn->x + t * d, gain->x, eps, d, xdo + t * d, refg);
     }
-    if (dev->ops->copy_to_device(dev, outv->dptr, outv->host, (size_t)(T * outv->stride) * es) != ATTNRES_OK) {
+    if (cuda_dev->ops->copy_to_device(cuda_dev, outv->dptr, outv->host, (size_t)(T * outv->stride) * es) !=
+        ATTNRES_OK) {
         fail_run(c, 1, "uploading out");
         return -1;
     }
@@ -633,14 +603,16 @@ static double run_mix_backward(run_ctx *c, const ar_kernel *k, const problem *pr
         size_t at = 0;
         /* The initial gradients and a poisoned workspace, before each run. */
         for (int i = 0; i < n; i++)
-            if (dev->ops->copy_to_device(dev, dsrc[i].dptr, dsrc[i].host, (size_t)(T * dsrc[i].stride) * ges)) {
+            if (cuda_dev->ops->copy_to_device(cuda_dev, dsrc[i].dptr, dsrc[i].host,
+                                              (size_t)(T * dsrc[i].stride) * ges)) {
                 fail_run(c, 1, "resetting a gradient");
                 goto done;
             }
-        if ((additive && dev->ops->copy_to_device(dev, dpart.dptr, dpart.host, (size_t)(T * dpart.stride) * es)) ||
-            dev->ops->copy_to_device(dev, ws.dptr, ws.host, ws_size) ||
-            dev->ops->copy_to_device(dev, dq.dptr, dq.host, (size_t)d * 4) ||
-            (epi && dev->ops->copy_to_device(dev, dg.dptr, dg.host, (size_t)d * 4))) {
+        if ((additive &&
+             cuda_dev->ops->copy_to_device(cuda_dev, dpart.dptr, dpart.host, (size_t)(T * dpart.stride) * es)) ||
+            cuda_dev->ops->copy_to_device(cuda_dev, ws.dptr, ws.host, ws_size) ||
+            cuda_dev->ops->copy_to_device(cuda_dev, dq.dptr, dq.host, (size_t)d * 4) ||
+            (epi && cuda_dev->ops->copy_to_device(cuda_dev, dg.dptr, dg.host, (size_t)d * 4))) {
             fail_run(c, 1, "resetting the outputs");
             goto done;
         }
@@ -730,7 +702,7 @@ done:
 }
 
 /* Whether the PTX has an atomic or reduction instruction (atom., red.,
- * optionally predicated): the mix backward's sums must not. */
+ * optionally predicated): the backwards' sums must not. */
 static int ptx_has_atomics(const char *ptx, size_t size)
 {
     const char *p = ptx, *end = ptx + size;
@@ -852,7 +824,7 @@ static double run_phase2(run_ctx *c, const ar_kernel *k, const problem *pr, int6
             ((float *)lse.host)[t * lse.stride + h] = v;
             lse.x[t * H + h] = v;
         }
-    if (dev->ops->copy_to_device(dev, lse.dptr, lse.host, (size_t)(T * lse.stride) * 4) != ATTNRES_OK) {
+    if (cuda_dev->ops->copy_to_device(cuda_dev, lse.dptr, lse.host, (size_t)(T * lse.stride) * 4) != ATTNRES_OK) {
         fail_run(c, 1, "uploading lse");
         goto done;
     }
@@ -893,6 +865,17 @@ done:
  * Variants and the problems chosen for them
  * ---------------------------------------------------------------------- */
 
+/* The ops by number (attnres_op), as templates name them. */
+#define NOPS 6
+static const char *const op_names[NOPS] = {"mix",          "phase1",          "phase2",
+                                           "mix_backward", "phase1_backward", "phase2_backward"};
+
+/* Whether op is a backward: its sums a pass of their own, without atomics. */
+static int is_backward(int op)
+{
+    return op == ATTNRES_OP_MIX_BACKWARD || op == ATTNRES_OP_PHASE1_BACKWARD || op == ATTNRES_OP_PHASE2_BACKWARD;
+}
+
 typedef struct variant {
     argen *g;
     int op;
@@ -924,7 +907,7 @@ static void json_str(const char *json, const char *key, char *buf, size_t len)
 
 static argen_device gen_device(void)
 {
-    argen_device d = {.backend = "cuda", .arch = dev->arch, .units = dev->units};
+    argen_device d = {.backend = "cuda", .arch = cuda_dev->arch, .units = cuda_dev->units};
     return d;
 }
 
@@ -939,17 +922,18 @@ static int try_problem(variant *v, attnres_op op, int64_t d, int n, int heads, i
     attnres_problem_init(&pr.p, v->dt, d, n);
     pr.p.op = op;
     pr.p.heads = heads;
-    pr.p.s = op == ATTNRES_OP_PHASE1 ? s : 0;
+    pr.p.s = op == ATTNRES_OP_PHASE1 || op == ATTNRES_OP_PHASE1_BACKWARD ? s : 0;
     pr.p.form = additive ? ATTNRES_FORM_ADDITIVE : ATTNRES_FORM_REPLACE;
     pr.p.fuse_add = fuse;
     pr.p.epilogue = epi;
     pr.T = T;
-    static const char *const ops[] = {"mix", "phase1", "phase2", "mix_backward"};
-    pr.accumulate = 0;
-    pr.dsrc_f32 = 0;
-    pr.dnonly = 0;
-    argen_problem ap = {.op = ops[op], .dtype = attnres_dtype_name(v->dt), .form = additive ? "additive" : "replace",
-                        .d = d, .t = T, .n = n, .heads = heads, .epilogue = epi, .s = pr.p.s};
+    pr.accumulate = pr.dsrc_f32 = pr.dnonly = pr.dsub = pr.nodgain = pr.alias = 0;
+    /* Phase 1's backward: every site with a dlse unless a role says (0,
+     * DLSE_NONE, elsewhere: the other ops' seeds stay as they were). */
+    pr.dlse = op == ATTNRES_OP_PHASE1_BACKWARD ? DLSE_ALL : DLSE_NONE;
+    argen_problem ap = {.op = op_names[op], .dtype = attnres_dtype_name(v->dt),
+                        .form = additive ? "additive" : "replace", .d = d, .t = T, .n = n, .heads = heads,
+                        .epilogue = epi, .s = pr.p.s};
     argen_device ad = gen_device();
     char msg[256];
     if (attnres_problem_check(&pr.p, msg, sizeof msg) != ATTNRES_OK) {
@@ -995,6 +979,12 @@ static int choose_problems(variant *v, char *err, size_t err_len)
             }                                                                                     \
             roles[nroles - 1].got = r;                                                            \
         }                                                                                         \
+    } while (0)
+/* Sets a field of the problem the role just took, if it took one. */
+#define SET_LAST(field, value)                            \
+    do {                                                  \
+        if (roles[nroles - 1].got)                        \
+            v->prob[v->nprob - 1].field = (value);        \
     } while (0)
 
     if (v->op == ATTNRES_OP_MIX && dmax > 0) {
@@ -1052,10 +1042,63 @@ static int choose_problems(variant *v, char *err, size_t err_len)
         TRY(ATTNRES_OP_MIX_BACKWARD, 2 * 13 * vec, 3, 2, 0, 33, 1, 0, 1);
         if (roles[nroles - 1].got)
             v->prob[v->nprob - 1].dnonly = 1;
+    } else if (v->op == ATTNRES_OP_PHASE1_BACKWARD) {
+        /* One block per group of 32 tokens; sweep 1 takes tiles of (head,
+         * 4 sources, sj sites) a warp each. d <= 256 keeps the simulator's
+         * cost small. */
+        ROLE("N = 1, S = 2, site 0 without a dlse (its dqueries exactly 0), T = 1");
+        TRY(ATTNRES_OP_PHASE1_BACKWARD, 29 * vec, 1, 1, 2, 1, 0, 0, 0);
+        SET_LAST(dlse, DLSE_SOME);
+        ROLE("H = 3, N = 5 and S = 2 sj + 1 (more tiles than warps, short ones), some dlse, accumulated with two "
+             "gradients one view, three groups");
+        TRY(ATTNRES_OP_PHASE1_BACKWARD, 3 * 10 * vec, 5, 3, 2 * sj + 1, 2 * 32 + 5, 0, 0, 0);
+        SET_LAST(dlse, DLSE_SOME);
+        SET_LAST(accumulate, 1);
+        SET_LAST(alias, 1);
+        ROLE("H = 2, N = 4, S = sj, every dlse, fp32 source gradients accumulated, two groups");
+        TRY(ATTNRES_OP_PHASE1_BACKWARD, 2 * 12 * vec, 4, 2, sj, 33, 0, 0, 0);
+        SET_LAST(accumulate, 1);
+        SET_LAST(dsrc_f32, 1);
+        /* Over a group and a part: at two tokens one token's p1 - p2
+         * cancelling in fp32 (the terms 40 times its size) takes dqueries
+         * past 1e-5 in any fp32 implementation. */
+        ROLE("fp32 source gradients written, no dlse, N = 2, S = 1, T = 37");
+        TRY(ATTNRES_OP_PHASE1_BACKWARD, 29 * vec, 2, 1, 1, 37, 0, 0, 0);
+        SET_LAST(dlse, DLSE_NONE);
+        SET_LAST(dsrc_f32, 1);
+        /* The one wide row: every thread takes a second chunk of it. */
+        ROLE("d over the block's width (a thread's second chunk), N = 2, S = 1, T = 7");
+        TRY(ATTNRES_OP_PHASE1_BACKWARD, (int64_t)(warps * 32 + 5) * vec, 2, 1, 1, 7, 0, 0, 0);
+    } else if (v->op == ATTNRES_OP_PHASE2_BACKWARD) {
+        /* Heads split over the warps (several warps a head when fewer, one
+         * warp a head in turns when more); without the epilogue dout_gain
+         * is passed all the same and must stay untouched. */
+        /* Three tokens: one token's dlse alone, a sum over d that may
+         * cancel, would sit near fp32's 1e-5 in any implementation. */
+        ROLE("H = 1, small d, T = 3");
+        TRY(ATTNRES_OP_PHASE2_BACKWARD, 29 * vec, 1, 1, 0, 3, 0, 0, 0);
+        ROLE("H = 3, fused add with dsublayer, accumulated, three groups");
+        TRY(ATTNRES_OP_PHASE2_BACKWARD, 3 * 10 * vec, 1, 3, 0, 2 * 32 + 5, 0, 1, 0);
+        SET_LAST(dsub, 1);
+        SET_LAST(accumulate, 1);
+        ROLE("more heads than warps, epilogue, fused add without dsublayer, two groups");
+        TRY(ATTNRES_OP_PHASE2_BACKWARD, (int64_t)(warps + 3) * (vec > 1 ? vec : 3), 1, warps + 3, 0, 33, 0, 1, 1);
+        ROLE("epilogue with dout NULL and dout_gain NULL, accumulated, dsublayer given without the fused add, H = 2");
+        TRY(ATTNRES_OP_PHASE2_BACKWARD, 2 * 13 * vec, 1, 2, 0, 40, 0, 0, 1);
+        SET_LAST(dnonly, 1);
+        SET_LAST(nodgain, 1);
+        SET_LAST(accumulate, 1);
+        SET_LAST(dsub, 1);
+        ROLE("epilogue, H = 1, fused add with dsublayer, T = 70");
+        TRY(ATTNRES_OP_PHASE2_BACKWARD, 32 * vec, 1, 1, 0, 70, 0, 1, 1);
+        SET_LAST(dsub, 1);
+        ROLE("d over the block's width (a thread's second chunk), epilogue, T = 7");
+        TRY(ATTNRES_OP_PHASE2_BACKWARD, (int64_t)(warps * 32 + 5) * vec, 1, 1, 0, 7, 0, 0, 1);
     } else {
         snprintf(err, err_len, "unknown op %d", v->op);
         return -1;
     }
+#undef SET_LAST
 #undef TRY
 #undef ROLE
     for (int i = 0; i < nroles; i++)
@@ -1118,19 +1161,22 @@ static void compile_job(size_t i)
  * The cases: a variant's problems for one compile target
  * ---------------------------------------------------------------------- */
 
-static const char *const op_names[] = {"mix", "phase1", "phase2", "mix_backward"};
-
-/* The case of problem pr of variant v compiled for arch. */
+/* The case of problem pr of variant v compiled for arch; the phase 1
+ * backward's name says which sites have a dlse ("_nodlse", "_somedlse" or
+ * "_dlse"). */
 static void cuda_case(const variant *v, const problem *pr, const char *arch, bo_case *c)
 {
     const attnres_problem *p = &pr->p;
     *c = (bo_case){.backend = "cuda", .op = op_names[v->op], .variant = v->id, .arch = arch, .dtype = v->dt,
                    .additive = p->form == ATTNRES_FORM_ADDITIVE, .heads = p->heads};
-    char extra[32];
-    snprintf(extra, sizeof extra, "%s%s%s", pr->accumulate ? "_acc" : "", pr->dsrc_f32 ? "_f32grads" : "",
-             pr->dnonly ? "_dnonly" : "");
-    bo_name(c, p->d, p->op == ATTNRES_OP_PHASE2 ? 0 : p->n, p->op == ATTNRES_OP_PHASE1 ? p->s : 0, pr->T,
-            p->fuse_add, p->epilogue, extra);
+    static const char *const dlse[] = {"_nodlse", "_somedlse", "_dlse"};
+    const int phase1 = p->op == ATTNRES_OP_PHASE1 || p->op == ATTNRES_OP_PHASE1_BACKWARD;
+    const int phase2 = p->op == ATTNRES_OP_PHASE2 || p->op == ATTNRES_OP_PHASE2_BACKWARD;
+    char extra[64];
+    snprintf(extra, sizeof extra, "%s%s%s%s%s%s%s", p->op == ATTNRES_OP_PHASE1_BACKWARD ? dlse[pr->dlse] : "",
+             pr->dnonly ? "_dnonly" : "", pr->dsub ? "_dsub" : "", pr->nodgain ? "_nodgain" : "",
+             pr->accumulate ? "_acc" : "", pr->dsrc_f32 ? "_f32grads" : "", pr->alias ? "_alias" : "");
+    bo_name(c, p->d, phase2 ? 0 : p->n, phase1 ? p->s : 0, pr->T, p->fuse_add, p->epilogue, extra);
 }
 
 /* Fails every selected case of job jb with the same reason; returns how
@@ -1165,7 +1211,7 @@ typedef struct sweep {
 
 /* The variants of template `name` (op) wanted, emitted, with their
  * problems, appended to sw; per_op counts them. */
-static void collect_template(sweep *sw, size_t *cap, const char *name, int per_op[4])
+static void collect_template(sweep *sw, size_t *cap, const char *name, int per_op[NOPS])
 {
     argen *g = NULL;
     char msg[2048];
@@ -1181,7 +1227,7 @@ static void collect_template(sweep *sw, size_t *cap, const char *name, int per_o
     sw->gens[sw->ngens++] = g;
     const char *opname = argen_op(g);
     int op = -1;
-    for (int o = 0; o < 4; o++)
+    for (int o = 0; o < NOPS; o++)
         if (strcmp(opname, op_names[o]) == 0)
             op = o;
     if (op < 0) {
@@ -1196,10 +1242,10 @@ static void collect_template(sweep *sw, size_t *cap, const char *name, int per_o
         bo_fail("template %s: no variants (%s)", name, argen_errmsg(g));
         return;
     }
-    /* The mix backward's covering sample (every value of every parameter
+    /* The backwards' covering samples (every value of every parameter
      * once) under --sample; every other template's variants all. */
     int *pick = NULL;
-    if (op == ATTNRES_OP_MIX_BACKWARD && bo_sample) {
+    if (is_backward(op) && bo_sample) {
         const char **json = calloc(count, sizeof *json);
         pick = calloc(count, sizeof *pick);
         for (size_t i = 0; json && pick && i < count; i++)
@@ -1319,11 +1365,11 @@ static void run_jobs(void)
             failed_runs += fail_job(jb, "NVRTC: %s", jb->err);
             goto next;
         }
-        if (!dev) {
+        if (!cuda_dev) {
             failed_runs += fail_job(jb, "no device");
             goto next;
         }
-        if (v->op == ATTNRES_OP_MIX_BACKWARD && ptx_has_atomics(jb->blob, jb->size)) {
+        if (is_backward(v->op) && ptx_has_atomics(jb->blob, jb->size)) {
             failed_runs += fail_job(jb, "its PTX has an atom. or red. instruction");
             goto next;
         }
@@ -1332,7 +1378,8 @@ static void run_jobs(void)
         if (be_load(jb->blob, jb->size, v->kernel, v->json, &k) != ATTNRES_OK) {
             char ft[1024];
             fault_text(ft, sizeof ft);
-            failed_runs += fail_job(jb, "the backend's load: %s%s%s", attnres_device_errmsg(dev), ft[0] ? "; simulator: " : "", ft);
+            failed_runs += fail_job(jb, "the backend's load: %s%s%s", attnres_device_errmsg(cuda_dev),
+                                    ft[0] ? "; simulator: " : "", ft);
             goto next;
         }
         variant_failed = 0;
@@ -1354,6 +1401,8 @@ static void run_jobs(void)
             case ATTNRES_OP_MIX: e = run_mix(&c, &k, pr, ae); break;
             case ATTNRES_OP_PHASE1: e = run_phase1(&c, &k, pr, ae); break;
             case ATTNRES_OP_MIX_BACKWARD: e = run_mix_backward(&c, &k, pr, ae); break;
+            case ATTNRES_OP_PHASE1_BACKWARD: e = run_phase1_backward(&c, &k, pr, ae); break;
+            case ATTNRES_OP_PHASE2_BACKWARD: e = run_phase2_backward(&c, &k, pr, ae); break;
             default: e = run_phase2(&c, &k, pr, ae); break;
             }
             const double rs = now_s() - r0;
@@ -1367,10 +1416,11 @@ static void run_jobs(void)
                 if (c.faulted) {
                     be_unload(&k);
                     reopen_device();
-                    if (!dev)
+                    if (!cuda_dev)
                         goto next;
                     if (be_load(jb->blob, jb->size, v->kernel, v->json, &k) != ATTNRES_OK) {
-                        bo_fail("%s [%s]: reload after the fault: %s", v->id, jb->arch, attnres_device_errmsg(dev));
+                        bo_fail("%s [%s]: reload after the fault: %s", v->id, jb->arch,
+                                attnres_device_errmsg(cuda_dev));
                         goto next;
                     }
                 }
@@ -1447,9 +1497,9 @@ void bo_cuda(void)
     if (!bo_listing) {
         int major = 0, minor = 0;
         ar_nvrtc_version(&major, &minor);
-        printf("cuda: device cuda:0: %s %s, %d SMs, driver %s%s%s; NVRTC %d.%d, kernels loaded as PTX\n", dev->name,
-               dev->arch, dev->units, dev->driver, sim_describe ? "; " : "", sim_describe ? sim_describe() : "",
-               major, minor);
+        printf("cuda: device cuda:0: %s %s, %d SMs, driver %s%s%s; NVRTC %d.%d, kernels loaded as PTX\n",
+               cuda_dev->name, cuda_dev->arch, cuda_dev->units, cuda_dev->driver, sim_describe ? "; " : "",
+               sim_describe ? sim_describe() : "", major, minor);
     }
     char **names = NULL;
     size_t ntemplates = 0;
@@ -1459,15 +1509,16 @@ void bo_cuda(void)
         bo_fail("cuda: no templates in %s", template_dir());
     } else {
         size_t cap = 0;
-        int per_op[4] = {0, 0, 0, 0};
+        int per_op[NOPS] = {0, 0, 0, 0, 0, 0};
         const double t0 = now_s();
         for (size_t t = 0; t < ntemplates; t++)
             if (strncmp(names[t], "cuda/", 5) == 0)
                 collect_template(&sw, &cap, names[t], per_op);
         if (!bo_listing)
-            printf("cuda: variants %zu (mix %d, phase1 %d, phase2 %d, mix_backward %d%s); problems chosen in %.2f s\n",
-                   sw.nv, per_op[0], per_op[1], per_op[2], per_op[3],
-                   bo_sample ? ", of mix_backward a covering sample" : ", all", now_s() - t0);
+            printf("cuda: variants %zu (mix %d, phase1 %d, phase2 %d, mix_backward %d, phase1_backward %d, "
+                   "phase2_backward %d%s); problems chosen in %.2f s\n",
+                   sw.nv, per_op[0], per_op[1], per_op[2], per_op[3], per_op[4], per_op[5],
+                   bo_sample ? ", of the backwards a covering sample" : ", all", now_s() - t0);
         make_jobs(&sw);
         if (!bo_listing)
             run_jobs();
@@ -1484,6 +1535,6 @@ void bo_cuda(void)
     for (int i = 0; i < sw.ngens; i++)
         argen_close(sw.gens[i]);
     argen_names_free(names, ntemplates);
-    attnres_device_close(dev);
-    dev = NULL;
+    attnres_device_close(cuda_dev);
+    cuda_dev = NULL;
 }

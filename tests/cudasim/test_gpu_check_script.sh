@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tests/gpu/check.sh, the one-command check for a lent GPU, on the simulated
 # driver (ATTNRES_CUDA_DRIVER, set by ctest), so that its steps are known to
-# run before they meet real hardware: with no forward preset and a small
-# mix backward (tests/gpu/sim-backward.problems), the script tunes the
-# backward on cuda:0 with every candidate verified, plans it with an exact
+# run before they meet real hardware: with no forward preset and small
+# backwards of each op (tests/gpu/sim-backward.problems), the script tunes
+# them on cuda:0 with every candidate verified, plans each with an exact
 # winner required, prints its workspace and the status table, and passes.
 #
 #   test_gpu_check_script.sh BUILD_DIR WORKDIR
@@ -34,28 +34,34 @@ else
     tail -30 "$WORK/check.log" | sed 's/^/     | /'
 fi
 if grep -q 'attnres tune --device cuda:0 --problems .*sim-backward.problems' "$WORK/check.log"; then
-    ok "the backward was tuned on cuda:0 from the problems file"
+    ok "the backwards were tuned on cuda:0 from the problems file"
 else
-    bad "no tune of the backward in the log"
+    bad "no tune of the backwards in the log"
 fi
-# The status table has the backward problem, with verified candidates and
-# none wrong or failed to launch.
-row=$(sed -n '/^== candidates by status/,$p' "$WORK/check.log" | grep -E '^mix_backward:' | head -1)
-read -r _ okc wrong _ launch _ <<<"$row"
-if [ -n "$row" ] && [ "${okc:-0}" -gt 0 ] 2>/dev/null && [ "$wrong" = 0 ] && [ "$launch" = 0 ]; then
-    ok "status table: $okc verified mix_backward candidates, none wrong or failed"
+# The status table has each backward op's problems, with verified
+# candidates and none wrong, nondeterministic or failed to launch.
+for op in mix_backward phase1_backward phase2_backward; do
+    row=$(sed -n '/^== candidates by status/,$p' "$WORK/check.log" | grep -E "^$op:" | head -1)
+    read -r _ okc wrong nondet _ launch _ <<<"$row"
+    if [ -n "$row" ] && [ "${okc:-0}" -gt 0 ] 2>/dev/null && [ "$wrong" = 0 ] && [ "$nondet" = 0 ] &&
+       [ "$launch" = 0 ]; then
+        ok "status table: $okc verified $op candidates, none wrong or failed"
+    else
+        bad "status table row of $op: '$row'"
+    fi
+done
+# One plan per line of the problems file, each an exact winner with its workspace.
+plans=$(grep -c '^plan level: exact device' "$WORK/plan-backward.txt" 2>/dev/null)
+workspaces=$(grep -c '^workspace: [0-9]* bytes' "$WORK/plan-backward.txt" 2>/dev/null)
+lines=$(grep -cE '^(mix|phase1|phase2)_backward ' "$HERE/../gpu/sim-backward.problems")
+if [ "${plans:-0}" = "$lines" ] && [ "${workspaces:-0}" = "$lines" ]; then
+    ok "plan --op OP --require-exact serves each of the $lines tuned winners and reports its workspace"
 else
-    bad "status table row of the backward: '$row'"
+    bad "plans of the backwards: $plans exact and $workspaces workspaces of $lines: $(head -5 "$WORK/plan-backward.txt" 2>/dev/null)"
 fi
-if grep -qi 'exact device' "$WORK/plan-mix_backward.txt" 2>/dev/null &&
-   grep -q '^workspace: [0-9]* bytes' "$WORK/plan-mix_backward.txt"; then
-    ok "plan --op mix_backward --require-exact serves the tuned winner and reports its workspace"
+if grep -q '^backward ' "$WORK/check.log"; then
+    ok "the time table lists the backwards' tune"
 else
-    bad "plan of the backward: $(cat "$WORK/plan-mix_backward.txt" 2>/dev/null | head -5)"
-fi
-if grep -q '^mix_backward ' "$WORK/check.log"; then
-    ok "the time table lists the backward's tune"
-else
-    bad "the time table has no mix_backward line"
+    bad "the time table has no backward line"
 fi
 finish

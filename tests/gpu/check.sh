@@ -15,14 +15,15 @@
 #      applicable CUDA variant is compiled with NVRTC, verified against the
 #      fp64 reference (status wrong_result / compile_failed / launch_failed
 #      otherwise) and timed;
-#   4. tunes the mix backward (op mix_backward, DESIGN §1b) at the same two
-#      shapes into that database from a problems file: every variant of
-#      cuda/mix_backward.lua is compiled, each gradient verified against
-#      attnres_reference_mix_backward, run twice and bit-compared (a
-#      candidate whose runs differ is nondeterministic),
-#      and timed; then each backward shape is planned on cuda:0 with an
-#      exact winner required (`attnres plan --op mix_backward
-#      --require-exact`), which also reports its workspace;
+#   4. tunes the backwards (DESIGN §1b) into that database from a problems
+#      file: the mix backward at the same two shapes, and the Block AttnRes
+#      phases' backwards at K3's block shape (phase1_backward, phase2_backward):
+#      every variant of cuda/mix_backward.lua, phase1_backward.lua and
+#      phase2_backward.lua is compiled, each gradient verified against the
+#      fp64 reference backward, run twice and bit-compared (a candidate
+#      whose runs differ is nondeterministic), and timed; then each backward
+#      shape is planned on cuda:0 with an exact winner required (`attnres
+#      plan --op OP --require-exact`), which also reports its workspace;
 #   5. prints the winners (`attnres db show`) and, last, a short table of
 #      candidate statuses per problem, the backward's included.
 # Before tuning it runs BUILD_DIR/bin/test_nvrtc when present (the CUDA
@@ -36,11 +37,12 @@
 #   OUT       where the database and logs go (default: BUILD_DIR/gpu-check)
 #   PRESETS   presets to tune (default: "k3 mhar-8b"; "default" and
 #             "delta-small" also exist; set but empty: none)
-#   BACKWARD  a problems file (docs/problems.md) of mix_backward lines to
-#             tune (default: the K3 and MHAR-8B shapes in bf16 at T 1, 64,
-#             4096 and 16384, and K3's with the epilogue at 64 and 4096,
-#             written to OUT/backward.problems); "none"
-#             skips the backward
+#   BACKWARD  a problems file (docs/problems.md) of mix_backward,
+#             phase1_backward and phase2_backward lines to tune (default:
+#             the mix backward at the K3 and MHAR-8B shapes in bf16 at T 1,
+#             64, 4096 and 16384 and K3's with the epilogue at 64 and 4096,
+#             and K3's phase backwards at 64 and 4096, written to
+#             OUT/backward.problems); "none" skips the backwards
 #   UNIT_TESTS  0 skips test_nvrtc and test_cuda_stream_pass (default: 1)
 #   STRATEGY  tuner strategy (default: exhaustive, which times every
 #             candidate fully; "halving" is quicker)
@@ -117,7 +119,7 @@ for preset in $PRESETS; do
     took[$preset]=$(( $(date +%s) - start ))
 done
 
-# 5. The mix backward: tuned from a problems file, since the presets hold
+# 5. The backwards: tuned from a problems file, since the presets hold
 #    forward problems only, then every shape planned with its exact winner.
 if [ "$BACKWARD" != none ]; then
     if [ -z "$BACKWARD" ]; then
@@ -128,33 +130,46 @@ if [ "$BACKWARD" != none ]; then
 mix_backward  bf16  7168  9  1  replace  0  1,64,4096,16384
 mix_backward  bf16  4096  9  8  replace  0  1,64,4096,16384
 mix_backward  bf16  7168  9  1  replace  1  64,4096
+# The phases' backwards at K3's block shape (tuner preset k3's phase lines):
+# 8 completed blocks against 24 sites, and one site's merge with a fused add.
+phase1_backward  bf16  7168  8  1  replace  0  64,4096  s=24
+phase2_backward  bf16  7168  1  1  replace  0  64,4096  fuse=1
 EOF_PROBLEMS
     fi
     [ -r "$BACKWARD" ] || die "cannot read the backward problems file $BACKWARD"
     say "attnres tune --device $DEVICE --problems $BACKWARD --strategy $STRATEGY"
     start=$(date +%s)
     if ! "$BIN" tune --device "$DEVICE" --problems "$BACKWARD" --strategy "$STRATEGY" --db "$DB" \
-            2>&1 | tee "$OUT/tune-mix_backward.log"; then
+            2>&1 | tee "$OUT/tune-backward.log"; then
         failed=1
     fi
-    took[mix_backward]=$(( $(date +%s) - start ))
-    PRESETS="$PRESETS mix_backward"
+    took[backward]=$(( $(date +%s) - start ))
+    PRESETS="$PRESETS backward"
     shapes=0
-    while read -r op dtype d n heads form epilogue _; do
+    while read -r op dtype d n heads form epilogue _ extra; do
         case "$op" in ''|'#'*) continue ;; esac
-        [ "$op" = mix_backward ] || die "$BACKWARD: '$op' is not a mix_backward line"
+        case "$op" in
+            mix_backward|phase1_backward|phase2_backward) ;;
+            *) die "$BACKWARD: '$op' is not a mix_backward, phase1_backward or phase2_backward line" ;;
+        esac
         shapes=$((shapes + 1))
         flags=()
         [ "$form" = additive ] && flags+=(--additive)
         [ "$epilogue" = 1 ] && flags+=(--epilogue)
-        say "attnres plan --op mix_backward --dtype $dtype --d $d --n $n --heads $heads ${flags[*]-} --require-exact"
-        if ! "$BIN" plan --device "$DEVICE" --db "$DB" --op mix_backward --dtype "$dtype" --d "$d" --n "$n" \
+        for kv in $extra; do
+            case "$kv" in
+                s=*) flags+=(--s "${kv#s=}") ;;
+                fuse=1) flags+=(--fuse-add) ;;
+            esac
+        done
+        say "attnres plan --op $op --dtype $dtype --d $d --n $n --heads $heads ${flags[*]-} --require-exact"
+        if ! "$BIN" plan --device "$DEVICE" --db "$DB" --op "$op" --dtype "$dtype" --d "$d" --n "$n" \
                 --heads "$heads" ${flags[@]+"${flags[@]}"} --require-exact --explain 2>&1 |
-                tee -a "$OUT/plan-mix_backward.txt"; then
+                tee -a "$OUT/plan-backward.txt"; then
             failed=1
         fi
     done < <(sed 's/#.*//' "$BACKWARD")
-    [ "$shapes" -gt 0 ] || { say "no mix_backward line in $BACKWARD"; failed=1; }
+    [ "$shapes" -gt 0 ] || { say "no backward line in $BACKWARD"; failed=1; }
 fi
 
 # 6. Winners, then the status table.

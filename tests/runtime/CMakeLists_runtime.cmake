@@ -37,8 +37,9 @@ attnres_unit_test(runtime_mix_backward_api test_mix_backward_api.c TIMEOUT 60 LA
 # on the CPU apart from their kernels' gradients (backend_ops runs those:
 # runtime_phase_backward): every refusal with its message and nothing
 # written, T = 0, another op's entry, attnres_plan_workspace_size for every
-# op; and CUDA's refusal of both ops on the simulated driver where the
-# build has the CUDA backend (under a second).
+# op; and on the simulated driver, where the build has the CUDA backend, a
+# CUDA plan of each op, its workspace size and its T = 0 run (about a
+# second).
 attnres_unit_test(runtime_phase_backward_api test_phase_backward_api.c TIMEOUT 60 LABEL runtime
   LIBS attnres_static Threads::Threads m)
 if(ATTNRES_CUDA)

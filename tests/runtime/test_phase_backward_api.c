@@ -22,8 +22,12 @@
  *     backwards the groups' rows (S of d floats per group for phase 1, d
  *     and, with the epilogue, d more for phase 2), which a run needs;
  *   - on CUDA (the simulated driver ctest names, where the build has the
- *     backend), plans of these ops refuse with EUNSUPPORTED; skipped where
- *     no CUDA device opens and none was named.
+ *     backend), a plan of each op without a database (the built-in
+ *     kernel) is made, reports the workspace a run needs, and at T = 0
+ *     writes zero query gradients (and d(out_gain)) and nothing past them;
+ *     skipped where no CUDA device opens and none was named, or NVRTC
+ *     cannot be loaded. The kernels' gradients are backend_ops' cases
+ *     (--backend cuda --op 'phase?_backward').
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -35,6 +39,7 @@
 
 #include "attnres.h"
 #include "check.h"
+#include "nvrtc.h"
 #include "test_device.h"
 #include "test_phase_backward_case.h"
 
@@ -648,7 +653,10 @@ static void test_workspace_sizes(void)
  * CUDA
  * ---------------------------------------------------------------------- */
 
-static void test_cuda_refuses(void)
+/* Floats past the sums a T = 0 run writes, which must stay as they were. */
+#define CUDA_TAIL 16
+
+static void test_cuda_plans(void)
 {
     attnres_device *gpu = NULL;
     char msg[512] = "";
@@ -662,20 +670,80 @@ static void test_cuda_refuses(void)
         }
         return;
     }
+    if (ar_nvrtc_available(msg, sizeof msg) != 0) {
+        printf("skip: NVRTC is not available (%s): no CUDA plan can compile its kernel\n", msg);
+        attnres_device_close(gpu);
+        return;
+    }
+    /* The plans compile their built-in kernels: into the suite's kernel
+     * cache under ctest, never the user's. */
+    const char *cache = getenv("ATTNRES_TEST_KERNEL_CACHE");
+    if (!getenv("ATTNRES_CACHE_DIR") && cache && *cache)
+        setenv("ATTNRES_CACHE_DIR", cache, 1);
+    const int64_t d = 128;
     for (int op = ATTNRES_OP_PHASE1_BACKWARD; op <= ATTNRES_OP_PHASE2_BACKWARD; op++) {
+        const int phase1 = op == ATTNRES_OP_PHASE1_BACKWARD, S = 2;
         attnres_problem p;
-        attnres_problem_init(&p, ATTNRES_DTYPE_BF16, 128, op == ATTNRES_OP_PHASE1_BACKWARD ? 3 : 1);
+        attnres_problem_init(&p, ATTNRES_DTYPE_BF16, d, phase1 ? 3 : 1);
         p.op = (attnres_op)op;
-        p.s = op == ATTNRES_OP_PHASE1_BACKWARD ? 2 : 0;
-        attnres_plan *plan = (attnres_plan *)&p; /* must be set to NULL */
+        p.heads = 2;
+        p.s = phase1 ? S : 0;
+        p.epilogue = !phase1; /* phase 2's sums then take d(out_gain) too */
+        attnres_plan *plan = NULL;
         msg[0] = '\0';
         const int rc = attnres_plan_create(gpu, NULL, &p, 0, &plan, msg, sizeof msg);
-        CHECK(rc == ATTNRES_EUNSUPPORTED);
-        CHECK(plan == NULL);
-        check_message_has("a CUDA plan of a phase backward", msg,
-                          op == ATTNRES_OP_PHASE1_BACKWARD ? "phase1_backward" : "phase2_backward");
-        if (rc == ATTNRES_OK)
-            attnres_plan_destroy(plan);
+        CHECK(rc == ATTNRES_OK);
+        if (rc != ATTNRES_OK || !plan) {
+            fprintf(stderr, "a CUDA plan of %s: %s\n", phase1 ? "phase1_backward" : "phase2_backward", msg);
+            continue;
+        }
+        /* The workspace: none at T = 0, the groups' rows at 33 tokens. */
+        size_t bytes = 1;
+        ar_backward_ws ws;
+        CHECK(attnres_plan_workspace_size(plan, 0, &bytes) == ATTNRES_OK && bytes == 0);
+        CHECK(attnres_plan_workspace_size(plan, 33, &bytes) == ATTNRES_OK);
+        CHECK(ar_mix_backward_workspace(phase1 ? S * d : d, 33, !phase1, &ws) == 0 && ws.bytes == bytes);
+        /* T = 0 from no arguments but the sums: S rows of d, or dquery and
+         * d(out_gain), NaN before, zeros after, the floats past them kept. */
+        const size_t sums = (size_t)(phase1 ? S * d : 2 * d), all = sums + CUDA_TAIL;
+        float *host = malloc(all * sizeof(float));
+        void *mem = NULL;
+        REQUIRE(host != NULL);
+        memset(host, 0xff, all * sizeof(float));
+        CHECK(gpu->ops->mem_alloc(gpu, all * sizeof(float), &mem) == ATTNRES_OK);
+        if (mem && gpu->ops->copy_to_device(gpu, mem, host, all * sizeof(float)) == ATTNRES_OK) {
+            int run;
+            if (phase1) {
+                attnres_phase1_backward_args a;
+                attnres_phase1_backward_args_init(&a);
+                a.dqueries = mem;
+                run = attnres_run_phase1_backward(plan, 0, &a, NULL);
+            } else {
+                attnres_phase2_backward_args a;
+                attnres_phase2_backward_args_init(&a);
+                a.dquery = mem;
+                a.dout_gain = (float *)mem + d;
+                run = attnres_run_phase2_backward(plan, 0, &a, NULL);
+            }
+            CHECK(run == ATTNRES_OK);
+            if (run != ATTNRES_OK)
+                fprintf(stderr, "T = 0: %s\n", attnres_plan_errmsg(plan));
+            CHECK(gpu->ops->copy_to_host(gpu, host, mem, all * sizeof(float)) == ATTNRES_OK);
+            int zeros = 1, kept = 1;
+            for (size_t i = 0; i < sums; i++)
+                zeros &= host[i] == 0.0f;
+            for (size_t i = sums; i < all; i++)
+                kept &= isnan(host[i]) != 0;
+            CHECK(run != ATTNRES_OK || zeros);
+            CHECK(kept);
+        } else {
+            fprintf(stderr, "the sums' device buffer could not be made or filled\n");
+            check_failures++;
+        }
+        if (mem)
+            gpu->ops->mem_free(gpu, mem);
+        free(host);
+        attnres_plan_destroy(plan);
     }
     attnres_device_close(gpu);
 }
@@ -686,6 +754,6 @@ int main(int argc, char **argv)
     RUN_CASE(test_phase1_refusals);
     RUN_CASE(test_phase2_refusals);
     RUN_CASE(test_workspace_sizes);
-    RUN_CASE(test_cuda_refuses);
+    RUN_CASE(test_cuda_plans);
     CHECK_EXIT();
 }
