@@ -291,6 +291,32 @@ static int fill_phase2(attnres_device *dev, const ar_kernel *k, const attnres_pr
     return ATTNRES_OK;
 }
 
+/* ---- the backwards' sources and their gradients ---------------------- */
+
+int ar_cuda_fill_source_gradients(attnres_device *dev, const ar_kernel *k, const attnres_problem *p,
+                                  const cuda_source_views *v, int64_t es, int64_t align, int64_t des,
+                                  int64_t dalign, const void **src, int64_t *src_stride, void **dsrc,
+                                  int64_t *dsrc_stride)
+{
+    for (int i = 0; i < p->n; i++) {
+        const int64_t stride = v->strides && v->strides[i] ? v->strides[i] : p->d;
+        const int64_t dstride = v->dstrides && v->dstrides[i] ? v->dstrides[i] : p->d;
+        if (!v->sources[i] || !v->dsources[i])
+            return ar_device_fail(dev, ATTNRES_EINVAL, "source %d or its gradient is NULL", i);
+        if (ar_cuda_view_misaligned(v->sources[i], stride, es, align) ||
+            ar_cuda_view_misaligned(v->dsources[i], dstride, des, dalign))
+            return ar_device_fail(dev, ATTNRES_EINVAL,
+                                  "source %d or its gradient (pointer or stride) is not %lld-byte (%lld-byte) "
+                                  "aligned as kernel %s needs",
+                                  i, (long long)align, (long long)dalign, k->kernel_name);
+        src[i] = v->sources[i];
+        src_stride[i] = stride;
+        dsrc[i] = v->dsources[i];
+        dsrc_stride[i] = dstride;
+    }
+    return ATTNRES_OK;
+}
+
 /* ---- the mix backward -------------------------------------------------- */
 
 /* Fills the mix backward's by-value struct (both entries take it), its
@@ -338,22 +364,11 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
             return ar_device_fail(dev, ATTNRES_EINVAL, "dout is required");
         if (epilogue && (!a->out || !a->out_gain || !a->dnormed))
             return ar_device_fail(dev, ATTNRES_EINVAL, "the epilogue's backward needs out, out_gain and dnormed");
-        for (int i = 0; i < n; i++) {
-            const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
-            const int64_t dstride = a->dsource_strides && a->dsource_strides[i] ? a->dsource_strides[i] : p->d;
-            if (!a->sources[i] || !a->dsources[i])
-                return ar_device_fail(dev, ATTNRES_EINVAL, "source %d or its gradient is NULL", i);
-            if (ar_cuda_view_misaligned(a->sources[i], stride, es, align) ||
-                ar_cuda_view_misaligned(a->dsources[i], dstride, des, dalign))
-                return ar_device_fail(dev, ATTNRES_EINVAL,
-                                      "source %d or its gradient (pointer or stride) is not %lld-byte (%lld-byte) "
-                                      "aligned as kernel %s needs",
-                                      i, (long long)align, (long long)dalign, k->kernel_name);
-            args->src[i] = a->sources[i];
-            args->src_stride[i] = stride;
-            args->dsrc[i] = a->dsources[i];
-            args->dsrc_stride[i] = dstride;
-        }
+        const cuda_source_views views = {a->sources, a->source_strides, a->dsources, a->dsource_strides};
+        const int rc = ar_cuda_fill_source_gradients(dev, k, p, &views, es, align, des, dalign, args->src,
+                                                     args->src_stride, args->dsrc, args->dsrc_stride);
+        if (rc != ATTNRES_OK)
+            return rc;
         args->dout = a->dout;
         args->dout_stride = a->dout_stride ? a->dout_stride : p->d;
         args->dpartial = additive ? a->dpartial : NULL;

@@ -18,32 +18,6 @@ int64_t ar_cuda_phase1_backward_smem(const attnres_problem *p)
     return (3 * (int64_t)p->n * p->s * p->heads + 2 * (int64_t)p->n) * (int64_t)sizeof(float);
 }
 
-/* The n sources and their gradients into the struct's arrays: a stride of
- * 0 (or no strides) means d; NULL or misaligned views are refused. The
- * gradients take VEC floats per access when fp32 (dalign = qalign). */
-static int fill_source_views(attnres_device *dev, const ar_kernel *k, const attnres_problem *p,
-                             const attnres_phase1_backward_args *a, int64_t es, int64_t align, int64_t des,
-                             int64_t dalign, attnres_cuda_phase1_backward_args *args)
-{
-    for (int i = 0; i < p->n; i++) {
-        const int64_t stride = a->source_strides && a->source_strides[i] ? a->source_strides[i] : p->d;
-        const int64_t dstride = a->dsource_strides && a->dsource_strides[i] ? a->dsource_strides[i] : p->d;
-        if (!a->sources[i] || !a->dsources[i])
-            return ar_device_fail(dev, ATTNRES_EINVAL, "source %d or its gradient is NULL", i);
-        if (ar_cuda_view_misaligned(a->sources[i], stride, es, align) ||
-            ar_cuda_view_misaligned(a->dsources[i], dstride, des, dalign))
-            return ar_device_fail(dev, ATTNRES_EINVAL,
-                                  "source %d or its gradient (pointer or stride) is not %lld-byte (%lld-byte) "
-                                  "aligned as kernel %s needs",
-                                  i, (long long)align, (long long)dalign, k->kernel_name);
-        args->src[i] = a->sources[i];
-        args->src_stride[i] = stride;
-        args->dsrc[i] = a->dsources[i];
-        args->dsrc_stride[i] = dstride;
-    }
-    return ATTNRES_OK;
-}
-
 /* Every site's do1 and dlse: do1 rows as the sources (storage type, align
  * bytes), dlse rows fp32 and read one float at a time. A NULL dlse array,
  * or a NULL entry, is a zero gradient of that site's lse. */
@@ -107,7 +81,9 @@ int ar_cuda_fill_phase1_backward(attnres_device *dev, const ar_kernel *k, const 
     if (T > 0) {
         if (!a->sources || !a->queries || !a->do1 || !a->dsources)
             return ar_device_fail(dev, ATTNRES_EINVAL, "sources, queries, do1 and dsources are required");
-        int rc = fill_source_views(dev, k, p, a, es, align, des, dalign, args);
+        const cuda_source_views views = {a->sources, a->source_strides, a->dsources, a->dsource_strides};
+        int rc = ar_cuda_fill_source_gradients(dev, k, p, &views, es, align, des, dalign, args->src,
+                                               args->src_stride, args->dsrc, args->dsrc_stride);
         if (rc != ATTNRES_OK || (rc = fill_site_views(dev, k, p, a, es, align, args)) != ATTNRES_OK)
             return rc;
         /* The workspace's rows take up to 16-byte accesses. */

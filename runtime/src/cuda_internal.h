@@ -207,6 +207,25 @@ int ar_cuda_check_problem(attnres_device *dev, const attnres_problem *p);
 int ar_cuda_prepare(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                     const ar_op_args *a, cuda_launch_data *l);
 
+/* A backward's n sources and their gradients as the caller gives them: a
+ * stride of 0, or no strides, means d. */
+typedef struct cuda_source_views {
+    const void *const *sources;
+    const int64_t *strides;
+    void *const *dsources;
+    const int64_t *dstrides;
+} cuda_source_views;
+
+/* Fills a backward's by-value arrays of the p->n sources and gradients
+ * (src, src_stride, dsrc, dsrc_stride), the sources read `align` bytes at a
+ * time in elements of es bytes, the gradients dalign bytes in elements of
+ * des (fp32 gradients take the query's alignment); a NULL or misaligned
+ * view is refused with a message. */
+int ar_cuda_fill_source_gradients(attnres_device *dev, const ar_kernel *k, const attnres_problem *p,
+                                  const cuda_source_views *v, int64_t es, int64_t align, int64_t des,
+                                  int64_t dalign, const void **src, int64_t *src_stride, void **dsrc,
+                                  int64_t *dsrc_stride);
+
 /* ---- cuda_args_phase1_backward.c, cuda_args_phase2_backward.c ---------- */
 
 /* The dynamic shared memory a phase backward's per-token tables take per

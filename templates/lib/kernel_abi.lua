@@ -84,14 +84,40 @@ local BACKWARD_WORKSPACE = {
 -- A mix backward's output-norm epilogue: the forward's out and gain, the
 -- gradient of normed, and the per-group sums of d(out_gain). dout may be
 -- NULL when they are set (the loss reads normed alone).
-local BACKWARD_EPILOGUE = {
-  { "const void *out", "[T, d] the forward's out; epilogue, else NULL" },
-  "int64_t out_stride",
+local EPILOGUE_GRADIENTS = {
   { "const float *out_gain", "[d] fp32; epilogue, else NULL" },
   "float out_eps",
   { "const void *dnormed", "[T, d] gradient of normed; epilogue, else NULL" },
   "int64_t dnormed_stride",
   { "float *ws_dgout", "[groups, d] per-group sums of d(out_gain); epilogue, else NULL" },
+}
+local BACKWARD_EPILOGUE = fields({
+  { "const void *out", "[T, d] the forward's out; epilogue, else NULL" },
+  "int64_t out_stride",
+}, EPILOGUE_GRADIENTS)
+
+-- A phase-2 backward's forward inputs, and its per-token gradients with
+-- the first workspace row (phase 2's epilogue recomputes out: no out).
+local PHASE2_INPUTS = {
+  { "const void *o1", "[T, d] this site's phase-1 output" },
+  "int64_t o1_stride",
+  { "const float *lse", "[T, heads] fp32, this site's phase-1 lse" },
+  "int64_t lse_stride",
+  { "const void *partial", "b [T, d] as the forward used it (after a fused add)" },
+  "int64_t partial_stride",
+}
+local PHASE2_GRADIENTS = {
+  { "const void *dout", "[T, d] gradient of out; NULL (epilogue only) for zero" },
+  "int64_t dout_stride",
+  { "void *do1", "[T, d] gradient of o1" },
+  "int64_t do1_stride",
+  { "float *dlse", "[T, heads] fp32 gradient of lse" },
+  "int64_t dlse_stride",
+  { "void *dpartial", "[T, d] gradient of b" },
+  "int64_t dpartial_stride",
+  { "void *dsublayer", "[T, d] fused add only (the same values as dpartial), else NULL" },
+  "int64_t dsublayer_stride",
+  { "float *ws_du", "[groups, d] per-group sums of du" },
 }
 
 M.structs = {
@@ -189,31 +215,9 @@ M.structs = {
       "int64_t d",
       "int32_t heads",
       { "int32_t accumulate", "1: add do1, dlse, dpartial and dsublayer into the buffers" },
-      { "const void *o1", "[T, d] this site's phase-1 output" },
-      "int64_t o1_stride",
-      { "const float *lse", "[T, heads] fp32, this site's phase-1 lse" },
-      "int64_t lse_stride",
-      { "const void *partial", "b [T, d] as the forward used it (after a fused add)" },
-      "int64_t partial_stride",
-    }, QUERY, {
-      { "const void *dout", "[T, d] gradient of out; NULL (epilogue only) for zero" },
-      "int64_t dout_stride",
-      { "void *do1", "[T, d] gradient of o1" },
-      "int64_t do1_stride",
-      { "float *dlse", "[T, heads] fp32 gradient of lse" },
-      "int64_t dlse_stride",
-      { "void *dpartial", "[T, d] gradient of b" },
-      "int64_t dpartial_stride",
-      { "void *dsublayer", "[T, d] fused add only (the same values as dpartial), else NULL" },
-      "int64_t dsublayer_stride",
-      { "float *ws_du", "[groups, d] per-group sums of du" },
+    }, PHASE2_INPUTS, QUERY, PHASE2_GRADIENTS, {
       { "int64_t group", "tokens per group; a launch starts on a group's first token" },
-      { "const float *out_gain", "[d] fp32; epilogue, else NULL" },
-      "float out_eps",
-      { "const void *dnormed", "[T, d] gradient of normed; epilogue, else NULL" },
-      "int64_t dnormed_stride",
-      { "float *ws_dgout", "[groups, d] per-group sums of d(out_gain); epilogue, else NULL" },
-    }),
+    }, EPILOGUE_GRADIENTS),
   },
   cuda_mix = {
     version = 1, op = "mix", name = "attnres_cuda_mix_args",
@@ -321,32 +325,11 @@ M.structs = {
       "int32_t heads",
       { "int32_t accumulate", "1: add do1, dlse, dpartial and dsublayer into the buffers" },
       "int64_t T",
-      { "const void *o1", "[T, d] this site's phase-1 output" },
-      "int64_t o1_stride",
-      { "const float *lse", "[T, heads] fp32, this site's phase-1 lse" },
-      "int64_t lse_stride",
-      { "const void *partial", "b [T, d] as the forward used it (after a fused add)" },
-      "int64_t partial_stride",
-    }, QUERY, {
-      { "const void *dout", "[T, d] gradient of out; NULL (epilogue only) for zero" },
-      "int64_t dout_stride",
-      { "void *do1", "[T, d] gradient of o1" },
-      "int64_t do1_stride",
-      { "float *dlse", "[T, heads] fp32 gradient of lse" },
-      "int64_t dlse_stride",
-      { "void *dpartial", "[T, d] gradient of b" },
-      "int64_t dpartial_stride",
-      { "void *dsublayer", "[T, d] fused add only (the same values as dpartial), else NULL" },
-      "int64_t dsublayer_stride",
-      { "float *ws_du", "[groups, d] per-group sums of du" },
+    }, PHASE2_INPUTS, QUERY, PHASE2_GRADIENTS, {
       { "int64_t group", "tokens per group: one block's tokens" },
       { "int64_t groups", "ceil(T / group): the rows the sum entry adds" },
       { "float *dquery", "[d] fp32: the sum of the groups' rows" },
-      { "const float *out_gain", "[d] fp32; epilogue, else NULL" },
-      "float out_eps",
-      { "const void *dnormed", "[T, d] gradient of normed; epilogue, else NULL" },
-      "int64_t dnormed_stride",
-      { "float *ws_dgout", "[groups, d] per-group sums of d(out_gain); epilogue, else NULL" },
+    }, EPILOGUE_GRADIENTS, {
       { "float *dout_gain", "[d] fp32: the sum of ws_dgout's rows, or NULL" },
     }),
   },
