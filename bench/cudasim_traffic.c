@@ -4,14 +4,15 @@
  * model's minimal traffic (DESIGN §2). Run by bench/cudasim_traffic.sh.
  *
  * For every variant of cuda/mix_online, cuda/mix_twopass, cuda/phase1,
- * cuda/phase2 and cuda/mix_backward that its template marks as default
- * (launch data "default":1),
- * plus each template's generic kernel (cuda/mix_online has none), at the shapes' storage dtype (bf16): the emitted source is
+ * cuda/phase2, cuda/mix_backward, cuda/phase1_backward and
+ * cuda/phase2_backward that its template marks as default (launch data
+ * "default":1), plus each template's generic kernel (cuda/mix_online has
+ * none), at the shapes' storage dtype (bf16): the emitted source is
  * compiled by NVRTC to PTX, loaded and launched through the CUDA backend's
  * own operations (as the tuner does), for every problem below that the
  * variant's applies() accepts, at each T asked for. The counters are the
  * simulator's (cudasimTakeTraffic of the driver library the backend
- * loaded, summed over the launch's kernels: the mix backward's two):
+ * loaded, summed over the launch's kernels: each backward's two):
  * warp-level requests, 32-byte sectors per request, distinct sectors read
  * and written (the DRAM traffic of an ideal cache, per kernel).
  *
@@ -21,10 +22,16 @@
  *   phase1   n = 8 block representations, S = 24 sites (the k3 preset of
  *            tuner/src/problems.c: blocks of 12 layers);
  *   phase2   with the fused add (b += f) and without (the k3 preset's two);
- *   mix_backward  N = 9 sources, the source gradients written in bf16.
+ *   mix_backward  N = 9 sources, the source gradients written in bf16;
+ *   phase1_backward  phase1's n and S, the source gradients written in
+ *            bf16; every site but the first has a dlse (the block's first
+ *            site has no phase 2, so its dlse pointer is NULL: zero);
+ *   phase2_backward  with the fused add (dsublayer written too) and
+ *            without.
  * Buffers are contiguous rows (stride d), one allocation per source, site
- * output or lse, as an engine keeps them; outputs start as NaN and must come
- * back with no NaN (every element written), inputs are finite.
+ * output or lse (or their gradients), as an engine keeps them; outputs
+ * start as NaN and must come back with no NaN (every element written),
+ * inputs are finite. No backward accumulates (flags 0).
  *
  * Minimal traffic (DESIGN §2), storage bytes:
  *   mix      read N*T*d,                 write T*d;
@@ -34,12 +41,23 @@
  *   mix_backward  read N*T*d + 2*T*d (sources, out, dout) + T*H*4 (lse),
  *            write N*T*d (the source gradients). The kernels read neither
  *            out nor lse (they recompute the weights from the sources
- *            they read anyway), so they can move less than this.
+ *            they read anyway), so they can move less than this;
+ *   phase1_backward  read (n + S)*T*d (sources, do1) + S'*T*H*4 (dlse of
+ *            the S' = S - 1 sites that have one), write n*T*d (the source
+ *            gradients);
+ *   phase2_backward  read 3*T*d (o1, b, dout) + T*H*4 (lse), write 2*T*d
+ *            (do1, db) [+ T*d dsublayer when fused] + T*H*4 (dlse).
+ * DESIGN §2 states the phase backwards' per-token traffic in words;
+ * tuner/src/problems.c (problem_traffic) has the same in bytes, except
+ * that it counts the dlse of all S sites.
  * The fp32 pseudo-queries (d floats, S*d for phase 1) are parameters that
  * DESIGN §2 does not count; they are reported apart ("apart"), and for
- * the mix backward with them the query's gradient (d floats written) and
- * the token groups' fp32 partial rows of the workspace, which the second
- * kernel reads back (T / group * d * 4 bytes each way).
+ * the backwards with them the queries' gradients (d floats written, S*d
+ * for phase 1) and the token groups' fp32 partial rows of the workspace,
+ * which the second kernel reads back (ceil(T / 32) * d * 4 bytes each way,
+ * S*d per row for phase 1). A group's later tokens also read back the rows
+ * its first token wrote; the first kernel's counters count that read too,
+ * so at T > 1 a backward can move one workspace's bytes more than this.
  *
  * Prints one markdown table on stdout (rows by op, problem, variant, T) and
  * the default variants applies() refused, with its reason; progress on
@@ -49,7 +67,7 @@
  * lanes asked for per request / 32 (the sectors of a perfectly coalesced
  * request of that size); distinct bytes read and written; the minimal
  * traffic; (read + written) / minimal, without and with the bytes reported
- * apart (the query, and the mix backward's query gradient and workspace); the
+ * apart (the query, and the backwards' query gradients and workspace); the
  * sectors summed over requests x 32 B (what the SMs pull through L1/L2 when
  * nothing hits in L1: re-reads and uncoalesced lanes show here, not in the
  * distinct bytes) over the minimal.
@@ -200,7 +218,11 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
     attnres_phase1_args p1a;
     attnres_phase2_args p2a;
     attnres_mix_backward_args mba;
+    attnres_phase1_backward_args p1b;
+    attnres_phase2_backward_args p2b;
     void *dsrc[MIX_N];
+    const void *do1[P1_S];
+    const float *dlse[P1_S];
     ar_op_args op;
     if (p->op == ATTNRES_OP_MIX) {
         for (int i = 0; i < p->n; i++)
@@ -254,6 +276,66 @@ static int run_one(const ar_kernel *k, const attnres_problem *p, int64_t T, mini
         a->eps = 1e-5f;
         op = ar_op_mix_backward(a);
         *m = (minimal){(p->n + 2.0) * row + lse_bytes, (double)p->n * row, 2.0 * d4 + 2.0 * (double)ws};
+    } else if (p->op == ATTNRES_OP_PHASE1_BACKWARD) {
+        for (int i = 0; i < p->n; i++) {
+            NEED(src[i] = dbuf(row, BF16_RANDOM, 0, 0));
+            NEED(dsrc[i] = dbuf(row, POISON, 0, 0));
+            OUT(dsrc[i], row, 0);
+        }
+        /* A block's first site has no phase 2, so no gradient of its lse. */
+        for (int j = 0; j < p->s; j++) {
+            NEED(do1[j] = dbuf(row, BF16_RANDOM, 0, 0));
+            dlse[j] = NULL;
+            if (j > 0)
+                NEED(dlse[j] = dbuf(lse_bytes, F32_RANDOM, -0.5f, 0.5f));
+        }
+        attnres_phase1_backward_args *const a = &p1b;
+        attnres_phase1_backward_args_init(a);
+        a->sources = src;
+        NEED(a->queries = dbuf((size_t)p->s * d4, F32_RANDOM, -qs, qs));
+        a->do1 = do1;
+        a->dlse = dlse;
+        a->dsources = dsrc;
+        NEED(a->dqueries = dbuf((size_t)p->s * d4, POISON, 0, 0));
+        OUT(a->dqueries, (size_t)p->s * d4, 1);
+        /* The runtime's layout: one row of S * d floats per token group. */
+        ar_backward_ws layout;
+        NEED(ar_mix_backward_workspace(p->d * p->s, T, 0, &layout) == 0);
+        const size_t ws = layout.bytes;
+        NEED(a->workspace = dbuf(ws, POISON, 0, 0));
+        a->workspace_size = ws;
+        a->eps = 1e-5f;
+        op = ar_op_phase1_backward(a);
+        *m = (minimal){(double)(p->n + p->s) * row + (p->s - 1.0) * lse_bytes, (double)p->n * row,
+                       2.0 * p->s * d4 + 2.0 * (double)ws};
+    } else if (p->op == ATTNRES_OP_PHASE2_BACKWARD) {
+        attnres_phase2_backward_args *const a = &p2b;
+        attnres_phase2_backward_args_init(a);
+        NEED(a->o1 = dbuf(row, BF16_RANDOM, 0, 0));
+        NEED(a->lse = dbuf(lse_bytes, F32_RANDOM, -0.5f, 3.5f));
+        NEED(a->partial = dbuf(row, BF16_RANDOM, 0, 0));
+        NEED(a->query = dbuf(d4, F32_RANDOM, -qs, qs));
+        NEED(a->dout = dbuf(row, BF16_RANDOM, 0, 0));
+        NEED(a->do1 = dbuf(row, POISON, 0, 0));
+        OUT(a->do1, row, 0);
+        NEED(a->dlse = dbuf(lse_bytes, POISON, 0, 0));
+        OUT(a->dlse, lse_bytes, 1);
+        NEED(a->dpartial = dbuf(row, POISON, 0, 0));
+        OUT(a->dpartial, row, 0);
+        if (p->fuse_add) {
+            NEED(a->dsublayer = dbuf(row, POISON, 0, 0));
+            OUT(a->dsublayer, row, 0);
+        }
+        NEED(a->dquery = dbuf(d4, POISON, 0, 0));
+        OUT(a->dquery, d4, 1);
+        ar_backward_ws layout;
+        NEED(ar_mix_backward_workspace(p->d, T, 0, &layout) == 0);
+        const size_t ws = layout.bytes;
+        NEED(a->workspace = dbuf(ws, POISON, 0, 0));
+        a->workspace_size = ws;
+        a->eps = 1e-5f;
+        op = ar_op_phase2_backward(a);
+        *m = (minimal){3.0 * row + lse_bytes, (2.0 + p->fuse_add) * row + lse_bytes, 2.0 * d4 + 2.0 * (double)ws};
     } else {
         attnres_phase2_args *const a = &p2a;
         attnres_phase2_args_init(a);
@@ -328,10 +410,19 @@ static int problems_of(const char *op, const shape *sh, problem out[2])
             snprintf(pr->label, sizeof pr->label, "%s phase1 n=%d S=%d", sh->name, P1_N, P1_S);
             return 1;
         }
-        pr->p.op = ATTNRES_OP_PHASE2;
+        if (strcmp(op, "phase1_backward") == 0) {
+            pr->p.op = ATTNRES_OP_PHASE1_BACKWARD;
+            pr->p.n = P1_N;
+            pr->p.s = P1_S;
+            snprintf(pr->label, sizeof pr->label, "%s phase1_backward n=%d S=%d, dlse at %d", sh->name, P1_N, P1_S,
+                     P1_S - 1);
+            return 1;
+        }
+        const int backward = strcmp(op, "phase2_backward") == 0;
+        pr->p.op = backward ? ATTNRES_OP_PHASE2_BACKWARD : ATTNRES_OP_PHASE2;
         pr->p.n = 1;
         pr->p.fuse_add = fuse;
-        snprintf(pr->label, sizeof pr->label, "%s phase2%s", sh->name, fuse ? " fused add" : "");
+        snprintf(pr->label, sizeof pr->label, "%s %s%s", sh->name, op, fuse ? " fused add" : "");
         n++;
     }
     return n;
@@ -397,8 +488,9 @@ int main(int argc, char **argv)
     printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     char refused[8192] = "";
     size_t rused = 0;
-    static const char *const templates[] = {"cuda/mix_online", "cuda/mix_twopass", "cuda/phase1", "cuda/phase2",
-                                            "cuda/mix_backward"};
+    static const char *const templates[] = {"cuda/mix_online",   "cuda/mix_twopass",     "cuda/phase1",
+                                            "cuda/phase2",       "cuda/mix_backward",    "cuda/phase1_backward",
+                                            "cuda/phase2_backward"};
     for (size_t t = 0; t < sizeof templates / sizeof templates[0]; t++) {
         argen *g = NULL;
         if (argen_open(tdir, templates[t], &g, msg, sizeof msg) != 0) {

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # bench/cudasim_traffic.sh [BUILD_DIR] [cudasim_traffic options] - memory
 # traffic of the default CUDA variants (and the generic kernels) of
-# cuda/mix_online, cuda/mix_twopass, cuda/phase1 and cuda/phase2 on the K3
-# and MHAR-8B shapes, counted by the simulated driver (docs/cudasim.md) and
-# set against DESIGN §2's minimal traffic; prints a markdown table
-# (bench/cudasim_traffic.c says what each column is). Builds nothing: build
-# the targets cudasim_traffic and attnres_cudasim first (both come with the
-# tests, ATTNRES_TESTS=ON, since the simulator is theirs).
+# cuda/mix_online, cuda/mix_twopass, cuda/phase1, cuda/phase2 and the
+# backwards cuda/mix_backward, cuda/phase1_backward and cuda/phase2_backward
+# on the K3 and MHAR-8B shapes, counted by the simulated driver
+# (docs/cudasim.md) and set against DESIGN §2's minimal traffic; prints a
+# markdown table (bench/cudasim_traffic.c says what each column is). Builds
+# nothing: build the targets cudasim_traffic and attnres_cudasim first (both
+# come with the tests, ATTNRES_TESTS=ON, since the simulator is theirs).
 # Options after BUILD_DIR go to the program (--tokens 8,1, --only SUBSTRING).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
