@@ -512,6 +512,11 @@ _phase2_op = torch.ops.attnres.phase2.default
 class _Phase2(torch.autograd.Function):
     @staticmethod
     def forward(ctx, keyset, o1, lse, partial, query, sublayer, out_gain, eps, scale, out_eps):
+        # An output no loss reached comes to backward as None, not as zeros
+        # autograd would make: with the fused add partial is an output, and
+        # adding its zero gradient to dpartial and dsublayer cost two full
+        # (T, d) passes (bench/results/phase-backward-2026-12-07.md).
+        ctx.set_materialize_grads(False)
         with torch._C._AutoDispatchBelowAutograd():
             out, normed = _phase2_op.redispatch(keyset & torch._C._after_autograd_keyset, o1, lse, partial, query,
                                                 sublayer, out_gain, eps, scale, out_eps)
