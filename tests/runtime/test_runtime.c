@@ -774,10 +774,18 @@ static void test_db_open_refuses_missing_and_foreign_files(void)
 
 static int count_bucket_lines(const char *text)
 {
+    /* A line that begins (after its indent) with "T bucket N": a bucket's
+     * own line. Its text may name another bucket ("loaded already for T
+     * bucket 1 of this plan") when two buckets share a kernel. */
     int n = 0;
-    for (const char *p = text; (p = strstr(p, "T bucket ")); p++)
-        if (p[9] >= '0' && p[9] <= '9')
+    for (const char *line = text; line;) {
+        const char *p = line, *nl = strchr(line, '\n');
+        while (*p == ' ')
+            p++;
+        if (strncmp(p, "T bucket ", 9) == 0 && p[9] >= '0' && p[9] <= '9')
             n++;
+        line = nl ? nl + 1 : NULL;
+    }
     return n;
 }
 
