@@ -1,7 +1,8 @@
 /*
  * test_nvrtc.c - every variant of templates/cuda/mix_online.lua,
- * cuda/mix_twopass.lua, cuda/phase1.lua and cuda/phase2.lua compiles with
- * NVRTC.
+ * cuda/mix_twopass.lua, cuda/phase1.lua and cuda/phase2.lua, and of the
+ * backwards cuda/mix_backward.lua, phase1_backward.lua and
+ * phase2_backward.lua, compiles with NVRTC.
  *
  * For sm_80 and sm_90, each variant the template enumerates must compile
  * with no error and no warning in the log; the generic (fallback) variants
@@ -222,6 +223,29 @@ static void compile_job(size_t i)
     j->rc = ar_nvrtc_compile(j->source, name, j->arch, 1, NULL, NULL, &j->log, &j->res, j->err, sizeof j->err);
 }
 
+/* A module with several entries (the backwards' _epi and _sum) has one
+ * ptxas report per entry: the most registers and spill bytes of any of
+ * them into res, so that no entry's spills go unseen. */
+static void worst_entry(const char *log, ar_resources *res)
+{
+    static const char tag[] = "Compiling entry function '";
+    for (const char *p = log ? strstr(log, tag) : NULL; p; p = strstr(p + 1, tag)) {
+        char name[256];
+        const char *n = p + sizeof tag - 1;
+        const size_t len = strcspn(n, "'");
+        ar_resources r;
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name - 1 ? len : sizeof name - 1), n);
+        if (ar_nvrtc_parse_resources(log, name, &r) != 0)
+            continue;
+        if (r.registers > res->registers)
+            res->registers = r.registers;
+        if (r.spill_stores > res->spill_stores)
+            res->spill_stores = r.spill_stores;
+        if (r.spill_loads > res->spill_loads)
+            res->spill_loads = r.spill_loads;
+    }
+}
+
 static int log_has_warning(const char *log)
 {
     return log && (strcasestr(log, "warning") || strcasestr(log, "error"));
@@ -290,6 +314,7 @@ static void compile_template(argen *gen, argen_variant *variants, size_t nvarian
             ok[a]++;
         }
         if (j->rc == 0) {
+            worst_entry(j->log, &j->res);
             int spills = j->res.spill_stores + j->res.spill_loads;
             if (j->res.registers < 0) {
                 failed++;
@@ -299,14 +324,16 @@ static void compile_template(argen *gen, argen_variant *variants, size_t nvarian
                 maxreg = j->res.registers;
             if (spills && j->must_not_spill) {
                 spilled_special++;
-                fprintf(stderr, "SPILL in %s variant %s %s: %s\n", j->must_not_spill == 2 ? "generic" : "default",
-                        j->id, j->arch, j->res.json);
+                fprintf(stderr, "SPILL in %s variant %s %s: %d bytes of spill stores, %d of loads\n",
+                        j->must_not_spill == 2 ? "generic" : "default", j->id, j->arch, j->res.spill_stores,
+                        j->res.spill_loads);
             } else if (spills) {
                 spilled_other++;
             }
             if (j->must_not_spill)
-                printf("  %-8s %-46s %s %s\n", j->must_not_spill == 2 ? "generic" : "default", j->id, j->arch,
-                       j->res.json);
+                printf("  %-8s %-46s %s: %d registers, spills %d/%d bytes (the most of its entries)\n",
+                       j->must_not_spill == 2 ? "generic" : "default", j->id, j->arch, j->res.registers,
+                       j->res.spill_stores, j->res.spill_loads);
         }
         free(j->log);
     }
@@ -407,6 +434,59 @@ static void test_phase_templates(void)
             CHECK(phase_applies(g, v, nv, "phase2", "f16", 4096, 1, 3, 0, &gok) == 0 && !gok);
             CHECK(phase_applies(g, v, nv, "phase1", "f16", 4096, 1, 1, 1, &gok) == 0 && !gok);
         }
+        if (ar_nvrtc_available(msg, sizeof msg) == 0)
+            compile_template(g, v, nv);
+        argen_variants_free(v, nv);
+        argen_close(g);
+    }
+}
+
+/* ---- the backward templates (cuda/mix_backward, phase1_backward,
+ * phase2_backward) ------------------------------------------------------ */
+
+static void test_backward_templates(void)
+{
+    static const char *const names[] = {"cuda/mix_backward", "cuda/phase1_backward", "cuda/phase2_backward"};
+    static const char *const ops[] = {"mix_backward", "phase1_backward", "phase2_backward"};
+    static const attnres_op op_values[] = {ATTNRES_OP_MIX_BACKWARD, ATTNRES_OP_PHASE1_BACKWARD,
+                                           ATTNRES_OP_PHASE2_BACKWARD};
+    /* Passed by value: within the 4 KiB of kernel parameters. */
+    CHECK(sizeof(attnres_cuda_mix_backward_args) <= 4096);
+    CHECK(sizeof(attnres_cuda_phase1_backward_args) <= 4096);
+    CHECK(sizeof(attnres_cuda_phase2_backward_args) <= 4096);
+    for (int t = 0; t < 3; t++) {
+        char msg[2048];
+        argen *g = NULL;
+        argen_variant *v = NULL;
+        size_t nv = 0;
+        REQUIRE(argen_open(template_dir(), names[t], &g, msg, sizeof msg) == 0);
+        CHECK(strcmp(argen_backend(g), "cuda") == 0);
+        CHECK(strcmp(argen_op(g), ops[t]) == 0);
+        REQUIRE(argen_enumerate(g, &v, &nv) == 0 && nv > 0);
+        printf("%s variants: %zu\n", names[t], nv);
+        for (size_t i = 0; i < nv; i++) {
+            const char *j = v[i].params_json;
+            CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_ABI_VERSIONS[op_values[t]]);
+            CHECK(ar_json_int(j, "abi_op", -1) == (int64_t)op_values[t]);
+            const int64_t block = ar_json_int(j, "block", -1), align = ar_json_int(j, "align", -1);
+            CHECK(block >= 128 && block <= 512 && block % 32 == 0);
+            CHECK(align >= 2 && align <= 16);
+        }
+        /* K3's and MHAR-8B's shapes: tuned candidates and the generic. */
+        int gok;
+        if (t == 0) {
+            CHECK(phase_applies(g, v, nv, ops[t], "bf16", 7168, 9, 1, 0, &gok) > 3 && gok);
+            CHECK(phase_applies(g, v, nv, ops[t], "bf16", 4096, 9, 8, 0, &gok) > 3 && gok);
+            CHECK(phase_applies(g, v, nv, ops[t], "bf16", 4096, 65, 1, 0, &gok) == 0 && !gok);
+        } else if (t == 1) {
+            CHECK(phase_applies(g, v, nv, ops[t], "bf16", 7168, 8, 1, 24, &gok) > 3 && gok);
+            CHECK(phase_applies(g, v, nv, ops[t], "bf16", 4096, 8, 8, 24, &gok) > 3 && gok);
+            CHECK(phase_applies(g, v, nv, ops[t], "bf16", 4096, 8, 1, 65, &gok) == 0 && !gok);
+        } else {
+            CHECK(phase_applies(g, v, nv, ops[t], "bf16", 7168, 1, 1, 0, &gok) > 3 && gok);
+            CHECK(phase_applies(g, v, nv, ops[t], "bf16", 4096, 1, 8, 0, &gok) > 3 && gok);
+        }
+        CHECK(phase_applies(g, v, nv, "mix", "bf16", 4096, 9, 1, 0, &gok) == 0 && !gok);
         if (ar_nvrtc_available(msg, sizeof msg) == 0)
             compile_template(g, v, nv);
         argen_variants_free(v, nv);
@@ -590,6 +670,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_diagnostics);
     RUN_CASE(test_compile_all);
     RUN_CASE(test_phase_templates);
+    RUN_CASE(test_backward_templates);
     free_mix_templates();
     CHECK_EXIT();
 }
