@@ -24,6 +24,7 @@ static const char tune_usage[] =
     "                    [--strategy halving|exhaustive|random] [--budget N | --budget SECONDSs]\n"
     "                    [--seed S] [--shard I/N] [--jobs N] [--time-limit SECONDS]\n"
     "                    [--retries N] [--no-isolate] [--no-prune] [--explain-pruning] [--quiet]\n"
+    "                    [--ceilings-from FILE]\n"
     "       attnres tune --revalidate [--device cpu|cuda:N] [--db FILE] [--retries N] [--quiet]\n"
     "\n"
     "  Strategies: halving (default) times every candidate cheaply (one launch\n"
@@ -64,7 +65,12 @@ static const char tune_usage[] =
     "  every measurement whose candidate source, compiler and device are unchanged.\n"
     "  --from-misses FILE tunes the problems and T buckets that plans fell back on,\n"
     "  as the runtime recorded them in FILE (ATTNRES_MISS_FILE=FILE or\n"
-    "  attnres_miss_file_set; see attnres.h).\n";
+    "  attnres_miss_file_set; see attnres.h).\n"
+    "  --ceilings-from FILE (or ATTNRES_TUNE_CEILINGS_FROM) takes the device's\n"
+    "  ceilings (copy, read and FMA rates, cache size, launch time) from the\n"
+    "  latest run in database FILE that measured them on this same device (same\n"
+    "  fingerprint) in the last 24 hours, instead of measuring them again (about\n"
+    "  8 s on a CPU); where FILE holds none, they are measured, saying why.\n";
 
 /* --budget N (candidates) or --budget SECONDSs (seconds a problem). */
 static int parse_budget(const char *cmd, const char *flag, const char *v, void *dst)
@@ -125,6 +131,8 @@ static int parse(int argc, char **argv, tune_opts *o)
     o->shard_count = 1;
     if (tune_retries_default(&o->retries))
         return -1;
+    const char *ceilings_from = getenv("ATTNRES_TUNE_CEILINGS_FROM");
+    o->ceilings_from = ceilings_from && *ceilings_from ? ceilings_from : NULL;
     /* The order of strategy's names is the order of the enum. */
     static const char *const strategies[] = {"halving", "exhaustive", "random", NULL};
     int strat = STRATEGY_HALVING, no_isolate = 0;
@@ -148,6 +156,7 @@ static int parse(int argc, char **argv, tune_opts *o)
         CLI_OPT_INT64("--seed", &seed, 0, INT64_MAX),
         CLI_OPT_POSITIVE("--time-limit", &o->time_limit_s),
         CLI_OPT_CUSTOM("--shard", o, parse_shard),
+        CLI_OPT_STRING("--ceilings-from", &o->ceilings_from),
         CLI_OPT_END};
     const cli_spec spec = {.cmd = "tune", .usage = tune_usage, .opts = opts};
     int rc = cli_parse(&spec, argc, argv);
@@ -207,6 +216,8 @@ static void print_table(const tuner *t, const winner_row *rows, size_t n, const 
     printf("\nwinners on %s (%s)\n%s\n", t->dev->name, t->dev->backend, roof);
     if (t->roof_carried_from)
         printf("(ceilings as run %" PRId64 " measured them: this run measured nothing new)\n", t->roof_carried_from);
+    else if (t->roof_from_uid[0])
+        printf("(ceilings as run %s of %s measured them)\n", t->roof_from_uid, t->opt.ceilings_from);
     else if (t->roof.ceil.n > 0) {
         char detail[4096];
         device_ceilings_detail(&t->roof, detail, sizeof detail);

@@ -130,6 +130,11 @@ int ardb_run_set_note(ardb *db, int64_t run_id, const char *note);
  * JSON, not carried from another run): where a run that measures nothing
  * takes them from. ENOTFOUND when there is none. */
 int ardb_run_latest_with_ceilings(ardb *db, int64_t device_id, int64_t before_id, int64_t *run_id);
+/* The newest run, on the device whose fingerprint is given, that measured
+ * the device's ceilings itself and started at most max_age_s seconds ago:
+ * where a run told to take its ceilings from another database (tune
+ * --ceilings-from) finds them. ENOTFOUND when there is none. */
+int ardb_run_latest_measured_ceilings(ardb *db, const char *fingerprint, int64_t max_age_s, int64_t *run_id);
 
 /* The noise rule of comparisons: a difference is beyond the noise when
  * |median_b - median_a| > ARDB_NOISE_K * (spread_a + spread_b), spread

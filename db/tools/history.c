@@ -354,12 +354,53 @@ int ardb_run_latest_with_ceilings(ardb *db, int64_t device_id, int64_t before_id
     code = ardb__query_int(db,
                            "SELECT id FROM runs WHERE device_id = ?1 AND id < ?2 AND ceilings IS NOT NULL"
                            " AND copy_gbps IS NOT NULL AND launch_us IS NOT NULL"
-                           " AND ceilings NOT LIKE '%\"carried_from_run\"%' ORDER BY id DESC LIMIT 1",
+                           " AND ceilings NOT LIKE '%\"carried_from_%' ORDER BY id DESC LIMIT 1",
                            device_id, before_id, run_id, "latest run with ceilings");
     if (code == ARDB_ENOTFOUND)
         return ardb__fail(db, ARDB_ENOTFOUND, "no run before run %" PRId64 " measured its device's ceilings",
                           before_id);
     return code;
+}
+
+int ardb_run_latest_measured_ceilings(ardb *db, const char *fingerprint, int64_t max_age_s, int64_t *run_id)
+{
+    static const char sql[] =
+        "SELECT r.id FROM runs r JOIN devices d ON d.id = r.device_id"
+        " WHERE d.fingerprint = ?1 AND r.ceilings IS NOT NULL"
+        " AND r.copy_gbps IS NOT NULL AND r.launch_us IS NOT NULL"
+        " AND r.ceilings NOT LIKE '%\"carried_from_%'"
+        " AND r.started_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || ?2 || ' seconds')"
+        " ORDER BY r.id DESC LIMIT 1";
+    if (!db)
+        return ARDB_EINVAL;
+    if (!fingerprint || !run_id || max_age_s < 0)
+        return ardb__fail(db, ARDB_EINVAL, "ardb_run_latest_measured_ceilings: invalid argument");
+    int64_t version = ARDB_SCHEMA_VERSION;
+    int code = db->readonly ? ardb__user_version(db, "main", &version) : ARDB_DONE;
+    if (code)
+        return code;
+    if (version < 6)
+        return ardb__fail(db, ARDB_ENOTFOUND, "no run recorded its ceilings (schema version %" PRId64 ")",
+                          version);
+    sqlite3_stmt *st = NULL;
+    if ((code = ardb__prepare(db, sql, &st, "latest measured ceilings")))
+        return code;
+    int rc = sqlite3_bind_text(st, 1, fingerprint, -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(st, 2, max_age_s);
+    if (rc != SQLITE_OK)
+        return ardb__step_fail(db, st, rc, "latest measured ceilings");
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *run_id = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        return ARDB_DONE;
+    }
+    if (rc != SQLITE_DONE)
+        return ardb__step_fail(db, st, rc, "latest measured ceilings");
+    sqlite3_finalize(st);
+    return ardb__fail(db, ARDB_ENOTFOUND, "no run in the last %" PRId64 " s measured this device's ceilings",
+                      max_age_s);
 }
 
 int ardb_run_set_note(ardb *db, int64_t run_id, const char *note)

@@ -1537,6 +1537,56 @@ static void test_stored_winners_fall_back_like_the_runtime(void)
     ardb_close(db);
 }
 
+/* ---- ceilings taken from another database ------------------------------------- */
+
+/* tune --ceilings-from's lookup: the newest run of the same fingerprint
+ * that measured the ceilings itself, no older than the age given. */
+static void test_measured_ceilings_by_fingerprint_and_age(void)
+{
+    char path[600];
+    path_in_tmp(path, sizeof path, "ceilings.db");
+    ardb *db = open_db(path, ARDB_CREATE);
+    REQUIRE(db != NULL);
+    ardb_device d = {.backend = "cpu", .name = "Some CPU", .arch = "x86_64-avx2", .units = 2, .memory = 1 << 30,
+                     .driver = "6.1", .fingerprint = "cpu|Some CPU|x86_64-avx2|2"};
+    ardb_device other = {.backend = "cpu", .name = "Other CPU", .arch = "x86_64-avx2", .units = 2,
+                         .memory = 1 << 30, .driver = "6.1", .fingerprint = "cpu|Other CPU|x86_64-avx2|2"};
+    int64_t dev, odev, measured, carried, uid_carried, unmeasured, elsewhere, found = -1;
+    REQUIRE(ardb_device_upsert(db, &d, &dev) == ARDB_DONE && ardb_device_upsert(db, &other, &odev) == ARDB_DONE);
+    ardb_run r = {.strategy = "halving", .host = "h", .device_id = dev};
+    REQUIRE(ardb_run_begin(db, &r, &measured) == ARDB_DONE && ardb_run_begin(db, &r, &carried) == ARDB_DONE &&
+            ardb_run_begin(db, &r, &uid_carried) == ARDB_DONE && ardb_run_begin(db, &r, &unmeasured) == ARDB_DONE);
+    r.device_id = odev;
+    REQUIRE(ardb_run_begin(db, &r, &elsewhere) == ARDB_DONE);
+    const char *json = "{\"copy_gbps\": 30.5, \"read_gbps\": 40}";
+    REQUIRE(ardb_run_set_roofs(db, measured, 30.5, 40.0, 0.2) == ARDB_DONE &&
+            ardb_run_set_ceilings(db, measured, json) == ARDB_DONE);
+    REQUIRE(ardb_run_set_roofs(db, carried, 30.5, 40.0, 0.2) == ARDB_DONE &&
+            ardb_run_set_ceilings(db, carried, "{\"carried_from_run\": 1, \"copy_gbps\": 30.5}") == ARDB_DONE);
+    REQUIRE(ardb_run_set_roofs(db, uid_carried, 30.5, 40.0, 0.2) == ARDB_DONE &&
+            ardb_run_set_ceilings(db, uid_carried, "{\"carried_from_uid\": \"abcd\", \"copy_gbps\": 30.5}") ==
+                ARDB_DONE);
+    REQUIRE(ardb_run_set_roofs(db, elsewhere, 20.0, 25.0, 0.3) == ARDB_DONE &&
+            ardb_run_set_ceilings(db, elsewhere, json) == ARDB_DONE);
+    /* The runs that carried theirs and the one that measured none are
+     * passed over; the other device's run is not this device's. */
+    CHECK(ardb_run_latest_measured_ceilings(db, d.fingerprint, 3600, &found) == ARDB_DONE && found == measured);
+    CHECK(ardb_run_latest_measured_ceilings(db, other.fingerprint, 3600, &found) == ARDB_DONE &&
+          found == elsewhere);
+    CHECK(ardb_run_latest_measured_ceilings(db, "cpu|Unknown", 3600, &found) == ARDB_ENOTFOUND);
+    CHECK(ardb_run_latest_measured_ceilings(db, d.fingerprint, -1, &found) == ARDB_EINVAL);
+    ardb_close(db);
+    /* Two days old: too old for a day's limit, within a week's. */
+    REQUIRE(raw_exec(path, "UPDATE runs SET started_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-2 days')") ==
+            SQLITE_OK);
+    db = open_db(path, ARDB_READONLY);
+    REQUIRE(db != NULL);
+    CHECK(ardb_run_latest_measured_ceilings(db, d.fingerprint, 86400, &found) == ARDB_ENOTFOUND);
+    CHECK(strstr(ardb_errmsg(db), "86400 s") != NULL);
+    CHECK(ardb_run_latest_measured_ceilings(db, d.fingerprint, 7 * 86400, &found) == ARDB_DONE && found == measured);
+    ardb_close(db);
+}
+
 /* ---- merge ------------------------------------------------------------------------- */
 
 /* A database of its own: device X, two problems, two runs where run 2's
@@ -1875,6 +1925,7 @@ int main(int argc, char **argv)
     RUN_CASE(test_provisional_travels_with_export_import_and_merge);
     RUN_CASE(test_diff_and_resolve);
     RUN_CASE(test_stored_winners_fall_back_like_the_runtime);
+    RUN_CASE(test_measured_ceilings_by_fingerprint_and_age);
     RUN_CASE(test_merge_without_duplicates);
     RUN_CASE(test_export_import_round_trip);
     RUN_CASE(test_csv_export);

@@ -5,7 +5,9 @@
 # match), and records where its time went, with the run. Pruning: the
 # variants a template prunes are listed with their reasons and tuned with
 # --no-prune. The precompiled header of the kernels' system headers: made
-# once in the cache, and a damaged one costs no compile its result.
+# once in the cache, and a damaged one costs no compile its result. The
+# ceilings: taken from a recent run of this device in another database
+# (--ceilings-from), measured where that file holds none recent enough.
 set -euo pipefail
 cli="$1"
 dir=$(mktemp -d)
@@ -85,5 +87,33 @@ if [ -n "$gch" ]; then
     bad "with a damaged precompiled header: compiled '$again' of $compiled; $(grep '^run ' "$dir/damaged_pch.txt")"
     cat "$dir/damaged_pch.log"
   fi
+fi
+
+# The ceilings, from the suite's tuned database, which measured them on
+# this machine: the run says so and records the run it took them from.
+ci_db="${ATTNRES_TEST_CI_DB:?needs the tuned database of the suite}"
+ci_uid=$(sqlite3 "$ci_db" "select uid from runs where ceilings is not null and ceilings not like '%carried_from_%'
+                           order by id desc limit 1")
+"$cli" tune --device cpu --problems "$dir/p.txt" --shard 0/6 --db "$dir/f.db" --ceilings-from "$ci_db" \
+  >"$dir/taken.txt" 2>"$dir/taken.log"
+recorded=$(sqlite3 "$dir/f.db" "select ceilings from runs")
+if [ -n "$ci_uid" ] && grep -q "^the ceilings are those run $ci_uid of " "$dir/taken.log" &&
+   grep -q "\"carried_from_uid\": \"$ci_uid\"" <<<"$recorded" &&
+   grep -q "^(ceilings as run $ci_uid of .* measured them)" "$dir/taken.txt"; then
+  ok "the ceilings were taken from run $ci_uid of the tuned database and recorded so"
+else
+  bad "ceilings from '$ci_uid': $(grep -i ceilings "$dir/taken.log" || true); recorded '$recorded'"
+fi
+# Two days old, that run is too old to stand for the machine now.
+sqlite3 "$ci_db" ".backup '$dir/old.db'"
+sqlite3 "$dir/old.db" "update runs set started_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-2 days')"
+"$cli" tune --device cpu --problems "$dir/p.txt" --shard 0/6 --db "$dir/g.db" --ceilings-from "$dir/old.db" \
+  >"$dir/old.txt" 2>"$dir/old.log"
+recorded=$(sqlite3 "$dir/g.db" "select ceilings from runs")
+if grep -q "^no ceilings from $dir/old.db (no run in the last 86400 s measured this device's ceilings): measuring them" \
+     "$dir/old.log" && grep -q '"copy_gbps"' <<<"$recorded" && ! grep -q carried_from <<<"$recorded"; then
+  ok "with only a run of two days ago in the file the run measured the ceilings itself"
+else
+  bad "ceilings from a stale file: $(grep -i ceilings "$dir/old.log" || true); recorded '$recorded'"
 fi
 finish

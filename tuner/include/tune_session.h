@@ -38,6 +38,10 @@ typedef struct tune_opts {
     uint64_t seed;
     int shard_index, shard_count;
     int retries;               /* final rounds timed again after a disturbed one */
+    /* A database whose latest run on this device, if it measured the
+     * ceilings within TUNE_CEILINGS_FROM_MAX_AGE_S, gives them to this run
+     * (NULL: measure them). */
+    const char *ceilings_from;
 } tune_opts;
 
 /* One variant's source, emitted once per run and shared by its problems. */
@@ -64,6 +68,8 @@ typedef struct tuner {
                        (run_ceilings.c), or carried */
     int roof_ready;
     int64_t roof_carried_from; /* the run they were carried from (0: measured) */
+    char roof_from_uid[64];    /* the run of opt.ceilings_from they were taken
+                                  from ("": none) */
     device_probe *probe;       /* first read right after the ceilings were
                                   measured, then after each final round's try
                                   and at the end of the run (NULL: none) */
@@ -227,7 +233,13 @@ void search_round_policies(const measure_policy *full, const char *backend, int 
  * records them once, before the run's first compile or measurement, so a
  * run that finds everything on record spends no time on them;
  * tuner_ceilings_carry gives such a run those of the device's latest run
- * that measured them (measuring them where none did). 0, or -1 said. */
+ * that measured them (measuring them where none did). With
+ * opt.ceilings_from, tuner_ceilings_measure first looks there (and says why
+ * it measures when it finds none). 0, or -1 said. */
+/* How recent a run of --ceilings-from must be to give its ceilings: a
+ * working day, so that a machine changed since (memory, BIOS, kernel) is
+ * measured again by the next day's runs. */
+#define TUNE_CEILINGS_FROM_MAX_AGE_S 86400
 int tuner_ceilings_measure(tuner *t);
 int tuner_ceilings_carry(tuner *t);
 /* Records the ceilings with the run, and the check's outcome once the

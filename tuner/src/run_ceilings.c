@@ -1,8 +1,9 @@
 /*
  * run_ceilings.c - a tuning run's ceilings: measured once, right before
- * the run's first compile or measurement, or, for a run that finds every
- * candidate on record, carried from the device's latest run that measured
- * them (tune_session.h).
+ * the run's first compile or measurement (or taken from a recent run of
+ * the same device in the database --ceilings-from names), or, for a run
+ * that finds every candidate on record, carried from the device's latest
+ * run that measured them (tune_session.h).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -16,11 +17,14 @@
 
 void tuner_ceilings_record(tuner *t, const ceiling_check *c)
 {
-    char json[CEILING_CHECK_JSON_SIZE], carried[CEILING_CHECK_JSON_SIZE + 64];
+    char json[CEILING_CHECK_JSON_SIZE], carried[CEILING_CHECK_JSON_SIZE + 128];
     ceiling_check_json(&t->roof, c, json, sizeof json);
     const char *text = json;
     if (t->roof_carried_from && json[0] == '{') {
         snprintf(carried, sizeof carried, "{\"carried_from_run\": %" PRId64 ", %s", t->roof_carried_from, json + 1);
+        text = carried;
+    } else if (t->roof_from_uid[0] && json[0] == '{') {
+        snprintf(carried, sizeof carried, "{\"carried_from_uid\": \"%s\", %s", t->roof_from_uid, json + 1);
         text = carried;
     }
     if (ardb_run_set_ceilings(t->db, t->run_id, text) != ARDB_DONE) {
@@ -41,13 +45,44 @@ static int record_roofs(tuner *t)
     return 0;
 }
 
+/* The ceilings of the latest run on this device in opt.ceilings_from that
+ * measured them recently, into t->roof: 1, or 0 (logged why) to measure. */
+static int take_ceilings_from(tuner *t)
+{
+    const char *path = t->opt.ceilings_from;
+    char msg[512];
+    ardb *db = NULL;
+    if (ardb_open_readonly(path, &db, msg, sizeof msg) != ARDB_DONE) {
+        artuner_log(t, "no ceilings from %s (%s): measuring them", path, msg);
+        return 0;
+    }
+    int64_t from = 0;
+    ardb_run_info info;
+    memset(&info, 0, sizeof info);
+    int found = ardb_run_latest_measured_ceilings(db, t->dev->fingerprint, TUNE_CEILINGS_FROM_MAX_AGE_S, &from) ==
+                    ARDB_DONE &&
+                ardb_run_get(db, from, &info) == ARDB_DONE && info.uid && strlen(info.uid) < sizeof t->roof_from_uid &&
+                device_ceilings_from_record(info.ceilings, info.copy_gbps, info.read_gbps, info.launch_us, &t->roof) == 0;
+    if (found) {
+        snprintf(t->roof_from_uid, sizeof t->roof_from_uid, "%s", info.uid);
+        artuner_log(t, "the ceilings are those run %s of %s measured at %s", info.uid, path,
+                    info.started_at ? info.started_at : "?");
+    } else {
+        artuner_log(t, "no ceilings from %s (%s): measuring them", path, ardb_errmsg(db));
+    }
+    ardb_run_info_clear(&info);
+    ardb_close(db);
+    return found;
+}
+
 int tuner_ceilings_measure(tuner *t)
 {
     if (t->roof_ready)
         return 0;
     double c0 = artuner_now_s();
     memset(&t->roof, 0, sizeof t->roof);
-    if (device_ceilings_measure(t->dev, &t->roof) != ATTNRES_OK) {
+    t->roof_from_uid[0] = 0;
+    if ((!t->opt.ceilings_from || !take_ceilings_from(t)) && device_ceilings_measure(t->dev, &t->roof) != ATTNRES_OK) {
         artuner_error("tune", "measuring the device: %s", attnres_device_errmsg(t->dev));
         return -1;
     }
