@@ -255,6 +255,42 @@ int ar_nvrtc_parse_resources(const char *log, const char *kernel, ar_resources *
     return res->registers >= 0 ? 0 : -1;
 }
 
+int ar_nvrtc_parse_module_resources(const char *log, ar_resources *res)
+{
+    static const char tag[] = "Compiling entry function '";
+    int found = 0;
+    ar_resources worst;
+    worst.registers = worst.spill_stores = worst.spill_loads = worst.smem = worst.stack = -1;
+    for (const char *p = log ? strstr(log, tag) : NULL; p; p = strstr(p + 1, tag)) {
+        const char *name = p + sizeof tag - 1;
+        const size_t len = strcspn(name, "'");
+        char kernel[256];
+        if (len >= sizeof kernel)
+            continue;
+        memcpy(kernel, name, len);
+        kernel[len] = 0;
+        ar_resources r;
+        if (ar_nvrtc_parse_resources(log, kernel, &r) != 0)
+            continue;
+        found = 1;
+        if (r.registers > worst.registers)
+            worst.registers = r.registers;
+        if (r.spill_stores > worst.spill_stores)
+            worst.spill_stores = r.spill_stores;
+        if (r.spill_loads > worst.spill_loads)
+            worst.spill_loads = r.spill_loads;
+        if (r.smem > worst.smem)
+            worst.smem = r.smem;
+        if (r.stack > worst.stack)
+            worst.stack = r.stack;
+    }
+    if (!found) /* res as the parser leaves it when it finds no report */
+        return ar_nvrtc_parse_resources(NULL, NULL, res);
+    *res = worst;
+    resources_json(res);
+    return 0;
+}
+
 /* ---- compiling ------------------------------------------------------- */
 
 /* "sm_90", "sm_90a", "compute_90" or "90" -> "90" / "90a"; 0 if invalid. */
@@ -347,7 +383,7 @@ int ar_nvrtc_compile(const char *source, const char *name, const char *arch,
         goto done;
     }
     if (res && want_cubin)
-        ar_nvrtc_parse_resources(text, NULL, res);
+        ar_nvrtc_parse_module_resources(text, res);
     if (blob) {
         size_t n = 0;
         r = want_cubin ? nv.GetCUBINSize(prog, &n) : nv.GetPTXSize(prog, &n);

@@ -49,8 +49,9 @@ int ar_nvrtc_best_arch(int want);
  *   blob/size  the result, malloc'ed, owned by the caller (may be NULL when
  *              only the log and resources are wanted).
  *   log        the compiler's log, malloc'ed (NULL if empty); may be NULL.
- *   res        filled from the ptxas report when want_cubin (may be NULL);
- *              the first kernel reported is used.
+ *   res        filled from the ptxas report when want_cubin (may be NULL):
+ *              the most of each figure over the module's entries
+ *              (ar_nvrtc_parse_module_resources).
  * Returns ATTNRES_OK, ATTNRES_EUNSUPPORTED (NVRTC missing), ATTNRES_ENOMEM,
  * or ATTNRES_ECOMPILE (the source or an option was refused; see err/log).
  */
@@ -62,5 +63,10 @@ int ar_nvrtc_compile(const char *source, const char *name, const char *arch,
  * (NULL: the first one). Returns 0 if a report for it was found. */
 int ar_nvrtc_parse_resources(const char *log, const char *kernel,
                              ar_resources *res);
+/* The same over every entry function the report names: the most
+ * registers, spill bytes, stack and shared memory of any of them, so that
+ * a module with several entries (the backwards' _epi and _sum) is judged
+ * by its worst. Returns 0 if at least one entry's report was found. */
+int ar_nvrtc_parse_module_resources(const char *log, ar_resources *res);
 
 #endif

@@ -150,14 +150,16 @@ static int kernel_cache_usable(const tuner *t) { return strcmp(t->dev->backend, 
  * stored, so that a resumed run does not compile it again. */
 static void store_binary(tuner *t, source_entry *e)
 {
-    /* GPU compilers report registers, spills and shared memory. A variant
-     * that spills or needs a stack frame is pruned before any timing: local
-     * memory traffic defeats a memory-bound kernel. Only a build with the
+    /* GPU compilers report registers, spills and shared memory, for each
+     * entry of the module (the backwards' _epi and _sum too): the most of
+     * them is recorded. A variant that spills or needs a stack frame in any
+     * entry is pruned before any timing: local memory traffic defeats a
+     * memory-bound kernel. Only a build with the
      * CUDA backend has such a compiler. */
 #ifdef ATTNRES_HAVE_CUDA
     ar_resources res;
     if (strcmp(t->dev->backend, "cuda") == 0 && e->compile_log &&
-        ar_nvrtc_parse_resources(e->compile_log, e->kernel, &res) == 0) {
+        ar_nvrtc_parse_module_resources(e->compile_log, &res) == 0) {
         snprintf(e->resources, sizeof e->resources, "%s", res.json);
         e->pruned = res.spill_stores > 0 || res.spill_loads > 0 || res.stack > 0;
     }
