@@ -1,7 +1,8 @@
 # NVRTC compiles every variant of templates/cuda/mix_online.lua,
 # mix_twopass.lua, phase1.lua, phase2.lua and the backwards (mix_backward,
-# phase1_backward, phase2_backward) for sm_80 and sm_90 with no warning,
-# and no entry of a generic or default variant spills. Needs no
+# phase1_backward, phase2_backward) for sm_90, and their generic and
+# default variants for sm_80 too, with no warning, and no entry of a
+# generic or default variant spills on either. Needs no
 # GPU; skips (exit 77) when NVRTC cannot be loaded. Included from
 # tests/CMakeLists.txt.
 add_executable(test_nvrtc ${CMAKE_CURRENT_LIST_DIR}/test_nvrtc.c)
