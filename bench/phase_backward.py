@@ -102,6 +102,10 @@ import torch
 
 import attnres
 
+# The load-average helpers of the mix backward's benchmark (this script's
+# folder is first on sys.path when it runs).
+from backward import load, wait_for_load
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -142,19 +146,6 @@ def commit():
     except OSError:
         return "unknown"
     return head + (" (working tree modified)" if dirty else "")
-
-
-def load():
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def wait_for_load(limit, max_s):
-    t0 = time.monotonic()
-    while os.getloadavg()[0] >= limit and time.monotonic() - t0 < max_s:
-        time.sleep(10)
-    waited = time.monotonic() - t0
-    print(f"load average {load()} after waiting {waited:.0f} s for the 1-minute load to drop below {limit}"
-          + ("" if os.getloadavg()[0] < limit else " (it did not: timing anyway)"), flush=True)
 
 
 # ---- step 1: the tune ----------------------------------------------------------
