@@ -338,12 +338,10 @@ int ardb_run_latest_on_device(ardb *db, int64_t device_id, int64_t after_id,
     return code;
 }
 
-int ardb_run_latest_with_ceilings(ardb *db, int64_t device_id, int64_t before_id, int64_t *run_id)
+/* ARDB_DONE where the file's runs can hold ceilings (schema v6 on; a
+ * writer's handle is migrated), ENOTFOUND with the reason where not. */
+static int ceilings_recorded(ardb *db)
 {
-    if (!db)
-        return ARDB_EINVAL;
-    if (!run_id)
-        return ardb__fail(db, ARDB_EINVAL, "ardb_run_latest_with_ceilings: invalid argument");
     int64_t version = ARDB_SCHEMA_VERSION;
     int code = db->readonly ? ardb__user_version(db, "main", &version) : ARDB_DONE;
     if (code)
@@ -351,6 +349,18 @@ int ardb_run_latest_with_ceilings(ardb *db, int64_t device_id, int64_t before_id
     if (version < 6)
         return ardb__fail(db, ARDB_ENOTFOUND, "no run recorded its ceilings (schema version %" PRId64 ")",
                           version);
+    return ARDB_DONE;
+}
+
+int ardb_run_latest_with_ceilings(ardb *db, int64_t device_id, int64_t before_id, int64_t *run_id)
+{
+    if (!db)
+        return ARDB_EINVAL;
+    if (!run_id)
+        return ardb__fail(db, ARDB_EINVAL, "ardb_run_latest_with_ceilings: invalid argument");
+    int code = ceilings_recorded(db);
+    if (code)
+        return code;
     code = ardb__query_int(db,
                            "SELECT id FROM runs WHERE device_id = ?1 AND id < ?2 AND ceilings IS NOT NULL"
                            " AND copy_gbps IS NOT NULL AND launch_us IS NOT NULL"
@@ -375,13 +385,9 @@ int ardb_run_latest_measured_ceilings(ardb *db, const char *fingerprint, int64_t
         return ARDB_EINVAL;
     if (!fingerprint || !run_id || max_age_s < 0)
         return ardb__fail(db, ARDB_EINVAL, "ardb_run_latest_measured_ceilings: invalid argument");
-    int64_t version = ARDB_SCHEMA_VERSION;
-    int code = db->readonly ? ardb__user_version(db, "main", &version) : ARDB_DONE;
+    int code = ceilings_recorded(db);
     if (code)
         return code;
-    if (version < 6)
-        return ardb__fail(db, ARDB_ENOTFOUND, "no run recorded its ceilings (schema version %" PRId64 ")",
-                          version);
     sqlite3_stmt *st = NULL;
     if ((code = ardb__prepare(db, sql, &st, "latest measured ceilings")))
         return code;

@@ -794,9 +794,9 @@ static int cpu_launch_mix_backward(attnres_device *dev, const ar_kernel *k, cons
         return ATTNRES_OK;
     }
     ar_backward_ws ws = {0};
-    if (ar_mix_backward_workspace(p->d, T, epilogue, &ws) != 0 || !a->workspace || a->workspace_size < ws.bytes)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "the workspace holds %zu bytes; T = %lld needs %zu",
-                              a->workspace ? a->workspace_size : 0, (long long)T, ws.bytes);
+    int fits = ar_backward_workspace_fits(dev, p->d, T, epilogue, a->workspace, a->workspace_size, &ws);
+    if (fits != ATTNRES_OK)
+        return fits;
     if (epilogue && (!a->out || !a->out_gain || !a->dnormed))
         return ar_device_fail(dev, ATTNRES_EINVAL, "the epilogue's backward needs out, out_gain and dnormed");
     if (!epilogue && !a->dout)
@@ -887,17 +887,6 @@ static void phase_backward_run(cpu_state *st, const ar_kernel *k, const attnres_
     cpu_pool_run(st->pool, group_sum_chunk, &s, row, launch_parts(k, p, groups, 1));
 }
 
-/* The workspace check the runtime's own entry already made, repeated for
- * callers inside the library (the tuner) that launch directly. */
-static int workspace_fits(attnres_device *dev, int64_t row, int64_t T, int epilogue, const void *ws, size_t size,
-                          ar_backward_ws *out)
-{
-    if (ar_mix_backward_workspace(row, T, epilogue, out) != 0 || !ws || size < out->bytes)
-        return ar_device_fail(dev, ATTNRES_EINVAL, "the workspace holds %zu bytes; T = %lld needs %zu",
-                              ws ? size : 0, (long long)T, out->bytes);
-    return ATTNRES_OK;
-}
-
 static int cpu_launch_phase1_backward(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                                       const attnres_phase1_backward_args *a)
 {
@@ -908,7 +897,7 @@ static int cpu_launch_phase1_backward(attnres_device *dev, const ar_kernel *k, c
     }
     int rc = sources_fit(dev, p);
     ar_backward_ws ws;
-    if (rc != ATTNRES_OK || (rc = workspace_fits(dev, row, T, 0, a->workspace, a->workspace_size, &ws)))
+    if (rc != ATTNRES_OK || (rc = ar_backward_workspace_fits(dev, row, T, 0, a->workspace, a->workspace_size, &ws)))
         return rc;
     int64_t strides[CPU_MAX_SOURCES], dstrides[CPU_MAX_SOURCES];
     for (int i = 0; i < p->n; i++) {
@@ -944,7 +933,7 @@ static int cpu_launch_phase2_backward(attnres_device *dev, const ar_kernel *k, c
         return ATTNRES_OK;
     }
     ar_backward_ws ws;
-    int rc = workspace_fits(dev, p->d, T, epilogue, a->workspace, a->workspace_size, &ws);
+    int rc = ar_backward_workspace_fits(dev, p->d, T, epilogue, a->workspace, a->workspace_size, &ws);
     if (rc != ATTNRES_OK)
         return rc;
     if (epilogue ? !a->out_gain || !a->dnormed : !a->dout)

@@ -128,12 +128,11 @@ static int fill_sources(attnres_device *dev, const ar_kernel *k, const attnres_p
  * when the problem has one. */
 #define FILL_OUTPUTS(args, a, p)                                                  \
     do {                                                                          \
-        (args)->out = (a)->out;                                                   \
-        (args)->out_stride = (a)->out_stride ? (a)->out_stride : (p)->d;          \
+        TAKE_VIEW(args, a, out, (p)->d);                                          \
         (args)->out_gain = (p)->epilogue ? (a)->out_gain : NULL;                  \
         (args)->out_eps = (a)->out_eps;                                           \
         (args)->normed = (p)->epilogue ? (a)->normed : NULL;                      \
-        (args)->normed_stride = (a)->normed_stride ? (a)->normed_stride : (p)->d; \
+        (args)->normed_stride = ROW_STRIDE(a, normed, (p)->d);                    \
     } while (0)
 
 /* Fills the by-value argument struct; EINVAL/EMISMATCH with a message when
@@ -170,7 +169,7 @@ static int fill_mix(attnres_device *dev, const ar_kernel *k, const attnres_probl
     args->n = n;
     args->query = a->query;
     args->partial = p->form == ATTNRES_FORM_ADDITIVE ? a->partial : NULL;
-    args->partial_stride = a->partial_stride ? a->partial_stride : p->d;
+    args->partial_stride = ROW_STRIDE(a, partial, p->d);
     args->alpha = a->alpha;
     FILL_OUTPUTS(args, a, p);
     if (ar_cuda_view_misaligned(args->out, args->out_stride, es, align) ||
@@ -216,8 +215,8 @@ static int fill_phase1(attnres_device *dev, const ar_kernel *k, const attnres_pr
     const int rc = fill_sources(dev, k, p, a->sources, a->source_strides, align, args->src, args->src_stride);
     if (rc != ATTNRES_OK)
         return rc;
-    args->o1_stride = a->o1_stride ? a->o1_stride : p->d;
-    args->lse_stride = a->lse_stride ? a->lse_stride : H;
+    args->o1_stride = ROW_STRIDE(a, o1, p->d);
+    args->lse_stride = ROW_STRIDE(a, lse, H);
     for (int j = 0; j < S; j++) {
         if (!a->o1[j] || !a->lse[j])
             return ar_device_fail(dev, ATTNRES_EINVAL, "o1 or lse of site %d is NULL", j);
@@ -263,14 +262,11 @@ static int fill_phase2(attnres_device *dev, const ar_kernel *k, const attnres_pr
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
     memset(args, 0, sizeof *args);
     FILL_SHAPE(args, a, p, H, T);
-    args->o1 = a->o1;
-    args->o1_stride = a->o1_stride ? a->o1_stride : p->d;
-    args->lse = a->lse;
-    args->lse_stride = a->lse_stride ? a->lse_stride : H;
-    args->partial = a->partial;
-    args->partial_stride = a->partial_stride ? a->partial_stride : p->d;
+    TAKE_VIEW(args, a, o1, p->d);
+    TAKE_VIEW(args, a, lse, H);
+    TAKE_VIEW(args, a, partial, p->d);
     args->sublayer = p->fuse_add ? a->sublayer : NULL;
-    args->sublayer_stride = a->sublayer_stride ? a->sublayer_stride : p->d;
+    args->sublayer_stride = ROW_STRIDE(a, sublayer, p->d);
     args->query = a->query;
     FILL_OUTPUTS(args, a, p);
     if (ar_cuda_view_misaligned(args->o1, args->o1_stride, es, align) ||
@@ -323,6 +319,19 @@ int ar_cuda_fill_source_gradients(attnres_device *dev, const ar_kernel *k, const
  * dynamic shared memory and the two grids: one block per token group, then
  * one thread per element of dquery. T may be 0: then only the sums run,
  * and write zeros (to dout_gain too with the epilogue). */
+int ar_cuda_check_fp32_rows(attnres_device *dev, const ar_kernel *k, const void *query, const void *out_gain,
+                            const void *workspace)
+{
+    const cuda_kernel *ck = k->module;
+    if (ar_cuda_misaligned(query, ck->qalign) || (out_gain && ar_cuda_misaligned(out_gain, ck->qalign)) ||
+        ar_cuda_misaligned(workspace, 16))
+        return ar_device_fail(dev, ATTNRES_EINVAL,
+                              "query or out_gain is not %d-byte aligned as kernel %s needs, or the workspace not "
+                              "16-byte",
+                              ck->qalign, k->kernel_name);
+    return ATTNRES_OK;
+}
+
 static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attnres_problem *p, int64_t T,
                              const attnres_mix_backward_args *a, cuda_launch_data *l)
 {
@@ -344,10 +353,9 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
         return ar_device_fail(dev, ATTNRES_EINVAL, "the arguments and dquery are required");
     const int additive = p->form == ATTNRES_FORM_ADDITIVE, epilogue = p->epilogue != 0;
     ar_backward_ws ws = {0};
-    if (ar_mix_backward_workspace(p->d, T, epilogue, &ws) != 0 ||
-        (T > 0 && (!a->workspace || a->workspace_size < ws.bytes)))
-        return ar_device_fail(dev, ATTNRES_EINVAL, "the workspace holds %zu bytes; T = %lld needs %zu",
-                              a->workspace ? a->workspace_size : 0, (long long)T, ws.bytes);
+    const int fits = ar_backward_workspace_fits(dev, p->d, T, epilogue, a->workspace, a->workspace_size, &ws);
+    if (fits != ATTNRES_OK)
+        return fits;
     memset(args, 0, sizeof *args);
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
     /* fp32 source gradients take VEC floats per access, as the query does
@@ -369,17 +377,14 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
                                                      args->src_stride, args->dsrc, args->dsrc_stride);
         if (rc != ATTNRES_OK)
             return rc;
-        args->dout = a->dout;
-        args->dout_stride = a->dout_stride ? a->dout_stride : p->d;
+        TAKE_VIEW(args, a, dout, p->d);
         args->dpartial = additive ? a->dpartial : NULL;
-        args->dpartial_stride = a->dpartial_stride ? a->dpartial_stride : p->d;
+        args->dpartial_stride = ROW_STRIDE(a, dpartial, p->d);
         if (epilogue) {
-            args->out = a->out;
-            args->out_stride = a->out_stride ? a->out_stride : p->d;
+            TAKE_VIEW(args, a, out, p->d);
             args->out_gain = a->out_gain;
             args->out_eps = a->out_eps;
-            args->dnormed = a->dnormed;
-            args->dnormed_stride = a->dnormed_stride ? a->dnormed_stride : p->d;
+            TAKE_VIEW(args, a, dnormed, p->d);
         }
         if ((args->dout && ar_cuda_view_misaligned(args->dout, args->dout_stride, es, align)) ||
             (args->dpartial && ar_cuda_view_misaligned(args->dpartial, args->dpartial_stride, es, align)) ||
@@ -389,13 +394,9 @@ static int fill_mix_backward(attnres_device *dev, const ar_kernel *k, const attn
                                   "dout, dpartial, out or dnormed (pointer or stride) is not %lld-byte aligned as "
                                   "kernel %s needs",
                                   (long long)align, k->kernel_name);
-        if (ar_cuda_misaligned(a->query, ck->qalign) ||
-            (args->out_gain && ar_cuda_misaligned(args->out_gain, ck->qalign)) ||
-            ar_cuda_misaligned(a->workspace, 16))
-            return ar_device_fail(dev, ATTNRES_EINVAL,
-                                  "query or out_gain is not %d-byte aligned as kernel %s needs, or the workspace "
-                                  "not 16-byte",
-                                  ck->qalign, k->kernel_name);
+        const int aligned = ar_cuda_check_fp32_rows(dev, k, a->query, args->out_gain, a->workspace);
+        if (aligned != ATTNRES_OK)
+            return aligned;
         args->ws_du = a->workspace;
         args->ws_dalpha = additive ? (float *)((char *)a->workspace + ws.alpha_offset) : NULL;
         args->ws_dgout = epilogue ? (float *)((char *)a->workspace + ws.dgout_offset) : NULL;

@@ -25,8 +25,8 @@ static int fill_site_views(attnres_device *dev, const ar_kernel *k, const attnre
                            const attnres_phase1_backward_args *a, int64_t es, int64_t align,
                            attnres_cuda_phase1_backward_args *args)
 {
-    args->do1_stride = a->do1_stride ? a->do1_stride : p->d;
-    args->dlse_stride = a->dlse_stride ? a->dlse_stride : p->heads;
+    args->do1_stride = ROW_STRIDE(a, do1, p->d);
+    args->dlse_stride = ROW_STRIDE(a, dlse, p->heads);
     for (int j = 0; j < p->s; j++) {
         const float *dlse = a->dlse ? a->dlse[j] : NULL;
         if (!a->do1[j])
@@ -68,10 +68,9 @@ int ar_cuda_fill_phase1_backward(attnres_device *dev, const ar_kernel *k, const 
     /* A group's rows of du: d floats per site. */
     const int64_t row = p->d * S;
     ar_backward_ws ws = {0};
-    if (ar_mix_backward_workspace(row, T, 0, &ws) != 0 ||
-        (T > 0 && (!a->workspace || a->workspace_size < ws.bytes)))
-        return ar_device_fail(dev, ATTNRES_EINVAL, "the workspace holds %zu bytes; T = %lld needs %zu",
-                              a->workspace ? a->workspace_size : 0, (long long)T, ws.bytes);
+    const int fits = ar_backward_workspace_fits(dev, row, T, 0, a->workspace, a->workspace_size, &ws);
+    if (fits != ATTNRES_OK)
+        return fits;
     memset(args, 0, sizeof *args);
     const int64_t es = (int64_t)attnres_dtype_size(p->dtype), align = ck->align;
     /* fp32 source gradients take VEC floats per access, as the queries do

@@ -64,10 +64,9 @@ int ar_cuda_fill_phase2_backward(attnres_device *dev, const ar_kernel *k, const 
         return ar_device_fail(dev, ATTNRES_EINVAL, "the arguments and dquery are required");
     const int epilogue = p->epilogue != 0;
     ar_backward_ws ws = {0};
-    if (ar_mix_backward_workspace(p->d, T, epilogue, &ws) != 0 ||
-        (T > 0 && (!a->workspace || a->workspace_size < ws.bytes)))
-        return ar_device_fail(dev, ATTNRES_EINVAL, "the workspace holds %zu bytes; T = %lld needs %zu",
-                              a->workspace ? a->workspace_size : 0, (long long)T, ws.bytes);
+    const int fits = ar_backward_workspace_fits(dev, p->d, T, epilogue, a->workspace, a->workspace_size, &ws);
+    if (fits != ATTNRES_OK)
+        return fits;
     memset(args, 0, sizeof *args);
     if (T > 0) {
         if (!a->o1 || !a->lse || !a->partial || !a->query || !a->do1 || !a->dlse || !a->dpartial)
@@ -78,29 +77,21 @@ int ar_cuda_fill_phase2_backward(attnres_device *dev, const ar_kernel *k, const 
             return ar_device_fail(dev, ATTNRES_EINVAL, "dout is required");
         if (epilogue && (!a->out_gain || !a->dnormed))
             return ar_device_fail(dev, ATTNRES_EINVAL, "the epilogue's backward needs out_gain and dnormed");
-        args->o1 = a->o1;
-        args->o1_stride = a->o1_stride ? a->o1_stride : p->d;
-        args->lse = a->lse;
-        args->lse_stride = a->lse_stride ? a->lse_stride : H;
-        args->partial = a->partial;
-        args->partial_stride = a->partial_stride ? a->partial_stride : p->d;
-        args->dout = a->dout;
-        args->dout_stride = a->dout_stride ? a->dout_stride : p->d;
-        args->do1 = a->do1;
-        args->do1_stride = a->do1_stride ? a->do1_stride : p->d;
-        args->dlse = a->dlse;
-        args->dlse_stride = a->dlse_stride ? a->dlse_stride : H;
-        args->dpartial = a->dpartial;
-        args->dpartial_stride = a->dpartial_stride ? a->dpartial_stride : p->d;
+        TAKE_VIEW(args, a, o1, p->d);
+        TAKE_VIEW(args, a, lse, H);
+        TAKE_VIEW(args, a, partial, p->d);
+        TAKE_VIEW(args, a, dout, p->d);
+        TAKE_VIEW(args, a, do1, p->d);
+        TAKE_VIEW(args, a, dlse, H);
+        TAKE_VIEW(args, a, dpartial, p->d);
         /* The sublayer's gradient exists only where the forward fused the
          * add; the caller may not want it (NULL). */
         args->dsublayer = p->fuse_add ? a->dsublayer : NULL;
-        args->dsublayer_stride = a->dsublayer_stride ? a->dsublayer_stride : p->d;
+        args->dsublayer_stride = ROW_STRIDE(a, dsublayer, p->d);
         if (epilogue) {
             args->out_gain = a->out_gain;
             args->out_eps = a->out_eps;
-            args->dnormed = a->dnormed;
-            args->dnormed_stride = a->dnormed_stride ? a->dnormed_stride : p->d;
+            TAKE_VIEW(args, a, dnormed, p->d);
         }
         const row_check rows[] = {
             {args->o1, args->o1_stride, "o1"},
@@ -118,13 +109,9 @@ int ar_cuda_fill_phase2_backward(attnres_device *dev, const ar_kernel *k, const 
                                       rows[i].name, (long long)rows[i].stride, (long long)align, k->kernel_name);
         if (ar_cuda_misaligned(args->lse, 4) || ar_cuda_misaligned(args->dlse, 4))
             return ar_device_fail(dev, ATTNRES_EINVAL, "lse or dlse is not 4-byte aligned");
-        if (ar_cuda_misaligned(a->query, ck->qalign) ||
-            (args->out_gain && ar_cuda_misaligned(args->out_gain, ck->qalign)) ||
-            ar_cuda_misaligned(a->workspace, 16))
-            return ar_device_fail(dev, ATTNRES_EINVAL,
-                                  "query or out_gain is not %d-byte aligned as kernel %s needs, or the workspace "
-                                  "not 16-byte",
-                                  ck->qalign, k->kernel_name);
+        const int aligned = ar_cuda_check_fp32_rows(dev, k, a->query, args->out_gain, a->workspace);
+        if (aligned != ATTNRES_OK)
+            return aligned;
         args->ws_du = a->workspace;
         args->ws_dgout = epilogue ? (float *)((char *)a->workspace + ws.dgout_offset) : NULL;
     }

@@ -187,6 +187,13 @@ static inline int ar_cuda_view_misaligned(const void *ptr, int64_t stride, int64
     return ar_cuda_misaligned(ptr, align) || (stride * es) % align != 0;
 }
 
+/* The stride of view `name` of the caller's arguments a: its own, or a
+ * whole row of `row` elements where it gave 0. */
+#define ROW_STRIDE(a, name, row) ((a)->name##_stride ? (a)->name##_stride : (row))
+/* View `name` from the caller's arguments a into the by-value struct args
+ * (the fields have the same names): its pointer and ROW_STRIDE. */
+#define TAKE_VIEW(args, a, name, row) ((args)->name = (a)->name, (args)->name##_stride = ROW_STRIDE(a, name, row))
+
 /* The shape and softmax parameters that every op's by-value struct carries
  * under the same names: d, heads and T from the problem and launch, scale
  * and eps from the caller's arguments `a`. */
@@ -216,6 +223,11 @@ typedef struct cuda_source_views {
     const int64_t *dstrides;
 } cuda_source_views;
 
+/* The fp32 rows a backward reads whole vectors of: the query and out_gain
+ * (may be NULL) at the kernel's qalign, the workspace at 16 bytes.
+ * ATTNRES_OK, or EINVAL saying which. */
+int ar_cuda_check_fp32_rows(attnres_device *dev, const ar_kernel *k, const void *query, const void *out_gain,
+                            const void *workspace);
 /* Fills a backward's by-value arrays of the p->n sources and gradients
  * (src, src_stride, dsrc, dsrc_stride), the sources read `align` bytes at a
  * time in elements of es bytes, the gradients dalign bytes in elements of

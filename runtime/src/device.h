@@ -262,6 +262,12 @@ extern const ar_backend ar_cuda_backend;
 int ar_device_fail(attnres_device *dev, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Fills *out for a backward's workspace (ar_mix_backward_workspace, rows
+ * of `row` floats) and checks that the caller's, ws of size bytes, holds
+ * it: ATTNRES_OK, or EINVAL saying how much T needs. T = 0 needs none. */
+int ar_backward_workspace_fits(attnres_device *dev, int64_t row, int64_t T, int epilogue, const void *ws,
+                               size_t size, ar_backward_ws *out);
+
 /* Softmax over the n sources of each head, in place on scores laid out
  * [n][heads], for the fp64 references (reference.c). Writes the log-sum-exp
  * per head when lse is not NULL. */

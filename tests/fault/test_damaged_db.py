@@ -30,6 +30,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
@@ -43,6 +44,12 @@ TIMEOUT = 120
 
 failures = []
 counts = {"cases": 0, "runs": 0, "ok": 0, "refused": 0}
+counts_lock = threading.Lock()  # checks may run on threads (full_case)
+
+
+def bump(key):
+    with counts_lock:
+        counts[key] += 1
 
 
 def P(*parts):
@@ -57,7 +64,7 @@ def env_with_cache(cache):
 
 def run(cmd, cache, timeout=TIMEOUT):
     """Runs cmd; returns (returncode, stdout, stderr). A signal is negative."""
-    counts["runs"] += 1
+    bump("runs")
     try:
         r = subprocess.run(cmd, env=env_with_cache(cache), capture_output=True, text=True, timeout=timeout,
                            errors="replace")
@@ -134,7 +141,7 @@ def check_cli(case, db, cache, extra=(), expect=None, needle=None):
     if rc < 0 or rc >= 128:
         return fail(case, f"{label} crashed: {signal_name(rc) if rc < 0 else rc}")
     if rc == 0:
-        counts["ok"] += 1
+        bump("ok")
         if expect == "error":
             return fail(case, f"{label} succeeded where a clear error was expected")
         if not os.path.exists(out):
@@ -143,7 +150,7 @@ def check_cli(case, db, cache, extra=(), expect=None, needle=None):
         if bad:
             return fail(case, f"{label} fell back to a wrong result: {bad}")
     elif rc == 1:
-        counts["refused"] += 1
+        bump("refused")
         if expect == "ok":
             return fail(case, f"{label} failed where the fallback was expected: {stderr.strip()}")
         msg = stderr.strip()
@@ -200,15 +207,28 @@ def sql_case(case, *statements):
     return path
 
 
-def full_case(case, db, expect_cli=None, needle=None, exact_expect=None, exact_needle=None, damage=True):
+def full_case(case, db, expect_cli=None, needle=None, exact_expect=None, exact_needle=None, damage=True,
+              together=False):
     """Every check on one damaged database, each with a cold binary cache so
-    that stored binaries are really read from it."""
+    that stored binaries are really read from it. together: the checks run
+    at the same time (each of its own cache), for a case whose every check
+    waits out the database's busy timeout."""
     counts["cases"] += 1
     cache = P("cache", case)
-    check_cli(case, db, cache, expect=expect_cli, needle=needle)
+    checks = [lambda: check_cli(case, db, cache, expect=expect_cli, needle=needle)]
     if exact_expect or exact_needle:
-        check_cli(case, db, cache + "-x", extra=("--require-exact",), expect=exact_expect, needle=exact_needle)
-    check_probe(case, db, cache + "-p", expect=expect_cli, needle=needle)
+        checks.append(lambda: check_cli(case, db, cache + "-x", extra=("--require-exact",), expect=exact_expect,
+                                        needle=exact_needle))
+    checks.append(lambda: check_probe(case, db, cache + "-p", expect=expect_cli, needle=needle))
+    if together:
+        threads = [threading.Thread(target=c) for c in checks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    else:
+        for c in checks:
+            c()
     if damage and os.path.isfile(db):
         victim = P("cases", case + ".victim.db")
         with open(victim, "wb") as f:
@@ -260,7 +280,7 @@ def locked_case(case, setup_sql, lock_sql):
     if line is None:
         fail(case, f"the locker did not take its lock: {locker.stderr.read()!r}")
     t0 = time.time()
-    full_case(case, path, damage=False)
+    full_case(case, path, damage=False, together=True)
     print(f"  {case}: {time.time() - t0:.1f} s with the lock held", flush=True)
     locker.stdin.close()
     locker.wait(timeout=30)

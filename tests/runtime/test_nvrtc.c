@@ -383,31 +383,59 @@ static int phase_applies(argen *g, argen_variant *v, size_t nv, const char *op, 
     return count;
 }
 
+/* Opens CUDA template name of op, enumerates it, and checks the launch
+ * data every variant states: its ABI (abi_op, the struct's version), a
+ * block of whole warps, 128 to 512 threads, and an alignment of 2 to 16
+ * bytes. *out is the handle, NULL where that failed (the case then
+ * stops: REQUIRE). */
+static void open_cuda_template(const char *name, const char *op, attnres_op abi_op, argen **out,
+                               argen_variant **v, size_t *nv)
+{
+    char msg[2048];
+    argen *g = NULL;
+    *out = NULL;
+    REQUIRE(argen_open(template_dir(), name, &g, msg, sizeof msg) == 0);
+    CHECK(strcmp(argen_backend(g), "cuda") == 0);
+    CHECK(strcmp(argen_op(g), op) == 0);
+    REQUIRE(argen_enumerate(g, v, nv) == 0 && *nv > 0);
+    printf("%s variants: %zu\n", name, *nv);
+    for (size_t i = 0; i < *nv; i++) {
+        const char *j = (*v)[i].params_json;
+        CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_ABI_VERSIONS[abi_op]);
+        CHECK(ar_json_int(j, "abi_op", -1) == (int64_t)abi_op);
+        const int64_t block = ar_json_int(j, "block", -1), align = ar_json_int(j, "align", -1);
+        CHECK(block >= 128 && block <= 512 && block % 32 == 0);
+        CHECK(align >= 2 && align <= 16);
+    }
+    *out = g;
+}
+
+/* Compiles every variant of g (compile_template) where NVRTC loads, then
+ * frees the variants and closes g. */
+static void compile_and_close(argen *g, argen_variant *v, size_t nv)
+{
+    char msg[512];
+    if (ar_nvrtc_available(msg, sizeof msg) == 0)
+        compile_template(g, v, nv);
+    argen_variants_free(v, nv);
+    argen_close(g);
+}
+
 static void test_phase_templates(void)
 {
     static const char *const names[] = {"cuda/phase1", "cuda/phase2"};
     static const char *const ops[] = {"phase1", "phase2"};
     CHECK(sizeof(attnres_cuda_phase1_args) == 2112 && sizeof(attnres_cuda_phase1_args) <= 4096);
     CHECK(sizeof(attnres_cuda_phase2_args) == 152);
+    static const attnres_op op_values[] = {ATTNRES_OP_PHASE1, ATTNRES_OP_PHASE2};
     for (int t = 0; t < 2; t++) {
-        char msg[2048];
-        argen *g = NULL;
         argen_variant *v = NULL;
         size_t nv = 0;
-        REQUIRE(argen_open(template_dir(), names[t], &g, msg, sizeof msg) == 0);
-        CHECK(strcmp(argen_backend(g), "cuda") == 0);
-        CHECK(strcmp(argen_op(g), ops[t]) == 0);
-        REQUIRE(argen_enumerate(g, &v, &nv) == 0 && nv > 0);
-        printf("%s variants: %zu\n", names[t], nv);
-        for (size_t i = 0; i < nv; i++) {
-            const char *j = v[i].params_json;
-            CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_ABI_VERSIONS[t + 1]);
-            CHECK(ar_json_int(j, "abi_op", -1) == t + 1);
-            CHECK(ar_json_int(j, "tokens_per_block", -1) == 1);
-            int64_t block = ar_json_int(j, "block", -1), align = ar_json_int(j, "align", -1);
-            CHECK(block >= 128 && block <= 512 && block % 32 == 0);
-            CHECK(align >= 2 && align <= 16);
-        }
+        argen *g;
+        open_cuda_template(names[t], ops[t], op_values[t], &g, &v, &nv);
+        REQUIRE(g != NULL);
+        for (size_t i = 0; i < nv; i++)
+            CHECK(ar_json_int(v[i].params_json, "tokens_per_block", -1) == 1);
         int gok;
         if (t == 0) {
             /* K3-like and MHAR-like blocks: tuned candidates and the generic. */
@@ -424,10 +452,7 @@ static void test_phase_templates(void)
             CHECK(phase_applies(g, v, nv, "phase2", "f16", 4096, 1, 3, 0, &gok) == 0 && !gok);
             CHECK(phase_applies(g, v, nv, "phase1", "f16", 4096, 1, 1, 1, &gok) == 0 && !gok);
         }
-        if (ar_nvrtc_available(msg, sizeof msg) == 0)
-            compile_template(g, v, nv);
-        argen_variants_free(v, nv);
-        argen_close(g);
+        compile_and_close(g, v, nv);
     }
 }
 
@@ -445,23 +470,11 @@ static void test_backward_templates(void)
     CHECK(sizeof(attnres_cuda_phase1_backward_args) <= 4096);
     CHECK(sizeof(attnres_cuda_phase2_backward_args) <= 4096);
     for (int t = 0; t < 3; t++) {
-        char msg[2048];
-        argen *g = NULL;
         argen_variant *v = NULL;
         size_t nv = 0;
-        REQUIRE(argen_open(template_dir(), names[t], &g, msg, sizeof msg) == 0);
-        CHECK(strcmp(argen_backend(g), "cuda") == 0);
-        CHECK(strcmp(argen_op(g), ops[t]) == 0);
-        REQUIRE(argen_enumerate(g, &v, &nv) == 0 && nv > 0);
-        printf("%s variants: %zu\n", names[t], nv);
-        for (size_t i = 0; i < nv; i++) {
-            const char *j = v[i].params_json;
-            CHECK(ar_json_int(j, "abi", -1) == AR_CUDA_ABI_VERSIONS[op_values[t]]);
-            CHECK(ar_json_int(j, "abi_op", -1) == (int64_t)op_values[t]);
-            const int64_t block = ar_json_int(j, "block", -1), align = ar_json_int(j, "align", -1);
-            CHECK(block >= 128 && block <= 512 && block % 32 == 0);
-            CHECK(align >= 2 && align <= 16);
-        }
+        argen *g;
+        open_cuda_template(names[t], ops[t], op_values[t], &g, &v, &nv);
+        REQUIRE(g != NULL);
         /* K3's and MHAR-8B's shapes: tuned candidates and the generic. */
         int gok;
         if (t == 0) {
@@ -477,10 +490,7 @@ static void test_backward_templates(void)
             CHECK(phase_applies(g, v, nv, ops[t], "bf16", 4096, 1, 8, 0, &gok) > 3 && gok);
         }
         CHECK(phase_applies(g, v, nv, "mix", "bf16", 4096, 9, 1, 0, &gok) == 0 && !gok);
-        if (ar_nvrtc_available(msg, sizeof msg) == 0)
-            compile_template(g, v, nv);
-        argen_variants_free(v, nv);
-        argen_close(g);
+        compile_and_close(g, v, nv);
     }
 }
 
