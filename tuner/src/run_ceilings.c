@@ -45,6 +45,20 @@ static int record_roofs(tuner *t)
     return 0;
 }
 
+/* A run uid that fits size bytes and needs no escaping in a JSON string
+ * (printable ASCII but quote and backslash; ours are hex digits, a
+ * migrated v1 run's "v1:START:HOST:ID"): another file's run is named in
+ * this run's record by it. */
+static int plain_uid(const char *uid, size_t size)
+{
+    if (!uid || !uid[0] || strlen(uid) >= size)
+        return 0;
+    for (const char *c = uid; *c; c++)
+        if (*c < 0x20 || *c > 0x7e || *c == '"' || *c == '\\')
+            return 0;
+    return 1;
+}
+
 /* The ceilings of the latest run on this device in opt.ceilings_from that
  * measured them recently, into t->roof: 1, or 0 (logged why) to measure. */
 static int take_ceilings_from(tuner *t)
@@ -59,16 +73,21 @@ static int take_ceilings_from(tuner *t)
     int64_t from = 0;
     ardb_run_info info;
     memset(&info, 0, sizeof info);
-    int found = ardb_run_latest_measured_ceilings(db, t->dev->fingerprint, TUNE_CEILINGS_FROM_MAX_AGE_S, &from) ==
-                    ARDB_DONE &&
-                ardb_run_get(db, from, &info) == ARDB_DONE && info.uid && strlen(info.uid) < sizeof t->roof_from_uid &&
-                device_ceilings_from_record(info.ceilings, info.copy_gbps, info.read_gbps, info.launch_us, &t->roof) == 0;
+    const char *why = NULL;
+    if (ardb_run_latest_measured_ceilings(db, t->dev->fingerprint, TUNE_CEILINGS_FROM_MAX_AGE_S, &from) != ARDB_DONE ||
+        ardb_run_get(db, from, &info) != ARDB_DONE)
+        why = ardb_errmsg(db);
+    else if (!plain_uid(info.uid, sizeof t->roof_from_uid))
+        why = "its run's uid is not one this run can record";
+    else if (device_ceilings_from_record(info.ceilings, info.copy_gbps, info.read_gbps, info.launch_us, &t->roof))
+        why = "its run's ceilings do not read back";
+    const int found = why == NULL;
     if (found) {
         snprintf(t->roof_from_uid, sizeof t->roof_from_uid, "%s", info.uid);
         artuner_log(t, "the ceilings are those run %s of %s measured at %s", info.uid, path,
                     info.started_at ? info.started_at : "?");
     } else {
-        artuner_log(t, "no ceilings from %s (%s): measuring them", path, ardb_errmsg(db));
+        artuner_log(t, "no ceilings from %s (%s): measuring them", path, why);
     }
     ardb_run_info_clear(&info);
     ardb_close(db);
