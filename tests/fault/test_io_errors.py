@@ -357,8 +357,9 @@ def test_database():
         rc, _, err, _, _ = run(args, env)
         check(rc == 0 and db_after(rc, err, effect) is None, name + " recovers after the faults", err)
 
-    # A tune writes the database some hundred times and each run measures
-    # the ceilings (seconds): it fails a sample of its write points.
+    # A tune writes the database some hundred times, each run a few seconds
+    # (more where it measures the ceilings itself): it fails a sample of its
+    # write points.
     with open(os.path.join(scratch, "p2.txt"), "w") as f:
         f.write("mix f32 64 3 1 replace 0 32\n")
     tune = ["tune", "--device", "cpu", "--problems", os.path.join(scratch, "p2.txt"), "--shard", "0/8", "--db", db,
