@@ -1384,8 +1384,8 @@ int ptx_parse(const char *text, ptx_module **out, char *err, size_t errlen)
         if (is_word(&ps, ".version")) {
             scan(&ps);
             double v = strtod(ps.tok.text, NULL);
-            if (ps.tok.kind != 'n' || v < 6.0 || v > 9.0) {
-                fail(&ps, line, "PTX ISA version `%s` is not supported (6.0 to 9.0)", ps.tok.text);
+            if (ps.tok.kind != 'n' || v < 6.0 || v > 9.2) {
+                fail(&ps, line, "PTX ISA version `%s` is not supported (6.0 to 9.2)", ps.tok.text);
                 break;
             }
             seen_version = 1;
