@@ -224,6 +224,7 @@ void ar_build_key(const attnres_device *dev, const char *source_hash, char key[6
 int ar_backward_workspace_fits(attnres_device *dev, int64_t row, int64_t T, int epilogue, const void *ws,
                                size_t size, ar_backward_ws *out)
 {
+    *out = (ar_backward_ws){0}; /* a size that does not fit says 0, not garbage */
     if (ar_mix_backward_workspace(row, T, epilogue, out) != 0 || (T > 0 && (!ws || size < out->bytes)))
         return ar_device_fail(dev, ATTNRES_EINVAL, "the workspace holds %zu bytes; T = %lld needs %zu",
                               ws ? size : 0, (long long)T, out->bytes);
