@@ -8,8 +8,10 @@
  *     `db runs` (ardb_list_runs, ardb_run_list), `db diff` and `db regress`
  *     (ardb_run_resolve, ardb_diff_runs and its classification,
  *     ardb_run_latest_on_device), `db plot` (ardb_winner_history drawn with
- *     cli/svg_plot.c), `db export` (JSON and CSV) and
- *     `tune --revalidate` / `plan` (ardb_stored_winners).
+ *     cli/svg_plot.c), `db export` (JSON and CSV),
+ *     `tune --revalidate` / `plan` (ardb_stored_winners) and the file
+ *     `tune --ceilings-from` names (ardb_run_latest_measured_ceilings, then
+ *     that run read whole).
  *
  * Invariants: every failure is a status with a non-empty message; a plan
  * that is made computes the right result (whatever level it came from); no
@@ -145,6 +147,16 @@ static void cli_read_paths(ardb *db)
     if (rc == ARDB_DONE) {
         plot(pts, np);
         ardb_winner_points_free(pts, np);
+    }
+
+    /* Any age a record may claim: a century. */
+    int64_t source = 0;
+    rc = ardb_run_latest_measured_ceilings(db, cpu_info.fingerprint, (int64_t)100 * 365 * 86400, &source);
+    check_status(rc, db, "run_latest_measured_ceilings");
+    if (rc == ARDB_DONE) {
+        ardb_run_info one;
+        if (ardb_run_get(db, source, &one) == ARDB_DONE)
+            ardb_run_info_clear(&one);
     }
 
     ardb_stored_winner *sw = NULL;
